@@ -1,0 +1,19 @@
+"""The one exception type that means "the user can fix this".
+
+The CLI prints it as a single line and exits non-zero; anything else is a bug and keeps
+its traceback. Stdlib only, so the shard reader and the trainer can raise it too.
+"""
+
+from __future__ import annotations
+
+
+class TokshardError(Exception):
+    """A user-facing failure: say what went wrong, where, and what to do."""
+
+    exit_code = 2
+
+
+class VerifyError(TokshardError):
+    """Data on disk does not match its manifest (exit 1, like a failed check)."""
+
+    exit_code = 1

@@ -1,0 +1,180 @@
+"""The one owner of manifest.json, the trainer's only entry point to prepared data.
+
+The manifest is written last and atomically beside the shards; every path in it is
+relative to it, so a prepared folder can be copied anywhere. Its JSON Schema is
+``manifests/schema.json`` (keep the two in step; ``FORMAT`` is the version both carry).
+Stdlib only, so a GPU node reads manifests without the pipeline's dependencies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pipeline import __version__
+from pipeline.atomic import write_json
+from pipeline.errors import TokshardError
+
+FORMAT = 1
+MANIFEST_NAME = "manifest.json"
+TOKENIZER_NAME = "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as listed in a manifest; ``bin_path`` is resolved against the manifest."""
+
+    bin_path: Path
+    rel_path: str
+    source: str
+    split: str
+    tokens: int
+    documents: int
+    bytes: int
+    hash: str
+    idx_hash: str
+
+    @property
+    def idx_path(self) -> Path:
+        return self.bin_path.with_suffix(".idx")
+
+
+class Manifest:
+    """A loaded manifest: shards in order, with the facts a reader must check."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.folder = path.parent
+        self.data = data
+        self.dtype: str = data["dtype"]
+        tok = data["tokenizer"]
+        self.vocab_size: int = tok["vocab_size"]
+        self.eos_id: int = tok["eos_id"]
+        self.shards = [self._entry(s) for s in data["shards"]]
+
+    def _entry(self, s: dict[str, Any]) -> ShardEntry:
+        return ShardEntry(
+            bin_path=self.resolve(s["path"]),
+            rel_path=s["path"],
+            source=s["source"],
+            split=s["split"],
+            tokens=s["tokens"],
+            documents=s["documents"],
+            bytes=s["bytes"],
+            hash=s["hash"],
+            idx_hash=s["idx_hash"],
+        )
+
+    def resolve(self, rel: str) -> Path:
+        """A path inside the manifest's folder; anything that escapes it is refused unopened."""
+        if os.path.isabs(rel) or ".." in Path(rel).parts:
+            raise TokshardError(
+                f"{self.path}: shard path {rel!r} leaves the manifest's folder; refusing to open it"
+            )
+        return self.folder / rel
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.resolve(self.data["tokenizer"]["path"])
+
+    def sources(self) -> list[str]:
+        return list(self.data["sources"])
+
+    def splits(self, source: str | None = None) -> list[str]:
+        seen: dict[str, None] = {}
+        for s in self.shards:
+            if source is None or s.source == source:
+                seen.setdefault(s.split)
+        return list(seen)
+
+    def select(self, source: str | None = None, split: str | None = None) -> list[ShardEntry]:
+        return [
+            s
+            for s in self.shards
+            if (source is None or s.source == source) and (split is None or s.split == split)
+        ]
+
+    def fingerprint(self) -> str:
+        """Identifies the data, not the run that made it (creation time left out)."""
+        return content_hash({k: v for k, v in self.data.items() if k != "created"})
+
+
+def content_hash(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def find(path: str | os.PathLike) -> Path:
+    """Accept a manifest file or the folder holding one."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    if not p.is_file():
+        hint = " (is `tokshard prepare` still running? `tokshard status DIR` tells)" if p.parent.is_dir() else ""
+        raise TokshardError(f"no manifest at {p}{hint}")
+    return p
+
+
+def load(path: str | os.PathLike) -> Manifest:
+    """Read and sanity-check a manifest; a wrong format version is refused by name."""
+    p = find(path)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokshardError(f"{p}: not a readable manifest ({exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise TokshardError(
+            f"{p}: manifest format {found!r}, this tokshard reads format {FORMAT}; "
+            "re-run `tokshard prepare` with this version"
+        )
+    for key in ("dtype", "tokenizer", "sources", "shards", "totals"):
+        if key not in data:
+            raise TokshardError(f"{p}: manifest lacks {key!r}; it is damaged, re-run prepare")
+    try:
+        return Manifest(p, data)
+    except (KeyError, TypeError) as exc:
+        raise TokshardError(f"{p}: manifest entry lacks {exc}; it is damaged, re-run prepare") from exc
+
+
+def build(
+    *,
+    recipe: dict[str, Any],
+    recipe_hash: str,
+    dtype: str,
+    tokenizer: dict[str, Any],
+    encoder: dict[str, Any],
+    sources: dict[str, Any],
+    shards: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Assemble the manifest document; ``sources`` maps name -> origin and per-split counts."""
+    totals = {
+        "tokens": sum(s["tokens"] for s in shards),
+        "documents": sum(s["documents"] for s in shards),
+        "shards": len(shards),
+        "bytes": sum(s["bytes"] for s in shards),
+    }
+    return {
+        "format": FORMAT,
+        "tool": {"name": "tokshard", "version": __version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "dtype": dtype,
+        "recipe": recipe,
+        "recipe_hash": recipe_hash,
+        "tokenizer": tokenizer,
+        "encoder": encoder,
+        "sources": sources,
+        "shards": shards,
+        "totals": totals,
+    }
+
+
+def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    path = Path(folder) / MANIFEST_NAME
+    write_json(path, manifest)
+    return path

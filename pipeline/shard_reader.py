@@ -1,0 +1,161 @@
+"""The one reader of tokshard shards (numpy and the standard library only).
+
+A shard is a pair of files:
+
+* ``NAME.bin``: token ids, little-endian, documents back to back, each ending in EOS.
+  No header, so ``numpy.memmap(path, dtype=numpy.uint16)`` reads it as nanoGPT does.
+* ``NAME.idx``: Megatron-LM's ``MMapIndexedDataset`` index, so Megatron-LM,
+  Megatron-DeepSpeed and GPT-NeoX read our shards unchanged::
+
+      magic    b"MMIDIDX\\x00\\x00"
+      version  <Q  = 1
+      dtype    <B  (8 = uint16; 4 = int32, used for uint32 ids, which Megatron has no code for)
+      count    <Q  number of sequences (documents) n
+      doc_cnt  <Q  n + 1
+      lengths  int32[n]   tokens per document, EOS included
+      pointers int64[n]   byte offset of each document in the .bin
+      doc_idx  int64[n+1] 0, 1, ..., n (every sequence is a document)
+
+The shard writer (``pipeline.shard_writer``) imports its constants from here, so the
+format has exactly one definition.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+HEADER = struct.Struct("<9sQBQQ")
+
+#: token dtype name -> (numpy dtype, Megatron dtype code written in the .idx)
+DTYPES: dict[str, tuple[np.dtype, int]] = {
+    "uint16": (np.dtype("<u2"), 8),
+    "uint32": (np.dtype("<u4"), 4),
+}
+
+
+class ShardFormatError(ValueError):
+    """A shard's files do not follow the format; the message names the file."""
+
+
+def token_dtype(name: str) -> np.dtype:
+    if name not in DTYPES:
+        raise ShardFormatError(f"unknown token dtype {name!r}: use one of {sorted(DTYPES)}")
+    return DTYPES[name][0]
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """The parsed .idx: per-document lengths (EOS included) and byte offsets."""
+
+    dtype_code: int
+    lengths: np.ndarray
+    pointers: np.ndarray
+    doc_indices: np.ndarray
+
+    @property
+    def documents(self) -> int:
+        return len(self.lengths)
+
+
+def read_index(path: str | os.PathLike) -> ShardIndex:
+    """Parse a Megatron .idx file, refusing anything that is not exactly the layout."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if len(raw) < HEADER.size:
+        raise ShardFormatError(f"{path}: index is truncated ({len(raw)} bytes)")
+    magic, version, code, count, doc_count = HEADER.unpack_from(raw, 0)
+    if magic != MAGIC:
+        raise ShardFormatError(f"{path}: not a Megatron MMapIndexedDataset index (bad magic)")
+    if version != VERSION:
+        raise ShardFormatError(f"{path}: index version {version}, expected {VERSION}")
+    expected = HEADER.size + 4 * count + 8 * count + 8 * doc_count
+    if len(raw) != expected:
+        raise ShardFormatError(f"{path}: index is {len(raw)} bytes, its header implies {expected}")
+    offset = HEADER.size
+    lengths = np.frombuffer(raw, dtype="<i4", count=count, offset=offset)
+    offset += 4 * count
+    pointers = np.frombuffer(raw, dtype="<i8", count=count, offset=offset)
+    offset += 8 * count
+    doc_indices = np.frombuffer(raw, dtype="<i8", count=doc_count, offset=offset)
+    return ShardIndex(code, lengths, pointers, doc_indices)
+
+
+def index_bytes(lengths: np.ndarray, dtype: str) -> bytes:
+    """Serialize an index for documents of these lengths (used by the writer)."""
+    np_dtype, code = DTYPES[dtype]
+    lengths = np.asarray(lengths, dtype="<i4")
+    pointers = np.zeros(len(lengths), dtype="<i8")
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1], dtype="<i8", out=pointers[1:])
+    pointers *= np_dtype.itemsize
+    doc_indices = np.arange(len(lengths) + 1, dtype="<i8")
+    header = HEADER.pack(MAGIC, VERSION, code, len(lengths), len(doc_indices))
+    return header + lengths.tobytes() + pointers.tobytes() + doc_indices.tobytes()
+
+
+class Shard:
+    """One shard pair, memory-mapped on first use; opening costs two stat calls, not a read."""
+
+    def __init__(self, bin_path: str | os.PathLike, dtype: str = "uint16") -> None:
+        self.bin_path = Path(bin_path)
+        self.idx_path = self.bin_path.with_suffix(".idx")
+        self.dtype_name = dtype
+        self.dtype = token_dtype(dtype)
+
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """All tokens of the shard as a read-only memory map (no copy, no read-ahead)."""
+        if self.bin_path.stat().st_size == 0:
+            return np.empty(0, dtype=self.dtype)
+        return np.memmap(self.bin_path, dtype=self.dtype, mode="r")
+
+    @cached_property
+    def index(self) -> ShardIndex:
+        return read_index(self.idx_path)
+
+    def __len__(self) -> int:
+        return self.index.documents
+
+    def document(self, i: int) -> np.ndarray:
+        """Tokens of document i, its trailing EOS included."""
+        start = int(self.index.pointers[i]) // self.dtype.itemsize
+        return self.tokens[start : start + int(self.index.lengths[i])]
+
+    def problems(self, eos_id: int | None = None) -> list[str]:
+        """Every way the .idx disagrees with the .bin or the format (empty list: consistent)."""
+        found: list[str] = []
+        try:
+            index = self.index
+        except (OSError, ShardFormatError) as exc:
+            return [str(exc)]
+        code = DTYPES[self.dtype_name][1]
+        if index.dtype_code != code:
+            found.append(f"{self.idx_path}: dtype code {index.dtype_code}, expected {code} ({self.dtype_name})")
+        lengths = index.lengths.astype(np.int64)
+        if (lengths <= 0).any():
+            found.append(f"{self.idx_path}: a document has length <= 0")
+        expected_pointers = np.concatenate([[0], np.cumsum(lengths)[:-1]]) * self.dtype.itemsize
+        if len(lengths) and not np.array_equal(index.pointers, expected_pointers):
+            found.append(f"{self.idx_path}: byte offsets do not follow the document lengths")
+        if not np.array_equal(index.doc_indices, np.arange(len(lengths) + 1)):
+            found.append(f"{self.idx_path}: document indices are not 0..{len(lengths)}")
+        try:
+            size = self.bin_path.stat().st_size
+        except OSError as exc:
+            return found + [f"{self.bin_path}: {exc.strerror}"]
+        want = int(lengths.sum()) * self.dtype.itemsize
+        if size != want:
+            found.append(f"{self.bin_path}: {size} bytes, the index describes {want}")
+        elif eos_id is not None and len(lengths):
+            ends = np.cumsum(lengths) - 1
+            if not (self.tokens[ends] == eos_id).all():
+                found.append(f"{self.bin_path}: a document does not end with EOS id {eos_id}")
+        return found

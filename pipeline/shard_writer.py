@@ -1,0 +1,277 @@
+"""The one writer of tokshard shards (format defined in ``pipeline.shard_reader``).
+
+A partition's output is a sequence of shards ``STEM-0000``, ``STEM-0001``, ... Tokens are
+appended to ``NAME.bin.tmp`` and per-document lengths to ``NAME.lens.tmp``; a *commit*
+fsyncs both so that the first ``tokens``/``documents`` of them survive a crash. Closing a
+shard writes its ``.idx`` and renames both files to their final names. Reopening with the
+committed counts truncates whatever was written after the last commit and carries on, so
+an interrupted partition resumes without rereading what it already wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from pipeline.atomic import TMP_SUFFIX, disk_error, fsync_dir, replace, write_bytes
+from pipeline.shard_reader import index_bytes, token_dtype
+
+HASH_NAME = "xxh3_128"
+_READ_CHUNK = 1 << 24
+
+
+def file_hash(path: str | os.PathLike, limit: int | None = None) -> str:
+    """Hash of a file (or its first ``limit`` bytes) in the form the manifest records."""
+    h = xxhash.xxh3_128()
+    remaining = limit
+    with open(path, "rb") as f:
+        while remaining is None or remaining > 0:
+            chunk = f.read(_READ_CHUNK if remaining is None else min(_READ_CHUNK, remaining))
+            if not chunk:
+                break
+            h.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
+    return f"{HASH_NAME}:{h.hexdigest()}"
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """What the manifest says about one finished shard (paths relative to the output folder)."""
+
+    path: str
+    tokens: int
+    documents: int
+    bytes: int
+    hash: str
+    idx_hash: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OpenShard:
+    """The durable part of a shard still being written."""
+
+    seq: int
+    tokens: int = 0
+    documents: int = 0
+
+
+class ShardWriter:
+    """Appends documents to one shard; ``commit`` makes them durable, ``close`` final."""
+
+    def __init__(self, out_dir: Path, rel_path: str, dtype: str, committed: OpenShard) -> None:
+        self.out_dir = out_dir
+        self.rel_path = rel_path
+        self.dtype_name = dtype
+        self.dtype = token_dtype(dtype)
+        self.bin_path = out_dir / rel_path
+        self.seq = committed.seq
+        self.tokens = committed.tokens
+        self.documents = committed.documents
+        self._lengths: list[np.ndarray] = []
+        self._hash = xxhash.xxh3_128()
+        self.bin_path.parent.mkdir(parents=True, exist_ok=True)
+        self._bin = self._open_at(self._tmp(".bin"), committed.tokens * self.dtype.itemsize)
+        self._lens = self._open_at(self._tmp(".lens"), committed.documents * 4)
+        self._lens_written = committed.documents
+        if committed.tokens:
+            self._rehash_prefix(committed.tokens * self.dtype.itemsize)
+        if committed.documents:
+            self._lens.seek(0)
+            self._lengths.append(np.frombuffer(self._lens.read(), dtype="<i4").copy())
+            self._lens.seek(committed.documents * 4)
+
+    def _tmp(self, suffix: str) -> Path:
+        return self.bin_path.with_suffix(suffix + TMP_SUFFIX)
+
+    def _open_at(self, path: Path, size: int):
+        """Open for append, cut back to the committed size (a crash may have left more)."""
+        try:
+            if size == 0:
+                f = open(path, "w+b")
+            else:
+                f = open(path, "r+b")
+                if os.fstat(f.fileno()).st_size < size:
+                    raise OSError(f"{path} is shorter than its last commit ({size} bytes)")
+                f.truncate(size)
+                f.seek(size)
+        except OSError as exc:
+            raise disk_error(exc, path) from exc
+        return f
+
+    def _rehash_prefix(self, nbytes: int) -> None:
+        self._bin.seek(0)
+        remaining = nbytes
+        while remaining:
+            chunk = self._bin.read(min(_READ_CHUNK, remaining))
+            self._hash.update(chunk)
+            remaining -= len(chunk)
+        self._bin.seek(nbytes)
+
+    def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Append whole documents: ``tokens`` already holds each one's trailing EOS."""
+        data = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        try:
+            self._bin.write(data)
+        except OSError as exc:
+            raise disk_error(exc, self.bin_path, len(data)) from exc
+        self._hash.update(data)
+        self._lengths.append(np.asarray(lengths, dtype="<i4"))
+        self.tokens += len(tokens)
+        self.documents += len(lengths)
+
+    def append_file(self, path: Path, n_tokens: int) -> None:
+        """Append one document spooled to disk (too large to hold in memory)."""
+        with open(path, "rb") as src:
+            while chunk := src.read(_READ_CHUNK):
+                try:
+                    self._bin.write(chunk)
+                except OSError as exc:
+                    raise disk_error(exc, self.bin_path, len(chunk)) from exc
+                self._hash.update(chunk)
+        self._lengths.append(np.array([n_tokens], dtype="<i4"))
+        self.tokens += n_tokens
+        self.documents += 1
+
+    def commit(self) -> OpenShard:
+        """Make everything appended so far durable and return its description."""
+        try:
+            new = self.lengths()[self._lens_written :]
+            self._lens.write(new.tobytes())
+            self._lens_written += len(new)
+            for f in (self._bin, self._lens):
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise disk_error(exc, self.bin_path) from exc
+        return OpenShard(self.seq, self.tokens, self.documents)
+
+    def lengths(self) -> np.ndarray:
+        if len(self._lengths) != 1:
+            self._lengths = [np.concatenate(self._lengths) if self._lengths else np.zeros(0, "<i4")]
+        return self._lengths[0]
+
+    def close(self) -> ShardRecord:
+        """Write the .idx, then give both files their final names."""
+        self.commit()
+        self._bin.close()
+        self._lens.close()
+        idx = index_bytes(self.lengths(), self.dtype_name)
+        idx_path = self.bin_path.with_suffix(".idx")
+        write_bytes(idx_path, idx)
+        replace(self._tmp(".bin"), self.bin_path)
+        self._tmp(".lens").unlink(missing_ok=True)
+        return ShardRecord(
+            path=self.rel_path,
+            tokens=self.tokens,
+            documents=self.documents,
+            bytes=self.tokens * self.dtype.itemsize,
+            hash=f"{HASH_NAME}:{self._hash.hexdigest()}",
+            idx_hash=f"{HASH_NAME}:{xxhash.xxh3_128(idx).hexdigest()}",
+        )
+
+    def abandon(self) -> None:
+        """Close file handles without finishing (the committed prefix stays for a resume)."""
+        self._bin.close()
+        self._lens.close()
+
+
+class ShardSequence:
+    """A partition's shards, rotated at ``shard_tokens``; a document never spans two shards."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        stem: str,
+        dtype: str,
+        shard_tokens: int,
+        closed: list[ShardRecord] | None = None,
+        open_shard: OpenShard | None = None,
+    ) -> None:
+        self.out_dir = out_dir
+        self.stem = stem
+        self.dtype = dtype
+        self.shard_tokens = shard_tokens
+        self.closed: list[ShardRecord] = list(closed or [])
+        self._finish_interrupted_close()
+        committed = open_shard or OpenShard(seq=len(self.closed))
+        self._remove_beyond(committed.seq)
+        self.current = ShardWriter(out_dir, self.shard_path(committed.seq), dtype, committed)
+
+    def shard_path(self, seq: int) -> str:
+        return f"{self.stem}-{seq:04d}.bin"
+
+    def _finish_interrupted_close(self) -> None:
+        """A crash between a close's commit and its renames leaves .tmp files: finish them."""
+        for rec in self.closed:
+            final = self.out_dir / rec.path
+            tmp = final.with_suffix(".bin" + TMP_SUFFIX)
+            if not final.exists() and tmp.exists():
+                replace(tmp, final)
+            final.with_suffix(".lens" + TMP_SUFFIX).unlink(missing_ok=True)
+
+    def _remove_beyond(self, seq: int) -> None:
+        """Delete files of shards this partition had not committed (a crash mid-rotation)."""
+        folder = (self.out_dir / self.stem).parent
+        prefix = Path(self.stem).name + "-"
+        if not folder.is_dir():
+            return
+        for path in folder.iterdir():
+            name = path.name
+            if not name.startswith(prefix):
+                continue
+            try:
+                n = int(name[len(prefix) :].split(".", 1)[0])
+            except ValueError:
+                continue
+            if n > seq or (n == seq and not name.endswith(TMP_SUFFIX)):
+                path.unlink()
+
+    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Append documents (EOS included in ``tokens``), starting new shards where needed."""
+        start = 0
+        doc = 0
+        n = len(lengths)
+        while doc < n:
+            room = self.shard_tokens - self.current.tokens
+            if self.current.tokens and lengths[doc] > room:
+                self._rotate()
+                room = self.shard_tokens
+            # take as many whole documents as fit (at least one: a huge one gets its own shard)
+            ends = np.cumsum(lengths[doc:], dtype=np.int64)
+            take = max(1, int(np.searchsorted(ends, room, side="right")))
+            stop = start + int(ends[take - 1])
+            self.current.append(tokens[start:stop], lengths[doc : doc + take])
+            start = stop
+            doc += take
+
+    def add_spooled(self, path: Path, n_tokens: int) -> None:
+        if self.current.tokens and n_tokens > self.shard_tokens - self.current.tokens:
+            self._rotate()
+        self.current.append_file(path, n_tokens)
+
+    def _rotate(self) -> None:
+        self.closed.append(self.current.close())
+        seq = self.current.seq + 1
+        self.current = ShardWriter(self.out_dir, self.shard_path(seq), self.dtype, OpenShard(seq))
+
+    def commit(self) -> OpenShard:
+        return self.current.commit()
+
+    def finish(self) -> list[ShardRecord]:
+        if self.current.tokens:
+            self.closed.append(self.current.close())
+        else:
+            self.current.abandon()
+            for suffix in (".bin", ".lens"):
+                self.current._tmp(suffix).unlink(missing_ok=True)
+        if self.closed:
+            fsync_dir((self.out_dir / self.stem).parent)
+        return self.closed
