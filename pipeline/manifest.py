@@ -115,7 +115,9 @@ def find(path: str | os.PathLike) -> Path:
     if p.is_dir():
         p = p / MANIFEST_NAME
     if not p.is_file():
-        hint = " (is `tokshard prepare` still running? `tokshard status DIR` tells)" if p.parent.is_dir() else ""
+        hint = (
+            " (is `tokshard prepare` still running? `tokshard status DIR` tells)" if p.parent.is_dir() else ""
+        )
         raise TokshardError(f"no manifest at {p}{hint}")
     return p
 

@@ -138,7 +138,9 @@ class Shard:
             return [str(exc)]
         code = DTYPES[self.dtype_name][1]
         if index.dtype_code != code:
-            found.append(f"{self.idx_path}: dtype code {index.dtype_code}, expected {code} ({self.dtype_name})")
+            found.append(
+                f"{self.idx_path}: dtype code {index.dtype_code}, expected {code} ({self.dtype_name})"
+            )
         lengths = index.lengths.astype(np.int64)
         if (lengths <= 0).any():
             found.append(f"{self.idx_path}: a document has length <= 0")
@@ -150,7 +152,7 @@ class Shard:
         try:
             size = self.bin_path.stat().st_size
         except OSError as exc:
-            return found + [f"{self.bin_path}: {exc.strerror}"]
+            return [*found, f"{self.bin_path}: {exc.strerror}"]
         want = int(lengths.sum()) * self.dtype.itemsize
         if size != want:
             found.append(f"{self.bin_path}: {size} bytes, the index describes {want}")
