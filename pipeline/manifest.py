@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
 from pipeline.atomic import write_json
-from pipeline.errors import TokshardError
+from pipeline.errors import TokshardError, VerifyError
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"
@@ -73,7 +73,7 @@ class Manifest:
     def resolve(self, rel: str) -> Path:
         """A path inside the manifest's folder; anything that escapes it is refused unopened."""
         if os.path.isabs(rel) or ".." in Path(rel).parts:
-            raise TokshardError(
+            raise VerifyError(
                 f"{self.path}: shard path {rel!r} leaves the manifest's folder; refusing to open it"
             )
         return self.folder / rel
@@ -101,12 +101,20 @@ class Manifest:
 
     def fingerprint(self) -> str:
         """Identifies the data, not the run that made it (creation time left out)."""
-        return content_hash({k: v for k, v in self.data.items() if k != "created"})
+        return content_hash({k: v for k, v in self.data.items() if k not in ("created", "checksum")})
+
+    def checksum_ok(self) -> bool:
+        """False if the file was edited after `prepare` wrote it."""
+        return self.data.get("checksum") == checksum(self.data)
 
 
 def content_hash(obj: Any) -> str:
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def checksum(data: dict[str, Any]) -> str:
+    return content_hash({k: v for k, v in data.items() if k != "checksum"})
 
 
 def find(path: str | os.PathLike) -> Path:
@@ -164,7 +172,7 @@ def build(
     return {
         "format": FORMAT,
         "tool": {"name": "tokshard", "version": __version__},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "dtype": dtype,
         "recipe": recipe,
         "recipe_hash": recipe_hash,
@@ -177,6 +185,7 @@ def build(
 
 
 def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    """Seal the manifest with its checksum and write it atomically."""
     path = Path(folder) / MANIFEST_NAME
-    write_json(path, manifest)
+    write_json(path, {**manifest, "checksum": checksum(manifest)})
     return path

@@ -1,0 +1,274 @@
+"""The `tokshard` command. Each subcommand is a thin shell over a module that does the work.
+
+User mistakes raise `TokshardError` and end as one line on stderr with a non-zero exit;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline import __version__
+from pipeline.errors import TokshardError
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _subparser(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name, help=help, description=f"{help}\n\nexample:\n  {example}", formatter_class=_Formatter
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokshard",
+        description="Tokenize corpora on CPU nodes into memory-mapped shards; train on them with DeepSpeed.",
+        epilog="Run `tokshard COMMAND --help` for a command's options and an example.",
+    )
+    parser.add_argument("--version", action="version", version=f"tokshard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = _subparser(
+        sub,
+        "prepare",
+        "tokenize a recipe's corpora (or your files) into shards and a manifest; rerun to resume",
+        "tokshard prepare manifests/wikitext-103.toml --out data/wt103 --workers 8\n"
+        "  tokshard prepare --input 'corpus/*.jsonl.zst' --tokenizer tok/ --out data/mine",
+    )
+    p.add_argument("recipe", nargs="?", help="recipe TOML (a path, or the name of a bundled one)")
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="GLOB",
+        help="ad hoc: local or fsspec files instead of a recipe (repeatable)",
+    )
+    p.add_argument("--text-field", default="text", help="ad hoc: JSON/parquet field holding the text")
+    p.add_argument("--split", default="train", help="ad hoc: split name for --input files")
+    p.add_argument("--name", default="data", help="ad hoc: source name for --input files")
+    p.add_argument("--partition-bytes", type=_positive_int, help="ad hoc: bytes of input per Dask task")
+    p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
+    p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")
+    p.add_argument(
+        "--workers", type=_positive_int, help="local Dask worker processes (default: one per core)"
+    )
+    p.add_argument("--threads", type=_positive_int, help="encoder threads per worker process (default 1)")
+    p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask scheduler")
+    p.add_argument(
+        "--encoder", choices=["auto", "tokenizers", "tiktoken"], help="encoder back end (default auto)"
+    )
+    p.add_argument(
+        "--dtype", choices=["uint16", "uint32"], help="token dtype (uint32 for vocabularies > 65,536)"
+    )
+    p.add_argument(
+        "--shard-tokens", type=_positive_int, help="at most this many tokens per shard (default 2^27)"
+    )
+    p.add_argument(
+        "--on-bad-record",
+        choices=["error", "skip"],
+        help="stop at a bad record (default) or skip and count it",
+    )
+    p.add_argument("--mirror", metavar="DIR", help="local copy of the recipe's hub repo (same layout)")
+
+    p = _subparser(
+        sub,
+        "tokenizer",
+        "tokenizer tools",
+        "tokshard tokenizer train --input 'corpus/*.jsonl' --vocab-size 32000 --out tok/",
+    )
+    tsub = p.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
+    t = _subparser(
+        tsub,
+        "train",
+        "train a byte-level BPE (GPT-2 style) with EOS as a special token",
+        "tokshard tokenizer train --input 'corpus/*.jsonl' --vocab-size 32000 --out tok/",
+    )
+    t.add_argument(
+        "--input", action="append", required=True, metavar="GLOB", help="training files (repeatable)"
+    )
+    t.add_argument("--vocab-size", type=_positive_int, required=True, help="vocabulary size, EOS included")
+    t.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json")
+    t.add_argument("--eos", default="<|endoftext|>", help="the EOS token's text")
+
+    p = _subparser(
+        sub,
+        "status",
+        "what a prepare folder has done, is doing, and what a rerun would do",
+        "tokshard status data/wt103",
+    )
+    p.add_argument("dir", help="the --out folder of a prepare run")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = _subparser(
+        sub,
+        "verify",
+        "re-hash every shard and check .idx against .bin; exit 1 on any fault",
+        "tokshard verify data/wt103/manifest.json",
+    )
+    p.add_argument("manifest", help="manifest.json or its folder")
+
+    p = _subparser(
+        sub,
+        "inspect",
+        "counts per source and split, document-length stats, a decoded sample",
+        "tokshard inspect data/wt103",
+    )
+    p.add_argument("manifest", help="manifest.json or its folder")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    _subparser(
+        sub,
+        "train",
+        "train a model with DeepSpeed on a manifest (see `tokshard train --help`)",
+        "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2.json",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["train"]:
+            from trainer.cli import main as train_main
+
+            return train_main(argv[1:])
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except TokshardError as exc:
+        print(f"tokshard: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("tokshard: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def _recipe_path(name: str) -> Path:
+    path = Path(name)
+    if path.exists():
+        return path
+    bundled = RECIPES_DIR / (name if name.endswith(".toml") else f"{name}.toml")
+    if bundled.exists():
+        return bundled
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml")))
+    raise TokshardError(f"recipe {name} does not exist (bundled recipes: {known or 'none'})")
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from pipeline import recipe as recipe_mod
+    from pipeline.runner import RunOptions, prepare
+
+    overrides: dict[str, Any] = {
+        "tokenizer": args.tokenizer,
+        "out": args.out,
+        "threads": args.threads,
+        "encoder": args.encoder,
+        "dtype": args.dtype,
+        "shard_tokens": args.shard_tokens,
+        "on_bad_record": args.on_bad_record,
+    }
+    if args.input and args.recipe:
+        raise TokshardError("give either a RECIPE or --input files, not both")
+    if args.input:
+        source: dict[str, Any] = {
+            "type": "files",
+            "paths": args.input,
+            "text_field": args.text_field,
+            "split": args.split,
+        }
+        if args.partition_bytes:
+            source["partition_bytes"] = args.partition_bytes
+        if args.mirror:
+            raise TokshardError("--mirror applies to hub recipes, not to --input files")
+        recipe = recipe_mod.from_dict({"sources": {args.name: source}}, "--input", overrides)
+    elif args.recipe:
+        recipe = recipe_mod.load(_recipe_path(args.recipe), overrides, mirror=args.mirror)
+    else:
+        raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
+    out = recipe.settings["out"]
+    if not out:
+        raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    started = time.monotonic()
+    path = prepare(
+        recipe,
+        Path(out),
+        RunOptions(workers=args.workers, scheduler=args.scheduler, memory_limit=args.memory_limit),
+    )
+    from pipeline import manifest
+
+    totals = manifest.load(path).data["totals"]
+    seconds = time.monotonic() - started
+    print(
+        f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
+        f"{totals['shards']} shards ({seconds:.1f} s)"
+    )
+    return 0
+
+
+def cmd_tokenizer(args: argparse.Namespace) -> int:
+    from pipeline.tokenizer import train
+
+    path = train(args.input, args.vocab_size, Path(args.out), args.eos)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pipeline.status import render, status
+
+    s = status(args.dir)
+    print(json.dumps(s, indent=1) if args.json else render(s))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pipeline.verify import verify
+
+    faults, totals = verify(args.manifest)
+    for fault in faults:
+        print(f"FAULT {fault}")
+    if faults:
+        print(f"tokshard: verify found {len(faults)} fault(s)", file=sys.stderr)
+        return 1
+    print(f"OK: {totals['shards']} shards, {totals['tokens']:,} tokens match the manifest")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from pipeline.inspection import render, summary
+
+    report = summary(args.manifest)
+    print(json.dumps(report, indent=1) if args.json else render(report))
+    return 0
+
+
+COMMANDS = {
+    "prepare": cmd_prepare,
+    "tokenizer": cmd_tokenizer,
+    "status": cmd_status,
+    "verify": cmd_verify,
+    "inspect": cmd_inspect,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Documents in, token batches out, in bounded memory whatever the document sizes.
+
+Ordinary documents are grouped into batches of about ``batch_chars`` characters for
+``encode_batch``. A document longer than ``long_doc_chars`` (or a streamed .txt file) is
+cut into pieces *only at pre-tokenizer boundaries*, where BPE merges never reach across,
+so the pieces' ids joined are exactly the ids of the whole document. Its tokens go to a
+spool file once they outgrow ``spool_tokens``, so even a 500 MB document never sits in
+memory whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.encoders import Encoder
+from pipeline.sources.base import Cursor, Record
+from pipeline.sources.files import TextStream
+
+BATCH_CHARS = 1 << 20
+BATCH_DOCS = 8192
+LONG_DOC_CHARS = 1 << 20
+PIECE_CHARS = 1 << 18
+SPOOL_TOKENS = 1 << 22
+#: a cut is only trusted this far from the end of the text the pre-tokenizer saw
+MARGIN = 1 << 12
+
+PreTokenize = Callable[[str], list[tuple[str, tuple[int, int]]]]
+
+
+@dataclass
+class Batch:
+    """Whole documents ready for the shard writer (each followed by EOS in ``tokens``)."""
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    cursor: Cursor | None
+    progress: int
+    dropped_empty: int = 0
+
+
+@dataclass
+class Spooled:
+    """One very long document, its tokens (EOS included) in a file."""
+
+    path: Path
+    tokens: int
+    cursor: Cursor
+    progress: int
+
+
+@dataclass
+class Bad:
+    """A record that is not a usable document; the task decides to stop or skip."""
+
+    where: str
+    reason: str
+    cursor: Cursor
+    progress: int
+
+
+@dataclass
+class _Pending:
+    texts: list[str] = field(default_factory=list)
+    chars: int = 0
+    dropped: int = 0
+    cursor: Cursor | None = None
+    progress: int = 0
+
+
+def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> int | None:
+    """Largest cut <= about ``target`` that is a pre-token boundary of the full text.
+
+    ``text`` may be a prefix of the document (``final`` False); then boundaries near its end
+    are not trusted, since more text could change the last pre-tokens.
+    """
+    window_len = min(len(text), target + MARGIN)
+    window = text[:window_len]
+    truncated = window_len < len(text) or not final
+    limit = window_len - MARGIN if truncated else window_len
+    best = None
+    for _, (start, end) in pre_tokenize(window):
+        if end > limit:
+            break
+        if start > 0:
+            best = start
+    return best
+
+
+def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:
+    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries."""
+    buf = ""
+    retry_at = piece_chars + MARGIN
+    for chunk in chunks:
+        buf += chunk
+        while len(buf) >= retry_at:
+            cut = safe_cut(buf, max(piece_chars, retry_at - MARGIN), pre_tokenize, final=False)
+            if cut is None:  # no boundary yet (one giant "word"): wait for twice the text
+                retry_at = 2 * len(buf)
+                break
+            yield buf[:cut]
+            buf = buf[cut:]
+            retry_at = piece_chars + MARGIN
+    while len(buf) > piece_chars + MARGIN:
+        cut = safe_cut(buf, piece_chars, pre_tokenize, final=True)
+        if cut is None:
+            break
+        yield buf[:cut]
+        buf = buf[cut:]
+    if buf:
+        yield buf
+
+
+class DocumentEncoder:
+    """Turns a partition's records into `Batch`, `Spooled` and `Bad` items, in order."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        eos_id: int,
+        dtype: np.dtype,
+        spool_path: Path,
+        pre_tokenize: PreTokenize | None,
+        batch_chars: int = BATCH_CHARS,
+        long_doc_chars: int = LONG_DOC_CHARS,
+        piece_chars: int = PIECE_CHARS,
+        spool_tokens: int = SPOOL_TOKENS,
+    ) -> None:
+        self.encoder = encoder
+        self.eos_id = eos_id
+        self.dtype = dtype
+        self.spool_path = spool_path
+        self.pre_tokenize = pre_tokenize
+        self.batch_chars = batch_chars
+        self.long_doc_chars = long_doc_chars
+        self.piece_chars = piece_chars
+        self.spool_tokens = spool_tokens
+
+    def run(self, records: Iterable[Record]) -> Iterator[Batch | Spooled | Bad]:
+        pending = _Pending()
+        for rec in records:
+            if rec.bad is not None:
+                if pending.texts or pending.dropped:
+                    yield self._flush(pending)
+                    pending = _Pending()
+                yield Bad(rec.where, rec.bad, rec.cursor, rec.progress)
+                continue
+            text = rec.text
+            if isinstance(text, str) and len(text) <= self.long_doc_chars:
+                if text.isspace() or not text:
+                    pending.dropped += 1
+                else:
+                    pending.texts.append(text)
+                    pending.chars += len(text)
+                pending.cursor, pending.progress = rec.cursor, rec.progress
+                if pending.chars >= self.batch_chars or len(pending.texts) >= BATCH_DOCS:
+                    yield self._flush(pending)
+                    pending = _Pending()
+                continue
+            if pending.texts or pending.dropped:
+                yield self._flush(pending)
+                pending = _Pending()
+            yield from self._long(text, rec)
+        if pending.texts or pending.dropped:
+            yield self._flush(pending)
+
+    def _flush(self, p: _Pending) -> Batch:
+        flat: list[int] = []
+        lengths = []
+        for ids in self.encoder.encode_batch(p.texts) if p.texts else []:
+            flat += ids
+            flat.append(self.eos_id)
+            lengths.append(len(ids) + 1)
+        return Batch(
+            tokens=np.array(flat, dtype=self.dtype),
+            lengths=np.array(lengths, dtype=np.int32),
+            cursor=p.cursor,
+            progress=p.progress,
+            dropped_empty=p.dropped,
+        )
+
+    def _long(self, text: str | TextStream, rec: Record) -> Iterator[Batch | Spooled | Bad]:
+        """Encode one long document piece by piece; spool its tokens if they grow large."""
+        if isinstance(text, str):
+            step = 1 << 22
+            chunks: Iterable[str] = (text[i : i + step] for i in range(0, len(text), step))
+        else:
+            chunks = iter(text)
+        if self.pre_tokenize is None:  # no exact cut points: encode whole (memory grows with it)
+            parts: Iterable[str] = ["".join(chunks)]
+        else:
+            parts = pieces(chunks, self.piece_chars, self.pre_tokenize)
+        held: list[np.ndarray] = []
+        total = 0
+        any_text = False
+        spool = None
+        try:
+            for group in _grouped(parts, self.batch_chars):
+                any_text = any_text or any(not s.isspace() for s in group)
+                for ids in self.encoder.encode_batch(group):
+                    arr = np.array(ids, dtype=self.dtype)
+                    total += len(arr)
+                    if spool is not None:
+                        spool.write(arr.tobytes())
+                        continue
+                    held.append(arr)
+                    if total > self.spool_tokens:
+                        spool = open(self.spool_path, "wb")
+                        for a in held:
+                            spool.write(a.tobytes())
+                        held = []
+        except UnicodeDecodeError:
+            any_text = None
+        eos = np.array([self.eos_id], dtype=self.dtype)
+        if spool is not None and not any_text:
+            spool.close()
+            self.spool_path.unlink(missing_ok=True)
+        if any_text is None:
+            yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
+        elif not any_text:
+            empty = np.zeros(0, self.dtype)
+            yield Batch(empty, np.zeros(0, np.int32), rec.cursor, rec.progress, dropped_empty=1)
+        elif spool is None:
+            tokens = np.concatenate([*held, eos])
+            yield Batch(tokens, np.array([len(tokens)], np.int32), rec.cursor, rec.progress)
+        else:
+            spool.write(eos.tobytes())
+            spool.close()
+            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress)
+
+
+def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
+    group: list[str] = []
+    chars = 0
+    for part in parts:
+        group.append(part)
+        chars += len(part)
+        if chars >= max_chars:
+            yield group
+            group, chars = [], 0
+    if group:
+        yield group
+
+
+def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | None:
+    """The tokenizer's own pre-tokenizer if cutting at its boundaries is exact, else None."""
+    from pipeline.tokenizer import is_byte_level_bpe, load
+
+    tok = load(tokenizer_path)
+    if not is_byte_level_bpe(tok):
+        return None
+    pre = tok.pre_tokenizer
+    return pre.pre_tokenize_str

@@ -1,0 +1,72 @@
+"""Encoder back ends: the one place that calls a tokenizer library to turn text into ids.
+
+Every back end encodes text as *ordinary text*: the literal text of a special token inside
+a document (``<|endoftext|>`` on a web page) becomes ordinary tokens, never the special id,
+so only the pipeline's own document separators are EOS ids.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Protocol
+
+from pipeline.errors import TokshardError
+from pipeline.tokenizer import load
+
+
+class Encoder(Protocol):
+    name: str
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text, no special tokens added, special-token text kept as text."""
+        ...
+
+
+def set_threads(threads: int) -> None:
+    """One encoder thread per worker process unless asked: processes scale better here.
+
+    Must run before the first parallel call in the process (the Rust thread pool reads the
+    environment once).
+    """
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+
+
+class TokenizersEncoder:
+    """Hugging Face `tokenizers`: exact for every tokenizer.json, the reference."""
+
+    name = "tokenizers"
+
+    def __init__(self, path: str, threads: int = 1) -> None:
+        set_threads(threads)
+        self.tokenizer = load(path)
+        self.tokenizer.encode_special_tokens = True
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+
+BACKENDS: dict[str, type] = {"tokenizers": TokenizersEncoder}
+
+
+@lru_cache(maxsize=4)
+def cached_encoder(name: str, path: str, sha256: str, threads: int) -> Encoder:
+    """One encoder per worker process and tokenizer (``sha256`` keys the cache on content)."""
+    if name not in BACKENDS:
+        raise TokshardError(f"encoder {name!r} is not available; use one of {', '.join(BACKENDS)}")
+    return BACKENDS[name](path, threads)
+
+
+def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:
+    """Pick the back end for a run and say why (the reason goes into the log and manifest).
+
+    ``samples`` returns the run's first documents, read only if a check needs them.
+    """
+    if requested == "tokenizers":
+        return "tokenizers", "requested with --encoder tokenizers"
+    if requested == "auto":
+        return "tokenizers", "auto: the tokenizers library is the only back end built in"
+    raise TokshardError(f"encoder {requested!r} is not available; use auto or tokenizers")

@@ -1,0 +1,297 @@
+"""The `prepare` driver: plan once, run unfinished partitions on Dask, write the manifest.
+
+The driver holds the folder's lock, fixes the plan on the first run (partitions, pinned
+origins, tokenizer), submits one task per unfinished partition and only ever receives
+small checkpoints back. The manifest is written last, from the checkpoints, so it appears
+exactly when every partition is done, whatever happened in between.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import manifest, tokenizer
+from pipeline.atomic import disk_error
+from pipeline.encoders import choose
+from pipeline.errors import TokshardError
+from pipeline.progress import Progress
+from pipeline.recipe import Recipe, describe_changes
+from pipeline.sources import build_source
+from pipeline.sources.base import Partition
+from pipeline.state import (
+    Checkpoint,
+    Plan,
+    load_checkpoint,
+    load_plan,
+    run_lock,
+    save_plan,
+    state_dir,
+)
+from pipeline.task import PartitionTask, run_partition
+
+Log = Callable[[str], None]
+
+
+def stderr_log(msg: str) -> None:
+    print(f"tokshard: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunOptions:
+    workers: int | None = None
+    scheduler: str | None = None
+    memory_limit: str | None = None
+    client: Any = None  # an existing distributed.Client (tests, notebooks)
+    progress_interval: float = 10.0
+
+
+def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
+    """Run (or resume) a recipe into ``out``; returns the manifest path."""
+    options = options or RunOptions()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise disk_error(exc, out / "manifest.json") from exc
+    with run_lock(out):
+        settings = recipe.settings
+        src, tok = tokenizer.resolve(settings["tokenizer"], settings["eos_token"], settings["dtype"])
+        recipe.tokenizer_sha256 = tok.sha256
+        plan = _load_or_make_plan(recipe, out, tok, log)
+        tokenizer.install(src, tok, out)
+        done_manifest = _complete_manifest(out, plan)
+        if done_manifest is not None:
+            log(f"{out} is already complete ({done_manifest}); nothing to do")
+            return done_manifest
+        checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
+        todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
+        resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
+        encoder, reason = choose(
+            settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
+        )
+        log(f"encoder: {encoder} ({reason})")
+        if todo:
+            log(
+                f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
+                f"{resumed} to resume, {len(todo) - resumed} to start"
+            )
+            tasks = [_task(recipe, out, plan, p, encoder) for p in todo]
+            _run(tasks, todo, checkpoints, plan, out, options, log)
+        path = _write_manifest(out, recipe, plan, encoder, reason, settings["threads"])
+        log(f"wrote {path}")
+        return path
+
+
+def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
+    plan = load_plan(out)
+    identity = recipe.identity()
+    if plan is not None:
+        if plan.identity_hash != recipe.identity_hash():
+            changes = describe_changes(plan.identity, identity)
+            raise TokshardError(
+                f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
+                "use a new --out, or delete the folder to start over"
+            )
+        for name, cfg in recipe.sources.items():
+            build_source(name, cfg).check_unchanged(plan.origins[name])
+        return plan
+    log("planning partitions")
+    origins: dict[str, dict[str, Any]] = {}
+    splits: dict[str, list[str]] = {}
+    partitions: list[Partition] = []
+    for name, cfg in recipe.sources.items():
+        source = build_source(name, cfg)
+        origins[name] = source.origin()
+        splits[name] = source.splits()
+        order = {s: i for i, s in enumerate(splits[name])}
+        partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
+    if not partitions:
+        raise TokshardError(f"{recipe.where}: the sources hold no input data")
+    plan = Plan(
+        identity=identity,
+        identity_hash=recipe.identity_hash(),
+        recipe=recipe.to_json(),
+        tokenizer=tok.to_json(),
+        origins=origins,
+        splits=splits,
+        partitions=partitions,
+    )
+    save_plan(out, plan)
+    return plan
+
+
+def _complete_manifest(out: Path, plan: Plan) -> Path | None:
+    path = out / manifest.MANIFEST_NAME
+    if not path.exists():
+        return None
+    try:
+        existing = manifest.load(path)
+    except TokshardError:
+        return None
+    return path if existing.data.get("recipe_hash") == plan.identity_hash else None
+
+
+def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:
+    """The run's first documents, for back ends that check their equivalence before use."""
+    part = plan.partitions[0]
+    source = build_source(part.source, recipe.sources[part.source])
+    texts = (r.text for r in source.read(part, None) if isinstance(r.text, str))
+    return list(itertools.islice(texts, limit))
+
+
+def _task(recipe: Recipe, out: Path, plan: Plan, part: Partition, encoder: str) -> PartitionTask:
+    s = recipe.settings
+    return PartitionTask(
+        out=str(out.resolve()),
+        partition=part.to_json(),
+        source_config=recipe.sources[part.source],
+        tokenizer_path=str((out / tokenizer.TOKENIZER_FILE).resolve()),
+        tokenizer_sha256=plan.tokenizer["sha256"],
+        eos_id=plan.tokenizer["eos_id"],
+        dtype=s["dtype"],
+        shard_tokens=s["shard_tokens"],
+        encoder=encoder,
+        threads=s["threads"],
+        on_bad_record=s["on_bad_record"],
+        commit_seconds=float(s["commit_seconds"]),
+    )
+
+
+def _run(
+    tasks: list[PartitionTask],
+    todo: list[Partition],
+    checkpoints: dict[str, Checkpoint | None],
+    plan: Plan,
+    out: Path,
+    options: RunOptions,
+    log: Log,
+) -> None:
+    from pipeline.cluster import connect
+
+    if options.client is not None:
+        _submit_and_wait(options.client, tasks, todo, checkpoints, plan, out, options, log)
+        return
+    with connect(
+        workers=options.workers,
+        scheduler=options.scheduler,
+        threads=tasks[0].threads,
+        memory_limit=options.memory_limit,
+        log=log,
+    ) as client:
+        _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log)
+
+
+def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) -> None:
+    from distributed import KilledWorker
+
+    run_id = uuid.uuid4().hex[:8]
+    total = sum(p.size for p in plan.partitions)
+
+    def units(p: Partition) -> int:
+        ck = checkpoints.get(p.key)
+        return p.size if ck and ck.complete else (ck.progress if ck else 0)
+
+    def tokens(p: Partition) -> int:
+        ck = checkpoints.get(p.key)
+        return ck.tokens if ck else 0
+
+    progress = Progress(
+        total,
+        done=sum(units(p) for p in plan.partitions),
+        tokens=sum(tokens(p) for p in plan.partitions),
+        interval=options.progress_interval,
+    )
+    futures = {}
+    for task, part in zip(tasks, todo, strict=True):
+        key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
+        futures[client.submit(run_partition, task, key=key, retries=0)] = part
+    by_key = {f.key: p for f, p in futures.items()}
+    pending = dict(futures)
+    try:
+        while pending:
+            time.sleep(0.5)
+            for fut in [f for f in pending if f.done()]:
+                part = pending.pop(fut)
+                try:
+                    checkpoints[part.key] = Checkpoint(**fut.result())
+                except KilledWorker as exc:
+                    raise TokshardError(
+                        f"Dask workers died repeatedly on partition {part.key} (out of memory?); "
+                        "rerun to resume from its last commit, with fewer --workers or more memory"
+                    ) from exc
+            for key in itertools.chain.from_iterable(client.processing().values()):
+                part = by_key.get(key)
+                ck = load_checkpoint(out, part) if part is not None else None
+                if ck is not None:
+                    checkpoints[part.key] = ck
+            progress.update(sum(units(p) for p in plan.partitions), sum(tokens(p) for p in plan.partitions))
+    except BaseException:
+        client.cancel(list(pending))
+        raise
+    finally:
+        progress.close()
+
+
+def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason: str, threads: int) -> Path:
+    shards: list[dict[str, Any]] = []
+    sources: dict[str, Any] = {}
+    for name, cfg in recipe.sources.items():
+        sources[name] = {
+            "type": cfg["type"],
+            "origin": plan.origins[name],
+            "splits": {
+                split: {
+                    "documents": 0,
+                    "tokens": 0,
+                    "shards": 0,
+                    "partitions": 0,
+                    "dropped_empty": 0,
+                    "skipped": {},
+                }
+                for split in plan.splits[name]
+            },
+        }
+    for part in plan.partitions:
+        ck = load_checkpoint(out, part)
+        if ck is None or not ck.complete:
+            raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
+        stats = sources[part.source]["splits"][part.split]
+        stats["documents"] += ck.documents
+        stats["tokens"] += ck.tokens
+        stats["partitions"] += 1
+        stats["dropped_empty"] += ck.dropped_empty
+        for reason_, n in ck.skipped.items():
+            stats["skipped"][reason_] = stats["skipped"].get(reason_, 0) + n
+        for rec in ck.closed:
+            stats["shards"] += 1
+            shards.append(
+                {
+                    "path": rec["path"],
+                    "source": part.source,
+                    "split": part.split,
+                    "tokens": rec["tokens"],
+                    "documents": rec["documents"],
+                    "bytes": rec["bytes"],
+                    "hash": rec["hash"],
+                    "idx_hash": rec["idx_hash"],
+                }
+            )
+    doc = manifest.build(
+        recipe=plan.recipe,
+        recipe_hash=plan.identity_hash,
+        dtype=recipe.settings["dtype"],
+        tokenizer=plan.tokenizer,
+        encoder={"name": encoder, "reason": reason, "threads": threads},
+        sources=sources,
+        shards=shards,
+    )
+    path = manifest.write(out, doc)
+    for stray in state_dir(out).glob("spool/*.tmp"):
+        stray.unlink(missing_ok=True)
+    return path

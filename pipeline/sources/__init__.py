@@ -1,0 +1,25 @@
+"""Source types by recipe name. A new source registers here and nowhere else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.errors import TokshardError
+from pipeline.sources.base import Cursor, Partition, Record, Source
+from pipeline.sources.files import FilesSource
+
+SOURCE_TYPES: dict[str, type[Source]] = {cls.type: cls for cls in (FilesSource,)}
+
+
+def source_class(type_name: Any, name: str, where: str) -> type[Source]:
+    if type_name not in SOURCE_TYPES:
+        known = ", ".join(sorted(SOURCE_TYPES))
+        raise TokshardError(f"{where}: [sources.{name}] has unknown type {type_name!r}; known types: {known}")
+    return SOURCE_TYPES[type_name]
+
+
+def build_source(name: str, config: dict[str, Any]) -> Source:
+    return SOURCE_TYPES[config["type"]](name, config)
+
+
+__all__ = ["SOURCE_TYPES", "Cursor", "Partition", "Record", "Source", "build_source", "source_class"]

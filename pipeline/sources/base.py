@@ -1,0 +1,110 @@
+"""What every source provides: partitions planned on the driver, documents read on workers.
+
+A source is built from its normalized recipe section on the driver (to plan) and again on
+each worker (to read), so it holds only that JSON-able config. Reading a partition yields
+one `Record` per input document, each carrying the *cursor* just after it; a worker that
+stores a cursor at a commit point can later resume the partition exactly there.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pipeline.errors import TokshardError
+
+Cursor = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One Dask task's worth of a source split, identified stably across runs."""
+
+    source: str
+    split: str
+    index: int
+    key: str
+    size: int
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stem(self) -> str:
+        """Shard name prefix inside the output folder: SOURCE/SPLIT/NNNNN."""
+        return f"{self.source}/{self.split}/{self.index:05d}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "split": self.split,
+            "index": self.index,
+            "key": self.key,
+            "size": self.size,
+            "spec": self.spec,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Partition:
+        return cls(d["source"], d["split"], d["index"], d["key"], d["size"], d["spec"])
+
+
+@dataclass(frozen=True)
+class Record:
+    """One input document (``text``), or a bad record (``bad`` says why) at ``where``."""
+
+    text: str | None
+    cursor: Cursor
+    where: str
+    bad: str | None = None
+    progress: int = 0  # units of Partition.size consumed so far, for rate and ETA
+
+
+class Source(ABC):
+    """Base of all sources; subclasses register a ``type`` name in ``pipeline.sources``."""
+
+    type: ClassVar[str]
+    #: recipe keys and their defaults; a key not listed here is refused by name
+    defaults: ClassVar[dict[str, Any]] = {}
+    required: ClassVar[tuple[str, ...]] = ()
+    #: keys that say where to read from, not what: changing them does not change the output
+    location_keys: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, name: str, config: dict[str, Any]) -> None:
+        self.name = name
+        self.config = config
+
+    @classmethod
+    def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
+        """Check a recipe section and fill in defaults (the result goes into the recipe hash)."""
+        unknown = sorted(set(raw) - set(cls.defaults) - set(cls.required) - {"type"})
+        if unknown:
+            known = ", ".join(sorted({*cls.defaults, *cls.required}))
+            raise TokshardError(
+                f"{where}: [sources.{name}] has unknown key {unknown[0]!r} for type {cls.type!r}; "
+                f"known keys: {known}"
+            )
+        missing = [k for k in cls.required if k not in raw]
+        if missing:
+            raise TokshardError(f"{where}: [sources.{name}] needs {missing[0]!r} (type {cls.type!r})")
+        cfg = {"type": cls.type, **cls.defaults, **raw}
+        return cfg
+
+    @abstractmethod
+    def splits(self) -> list[str]:
+        """The splits this source produces, in manifest order."""
+
+    @abstractmethod
+    def origin(self) -> dict[str, Any]:
+        """Where the documents come from, as recorded in the manifest (pinned, reproducible)."""
+
+    @abstractmethod
+    def partitions(self) -> list[Partition]:
+        """Plan the work (driver side); deterministic for the same inputs and recipe."""
+
+    @abstractmethod
+    def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
+        """Yield the partition's documents in order, starting after ``cursor`` if given."""
+
+    def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:  # noqa: B027
+        """Raise if the inputs changed since the run was planned (default: nothing to check)."""

@@ -1,0 +1,404 @@
+"""The `files` source: local or fsspec paths in .jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt.
+
+Big files are split so that one 50 GB file still spreads over every worker: plain JSON
+lines by line-aligned byte ranges (a range owns the lines that *start* in it), parquet by
+groups of row groups. Compressed JSON lines cannot be cut without reading them from the
+start, so each such file is one partition (ship many of them, or parquet, for parallelism).
+A .txt file is one document; a large one is streamed to the encoder in pieces.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import os
+from collections.abc import Iterator
+from typing import Any, BinaryIO, ClassVar
+
+from pipeline.errors import TokshardError
+from pipeline.sources.base import Cursor, Partition, Record, Source
+
+SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
+DEFAULT_PARTITION_BYTES = 64 << 20
+#: .txt files larger than this reach the encoder as a stream, never as one string
+STREAM_TXT_BYTES = 16 << 20
+_STREAM_CHUNK = 4 << 20
+
+
+def kind_of(path: str) -> str:
+    for suffix in SUFFIXES:
+        if path.endswith(suffix):
+            return suffix
+    raise TokshardError(
+        f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
+    )
+
+
+def is_url(path: str) -> bool:
+    return "://" in path
+
+
+def open_binary(path: str) -> BinaryIO:
+    if is_url(path):
+        import fsspec
+
+        return fsspec.open(path, "rb").open()
+    return open(path, "rb", buffering=1 << 20)
+
+
+def expand(patterns: list[str], base_dir: str) -> list[str]:
+    """Glob patterns (relative ones against base_dir) into a sorted, de-duplicated file list."""
+    import fsspec
+
+    found: set[str] = set()
+    for pattern in patterns:
+        if not is_url(pattern) and not os.path.isabs(os.path.expanduser(pattern)):
+            pattern = os.path.join(base_dir, pattern)
+        fs, _, paths = fsspec.get_fs_token_paths(os.path.expanduser(pattern))
+        matches = paths if any(c in pattern for c in "*?[") else [p for p in paths if fs.exists(p)]
+        if not matches:
+            raise TokshardError(f"no files match {pattern!r}; check the path or glob")
+        for p in matches:
+            if fs.isdir(p):
+                continue
+            found.add(fs.unstrip_protocol(p) if is_url(pattern) else p)
+    return sorted(found)
+
+
+def file_size(path: str) -> int:
+    if is_url(path):
+        import fsspec
+
+        fs, p = fsspec.core.url_to_fs(path)
+        return int(fs.size(p))
+    return os.path.getsize(path)
+
+
+def stat_key(path: str) -> dict[str, Any]:
+    """What identifies a file's content cheaply (size and modification time)."""
+    if is_url(path):
+        import fsspec
+
+        fs, p = fsspec.core.url_to_fs(path)
+        info = fs.info(p)
+        return {"path": path, "size": int(info["size"]), "mtime": str(info.get("mtime", ""))}
+    st = os.stat(path)
+    return {"path": path, "size": st.st_size, "mtime": st.st_mtime_ns}
+
+
+class TextStream:
+    """A document too large to hold as one string: UTF-8 decoded chunk by chunk."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def __iter__(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        with open_binary(self.path) as f:
+            while chunk := f.read(_STREAM_CHUNK):
+                yield decoder.decode(chunk)
+            yield decoder.decode(b"", final=True)
+
+
+def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason) for one JSON line."""
+    try:
+        obj = json.loads(line)
+    except UnicodeDecodeError:
+        return None, "invalid UTF-8"
+    except json.JSONDecodeError:
+        return None, "malformed JSON"
+    if not isinstance(obj, dict):
+        return None, "not a JSON object"
+    if field not in obj or obj[field] is None:
+        return None, f"missing field {field!r}"
+    text = obj[field]
+    if not isinstance(text, str):
+        return None, f"non-string field {field!r}"
+    return checked(text)
+
+
+def checked(text: str) -> tuple[str | None, str | None]:
+    """Lone surrogates (from JSON escapes) cannot be UTF-8 encoded: a bad record, not a crash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "invalid unicode (lone surrogate)"
+    return text, None
+
+
+class FilesSource(Source):
+    type = "files"
+    defaults: ClassVar[dict[str, Any]] = {
+        "paths": None,
+        "split": "train",
+        "splits": None,
+        "text_field": "text",
+        "partition_bytes": DEFAULT_PARTITION_BYTES,
+        "base_dir": ".",
+    }
+    location_keys = frozenset({"base_dir"})
+
+    @classmethod
+    def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
+        cfg = super().normalize(name, raw, where)
+        paths, splits = cfg.pop("paths"), cfg.pop("splits")
+        split = cfg.pop("split")
+        if (paths is None) == (splits is None):
+            raise TokshardError(
+                f"{where}: [sources.{name}] needs either paths = [...] (with split = ...) "
+                "or splits = {train = [...], validation = [...]}"
+            )
+        if paths is not None:
+            splits = {split: paths}
+        if not isinstance(splits, dict) or not splits:
+            raise TokshardError(f"{where}: [sources.{name}] splits must map split names to globs")
+        cfg["splits"] = {s: [p] if isinstance(p, str) else list(p) for s, p in splits.items()}
+        pb = cfg["partition_bytes"]
+        if not isinstance(pb, int) or pb < 4096:
+            raise TokshardError(f"{where}: [sources.{name}] partition_bytes must be an integer >= 4096")
+        return cfg
+
+    def splits(self) -> list[str]:
+        return list(self.config["splits"])
+
+    def files(self, split: str) -> list[str]:
+        files = expand(self.config["splits"][split], self.config["base_dir"])
+        for f in files:
+            kind_of(f)
+        return files
+
+    def origin(self) -> dict[str, Any]:
+        return {"files": {split: [stat_key(f) for f in self.files(split)] for split in self.splits()}}
+
+    def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
+        for split, entries in recorded_origin["files"].items():
+            for entry in entries:
+                try:
+                    now = stat_key(entry["path"])
+                except OSError as exc:
+                    raise TokshardError(
+                        f"input {entry['path']} is gone since this run started; restore it or use a new --out"
+                    ) from exc
+                if now != entry:
+                    raise TokshardError(
+                        f"input {entry['path']} ({split}) changed since this run started "
+                        "(size or modification time); restore it or start over with a new --out"
+                    )
+
+    def partitions(self) -> list[Partition]:
+        parts: list[Partition] = []
+        for split in self.splits():
+            for i, (key, size, spec) in enumerate(self._units(self.files(split))):
+                parts.append(Partition(self.name, split, i, key, size, spec))
+        return parts
+
+    def _units(self, files: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Partitions of one split's files: byte ranges, row-group runs, or runs of .txt files."""
+        txt: list[str] = []
+        txt_bytes = 0
+        for path in files:
+            kind = kind_of(path)
+            if kind == ".txt":
+                size = file_size(path)
+                if txt and txt_bytes + size > self.config["partition_bytes"]:
+                    yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": kind, "files": txt}
+                    txt, txt_bytes = [], 0
+                txt.append(path)
+                txt_bytes += size
+                continue
+            if txt:
+                yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": ".txt", "files": txt}
+                txt, txt_bytes = [], 0
+            yield from self._split_file(path, kind)
+        if txt:
+            yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": ".txt", "files": txt}
+
+    def _split_file(self, path: str, kind: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        step = self.config["partition_bytes"]
+        if kind == ".jsonl":
+            size = file_size(path)
+            for start in range(0, max(size, 1), step):
+                end = min(size, start + step)
+                yield (
+                    f"{path}@{start}-{end}",
+                    end - start,
+                    {"kind": kind, "path": path, "start": start, "end": end},
+                )
+        elif kind == ".parquet":
+            import pyarrow.parquet as pq
+
+            with open_binary(path) as f:
+                meta = pq.ParquetFile(f).metadata
+            group: list[int] = []
+            group_bytes = 0
+            groups: list[tuple[list[int], int]] = []
+            for i in range(meta.num_row_groups):
+                rg = meta.row_group(i)
+                rg_bytes = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+                if group and group_bytes + rg_bytes > step:
+                    groups.append((group, group_bytes))
+                    group, group_bytes = [], 0
+                group.append(i)
+                group_bytes += rg_bytes
+            if group:
+                groups.append((group, group_bytes))
+            for rgs, nbytes in groups:
+                rows = sum(meta.row_group(i).num_rows for i in rgs)
+                spec = {"kind": kind, "path": path, "row_groups": rgs, "rows": rows}
+                yield f"{path}#rg{rgs[0]}-{rgs[-1]}", nbytes, spec
+        else:
+            yield path, file_size(path), {"kind": kind, "path": path}
+
+    def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
+        spec = partition.spec
+        kind = spec["kind"]
+        field = self.config["text_field"]
+        if kind == ".jsonl":
+            yield from _read_jsonl_range(spec, field, cursor)
+        elif kind in (".jsonl.gz", ".jsonl.zst"):
+            yield from _read_jsonl_compressed(spec, field, cursor)
+        elif kind == ".parquet":
+            yield from _read_parquet(spec, field, cursor, partition.size)
+        else:
+            yield from _read_txt(spec, cursor)
+
+
+def _line_number(path: str, offset: int) -> int:
+    """1-based line number of the byte at ``offset`` (only computed to report an error)."""
+    count = 0
+    with open_binary(path) as f:
+        remaining = offset
+        while remaining > 0 and (chunk := f.read(min(1 << 24, remaining))):
+            count += chunk.count(b"\n")
+            remaining -= len(chunk)
+    return count + 1
+
+
+def _read_jsonl_range(spec: dict[str, Any], field: str, cursor: Cursor | None) -> Iterator[Record]:
+    path, start, end = spec["path"], spec["start"], spec["end"]
+    with open_binary(path) as f:
+        if cursor is not None:
+            pos = cursor["offset"]
+            f.seek(pos)
+        elif start > 0:
+            f.seek(start - 1)
+            pos = start - 1 + len(f.readline())
+        else:
+            pos = 0
+        while pos < end:
+            line = f.readline()
+            if not line:
+                break
+            line_start = pos
+            pos += len(line)
+            if not line.strip():
+                continue
+            text, bad = json_text(line, field)
+            where = f"{path}:{_line_number(path, line_start)}" if bad else path
+            yield Record(text, {"offset": pos}, where, bad, pos - start)
+
+
+def _decompressed(path: str, kind: str) -> BinaryIO:
+    raw = open_binary(path)
+    if kind == ".jsonl.gz":
+        return gzip.GzipFile(fileobj=raw)
+    import zstandard
+
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), 1 << 20)
+
+
+def _read_jsonl_compressed(spec: dict[str, Any], field: str, cursor: Cursor | None) -> Iterator[Record]:
+    path = spec["path"]
+    skip = cursor["line"] if cursor else 0
+    try:
+        with _decompressed(path, spec["kind"]) as f:
+            for lineno, line in enumerate(f, 1):
+                if lineno <= skip or not line.strip():
+                    continue
+                text, bad = json_text(line, field)
+                yield Record(text, {"line": lineno}, f"{path}:{lineno}", bad, _raw_pos(f))
+    except (OSError, EOFError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise TokshardError(f"{path}: input file is gone; restore it and rerun") from exc
+        raise TokshardError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
+    except Exception as exc:
+        if type(exc).__name__ == "ZstdError":
+            raise TokshardError(f"{path}: corrupt zstd file ({exc}); re-create it or remove it") from exc
+        raise
+
+
+def _raw_pos(f: Any) -> int:
+    """Compressed bytes consumed so far (progress only; 0 if the stream does not say)."""
+    try:
+        inner = f.fileobj if isinstance(f, gzip.GzipFile) else f.raw
+        return inner.tell()
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def _read_parquet(spec: dict[str, Any], field: str, cursor: Cursor | None, size: int) -> Iterator[Record]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = spec["path"]
+    skip = cursor["row"] if cursor else 0
+    total_rows = max(spec["rows"], 1)
+    with open_binary(path) as f:
+        pf = pq.ParquetFile(f)
+        if field not in pf.schema_arrow.names:
+            raise TokshardError(
+                f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); set text_field"
+            )
+        col_type = pf.schema_arrow.field(field).type
+        if not (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)):
+            raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
+        row = 0
+        for batch in pf.iter_batches(batch_size=1024, row_groups=spec["row_groups"], columns=[field]):
+            if row + batch.num_rows <= skip:
+                row += batch.num_rows
+                continue
+            values = batch.column(0).to_pylist()
+            for value in values:
+                row += 1
+                if row <= skip:
+                    continue
+                where = f"{path} row group {spec['row_groups'][0]}+, row {row}"
+                text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
+                yield Record(text, {"row": row}, where, bad, size * row // total_rows)
+
+
+def _read_txt(spec: dict[str, Any], cursor: Cursor | None) -> Iterator[Record]:
+    files = spec["files"]
+    done = 0
+    for i, path in enumerate(files):
+        size = file_size(path)
+        done += size
+        if cursor and i < cursor["file"]:
+            continue
+        if size > STREAM_TXT_BYTES:
+            yield Record(TextStream(path, size), {"file": i + 1}, path, None, done)  # type: ignore[arg-type]
+            continue
+        with open_binary(path) as f:
+            data = f.read()
+        try:
+            text, bad = data.decode("utf-8"), None
+        except UnicodeDecodeError:
+            text, bad = None, "invalid UTF-8"
+        yield Record(text, {"file": i + 1}, path, bad, done)
+
+
+def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
+    """Every good document of these files in order (for tokenizer training and tools)."""
+    source = FilesSource("input", {"text_field": field, "partition_bytes": 1 << 62})
+    for path in files:
+        for key, size, spec in source._units([path]):
+            part = Partition("input", "train", 0, key, size, spec)
+            for rec in source.read(part, None):
+                if isinstance(rec.text, str):
+                    yield rec.text
+                elif isinstance(rec.text, TextStream):
+                    yield "".join(rec.text)

@@ -1,0 +1,236 @@
+"""The output folder's private state: run lock, run plan, per-partition checkpoints.
+
+Layout under ``OUT/.tokshard/``::
+
+    lock                 held (POSIX lock) by the one `prepare` driving this folder
+    run.json             the plan: recipe identity, tokenizer, pinned origins, partitions
+    parts/SRC/SPLIT/NNNNN.json   a partition's last commit point (its checkpoint)
+    parts/SRC/SPLIT/NNNNN.lock   held by the worker writing that partition
+    spool/               long documents being encoded
+
+A checkpoint is replaced atomically; the shard files it names are durable before it is
+written. Everything a rerun needs to resume is here, so any crash is followed by a rerun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.atomic import disk_error, write_json
+from pipeline.errors import TokshardError
+from pipeline.sources.base import Partition
+
+STATE_DIR = ".tokshard"
+PLAN_VERSION = 1
+
+
+def state_dir(out: Path) -> Path:
+    return out / STATE_DIR
+
+
+@dataclass
+class Checkpoint:
+    """A partition's progress at its last commit point."""
+
+    key: str
+    complete: bool = False
+    cursor: dict[str, Any] | None = None
+    documents: int = 0
+    tokens: int = 0
+    dropped_empty: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    progress: int = 0
+    closed: list[dict[str, Any]] = field(default_factory=list)
+    open: dict[str, Any] | None = None
+    updated: float = 0.0
+    busy_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def checkpoint_path(out: Path, part: Partition) -> Path:
+    return state_dir(out) / "parts" / f"{part.stem}.json"
+
+
+def load_checkpoint(out: Path, part: Partition) -> Checkpoint | None:
+    path = checkpoint_path(out, part)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TokshardError(
+            f"{path}: unreadable checkpoint ({exc}); delete it to redo that partition"
+        ) from exc
+    if data.get("key") != part.key:
+        raise TokshardError(
+            f"{path}: checkpoint is for {data.get('key')!r}, not {part.key!r}; use a new --out"
+        )
+    return Checkpoint(**data)
+
+
+def save_checkpoint(out: Path, part: Partition, ckpt: Checkpoint) -> None:
+    path = checkpoint_path(out, part)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ckpt.updated = time.time()
+    write_json(path, ckpt.to_json())
+
+
+# --- locks -----------------------------------------------------------------------------
+
+_process_locks: dict[str, threading.Lock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _holder_text(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, json.JSONDecodeError):
+        return "another process"
+    return f"pid {info.get('pid')} on {info.get('host')} since {info.get('since')}"
+
+
+def _lock_fd(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+
+
+def _write_holder(fd: int) -> None:
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+
+
+@contextlib.contextmanager
+def run_lock(out: Path) -> Iterator[None]:
+    """Only one `prepare` per folder: a second one is refused, naming the holder."""
+    path = state_dir(out) / "lock"
+    fd = _lock_fd(path)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise TokshardError(
+                f"another `tokshard prepare` ({_holder_text(path)}) is running on {out}; "
+                "wait for it to finish or stop it, then rerun"
+            ) from exc
+        _write_holder(fd)
+        yield
+    finally:
+        os.close(fd)
+
+
+def lock_holder(out: Path) -> str | None:
+    """Who holds the run lock now (None if nobody), without disturbing them."""
+    path = state_dir(out) / "lock"
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return _holder_text(path)
+    finally:
+        os.close(fd)
+    return None
+
+
+@contextlib.contextmanager
+def partition_lock(out: Path, part: Partition, wait_seconds: float = 120.0) -> Iterator[None]:
+    """One writer per partition, also across hosts on a shared filesystem.
+
+    After a driver is killed its old workers may still be finishing a task; a new attempt
+    on the same partition waits for them instead of writing the same files at once.
+    """
+    path = checkpoint_path(out, part).with_suffix(".lock")
+    with _process_locks_guard:
+        local = _process_locks.setdefault(str(path), threading.Lock())
+    if not local.acquire(timeout=wait_seconds):
+        raise TokshardError(f"partition {part.key} is busy in this process; rerun later")
+    fd = _lock_fd(path)
+    try:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise TokshardError(
+                        f"partition {part.key} is still being written by {_holder_text(path)}; "
+                        "stop that process, then rerun"
+                    ) from exc
+                time.sleep(0.2)
+        _write_holder(fd)
+        yield
+    finally:
+        os.close(fd)
+        local.release()
+
+
+# --- the run plan ----------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """Fixed at a folder's first run; every rerun follows it (pinned revisions, partitions)."""
+
+    identity: dict[str, Any]
+    identity_hash: str
+    recipe: dict[str, Any]
+    tokenizer: dict[str, Any]
+    origins: dict[str, dict[str, Any]]
+    splits: dict[str, list[str]]
+    partitions: list[Partition]
+    version: int = PLAN_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["partitions"] = [p.to_json() for p in self.partitions]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Plan:
+        d = dict(d)
+        d["partitions"] = [Partition.from_json(p) for p in d["partitions"]]
+        return cls(**d)
+
+
+def plan_path(out: Path) -> Path:
+    return state_dir(out) / "run.json"
+
+
+def load_plan(out: Path) -> Plan | None:
+    path = plan_path(out)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TokshardError(f"{path}: unreadable run plan ({exc}); use a new --out or delete {out}") from exc
+    if data.get("version") != PLAN_VERSION:
+        raise TokshardError(f"{path}: made by another tokshard version; use a new --out")
+    return Plan.from_json(data)
+
+
+def save_plan(out: Path, plan: Plan) -> None:
+    plan_path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_json(plan_path(out), plan.to_json())
+
+
+def spool_path(out: Path, part: Partition) -> Path:
+    return state_dir(out) / "spool" / f"{part.source}-{part.split}-{part.index:05d}.tmp"

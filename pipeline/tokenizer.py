@@ -1,0 +1,205 @@
+"""Find, check, fingerprint and train tokenizers (`tokenizers` JSON format).
+
+`TOK` on the command line is a tokenizer.json, a folder holding one, or a hub name such as
+``gpt2``. Whatever it was, the file is copied beside the manifest and identified by its
+sha256, so a prepared folder says exactly which vocabulary made it.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import TokshardError
+
+TOKENIZER_FILE = "tokenizer.json"
+DEFAULT_EOS = "<|endoftext|>"
+#: EOS spellings tried in order when a recipe does not name one.
+EOS_CANDIDATES = (DEFAULT_EOS, "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "[SEP]")
+UINT16_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """Facts the manifest records and every worker checks."""
+
+    path: str
+    sha256: str
+    vocab_size: int
+    eos_id: int
+    eos_token: str
+    origin: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def locate(spec: str, revision: str | None = None) -> Path:
+    """Turn TOK into a local tokenizer.json (downloading a hub name through the hub cache)."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if (path / TOKENIZER_FILE).is_file():
+            return path / TOKENIZER_FILE
+        raise TokshardError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}; pass the file itself")
+    looks_local = spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1
+    if looks_local:
+        raise TokshardError(
+            f"no tokenizer at {spec}; pass a tokenizer.json, a folder holding one, or a hub name"
+        )
+    return _from_hub(spec, revision)
+
+
+def _from_hub(repo: str, revision: str | None) -> Path:
+    """Download tokenizer.json from the hub, failing fast and clearly when it is unreachable."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
+    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+        raise TokshardError(
+            f"tokenizer {repo!r} not found on the hub (nor as a local path); check the name"
+        ) from exc
+    except EntryNotFoundError as exc:
+        raise TokshardError(f"hub repo {repo!r} has no {TOKENIZER_FILE}; pass a local file") from exc
+    except LocalEntryNotFoundError as exc:
+        raise TokshardError(
+            f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
+            f"pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`)"
+        ) from exc
+    except OSError as exc:
+        raise TokshardError(f"cannot fetch tokenizer {repo!r} from the hub: {exc}") from exc
+
+
+def load(path: str | os.PathLike):
+    """Load a `tokenizers.Tokenizer`, turning a malformed file into a clear error."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for parse errors
+        raise TokshardError(f"{path} is not a readable tokenizer.json: {exc}") from exc
+
+
+def max_id(tok) -> int:
+    vocab = tok.get_vocab(with_added_tokens=True)
+    return max(vocab.values()) if vocab else -1
+
+
+def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, str]:
+    names = (eos_token,) if eos_token else EOS_CANDIDATES
+    for name in names:
+        tid = tok.token_to_id(name)
+        if tid is not None:
+            return tid, name
+    wanted = repr(eos_token) if eos_token else "any of " + ", ".join(EOS_CANDIDATES)
+    raise TokshardError(f"{path} has no EOS token ({wanted}); set eos_token in the recipe")
+
+
+def check_dtype(vocab_size: int, dtype: str, where: str) -> None:
+    """Refuse before any work if an id could not be stored: never truncate silently."""
+    if dtype == "uint16" and vocab_size > UINT16_LIMIT:
+        raise TokshardError(
+            f"{where}: ids go up to {vocab_size - 1}, which does not fit uint16; "
+            'pass --dtype uint32 (or dtype = "uint32" in the recipe)'
+        )
+    if dtype not in ("uint16", "uint32"):
+        raise TokshardError(f"dtype {dtype!r} is not supported; use uint16 or uint32")
+
+
+def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> TokenizerInfo:
+    tok = load(path)
+    vocab_size = max_id(tok) + 1
+    check_dtype(vocab_size, dtype, f"tokenizer {origin}")
+    eos_id, eos_name = find_eos(tok, eos_token, path)
+    return TokenizerInfo(
+        path=TOKENIZER_FILE,
+        sha256=sha256_file(path),
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        eos_token=eos_name,
+        origin=origin,
+    )
+
+
+def resolve(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:
+    """Find TOK and check it fits the run (EOS present, ids fit the dtype)."""
+    src = locate(spec)
+    return src, inspect_file(src, spec, eos_token, dtype)
+
+
+def install(src: Path, info: TokenizerInfo, out_dir: Path) -> Path:
+    """Copy the tokenizer beside the manifest as ``tokenizer.json`` (once)."""
+    dest = out_dir / TOKENIZER_FILE
+    if not (dest.exists() and sha256_file(dest) == info.sha256):
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    return dest
+
+
+def is_byte_level_bpe(tok) -> bool:
+    """True for GPT-2 style tokenizers: BPE over bytes, no normalizer, regex pre-split."""
+    spec = json.loads(tok.to_str())
+    model = spec.get("model") or {}
+    pre = spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    byte_level = [p for p in parts if p.get("type") == "ByteLevel"]
+    return (
+        model.get("type") == "BPE"
+        and spec.get("normalizer") is None
+        and len(byte_level) == 1
+        and not byte_level[0].get("add_prefix_space", False)
+        and all(p.get("type") in ("ByteLevel", "Split", "Digits") for p in parts)
+    )
+
+
+def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DEFAULT_EOS) -> Path:
+    """Train a byte-level BPE (GPT-2 style) with EOS as its only special token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    files = sorted({f for pattern in inputs for f in glob.glob(pattern, recursive=True)})
+    files = [f for f in files if os.path.isfile(f)]
+    if not files:
+        raise TokshardError(f"no files match {' '.join(inputs)}; check the --input pattern")
+    if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
+        raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[eos_token],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_training_texts(files), trainer)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dest = out_dir / TOKENIZER_FILE
+    tok.save(str(dest))
+    return dest
+
+
+def _training_texts(files: list[str]):
+    """Documents for BPE training: text fields of JSON lines and parquet, whole .txt files."""
+    from pipeline.sources.files import iter_texts
+
+    yield from iter_texts(files)
