@@ -27,6 +27,8 @@ PIECE_CHARS = 1 << 18
 SPOOL_TOKENS = 1 << 22
 #: a cut is only trusted this far from the end of the text the pre-tokenizer saw
 MARGIN = 1 << 12
+#: how much text before a cut is re-pre-tokenized to prove the cut harmless
+CHECK_CHARS = 256
 
 PreTokenize = Callable[[str], list[tuple[str, tuple[int, int]]]]
 
@@ -72,22 +74,36 @@ class _Pending:
 
 
 def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> int | None:
-    """Largest cut <= about ``target`` that is a pre-token boundary of the full text.
+    """Largest cut near ``target`` where the text may end without changing any pre-token.
 
-    ``text`` may be a prefix of the document (``final`` False); then boundaries near its end
-    are not trusted, since more text could change the last pre-tokens.
+    Two things must hold at a cut ``c``: ``c`` is a pre-token boundary of the whole text
+    (so boundaries near the end of a *truncated* window are not trusted), and the text
+    before ``c`` pre-tokenizes the same when it stops at ``c``. The second fails where
+    patterns look ahead: GPT-2's ``\\s+(?!\\S)`` keeps "\\n\\n" apart before a word but
+    swallows both at the end of a string. So a cut must follow a non-space character, and
+    the last pre-tokens before it are re-checked in isolation.
     """
     window_len = min(len(text), target + MARGIN)
     window = text[:window_len]
     truncated = window_len < len(text) or not final
     limit = window_len - MARGIN if truncated else window_len
-    best = None
-    for _, (start, end) in pre_tokenize(window):
-        if end > limit:
+    spans = [span for _, span in pre_tokenize(window) if span[1] <= limit]
+    tried = 0
+    for k in range(len(spans) - 1, 0, -1):
+        cut = spans[k][0]
+        if text[cut - 1].isspace():
+            continue
+        j = k
+        while j > 0 and cut - spans[j][0] < CHECK_CHARS:
+            j -= 1
+        base = spans[j][0]
+        alone = [(s + base, e + base) for _, (s, e) in pre_tokenize(text[base:cut])]
+        if alone == spans[j:k]:
+            return cut
+        tried += 1
+        if tried >= 16:
             break
-        if start > 0:
-            best = start
-    return best
+    return None
 
 
 def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:

@@ -55,6 +55,8 @@ class RunOptions:
 def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
     """Run (or resume) a recipe into ``out``; returns the manifest path."""
     options = options or RunOptions()
+    if out.exists() and not out.is_dir():
+        raise TokshardError(f"output {out} is a file, not a folder; choose another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

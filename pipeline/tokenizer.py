@@ -74,17 +74,17 @@ def _from_hub(repo: str, revision: str | None) -> Path:
 
     try:
         return Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
+    except LocalEntryNotFoundError as exc:  # offline, or the hub unreachable: nothing cached
+        raise TokshardError(
+            f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
+            "pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`)"
+        ) from exc
     except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
         raise TokshardError(
             f"tokenizer {repo!r} not found on the hub (nor as a local path); check the name"
         ) from exc
     except EntryNotFoundError as exc:
         raise TokshardError(f"hub repo {repo!r} has no {TOKENIZER_FILE}; pass a local file") from exc
-    except LocalEntryNotFoundError as exc:
-        raise TokshardError(
-            f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
-            f"pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`)"
-        ) from exc
     except OSError as exc:
         raise TokshardError(f"cannot fetch tokenizer {repo!r} from the hub: {exc}") from exc
 

@@ -1,0 +1,75 @@
+"""Bad records: stop naming file and line (default), or skip and count them per reason."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import plain_encode, run_prepare, stream_of
+
+from pipeline import manifest
+from pipeline.errors import TokshardError
+
+GOOD = ["first good document", "second good document", "third good document"]
+BAD_LINES = {
+    "malformed JSON": b'{"text": "unterminated\n',
+    "invalid UTF-8": b'{"text": "caf\xe9"}\n',
+    "missing field 'text'": b'{"body": "wrong field"}\n',
+    "non-string field 'text'": b'{"text": 42}\n',
+    "invalid unicode (lone surrogate)": b'{"text": "half \\ud800 pair"}\n',
+}
+
+
+def jsonl_with(tmp_path, bad: bytes):
+    path = tmp_path / "in.jsonl"
+    good = [json.dumps({"text": d}).encode() + b"\n" for d in GOOD]
+    path.write_bytes(good[0] + bad + good[1] + good[2])
+    return path
+
+
+def recipe_for(tokenizer_path, path, **settings):
+    return {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "paths": [str(path)]}},
+        **settings,
+    }
+
+
+@pytest.mark.parametrize("reason", list(BAD_LINES))
+def test_bad_record_stops_with_file_line_and_reason(tmp_path, tokenizer_path, dask_client, reason):
+    path = jsonl_with(tmp_path, BAD_LINES[reason])
+    with pytest.raises(TokshardError) as err:
+        run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
+    assert f"in.jsonl:2: bad record ({reason})" in str(err.value)
+    assert "--on-bad-record skip" in str(err.value)
+
+
+def test_skip_counts_each_reason_in_the_manifest(tmp_path, tokenizer_path, dask_client):
+    path = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": d}).encode() + b"\n" for d in GOOD]
+    path.write_bytes(
+        lines[0] + b"".join(BAD_LINES.values()) + BAD_LINES["malformed JSON"] + lines[1] + lines[2]
+    )
+    out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
+    skipped = manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"]
+    assert skipped == {**dict.fromkeys(BAD_LINES, 1), "malformed JSON": 2}
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, GOOD))
+
+
+def test_null_text_in_parquet_is_a_bad_record(tmp_path, tokenizer_path, dask_client):
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": ["a", None, "b"]}), path)
+    out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
+    assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {
+        "missing field 'text'": 1
+    }
+
+
+def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_path, dask_client):
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"body": ["a"]}), path)
+    with pytest.raises(TokshardError, match=r"no column 'text' \(columns: body\); set text_field"):
+        run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)

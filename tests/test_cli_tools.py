@@ -1,0 +1,87 @@
+"""verify, inspect, status and the errors users meet first, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import cli, run_prepare, write_jsonl
+
+from pipeline import manifest
+
+
+@pytest.fixture
+def prepared(tmp_path, docs, tokenizer_path, dask_client):
+    train = write_jsonl(tmp_path / "train.jsonl", docs[:40])
+    val = write_jsonl(tmp_path / "val.jsonl", docs[40:50])
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 30_000,
+        "sources": {"docs": {"type": "files", "splits": {"train": [str(train)], "validation": [str(val)]}}},
+    }
+    return run_prepare(recipe, tmp_path / "out", dask_client)
+
+
+def test_verify_passes_on_a_fresh_folder(prepared):
+    proc = cli("verify", str(prepared), check=True)
+    assert proc.stdout.startswith("OK:")
+
+
+def test_verify_names_a_corrupted_shard_and_exits_1(prepared):
+    shard = manifest.load(prepared).shards[1]
+    data = bytearray(shard.bin_path.read_bytes())
+    data[100] ^= 0xFF
+    shard.bin_path.write_bytes(bytes(data))
+    proc = cli("verify", str(prepared))
+    assert proc.returncode == 1
+    assert shard.rel_path in proc.stdout and "hash" in proc.stdout
+
+
+def test_inspect_reports_counts_length_stats_and_a_decoded_sample(prepared, docs):
+    proc = cli("inspect", str(prepared), check=True)
+    assert "docs/train (files): 40 docs" in proc.stdout
+    assert "docs/validation (files): 10 docs" in proc.stdout
+    assert "tokens/doc: min" in proc.stdout
+    assert docs[0][:30].replace("\n", "\\n") in proc.stdout
+    report = json.loads(cli("inspect", str(prepared), "--json", check=True).stdout)
+    assert report["sources"]["docs"]["splits"]["train"]["documents"] == 40
+
+
+def test_status_of_a_finished_folder_says_a_rerun_does_nothing(prepared):
+    proc = cli("status", str(prepared.parent), check=True)
+    assert "docs/train:" in proc.stdout and "0 pending" in proc.stdout
+    assert "a rerun would: nothing" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["prepare", "missing.toml", "--out", "x"], "recipe missing.toml does not exist"),
+        (
+            ["prepare", "--input", "/nonexistent/*.jsonl", "--tokenizer", "t.json", "--out", "x"],
+            "no tokenizer at",
+        ),
+        (["verify", "/nonexistent"], "no manifest at"),
+        (["status", "/nonexistent"], "is not a folder"),
+        (["prepare"], "nothing to prepare"),
+    ],
+)
+def test_user_mistakes_end_in_one_line_without_traceback(tmp_path, args, message):
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_recipe_key_and_unknown_source_type_are_named(tmp_path, tokenizer_path):
+    bad_key = tmp_path / "a.toml"
+    bad_key.write_text(
+        f'tokenizer = "{tokenizer_path}"\nshard_tokenz = 5\n[sources.x]\ntype = "files"\npaths = ["*.jsonl"]\n'
+    )
+    proc = cli("prepare", str(bad_key), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "unknown setting 'shard_tokenz'" in proc.stderr
+    bad_type = tmp_path / "b.toml"
+    bad_type.write_text(f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = "filez"\n')
+    proc = cli("prepare", str(bad_type), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "unknown type 'filez'" in proc.stderr and "files" in proc.stderr

@@ -1,0 +1,89 @@
+"""Long documents: encoded in pieces cut at pre-tokenizer boundaries, same ids as whole."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from conftest import plain_encode, run_prepare, stream_of
+
+from pipeline.encode import DocumentEncoder, Spooled, byte_level_pre_tokenizer, pieces
+from pipeline.encoders import TokenizersEncoder
+from pipeline.sources.base import Record
+
+
+def nasty_text(docs: list[str], seed: int, chars: int) -> str:
+    """Real prose interleaved with what makes cutting hard: long space and newline runs,
+    words with no space for thousands of characters, CJK, emoji, combining marks."""
+    rng = random.Random(seed)
+    oddities = [
+        " " * 5000,
+        "\n" * 3000,
+        "\t \n " * 700,
+        "x" * 9000,
+        "日本語のテキスト" * 500,
+        "🙂👍🏽" * 800,
+        "e\u0301" * 2000,
+        "1234567890" * 600,
+        "don't won't it's " * 300,
+    ]
+    parts = []
+    total = 0
+    while total < chars:
+        part = rng.choice(docs) if rng.random() < 0.7 else rng.choice(oddities)
+        parts.append(part)
+        total += len(part)
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pieces_encode_to_the_same_ids_as_the_whole(docs, tokenizer_path, seed):
+    text = nasty_text(docs, seed, 600_000)
+    pre = byte_level_pre_tokenizer(str(tokenizer_path))
+    enc = TokenizersEncoder(str(tokenizer_path))
+    cut = list(pieces([text[i : i + 50_000] for i in range(0, len(text), 50_000)], 20_000, pre))
+    assert len(cut) > 10
+    assert "".join(cut) == text
+    joined = [i for ids in enc.encode_batch(cut) for i in ids]
+    assert joined == enc.encode_batch([text])[0]
+
+
+def test_a_word_longer_than_a_piece_is_kept_whole(tokenizer_path):
+    text = "start " + "y" * 100_000 + " end"
+    pre = byte_level_pre_tokenizer(str(tokenizer_path))
+    cut = list(pieces([text], 10_000, pre))
+    assert "".join(cut) == text
+    assert any("y" * 100_000 in c for c in cut)
+
+
+def test_long_document_spools_to_disk_and_matches_reference(tmp_path, docs, tokenizer_path):
+    text = nasty_text(docs, 7, 300_000)
+    enc = DocumentEncoder(
+        TokenizersEncoder(str(tokenizer_path)),
+        eos_id=0,
+        dtype=np.dtype("<u2"),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenize=byte_level_pre_tokenizer(str(tokenizer_path)),
+        long_doc_chars=50_000,
+        piece_chars=8_000,
+        spool_tokens=10_000,
+    )
+    (item,) = enc.run([Record(text, {"i": 1}, "test")])
+    assert isinstance(item, Spooled)
+    assert np.array_equal(np.fromfile(item.path, dtype="<u2"), plain_encode(tokenizer_path, [text]))
+
+
+def test_big_txt_document_streams_through_prepare(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
+    text = nasty_text(docs, 3, 2_500_000)
+    path = tmp_path / "book.txt"
+    path.write_text(text)
+    small = tmp_path / "small.txt"
+    small.write_text(docs[0])
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 100_000,
+        "sources": {"books": {"type": "files", "paths": [str(path), str(small)]}},
+    }
+    out = run_prepare(recipe, tmp_path / "out", dask_client)
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, [text, docs[0]]))

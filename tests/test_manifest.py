@@ -1,0 +1,59 @@
+"""manifest.json: its schema, its checksum, and what the loader refuses."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from conftest import REPO, run_prepare, write_jsonl
+
+from pipeline import manifest
+from pipeline.errors import TokshardError, VerifyError
+
+
+@pytest.fixture
+def manifest_path(tmp_path, docs, tokenizer_path, dask_client):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    recipe = {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}
+    return run_prepare(recipe, tmp_path / "out", dask_client)
+
+
+def test_schema_rejects_a_shard_path_that_leaves_the_folder(manifest_path):
+    schema = json.loads((REPO / "manifests" / "schema.json").read_text())
+    data = json.loads(manifest_path.read_text())
+    data["shards"][0]["path"] = "../elsewhere/x.bin"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
+
+
+def test_loader_refuses_escaping_paths_without_opening_them(manifest_path):
+    data = json.loads(manifest_path.read_text())
+    data["shards"][0]["path"] = "/etc/passwd.bin"
+    manifest_path.write_text(json.dumps(data))
+    with pytest.raises(VerifyError, match="leaves the manifest's folder"):
+        manifest.load(manifest_path)
+
+
+def test_checksum_detects_an_edit(manifest_path):
+    assert manifest.load(manifest_path).checksum_ok()
+    data = json.loads(manifest_path.read_text())
+    data["tokenizer"]["vocab_size"] += 1
+    manifest_path.write_text(json.dumps(data))
+    assert not manifest.load(manifest_path).checksum_ok()
+
+
+def test_other_format_versions_are_refused_by_name(manifest_path):
+    data = json.loads(manifest_path.read_text())
+    data["format"] = 99
+    manifest_path.write_text(json.dumps(data))
+    with pytest.raises(TokshardError, match="manifest format 99, this tokshard reads format 1"):
+        manifest.load(manifest_path)
+
+
+def test_fingerprint_ignores_creation_time(manifest_path):
+    first = manifest.load(manifest_path).fingerprint()
+    data = json.loads(manifest_path.read_text())
+    data["created"] = "2000-01-01T00:00:00+00:00"
+    manifest_path.write_text(json.dumps(data))
+    assert manifest.load(manifest_path).fingerprint() == first

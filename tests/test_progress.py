@@ -1,0 +1,19 @@
+"""Progress: plain periodic lines when not on a terminal (logs, CI)."""
+
+from __future__ import annotations
+
+import io
+
+from pipeline.progress import Progress
+
+
+def test_plain_lines_report_percent_tokens_rate_and_eta():
+    stream = io.StringIO()
+    p = Progress(total=1000, stream=stream, interval=0)
+    p.update(250, 10_000)
+    p.update(500, 20_000)
+    p.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    assert "50.0% of input" in lines[1] and "20,000 tokens" in lines[1]
+    assert "tok/s" in lines[1] and "ETA" in lines[1]

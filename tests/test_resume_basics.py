@@ -1,0 +1,84 @@
+"""Rerunning `prepare` on a folder: finished work is kept, a changed recipe or a second run is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import cli, plain_encode, run_prepare, stream_of, write_jsonl
+
+from pipeline import manifest, recipe
+from pipeline.errors import TokshardError
+from pipeline.runner import RunOptions, prepare
+from pipeline.state import run_lock
+
+
+def files_recipe(tokenizer_path, data, **settings):
+    return {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "paths": [str(data)], "partition_bytes": 20_000}},
+        **settings,
+    }
+
+
+def test_bad_record_stops_the_run_and_a_skip_rerun_keeps_finished_partitions(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    data = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": d}) for d in docs[:60]]
+    lines[45] = '{"text": "broken'
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    with pytest.raises(TokshardError, match=r"in\.jsonl:46: bad record \(malformed JSON\)"):
+        run_prepare(files_recipe(tokenizer_path, data), out, dask_client)
+    assert not (out / "manifest.json").exists()
+    done = sorted(out.glob(".tokshard/parts/d/train/*.json"))
+    finished = {p: p.stat().st_mtime_ns for p in done if json.loads(p.read_text())["complete"]}
+    assert finished, "other partitions finished before the failure"
+    path = run_prepare(files_recipe(tokenizer_path, data, on_bad_record="skip"), out, dask_client)
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "finished partitions were redone"
+    kept = [d for i, d in enumerate(docs[:60]) if i != 45]
+    assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, kept))
+    assert manifest.load(path).data["sources"]["d"]["splits"]["train"]["skipped"] == {"malformed JSON": 1}
+
+
+def test_changed_recipe_is_refused_naming_the_change(tmp_path, docs, tokenizer_path, dask_client):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:10])
+    out = tmp_path / "out"
+    run_prepare(files_recipe(tokenizer_path, data), out, dask_client)
+    with pytest.raises(TokshardError, match=r"shard_tokens: 134217728 -> 1000"):
+        run_prepare(files_recipe(tokenizer_path, data, shard_tokens=1000), out, dask_client)
+
+
+def test_changed_input_file_is_refused(tmp_path, docs, tokenizer_path, dask_client):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:10])
+    out = tmp_path / "out"
+    run_prepare(files_recipe(tokenizer_path, data), out, dask_client)
+    (out / "manifest.json").unlink()
+    write_jsonl(data, docs[:11])
+    with pytest.raises(TokshardError, match="changed since this run started"):
+        run_prepare(files_recipe(tokenizer_path, data), out, dask_client)
+
+
+def test_second_concurrent_prepare_on_one_folder_is_refused(tmp_path, docs, tokenizer_path):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    out = tmp_path / "out"
+    out.mkdir()
+    with run_lock(out):  # this process plays the first run
+        proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out))
+    assert proc.returncode == 2
+    assert "another `tokshard prepare`" in proc.stderr and str(out) in proc.stderr
+
+
+def test_rerun_of_a_complete_folder_does_nothing(tmp_path, docs, tokenizer_path):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    r = recipe.from_dict(files_recipe(tokenizer_path, data), "test")
+    first = prepare(r, tmp_path / "out", RunOptions(workers=1), log=lambda m: None)
+    before = first.read_bytes()
+    messages: list[str] = []
+    prepare(
+        recipe.from_dict(files_recipe(tokenizer_path, data), "test"), tmp_path / "out", log=messages.append
+    )
+    assert first.read_bytes() == before
+    assert any("already complete" in m for m in messages)

@@ -1,0 +1,118 @@
+"""Tokenizers: found by path, folder or hub name; trained; fingerprinted; dtype-checked."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from conftest import cli, run_prepare, write_jsonl
+
+from pipeline import manifest
+from pipeline.errors import TokshardError
+from pipeline.shard_reader import read_index
+from pipeline.tokenizer import locate, resolve, sha256_file
+
+
+def test_tokenizer_found_by_file_or_folder(tokenizer_path):
+    assert locate(str(tokenizer_path)) == tokenizer_path
+    assert locate(str(tokenizer_path.parent)) == tokenizer_path
+
+
+def test_missing_local_tokenizer_is_a_clear_error(tmp_path):
+    with pytest.raises(TokshardError, match="no tokenizer at"):
+        locate(str(tmp_path / "nope" / "tokenizer.json"))
+    with pytest.raises(TokshardError, match=r"holds no tokenizer\.json"):
+        locate(str(tmp_path))
+
+
+def test_hub_name_offline_fails_fast_and_names_the_fix(tmp_path):
+    started = time.monotonic()
+    proc = cli(
+        "prepare",
+        "--input",
+        str(write_jsonl(tmp_path / "a.jsonl", ["hello"])),
+        "--tokenizer",
+        "gpt2",
+        "--out",
+        str(tmp_path / "out"),
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )
+    assert proc.returncode == 2
+    assert time.monotonic() - started < 30
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'gpt2'" in line and "--tokenizer" in line and "Traceback" not in proc.stderr
+
+
+def test_tokenizer_train_cli_makes_a_byte_level_bpe_with_eos(tmp_path, docs):
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:50])
+    proc = cli(
+        "tokenizer",
+        "train",
+        "--input",
+        str(data),
+        "--vocab-size",
+        "600",
+        "--out",
+        str(tmp_path / "tok"),
+        check=True,
+    )
+    assert "tokenizer.json" in proc.stdout
+    _, info = resolve(str(tmp_path / "tok"), None, "uint16")
+    assert info.vocab_size == 600
+    assert info.eos_token == "<|endoftext|>" and info.eos_id == 0
+
+
+def test_tokenizer_is_copied_beside_the_manifest_with_its_sha256(tmp_path, tokenizer_path, dask_client):
+    data = write_jsonl(tmp_path / "a.jsonl", ["some text"])
+    path = run_prepare(
+        {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}},
+        tmp_path / "out",
+        dask_client,
+    )
+    m = manifest.load(path)
+    assert m.tokenizer_path.read_bytes() == tokenizer_path.read_bytes()
+    assert m.data["tokenizer"]["sha256"] == sha256_file(tokenizer_path)
+    assert m.data["tokenizer"]["origin"] == str(tokenizer_path)
+
+
+def big_vocab_tokenizer(path, size: int):
+    """A byte-level BPE whose ids reach past 65,535 (only the vocabulary matters here)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    for i in range(len(vocab), size - 1):
+        vocab[f"tok{i}"] = i
+    vocab["<|endoftext|>"] = size - 1
+    tok = Tokenizer(models.BPE(vocab, []))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.save(str(path))
+    return path
+
+
+def test_vocabulary_over_uint16_is_refused_before_any_work(tmp_path):
+    tok = big_vocab_tokenizer(tmp_path / "big.json", 70_000)
+    data = write_jsonl(tmp_path / "a.jsonl", ["hello"])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "does not fit uint16" in proc.stderr and "--dtype uint32" in proc.stderr
+    assert not (tmp_path / "out" / ".tokshard" / "run.json").exists()
+
+
+def test_uint32_when_asked_stores_ids_past_65535(tmp_path, dask_client):
+    tok = big_vocab_tokenizer(tmp_path / "big.json", 70_000)
+    data = write_jsonl(tmp_path / "a.jsonl", ["hello world", "again"])
+    recipe = {
+        "tokenizer": str(tok),
+        "dtype": "uint32",
+        "sources": {"d": {"type": "files", "paths": [str(data)]}},
+    }
+    path = run_prepare(recipe, tmp_path / "out", dask_client)
+    m = manifest.load(path)
+    assert m.dtype == "uint32" and m.eos_id == 69_999
+    tokens = np.fromfile(m.shards[0].bin_path, dtype="<u4")
+    assert tokens[-1] == 69_999
+    assert read_index(m.shards[0].idx_path).dtype_code == 4
