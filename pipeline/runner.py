@@ -212,7 +212,8 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
     futures = {}
     for task, part in zip(tasks, todo, strict=True):
         key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
-        futures[client.submit(run_partition, task, key=key, retries=0)] = part
+        # largest first: the last task to start is a small one, so workers finish together
+        futures[client.submit(run_partition, task, key=key, retries=0, priority=part.size)] = part
     by_key = {f.key: p for f, p in futures.items()}
     pending = dict(futures)
     try:

