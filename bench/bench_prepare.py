@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import gpt2_tokenizer, write_corpus  # noqa: E402
+from corpus import gpt2_tokenizer, write_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("TOKSHARD_BENCH_DATA", "/work/bench-data"))
@@ -75,7 +75,7 @@ def run_prepare(corpus: Path, tokenizer: Path, workers: int, out: Path, encoder:
             pass
         time.sleep(0.2)
     wall = time.perf_counter() - start
-    stdout, stderr = proc.communicate()
+    _stdout, stderr = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"prepare failed:\n{stderr}")
     totals = json.loads((out / "manifest.json").read_text())["totals"]
@@ -91,7 +91,9 @@ def run_prepare(corpus: Path, tokenizer: Path, workers: int, out: Path, encoder:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[50, 500], help="corpus sizes in MB; the first is timed")
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[50, 500], help="corpus sizes in MB; the first is timed"
+    )
     ap.add_argument("--encoder", default="tokenizers")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = ap.parse_args()
@@ -104,7 +106,9 @@ def main() -> None:
         rows["ceiling_1thread"].append(rate)
         for w in (1, 2):
             res = run_prepare(small, tokenizer, w, DATA / "out-prepare", args.encoder)
-            assert res["tokens"] == tokens + sum(1 for _ in open(small)), "token count differs from the ceiling's"
+            assert res["tokens"] == tokens + sum(1 for _ in open(small)), (
+                "token count differs from the ceiling's"
+            )
             rows[f"prepare_{w}w"].append(res)
             print(f"round {r}: {w} worker(s): {res}", flush=True)
         print(f"round {r}: ceiling {rate:,.0f} tok/s", flush=True)
@@ -125,7 +129,10 @@ def main() -> None:
         "prepare_2w_tok_s": round(p2),
         "prepare_2w_over_ceiling_x2": round(p2 / (2 * ceil), 3),
         "prepare_2w_over_1w": round(p2 / p1, 3),
-        "worker_peak_rss_mib": {args.sizes[0]: rss_small, **{mb: max(b["worker_peak_rss_mib"]) for mb, b in big.items()}},
+        "worker_peak_rss_mib": {
+            args.sizes[0]: rss_small,
+            **{mb: max(b["worker_peak_rss_mib"]) for mb, b in big.items()},
+        },
         "rounds": rows,
         "big": big,
     }
