@@ -127,3 +127,12 @@ def make_manifest(
         shards=shards,
     )
     return manifest_mod.write(out, doc)
+
+
+def cached_manifest(tmp_path_factory) -> Path:
+    """One manifest per test session (made on first use, about two seconds)."""
+    root = tmp_path_factory.getbasetemp() / "trainer-manifest"
+    path = root / manifest_mod.MANIFEST_NAME
+    if not path.is_file():
+        make_manifest(root)
+    return path

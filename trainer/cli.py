@@ -95,6 +95,12 @@ def parser() -> argparse.ArgumentParser:
         "still runs to --steps",
     )
     run.add_argument(
+        "--global-batch",
+        type=positive,
+        help="samples per optimizer step over all ranks (train_batch_size; keep it when the number of "
+        "ranks changes)",
+    )
+    run.add_argument(
         "--micro-batch",
         type=positive,
         help="samples per rank per micro-step (fills 'auto'; overrides the config)",

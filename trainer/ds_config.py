@@ -1,7 +1,7 @@
 """DeepSpeed JSON configs as users write them: read, fill ``"auto"``, guard precision.
 
 ``"auto"`` is resolved the way the Transformers + DeepSpeed integration does, from the command
-line (``--micro-batch``, ``--grad-accum``, ``--lr``, ``--warmup``, ``--steps``) and the
+line (``--global-batch``, ``--micro-batch``, ``--grad-accum``, ``--lr``, ``--warmup``, ``--steps``) and the
 model's width, so the recipes written for ``transformers.Trainer`` run unchanged. Values a
 config spells out win over command-line defaults; a flag given explicitly wins over both.
 Without ``--deepspeed`` the config is ``default_config()``: ZeRO 0, AdamW, warmup + cosine,
@@ -26,6 +26,7 @@ class Knobs:
     """Command-line values for the config: ``None`` means "not given on the command line"."""
 
     steps: int
+    global_batch: int | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None
     lr: float | None = None
@@ -153,7 +154,7 @@ def _positive_int(cfg: dict[str, Any], key: str) -> int | None:
 
 def _batch(cfg: dict[str, Any], knobs: Knobs, world: int) -> tuple[int, int, int]:
     """DeepSpeed's rule: train_batch_size = micro * accumulation * data-parallel ranks."""
-    total = _positive_int(cfg, "train_batch_size")
+    total = knobs.global_batch or _positive_int(cfg, "train_batch_size")
     micro = knobs.micro_batch or _positive_int(cfg, "train_micro_batch_size_per_gpu")
     accum = knobs.grad_accum or _positive_int(cfg, "gradient_accumulation_steps")
     if total is not None:

@@ -55,6 +55,7 @@ class TrainArgs:
     log_samples: bool = False
     verify: bool = False
     prefetch: int = 4
+    global_batch: int | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None
     lr: float | None = None
@@ -76,9 +77,13 @@ class Plan:
     cuda: bool
     bf16_supported: bool
     seed: int
+    dataset: WindowDataset
+    sampler: MixtureSampler
+    identity: dict[str, Any]
     save_dir: Path | None
     resume_tag: str | None
     saved_state: dict[str, Any] | None
+    allowed_changes: list[str]
 
 
 def prepare(args: TrainArgs) -> Plan:
@@ -113,6 +118,7 @@ def prepare(args: TrainArgs) -> Plan:
     save_dir = Path(args.save) if args.save else None
     seed = args.seed if args.seed is not None else DEFAULT_SEED
     resume_tag = saved = None
+    allowed: list[str] = []
     if args.resume:
         if save_dir is None:
             raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
@@ -128,9 +134,14 @@ def prepare(args: TrainArgs) -> Plan:
             f"--save {save_dir} already holds checkpoints (latest: {checkpoint.latest_tag(save_dir)}); "
             "pass --resume to continue that run, or choose another --save"
         )
+    dataset = WindowDataset(manifest, args.train_split, args.seq_len, train_sources)
+    sampler = MixtureSampler(train_sources, dataset.windows, weights, seed)
+    identity = data_identity(args, manifest, sampler)
+    if saved is not None:
+        allowed = checkpoint.check_compatible(saved, {"data": identity}, args.allow_data_change)
     return Plan(
         manifest, spec, train_sources, eval_sources, weights, user_config, cuda, bf16_supported, seed,
-        save_dir, resume_tag, saved,
+        dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
     )  # fmt: skip
 
 
@@ -150,10 +161,13 @@ def mixture(
     return {s: given.get(s, 0.0) for s in sources}
 
 
-def data_identity(args: TrainArgs, plan: Plan, sampler: MixtureSampler) -> dict[str, Any]:
+def data_identity(
+    args: TrainArgs, manifest: manifest_mod.Manifest, sampler: MixtureSampler
+) -> dict[str, Any]:
+    """What fixes the sample sequence; a resume must find the same (or be told it may differ)."""
     return {
-        "manifest_fingerprint": plan.manifest.fingerprint(),
-        "manifest": str(plan.manifest.path),
+        "manifest_fingerprint": manifest.fingerprint(),
+        "manifest": str(manifest.path),
         "seq_len": args.seq_len,
         "mix": sampler.weights(),
         "train_split": args.train_split,
@@ -183,6 +197,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
 
     knobs = ds_config.Knobs(
         steps=args.steps,
+        global_batch=args.global_batch,
         micro_batch=args.micro_batch,
         grad_accum=args.grad_accum,
         lr=args.lr,
@@ -214,11 +229,6 @@ def train(args: TrainArgs) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(plan.seed)
-    hf_zero3 = None
-    if plan.spec.hf_config is not None and (config.get("zero_optimization") or {}).get("stage") == 3:
-        from transformers.integrations import HfDeepSpeedConfig
-
-        hf_zero3 = HfDeepSpeedConfig(config)  # noqa: F841  (alive: from_config builds under zero.Init)
     model = plan.spec.build()
     setattr(
         model,
@@ -232,19 +242,16 @@ def train(args: TrainArgs) -> dict[str, Any]:
     accum = engine.gradient_accumulation_steps()
     global_batch = engine.train_batch_size()
 
-    dataset = WindowDataset(plan.manifest, args.train_split, args.seq_len, plan.train_sources)
-    sampler = MixtureSampler(plan.train_sources, dataset.windows, plan.weights, plan.seed)
-    identity = data_identity(args, plan, sampler)
+    dataset, sampler, identity = plan.dataset, plan.sampler, plan.identity
     log = MetricsLog(run_dir, dist.is_main, args.steps)
     samples, step = 0, 0
     if plan.resume_tag:
-        allowed = checkpoint.check_compatible(plan.saved_state, {"data": identity}, args.allow_data_change)
         _, client = engine.load_checkpoint(str(plan.save_dir), tag=load_tag)
         if client is None or checkpoint.CLIENT_KEY not in client:
             raise TokshardError(f"--resume: {plan.save_dir / load_tag} holds no tokshard data position")
         state = client[checkpoint.CLIENT_KEY]
         samples, step = int(state["samples"]), int(state["step"])
-        for diff in allowed:
+        for diff in plan.allowed_changes:
             log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
         if state["train_batch_size"] != global_batch:
             log.note(
@@ -298,6 +305,10 @@ def train(args: TrainArgs) -> dict[str, Any]:
         f"({micro} x {accum} x {dist.world}) x {args.seq_len} tokens; run dir {run_dir}"
     )
     try:
+        if eval_set is not None and step == 0:  # the baseline every later evaluation is read against
+            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+            log.eval(step=0, loss=mean, split=args.eval_split, sources=by_source)
+            t_begin = t_last = time.perf_counter()
         while step < end:
             engine.train()
             step_loss = torch.zeros((), device=dist.device)

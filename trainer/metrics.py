@@ -13,7 +13,7 @@ training line (every ``--log-every`` steps, and the last step)
                         (the slowest rank's)
     ``elapsed_s``       seconds since this process started training
 
-evaluation line (every ``--eval-every`` steps, and the last step)
+evaluation line (at step 0 of a fresh run, every ``--eval-every`` steps, and the last step)
     ``step``, ``eval_loss`` (mean over the split's evaluation windows), ``eval_ppl``
     (``exp(eval_loss)``), ``split``, ``sources`` (loss per source)
 """

@@ -1,7 +1,8 @@
 """``--model NAME``: a named size of our GPT, or ``hf:CONFIG`` for any Transformers causal LM.
 
 ``hf:CONFIG`` takes a hub name (``hf:facebook/opt-350m``; only its config.json is fetched), a
-folder holding config.json, or a config JSON file; ``AutoModelForCausalLM.from_config`` builds
+folder holding config.json, a config JSON file, or the name of one shipped in
+``trainer/configs/models`` (``hf:opt-125m``, ``hf:opt-350m``, ``hf:gpt-neo-2.7b``, offline); ``AutoModelForCausalLM.from_config`` builds
 it with fresh weights. Needs the optional extra: ``pip install 'tokshard[transformers]'``.
 The spec is resolved first (vocabulary, positions, width: cheap), so the manifest guards run
 before any weights are allocated.
@@ -22,6 +23,8 @@ from trainer.data import ModelLimits
 from trainer.model import GPT, SIZES, gpt_config
 
 HF_PREFIX = "hf:"
+#: Transformers configs shipped with tokshard: ``hf:opt-125m`` works offline
+SHIPPED = Path(__file__).resolve().parent / "configs" / "models"
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,11 @@ def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
         raise TokshardError(
             "--model hf:... needs Transformers: pip install 'tokshard[transformers]'"
         ) from exc
+    shipped = SHIPPED / f"{source}.json"
+    local = Path(source).expanduser()
+    where = str(local) if local.exists() else str(shipped) if shipped.is_file() else source
     try:
-        config = AutoConfig.from_pretrained(
-            str(Path(source).expanduser()) if Path(source).exists() else source
-        )
+        config = AutoConfig.from_pretrained(where)
     except (OSError, ValueError) as exc:
         raise TokshardError(f"--model hf:{source}: cannot load a Transformers config ({exc})") from exc
     if vocab_size:
