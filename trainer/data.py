@@ -32,7 +32,8 @@ class TokenStream:
             raise TokshardError(f"source {source!r} has no {split!r} shards")
         self.source = source
         self.split = split
-        self.shards = [Shard(s.bin_path, dtype) for s in shards]
+        self.dtype = dtype
+        self.paths = [s.bin_path for s in shards]
         ends = np.cumsum([s.tokens for s in shards], dtype=np.int64)
         self.starts = [0, *ends[:-1].tolist()]
         self.tokens = int(ends[-1])
@@ -42,7 +43,7 @@ class TokenStream:
         """Shard ``i`` as a plain ndarray view of its memory map (opened on first use)."""
         arr = self._arrays.get(i)
         if arr is None:
-            arr = self._arrays[i] = np.asarray(self.shards[i].tokens)
+            arr = self._arrays[i] = np.asarray(Shard(self.paths[i], self.dtype).tokens)
         return arr
 
     def read_into(self, out: np.ndarray, start: int) -> None:

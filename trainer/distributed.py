@@ -54,15 +54,13 @@ def init(cuda: bool) -> Dist:
     if not cuda:
         # the shared-memory all-reduce is a JIT-compiled extension (a minute) that gloo does not need
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)  # before the process group, so NCCL binds this GPU
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
     rank = torch.distributed.get_rank()
     world = torch.distributed.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
     return Dist(rank, world, local_rank, device)
 
 

@@ -6,6 +6,10 @@ model's width, so the recipes written for ``transformers.Trainer`` run unchanged
 config spells out win over command-line defaults; a flag given explicitly wins over both.
 Without ``--deepspeed`` the config is ``default_config()``: ZeRO 0, AdamW, warmup + cosine,
 gradient clipping 1.0, bf16 on GPUs that have it and fp32 elsewhere.
+
+Adam/AdamW without optimizer offload runs as torch's AdamW (fused on GPUs) unless the config
+says ``"torch_adam": false``: same algorithm, no JIT build of DeepSpeed's FusedAdam. With
+``offload_optimizer`` DeepSpeed's CPUAdam is used, as DeepSpeed requires.
 """
 
 from __future__ import annotations
@@ -206,10 +210,12 @@ def _optimizer(cfg: dict[str, Any], knobs: Knobs, cuda: bool) -> None:
     offloaded = offload.get("device") in ("cpu", "nvme") or (cfg.get("zero_optimization") or {}).get(
         "cpu_offload"
     )
-    if not cuda and not offloaded and str(opt.get("type", "")).lower() in ("adam", "adamw"):
-        # DeepSpeed's FusedAdam is a JIT-compiled kernel; on CPU torch's own Adam is the same
-        # algorithm without minutes of compiling
-        params.setdefault("torch_adam", True)
+    if not offloaded and str(opt.get("type", "")).lower() in ("adam", "adamw") and "torch_adam" not in params:
+        # DeepSpeed's FusedAdam is compiled on first use (minutes, and nvcc must be installed);
+        # torch's AdamW is the same algorithm, fused on GPUs. "torch_adam": false keeps FusedAdam.
+        params["torch_adam"] = True
+        if cuda:
+            params.setdefault("fused", True)
 
 
 def _scheduler(cfg: dict[str, Any], knobs: Knobs) -> None:

@@ -75,6 +75,10 @@ class Prefetcher:
 
     def _run(self) -> None:
         try:
+            if self.cuda:
+                # the current device is per thread: without this, pinning and the copy stream
+                # would open a CUDA context on GPU 0 from every rank's thread
+                torch.cuda.set_device(self.device)
             self._stream = torch.cuda.Stream(self.device) if self.cuda else None
             for positions in self.plan:
                 draws = self.sampler.draw(positions)
