@@ -88,7 +88,12 @@ def warm_page_cache(manifest: Path) -> float:
 
 def percentiles(samples_s: list[float]) -> dict[str, float]:
     us = np.array(samples_s) * 1e6
-    return {"median_us": float(np.median(us)), "p99_us": float(np.percentile(us, 99)), "n": len(us)}
+    return {
+        "median_us": float(np.median(us)),
+        "p90_us": float(np.percentile(us, 90)),
+        "p99_us": float(np.percentile(us, 99)),
+        "n": len(us),
+    }
 
 
 def bench_latency(manifest: Path, batch: int = 8, seq_len: int = 2048, iters: int = 20_000) -> dict:
@@ -237,9 +242,13 @@ def main() -> None:
             f"| CPU run, tiny model, 8 x 256 tokens per step, {r['steps']} steps | data wait mean {100 * r['data_wait_frac_mean']:.3f}%, max "
             f"{100 * r['data_wait_frac_max']:.3f}% of step time; {r['tokens_per_s_median']:,.0f} tok/s |"
         )
-    out = ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "trainer_data.json").write_text(json.dumps(results, indent=1))
+    out = ROOT / "bench" / "out" / "trainer_data.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(out.read_text()) if out.is_file() else {}
+    load = os.getloadavg()
+    for r in results.values():
+        r["loadavg_1m_after"] = load[0]
+    out.write_text(json.dumps({**previous, **results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def resumed(manifest, tmp_path_factory) -> dict[str, Path]:
     ds = root / "zero2.json"
     ds.write_text(json.dumps(ZERO2_FP32))
     common = ["--manifest", str(manifest), "--deepspeed", str(ds), *SMALL, "--log-samples"]
-    common += ["--steps", str(RESUME_STEPS)]
+    common += ["--steps", str(RESUME_STEPS), "--eval-every", str(RESUME_STEPS // 2)]
     half = ["--stop-at", str(RESUME_STEPS // 2)]
     A, B, C, D = (root / n for n in "ABCD")
     launch(*common, "--run-dir", str(A))
@@ -168,6 +168,7 @@ def test_resume_continues_with_exactly_the_uninterrupted_samples(resumed):
     assert b == a
     a_loss = [t["loss"] for t in metrics(resumed["A"])[0]]
     assert [t["loss"] for t in metrics(resumed["B"])[0]] == a_loss  # bit-identical on one rank
+    assert metrics(resumed["B"])[1] == metrics(resumed["A"])[1]  # evaluations at steps 0, 3, 6
 
 
 @pytest.mark.parametrize("run", ["C", "D"], ids=["1-to-2-ranks", "2-to-1-ranks"])
@@ -177,6 +178,10 @@ def test_resume_across_a_rank_count_change_keeps_samples_and_training(resumed, r
     r_loss = [t["loss"] for t in metrics(resumed[run])[0]]
     assert r_loss == pytest.approx(a_loss, rel=1e-4)  # optimizer state came through the conversion
     assert (resumed[run] / f"step{RESUME_STEPS // 2:08d}_universal").is_dir()
+    # evaluation split over two ranks (padded so ZeRO-3 would see equal forward passes) agrees too
+    a_eval, r_eval = metrics(resumed["A"])[1][-1], metrics(resumed[run])[1][-1]
+    assert r_eval["step"] == a_eval["step"] == RESUME_STEPS
+    assert r_eval["eval_loss"] == pytest.approx(a_eval["eval_loss"], rel=1e-4)
     state = json.loads((resumed[run] / f"step{RESUME_STEPS:08d}" / "tokshard.json").read_text())
     assert state["samples"] == 4 * RESUME_STEPS and state["world_size"] == (2 if run == "C" else 1)
 

@@ -184,10 +184,9 @@ def positions_plan(
         samples += global_batch
 
 
-def train(args: TrainArgs) -> dict[str, Any]:
-    """Run (or continue) training; returns the last step's numbers."""
-    plan = prepare(args)
-    dist = distributed.init(plan.cuda)
+def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
+    """The resolved DeepSpeed config, the model and the engine; for a resume also the tag to
+    load (a universal checkpoint's when the number of ranks changed)."""
     import deepspeed
     from deepspeed.checkpoint.constants import (
         UNIVERSAL_CHECKPOINT_INFO,
@@ -221,60 +220,64 @@ def train(args: TrainArgs) -> dict[str, Any]:
         if universal:
             config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
             load_tag = universal
+    torch.manual_seed(plan.seed)
+    model = plan.spec.build()  # whole on every rank; DeepSpeed partitions it (ZeRO-3 too)
+    # lets ds_to_universal convert our checkpoints (a resume on another number of ranks)
+    info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
+    setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
+    params = [p for p in model.parameters() if p.requires_grad]
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    return engine, config, load_tag
+
+
+def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, int]:
+    """Load the checkpoint; returns (samples consumed, step)."""
+    _, client = engine.load_checkpoint(str(plan.save_dir), tag=load_tag)
+    if client is None or checkpoint.CLIENT_KEY not in client:
+        raise TokshardError(f"--resume: {plan.save_dir / load_tag} holds no tokshard data position")
+    state = client[checkpoint.CLIENT_KEY]
+    samples, step = int(state["samples"]), int(state["step"])
+    for diff in plan.allowed_changes:
+        log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
+    if state["train_batch_size"] != engine.train_batch_size():
+        log.note(
+            f"global batch is {engine.train_batch_size()}, the checkpoint's was {state['train_batch_size']}: "
+            "the sample sequence continues exactly, grouped into steps differently"
+        )
+    log.note(f"resumed {load_tag} at step {step}, {samples:,} samples consumed")
+    return samples, step
+
+
+def train(args: TrainArgs) -> dict[str, Any]:
+    """Run (or continue) training; returns the last logged step's numbers."""
+    plan = prepare(args)
+    dist = distributed.init(plan.cuda)
+    engine, config, load_tag = build_engine(plan, args, dist)
+    micro = engine.train_micro_batch_size_per_gpu()
+    accum = engine.gradient_accumulation_steps()
+    global_batch = engine.train_batch_size()
     run_dir = Path(
         args.run_dir
         or args.save
         or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
     )
     run_dir.mkdir(parents=True, exist_ok=True)
-
-    torch.manual_seed(plan.seed)
-    model = plan.spec.build()
-    setattr(
-        model,
-        UNIVERSAL_CHECKPOINT_INFO,
-        {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
-    )
-    engine, *_ = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=config
-    )
-    micro = engine.train_micro_batch_size_per_gpu()
-    accum = engine.gradient_accumulation_steps()
-    global_batch = engine.train_batch_size()
-
-    dataset, sampler, identity = plan.dataset, plan.sampler, plan.identity
     log = MetricsLog(run_dir, dist.is_main, args.steps)
-    samples, step = 0, 0
-    if plan.resume_tag:
-        _, client = engine.load_checkpoint(str(plan.save_dir), tag=load_tag)
-        if client is None or checkpoint.CLIENT_KEY not in client:
-            raise TokshardError(f"--resume: {plan.save_dir / load_tag} holds no tokshard data position")
-        state = client[checkpoint.CLIENT_KEY]
-        samples, step = int(state["samples"]), int(state["step"])
-        for diff in plan.allowed_changes:
-            log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
-        if state["train_batch_size"] != global_batch:
-            log.note(
-                f"global batch is {global_batch}, the checkpoint's was {state['train_batch_size']}: the "
-                "sample sequence continues exactly, grouped into steps differently"
-            )
-        log.note(f"resumed {load_tag} at step {step}, {samples:,} samples consumed")
+    samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
     if dist.is_main:
-        write_json(
-            run_dir / "run.json",
-            {
-                "args": asdict(args),
-                "world_size": dist.world,
-                "device": str(dist.device),
-                "model": plan.spec.name,
-                "parameters": sum(p.numel() for p in model.parameters()),
-                "deepspeed_config": config,
-                "data": identity,
-                "seed": plan.seed,
-                "start_step": step,
-                "start_samples": samples,
-            },
-        )
+        record = {
+            "args": asdict(args),
+            "world_size": dist.world,
+            "device": str(dist.device),
+            "model": plan.spec.name,
+            "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
+            "deepspeed_config": config,
+            "data": plan.identity,
+            "seed": plan.seed,
+            "start_step": step,
+            "start_samples": samples,
+        }
+        write_json(run_dir / "run.json", record)
     end = min(args.stop_at or args.steps, args.steps)
     if step >= end:
         log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
@@ -282,8 +285,8 @@ def train(args: TrainArgs) -> dict[str, Any]:
         return {"step": step, "samples": samples}
 
     prefetcher = Prefetcher(
-        dataset,
-        sampler,
+        plan.dataset,
+        plan.sampler,
         positions_plan(samples, step, end, global_batch, accum, micro, dist),
         dist.device,
         depth=args.prefetch,
@@ -350,7 +353,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 step == end or (args.save_every and step % args.save_every == 0)
             ):
                 t0 = time.perf_counter()
-                save(engine, plan, args, dist, step, samples, sampler, identity, global_batch)
+                save(engine, plan, dist, step, samples, global_batch)
                 log.note(f"saved {plan.save_dir / checkpoint.tag_for(step)}")
                 t_last += time.perf_counter() - t0
     finally:
@@ -390,17 +393,18 @@ def _log_samples(f, step: int, micro_step: int, rank: int, batch, sources: list[
     )
 
 
-def save(engine, plan: Plan, args: TrainArgs, dist, step, samples, sampler, identity, global_batch) -> None:
+def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, global_batch: int) -> None:
+    """A DeepSpeed checkpoint whose client_state carries the data position."""
     tag = checkpoint.tag_for(step)
     state = {
         "step": step,
         "samples": samples,
         "seed": plan.seed,
-        "epochs": sampler.epochs_at(samples),
+        "epochs": plan.sampler.epochs_at(samples),
         "world_size": dist.world,
         "train_batch_size": global_batch,
         "model": plan.spec.name,
-        "data": identity,
+        "data": plan.identity,
     }
     if dist.is_main:  # before DeepSpeed writes 'latest': a tag 'latest' names always has its state
         (plan.save_dir / tag).mkdir(parents=True, exist_ok=True)
