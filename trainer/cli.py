@@ -76,7 +76,8 @@ def parser() -> argparse.ArgumentParser:
     model.add_argument(
         "--model", default=d.model,
         help=f"{', '.join(SIZES)}, or hf:CONFIG for a Transformers causal LM built from a config "
-        "(hub name, folder or config.json; needs tokshard[transformers]) (default %(default)s)",
+        "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
+        "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
     model.add_argument("--vocab-size", type=positive, help="embedding rows (default: the model's)")
 
@@ -119,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
         "--eval-every",
         type=non_negative,
         default=d.eval_every,
-        help="evaluate every N steps and at the end (default 0: never)",
+        help="evaluate at step 0, every N steps and at the end (default 0: never)",
     )
     ev.add_argument("--eval-split", default=d.eval_split, help="split to evaluate (default %(default)s)")
     ev.add_argument(

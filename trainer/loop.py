@@ -71,7 +71,7 @@ class Plan:
     manifest: manifest_mod.Manifest
     spec: models.ModelSpec
     train_sources: list[str]
-    eval_sources: list[str]
+    eval_set: WindowDataset | None
     weights: dict[str, float]
     user_config: dict[str, Any]
     cuda: bool
@@ -135,12 +135,13 @@ def prepare(args: TrainArgs) -> Plan:
             "pass --resume to continue that run, or choose another --save"
         )
     dataset = WindowDataset(manifest, args.train_split, args.seq_len, train_sources)
+    eval_set = WindowDataset(manifest, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
     sampler = MixtureSampler(train_sources, dataset.windows, weights, seed)
     identity = data_identity(args, manifest, sampler)
     if saved is not None:
         allowed = checkpoint.check_compatible(saved, {"data": identity}, args.allow_data_change)
     return Plan(
-        manifest, spec, train_sources, eval_sources, weights, user_config, cuda, bf16_supported, seed,
+        manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
         dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
     )  # fmt: skip
 
@@ -292,11 +293,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
         depth=args.prefetch,
         keep_host=args.log_samples,
     )
-    eval_set = (
-        WindowDataset(plan.manifest, args.eval_split, args.seq_len, plan.eval_sources)
-        if plan.eval_sources
-        else None
-    )
+    eval_set = plan.eval_set
     sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
     tokens_per_step = global_batch * args.seq_len
     t_begin = t_last = time.perf_counter()
