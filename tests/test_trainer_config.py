@@ -1,0 +1,87 @@
+"""DeepSpeed configs as users write them: 'auto' filled, batch rule kept, precision guarded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import TokshardError
+from trainer import ds_config
+from trainer.ds_config import Knobs
+
+CONFIGS = Path(__file__).resolve().parents[1] / "trainer" / "configs"
+EXAMPLES = sorted(CONFIGS.glob("*.json"))
+
+
+def resolve(cfg, world=1, cuda=False, **knobs):
+    return ds_config.resolve(
+        cfg, Knobs(steps=100, **knobs), world=world, cuda=cuda, bf16_supported=cuda, hidden_size=64
+    )
+
+
+def test_examples_exist():
+    names = {p.name for p in EXAMPLES}
+    assert {"zero3-opt.json", "gpt-neo-2.7b-zero2-offload-fp16.json", "zero2-offload-bf16.json"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_configs_parse_into_a_valid_deepspeed_config(path):
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    user = ds_config.read(path)
+    cfg = resolve(user, world=2, cuda=True, micro_batch=2)
+    assert (
+        cfg["train_batch_size"]
+        == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 2
+    )
+    assert "auto" not in json.dumps(cfg)
+    DeepSpeedZeroConfig(**cfg.get("zero_optimization", {}))  # DeepSpeed's own validation
+
+
+def test_fp16_recipe_is_refused_on_cpu_with_what_to_use_instead():
+    cfg = ds_config.read(CONFIGS / "gpt-neo-2.7b-zero2-offload-fp16.json")
+    with pytest.raises(TokshardError, match=r'needs a CUDA GPU.*"bf16": \{"enabled": true\}'):
+        ds_config.check_precision(cfg, cuda=False, bf16_supported=False)
+    ds_config.check_precision(cfg, cuda=True, bf16_supported=False)
+
+
+def test_bf16_on_a_gpu_without_bf16_points_to_fp16():
+    with pytest.raises(TokshardError, match="fp16"):
+        ds_config.check_precision({"bf16": {"enabled": True}}, cuda=True, bf16_supported=False)
+
+
+def test_auto_values_are_filled_like_the_transformers_integration():
+    cfg = resolve(ds_config.read(CONFIGS / "zero3-opt.json"), world=2, micro_batch=4, lr=3e-4)
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (4, 1)
+    assert cfg["train_batch_size"] == 8
+    assert cfg["optimizer"]["params"]["lr"] == 3e-4
+    assert cfg["scheduler"]["params"]["total_num_steps"] == 100
+    assert cfg["zero_optimization"]["reduce_bucket_size"] == 64 * 64
+    assert cfg["fp16"]["enabled"] is False and cfg["bf16"]["enabled"] is False  # CPU: fp32
+    assert cfg["optimizer"]["params"]["torch_adam"] is True  # no FusedAdam JIT build on CPU
+
+
+def test_global_batch_splits_into_accumulation_for_the_world_size():
+    user = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2}
+    assert resolve(user, world=1)["gradient_accumulation_steps"] == 4
+    assert resolve(user, world=2)["gradient_accumulation_steps"] == 2
+    with pytest.raises(TokshardError, match="not a multiple of micro-batch 2 x 3 ranks"):
+        resolve(user, world=3)
+    with pytest.raises(TokshardError, match=r"train_batch_size 8 != micro-batch 2 x accumulation 3"):
+        resolve(user, world=1, grad_accum=3)
+
+
+def test_an_auto_tokshard_cannot_fill_is_named():
+    with pytest.raises(TokshardError, match=r"optimizer\.params\.momentum"):
+        resolve({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": "auto"}}})
+
+
+def test_unreadable_config_is_one_clear_error(tmp_path):
+    bad = tmp_path / "ds.json"
+    bad.write_text("{not json")
+    with pytest.raises(TokshardError, match="not valid JSON"):
+        ds_config.read(bad)
+    with pytest.raises(TokshardError, match="No such file"):
+        ds_config.read(tmp_path / "missing.json")

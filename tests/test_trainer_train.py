@@ -1,0 +1,287 @@
+"""The trainer end to end: real DeepSpeed engines on CPU (gloo), one and two processes.
+
+Every run is a subprocess started the way users start it (``python -m trainer``, the
+``deepspeed`` launcher, ``torchrun``), so each has a fresh process group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.errors import TokshardError
+from tests.trainer_data import cached_manifest, make_manifest
+from trainer import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "trainer" / "configs"
+SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--eval-samples", "8"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(*args: str, procs: int = 1, launcher: str = "python", timeout: int = 240):
+    """Run the trainer as users do; returns the finished process (output captured)."""
+    if launcher == "python":
+        cmd = [sys.executable, "-m", "trainer"]
+    elif launcher == "deepspeed":
+        cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(procs)]
+        cmd += ["--master_port", str(free_port()), "--module", "trainer"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs)]
+        cmd += ["--master_port", str(free_port()), "-m", "trainer"]
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+    }
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+    done = subprocess.run([*cmd, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join([*cmd, *args])}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return done
+
+
+def metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [x for x in lines if "loss" in x], [x for x in lines if "eval_loss" in x]
+
+
+def samples_by_step(run_dir: Path) -> dict[int, list[tuple]]:
+    """Every sample each step trained on, over all ranks: (position, source, window, crc32)."""
+    steps: dict[int, list[tuple]] = defaultdict(list)
+    for path in run_dir.glob("samples-rank*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            steps[r["step"]] += zip(r["positions"], r["sources"], r["windows"], r["crc32"], strict=True)
+    return {k: sorted(v) for k, v in sorted(steps.items())}
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+def test_loss_falls_on_real_text(manifest, tmp_path):
+    run = tmp_path / "run"
+    out = launch(
+        *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), *SMALL),
+        *("--seq-len", "64", "--micro-batch", "8", "--steps", "60", "--lr", "3e-3", "--warmup", "5"),
+        *("--eval-every", "30", "--eval-samples", "32", "--log-every", "5", "--run-dir", str(run)),
+    )
+    train, evals = metrics(run)
+    assert [t["step"] for t in train] == list(range(5, 61, 5))
+    assert set(train[0]) == {"step", "loss", "lr", "tokens_per_s", "samples", "data_wait_frac", "elapsed_s"}
+    assert train[-1]["samples"] == 60 * 8
+    assert sum(t["loss"] for t in train[-3:]) / 3 < train[0]["loss"] - 1.0
+    assert [e["step"] for e in evals] == [0, 30, 60]
+    assert evals[0]["eval_loss"] == pytest.approx(math.log(2048), rel=0.02)  # untrained: uniform
+    assert evals[2]["eval_loss"] < evals[1]["eval_loss"] < evals[0]["eval_loss"] - 1.0
+    assert evals[2]["eval_ppl"] == pytest.approx(math.exp(evals[2]["eval_loss"]), rel=1e-6)
+    assert set(evals[2]["sources"]) == {"stdlib", "asyncio"} and evals[2]["split"] == "validation"
+    assert max(t["data_wait_frac"] for t in train[1:]) < 0.1
+    assert "| loss " in out.stdout and "tok/s" in out.stdout and "data wait" in out.stdout
+    assert json.loads((run / "run.json").read_text())["deepspeed_config"]["zero_optimization"]["stage"] == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "stage", "precision"), [("zero2-bf16.json", 2, "bf16"), ("zero3-opt.json", 3, "fp32")]
+)
+def test_example_config_runs_single_process(manifest, tmp_path, config, stage, precision):
+    run = tmp_path / "run"
+    out = launch(
+        *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / config), *SMALL, "--steps", "2"),
+        *("--global-batch", "4", "--micro-batch", "2", "--eval-every", "2", "--run-dir", str(run)),
+    )
+    assert f"{precision}, ZeRO {stage}, global batch 4 (2 x 2 x 1)" in out.stdout
+    train, evals = metrics(run)
+    assert [t["step"] for t in train] == [1, 2] and [e["step"] for e in evals] == [0, 2]
+    assert all(torch.isfinite(torch.tensor(t["loss"])) for t in train)
+
+
+def test_transformers_opt_from_config_under_zero3(manifest, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.OPTConfig(
+        vocab_size=1024, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=2,
+        max_position_embeddings=64, word_embed_proj_dim=32,
+    )  # fmt: skip
+    cfg.save_pretrained(tmp_path / "opt")
+    run = tmp_path / "run"
+    out = launch(
+        *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero3-opt.json"), *SMALL),
+        *("--model", f"hf:{tmp_path / 'opt'}", "--steps", "2", "--micro-batch", "2", "--run-dir", str(run)),
+    )
+    assert "ZeRO 3" in out.stdout
+    assert len(metrics(run)[0]) == 2
+
+
+# --- exact resume: the same samples whether or not the run was interrupted, on 1 or 2 ranks ---
+
+RESUME_STEPS = 6
+ZERO2_FP32 = {
+    "train_batch_size": 4,
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "allgather_bucket_size": 1e6},
+    "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_num_steps": 2}},
+}
+
+
+@pytest.fixture(scope="module")
+def resumed(manifest, tmp_path_factory) -> dict[str, Path]:
+    """Run A straight through; B, C, D interrupted half way and resumed (D, C across rank counts)."""
+    root = tmp_path_factory.mktemp("resume")
+    ds = root / "zero2.json"
+    ds.write_text(json.dumps(ZERO2_FP32))
+    common = ["--manifest", str(manifest), "--deepspeed", str(ds), *SMALL, "--log-samples"]
+    common += ["--steps", str(RESUME_STEPS), "--eval-every", str(RESUME_STEPS // 2)]
+    half = ["--stop-at", str(RESUME_STEPS // 2)]
+    A, B, C, D = (root / n for n in "ABCD")
+    launch(*common, "--run-dir", str(A))
+    launch(*common, *half, "--save", str(B))
+    shutil.copytree(B, C)  # C resumes B's half-way checkpoint on two ranks
+    launch(*common, "--save", str(B), "--resume")
+    launch(*common, "--save", str(C), "--resume", procs=2, launcher="deepspeed")
+    launch(*common, *half, "--save", str(D), procs=2, launcher="torchrun")
+    launch(*common, "--save", str(D), "--resume")
+    return {"A": A, "B": B, "C": C, "D": D}
+
+
+def test_resume_continues_with_exactly_the_uninterrupted_samples(resumed):
+    a = samples_by_step(resumed["A"])
+    assert list(a) == list(range(1, RESUME_STEPS + 1))
+    assert all(len(v) == 4 for v in a.values())
+    assert len({s[:1] for v in a.values() for s in v}) == 4 * RESUME_STEPS  # positions never repeat
+    b = samples_by_step(resumed["B"])
+    assert b == a
+    a_loss = [t["loss"] for t in metrics(resumed["A"])[0]]
+    assert [t["loss"] for t in metrics(resumed["B"])[0]] == a_loss  # bit-identical on one rank
+    assert metrics(resumed["B"])[1] == metrics(resumed["A"])[1]  # evaluations at steps 0, 3, 6
+
+
+@pytest.mark.parametrize("run", ["C", "D"], ids=["1-to-2-ranks", "2-to-1-ranks"])
+def test_resume_across_a_rank_count_change_keeps_samples_and_training(resumed, run):
+    assert samples_by_step(resumed[run]) == samples_by_step(resumed["A"])
+    a_loss = [t["loss"] for t in metrics(resumed["A"])[0]]
+    r_loss = [t["loss"] for t in metrics(resumed[run])[0]]
+    assert r_loss == pytest.approx(a_loss, rel=1e-4)  # optimizer state came through the conversion
+    assert (resumed[run] / f"step{RESUME_STEPS // 2:08d}_universal").is_dir()
+    # evaluation split over two ranks (padded so ZeRO-3 would see equal forward passes) agrees too
+    a_eval, r_eval = metrics(resumed["A"])[1][-1], metrics(resumed[run])[1][-1]
+    assert r_eval["step"] == a_eval["step"] == RESUME_STEPS
+    assert r_eval["eval_loss"] == pytest.approx(a_eval["eval_loss"], rel=1e-4)
+    state = json.loads((resumed[run] / f"step{RESUME_STEPS:08d}" / "tokshard.json").read_text())
+    assert state["samples"] == 4 * RESUME_STEPS and state["world_size"] == (2 if run == "C" else 1)
+
+
+def test_resume_on_a_different_manifest_is_refused(resumed, manifest, tmp_path):
+    other = make_manifest(tmp_path / "other", shard_tokens=30_000)
+    ds = resumed["A"].parent / "zero2.json"
+    args = ["--manifest", str(other), "--deepspeed", str(ds), *SMALL, "--steps", str(RESUME_STEPS)]
+    with pytest.raises(TokshardError, match=r"trained on different data .*manifest.*--allow-data-change"):
+        cli.main([*args, "--save", str(resumed["B"]), "--resume"])
+
+
+def test_resume_refuses_a_new_seed_and_a_changed_seq_len(resumed, manifest):
+    ds = resumed["A"].parent / "zero2.json"
+    args = [
+        "--manifest",
+        str(manifest),
+        "--deepspeed",
+        str(ds),
+        *SMALL,
+        "--save",
+        str(resumed["B"]),
+        "--resume",
+    ]
+    with pytest.raises(TokshardError, match="--seed 5 differs from the checkpoint's 1337"):
+        cli.main([*args, "--seed", "5"])
+    with pytest.raises(TokshardError, match="--seq-len: checkpoint 32, now 16"):
+        cli.main([*args, "--seq-len", "16"])
+
+
+def test_resume_without_a_checkpoint_and_save_over_one(resumed, manifest, tmp_path):
+    base = ["--manifest", str(manifest), *SMALL]
+    with pytest.raises(TokshardError, match=r"no checkpoint in .*drop --resume"):
+        cli.main([*base, "--save", str(tmp_path / "empty"), "--resume"])
+    with pytest.raises(TokshardError, match=r"already holds checkpoints .*pass --resume"):
+        cli.main([*base, "--save", str(resumed["B"])])
+
+
+# --- guards: refused before any process group or model exists ---
+
+
+def test_vocabulary_larger_than_the_model_is_refused(manifest):
+    with pytest.raises(TokshardError, match="1024 ids but model tiny embeds only 512"):
+        cli.main(["--manifest", str(manifest), *SMALL, "--vocab-size", "512"])
+
+
+def test_shard_that_does_not_match_the_manifest_is_refused(manifest, tmp_path):
+    shutil.copytree(manifest.parent, tmp_path / "m")
+    victim = next((tmp_path / "m" / "stdlib" / "train").glob("*.bin"))
+    victim.write_bytes(victim.read_bytes()[:-2])
+    with pytest.raises(TokshardError, match=f"{victim.name}: .* bytes on disk, the manifest says"):
+        cli.main(["--manifest", str(tmp_path / "m"), *SMALL])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 runs on this machine")
+def test_fp16_config_on_a_machine_without_a_gpu_is_refused(manifest):
+    recipe = CONFIGS / "gpt-neo-2.7b-zero2-offload-fp16.json"
+    with pytest.raises(TokshardError, match=r"fp16, which needs a CUDA GPU.*bf16"):
+        cli.main(["--manifest", str(manifest), "--deepspeed", str(recipe), *SMALL])
+
+
+def test_missing_validation_split_is_refused(manifest):
+    with pytest.raises(TokshardError, match=r"no 'test' split to evaluate on \(splits: train, validation\)"):
+        cli.main(["--manifest", str(manifest), *SMALL, "--eval-every", "5", "--eval-split", "test"])
+
+
+def test_mix_naming_an_unknown_source_is_refused(manifest):
+    with pytest.raises(TokshardError, match="--mix names wiki"):
+        cli.main(["--manifest", str(manifest), *SMALL, "--mix", "stdlib=1,wiki=2"])
+
+
+def test_command_line_errors_are_one_line_and_exit_2(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", "--manifest", str(tmp_path / "nowhere")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("tokshard: error: no manifest at")
+    assert "Traceback" not in done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainer", "--manifest", "x", "--steps", "0"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--steps: must be a positive integer" in bad.stderr
+
+
+def test_help_has_an_example():
+    text = cli.parser().format_help()
+    assert "deepspeed --num_gpus 8 --module trainer" in text and "--resume" in text
+
+
+@pytest.mark.slow
+def test_cpu_optimizer_offload_runs(manifest, tmp_path):
+    """ZeRO-2 with the optimizer on the CPU (DeepSpeedCPUAdam: compiled on first use, minutes)."""
+    run = tmp_path / "run"
+    out = launch(
+        *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero2-offload-bf16.json"), *SMALL),
+        *("--steps", "2", "--micro-batch", "2", "--run-dir", str(run), "--save", str(tmp_path / "ck")),
+        timeout=600,
+    )
+    assert "bf16, ZeRO 2" in out.stdout
+    assert len(metrics(run)[0]) == 2

@@ -1,0 +1,7 @@
+"""tokshard's GPU side: manifest -> memory-mapped windows -> sampler -> model -> DeepSpeed loop.
+
+Modules: ``data`` (windows over shards, manifest guards), ``sampler`` (deterministic order and
+mixture), ``prefetch`` (batches ahead of the loop), ``model``/``models`` (GPT sizes, Transformers),
+``ds_config`` (DeepSpeed JSON), ``checkpoint`` (data position in checkpoints), ``loop``,
+``metrics`` (metrics.jsonl), ``cli`` (``tokshard train``).
+"""

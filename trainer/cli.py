@@ -1,0 +1,176 @@
+"""``tokshard train``: point a DeepSpeed trainer at a manifest.
+
+``main(argv)`` is what ``tokshard train ...`` dispatches to, and what ``python -m trainer``,
+``deepspeed --module trainer`` and ``torchrun -m trainer`` run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+
+from pipeline.errors import TokshardError
+from trainer.loop import DEFAULT_SEED, TrainArgs
+from trainer.model import SIZES
+
+EXAMPLES = """\
+examples:
+  # one process (CPU, or one GPU)
+  tokshard train --manifest out/manifest.json --model gpt2-124m --steps 2000 --save ckpt
+  # one node, 8 GPUs, a DeepSpeed config
+  deepspeed --num_gpus 8 --module trainer --manifest out/manifest.json \\
+      --deepspeed trainer/configs/zero2-bf16.json --save ckpt --eval-every 200
+  # torchrun works the same way
+  torchrun --nproc_per_node 8 -m trainer --manifest out/manifest.json --save ckpt
+  # continue after a crash or a time limit: the exact next samples, any number of ranks
+  deepspeed --num_gpus 4 --module trainer --manifest out/manifest.json --save ckpt --resume
+"""
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, like every tokshard command
+        raise TokshardError(f"train: {message}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="tokshard train",
+        description="Train a GPT-style model with DeepSpeed on a prepared manifest; batches are "
+        "memory-mapped from the shards and prepared ahead on a background thread.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d = TrainArgs(manifest="")
+    data = p.add_argument_group("data")
+    data.add_argument("--manifest", required=True, help="manifest.json, or the folder holding it")
+    data.add_argument(
+        "--seq-len", type=positive, default=d.seq_len, help="tokens per sample (default %(default)s)"
+    )
+    data.add_argument(
+        "--mix", metavar="SRC=W,...", help="mixture weights per source (default: by token count)"
+    )
+    data.add_argument("--train-split", default=d.train_split, help="split to train on (default %(default)s)")
+    data.add_argument(
+        "--seed",
+        type=int,
+        help=f"sample order and model init (default {DEFAULT_SEED}; a resume keeps the checkpoint's)",
+    )
+    data.add_argument("--verify", action="store_true", help="re-hash every shard before training")
+
+    model = p.add_argument_group("model")
+    model.add_argument(
+        "--model", default=d.model,
+        help=f"{', '.join(SIZES)}, or hf:CONFIG for a Transformers causal LM built from a config "
+        "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
+        "needs tokshard[transformers]) (default %(default)s)",
+    )  # fmt: skip
+    model.add_argument("--vocab-size", type=positive, help="embedding rows (default: the model's)")
+
+    run = p.add_argument_group("run")
+    run.add_argument(
+        "--deepspeed",
+        metavar="DS.json",
+        help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
+    )
+    run.add_argument("--steps", type=positive, default=d.steps, help="optimizer steps (default %(default)s)")
+    run.add_argument(
+        "--stop-at",
+        type=positive,
+        metavar="STEP",
+        help="stop (and save) at this step, e.g. before a job's time limit; the schedule "
+        "still runs to --steps",
+    )
+    run.add_argument(
+        "--global-batch",
+        type=positive,
+        help="samples per optimizer step over all ranks (train_batch_size; keep it when the number of "
+        "ranks changes)",
+    )
+    run.add_argument(
+        "--micro-batch",
+        type=positive,
+        help="samples per rank per micro-step (fills 'auto'; overrides the config)",
+    )
+    run.add_argument("--grad-accum", type=positive, help="gradient accumulation steps")
+    run.add_argument("--lr", type=float, help="peak learning rate (default 6e-4)")
+    run.add_argument("--warmup", type=non_negative, help="warmup steps (default min(100, steps/10))")
+    run.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
+    run.add_argument("--grad-clip", type=float, help="gradient clipping norm (default 1.0)")
+    run.add_argument(
+        "--prefetch", type=positive, default=d.prefetch, help="batches prepared ahead (default %(default)s)"
+    )
+
+    ev = p.add_argument_group("evaluation")
+    ev.add_argument(
+        "--eval-every",
+        type=non_negative,
+        default=d.eval_every,
+        help="evaluate at step 0, every N steps and at the end (default 0: never)",
+    )
+    ev.add_argument("--eval-split", default=d.eval_split, help="split to evaluate (default %(default)s)")
+    ev.add_argument(
+        "--eval-samples",
+        type=positive,
+        default=d.eval_samples,
+        help="windows per source to evaluate (default %(default)s)",
+    )
+
+    out = p.add_argument_group("checkpoints and logs")
+    out.add_argument("--save", metavar="DIR", help="DeepSpeed checkpoints go here (with the data position)")
+    out.add_argument(
+        "--save-every",
+        type=non_negative,
+        default=d.save_every,
+        help="save every N steps (always at the end when --save is given)",
+    )
+    out.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --save")
+    out.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="resume although manifest, mixture, split or seq-len differ from the checkpoint's",
+    )
+    out.add_argument("--run-dir", help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)")
+    out.add_argument(
+        "--log-every", type=positive, default=d.log_every, help="log every N steps (default %(default)s)"
+    )
+    out.add_argument(
+        "--log-samples",
+        action="store_true",
+        help="write each rank's sample positions, windows and checksums to RUN_DIR/samples-rankR.jsonl",
+    )
+    # the deepspeed launcher and torch.distributed.launch pass this; LOCAL_RANK in the environment says the same
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def parse(argv: list[str]) -> TrainArgs:
+    ns = vars(parser().parse_args(argv))
+    names = {f.name for f in fields(TrainArgs)}
+    return TrainArgs(**{k: v for k, v in ns.items() if k in names})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``tokshard train``; TokshardError propagates (the caller prints it as one line)."""
+    from trainer.loop import train
+
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    train(args)
+    return 0

@@ -1,0 +1,194 @@
+"""Fixed windows over each source's token stream, read straight from the memory-mapped shards.
+
+For one source and split, the manifest lists shards whose concatenation (in manifest order)
+is the source's token stream. ``TokenStream`` joins them *logically*: cumulative token counts
+from the manifest say which shard holds a position, so opening a stream costs one ``stat``
+per shard (the size check) and nothing per token or per document. Window ``i`` is
+``stream[i * seq_len : i * seq_len + seq_len + 1]`` (inputs plus the next-token targets, as
+nanoGPT reads them); a window may run across a shard boundary.
+
+``check_manifest`` is the trainer's guard: dtype, vocabulary against the model, and shard
+sizes (stat only), or with ``verify=True`` also the content hashes and ``.idx``/``.bin`` agreement.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.errors import TokshardError
+from pipeline.manifest import Manifest, ShardEntry
+from pipeline.shard_reader import DTYPES, HEADER, Shard, token_dtype
+
+
+class TokenStream:
+    """The shards of one (source, split) read as one long array of tokens."""
+
+    def __init__(self, source: str, split: str, shards: list[ShardEntry], dtype: str) -> None:
+        if not shards:
+            raise TokshardError(f"source {source!r} has no {split!r} shards")
+        self.source = source
+        self.split = split
+        self.dtype = dtype
+        self.paths = [s.bin_path for s in shards]
+        ends = np.cumsum([s.tokens for s in shards], dtype=np.int64)
+        self.starts = [0, *ends[:-1].tolist()]
+        self.tokens = int(ends[-1])
+        self._arrays: dict[int, np.ndarray] = {}
+
+    def _array(self, i: int) -> np.ndarray:
+        """Shard ``i`` as a plain ndarray view of its memory map (opened on first use)."""
+        arr = self._arrays.get(i)
+        if arr is None:
+            arr = self._arrays[i] = np.asarray(Shard(self.paths[i], self.dtype).tokens)
+        return arr
+
+    def read_into(self, out: np.ndarray, start: int) -> None:
+        """Copy ``len(out)`` tokens from position ``start`` into ``out`` (any integer dtype)."""
+        n = len(out)
+        i = bisect.bisect_right(self.starts, start) - 1
+        done = 0
+        while done < n:
+            arr = self._array(i)
+            lo = start + done - self.starts[i]
+            take = min(n - done, len(arr) - lo)
+            out[done : done + take] = arr[lo : lo + take]
+            done += take
+            i += 1
+
+    def read(self, start: int, n: int) -> np.ndarray:
+        out = np.empty(n, dtype=np.int64)
+        self.read_into(out, start)
+        return out
+
+
+class WindowDataset:
+    """Windows of ``seq_len + 1`` tokens over several sources' streams of one split."""
+
+    def __init__(self, manifest: Manifest, split: str, seq_len: int, sources: Iterable[str] | None = None):
+        self.split = split
+        self.seq_len = seq_len
+        names = list(sources) if sources is not None else sources_with_split(manifest, split)
+        self.streams = [TokenStream(n, split, manifest.select(n, split), manifest.dtype) for n in names]
+        self.sources = names
+        self.windows = [(s.tokens - 1) // seq_len for s in self.streams]
+        for stream, count in zip(self.streams, self.windows, strict=True):
+            if count < 1:
+                raise TokshardError(
+                    f"source {stream.source!r} split {split!r} has {stream.tokens} tokens, fewer than "
+                    f"one window of --seq-len {seq_len} + 1; use a shorter --seq-len"
+                )
+
+    def read_into(self, out: np.ndarray, source: int, window: int) -> None:
+        self.streams[source].read_into(out, window * self.seq_len)
+
+    def batch(self, sources: np.ndarray, windows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``(source, window)`` as an int64 array ``[len(windows), seq_len + 1]``."""
+        if out is None:
+            out = np.empty((len(windows), self.seq_len + 1), dtype=np.int64)
+        for row, (s, w) in enumerate(zip(sources.tolist(), windows.tolist(), strict=True)):
+            self.streams[s].read_into(out[row], w * self.seq_len)
+        return out
+
+
+def sources_with_split(manifest: Manifest, split: str) -> list[str]:
+    return [name for name in manifest.sources() if manifest.select(name, split)]
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What the model can take: embedding rows and positions."""
+
+    name: str
+    vocab_size: int
+    max_seq_len: int
+
+
+def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify: bool = False) -> None:
+    """Refuse data the model cannot train on, before any process group or model exists."""
+    where = manifest.path
+    if manifest.dtype not in DTYPES:
+        raise TokshardError(f"{where}: dtype {manifest.dtype!r} is not one of {sorted(DTYPES)}")
+    if manifest.vocab_size > limits.vocab_size:
+        need = -(-manifest.vocab_size // 64) * 64
+        raise TokshardError(
+            f"{where}: the tokenizer has {manifest.vocab_size} ids but model {limits.name} embeds only "
+            f"{limits.vocab_size}; pass --vocab-size {need} or choose a model with a larger vocabulary"
+        )
+    if seq_len > limits.max_seq_len:
+        raise TokshardError(
+            f"--seq-len {seq_len} exceeds model {limits.name}'s {limits.max_seq_len} positions; "
+            f"use --seq-len {limits.max_seq_len} or less"
+        )
+    if not manifest.shards:
+        raise TokshardError(f"{where}: the manifest lists no shards")
+    itemsize = token_dtype(manifest.dtype).itemsize
+    first_of_stream: set[tuple[str, str]] = set()
+    for entry in manifest.shards:
+        check_shard_size(entry, manifest.dtype, itemsize)
+        if (entry.source, entry.split) not in first_of_stream:
+            first_of_stream.add((entry.source, entry.split))
+            check_index_dtype(entry, manifest.dtype)
+    if verify:
+        verify_shards(manifest)
+
+
+def check_shard_size(entry: ShardEntry, dtype: str, itemsize: int) -> None:
+    if entry.bytes != entry.tokens * itemsize:
+        raise TokshardError(
+            f"{entry.bin_path}: manifest says {entry.tokens} tokens in {entry.bytes} bytes, which is not "
+            f"{dtype}; the manifest is damaged, re-run `tokshard prepare`"
+        )
+    try:
+        size = entry.bin_path.stat().st_size
+    except OSError as exc:
+        raise TokshardError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
+    if size == entry.bytes:
+        return
+    for other, (np_dtype, _) in DTYPES.items():
+        if other != dtype and size == entry.tokens * np_dtype.itemsize:
+            raise TokshardError(
+                f"{entry.bin_path}: holds {other} tokens but the manifest says {dtype}; "
+                "the shards and manifest come from different runs, re-run `tokshard prepare`"
+            )
+    raise TokshardError(
+        f"{entry.bin_path}: {size} bytes on disk, the manifest says {entry.bytes}; the shard was changed "
+        "or truncated after prepare, re-run `tokshard prepare` (or `tokshard verify` to see all faults)"
+    )
+
+
+def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
+    """Read only the .idx header: its dtype code must be the manifest's dtype."""
+    try:
+        with open(entry.idx_path, "rb") as f:
+            head = f.read(HEADER.size)
+    except OSError as exc:
+        raise TokshardError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
+    if len(head) < HEADER.size:
+        raise TokshardError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`")
+    code = HEADER.unpack(head)[2]
+    if code != DTYPES[dtype][1]:
+        found = next((name for name, (_, c) in DTYPES.items() if c == code), f"code {code}")
+        raise TokshardError(
+            f"{entry.idx_path}: index says {found} tokens but the manifest says {dtype}; "
+            "the shards and manifest come from different runs, re-run `tokshard prepare`"
+        )
+
+
+def verify_shards(manifest: Manifest) -> None:
+    """``--verify``: re-hash every shard and check each .idx against its .bin."""
+    from pipeline.shard_writer import file_hash  # xxhash: only needed when verifying
+
+    for entry in manifest.shards:
+        for path, want in ((entry.bin_path, entry.hash), (entry.idx_path, entry.idx_hash)):
+            got = file_hash(path)
+            if got != want:
+                raise TokshardError(
+                    f"{path}: content hash {got} differs from the manifest's {want}; re-run `tokshard prepare`"
+                )
+        problems = Shard(entry.bin_path, manifest.dtype).problems(manifest.eos_id)
+        if problems:
+            raise TokshardError(problems[0])

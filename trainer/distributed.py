@@ -1,0 +1,71 @@
+"""One process group for every way of starting: plain ``python``, ``deepspeed``, ``torchrun``.
+
+Launchers set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``; a plain
+single process gets the same defaults here (a free local port), so there is one code path.
+CPU runs use gloo, GPUs nccl.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_MPI_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def single_process_env() -> None:
+    """Give a process started without a launcher the environment of a world of one."""
+    if "RANK" in os.environ or any(k in os.environ for k in _MPI_ENV):
+        return  # a launcher (or mpirun, which DeepSpeed discovers itself) set it up
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def init(cuda: bool) -> Dist:
+    single_process_env()
+    import deepspeed
+    from deepspeed.utils import logger
+
+    logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
+    if not cuda:
+        # the shared-memory all-reduce is a JIT-compiled extension (a minute) that gloo does not need
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)  # before the process group, so NCCL binds this GPU
+    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    rank = torch.distributed.get_rank()
+    world = torch.distributed.get_world_size()
+    return Dist(rank, world, local_rank, device)
+
+
+def broadcast(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,266 @@
+"""DeepSpeed JSON configs as users write them: read, fill ``"auto"``, guard precision.
+
+``"auto"`` is resolved the way the Transformers + DeepSpeed integration does, from the command
+line (``--global-batch``, ``--micro-batch``, ``--grad-accum``, ``--lr``, ``--warmup``, ``--steps``) and the
+model's width, so the recipes written for ``transformers.Trainer`` run unchanged. Values a
+config spells out win over command-line defaults; a flag given explicitly wins over both.
+Without ``--deepspeed`` the config is ``default_config()``: ZeRO 0, AdamW, warmup + cosine,
+gradient clipping 1.0, bf16 on GPUs that have it and fp32 elsewhere.
+
+Adam/AdamW without optimizer offload runs as torch's AdamW (fused on GPUs) unless the config
+says ``"torch_adam": false``: same algorithm, no JIT build of DeepSpeed's FusedAdam. With
+``offload_optimizer`` DeepSpeed's CPUAdam is used, as DeepSpeed requires.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import TokshardError
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Command-line values for the config: ``None`` means "not given on the command line"."""
+
+    steps: int
+    global_batch: int | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    lr: float | None = None
+    warmup: int | None = None
+    weight_decay: float | None = None
+    grad_clip: float | None = None
+
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, min(100, self.steps // 10))
+
+
+DEFAULT_MICRO_BATCH = 8
+DEFAULT_LR = 6e-4
+DEFAULT_BETAS = [0.9, 0.95]
+DEFAULT_WEIGHT_DECAY = 0.1
+DEFAULT_GRAD_CLIP = 1.0
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        cfg = json.loads(p.read_text())
+    except OSError as exc:
+        raise TokshardError(f"--deepspeed {p}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise TokshardError(f"--deepspeed {p}: not valid JSON ({exc})") from exc
+    if not isinstance(cfg, dict):
+        raise TokshardError(f"--deepspeed {p}: a DeepSpeed config is a JSON object")
+    return cfg
+
+
+def default_config(bf16: bool) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": AUTO,
+        "gradient_accumulation_steps": AUTO,
+        "gradient_clipping": AUTO,
+        "bf16": {"enabled": bf16},
+        "zero_optimization": {"stage": 0},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": AUTO, "betas": AUTO, "eps": 1e-8, "weight_decay": AUTO},
+        },
+        "scheduler": {
+            "type": "WarmupCosineLR",
+            "params": {
+                "total_num_steps": AUTO,
+                "warmup_num_steps": AUTO,
+                "warmup_type": "linear",
+                "cos_min_ratio": 0.1,
+            },
+        },
+    }
+
+
+def precision(cfg: dict[str, Any]) -> str:
+    fp16 = _enabled(cfg.get("fp16"))
+    bf16 = _enabled(cfg.get("bf16")) or _enabled(cfg.get("bfloat16"))
+    if fp16 is True and bf16 is True:
+        raise TokshardError("the DeepSpeed config enables both fp16 and bf16; keep one")
+    return "fp16" if fp16 is True else "bf16" if bf16 is True else "fp32"
+
+
+def _enabled(section: Any) -> bool | str | None:
+    if not isinstance(section, dict):
+        return None
+    return section.get("enabled", False)
+
+
+def check_precision(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> None:
+    """Refuse a precision this machine cannot run, saying what to use instead."""
+    mode = precision(cfg)
+    if mode == "fp16" and not cuda:
+        raise TokshardError(
+            "the DeepSpeed config enables fp16, which needs a CUDA GPU and this machine has none; "
+            'set "fp16": {"enabled": false} and use "bf16": {"enabled": true}, or neither for fp32'
+        )
+    if mode == "bf16" and cuda and not bf16_supported:
+        raise TokshardError(
+            "the DeepSpeed config enables bf16, which this GPU does not support (it needs Ampere or newer); "
+            'set "bf16": {"enabled": false} and use "fp16": {"enabled": true}'
+        )
+
+
+def resolve(
+    user: dict[str, Any],
+    knobs: Knobs,
+    *,
+    world: int,
+    cuda: bool,
+    bf16_supported: bool,
+    hidden_size: int,
+) -> dict[str, Any]:
+    """A complete config for ``deepspeed.initialize``: batch sizes consistent, no ``auto`` left."""
+    cfg = copy.deepcopy(user)
+    micro, accum, total = _batch(cfg, knobs, world)
+    cfg["train_micro_batch_size_per_gpu"] = micro
+    cfg["gradient_accumulation_steps"] = accum
+    cfg["train_batch_size"] = total
+    if knobs.grad_clip is not None or cfg.get("gradient_clipping") == AUTO:
+        cfg["gradient_clipping"] = knobs.grad_clip if knobs.grad_clip is not None else DEFAULT_GRAD_CLIP
+    for key, value in (("fp16", False), ("bf16", cuda and bf16_supported)):
+        if isinstance(cfg.get(key), dict) and cfg[key].get("enabled") == AUTO:
+            cfg[key]["enabled"] = value
+    _optimizer(cfg, knobs, cuda)
+    _scheduler(cfg, knobs)
+    _zero(cfg, hidden_size)
+    cfg.setdefault("steps_per_print", 1 << 30)  # we log every step ourselves
+    leftover = list(_autos(cfg))
+    if leftover:
+        raise TokshardError(
+            f"the DeepSpeed config has 'auto' where tokshard cannot fill it in: {', '.join(leftover)}; "
+            "write a value there"
+        )
+    return cfg
+
+
+def _positive_int(cfg: dict[str, Any], key: str) -> int | None:
+    value = cfg.get(key)
+    if value is None or value == AUTO:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise TokshardError(f"the DeepSpeed config's {key} must be a positive integer, not {value!r}")
+    return value
+
+
+def _batch(cfg: dict[str, Any], knobs: Knobs, world: int) -> tuple[int, int, int]:
+    """DeepSpeed's rule: train_batch_size = micro * accumulation * data-parallel ranks."""
+    total = knobs.global_batch or _positive_int(cfg, "train_batch_size")
+    micro = knobs.micro_batch or _positive_int(cfg, "train_micro_batch_size_per_gpu")
+    accum = knobs.grad_accum or _positive_int(cfg, "gradient_accumulation_steps")
+    if total is not None:
+        if micro is None and accum is None:
+            accum = 1
+        if micro is None:
+            micro, rest = divmod(total, accum * world)
+            if rest or micro < 1:
+                raise TokshardError(
+                    f"train_batch_size {total} does not split into {accum} accumulation steps on "
+                    f"{world} ranks; change train_batch_size or --grad-accum"
+                )
+        if accum is None:
+            accum, rest = divmod(total, micro * world)
+            if rest or accum < 1:
+                raise TokshardError(
+                    f"train_batch_size {total} is not a multiple of micro-batch {micro} x {world} ranks; "
+                    "change train_batch_size or --micro-batch"
+                )
+        if micro * accum * world != total:
+            raise TokshardError(
+                f"train_batch_size {total} != micro-batch {micro} x accumulation {accum} x {world} ranks"
+            )
+        return micro, accum, total
+    micro = micro or DEFAULT_MICRO_BATCH
+    accum = accum or 1
+    return micro, accum, micro * accum * world
+
+
+def _optimizer(cfg: dict[str, Any], knobs: Knobs, cuda: bool) -> None:
+    opt = cfg.get("optimizer")
+    if opt is None:
+        return
+    params = opt.setdefault("params", {})
+    fill = {
+        "lr": knobs.lr if knobs.lr is not None else DEFAULT_LR,
+        "betas": DEFAULT_BETAS,
+        "eps": 1e-8,
+        "weight_decay": knobs.weight_decay if knobs.weight_decay is not None else DEFAULT_WEIGHT_DECAY,
+    }
+    for key, value in fill.items():
+        if params.get(key) == AUTO:
+            params[key] = value
+    if knobs.lr is not None:
+        params["lr"] = knobs.lr
+    if knobs.weight_decay is not None:
+        params["weight_decay"] = knobs.weight_decay
+    offload = (cfg.get("zero_optimization") or {}).get("offload_optimizer") or {}
+    offloaded = offload.get("device") in ("cpu", "nvme") or (cfg.get("zero_optimization") or {}).get(
+        "cpu_offload"
+    )
+    if not offloaded and str(opt.get("type", "")).lower() in ("adam", "adamw") and "torch_adam" not in params:
+        # DeepSpeed's FusedAdam is compiled on first use (minutes, and nvcc must be installed);
+        # torch's AdamW is the same algorithm, fused on GPUs. "torch_adam": false keeps FusedAdam.
+        params["torch_adam"] = True
+        if cuda:
+            params.setdefault("fused", True)
+
+
+def _scheduler(cfg: dict[str, Any], knobs: Knobs) -> None:
+    sched = cfg.get("scheduler")
+    if sched is None:
+        return
+    params = sched.setdefault("params", {})
+    lr = knobs.lr if knobs.lr is not None else (cfg.get("optimizer") or {}).get("params", {}).get("lr")
+    fill = {
+        "total_num_steps": knobs.steps,
+        "warmup_num_steps": knobs.warmup_steps(),
+        "warmup_min_lr": 0,
+        "warmup_max_lr": lr if lr is not None else DEFAULT_LR,
+    }
+    for key, value in fill.items():
+        if params.get(key) == AUTO:
+            params[key] = value
+    if knobs.warmup is not None and "warmup_num_steps" in params:
+        params["warmup_num_steps"] = knobs.warmup_steps()
+    if knobs.lr is not None and "warmup_max_lr" in params:
+        params["warmup_max_lr"] = knobs.lr
+    if sched.get("type") == "WarmupCosineLR" and params.get("warmup_num_steps") == 0:
+        params["warmup_num_steps"] = 1  # DeepSpeed's cosine schedule needs at least one
+
+
+def _zero(cfg: dict[str, Any], hidden: int) -> None:
+    zero = cfg.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return
+    fill = {
+        "reduce_bucket_size": hidden * hidden,
+        "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "stage3_param_persistence_threshold": 10 * hidden,
+    }
+    for key, value in fill.items():
+        if zero.get(key) == AUTO:
+            if hidden:
+                zero[key] = value
+            else:
+                del zero[key]  # DeepSpeed's default
+
+
+def _autos(obj: Any, path: str = "") -> list[str]:
+    if obj == AUTO:
+        return [path or "<root>"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _autos(v, f"{path}.{k}" if path else k)]
+    return []

@@ -1,0 +1,454 @@
+"""The training loop: manifest -> guards -> process group -> DeepSpeed engine -> steps.
+
+Everything that can be refused (manifest, model, config, resume) is checked before the
+process group or the model exists, so a user mistake costs a second, not a start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline import manifest as manifest_mod
+from pipeline.atomic import write_json
+from pipeline.errors import TokshardError
+from trainer import checkpoint, distributed, ds_config, models
+from trainer.data import WindowDataset, check_manifest, sources_with_split
+from trainer.metrics import MetricsLog
+from trainer.prefetch import Prefetcher
+from trainer.sampler import MixtureSampler, parse_mix, rank_positions
+
+DEFAULT_SEED = 1337
+
+
+@dataclass
+class TrainArgs:
+    manifest: str
+    deepspeed: str | None = None
+    model: str = "gpt2-124m"
+    vocab_size: int | None = None
+    seq_len: int = 1024
+    steps: int = 1000
+    stop_at: int | None = None
+    mix: str | None = None
+    train_split: str = "train"
+    eval_every: int = 0
+    eval_split: str = "validation"
+    eval_samples: int = 256
+    save: str | None = None
+    save_every: int = 0
+    resume: bool = False
+    allow_data_change: bool = False
+    seed: int | None = None
+    run_dir: str | None = None
+    log_every: int = 10
+    log_samples: bool = False
+    verify: bool = False
+    prefetch: int = 4
+    global_batch: int | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    lr: float | None = None
+    warmup: int | None = None
+    weight_decay: float | None = None
+    grad_clip: float | None = None
+
+
+@dataclass
+class Plan:
+    """What was settled before the process group: data, model spec, config, resume point."""
+
+    manifest: manifest_mod.Manifest
+    spec: models.ModelSpec
+    train_sources: list[str]
+    eval_set: WindowDataset | None
+    weights: dict[str, float]
+    user_config: dict[str, Any]
+    cuda: bool
+    bf16_supported: bool
+    seed: int
+    dataset: WindowDataset
+    sampler: MixtureSampler
+    identity: dict[str, Any]
+    save_dir: Path | None
+    resume_tag: str | None
+    saved_state: dict[str, Any] | None
+    allowed_changes: list[str]
+
+
+def prepare(args: TrainArgs) -> Plan:
+    """Every guard, in the order a user would want to hear about them."""
+    if args.stop_at is not None and args.stop_at > args.steps:
+        raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
+    manifest = manifest_mod.load(args.manifest)
+    spec = models.resolve(args.model, args.vocab_size)
+    check_manifest(manifest, spec.limits, args.seq_len, verify=args.verify)
+    train_sources = sources_with_split(manifest, args.train_split)
+    if not train_sources:
+        raise TokshardError(
+            f"{manifest.path}: no source has a {args.train_split!r} split (splits: "
+            f"{', '.join(manifest.splits())}); pass --train-split NAME"
+        )
+    eval_sources: list[str] = []
+    if args.eval_every:
+        eval_sources = sources_with_split(manifest, args.eval_split)
+        if not eval_sources:
+            raise TokshardError(
+                f"{manifest.path}: no {args.eval_split!r} split to evaluate on (splits: "
+                f"{', '.join(manifest.splits())}); pass --eval-split NAME, or --eval-every 0 to train "
+                "without evaluation"
+            )
+    weights = mixture(manifest, train_sources, args.train_split, args.mix)
+    cuda = torch.cuda.is_available()
+    bf16_supported = cuda and torch.cuda.is_bf16_supported()
+    user_config = (
+        ds_config.read(args.deepspeed) if args.deepspeed else ds_config.default_config(bf16=bf16_supported)
+    )
+    ds_config.check_precision(user_config, cuda, bf16_supported)
+    save_dir = Path(args.save) if args.save else None
+    seed = args.seed if args.seed is not None else DEFAULT_SEED
+    resume_tag = saved = None
+    allowed: list[str] = []
+    if args.resume:
+        if save_dir is None:
+            raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
+        resume_tag, saved = checkpoint.read_state(save_dir)
+        if args.seed is not None and args.seed != saved["seed"]:
+            raise TokshardError(
+                f"--seed {args.seed} differs from the checkpoint's {saved['seed']}: the seed fixes the sample "
+                "order, so a resume keeps it; drop --seed"
+            )
+        seed = saved["seed"]
+    elif save_dir is not None and checkpoint.latest_tag(save_dir):
+        raise TokshardError(
+            f"--save {save_dir} already holds checkpoints (latest: {checkpoint.latest_tag(save_dir)}); "
+            "pass --resume to continue that run, or choose another --save"
+        )
+    dataset = WindowDataset(manifest, args.train_split, args.seq_len, train_sources)
+    eval_set = WindowDataset(manifest, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
+    sampler = MixtureSampler(train_sources, dataset.windows, weights, seed)
+    identity = data_identity(args, manifest, sampler)
+    if saved is not None:
+        allowed = checkpoint.check_compatible(saved, {"data": identity}, args.allow_data_change)
+    return Plan(
+        manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
+        dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
+    )  # fmt: skip
+
+
+def mixture(
+    manifest: manifest_mod.Manifest, sources: list[str], split: str, mix: str | None
+) -> dict[str, float]:
+    """``--mix`` weights, or by default each source's share of the split's tokens."""
+    given = parse_mix(mix)
+    if given is None:
+        return {s: float(sum(e.tokens for e in manifest.select(s, split))) for s in sources}
+    unknown = sorted(set(given) - set(sources))
+    if unknown:
+        raise TokshardError(
+            f"--mix names {', '.join(unknown)}, which have no {split!r} split in the manifest "
+            f"(sources: {', '.join(sources)})"
+        )
+    return {s: given.get(s, 0.0) for s in sources}
+
+
+def data_identity(
+    args: TrainArgs, manifest: manifest_mod.Manifest, sampler: MixtureSampler
+) -> dict[str, Any]:
+    """What fixes the sample sequence; a resume must find the same (or be told it may differ)."""
+    return {
+        "manifest_fingerprint": manifest.fingerprint(),
+        "manifest": str(manifest.path),
+        "seq_len": args.seq_len,
+        "mix": sampler.weights(),
+        "train_split": args.train_split,
+    }
+
+
+def positions_plan(
+    samples: int, first_step: int, last_step: int, global_batch: int, accum: int, micro: int, dist
+) -> Iterator[np.ndarray]:
+    """Micro-batch positions of this rank for steps ``first_step+1 .. last_step``."""
+    for _ in range(first_step, last_step):
+        for m in range(accum):
+            yield rank_positions(samples, m, dist.rank, dist.world, micro)
+        samples += global_batch
+
+
+def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
+    """The resolved DeepSpeed config, the model and the engine; for a resume also the tag to
+    load (a universal checkpoint's when the number of ranks changed)."""
+    import deepspeed
+    from deepspeed.checkpoint.constants import (
+        UNIVERSAL_CHECKPOINT_INFO,
+        UNIVERSAL_CHECKPOINT_VERSION_KEY,
+        UNIVERSAL_CHECKPOINT_VERSION_VALUE,
+    )
+
+    knobs = ds_config.Knobs(
+        steps=args.steps,
+        global_batch=args.global_batch,
+        micro_batch=args.micro_batch,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup=args.warmup,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip,
+    )
+    config = ds_config.resolve(
+        plan.user_config,
+        knobs,
+        world=dist.world,
+        cuda=plan.cuda,
+        bf16_supported=plan.bf16_supported,
+        hidden_size=plan.spec.hidden_size,
+    )
+    load_tag = plan.resume_tag
+    if plan.resume_tag:
+        universal = checkpoint.universal_tag(
+            plan.save_dir, plan.resume_tag, dist.world, dist.rank, distributed.broadcast
+        )
+        if universal:
+            config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
+            load_tag = universal
+    torch.manual_seed(plan.seed)
+    model = plan.spec.build()  # whole on every rank; DeepSpeed partitions it (ZeRO-3 too)
+    # lets ds_to_universal convert our checkpoints (a resume on another number of ranks)
+    info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
+    setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
+    params = [p for p in model.parameters() if p.requires_grad]
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    return engine, config, load_tag
+
+
+def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, int]:
+    """Load the checkpoint; returns (samples consumed, step)."""
+    _, client = engine.load_checkpoint(str(plan.save_dir), tag=load_tag)
+    if client is None or checkpoint.CLIENT_KEY not in client:
+        raise TokshardError(f"--resume: {plan.save_dir / load_tag} holds no tokshard data position")
+    state = client[checkpoint.CLIENT_KEY]
+    samples, step = int(state["samples"]), int(state["step"])
+    for diff in plan.allowed_changes:
+        log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
+    if state["train_batch_size"] != engine.train_batch_size():
+        log.note(
+            f"global batch is {engine.train_batch_size()}, the checkpoint's was {state['train_batch_size']}: "
+            "the sample sequence continues exactly, grouped into steps differently"
+        )
+    log.note(f"resumed {load_tag} at step {step}, {samples:,} samples consumed")
+    return samples, step
+
+
+def train(args: TrainArgs) -> dict[str, Any]:
+    """Run (or continue) training; returns the last logged step's numbers."""
+    plan = prepare(args)
+    dist = distributed.init(plan.cuda)
+    engine, config, load_tag = build_engine(plan, args, dist)
+    micro = engine.train_micro_batch_size_per_gpu()
+    accum = engine.gradient_accumulation_steps()
+    global_batch = engine.train_batch_size()
+    run_dir = Path(
+        args.run_dir
+        or args.save
+        or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = MetricsLog(run_dir, dist.is_main, args.steps)
+    samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
+    if dist.is_main:
+        record = {
+            "args": asdict(args),
+            "world_size": dist.world,
+            "device": str(dist.device),
+            "model": plan.spec.name,
+            "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
+            "deepspeed_config": config,
+            "data": plan.identity,
+            "seed": plan.seed,
+            "start_step": step,
+            "start_samples": samples,
+        }
+        write_json(run_dir / "run.json", record)
+    end = min(args.stop_at or args.steps, args.steps)
+    if step >= end:
+        log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
+        log.close()
+        return {"step": step, "samples": samples}
+
+    prefetcher = Prefetcher(
+        plan.dataset,
+        plan.sampler,
+        positions_plan(samples, step, end, global_batch, accum, micro, dist),
+        dist.device,
+        depth=args.prefetch,
+        keep_host=args.log_samples,
+    )
+    eval_set = plan.eval_set
+    sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
+    tokens_per_step = global_batch * args.seq_len
+    t_begin = t_last = time.perf_counter()
+    wait_last, steps_since = 0.0, 0
+    last: dict[str, Any] = {}
+    log.note(
+        f"{plan.spec.name} on {dist.world} x {dist.device.type}, {ds_config.precision(config)}, "
+        f"ZeRO {(config.get('zero_optimization') or {}).get('stage', 0)}, global batch {global_batch} "
+        f"({micro} x {accum} x {dist.world}) x {args.seq_len} tokens; run dir {run_dir}"
+    )
+    try:
+        if eval_set is not None and step == 0:  # the baseline every later evaluation is read against
+            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+            log.eval(step=0, loss=mean, split=args.eval_split, sources=by_source)
+            t_begin = t_last = time.perf_counter()
+        while step < end:
+            engine.train()
+            step_loss = torch.zeros((), device=dist.device)
+            for m in range(accum):
+                batch = next(prefetcher)
+                loss = engine(batch.inputs, batch.targets)
+                engine.backward(loss)
+                engine.step()
+                step_loss += loss.detach().float()
+                if sample_log is not None:
+                    _log_samples(sample_log, step + 1, m, dist.rank, batch, plan.train_sources)
+            step += 1
+            samples += global_batch
+            steps_since += 1
+            if step % args.log_every == 0 or step == end:
+                now = time.perf_counter()
+                loss_value, wait_frac = _reduce(
+                    step_loss / accum, (prefetcher.wait_s - wait_last) / (now - t_last), dist
+                )
+                elapsed = now - t_begin
+                last = {
+                    "step": step,
+                    "loss": loss_value,
+                    "lr": float(engine.get_lr()[0]),
+                    "tokens_per_s": tokens_per_step * steps_since / (now - t_last),
+                    "samples": samples,
+                    "data_wait_frac": wait_frac,
+                    "elapsed_s": elapsed,
+                }
+                log.train(**last)
+                t_last, wait_last, steps_since = time.perf_counter(), prefetcher.wait_s, 0
+            if eval_set is not None and (step % args.eval_every == 0 or step == end):
+                t0 = time.perf_counter()
+                mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+                log.eval(step=step, loss=mean, split=args.eval_split, sources=by_source)
+                last["eval_loss"] = mean
+                t_last += time.perf_counter() - t0  # evaluation is not training time
+            if plan.save_dir is not None and (
+                step == end or (args.save_every and step % args.save_every == 0)
+            ):
+                t0 = time.perf_counter()
+                save(engine, plan, dist, step, samples, global_batch)
+                log.note(f"saved {plan.save_dir / checkpoint.tag_for(step)}")
+                t_last += time.perf_counter() - t0
+    finally:
+        prefetcher.close()
+        if sample_log is not None:
+            sample_log.close()
+        log.close()
+    return last
+
+
+def _reduce(loss: torch.Tensor, wait_frac: float, dist) -> tuple[float, float]:
+    """Mean loss over ranks and the slowest rank's data-wait fraction (two tiny collectives)."""
+    loss = loss.detach().float().reshape(1).clone()
+    wait = torch.tensor([wait_frac], device=loss.device)
+    if dist.world > 1:
+        torch.distributed.all_reduce(loss)
+        torch.distributed.all_reduce(wait, op=torch.distributed.ReduceOp.MAX)
+        loss /= dist.world
+    return float(loss.item()), float(wait.item())
+
+
+def _log_samples(f, step: int, micro_step: int, rank: int, batch, sources: list[str]) -> None:
+    d = batch.draws
+    f.write(
+        json.dumps(
+            {
+                "step": step,
+                "micro": micro_step,
+                "rank": rank,
+                "positions": d.positions.tolist(),
+                "sources": [sources[s] for s in d.sources.tolist()],
+                "windows": d.windows.tolist(),
+                "crc32": [zlib.crc32(row.tobytes()) for row in batch.host],
+            }
+        )
+        + "\n"
+    )
+
+
+def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, global_batch: int) -> None:
+    """A DeepSpeed checkpoint whose client_state carries the data position."""
+    tag = checkpoint.tag_for(step)
+    state = {
+        "step": step,
+        "samples": samples,
+        "seed": plan.seed,
+        "epochs": plan.sampler.epochs_at(samples),
+        "world_size": dist.world,
+        "train_batch_size": global_batch,
+        "model": plan.spec.name,
+        "data": plan.identity,
+    }
+    if dist.is_main:  # before DeepSpeed writes 'latest': a tag 'latest' names always has its state
+        (plan.save_dir / tag).mkdir(parents=True, exist_ok=True)
+        checkpoint.write_state(plan.save_dir, tag, state)
+    engine.save_checkpoint(str(plan.save_dir), tag=tag, client_state={checkpoint.CLIENT_KEY: state})
+
+
+def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:
+    """Evenly spaced windows of each source: the same set for every run and rank count."""
+    items = []
+    for s, n in enumerate(windows):
+        k = min(per_source, n)
+        items += [(s, int(w)) for w in np.unique(np.arange(k, dtype=np.int64) * n // k)]
+    return items
+
+
+@torch.no_grad()
+def evaluate(
+    engine, dataset: WindowDataset, per_source: int, micro: int, dist
+) -> tuple[float, dict[str, float]]:
+    """Mean next-token loss over the evaluation windows (per source too). Every rank runs the
+    same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs."""
+    items = eval_items(dataset.windows, per_source)
+    chunk = dist.world * micro
+    padded = items + [items[0]] * (-len(items) % chunk)
+    weight = np.array([1.0] * len(items) + [0.0] * (len(padded) - len(items)))
+    mine = list(range(dist.rank, len(padded), dist.world))
+    n_src = len(dataset.sources)
+    sums = torch.zeros(2 * n_src, dtype=torch.float64, device=dist.device)
+    engine.eval()
+    for i in range(0, len(mine), micro):
+        rows = mine[i : i + micro]
+        src = np.array([padded[r][0] for r in rows])
+        win = np.array([padded[r][1] for r in rows])
+        tokens = torch.from_numpy(dataset.batch(src, win)).to(dist.device)
+        logits = engine(tokens[:, :-1])
+        per_token = torch.nn.functional.cross_entropy(
+            logits.float().transpose(1, 2), tokens[:, 1:], reduction="none"
+        )
+        per_sample = per_token.mean(dim=1).double()
+        w = torch.from_numpy(weight[rows]).to(dist.device)
+        idx = torch.from_numpy(src).to(dist.device)
+        sums.index_add_(0, idx, per_sample * w)
+        sums.index_add_(0, idx + n_src, w)
+    if dist.world > 1:
+        torch.distributed.all_reduce(sums)
+    loss_sum, count = sums[:n_src].cpu(), sums[n_src:].cpu()
+    by_source = {s: float(loss_sum[i] / count[i]) for i, s in enumerate(dataset.sources)}
+    mean = float(loss_sum.sum() / count.sum())
+    return (mean if math.isfinite(mean) else float("inf")), by_source

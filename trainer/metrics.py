@@ -1,0 +1,85 @@
+"""The run's record: ``RUN_DIR/metrics.jsonl`` (one JSON object per line) and console lines.
+
+Written by rank 0 only, appended to (a resumed run continues the same file). ``tokshard plot``
+reads it. Keys:
+
+training line (every ``--log-every`` steps, and the last step)
+    ``step``            optimizer steps done (DeepSpeed's global step)
+    ``loss``            mean training loss over the step's samples, averaged over ranks
+    ``lr``              learning rate after the step
+    ``tokens_per_s``    trained tokens per second, all ranks, over the steps since the last line
+    ``samples``         samples consumed since the run began (the data position)
+    ``data_wait_frac``  share of wall time the loop waited for a batch since the last line
+                        (the slowest rank's)
+    ``elapsed_s``       seconds since this process started training
+
+evaluation line (at step 0 of a fresh run, every ``--eval-every`` steps, and the last step)
+    ``step``, ``eval_loss`` (mean over the split's evaluation windows), ``eval_ppl``
+    (``exp(eval_loss)``), ``split``, ``sources`` (loss per source)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path, enabled: bool, total_steps: int, out: TextIO | None = None) -> None:
+        self.enabled = enabled
+        self.total_steps = total_steps
+        self.path = run_dir / METRICS_FILE
+        self._file = open(self.path, "a") if enabled else None
+        self._out = out
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def _say(self, line: str) -> None:
+        if self.enabled:
+            print(line, file=self._out, flush=True)
+
+    def train(
+        self,
+        *,
+        step: int,
+        loss: float,
+        lr: float,
+        tokens_per_s: float,
+        samples: int,
+        data_wait_frac: float,
+        elapsed_s: float,
+    ) -> None:
+        self._write(
+            {
+                "step": step,
+                "loss": loss,
+                "lr": lr,
+                "tokens_per_s": tokens_per_s,
+                "samples": samples,
+                "data_wait_frac": data_wait_frac,
+                "elapsed_s": elapsed_s,
+            }
+        )
+        self._say(
+            f"step {step:>6}/{self.total_steps} | loss {loss:.4f} | lr {lr:.2e} | "
+            f"{tokens_per_s:,.0f} tok/s | samples {samples:,} | data wait {100 * data_wait_frac:.2f}%"
+        )
+
+    def eval(self, *, step: int, loss: float, split: str, sources: dict[str, float]) -> None:
+        ppl = math.exp(min(loss, 700.0))
+        self._write({"step": step, "eval_loss": loss, "eval_ppl": ppl, "split": split, "sources": sources})
+        self._say(f"eval {step:>6}/{self.total_steps} | {split} loss {loss:.4f} | ppl {ppl:,.2f}")
+
+    def note(self, line: str) -> None:
+        self._say(f"tokshard: {line}")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

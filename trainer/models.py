@@ -1,0 +1,100 @@
+"""``--model NAME``: a named size of our GPT, or ``hf:CONFIG`` for any Transformers causal LM.
+
+``hf:CONFIG`` takes a hub name (``hf:facebook/opt-350m``; only its config.json is fetched), a
+folder holding config.json, a config JSON file, or the name of one shipped in
+``trainer/configs/models`` (``hf:opt-125m``, ``hf:opt-350m``, ``hf:gpt-neo-2.7b``, offline); ``AutoModelForCausalLM.from_config`` builds
+it with fresh weights. Needs the optional extra: ``pip install 'tokshard[transformers]'``.
+The spec is resolved first (vocabulary, positions, width: cheap), so the manifest guards run
+before any weights are allocated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.errors import TokshardError
+from trainer.data import ModelLimits
+from trainer.model import GPT, SIZES, gpt_config
+
+HF_PREFIX = "hf:"
+#: Transformers configs shipped with tokshard: ``hf:opt-125m`` works offline
+SHIPPED = Path(__file__).resolve().parent / "configs" / "models"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    limits: ModelLimits
+    hidden_size: int
+    n_layer: int
+    hf_config: Any = None  # a transformers PretrainedConfig for hf: models
+
+    def build(self) -> nn.Module:
+        """The module DeepSpeed trains: ``forward(idx, targets) -> loss``."""
+        if self.hf_config is None:
+            return GPT(gpt_config(self.name, self.limits.vocab_size))
+        from transformers import AutoModelForCausalLM
+
+        return CausalLMWithLoss(AutoModelForCausalLM.from_config(self.hf_config))
+
+
+def resolve(name: str, vocab_size: int | None = None) -> ModelSpec:
+    """Look a model up by name without building it; ``vocab_size`` overrides its embedding."""
+    if name.startswith(HF_PREFIX):
+        return _hf_spec(name[len(HF_PREFIX) :], vocab_size)
+    if name not in SIZES:
+        raise TokshardError(
+            f"unknown --model {name!r}: use one of {', '.join(SIZES)} or hf:CONFIG "
+            "(a Transformers config: hub name, folder or config.json)"
+        )
+    cfg = gpt_config(name, vocab_size)
+    return ModelSpec(name, ModelLimits(name, cfg.vocab_size, cfg.block_size), cfg.n_embd, cfg.n_layer)
+
+
+def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
+    try:
+        from transformers import AutoConfig
+    except ImportError as exc:
+        raise TokshardError(
+            "--model hf:... needs Transformers: pip install 'tokshard[transformers]'"
+        ) from exc
+    shipped = SHIPPED / f"{source}.json"
+    local = Path(source).expanduser()
+    where = str(local) if local.exists() else str(shipped) if shipped.is_file() else source
+    try:
+        config = AutoConfig.from_pretrained(where)
+    except (OSError, ValueError) as exc:
+        raise TokshardError(f"--model hf:{source}: cannot load a Transformers config ({exc})") from exc
+    if vocab_size:
+        config.vocab_size = vocab_size
+    positions = _first(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+    hidden = _first(config, "hidden_size", "n_embd", "d_model")
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    name = f"{HF_PREFIX}{source}"
+    limits = ModelLimits(name, int(config.vocab_size), int(positions or 1 << 30))
+    return ModelSpec(name, limits, int(hidden or 0), int(layers or 0), hf_config=config)
+
+
+def _first(config: Any, *names: str) -> Any:
+    return next((getattr(config, n) for n in names if getattr(config, n, None)), None)
+
+
+class CausalLMWithLoss(nn.Module):
+    """A Transformers causal LM behind our ``forward(idx, targets)``: windows already hold the
+    shifted targets, so the loss is the plain cross-entropy of its logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.model(input_ids=idx, use_cache=False).logits
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
