@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
 
+from pipeline import recipe
 from pipeline.errors import TokshardError
 from pipeline.sources import SOURCE_TYPES, build_source
 from pipeline.sources.hub import locate_mirror
@@ -268,6 +269,45 @@ def test_mirror_may_be_the_repo_folder_or_a_folder_of_repos(mirror):
         TokshardError, match=r"mirror .*nowhere.* for dataset Salesforce/wikitext is not a folder"
     ):
         locate_mirror(str(root / "nowhere"), ".", "Salesforce/wikitext")
+
+
+def test_mirror_given_as_an_fsspec_url_reads_the_same_documents(mirror):
+    root, expected = mirror
+    src = source("cc_news", f"file://{root}", partition_bytes=1)
+    assert read_all(src) == expected["cc_news"]
+    assert src.origin()["mirror"] == f"file://{root}/vblagoje/cc_news"
+
+
+@pytest.mark.parametrize("name", ["wikitext-103", "wikitext-2", "cc-news", "bookcorpus", "opt-mix"])
+def test_bundled_recipes_name_the_hub_corpora_with_gpt2(name):
+    r = recipe.load(REPO / "manifests" / f"{name}.toml")
+    assert r.settings["tokenizer"] == "gpt2"
+    repos = {cfg["type"]: cfg["repo"] for cfg in r.sources.values()}
+    assert (
+        repos.items()
+        <= {
+            "wikitext": "Salesforce/wikitext",
+            "cc_news": "vblagoje/cc_news",
+            "bookcorpus": "bookcorpus/bookcorpus",
+        }.items()
+    )
+    assert len(repos) == (3 if name == "opt-mix" else 1)
+
+
+def test_mirror_paths_are_relative_to_the_recipe_or_to_where_the_command_runs(tmp_path, monkeypatch):
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "wiki.toml"
+    path.write_text('tokenizer = "gpt2"\n[sources.wiki]\ntype = "wikitext"\nmirror = "../hf-mirror"\n')
+    (tmp_path / "hf-mirror").mkdir()
+    in_recipe = build_source("wiki", recipe.load(path).sources["wiki"])
+    assert in_recipe.mirror_root == str(tmp_path / "hf-mirror")
+    monkeypatch.chdir(tmp_path)
+    on_command_line = recipe.load(REPO / "manifests" / "wikitext-2.toml", mirror="hf-mirror")
+    assert build_source("wiki", on_command_line.sources["wikitext"]).mirror_root == str(
+        tmp_path / "hf-mirror"
+    )
+    with pytest.raises(TokshardError, match="--mirror needs exactly one hub source, the recipe has 3"):
+        recipe.load(REPO / "manifests" / "opt-mix.toml", mirror="hf-mirror")
 
 
 def test_origin_pins_the_commit_a_downloaded_mirror_records(tmp_path, mirror):
