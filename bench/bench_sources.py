@@ -9,7 +9,8 @@ tokenizer: the ``wikitext`` source (parquet row groups -> lines -> articles) aga
 ``files`` source (one JSON object per article), alternating over several rounds. Both
 outputs must be identical. Reported: tokens/s of `prepare` (wall clock, planning
 included) and tokens per CPU-second of the workers and the driver together, which stays
-meaningful on a machine shared with other work.
+meaningful on a machine shared with other work; and, apart, the time to plan and read
+every document without encoding it (the source's own cost).
 
     python bench/bench_sources.py [--workers 2] [--rounds 4] [--data /work/bench-data/hub]
 """
@@ -117,6 +118,17 @@ def compressed_bytes(paths: list[Path]) -> int:
     return total
 
 
+def read_only(recipe: dict) -> tuple[float, int]:
+    """Seconds to plan and read every document of a recipe's one source, without encoding."""
+    from pipeline.sources import build_source
+
+    r = recipe_mod.from_dict(recipe, "bench")
+    started = time.perf_counter()
+    source = build_source("wiki", r.sources["wiki"])
+    chars = sum(len(rec.text) for part in source.partitions() for rec in source.read(part, None))
+    return time.perf_counter() - started, chars
+
+
 def run(recipe: dict, out: Path, client) -> tuple[float, float, dict]:
     """(wall seconds, CPU seconds of the workers and the driver, manifest) of one prepare."""
     shutil.rmtree(out, ignore_errors=True)
@@ -186,14 +198,16 @@ def main() -> None:
         for round_ in range(args.rounds):  # alternate the order: drift in machine load cancels
             for name in list(recipes)[:: 1 if round_ % 2 == 0 else -1]:
                 results[name].append(run(recipes[name], outs[name], client))
+    reading = {name: read_only(recipe) for name, recipe in recipes.items()}
     identical = np.array_equal(*(stream(out) for out in outs.values()))
     print(
         f"text: {text_bytes / 1e6:.1f} MB; workers: {args.workers}; rounds: {args.rounds}; identical: {identical}"
     )
     print(
-        "| source | partitions | documents | tokens | wall s (each round) | tokens/s (median) | tokens/CPU-s (median) |"
+        "| source | partitions | documents | tokens | wall s (each round) | tokens/s (median) "
+        "| tokens/CPU-s (median) | read only: s, MB/s |"
     )
-    print("|---|---:|---:|---:|---|---:|---:|")
+    print("|---|---:|---:|---:|---|---:|---:|---:|")
     wall, cpu = {}, {}
     for name, runs in results.items():
         m = runs[0][2]
@@ -204,7 +218,8 @@ def main() -> None:
         secs = ", ".join(f"{s:.1f}" for s, _, _ in runs)
         print(
             f"| {name} | {split['partitions']} | {m['totals']['documents']:,} | {tokens:,} | {secs} "
-            f"| {wall[name]:,.0f} | {cpu[name]:,.0f} |"
+            f"| {wall[name]:,.0f} | {cpu[name]:,.0f} | {reading[name][0]:.1f}, "
+            f"{reading[name][1] / reading[name][0] / 1e6:,.0f} |"
         )
     (a, b), (c, d) = wall.values(), cpu.values()
     print(f"wikitext / files: {b / a:.2f}x tokens/s, {d / c:.2f}x tokens/CPU-s")

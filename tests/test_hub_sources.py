@@ -502,3 +502,47 @@ def test_unreachable_hub_fails_fast_naming_the_repo(tmp_path, tokenizer_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tokshard: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
     assert "cannot reach the hub" in errors[0] and "vblagoje/cc_news" in errors[0] and "--mirror" in errors[0]
+
+
+def test_revision_lookup_retries_a_busy_hub_then_pins_the_commit(monkeypatch):
+    """A stand-in hub endpoint answers 503 twice, then the commit of `main`."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from huggingface_hub import constants
+
+    from pipeline.sources import hub
+
+    calls = []
+
+    class Busy(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if not self.path.startswith("/api/datasets/acme/notes/revision/main"):
+                self.send_error(404)  # anything else the client may ask on the side
+                return
+            calls.append(self.path)
+            busy = len(calls) <= 2
+            body = (
+                b'{"error": "busy"}' if busy else json.dumps({"id": "acme/notes", "sha": COMMIT_A}).encode()
+            )
+            self.send_response(503 if busy else 200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "PIN_RETRY_WAITS", (0.05, 0.05, 0.05))
+    try:
+        pinned = hub.pin("acme/notes", "main", None)
+    finally:
+        server.shutdown()
+    assert (pinned.revision, pinned.requested_revision) == (COMMIT_A, "main")
+    assert len(calls) == 3
+    assert pinned.root == f"hf://datasets/acme/notes@{COMMIT_A}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import IO, Any
@@ -26,6 +27,9 @@ from pipeline.errors import TokshardError
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0
+#: waits before retrying a revision lookup that hit a timeout or a busy hub (429, 5xx)
+PIN_RETRY_WAITS = (1.0, 2.0, 4.0)
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _SHA = re.compile(r"[0-9a-f]{40}")
 _SPLIT_ORDER = ("train", "validation", "test")
 
@@ -113,6 +117,15 @@ def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | N
     return None
 
 
+def _transient(exc: BaseException) -> bool:
+    """A hub failure worth retrying: a timeout or a busy server (not offline, not refused)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, HfHubHTTPError):
+        return getattr(getattr(exc, "response", None), "status_code", None) in _TRANSIENT_STATUS
+    return "Timeout" in type(exc).__name__ or isinstance(exc, TimeoutError)
+
+
 def read_error(exc: BaseException, repo: Repo, rel: str) -> TokshardError:
     """Why one of a repo's files could not be read, as a user-facing error (raise it ``from exc``)."""
     if repo.mirror is None and (mapped := hub_error(exc, repo.repo, repo.revision)) is not None:
@@ -159,13 +172,18 @@ def pin(repo: str, revision: str, mirror: str | None) -> Repo:
         return Repo(repo, revision, revision, mirror)
     from huggingface_hub import HfApi
 
-    try:
-        sha = HfApi().dataset_info(repo, revision=revision, timeout=HUB_TIMEOUT).sha
-    except Exception as exc:
-        mapped = hub_error(exc, repo, revision)
-        if mapped is None:
-            raise
-        raise mapped from exc
+    for wait in (*PIN_RETRY_WAITS, None):
+        try:
+            sha = HfApi().dataset_info(repo, revision=revision, timeout=HUB_TIMEOUT).sha
+            break
+        except Exception as exc:
+            if wait is not None and _transient(exc):
+                time.sleep(wait)
+                continue
+            mapped = hub_error(exc, repo, revision)
+            if mapped is None:
+                raise
+            raise mapped from exc
     if not sha:
         raise TokshardError(f"the hub did not say which commit {repo}@{revision} is; pass a commit id")
     return Repo(repo, sha, revision)
