@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import time
 import tomllib
 from pathlib import Path
@@ -322,6 +323,22 @@ def test_origin_pins_the_commit_a_downloaded_mirror_records(tmp_path, mirror):
     assert all(p.spec["revision"] == COMMIT_A for p in src.partitions())
 
 
+def test_origin_pins_the_commit_checked_out_in_a_git_clone_mirror(tmp_path, mirror):
+    root, _ = mirror
+    repo_dir = tmp_path / "vblagoje" / "cc_news"
+    shutil.copytree(root / "vblagoje" / "cc_news", repo_dir)
+    git = ["git", "-C", str(repo_dir), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "data"], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert source("cc_news", repo_dir).origin()["revision"] == head
+    subprocess.run([*git, "pack-refs", "--all"], check=True)  # the ref now lives in .git/packed-refs
+    assert source("cc_news", repo_dir).origin()["revision"] == head
+
+
 def test_mirror_mixing_two_commits_is_refused(tmp_path, mirror):
     root, _ = mirror
     shutil.copytree(root / "Salesforce", tmp_path / "Salesforce")
@@ -346,12 +363,17 @@ def test_wrong_layout_names_the_file_and_the_missing_column(mirror):
         source("hf", root, repo="acme/notes").origin()
 
 
-def test_half_copied_mirror_file_is_refused_before_any_work(tmp_path, mirror):
+def test_half_copied_or_lfs_pointer_mirror_file_is_refused_before_any_work(tmp_path, mirror):
     root, _ = mirror
     shutil.copytree(root / "vblagoje", tmp_path / "vblagoje")
     victim = tmp_path / "vblagoje/cc_news/data/train-00001-of-00002.parquet"
     victim.write_bytes(victim.read_bytes()[:1000])
     with pytest.raises(TokshardError, match=r"train-00001-of-00002.parquet is not a readable parquet file"):
+        source("cc_news", tmp_path).partitions()
+    victim.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1000\n")
+    with pytest.raises(
+        TokshardError, match=r"train-00001-of-00002.parquet is a git-lfs pointer, not the file"
+    ):
         source("cc_news", tmp_path).partitions()
 
 
@@ -398,6 +420,7 @@ def test_prepare_matches_the_plain_tokenizer_per_source_and_split(
     assert origin["repo"] == "Salesforce/wikitext" and origin["mirror"] == str(
         root / "Salesforce" / "wikitext"
     )
+    assert origin["revision"] == origin["requested_revision"] == "main"  # a mirror that records no commit
 
 
 def test_resume_keeps_the_recorded_commit_and_refuses_a_moved_mirror(

@@ -32,6 +32,7 @@ PIN_RETRY_WAITS = (1.0, 2.0, 4.0)
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _SHA = re.compile(r"[0-9a-f]{40}")
 _SPLIT_ORDER = ("train", "validation", "test")
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 
 
 def is_commit(revision: str) -> bool:
@@ -418,15 +419,18 @@ class FileLayout:
 def file_layout(repo: Repo, rel: str) -> FileLayout:
     import pyarrow.parquet as pq
 
-    try:
-        with repo.open(rel) as f:
+    with repo.open(rel) as f:
+        try:
             meta = pq.ParquetFile(f).metadata
             size = f.seek(0, 2)
             schema = meta.schema.to_arrow_schema()
-    except TokshardError:
-        raise
-    except Exception as exc:
-        raise read_error(exc, repo, rel) from exc
+        except Exception as exc:
+            f.seek(0)
+            if f.read(len(_LFS_POINTER)) == _LFS_POINTER:
+                raise TokshardError(
+                    f"{repo.url(rel)} is a git-lfs pointer, not the file; run `git lfs pull` in the mirror"
+                ) from exc
+            raise read_error(exc, repo, rel) from exc
     rows, nbytes = [], []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
