@@ -18,6 +18,7 @@ compared on resume) and those that only decide how the run goes (workers, encode
 from __future__ import annotations
 
 import copy
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,7 +143,8 @@ def _apply_mirror(sources_raw: Any, mirror: str, where: str) -> None:
             f"{where}: --mirror needs exactly one hub source, the recipe has {len(hub)}; "
             'set mirror = "..." in each [sources.NAME] table instead'
         )
-    sources_raw[hub[0]]["mirror"] = mirror
+    # relative to where the command runs, not to the recipe's folder
+    sources_raw[hub[0]]["mirror"] = mirror if "://" in mirror else os.path.abspath(os.path.expanduser(mirror))
 
 
 def _check_settings(settings: dict[str, Any], where: str) -> None:

@@ -6,9 +6,15 @@ from typing import Any
 
 from pipeline.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
+from pipeline.sources.bookcorpus import BookCorpusSource
+from pipeline.sources.cc_news import CCNewsSource
 from pipeline.sources.files import FilesSource
+from pipeline.sources.hf import HfSource
+from pipeline.sources.wikitext import WikiTextSource
 
-SOURCE_TYPES: dict[str, type[Source]] = {cls.type: cls for cls in (FilesSource,)}
+SOURCE_TYPES: dict[str, type[Source]] = {
+    cls.type: cls for cls in (FilesSource, WikiTextSource, CCNewsSource, BookCorpusSource, HfSource)
+}
 
 
 def source_class(type_name: Any, name: str, where: str) -> type[Source]:

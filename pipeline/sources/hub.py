@@ -1,0 +1,426 @@
+"""The hub machinery every hub source shares: pin a revision, find a repo's data files.
+
+A dataset repo is read through fsspec, either from the hub as ``hf://datasets/REPO@COMMIT``
+(huggingface_hub's HfFileSystem: byte ranges over HTTP, retried with backoff, the token
+from ``HF_TOKEN`` or ``hf auth login``) or from a *mirror*: a local folder or fsspec URL
+holding the repo's files at the same relative paths. After that, listing, parquet footers
+and row groups take one code path; only the file system differs.
+
+Pinning: a branch or tag is resolved to its commit once, when a run is planned, and every
+read names that commit, so one prepared dataset never mixes two upstream versions. A
+mirror made by ``hf download --local-dir`` or ``git clone`` records its commit, which is
+used (and checked) the same way; a mirror without such a record keeps the revision as
+given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import IO, Any
+from urllib.parse import quote
+
+from pipeline.errors import TokshardError
+
+#: seconds to wait for the hub's API before calling it unreachable
+HUB_TIMEOUT = 10.0
+_SHA = re.compile(r"[0-9a-f]{40}")
+_SPLIT_ORDER = ("train", "validation", "test")
+
+
+def is_commit(revision: str) -> bool:
+    return bool(_SHA.fullmatch(revision))
+
+
+def is_url(path: str) -> bool:
+    return "://" in path
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A dataset repo at a fixed revision, and the place its files are read from."""
+
+    repo: str
+    revision: str  # the commit when known, else the revision as requested
+    requested_revision: str
+    mirror: str | None = None  # the mirror folder holding the repo's files; None: the hub
+
+    @property
+    def root(self) -> str:
+        """fsspec URL (or local path) of the repo's top folder at this revision."""
+        if self.mirror is not None:
+            return self.mirror
+        return f"hf://datasets/{self.repo}@{quote(self.revision, safe='')}"
+
+    def url(self, rel: str) -> str:
+        return f"{self.root.rstrip('/')}/{rel}"
+
+    def describe(self) -> str:
+        rev = self.revision[:12] if is_commit(self.revision) else self.revision
+        where = f" (mirror {self.mirror})" if self.mirror else ""
+        return f"{self.repo}@{rev}{where}"
+
+    def open(self, rel: str) -> IO[bytes]:
+        """Open one of the repo's files for reading (byte ranges on demand, never a whole copy)."""
+        import fsspec
+
+        try:
+            if self.mirror is not None and not is_url(self.mirror):
+                return open(os.path.join(self.mirror, rel), "rb", buffering=1 << 20)
+            return fsspec.open(self.url(rel), "rb", block_size=8 << 20).open()
+        except Exception as exc:
+            raise read_error(exc, self, rel) from exc
+
+
+def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | None:
+    """A one-line, actionable error for a failed hub call, or None if it is not a hub failure."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    hint = f"set mirror = DIR in the recipe (or pass --mirror DIR) to read a local copy of {repo}"
+    if isinstance(exc, OfflineModeIsEnabled):
+        return TokshardError(
+            f"cannot reach the hub for dataset {repo}: offline mode (HF_HUB_OFFLINE); {hint}"
+        )
+    if isinstance(exc, GatedRepoError):
+        return TokshardError(
+            f"dataset {repo} is gated: accept its terms on huggingface.co and set HF_TOKEN; or {hint}"
+        )
+    if isinstance(exc, RepositoryNotFoundError):
+        return TokshardError(
+            f"dataset {repo} not found on the hub (a typo, or private: set HF_TOKEN); check repo = ..."
+        )
+    if isinstance(exc, RevisionNotFoundError):
+        return TokshardError(f"dataset {repo} has no revision {revision!r}; check revision = ...")
+    if isinstance(exc, HfHubHTTPError):
+        status = getattr(getattr(exc, "response", None), "status_code", "?")
+        return TokshardError(f"the hub answered HTTP {status} for dataset {repo}@{revision}; {hint}")
+    transport = type(exc).__module__.split(".")[0].startswith(("httpx", "requests", "urllib3"))
+    if transport or isinstance(exc, ConnectionError | TimeoutError):
+        from huggingface_hub import constants
+
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return TokshardError(
+            f"cannot reach the hub ({constants.ENDPOINT}) for dataset {repo}: {first_line}; {hint}"
+        )
+    return None
+
+
+def read_error(exc: BaseException, repo: Repo, rel: str) -> TokshardError:
+    """Why one of a repo's files could not be read, as a user-facing error (raise it ``from exc``)."""
+    if repo.mirror is None and (mapped := hub_error(exc, repo.repo, repo.revision)) is not None:
+        return TokshardError(f"{repo.url(rel)}: {mapped}")
+    if isinstance(exc, FileNotFoundError):
+        return TokshardError(f"{repo.url(rel)} is missing; restore the file (the run is pinned to it)")
+    name = type(exc).__name__
+    if name in ("ArrowInvalid", "ArrowIOError", "OSError") or isinstance(exc, OSError):
+        return TokshardError(
+            f"{repo.url(rel)} is not a readable parquet file ({str(exc).splitlines()[0] if str(exc) else name}); "
+            "a truncated or half-copied download? fetch it again"
+        )
+    return TokshardError(f"cannot read {repo.url(rel)}: {name}: {exc}")
+
+
+def locate_mirror(mirror: str, base_dir: str, repo: str) -> str:
+    """The folder holding ``repo``'s files: ``MIRROR/OWNER/NAME`` if that exists, else ``MIRROR``.
+
+    So one mirror folder can hold several repos side by side (``MIRROR/Salesforce/wikitext``,
+    ``MIRROR/vblagoje/cc_news``), or be the copy of one repo itself.
+    """
+    import fsspec
+
+    if not is_url(mirror):
+        mirror = os.path.abspath(os.path.join(base_dir, os.path.expanduser(mirror)))
+    fs, path = fsspec.core.url_to_fs(mirror)
+    try:
+        found = fs.isdir(path)
+    except Exception as exc:
+        raise TokshardError(f"cannot open mirror {mirror} for {repo}: {exc}") from exc
+    if not found:
+        raise TokshardError(
+            f"mirror {mirror} for dataset {repo} is not a folder; point it at a copy of the repo's files"
+        )
+    nested = f"{path.rstrip('/')}/{repo}"
+    if fs.isdir(nested):
+        path = nested
+    return fs.unstrip_protocol(path) if is_url(mirror) else path
+
+
+def pin(repo: str, revision: str, mirror: str | None) -> Repo:
+    """Fix the revision to read: the hub's commit for a branch or tag (one API call)."""
+    if mirror is not None:
+        return Repo(repo, revision, revision, mirror)
+    from huggingface_hub import HfApi
+
+    try:
+        sha = HfApi().dataset_info(repo, revision=revision, timeout=HUB_TIMEOUT).sha
+    except Exception as exc:
+        mapped = hub_error(exc, repo, revision)
+        if mapped is None:
+            raise
+        raise mapped from exc
+    if not sha:
+        raise TokshardError(f"the hub did not say which commit {repo}@{revision} is; pass a commit id")
+    return Repo(repo, sha, revision)
+
+
+def pin_mirror(repo: Repo, files: list[str]) -> Repo:
+    """Take the mirror's recorded commit, if it has one, and refuse a mirror of mixed commits."""
+    if repo.mirror is None:
+        return repo
+    commit = mirror_commit(repo, files)
+    if commit is None:
+        return repo
+    if is_commit(repo.requested_revision) and commit != repo.requested_revision:
+        raise TokshardError(
+            f"mirror {repo.mirror} holds {repo.repo} at commit {commit}, but the recipe asks for "
+            f"revision {repo.requested_revision}; update the mirror or the recipe"
+        )
+    return replace(repo, revision=commit)
+
+
+def mirror_commit(repo: Repo, files: list[str]) -> str | None:
+    """The commit a mirror's files come from: ``hf download --local-dir`` metadata, or git."""
+    import fsspec
+
+    assert repo.mirror is not None
+    fs, root = fsspec.core.url_to_fs(repo.mirror)
+    commits: dict[str | None, str] = {}
+    for rel in files:
+        meta = f"{root.rstrip('/')}/.cache/huggingface/download/{rel}.metadata"
+        try:
+            with fs.open(meta, "rt") as f:
+                commit: str | None = f.readline().strip() or None
+        except FileNotFoundError:
+            commit = None
+        commits.setdefault(commit, rel)
+    if len(commits) > 1:
+        shown = ", ".join(f"{c or 'no record'} ({rel})" for c, rel in commits.items())
+        raise TokshardError(
+            f"mirror {repo.mirror} mixes revisions of {repo.repo}: {shown}; "
+            f"download it again in one go (hf download {repo.repo} --repo-type dataset --local-dir ...)"
+        )
+    recorded = next(iter(commits), None)
+    if recorded is not None:
+        return recorded
+    return _git_head(fs, root) if fs.exists(f"{root.rstrip('/')}/.git") else None
+
+
+def _git_head(fs: Any, root: str) -> str | None:
+    """The commit checked out in a git clone of the repo (read from .git, no git needed)."""
+    git = f"{root.rstrip('/')}/.git"
+    try:
+        head = fs.cat_file(f"{git}/HEAD").decode().strip()
+        if not head.startswith("ref: "):
+            return head if is_commit(head) else None
+        ref = head[5:]
+        if fs.exists(f"{git}/{ref}"):
+            sha = fs.cat_file(f"{git}/{ref}").decode().strip()
+            return sha if is_commit(sha) else None
+        for line in fs.cat_file(f"{git}/packed-refs").decode().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == ref and is_commit(parts[0]):
+                return parts[0]
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+# --- data files ------------------------------------------------------------------------
+
+
+def list_data_files(
+    repo: Repo,
+    config: str | None,
+    data_files: dict[str, list[str]] | None,
+    splits: list[str] | None,
+) -> dict[str, list[str]]:
+    """The repo's parquet files per split, as paths relative to the repo, in reading order.
+
+    Where they are: ``data_files`` if the recipe names them; else the repo card's
+    ``configs`` (README.md YAML, what the hub's viewer and `datasets` read); else the
+    `datasets` library's default layout rules, inside the ``config`` folder if one is named.
+    """
+    from datasets.data_files import EmptyDatasetError, get_data_patterns, sanitize_patterns
+
+    root = repo.root.rstrip("/")
+    base = root
+    try:
+        if data_files:
+            patterns = sanitize_patterns(data_files)
+        else:
+            card = _card_config(repo, config)
+            if card is not None:
+                patterns = sanitize_patterns(card["data_files"])
+                if card.get("data_dir"):
+                    base = f"{root}/{card['data_dir']}"
+            else:
+                if config:
+                    base = f"{root}/{config}"
+                    _check_config_folder(repo, config)
+                patterns = get_data_patterns(base)
+    except EmptyDatasetError as exc:
+        raise TokshardError(f"{repo.describe()}: no data files found; check config = / data_files =") from exc
+    except TokshardError:
+        raise
+    except Exception as exc:
+        raise _listing_error(exc, repo) from exc
+    found = {str(split): _resolve(repo, base, pats) for split, pats in patterns.items()}
+    found = {s: f for s, f in found.items() if f}
+    if splits is not None:
+        missing = [s for s in splits if s not in found]
+        if missing:
+            raise TokshardError(
+                f"{repo.describe()}: no split {missing[0]!r} (splits: {', '.join(found) or 'none'}); "
+                "check splits = [...]"
+            )
+        found = {s: found[s] for s in splits}
+    if not found:
+        raise TokshardError(f"{repo.describe()}: no data files found; check config = / data_files =")
+    for split, files in found.items():
+        parquet = [f for f in files if f.endswith(".parquet")]
+        if not parquet:
+            kinds = sorted({os.path.splitext(f)[1] or f for f in files})
+            raise TokshardError(
+                f"{repo.describe()} split {split}: no parquet files (found {', '.join(kinds)}); hub sources "
+                'read parquet: try revision = "refs/convert/parquet" (the hub\'s parquet export)'
+            )
+        found[split] = parquet
+    order = {s: i for i, s in enumerate(_SPLIT_ORDER)}
+    return dict(sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
+    """Files matching any of ``patterns`` (relative to ``base``), relative to the repo root."""
+    import fsspec
+    from datasets.data_files import resolve_pattern
+
+    _, root_path = fsspec.core.url_to_fs(repo.root)
+    root_path = root_path.rstrip("/")
+    seen: dict[str, None] = {}
+    for pattern in patterns:
+        try:
+            matches = resolve_pattern(pattern, base)
+        except FileNotFoundError:
+            continue
+        except Exception as exc:
+            raise _listing_error(exc, repo) from exc
+        for url in sorted(matches):
+            _, path = fsspec.core.url_to_fs(url)
+            if not path.startswith(root_path + "/"):
+                raise TokshardError(f"{repo.describe()}: data file {url} lies outside the repo")
+            seen.setdefault(path[len(root_path) + 1 :])
+    return list(seen)
+
+
+def _listing_error(exc: BaseException, repo: Repo) -> TokshardError:
+    if repo.mirror is None and (mapped := hub_error(exc, repo.repo, repo.revision)) is not None:
+        return mapped
+    return TokshardError(f"cannot list the files of {repo.describe()}: {type(exc).__name__}: {exc}")
+
+
+def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
+    """The repo card's config entry (with data_files) for ``config``, if the card has one."""
+    import fsspec
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCard
+
+    fs, root = fsspec.core.url_to_fs(repo.root)
+    try:
+        with fs.open(f"{root.rstrip('/')}/README.md", "rt", encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        configs = MetadataConfigs.from_dataset_card_data(DatasetCard(text, ignore_metadata_errors=True).data)
+    except ValueError as exc:
+        raise TokshardError(f"{repo.describe()}: README.md has a malformed configs section ({exc})") from exc
+    if not configs:
+        return None
+    name = config
+    if name is None:
+        try:
+            name = configs.get_default_config_name()
+        except ValueError:
+            name = None
+        if name is None:
+            raise TokshardError(
+                f"{repo.describe()} has several configs ({', '.join(configs)}); pick one with config = ..."
+            )
+    if name not in configs:
+        raise TokshardError(
+            f"{repo.describe()} has no config {name!r} (configs: {', '.join(configs)}); check config = ..."
+        )
+    entry = configs[name]
+    return entry if entry.get("data_files") else None
+
+
+def _check_config_folder(repo: Repo, config: str) -> None:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(repo.root)
+    root = root.rstrip("/")
+    if not fs.isdir(f"{root}/{config}"):
+        folders = sorted(
+            os.path.basename(p.rstrip("/"))
+            for p in fs.ls(root, detail=False)
+            if fs.isdir(p) and not os.path.basename(p.rstrip("/")).startswith(".")
+        )
+        raise TokshardError(
+            f"{repo.describe()} has no config {config!r} (folders: {', '.join(folders) or 'none'}); "
+            "check config = ..."
+        )
+
+
+# --- parquet footers -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """What a parquet footer says about one data file (read with two small range reads)."""
+
+    path: str
+    size: int
+    row_group_rows: list[int]
+    row_group_bytes: list[int]
+    columns: dict[str, str]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.row_group_rows)
+
+
+def file_layout(repo: Repo, rel: str) -> FileLayout:
+    import pyarrow.parquet as pq
+
+    try:
+        with repo.open(rel) as f:
+            meta = pq.ParquetFile(f).metadata
+            size = f.seek(0, 2)
+            schema = meta.schema.to_arrow_schema()
+    except TokshardError:
+        raise
+    except Exception as exc:
+        raise read_error(exc, repo, rel) from exc
+    rows, nbytes = [], []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        rows.append(rg.num_rows)
+        nbytes.append(sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)))
+    columns = {field.name: str(field.type) for field in schema}
+    return FileLayout(rel, size, rows, nbytes, columns)
+
+
+def file_layouts(repo: Repo, files: list[str]) -> Iterator[FileLayout]:
+    """Footers of many files, fetched concurrently (each is a couple of small range reads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(files)))) as pool:
+        yield from pool.map(lambda rel: file_layout(repo, rel), files)

@@ -1,0 +1,356 @@
+"""Hub sources: documents assembled from consecutive rows of a repo's parquet files.
+
+A split's rows are numbered globally across its files, in order. A partition is a run of
+row groups of one file (at most ``partition_bytes`` compressed, so one Dask task per file
+or per slice of a large one); it owns exactly the documents whose *first* row lies in
+``[start, stop)`` and reads on past ``stop`` to finish its last one, like a line-aligned
+byte range. How rows become documents is the one thing each corpus defines
+(`HubSource.documents`); how far a document may reach past its partition is its
+``lookahead_rows``, so the plan can name the files a reader may need to continue into.
+
+Reading streams one row group at a time and only the needed columns: no worker holds a
+whole file, and each downloads only the row groups it encodes (plus the bit past the end
+that finishes its last document). A document's cursor is the global row just after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
+
+from pipeline.errors import TokshardError
+from pipeline.sources.base import Cursor, Partition, Record, Source
+from pipeline.sources.hub import (
+    FileLayout,
+    Repo,
+    file_layouts,
+    is_commit,
+    list_data_files,
+    locate_mirror,
+    mirror_commit,
+    pin,
+    pin_mirror,
+    read_error,
+)
+
+DEFAULT_PARTITION_BYTES = 64 << 20
+BATCH_ROWS = 4096
+_STRING_TYPES = ("string", "large_string")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Consecutive rows ``first``, ``first + 1``, ... of a split: one list per column."""
+
+    first: int
+    columns: list[list[Any]]
+    file: str
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A document (or a bad record) assembled from rows ``first`` .. ``end - 1``."""
+
+    text: str | None
+    first: int
+    end: int
+    file: str
+    bad: str | None = None
+
+
+class HubSource(Source):
+    """A dataset repo's splits, read at a pinned revision from the hub or a mirror."""
+
+    #: the repo when the recipe does not name one
+    repo: ClassVar[str | None] = None
+    #: columns a document is made from, read from every file (nothing else is downloaded)
+    columns: tuple[str, ...] = ("text",)
+    #: how many rows past its partition's end a document may reach
+    lookahead_rows: int = 0
+
+    defaults: ClassVar[dict[str, Any]] = {
+        "repo": None,
+        "config": None,
+        "revision": "main",
+        "splits": None,
+        "data_files": None,
+        "partition_bytes": DEFAULT_PARTITION_BYTES,
+        "mirror": None,
+        "base_dir": ".",
+    }
+    location_keys = frozenset({"mirror", "base_dir"})
+
+    def __init__(self, name: str, config: dict[str, Any]) -> None:
+        super().__init__(name, config)
+        self._planned: tuple[Repo, dict[str, list[FileLayout]]] | None = None
+
+    # --- recipe ------------------------------------------------------------------------
+
+    @classmethod
+    def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
+        cfg = super().normalize(name, raw, where)
+        table = f"{where}: [sources.{name}]"
+        cfg["repo"] = cfg["repo"] or cls.repo
+        if not isinstance(cfg["repo"], str) or cfg["repo"].count("/") != 1:
+            raise TokshardError(f'{table} needs repo = "OWNER/NAME" (a dataset repo on the hub)')
+        for key in ("config", "revision", "mirror"):
+            if cfg[key] is not None and not (isinstance(cfg[key], str) and cfg[key]):
+                raise TokshardError(f"{table} {key} must be a non-empty string")
+        if cfg["revision"] is None:
+            raise TokshardError(f'{table} revision must be a branch, tag or commit (default "main")')
+        splits = cfg["splits"]
+        if isinstance(splits, str):
+            splits = [splits]
+        if splits is not None and not (
+            isinstance(splits, list) and splits and all(isinstance(s, str) and s for s in splits)
+        ):
+            raise TokshardError(f'{table} splits must be a list of split names, e.g. ["train"]')
+        cfg["splits"] = splits
+        data_files = cfg["data_files"]
+        if data_files is not None:
+            if isinstance(data_files, str | list):
+                data_files = {"train": data_files}
+            if not isinstance(data_files, dict) or not data_files:
+                raise TokshardError(f'{table} data_files must map splits to globs, e.g. {{train = "data/*"}}')
+            cfg["data_files"] = {s: [p] if isinstance(p, str) else list(p) for s, p in data_files.items()}
+        pb = cfg["partition_bytes"]
+        if not isinstance(pb, int) or isinstance(pb, bool) or pb < 1:
+            raise TokshardError(f"{table} partition_bytes must be a positive integer")
+        return cfg
+
+    # --- where the files are -----------------------------------------------------------
+
+    @cached_property
+    def mirror_root(self) -> str | None:
+        """The folder of this run's mirror holding the repo, or None to read from the hub."""
+        mirror = self.config["mirror"]
+        return None if mirror is None else locate_mirror(mirror, self.config["base_dir"], self.config["repo"])
+
+    def at(self, revision: str) -> Repo:
+        """The repo at a planned revision, read from this run's mirror or from the hub."""
+        return Repo(self.config["repo"], revision, self.config["revision"], self.mirror_root)
+
+    def _plan(self) -> tuple[Repo, dict[str, list[FileLayout]]]:
+        """Pin the revision, list the split files, read their footers (once per instance)."""
+        if self._planned is None:
+            cfg = self.config
+            repo = pin(cfg["repo"], cfg["revision"], self.mirror_root)
+            files = list_data_files(repo, cfg["config"], cfg["data_files"], cfg["splits"])
+            repo = pin_mirror(repo, [f for split in files.values() for f in split])
+            layouts = {split: list(file_layouts(repo, paths)) for split, paths in files.items()}
+            for split_layouts in layouts.values():
+                for layout in split_layouts:
+                    self._check_columns(repo, layout)
+            self._planned = (repo, layouts)
+        return self._planned
+
+    def _check_columns(self, repo: Repo, layout: FileLayout) -> None:
+        for column in self.columns:
+            kind = layout.columns.get(column)
+            if kind is None:
+                raise TokshardError(
+                    f"{repo.url(layout.path)}: no column {column!r} (columns: {', '.join(layout.columns)}); "
+                    f"{self.column_hint()}"
+                )
+            if kind not in _STRING_TYPES:
+                raise TokshardError(f"{repo.url(layout.path)}: column {column!r} is {kind}, not text")
+
+    def column_hint(self) -> str:
+        return f"is this the {self.config['repo']} layout? check repo, config and mirror"
+
+    # --- Source API --------------------------------------------------------------------
+
+    def splits(self) -> list[str]:
+        return list(self._plan()[1])
+
+    def origin(self) -> dict[str, Any]:
+        repo, layouts = self._plan()
+        return {
+            "repo": repo.repo,
+            "config": self.config["config"],
+            "revision": repo.revision,
+            "requested_revision": repo.requested_revision,
+            "mirror": repo.mirror,
+            "files": [
+                {"split": split, "path": f.path, "size": f.size, "rows": f.rows}
+                for split, files in layouts.items()
+                for f in files
+            ],
+        }
+
+    def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
+        """A resume reads the recorded commit; a mirror must still hold exactly those files."""
+        revision = recorded_origin["revision"]
+        mirror = self.mirror_root
+        repo = self.at(revision)
+        if mirror is None:
+            if not is_commit(revision):
+                raise TokshardError(
+                    f"this run was planned on mirror {recorded_origin.get('mirror')} of {repo.repo}, which "
+                    "records no commit; resume it with that mirror (--mirror / mirror = ...)"
+                )
+            return
+        now = mirror_commit(repo, [f["path"] for f in recorded_origin["files"]])
+        if now is not None and now != revision:
+            raise TokshardError(
+                f"mirror {mirror} now holds {repo.repo} at {now}, this run is pinned to {revision}; "
+                "restore that commit in the mirror, or start over with a new --out"
+            )
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(mirror)
+        for entry in recorded_origin["files"]:
+            path = f"{root.rstrip('/')}/{entry['path']}"
+            try:
+                size = fs.size(path)
+            except FileNotFoundError as exc:
+                raise TokshardError(
+                    f"{repo.url(entry['path'])} is gone since this run started; restore it"
+                ) from exc
+            if size != entry["size"]:
+                raise TokshardError(
+                    f"{repo.url(entry['path'])} changed since this run started ({entry['size']} -> {size} "
+                    "bytes); restore it, or start over with a new --out"
+                )
+
+    def partitions(self) -> list[Partition]:
+        repo, layouts = self._plan()
+        parts: list[Partition] = []
+        for split, files in layouts.items():
+            firsts = [0]
+            for f in files:
+                firsts.append(firsts[-1] + f.rows)
+            index = 0
+            for i, f in enumerate(files):
+                for g0, g1 in _row_group_runs(f.row_group_bytes, self.config["partition_bytes"]):
+                    start = firsts[i] + sum(f.row_group_rows[:g0])
+                    stop = firsts[i] + sum(f.row_group_rows[: g1 + 1])
+                    tail, split_end = _tail(files, firsts, i, stop, self.lookahead_rows)
+                    spec = {
+                        "revision": repo.revision,
+                        "file": f.path,
+                        "file_first": firsts[i],
+                        "row_groups": [g0, g1],
+                        "start": start,
+                        "stop": stop,
+                        "tail": tail,
+                        "split_end": split_end,
+                    }
+                    key = f"{repo.repo}@{repo.revision}:{f.path}#rg{g0}-{g1}"
+                    nbytes = max(1, sum(f.row_group_bytes[g0 : g1 + 1]))
+                    parts.append(Partition(self.name, split, index, key, nbytes, spec))
+                    index += 1
+        return parts
+
+    def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
+        spec = partition.spec
+        start, stop = spec["start"], spec["stop"]
+        begin = cursor["row"] if cursor else start
+        if begin >= stop and cursor:
+            return
+        repo = self.at(spec["revision"])
+        aligned = cursor is not None or start == 0
+        rows = self._rows(repo, spec, begin, partition)
+        span = max(1, stop - start)
+        for doc in self.documents(rows, begin, aligned, stop):
+            where = f"{repo.describe()} {doc.file} row {doc.first}"
+            progress = partition.size * min(span, doc.end - start) // span
+            yield Record(doc.text, {"row": doc.end}, where, doc.bad, progress)
+
+    def documents(self, rows: Iterator[Rows], begin: int, aligned: bool, stop: int) -> Iterator[Doc]:
+        """Documents starting at rows ``>= begin`` and ``< stop``; the default: one per row.
+
+        ``aligned`` says a document starts at ``begin`` (the split's start or a cursor);
+        otherwise a corpus whose documents span rows looks for the first start itself.
+        An implementation stops pulling rows as soon as its last document is complete:
+        past the rows the plan provides, pulling more is an error.
+        """
+        if begin >= stop:
+            return
+        for batch in rows:
+            for i, values in enumerate(zip(*batch.columns, strict=True)):
+                row = batch.first + i
+                yield self.row_document(values, row, batch.file)
+                if row + 1 >= stop:
+                    return
+
+    def row_document(self, values: tuple[Any, ...], row: int, file: str) -> Doc:
+        """The document of one row (for corpora whose rows are documents)."""
+        raise NotImplementedError
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def _rows(self, repo: Repo, spec: dict[str, Any], begin: int, part: Partition) -> Iterator[Rows]:
+        """Rows from ``begin`` on: this partition's file to its end, then the tail files."""
+        yield from _file_rows(repo, spec["file"], spec["file_first"], begin, self.columns)
+        for rel, first in spec["tail"]:
+            yield from _file_rows(repo, rel, first, first, self.columns)
+        if not spec["split_end"]:
+            raise TokshardError(
+                f"{repo.describe()} split {part.split}: a document of partition {part.index} runs more than "
+                f"{self.lookahead_rows} rows past the partition's end; the layout is not what "
+                f"{self.type!r} expects"
+            )
+
+
+def _file_rows(repo: Repo, rel: str, file_first: int, begin: int, columns: tuple[str, ...]) -> Iterator[Rows]:
+    """Rows of one file from global row ``begin`` on, one row group at a time."""
+    import pyarrow.parquet as pq
+
+    f = repo.open(rel)
+    try:
+        pf = pq.ParquetFile(f)
+    except Exception as exc:
+        f.close()
+        raise read_error(exc, repo, rel) from exc
+    with f:
+        row = file_first
+        for g in range(pf.metadata.num_row_groups):
+            n = pf.metadata.row_group(g).num_rows
+            if row + n <= begin:
+                row += n
+                continue
+            try:
+                batches = pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g], columns=list(columns))
+                for batch in batches:
+                    lists = [batch.column(c).to_pylist() for c in range(batch.num_columns)]
+                    skip = max(0, begin - row)
+                    if skip:
+                        lists = [col[skip:] for col in lists]
+                    if lists[0]:
+                        yield Rows(row + skip, lists, rel)
+                    row += batch.num_rows
+            except TokshardError:
+                raise
+            except Exception as exc:
+                raise read_error(exc, repo, rel) from exc
+
+
+def _row_group_runs(row_group_bytes: list[int], limit: int) -> Iterator[tuple[int, int]]:
+    """Consecutive row groups, at most ``limit`` compressed bytes per run (one at least)."""
+    g0, nbytes = 0, 0
+    for g, b in enumerate(row_group_bytes):
+        if g > g0 and nbytes + b > limit:
+            yield g0, g - 1
+            g0, nbytes = g, 0
+        nbytes += b
+    if row_group_bytes:
+        yield g0, len(row_group_bytes) - 1
+
+
+def _tail(
+    files: list[FileLayout], firsts: list[int], i: int, stop: int, lookahead: int
+) -> tuple[list[tuple[str, int]], bool]:
+    """Files after file ``i`` that rows up to ``stop + lookahead`` fall in, and whether the
+    rows a reader can see then end where the split ends."""
+    tail: list[tuple[str, int]] = []
+    j = i + 1
+    while j < len(files) and firsts[j] < stop + lookahead:
+        tail.append((files[j].path, firsts[j]))
+        j += 1
+    return tail, j == len(files)

@@ -1,0 +1,504 @@
+"""Hub sources (wikitext, cc_news, bookcorpus, hf) read from local mirrors with the hub's layouts.
+
+The mirrors hold real parquet files at the real repos' paths and schemas, filled with real
+English text, in small row groups so that documents cross row-group, partition and file
+boundaries. Expected documents are built from the rows the way each corpus defines them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import tomllib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
+
+from pipeline import recipe
+from pipeline.errors import TokshardError
+from pipeline.sources import SOURCE_TYPES, build_source
+from pipeline.sources.hub import locate_mirror
+
+ROW_GROUP = 40  # rows per row group in the mirrors
+BOOK_ROWS = 7  # rows_per_document in the bookcorpus tests
+COMMIT_A = "a" * 40
+COMMIT_B = "b" * 40
+
+WIKITEXT_CARD = """---
+pretty_name: WikiText
+configs:
+- config_name: wikitext-103-raw-v1
+  data_files:
+  - split: test
+    path: wikitext-103-raw-v1/test-*
+  - split: train
+    path: wikitext-103-raw-v1/train-*
+  - split: validation
+    path: wikitext-103-raw-v1/validation-*
+dataset_info:
+- config_name: wikitext-103-raw-v1
+  features:
+  - name: text
+    dtype: string
+---
+# Dataset Card for "wikitext"
+"""
+
+
+# --- mirror builders: the hub's layouts, real text ---------------------------------------
+
+
+def write_parquet(path: Path, columns: dict[str, list]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path, row_group_size=ROW_GROUP)
+
+
+def article_rows(k: int, doc: str) -> list[str]:
+    """One WikiText article as hub rows: heading, blank rows, paragraph lines, sections."""
+    paras = [p for p in doc.replace("=", "-").split("\n\n") if p.strip()]
+    title = " ".join(paras[0].split()[:6])
+    rows = [f" = {title} {k} = \n", ""]
+    for j, para in enumerate(paras[1:] or paras):
+        if j and j % 3 == 0:
+            rows += [f" = = Section {j} = = \n", ""]
+        rows += [f" {line.strip()} \n" for line in para.splitlines() if line.strip()]
+        rows.append("")
+    return rows
+
+
+def article_text(rows: list[str]) -> str:
+    """The article as the issue defines it: its rows as lines, no trailing blank lines."""
+    while rows and not rows[-1].strip():
+        rows = rows[:-1]
+    return "".join(r if r.endswith("\n") else r + "\n" for r in rows)
+
+
+def build_wikitext(root: Path, docs: list[str]) -> dict[str, list[str]]:
+    repo = root / "Salesforce" / "wikitext"
+    (repo).mkdir(parents=True)
+    (repo / "README.md").write_text(WIKITEXT_CARD)
+    expected: dict[str, list[str]] = {}
+    for split, chunk in (("train", docs[:60]), ("validation", docs[60:68]), ("test", docs[68:76])):
+        articles = [article_rows(k, d) for k, d in enumerate(chunk)]
+        rows = [""] + [r for a in articles for r in a]  # the hub's files start with a blank row
+        expected[split] = [""] + [article_text(a) for a in articles]
+        if split == "train":  # two files, cut inside an article (its 5th row is not a heading)
+            cut = 1 + sum(len(a) for a in articles[:30]) + 4
+            write_parquet(repo / "wikitext-103-raw-v1/train-00000-of-00002.parquet", {"text": rows[:cut]})
+            write_parquet(repo / "wikitext-103-raw-v1/train-00001-of-00002.parquet", {"text": rows[cut:]})
+        else:
+            write_parquet(repo / f"wikitext-103-raw-v1/{split}-00000-of-00001.parquet", {"text": rows})
+    return expected
+
+
+def build_cc_news(root: Path, docs: list[str]) -> list[str]:
+    titles, texts, expected = [], [], []
+    for k, doc in enumerate(docs):
+        title, _, text = doc.partition("\n")
+        title = {3: "", 7: None}.get(k % 10, f"  {title}  ")
+        if k == 5:
+            title, text = " ", "  \n"  # nothing in it: dropped and counted
+        titles.append(title)
+        texts.append(text)
+        expected.append(f"{title.strip()}\n\n{text}" if title and title.strip() else text)
+    n = len(docs)
+    columns = {
+        "title": titles,
+        "text": texts,
+        "domain": ["news.example.com"] * n,
+        "date": ["2017-12-01 00:00:00"] * n,
+        "description": [t[:80] for t in texts],
+        "url": [f"https://news.example.com/{k}" for k in range(n)],
+        "image_url": [None] * n,
+    }
+    half = n // 2
+    for i, (a, b) in enumerate(((0, half), (half, n))):
+        part = {c: v[a:b] for c, v in columns.items()}
+        write_parquet(root / f"vblagoje/cc_news/data/train-{i:05d}-of-00002.parquet", part)
+    return expected
+
+
+def build_bookcorpus(root: Path, docs: list[str]) -> list[str]:
+    """The hub's parquet export layout (refs/convert/parquet): plain_text/train/NNNN.parquet."""
+    sentences = [s.strip() for d in docs for s in d.replace("\n", " ").split(". ") if s.strip()]
+    at = 10 * BOOK_ROWS
+    sentences[at:at] = [""] * BOOK_ROWS  # one whole group of empty rows: dropped and counted
+    # file sizes that are not multiples of BOOK_ROWS; the middle file is shorter than a group
+    cuts = [0, len(sentences) // 2, len(sentences) // 2 + 3, len(sentences)]
+    for i in range(3):
+        rows = sentences[cuts[i] : cuts[i + 1]]
+        write_parquet(root / f"bookcorpus/bookcorpus/plain_text/train/{i:04d}.parquet", {"text": rows})
+    return ["\n".join(sentences[i : i + BOOK_ROWS]) for i in range(0, len(sentences), BOOK_ROWS)]
+
+
+def build_hf(root: Path, docs: list[str]) -> list[str]:
+    repo = root / "acme" / "notes"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n---\n"
+    )
+    write_parquet(repo / "data/train-00000-of-00001.parquet", {"id": list(range(len(docs))), "content": docs})
+    return docs
+
+
+@pytest.fixture(scope="session")
+def mirror(tmp_path_factory):
+    """One mirror folder holding four repos as OWNER/NAME, and the documents they hold."""
+    root = tmp_path_factory.mktemp("hub-mirror")
+    docs = english_documents()
+    expected = {
+        "wikitext": build_wikitext(root, docs[:76]),
+        "cc_news": {"train": build_cc_news(root, docs[76:136])},
+        "bookcorpus": {"train": build_bookcorpus(root, docs[136:150])},
+        "hf": {"train": build_hf(root, docs[150:170])},
+    }
+    return root, expected
+
+
+def source(type_: str, root: Path, **cfg):
+    raw = {"mirror": str(root), **cfg}
+    if type_ == "bookcorpus":
+        raw.setdefault("rows_per_document", BOOK_ROWS)
+    name = type_.replace("_", "")
+    return build_source(name, SOURCE_TYPES[type_].normalize(name, raw, "test"))
+
+
+def read_all(src) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for part in src.partitions():
+        out.setdefault(part.split, []).extend(r.text for r in src.read(part, None))
+    return out
+
+
+def write_download_metadata(repo_dir: Path, commit: str, only: str | None = None) -> None:
+    """What `hf download --local-dir` leaves beside the files (huggingface_hub's own writer)."""
+    from huggingface_hub._local_folder import write_download_metadata as write
+
+    for f in sorted(repo_dir.rglob("*.parquet")):
+        rel = f.relative_to(repo_dir).as_posix()
+        if only is None or rel == only:
+            write(repo_dir, rel, commit, etag="0" * 64)
+
+
+# --- documents ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("partition_bytes", [1, 3000, 1 << 30])
+def test_wikitext_documents_are_articles_whatever_the_partitioning(mirror, partition_bytes):
+    root, expected = mirror
+    src = source("wikitext", root, partition_bytes=partition_bytes)
+    assert read_all(src) == expected["wikitext"]
+    assert len(expected["wikitext"]["train"]) == 61  # 60 articles and the blank row before the first
+
+
+def test_wikitext_section_headings_stay_inside_their_article(mirror):
+    root, _ = mirror
+    docs = read_all(source("wikitext", root))["train"]
+    assert [d for d in docs if "\n = = Section 3 = = \n" in d]
+    top_level_headings = [re.findall(r"^ = (?!= )", d, re.MULTILINE) for d in docs[1:]]
+    assert all(d.startswith(" = ") for d in docs[1:]) and all(len(h) == 1 for h in top_level_headings)
+
+
+def test_wikitext_article_crossing_two_files_is_read_whole_by_the_partition_where_it_starts(mirror):
+    root, expected = mirror
+    src = source("wikitext", root, partition_bytes=1)
+    parts = [p for p in src.partitions() if p.split == "train"]
+    last_of_first_file = max(
+        (p for p in parts if p.spec["file"].endswith("00000-of-00002.parquet")), key=lambda p: p.index
+    )
+    docs = [r.text for r in src.read(last_of_first_file, None)]
+    assert docs[-1] == expected["wikitext"]["train"][1 + 30]  # article 30 starts in file 0, ends in 1
+    assert len(parts) > 2 * 2  # more partitions than files: one per row group here
+
+
+def test_cc_news_document_is_title_blank_line_text(mirror):
+    root, expected = mirror
+    docs = read_all(source("cc_news", root, partition_bytes=1))["train"]
+    assert docs == expected["cc_news"]["train"]
+    assert len(docs) == 60
+    title, _, text = docs[0].partition("\n\n")
+    assert title and title == title.strip() and text
+
+
+def test_bookcorpus_groups_rows_by_global_row_number_across_files(mirror):
+    root, expected = mirror
+    for partition_bytes in (1, 1 << 30):
+        docs = read_all(source("bookcorpus", root, partition_bytes=partition_bytes))["train"]
+        assert docs == expected["bookcorpus"]["train"]
+    assert all(d.count("\n") == BOOK_ROWS - 1 for d in docs[:-1])
+
+
+def test_bookcorpus_default_groups_256_rows(mirror):
+    root, _ = mirror
+    src = build_source("b", SOURCE_TYPES["bookcorpus"].normalize("b", {"mirror": str(root)}, "test"))
+    rows = sum(f["rows"] for f in src.origin()["files"])
+    docs = read_all(src)["train"]
+    assert len(docs) == -(-rows // 256) and docs[0].count("\n") == 255
+
+
+def test_hf_source_reads_any_text_column_of_any_repo(mirror):
+    root, expected = mirror
+    src = source("hf", root, repo="acme/notes", split="train", text_field="content", partition_bytes=1)
+    assert read_all(src) == expected["hf"]
+
+
+@pytest.mark.parametrize("type_", ["wikitext", "cc_news", "bookcorpus"])
+def test_resume_cursor_continues_exactly_after_the_last_document(mirror, type_):
+    root, _ = mirror
+    src = source(type_, root, partition_bytes=3000)
+    for part in src.partitions():
+        records = list(src.read(part, None))
+        for k, rec in enumerate(records):
+            assert [r.text for r in src.read(part, rec.cursor)] == [r.text for r in records[k + 1 :]]
+
+
+# --- where files come from: mirrors, revisions -------------------------------------------
+
+
+def test_mirror_may_be_the_repo_folder_or_a_folder_of_repos(mirror):
+    root, _ = mirror
+    repo_dir = str(root / "Salesforce" / "wikitext")
+    assert locate_mirror(str(root), ".", "Salesforce/wikitext") == repo_dir
+    assert locate_mirror(repo_dir, ".", "Salesforce/wikitext") == repo_dir
+    with pytest.raises(
+        TokshardError, match=r"mirror .*nowhere.* for dataset Salesforce/wikitext is not a folder"
+    ):
+        locate_mirror(str(root / "nowhere"), ".", "Salesforce/wikitext")
+
+
+def test_mirror_given_as_an_fsspec_url_reads_the_same_documents(mirror):
+    root, expected = mirror
+    src = source("cc_news", f"file://{root}", partition_bytes=1)
+    assert read_all(src) == expected["cc_news"]
+    assert src.origin()["mirror"] == f"file://{root}/vblagoje/cc_news"
+
+
+@pytest.mark.parametrize("name", ["wikitext-103", "wikitext-2", "cc-news", "bookcorpus", "opt-mix"])
+def test_bundled_recipes_name_the_hub_corpora_with_gpt2(name):
+    r = recipe.load(REPO / "manifests" / f"{name}.toml")
+    assert r.settings["tokenizer"] == "gpt2"
+    repos = {cfg["type"]: cfg["repo"] for cfg in r.sources.values()}
+    assert (
+        repos.items()
+        <= {
+            "wikitext": "Salesforce/wikitext",
+            "cc_news": "vblagoje/cc_news",
+            "bookcorpus": "bookcorpus/bookcorpus",
+        }.items()
+    )
+    assert len(repos) == (3 if name == "opt-mix" else 1)
+
+
+def test_mirror_paths_are_relative_to_the_recipe_or_to_where_the_command_runs(tmp_path, monkeypatch):
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "wiki.toml"
+    path.write_text('tokenizer = "gpt2"\n[sources.wiki]\ntype = "wikitext"\nmirror = "../hf-mirror"\n')
+    (tmp_path / "hf-mirror").mkdir()
+    in_recipe = build_source("wiki", recipe.load(path).sources["wiki"])
+    assert in_recipe.mirror_root == str(tmp_path / "hf-mirror")
+    monkeypatch.chdir(tmp_path)
+    on_command_line = recipe.load(REPO / "manifests" / "wikitext-2.toml", mirror="hf-mirror")
+    assert build_source("wiki", on_command_line.sources["wikitext"]).mirror_root == str(
+        tmp_path / "hf-mirror"
+    )
+    with pytest.raises(TokshardError, match="--mirror needs exactly one hub source, the recipe has 3"):
+        recipe.load(REPO / "manifests" / "opt-mix.toml", mirror="hf-mirror")
+
+
+def test_origin_pins_the_commit_a_downloaded_mirror_records(tmp_path, mirror):
+    root, _ = mirror
+    shutil.copytree(root / "Salesforce", tmp_path / "Salesforce")
+    write_download_metadata(tmp_path / "Salesforce" / "wikitext", COMMIT_A)
+    src = source("wikitext", tmp_path)
+    origin = src.origin()
+    assert (origin["revision"], origin["requested_revision"]) == (COMMIT_A, "main")
+    assert origin["repo"] == "Salesforce/wikitext" and origin["config"] == "wikitext-103-raw-v1"
+    assert {f["split"] for f in origin["files"]} == {"train", "validation", "test"}
+    assert all(p.spec["revision"] == COMMIT_A for p in src.partitions())
+
+
+def test_mirror_mixing_two_commits_is_refused(tmp_path, mirror):
+    root, _ = mirror
+    shutil.copytree(root / "Salesforce", tmp_path / "Salesforce")
+    repo_dir = tmp_path / "Salesforce" / "wikitext"
+    write_download_metadata(repo_dir, COMMIT_A)
+    write_download_metadata(repo_dir, COMMIT_B, only="wikitext-103-raw-v1/test-00000-of-00001.parquet")
+    with pytest.raises(
+        TokshardError, match=f"mixes revisions of Salesforce/wikitext: {COMMIT_A}.*{COMMIT_B}"
+    ):
+        source("wikitext", tmp_path).origin()
+
+
+def test_unknown_config_lists_the_repos_configs(mirror):
+    root, _ = mirror
+    with pytest.raises(TokshardError, match=r"no config 'wikitext-3' .*configs: wikitext-103-raw-v1"):
+        source("wikitext", root, config="wikitext-3").origin()
+
+
+def test_wrong_layout_names_the_file_and_the_missing_column(mirror):
+    root, _ = mirror
+    with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet: no column 'text' .*content"):
+        source("hf", root, repo="acme/notes").origin()
+
+
+def test_half_copied_mirror_file_is_refused_before_any_work(tmp_path, mirror):
+    root, _ = mirror
+    shutil.copytree(root / "vblagoje", tmp_path / "vblagoje")
+    victim = tmp_path / "vblagoje/cc_news/data/train-00001-of-00002.parquet"
+    victim.write_bytes(victim.read_bytes()[:1000])
+    with pytest.raises(TokshardError, match=r"train-00001-of-00002.parquet is not a readable parquet file"):
+        source("cc_news", tmp_path).partitions()
+
+
+# --- prepare end to end ------------------------------------------------------------------
+
+
+def hub_recipe(root: Path, tokenizer_path: Path) -> dict:
+    return {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 20000,
+        "sources": {
+            "wiki": {"type": "wikitext", "mirror": str(root), "partition_bytes": 6000},
+            "news": {"type": "cc_news", "mirror": str(root), "partition_bytes": 6000},
+            "books": {"type": "bookcorpus", "mirror": str(root), "rows_per_document": BOOK_ROWS},
+            "notes": {
+                "type": "hf",
+                "repo": "acme/notes",
+                "split": "train",
+                "text_field": "content",
+                "mirror": str(root),
+            },
+        },
+    }
+
+
+def test_prepare_matches_the_plain_tokenizer_per_source_and_split(
+    tmp_path, mirror, tokenizer_path, dask_client
+):
+    root, expected = mirror
+    path = run_prepare(hub_recipe(root, tokenizer_path), tmp_path / "out", dask_client)
+    data = json.loads(path.read_text())
+    names = {"wiki": "wikitext", "news": "cc_news", "books": "bookcorpus", "notes": "hf"}
+    for name, type_ in names.items():
+        for split, docs in expected[type_].items():
+            got = stream_of(path, name, split)
+            assert got.tolist() == plain_encode(tokenizer_path, docs).tolist(), (name, split)
+            stats = data["sources"][name]["splits"][split]
+            assert stats["documents"] == sum(1 for d in docs if d.strip())
+            assert stats["dropped_empty"] == sum(1 for d in docs if not d.strip())
+    assert list(data["sources"]["wiki"]["splits"]) == ["train", "validation", "test"]
+    assert {s["split"] for s in data["shards"] if s["source"] == "wiki"} == {"train", "validation", "test"}
+    assert data["sources"]["books"]["splits"]["train"]["dropped_empty"] == 1
+    origin = data["sources"]["wiki"]["origin"]
+    assert origin["repo"] == "Salesforce/wikitext" and origin["mirror"] == str(
+        root / "Salesforce" / "wikitext"
+    )
+
+
+def test_resume_keeps_the_recorded_commit_and_refuses_a_moved_mirror(
+    tmp_path, mirror, tokenizer_path, dask_client
+):
+    root, expected = mirror
+    shutil.copytree(root / "Salesforce", tmp_path / "m" / "Salesforce")
+    repo_dir = tmp_path / "m" / "Salesforce" / "wikitext"
+    write_download_metadata(repo_dir, COMMIT_A)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"wiki": {"type": "wikitext", "mirror": str(tmp_path / "m"), "partition_bytes": 6000}},
+    }
+    out = tmp_path / "out"
+    path = run_prepare(recipe, out, dask_client)
+    assert json.loads(path.read_text())["sources"]["wiki"]["origin"]["revision"] == COMMIT_A
+
+    path.unlink()  # make the next run a resume with work left: redo one partition
+    shutil.rmtree(out / ".tokshard" / "parts" / "wiki" / "test")
+    write_download_metadata(repo_dir, COMMIT_B)  # the mirror moved to another commit
+    with pytest.raises(
+        TokshardError, match=f"now holds Salesforce/wikitext at {COMMIT_B}, this run is pinned to {COMMIT_A}"
+    ):
+        run_prepare(recipe, out, dask_client)
+
+    no_mirror = {**recipe, "sources": {"wiki": {"type": "wikitext", "partition_bytes": 6000}}}
+    with pytest.raises(
+        TokshardError, match=f"hf://datasets/Salesforce/wikitext@{COMMIT_A}/.*cannot reach the hub"
+    ):
+        run_prepare(no_mirror, out, dask_client)  # the hub is asked for the pinned commit, not main
+
+    write_download_metadata(repo_dir, COMMIT_A)
+    path = run_prepare(recipe, out, dask_client)
+    assert (
+        stream_of(path, "wiki", "test").tolist()
+        == plain_encode(tokenizer_path, expected["wikitext"]["test"]).tolist()
+    )
+
+
+def test_opt_mix_recipe_prepares_all_three_from_a_mirror(tmp_path, mirror, tokenizer_path):
+    root, expected = mirror
+    recipe = tomllib.loads((REPO / "manifests" / "opt-mix.toml").read_text())
+    lines = (REPO / "manifests" / "opt-mix.toml").read_text().splitlines()
+    text = "\n".join(line.replace('# mirror = "/data/hf-mirror"', f'mirror = "{root}"') for line in lines)
+    text = text.replace("rows_per_document = 256", f"rows_per_document = {BOOK_ROWS}")
+    (tmp_path / "opt-mix.toml").write_text(text)
+    assert (
+        set(tomllib.loads(text)["sources"]) == set(recipe["sources"]) == {"bookcorpus", "cc_news", "wikitext"}
+    )
+    out = tmp_path / "out"
+    cli(
+        "prepare",
+        str(tmp_path / "opt-mix.toml"),
+        "--tokenizer",
+        str(tokenizer_path),
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        check=True,
+    )
+    data = validate_manifest(out / "manifest.json")
+    assert list(data["sources"]) == ["bookcorpus", "cc_news", "wikitext"]
+    for name in data["sources"]:
+        for split, docs in expected[name].items():
+            assert (
+                stream_of(out / "manifest.json", name, split).tolist()
+                == plain_encode(tokenizer_path, docs).tolist()
+            )
+
+
+def test_offline_without_mirror_fails_fast_naming_the_repo(tmp_path, tokenizer_path):
+    started = time.monotonic()
+    proc = cli(
+        "prepare",
+        "manifests/wikitext-2.toml",
+        "--tokenizer",
+        str(tokenizer_path),
+        "--out",
+        str(tmp_path / "o"),
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2 and elapsed < 10
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("tokshard: error:")]
+    assert len(errors) == 1 and proc.stderr.strip().endswith(errors[0]) and "Traceback" not in proc.stderr
+    assert "Salesforce/wikitext" in errors[0] and "--mirror" in errors[0] and "offline" in errors[0]
+
+
+def test_unreachable_hub_fails_fast_naming_the_repo(tmp_path, tokenizer_path):
+    started = time.monotonic()
+    proc = cli(
+        "prepare",
+        "manifests/cc-news.toml",
+        "--tokenizer",
+        str(tokenizer_path),
+        "--out",
+        str(tmp_path / "o"),
+        env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"},
+    )
+    assert proc.returncode == 2 and time.monotonic() - started < 10
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("tokshard: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert "cannot reach the hub" in errors[0] and "vblagoje/cc_news" in errors[0] and "--mirror" in errors[0]
