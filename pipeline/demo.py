@@ -80,7 +80,7 @@ SIZES: dict[str, DemoSize] = {
     ),
     # what the test suite runs: the same stages on a fifth of the data, a fifth of the steps
     "quick": DemoSize(
-        wiki_articles=240, news_articles=300, book_rows=8_000, vocab_size=1024, model="tiny",
+        wiki_articles=240, news_articles=300, book_rows=8_000, vocab_size=2048, model="tiny",
         seq_len=64, micro_batch=16, steps=60, lr=3e-3, warmup=6, eval_every=20, eval_samples=16,
         log_every=5,
     ),

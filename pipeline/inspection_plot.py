@@ -55,9 +55,9 @@ def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -
         ax.legend(loc="upper right", fontsize="small")
     axes[-1].set_xlabel("document length (tokens, EOS excluded)")
     fig.suptitle(f"document lengths: {m.path}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp.png")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format="png")
         tmp.replace(out)
     except OSError as exc:

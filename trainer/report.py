@@ -137,14 +137,16 @@ def plot(m: Metrics, png: Path, title: str | None = None) -> None:
     wait_ax.set_xlabel("optimizer step")
     wait_ax.grid(alpha=0.3)
     fig.suptitle(title or str(m.path.parent))
-    png.parent.mkdir(parents=True, exist_ok=True)
     tmp = png.with_name(png.name + ".tmp.png")
     try:
+        png.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format="png")
         tmp.replace(png)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise TokshardError(f"cannot write {png}: {exc.strerror or exc}") from exc
+        raise TokshardError(
+            f"cannot write {png}: {exc.strerror or exc}; choose another path (tokshard plot --out PNG)"
+        ) from exc
 
 
 def write_report(
