@@ -248,13 +248,24 @@ def _write_text(path: Path, text: str) -> None:
 # --- stage 2 and 3: tokenizer, recipe, prepare ---------------------------------------------
 
 
+#: the train splits' files, as `tokshard tokenizer train --input` globs (relative to the mirror)
+TRAIN_FILES = (
+    "Salesforce/wikitext/wikitext-103-raw-v1/train-*.parquet",
+    "vblagoje/cc_news/data/train-*.parquet",
+    "bookcorpus/bookcorpus/plain_text/train/*.parquet",
+)
+
+
 def train_tokenizer(folder: DemoFolder, size: DemoSize) -> Path:
-    """``tokshard tokenizer train`` on the mirror's train files (every source, its text column)."""
+    """``tokshard tokenizer train`` on the mirror's train files (each one's ``text`` column)."""
     from pipeline.tokenizer import train
 
-    inputs = [str(p) for p in sorted(folder.mirror.rglob("*train*.parquet"))]
-    inputs += [str(p) for p in sorted(folder.mirror.glob("bookcorpus/bookcorpus/plain_text/train/*.parquet"))]
-    return train(sorted(set(inputs)), size.vocab_size, folder.tokenizer.parent)
+    tmp = folder.tokenizer.parent.with_name("tokenizer.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trained = train([str(folder.mirror / g) for g in TRAIN_FILES], size.vocab_size, tmp)
+    shutil.rmtree(folder.tokenizer.parent, ignore_errors=True)
+    os.replace(tmp, folder.tokenizer.parent)  # a stopped run never leaves half a tokenizer.json
+    return folder.tokenizer.parent / trained.name
 
 
 def recipe_text(folder: DemoFolder) -> str:

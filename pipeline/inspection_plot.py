@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import manifest as manifest_mod
-from pipeline.errors import TokshardError
+from pipeline.figures import figure, save_png
 from pipeline.inspection import doc_lengths
 
 PLOT_FILE = "doc_lengths.png"
@@ -21,12 +21,10 @@ COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
 
 def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -> Path:
     """Draw the histogram into ``png`` (default: ``doc_lengths.png`` beside the manifest)."""
-    from matplotlib.figure import Figure  # the Agg canvas, no GUI backend
-
     m = manifest_mod.load(manifest_path)
     out = Path(png) if png is not None else m.path.parent / PLOT_FILE
     sources = m.sources()
-    fig = Figure(figsize=(8, 2.6 * max(1, len(sources))), dpi=100, layout="constrained")
+    fig = figure(8, 2.6 * max(1, len(sources)))
     axes = np.atleast_1d(fig.subplots(max(1, len(sources)), 1, squeeze=False)[:, 0])
     for ax, source in zip(axes, sources, strict=False):
         splits = {split: doc_lengths(m, source, split) for split in m.splits(source)}
@@ -55,12 +53,4 @@ def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -
         ax.legend(loc="upper right", fontsize="small")
     axes[-1].set_xlabel("document length (tokens, EOS excluded)")
     fig.suptitle(f"document lengths: {m.path}")
-    tmp = out.with_name(out.name + ".tmp.png")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, format="png")
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise TokshardError(f"cannot write {out}: {exc.strerror or exc}; pass --plot-file PATH") from exc
-    return out
+    return save_png(fig, out, "pass --plot-file PATH")

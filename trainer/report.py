@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import TokshardError
+from pipeline.figures import figure, save_png
 from trainer.metrics import METRICS_FILE
 
 REPORT_FILE = "report.png"
@@ -97,9 +98,7 @@ def numbers(m: Metrics) -> dict[str, Any]:
 
 
 def plot(m: Metrics, png: Path, title: str | None = None) -> None:
-    from matplotlib.figure import Figure  # the Agg canvas, no GUI backend and no global state
-
-    fig = Figure(figsize=(8, 8.5), dpi=100, layout="constrained")
+    fig = figure(8, 8.5)
     loss_ax, rate_ax, wait_ax = fig.subplots(3, 1, sharex=True, height_ratios=[3, 1.3, 1.3])
     steps = [r["step"] for r in m.train]
     if m.train:
@@ -137,16 +136,7 @@ def plot(m: Metrics, png: Path, title: str | None = None) -> None:
     wait_ax.set_xlabel("optimizer step")
     wait_ax.grid(alpha=0.3)
     fig.suptitle(title or str(m.path.parent))
-    tmp = png.with_name(png.name + ".tmp.png")
-    try:
-        png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, format="png")
-        tmp.replace(png)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise TokshardError(
-            f"cannot write {png}: {exc.strerror or exc}; choose another path (tokshard plot --out PNG)"
-        ) from exc
+    save_png(fig, png, "choose another path (tokshard plot --out PNG)")
 
 
 def write_report(
