@@ -50,7 +50,7 @@ def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -
         ax.set_title(f"{source} ({m.data['sources'][source]['type']})", loc="left")
         ax.set_ylabel("documents")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", fontsize="small")
+        ax.legend(loc="best", fontsize="small", framealpha=0.9)
     axes[-1].set_xlabel("document length (tokens, EOS excluded)")
     fig.suptitle(f"document lengths: {m.path}")
     return save_png(fig, out, "pass --plot-file PATH")
