@@ -3,6 +3,7 @@
 #   docker build --target cpu -t tokshard:cpu .   # preprocessing nodes: no CUDA, CPU torch
 #   docker build --target gpu -t tokshard:gpu .   # trainers: CUDA PyTorch base image
 #   docker run --rm -v "$PWD/data:/data" tokshard:cpu prepare wikitext-103 --out /data/wt103
+#   docker run --rm tokshard:cpu demo --out /tmp/demo   # the whole job, offline, in about two minutes
 
 # --- cpu: build in a full image, run in a slim one ------------------------------------
 FROM python:3.11-bookworm AS cpu-build

@@ -20,7 +20,18 @@ RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):  # "(default: None)" says nothing; the help text does
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage mistake reported as one line like every other tokshard error."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("tokshard").strip()
+        raise TokshardError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
 
 
 def _positive_int(text: str) -> int:
@@ -40,10 +51,12 @@ def _subparser(sub, name: str, help: str, example: str) -> argparse.ArgumentPars
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tokshard",
         description="Tokenize corpora on CPU nodes into memory-mapped shards; train on them with DeepSpeed.",
-        epilog="Run `tokshard COMMAND --help` for a command's options and an example.",
+        epilog="example:\n  tokshard demo --out demo-out   # the whole job on a small built-in corpus, offline\n\n"
+        "Run `tokshard COMMAND --help` for a command's options and an example.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tokshard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -135,12 +148,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("manifest", help="manifest.json or its folder")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--plot", action="store_true", help="also draw a histogram of document lengths per source (PNG)"
+    )
+    p.add_argument(
+        "--plot-file",
+        metavar="PNG",
+        help="where --plot writes (default: doc_lengths.png beside the manifest); implies --plot",
+    )
 
     _subparser(
         sub,
         "train",
         "train a model with DeepSpeed on a manifest (see `tokshard train --help`)",
-        "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2.json",
+        "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2-bf16.json",
+    )
+
+    p = _subparser(
+        sub,
+        "plot",
+        "draw a training run's loss, tokens/s and data wait (metrics.jsonl) into a PNG",
+        "tokshard plot ckpt            # writes ckpt/report.png",
+    )
+    p.add_argument(
+        "run_dir", metavar="RUN_DIR", help="a run's --run-dir (or --save) folder, or its metrics.jsonl"
+    )
+    p.add_argument("--out", metavar="PNG", help="where to write the PNG (default: RUN_DIR/report.png)")
+    p.add_argument("--title", help="the figure's title (default: the run folder)")
+
+    p = _subparser(
+        sub,
+        "demo",
+        "the whole job on a corpus tokshard writes itself, offline: build WikiText/CC-News/BookCorpus\n"
+        "look-alikes in the hub's layouts, train a BPE, prepare on a local Dask cluster, verify,\n"
+        "train a small GPT with DeepSpeed, evaluate, and write a report; rerun to resume.\n"
+        "Exits 1 if the validation loss did not fall (the report says by how much).",
+        "tokshard demo --out demo-out   # then open demo-out/report.png and demo-out/summary.md",
+    )
+    p.add_argument("--out", metavar="DIR", default="demo-out", help="folder for everything the demo makes")
+    p.add_argument(
+        "--size",
+        choices=["default", "quick"],
+        default="default",
+        help="default: about two minutes on two cores; quick: a fifth of the data and steps (what the tests run)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="local Dask worker processes for prepare (default: cores, at most 4)",
     )
     return parser
 
@@ -258,6 +313,32 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     report = summary(args.manifest)
     print(json.dumps(report, indent=1) if args.json else render(report))
+    if args.plot or args.plot_file:
+        from pipeline.inspection_plot import plot_doc_lengths
+
+        png = plot_doc_lengths(args.manifest, args.plot_file)
+        print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from trainer.report import describe, write_report
+
+    print(describe(write_report(args.run_dir, args.out, args.title)))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline import demo
+
+    summary = demo.run(Path(args.out), args.size, args.workers)
+    print(demo.console_summary(summary))
+    if not summary["learned"]:
+        print(
+            "tokshard demo: the evaluation loss did not fall as expected; see the report above",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -267,6 +348,8 @@ COMMANDS = {
     "status": cmd_status,
     "verify": cmd_verify,
     "inspect": cmd_inspect,
+    "plot": cmd_plot,
+    "demo": cmd_demo,
 }
 
 

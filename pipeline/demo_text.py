@@ -61,7 +61,9 @@ class World:
         r = self.rng.random()
         thing = f"{self.pick(ADJECTIVES)} {self.pick(THINGS)}"
         if r < 0.2:
-            return f"The {thing} in {place} was {self.pick(VERBS_PAST)} in {self.year()} by {self.pick(PEOPLE)}."
+            return (
+                f"The {thing} in {place} was {self.pick(VERBS_PAST)} in {self.year()} by {self.pick(PEOPLE)}."
+            )
         if r < 0.4:
             return f"In {self.year()}, {self.pick(PEOPLE)} {self.pick(VERBS_PAST)} the {thing} of {place}."
         if r < 0.55:
@@ -70,7 +72,9 @@ class World:
             return f"About {self.number()} people lived in {place} in {self.year()}, most of them working in {self.pick(TRADES)}."
         if r < 0.85:
             return f"The {thing} lies {self.rng.randint(2, 40)} kilometres from {self.pick(PLACES)}, on the road to {place}."
-        return f"According to {self.pick(PEOPLE)}, the {thing} was the finest in the region until {self.year()}."
+        return (
+            f"According to {self.pick(PEOPLE)}, the {thing} was the finest in the region until {self.year()}."
+        )
 
     def paragraph(self, place: str, n: int) -> str:
         return " ".join(self.sentence(place) for _ in range(n))

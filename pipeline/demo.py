@@ -1,0 +1,596 @@
+"""`tokshard demo`: the whole job, end to end, offline, on a corpus the project writes itself.
+
+Each stage runs the real piece a user would run by hand, in the same order:
+
+1. corpus     WikiText, CC-News and BookCorpus look-alikes (``pipeline.demo_text``) written as
+              parquet in the hub's own repo layouts, in one local mirror folder
+2. tokenizer  a byte-level BPE trained on the mirror's train files (``tokshard tokenizer train``)
+3. prepare    the OPT-mix recipe with ``mirror`` set per source, on an embedded Dask cluster
+              (``tokshard prepare``), so the hub sources' code path is the one exercised
+4. verify     every shard re-hashed and checked against its index (``tokshard verify``)
+5. train      a small GPT with DeepSpeed (``tokshard train``) in a child process, evaluated on
+              WikiText's validation split; CPU with fp32, or the GPU when there is one
+6. report     the loss / tokens/s PNG (``tokshard plot``), the document-length histogram
+              (``tokshard inspect --plot``), summary.json and summary.md
+
+Rerunning on the same folder resumes: finished stages are kept (the corpus and tokenizer
+files exist, ``prepare`` finds its complete manifest, training continues from its last
+checkpoint or is already at its last step) and the report is written again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.atomic import write_bytes, write_json
+from pipeline.errors import TokshardError, VerifyError
+
+Log = Callable[[str], None]
+
+DEMO_FILE = "demo.json"
+MIRROR = "hub-mirror"
+RECIPE = "recipe.toml"
+DATA = "data"
+RUN = "run"
+REPORT_PNG = "report.png"
+LENGTHS_PNG = "doc_lengths.png"
+DS_CONFIG = "deepspeed.json"
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
+#: how much lower the last evaluation loss must be than the first for "the model learned"
+LEARNED_MARGIN = 0.5
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """How big the demo is: the corpus, the tokenizer and the training run."""
+
+    wiki_articles: int  # train split; validation and test get a tenth each
+    news_articles: int
+    book_rows: int
+    vocab_size: int
+    model: str
+    seq_len: int
+    micro_batch: int
+    steps: int
+    lr: float
+    warmup: int
+    eval_every: int
+    eval_samples: int
+    log_every: int
+
+
+SIZES: dict[str, DemoSize] = {
+    # about two minutes on two cores; the loss falls from ln(2048) = 7.6 to about 2
+    "default": DemoSize(
+        wiki_articles=1200, news_articles=1500, book_rows=40_000, vocab_size=2048, model="tiny",
+        seq_len=128, micro_batch=16, steps=300, lr=3e-3, warmup=20, eval_every=50, eval_samples=64,
+        log_every=10,
+    ),
+    # what the test suite runs: the same stages on a fifth of the data, a fifth of the steps
+    "quick": DemoSize(
+        wiki_articles=240, news_articles=300, book_rows=8_000, vocab_size=2048, model="tiny",
+        seq_len=64, micro_batch=16, steps=60, lr=3e-3, warmup=6, eval_every=20, eval_samples=16,
+        log_every=5,
+    ),
+}  # fmt: skip
+
+# one seed per source and split, so no split repeats another's text
+SEEDS = {("wikitext", "train"): 101, ("wikitext", "validation"): 102, ("wikitext", "test"): 103}
+NEWS_SEED, BOOK_SEED = 201, 301
+
+
+def stderr_log(msg: str) -> None:
+    print(f"tokshard demo: {msg}", file=sys.stderr, flush=True)
+
+
+# --- the folder and its record -------------------------------------------------------------
+
+
+@dataclass
+class DemoFolder:
+    """Where every stage of one demo writes, and the record that makes a rerun a resume."""
+
+    root: Path
+
+    @property
+    def mirror(self) -> Path:
+        return self.root / MIRROR
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer" / "tokenizer.json"
+
+    @property
+    def recipe(self) -> Path:
+        return self.root / RECIPE
+
+    @property
+    def data(self) -> Path:
+        return self.root / DATA
+
+    @property
+    def manifest(self) -> Path:
+        return self.data / "manifest.json"
+
+    @property
+    def run(self) -> Path:
+        return self.root / RUN
+
+    def record(self) -> dict[str, Any]:
+        path = self.root / DEMO_FILE
+        if not path.exists():
+            return {}
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TokshardError(
+                f"{path} is damaged ({exc}); delete {self.root} to start the demo over"
+            ) from exc
+
+    def save_record(self, record: dict[str, Any]) -> None:
+        write_json(self.root / DEMO_FILE, record)
+
+
+def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
+    """The demo folder, refusing one that holds something else or a demo of another size."""
+    if out.exists() and not out.is_dir():
+        raise TokshardError(f"--out {out} is a file; choose a folder for the demo")
+    if out.is_dir() and any(out.iterdir()) and not (out / DEMO_FILE).exists():
+        raise TokshardError(f"--out {out} is not empty and holds no demo; choose a new or empty folder")
+    folder = DemoFolder(out)
+    record = folder.record()
+    if record and record.get("size") != size_name:
+        raise TokshardError(
+            f"{out} holds a demo of size {record.get('size')!r}, not {size_name!r}; "
+            "use another --out, or delete the folder to start over"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    record.setdefault("size", size_name)
+    record.setdefault("stages", {})
+    folder.save_record(record)  # first, so a demo stopped in its first stage is still ours to resume
+    return folder, record
+
+
+# --- stage 1: the corpus, in the hub's layouts ---------------------------------------------
+
+
+def write_mirror(mirror: Path, size: DemoSize) -> dict[str, int]:
+    """Write the three repos as the hub serves them, into a temporary folder renamed at the end.
+
+    Layouts (the ones ``docs/CORPORA.md`` lists):
+    ``Salesforce/wikitext/wikitext-103-raw-v1/{train-0000N-of-00002,validation-...,test-...}.parquet``
+    with the repo card naming them, ``vblagoje/cc_news/data/train-0000N-of-00002.parquet``, and
+    ``bookcorpus/bookcorpus/plain_text/train/000N.parquet`` (its ``refs/convert/parquet`` branch).
+    """
+    from pipeline import demo_text
+
+    tmp = mirror.with_name(mirror.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    rows: dict[str, int] = {}
+
+    wiki = tmp / "Salesforce" / "wikitext"
+    _write_text(wiki / "README.md", WIKITEXT_CARD)
+    for split in ("train", "validation", "test"):
+        n = size.wiki_articles if split == "train" else max(4, size.wiki_articles // 10)
+        lines = [""]  # the hub's files start with a blank row
+        for article in demo_text.wiki_articles(SEEDS[("wikitext", split)], n):
+            lines += [line if line != "\n" else "" for line in article]
+        files = 2 if split == "train" else 1  # the real train split has two files, cut mid-article
+        for i, chunk in enumerate(_cut(lines, files)):
+            _parquet(wiki / f"wikitext-103-raw-v1/{split}-{i:05d}-of-{files:05d}.parquet", {"text": chunk})
+        rows[f"wikitext/{split}"] = len(lines)
+
+    news = list(demo_text.news_articles(NEWS_SEED, size.news_articles))
+    columns = {key: [r[key] for r in news] for key in news[0]}
+    for i, part in enumerate(_cut(list(range(len(news))), 2)):
+        chunk = {key: [values[j] for j in part] for key, values in columns.items()}
+        _parquet(tmp / f"vblagoje/cc_news/data/train-{i:05d}-of-00002.parquet", chunk)
+    rows["cc_news/train"] = len(news)
+
+    sentences = list(demo_text.book_sentences(BOOK_SEED, size.book_rows))
+    for i, chunk in enumerate(_cut(sentences, 2)):
+        _parquet(tmp / f"bookcorpus/bookcorpus/plain_text/train/{i:04d}.parquet", {"text": chunk})
+    rows["bookcorpus/train"] = len(sentences)
+
+    os.replace(tmp, mirror)
+    return rows
+
+
+WIKITEXT_CARD = """---
+pretty_name: WikiText
+configs:
+- config_name: wikitext-103-raw-v1
+  data_files:
+  - split: test
+    path: wikitext-103-raw-v1/test-*
+  - split: train
+    path: wikitext-103-raw-v1/train-*
+  - split: validation
+    path: wikitext-103-raw-v1/validation-*
+---
+# WikiText look-alike written by `tokshard demo` (the project's own text, not Wikipedia's)
+"""
+
+
+def _cut(items: list, parts: int) -> Iterator[list]:
+    """``items`` in ``parts`` consecutive slices of nearly equal length (not aligned to documents)."""
+    step = -(-len(items) // parts)
+    for i in range(parts):
+        yield items[i * step : (i + 1) * step]
+
+
+def _parquet(path: Path, columns: dict[str, list]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # small row groups, as the hub's files have: partitions and reads work in row groups
+    pq.write_table(pa.table(columns), path, row_group_size=2000)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# --- stage 2 and 3: tokenizer, recipe, prepare ---------------------------------------------
+
+
+#: the train splits' files, as `tokshard tokenizer train --input` globs (relative to the mirror)
+TRAIN_FILES = (
+    "Salesforce/wikitext/wikitext-103-raw-v1/train-*.parquet",
+    "vblagoje/cc_news/data/train-*.parquet",
+    "bookcorpus/bookcorpus/plain_text/train/*.parquet",
+)
+
+
+def train_tokenizer(folder: DemoFolder, size: DemoSize) -> Path:
+    """``tokshard tokenizer train`` on the mirror's train files (each one's ``text`` column)."""
+    from pipeline.tokenizer import train
+
+    tmp = folder.tokenizer.parent.with_name("tokenizer.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trained = train([str(folder.mirror / g) for g in TRAIN_FILES], size.vocab_size, tmp)
+    shutil.rmtree(folder.tokenizer.parent, ignore_errors=True)
+    os.replace(tmp, folder.tokenizer.parent)  # a stopped run never leaves half a tokenizer.json
+    return folder.tokenizer.parent / trained.name
+
+
+def recipe_text(folder: DemoFolder) -> str:
+    """The bundled OPT-mix recipe, with this demo's tokenizer and ``mirror`` in every source."""
+    base = tomllib.loads((RECIPES_DIR / "opt-mix.toml").read_text())
+    lines = [
+        "# manifests/opt-mix.toml as `tokshard demo` runs it: the same sources, read from the local",
+        f"# mirror folder {MIRROR}/ (relative to this file) instead of the hub, and the demo's tokenizer.",
+        f"#   tokshard prepare {folder.recipe} --out {folder.data}",
+        f"tokenizer = {json.dumps(str(folder.tokenizer.resolve()))}",
+    ]
+    for name, section in base["sources"].items():
+        lines += ["", f"[sources.{name}]"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in {**section, "mirror": MIRROR}.items()]
+    return "\n".join(lines) + "\n"
+
+
+def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
+    from pipeline import recipe
+    from pipeline.runner import RunOptions, prepare
+
+    write_bytes(folder.recipe, recipe_text(folder).encode())
+    r = recipe.load(folder.recipe, {"out": str(folder.data)})
+    options = RunOptions(workers=workers or min(os.cpu_count() or 1, 4), progress_interval=2.0)
+    return prepare(r, folder.data, options, log=lambda msg: log(f"  {msg}"))
+
+
+def encode_rate(folder: DemoFolder) -> dict[str, float]:
+    """Encoding throughput from the partitions' own records (kept across reruns)."""
+    from pipeline.state import load_checkpoint, load_plan
+
+    plan = load_plan(folder.data)
+    tokens = busy = 0.0
+    for part in plan.partitions if plan else []:
+        ck = load_checkpoint(folder.data, part)
+        if ck is not None:
+            tokens += ck.tokens
+            busy += ck.busy_seconds
+    return {"tokens": tokens, "busy_seconds": busy, "tokens_per_worker_s": tokens / busy if busy else 0.0}
+
+
+# --- stage 5: training in a child process --------------------------------------------------
+
+
+def ds_config() -> dict[str, Any]:
+    """ZeRO 0 and torch's AdamW (no JIT-built FusedAdam); fp32 on CPU, bf16 where a GPU has it."""
+    return {
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": 1.0,
+        "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 0},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": "auto",
+                "betas": [0.9, 0.95],
+                "eps": 1e-8,
+                "weight_decay": 0.1,
+                "torch_adam": True,
+            },
+        },
+        "scheduler": {
+            "type": "WarmupCosineLR",
+            "params": {
+                "total_num_steps": "auto",
+                "warmup_num_steps": "auto",
+                "warmup_type": "linear",
+                "cos_min_ratio": 0.1,
+            },
+        },
+    }
+
+
+def train_args(folder: DemoFolder, size: DemoSize, resume: bool) -> list[str]:
+    """The ``tokshard train`` command line of the demo (also what the summary shows)."""
+    args = [
+        *("--manifest", str(folder.manifest), "--deepspeed", str(folder.root / DS_CONFIG)),
+        *("--model", size.model, "--seq-len", str(size.seq_len), "--micro-batch", str(size.micro_batch)),
+        *("--steps", str(size.steps), "--lr", str(size.lr), "--warmup", str(size.warmup)),
+        *("--eval-every", str(size.eval_every), "--eval-samples", str(size.eval_samples)),
+        *("--log-every", str(size.log_every), "--save", str(folder.run)),
+        *("--save-every", str(size.eval_every)),  # an interrupted demo resumes from here
+    ]
+    return [*args, "--resume"] if resume else args
+
+
+def trained_step(folder: DemoFolder) -> int:
+    """The step of the newest checkpoint (0: none yet)."""
+    from trainer import checkpoint
+
+    if checkpoint.latest_tag(folder.run) is None:
+        return 0
+    _, state = checkpoint.read_state(folder.run)
+    return int(state["step"])
+
+
+def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
+    """``python -m trainer`` as a single-process DeepSpeed run, its console lines echoed.
+
+    A child process keeps DeepSpeed's process group and globals out of this one. Its full
+    output goes to ``run/train.log``; the step and eval lines are shown as they come.
+    """
+    resume = trained_step(folder) > 0
+    write_json(folder.root / DS_CONFIG, ds_config())
+    folder.run.mkdir(parents=True, exist_ok=True)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+    }
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    cmd = [sys.executable, "-m", "trainer", *train_args(folder, size, resume)]
+    shown = re.compile(r"^(step|eval|tokshard)")
+    last_error = ""
+    with open(folder.run / "train.log", "a") as logfile:
+        logfile.write(f"$ {' '.join(cmd)}\n")
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            logfile.write(line)
+            if shown.match(line):
+                log(f"  {line.rstrip()}")
+            if line.startswith("tokshard: error:"):
+                last_error = line.removeprefix("tokshard: error:").strip()
+        code = proc.wait()
+    if code != 0:
+        why = last_error or f"exit status {code}"
+        raise TokshardError(f"training failed ({why}); the full log is {folder.run / 'train.log'}")
+
+
+# --- the whole demo ------------------------------------------------------------------------
+
+
+def run(out: Path, size_name: str = "default", workers: int | None = None, log: Log = stderr_log) -> dict:
+    """Run (or resume) the demo into ``out``; returns the summary it also writes there."""
+    size = SIZES[size_name]
+    folder, record = open_folder(out, size_name)
+    stages: dict[str, dict[str, Any]] = record["stages"]
+    started = time.monotonic()
+
+    def stage(name: str, what: str, done: bool, work: Callable[[], Any], recheck: bool = False) -> Any:
+        """Run a stage, or keep what an earlier run made (``recheck``: let the stage say so itself)."""
+        if done:
+            log(f"{name}: already done ({what}); kept")
+            stages.setdefault(name, {})["ran"] = False
+            return work() if recheck else None
+        log(f"{name}: {what}")
+        t0 = time.monotonic()
+        result = work()
+        stages[name] = {"seconds": round(time.monotonic() - t0, 2), "ran": True}
+        folder.save_record(record)
+        return result
+
+    rows = stage(
+        "corpus",
+        f"WikiText, CC-News and BookCorpus look-alikes in the hub's layouts -> {folder.mirror}",
+        folder.mirror.is_dir(),
+        lambda: write_mirror(folder.mirror, size),
+    )
+    if rows is not None:
+        record["rows"] = rows
+    stage(
+        "tokenizer",
+        f"byte-level BPE, vocabulary {size.vocab_size} -> {folder.tokenizer}",
+        folder.tokenizer.is_file(),
+        lambda: train_tokenizer(folder, size),
+    )
+    stage(
+        "prepare",
+        f"OPT-mix recipe on the mirror, embedded Dask cluster -> {folder.data}",
+        _prepared(folder),
+        lambda: run_prepare(folder, workers, log),
+        recheck=True,  # prepare itself confirms the folder is complete for this recipe (no cluster)
+    )
+    stage("verify", f"re-hash every shard of {folder.manifest}", False, lambda: _verify(folder, log))
+    stage(
+        "train",
+        f"{size.model} GPT, {size.steps} steps of {size.micro_batch} x {size.seq_len} tokens with DeepSpeed "
+        f"-> {folder.run}",
+        trained_step(folder) >= size.steps,
+        lambda: run_training(folder, size, log),
+    )
+    summary = stage(
+        "report", "loss curve, tokens/s, document lengths, summary", False, lambda: report(folder)
+    )
+    summary["stages"] = stages
+    summary["seconds_this_run"] = round(time.monotonic() - started, 1)
+    write_json(folder.root / "summary.json", summary)
+    write_bytes(folder.root / "summary.md", summary_markdown(summary, size).encode())
+    folder.save_record(record)
+    return summary
+
+
+def _prepared(folder: DemoFolder) -> bool:
+    from pipeline import manifest
+
+    if not folder.manifest.is_file():
+        return False
+    try:
+        manifest.load(folder.manifest)
+    except TokshardError:
+        return False
+    return True
+
+
+def _verify(folder: DemoFolder, log: Log) -> None:
+    from pipeline.verify import verify
+
+    faults, totals = verify(folder.manifest)
+    if faults:
+        raise VerifyError(f"{len(faults)} fault(s) in {folder.data}, first: {faults[0]}")
+    log(f"  OK: {totals['shards']} shards, {totals['tokens']:,} tokens match the manifest")
+
+
+def report(folder: DemoFolder) -> dict[str, Any]:
+    """The PNGs and the summary numbers (everything read back from files, so a rerun agrees)."""
+    from pipeline import manifest as manifest_mod
+    from pipeline.inspection_plot import plot_doc_lengths
+    from trainer.report import write_report
+
+    training = write_report(folder.run, folder.root / REPORT_PNG, title="tokshard demo")
+    plot_doc_lengths(folder.manifest, folder.root / LENGTHS_PNG)
+    m = manifest_mod.load(folder.manifest)
+    sources = {
+        name: {
+            split: {k: s[k] for k in ("documents", "tokens", "shards")} for split, s in info["splits"].items()
+        }
+        for name, info in m.data["sources"].items()
+    }
+    return {
+        "sources": sources,
+        "totals": m.data["totals"],
+        "encode": {**encode_rate(folder), "encoder": m.data.get("encoder", {}).get("name")},
+        "training": training,
+        "learned": _learned(training),
+        "paths": {
+            "folder": str(folder.root),
+            "mirror": str(folder.mirror),
+            "tokenizer": str(folder.tokenizer),
+            "recipe": str(folder.recipe),
+            "data": str(folder.data),
+            "manifest": str(folder.manifest),
+            "run": str(folder.run),
+            "report_png": str(folder.root / REPORT_PNG),
+            "doc_lengths_png": str(folder.root / LENGTHS_PNG),
+        },
+    }
+
+
+def _learned(training: dict[str, Any]) -> bool:
+    first, last = training.get("first_eval_loss"), training.get("last_eval_loss")
+    return first is not None and last is not None and last < first - LEARNED_MARGIN
+
+
+# --- what the user reads -------------------------------------------------------------------
+
+
+def _fmt_s(record: dict[str, Any] | None) -> str:
+    if not record or "seconds" not in record:
+        return "-"
+    return f"{record['seconds']:.1f} s" + ("" if record.get("ran", True) else " (earlier run)")
+
+
+def summary_markdown(s: dict[str, Any], size: DemoSize) -> str:
+    t, tr, enc, p = s["totals"], s["training"], s["encode"], s["paths"]
+    lines = [
+        "# tokshard demo",
+        "",
+        f"Prepared **{t['tokens']:,} tokens** in {t['documents']:,} documents and **{t['shards']} shards**, "
+        f"then trained a `{size.model}` GPT for {tr['steps']} steps.",
+        "",
+        "| source | split | documents | tokens | shards |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for name, splits in s["sources"].items():
+        for split, row in splits.items():
+            lines.append(f"| {name} | {split} | {row['documents']:,} | {row['tokens']:,} | {row['shards']} |")
+    lines += [
+        "",
+        "| measure | value |",
+        "| --- | --- |",
+        f"| encode tokens/s (per busy worker, {enc['encoder']}) | {enc['tokens_per_worker_s']:,.0f} |",
+        f"| train tokens/s (median) | {tr['tokens_per_s']:,.0f} |",
+        f"| data-wait fraction (mean) | {100 * tr['data_wait_frac']:.2f} % |",
+        f"| eval loss, first -> last | {_num(tr['first_eval_loss'])} -> {_num(tr['last_eval_loss'])} |",
+        f"| eval perplexity, first -> last | {_num(tr['first_eval_ppl'])} -> {_num(tr['last_eval_ppl'])} |",
+    ]
+    lines += [f"| wall time: {name} | {_fmt_s(rec)} |" for name, rec in s["stages"].items()]
+    lines += ["", "Files:", ""]
+    lines += [f"- {key}: `{value}`" for key, value in p.items()]
+    lines += [
+        "",
+        "Run the pieces yourself:",
+        "",
+        "```bash",
+        f"tokshard prepare {p['recipe']} --out {p['data']}",
+        f"tokshard verify {p['manifest']}",
+        f"tokshard inspect {p['manifest']} --plot",
+        f"tokshard train {' '.join(train_args(DemoFolder(Path(p['folder'])), size, resume=True))}",
+        f"tokshard plot {p['run']}",
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+
+def console_summary(s: dict[str, Any]) -> str:
+    t, tr, enc = s["totals"], s["training"], s["encode"]
+    per_source = ", ".join(
+        f"{name} {sum(r['tokens'] for r in splits.values()):,}" for name, splits in s["sources"].items()
+    )
+    return "\n".join(
+        [
+            f"tokens per source: {per_source} ({t['shards']} shards)",
+            f"encode: {enc['tokens_per_worker_s']:,.0f} tokens/s per worker; train: "
+            f"{tr['tokens_per_s']:,.0f} tokens/s, data wait {100 * tr['data_wait_frac']:.2f}%",
+            f"eval loss {_num(tr['first_eval_loss'])} -> {_num(tr['last_eval_loss'])} "
+            f"(perplexity {_num(tr['first_eval_ppl'])} -> {_num(tr['last_eval_ppl'])}) after {tr['steps']} steps",
+            f"report: {s['paths']['report_png']}, {s['paths']['doc_lengths_png']}, "
+            f"{Path(s['paths']['folder']) / 'summary.md'}",
+        ]
+    )

@@ -1,0 +1,252 @@
+"""`tokshard demo` end to end, run as a newcomer runs it: from a clean copy of the repository.
+
+The clean copy holds exactly the files git tracks (no .venv, no caches, no build output), so
+a module someone forgot to add, or a path that only exists in a developer's checkout, fails
+here. Installing everything again into a fresh venv (`.ci/setup`) takes minutes of pip and a
+DeepSpeed build, too long for the suite; the copy runs with the interpreter of the current
+environment instead, with PYTHONPATH pointing at the copy (asserted), and `test_readme.py`
+checks that the Quickstart's set-up commands are the ones CI runs.
+
+The demo runs once at `--size quick` (about 30 s); the rerun tests work on copies of its
+folder, so each test sees the same first run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli, validate_manifest
+from PIL import Image
+
+from pipeline import manifest as manifest_mod
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def clean_copy(dest: Path) -> Path:
+    """The tracked files of the repository (working-tree content), nothing else."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def run_demo(copy: Path, out: Path, *extra: str):
+    return cli("demo", "--out", str(out), "--size", "quick", *extra, env={"PYTHONPATH": str(copy)}, cwd=copy)
+
+
+def mtimes(paths: list[Path]) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in paths}
+
+
+def prepared_files(out: Path) -> list[Path]:
+    """What the corpus, tokenizer and prepare stages wrote (shards, index, checkpoints, manifest)."""
+    data = out / "data"
+    files = [*data.rglob("*.bin"), *data.rglob("*.idx"), *(data / ".tokshard").rglob("*.json")]
+    return [
+        *files,
+        data / "manifest.json",
+        out / "tokenizer" / "tokenizer.json",
+        *(out / "hub-mirror").rglob("*"),
+    ]
+
+
+def checkpoint_files(out: Path) -> list[Path]:
+    return [p for p in (out / "run").rglob("*") if p.is_file() and p.suffix in (".pt", ".json")]
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    dest = clean_copy(tmp_path_factory.mktemp("clean") / "tokshard")
+    assert not (dest / ".venv").exists()
+    where = subprocess.run(
+        [sys.executable, "-c", "import pipeline, trainer; print(pipeline.__file__); print(trainer.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=dest,
+        env={**os.environ, "PYTHONPATH": str(dest)},
+        check=True,
+    ).stdout.split()
+    assert all(Path(p).is_relative_to(dest) for p in where), where  # the copy's code, not the checkout's
+    return dest
+
+
+@pytest.fixture(scope="module")
+def demo(copy, tmp_path_factory):
+    """One quick demo from the clean copy: (folder, finished process, seconds)."""
+    out = tmp_path_factory.mktemp("demo") / "demo-out"
+    t0 = time.monotonic()
+    proc = run_demo(copy, out)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, proc, seconds
+
+
+def test_demo_writes_a_png_report_and_a_json_summary(demo):
+    out, proc, _ = demo
+    for name in ("report.png", "doc_lengths.png"):
+        raw = (out / name).read_bytes()
+        assert raw.startswith(PNG_MAGIC)
+        with Image.open(out / name) as img:
+            img.verify()
+        with Image.open(out / name) as img:
+            assert img.size[0] >= 600 and img.size[1] >= 400
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) >= {"sources", "totals", "encode", "training", "stages", "paths"}
+    assert summary["training"]["tokens_per_s"] > 0
+    assert 0 <= summary["training"]["data_wait_frac"] < 1
+    assert summary["encode"]["tokens_per_worker_s"] > 0
+    assert set(summary["stages"]) == {"corpus", "tokenizer", "prepare", "verify", "train", "report"}
+    assert "| eval loss, first -> last |" in (out / "summary.md").read_text()
+    assert "eval loss" in proc.stdout and "report.png" in proc.stdout
+
+
+def test_demo_model_learns_on_the_validation_split(demo):
+    out, _, _ = demo
+    evals = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [e for e in evals if "eval_loss" in e]
+    assert evals[0]["step"] == 0 and evals[0]["split"] == "validation"
+    assert evals[0]["eval_loss"] == pytest.approx(math.log(2048), abs=0.3)  # untrained: uniform over 2048 ids
+    assert evals[-1]["eval_loss"] < evals[0]["eval_loss"] - 1.0
+    t = json.loads((out / "summary.json").read_text())["training"]
+    assert (t["first_eval_loss"], t["last_eval_loss"]) == (evals[0]["eval_loss"], evals[-1]["eval_loss"])
+    assert t["last_eval_ppl"] == pytest.approx(math.exp(t["last_eval_loss"]))
+
+
+def test_demo_prepares_the_three_hub_sources_from_a_mirror_in_the_hub_layouts(demo):
+    out, _, _ = demo
+    mirror = out / "hub-mirror"
+    for rel in (
+        "Salesforce/wikitext/wikitext-103-raw-v1/train-00000-of-00002.parquet",
+        "Salesforce/wikitext/wikitext-103-raw-v1/train-00001-of-00002.parquet",
+        "Salesforce/wikitext/wikitext-103-raw-v1/validation-00000-of-00001.parquet",
+        "Salesforce/wikitext/wikitext-103-raw-v1/test-00000-of-00001.parquet",
+        "vblagoje/cc_news/data/train-00000-of-00002.parquet",
+        "bookcorpus/bookcorpus/plain_text/train/0000.parquet",
+    ):
+        assert (mirror / rel).is_file(), rel
+    data = validate_manifest(out / "data" / "manifest.json")
+    assert {name: s["type"] for name, s in data["sources"].items()} == {
+        "bookcorpus": "bookcorpus",
+        "cc_news": "cc_news",
+        "wikitext": "wikitext",
+    }
+    assert list(data["sources"]["wikitext"]["splits"]) == ["train", "validation", "test"]
+    for name, source in data["sources"].items():
+        assert source["origin"]["mirror"].startswith(str(mirror)), name
+        assert all(s["tokens"] > 0 for s in source["splits"].values()), name
+
+
+def test_demo_summary_counts_are_the_manifests(demo):
+    out, _, _ = demo
+    summary = json.loads((out / "summary.json").read_text())
+    m = manifest_mod.load(out / "data")
+    assert summary["totals"] == m.data["totals"]
+    for name, info in m.data["sources"].items():
+        for split, stats in info["splits"].items():
+            assert summary["sources"][name][split]["tokens"] == stats["tokens"]
+    assert summary["encode"]["tokens"] == m.data["totals"]["tokens"]
+
+
+def test_rerun_keeps_every_finished_stage_and_rewrites_the_report(demo, copy, tmp_path):
+    first, _, seconds = demo
+    out = tmp_path / "demo-out"
+    shutil.copytree(first, out)  # copy2 keeps modification times
+    kept = mtimes(prepared_files(out) + checkpoint_files(out))
+    metrics = (out / "run" / "metrics.jsonl").read_text()
+    report = (out / "report.png").stat().st_mtime_ns
+    t0 = time.monotonic()
+    proc = run_demo(copy, out)
+    rerun = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for stage in ("corpus", "tokenizer", "prepare", "train"):
+        assert f"{stage}: already done" in proc.stderr
+    assert mtimes(prepared_files(out) + checkpoint_files(out)) == kept
+    assert (out / "run" / "metrics.jsonl").read_text() == metrics
+    assert (out / "report.png").stat().st_mtime_ns > report
+    assert rerun < max(20.0, seconds / 2), (rerun, seconds)
+
+
+def test_interrupted_training_continues_from_its_last_checkpoint(demo, copy, tmp_path):
+    first, _, _ = demo
+    out = tmp_path / "demo-out"
+    shutil.copytree(first, out)
+    final_eval = json.loads((out / "summary.json").read_text())["training"]["last_eval_loss"]
+    run = out / "run"
+    tags = sorted(p.name for p in run.glob("step*") if p.is_dir())
+    assert len(tags) >= 2, tags  # the demo saves along the way, not only at the end
+    shutil.rmtree(run / tags[-1])  # as if stopped before the last save
+    (run / "latest").write_text(tags[-2])
+    kept = mtimes(prepared_files(out))
+    proc = run_demo(copy, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = int(tags[-2].removeprefix("step"))
+    assert f"resumed {tags[-2]} at step {step}" in (run / "train.log").read_text()
+    assert (run / "latest").read_text().strip() == tags[-1]
+    assert mtimes(prepared_files(out)) == kept
+    resumed_eval = json.loads((out / "summary.json").read_text())["training"]["last_eval_loss"]
+    assert resumed_eval == pytest.approx(final_eval, rel=1e-4)  # the same samples as without the stop
+
+
+def test_demo_refuses_a_folder_that_holds_a_demo_of_another_size(demo, copy, tmp_path):
+    out = tmp_path / "demo-out"
+    out.mkdir()
+    (out / "demo.json").write_text(json.dumps({"size": "default", "stages": {}}))
+    proc = run_demo(copy, out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"tokshard: error: {out} holds a demo of size 'default', not 'quick'; "
+        "use another --out, or delete the folder to start over"
+    ]
+
+
+def test_plot_and_inspect_plot_draw_the_demos_run_and_data(demo, tmp_path):
+    out, _, _ = demo
+    png = tmp_path / "loss.png"
+    proc = cli("plot", str(out / "run"), "--out", str(png), check=True)
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    assert "validation loss" in proc.stdout and "tok/s" in proc.stdout
+    hist = tmp_path / "lengths.png"
+    proc = cli("inspect", str(out / "data"), "--json", "--plot-file", str(hist), check=True)
+    assert json.loads(proc.stdout)["totals"]["shards"] >= 8  # the JSON stays clean
+    assert hist.read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("command", ["plot", "inspect"])
+def test_a_png_that_cannot_be_written_is_one_line(demo, tmp_path, command):
+    out, _, _ = demo
+    (tmp_path / "a-file").write_text("x")
+    target = str(tmp_path / "a-file" / "x.png")  # below a file: no folder can be made there
+    args = (
+        ["plot", str(out / "run"), "--out", target] if command == "plot" else ["inspect", str(out / "data")]
+    )
+    proc = cli(*args, *(["--plot-file", target] if command == "inspect" else []))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith(f"tokshard: error: cannot write {target}: ")
+
+
+def test_the_test_suite_collects_from_the_clean_copy(copy):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        cwd=copy,
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tests/test_demo.py::test_demo_writes_a_png_report_and_a_json_summary" in proc.stdout

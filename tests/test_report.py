@@ -1,0 +1,69 @@
+"""`tokshard plot`: a run's metrics.jsonl (written by the trainer's own MetricsLog) -> PNG + numbers."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from trainer.metrics import MetricsLog
+from trainer.report import describe, load, write_report
+
+
+def log_run(run_dir: Path, steps: range, loss0: float, evals: tuple[int, ...] = (), rate: float = 1000.0):
+    """Lines exactly as a training run writes them (appending, as a resumed run does)."""
+    log = MetricsLog(run_dir, enabled=True, total_steps=steps.stop, out=io.StringIO())
+    for step in steps:
+        if step in evals:
+            log.eval(step=step, loss=loss0 - step / 100, split="validation", sources={"w": loss0})
+        if step:
+            log.train(
+                step=step,
+                loss=loss0 - step / 50,
+                lr=1e-3,
+                tokens_per_s=rate * (0.1 if step == steps.start + 1 else 1),
+                samples=8 * step,
+                data_wait_frac=0.01,
+                elapsed_s=float(step),
+            )
+    log.close()
+
+
+def test_a_resumed_run_counts_the_lines_written_last(tmp_path):
+    log_run(tmp_path, range(0, 16), loss0=8.0, evals=(0, 10))
+    log_run(tmp_path, range(10, 21), loss0=6.0, evals=(20,))  # resumed from step 10's checkpoint
+    m = load(tmp_path)
+    assert [r["step"] for r in m.train] == list(range(1, 21))
+    assert m.train[12]["loss"] == pytest.approx(6.0 - 13 / 50)  # step 13 as the resumed run logged it
+    assert m.train[5]["loss"] == pytest.approx(8.0 - 6 / 50)  # step 6 only the first run logged
+    assert [e["step"] for e in m.evals] == [0, 10, 20]
+
+
+def test_a_line_cut_short_by_a_kill_is_skipped_and_counted(tmp_path):
+    log_run(tmp_path, range(0, 6), loss0=8.0)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "loss": 7.\n')
+    log_run(tmp_path, range(5, 9), loss0=8.0)
+    n = write_report(tmp_path)
+    assert n["unreadable_lines"] == 1 and n["steps"] == 8
+    assert "1 unreadable line(s) skipped" in describe(n)
+
+
+def test_report_numbers_and_png(tmp_path):
+    log_run(tmp_path, range(0, 31), loss0=8.0, evals=(0, 10, 20, 30))
+    n = write_report(tmp_path, tmp_path / "out" / "r.png", title="run")
+    assert (n["first_eval_loss"], n["last_eval_loss"]) == (pytest.approx(8.0), pytest.approx(7.7))
+    assert n["tokens_per_s"] == 1000.0  # the first interval (start-up) does not count
+    assert n["data_wait_frac"] == pytest.approx(0.01)
+    with Image.open(tmp_path / "out" / "r.png") as img:
+        assert img.format == "PNG" and img.size == (800, 850)
+
+
+def test_a_run_without_evaluation_plots_its_training_lines(tmp_path):
+    log_run(tmp_path, range(0, 11), loss0=5.0)
+    n = write_report(tmp_path / "metrics.jsonl")  # the file itself works as well as its folder
+    assert n["first_eval_loss"] is None and n["steps"] == 10
+    assert Path(n["png"]) == tmp_path / "report.png"
+    assert "validation" not in describe(n)

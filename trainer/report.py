@@ -1,0 +1,166 @@
+"""A training run's report: ``RUN_DIR/metrics.jsonl`` -> a PNG and the numbers worth quoting.
+
+``tokshard plot RUN_DIR`` and ``tokshard demo`` use it. The PNG has three panels over the
+optimizer step: loss (training, and evaluation where the run evaluated), trained tokens per
+second, and the share of time the loop waited for data.
+
+A resumed run appends to the same file and logs again the steps after its checkpoint; for
+each step the line written last is the one that counts (the run that carried on from there).
+A line cut short by a kill is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import TokshardError
+from pipeline.figures import figure, save_png
+from trainer.metrics import METRICS_FILE
+
+REPORT_FILE = "report.png"
+
+
+@dataclass
+class Metrics:
+    path: Path
+    train: list[dict[str, Any]] = field(default_factory=list)  # one per logged step, by step
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: int = 0
+
+
+def metrics_path(run_dir: str | Path) -> Path:
+    run = Path(run_dir)
+    path = run / METRICS_FILE if run.is_dir() or not run.suffix else run
+    if not path.is_file():
+        if not run.exists():
+            raise TokshardError(
+                f"{run} does not exist; pass the --run-dir (or --save) folder of a training run"
+            )
+        raise TokshardError(
+            f"{run} holds no {METRICS_FILE}; pass the --run-dir (or --save) folder of a `tokshard train` run"
+        )
+    return path
+
+
+def load(run_dir: str | Path) -> Metrics:
+    path = metrics_path(run_dir)
+    train: dict[int, dict[str, Any]] = {}
+    evals: dict[int, dict[str, Any]] = {}
+    unreadable = 0
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokshardError(f"cannot read {path}: {exc}") from exc
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            unreadable += 1
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            unreadable += 1
+        elif "eval_loss" in record:
+            evals[record["step"]] = record
+        elif "loss" in record:
+            train[record["step"]] = record
+    if not train and not evals:
+        raise TokshardError(
+            f"{path} has no training or evaluation lines yet; plot it once the run has logged"
+        )
+    return Metrics(path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], unreadable)
+
+
+def numbers(m: Metrics) -> dict[str, Any]:
+    """What the summary quotes: losses first and last, median tokens/s, mean data wait."""
+    rates = [r["tokens_per_s"] for r in m.train[1:] or m.train]  # the first interval holds start-up
+    waits = [r["data_wait_frac"] for r in m.train]
+    first_eval = m.evals[0] if m.evals else None
+    last_eval = m.evals[-1] if m.evals else None
+    return {
+        "metrics": str(m.path),
+        "steps": m.train[-1]["step"] if m.train else (last_eval or {}).get("step", 0),
+        "first_loss": m.train[0]["loss"] if m.train else None,
+        "last_loss": m.train[-1]["loss"] if m.train else None,
+        "first_eval_loss": first_eval["eval_loss"] if first_eval else None,
+        "last_eval_loss": last_eval["eval_loss"] if last_eval else None,
+        "first_eval_ppl": first_eval["eval_ppl"] if first_eval else None,
+        "last_eval_ppl": last_eval["eval_ppl"] if last_eval else None,
+        "eval_split": last_eval.get("split") if last_eval else None,
+        "tokens_per_s": statistics.median(rates) if rates else 0.0,
+        "data_wait_frac": statistics.fmean(waits) if waits else 0.0,
+        "unreadable_lines": m.unreadable,
+    }
+
+
+def plot(m: Metrics, png: Path, title: str | None = None) -> None:
+    fig = figure(8, 8.5)
+    loss_ax, rate_ax, wait_ax = fig.subplots(3, 1, sharex=True, height_ratios=[3, 1.3, 1.3])
+    steps = [r["step"] for r in m.train]
+    if m.train:
+        loss_ax.plot(steps, [r["loss"] for r in m.train], color="tab:blue", lw=1.2, label="train loss")
+    if m.evals:
+        split = m.evals[-1].get("split", "eval")
+        loss_ax.plot(
+            [r["step"] for r in m.evals],
+            [r["eval_loss"] for r in m.evals],
+            "o-",
+            color="tab:orange",
+            lw=1.5,
+            ms=4,
+            label=f"{split} loss",
+        )
+        last = m.evals[-1]
+        loss_ax.annotate(
+            f"{last['eval_loss']:.3f} (ppl {last['eval_ppl']:,.1f})",
+            (last["step"], last["eval_loss"]),
+            textcoords="offset points",
+            xytext=(-8, 10),
+            ha="right",
+            color="tab:orange",
+        )
+    loss_ax.set_ylabel("loss (nats/token)")
+    loss_ax.grid(alpha=0.3)
+    loss_ax.legend(loc="upper right")
+    rate_ax.plot(steps, [r["tokens_per_s"] for r in m.train], color="tab:green", lw=1.2)
+    rate_ax.set_ylabel("trained tokens/s")
+    rate_ax.set_ylim(bottom=0)
+    rate_ax.grid(alpha=0.3)
+    wait_ax.plot(steps, [100 * r["data_wait_frac"] for r in m.train], color="tab:red", lw=1.2)
+    wait_ax.set_ylabel("data wait (%)")
+    wait_ax.set_ylim(bottom=0)
+    wait_ax.set_xlabel("optimizer step")
+    wait_ax.grid(alpha=0.3)
+    fig.suptitle(title or str(m.path.parent))
+    save_png(fig, png, "choose another path (tokshard plot --out PNG)")
+
+
+def write_report(
+    run_dir: str | Path, png: str | Path | None = None, title: str | None = None
+) -> dict[str, Any]:
+    """Plot the run into ``png`` (default ``RUN_DIR/report.png``); returns the numbers and the path."""
+    m = load(run_dir)
+    out = Path(png) if png is not None else m.path.parent / REPORT_FILE
+    plot(m, out, title)
+    return {**numbers(m), "png": str(out)}
+
+
+def describe(n: dict[str, Any]) -> str:
+    """One line for the console."""
+
+    def f(x: float | None) -> str:
+        return "-" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+    parts = [f"{n['png']}: {n['steps']} steps"]
+    if n["first_loss"] is not None:
+        parts.append(f"train loss {f(n['first_loss'])} -> {f(n['last_loss'])}")
+    if n["first_eval_loss"] is not None:
+        parts.append(f"{n['eval_split']} loss {f(n['first_eval_loss'])} -> {f(n['last_eval_loss'])}")
+    parts.append(f"{n['tokens_per_s']:,.0f} tok/s, data wait {100 * n['data_wait_frac']:.2f}%")
+    if n["unreadable_lines"]:
+        parts.append(f"{n['unreadable_lines']} unreadable line(s) skipped")
+    return "; ".join(parts)
