@@ -172,8 +172,10 @@ def _batch_jobs(args: argparse.Namespace):
         return None
     if args.scheduler:
         raise TokshardError("give either --scheduler or --cluster, not both")
-    from pipeline.cluster import BatchJobs
+    from pipeline.cluster import BatchJobs, require_batch_system
 
+    if not args.print_job_script:
+        require_batch_system(args.cluster)
     return BatchJobs(
         system=args.cluster,
         jobs=args.jobs,

@@ -85,6 +85,16 @@ def batch_cluster(spec: BatchJobs, threads: int):
         raise TokshardError(f"--cluster {spec.system}: {exc}") from exc
 
 
+def require_batch_system(system: str) -> None:
+    """Fail before any work where jobs cannot be submitted (not on a login node)."""
+    submit = "sbatch" if system == "slurm" else "qsub"
+    if shutil.which(submit) is None:
+        raise TokshardError(
+            f"--cluster {system}: `{submit}` is not on PATH; run prepare on a login node of the "
+            "batch system (--print-job-script shows what would be submitted)"
+        )
+
+
 def job_script(spec: BatchJobs, threads: int) -> str:
     """The batch script each job would run, rendered without submitting anything."""
     cluster = batch_cluster(spec, threads)
@@ -112,12 +122,7 @@ def connect(
     from distributed import Client, LocalCluster
 
     if batch is not None:
-        submit = "sbatch" if batch.system == "slurm" else "qsub"
-        if shutil.which(submit) is None:
-            raise TokshardError(
-                f"--cluster {batch.system}: `{submit}` is not on PATH; run prepare on a login node of "
-                "the batch system (--print-job-script shows what would be submitted)"
-            )
+        require_batch_system(batch.system)
         with batch_cluster(batch, threads) as cluster:
             cluster.scale(jobs=batch.jobs)
             with Client(cluster) as client:
@@ -150,7 +155,8 @@ def connect(
             processes=True,
             memory_limit=memory_limit or "auto",
             dashboard_address=":0",
-            silence_logs=logging.ERROR,
+            # a task's error reaches the driver, which reports it once (one line for a user error)
+            silence_logs=logging.CRITICAL,
             env=worker_env(threads),
         ) as cluster,
         Client(cluster) as client,

@@ -61,8 +61,8 @@ class Checkpoint:
     busy_seconds: float = 0.0
     #: progress inside the long document that starts at ``cursor``: {chars, tokens, any_text}
     long: dict[str, Any] | None = None
-    #: input progress (units of Partition.size) from which each later attempt resumed
-    resumed_at: list[int] = field(default_factory=list)
+    #: where each later attempt picked up: {"progress", "tokens", "long_chars", "time"}
+    resumed_from: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -97,7 +97,14 @@ class PartitionRun:
         self.started = time.monotonic()
         self.busy_before = ckpt.busy_seconds
         if ckpt.cursor is not None or ckpt.long is not None or ckpt.open:
-            ckpt.resumed_at.append(ckpt.progress)
+            ckpt.resumed_from.append(
+                {
+                    "progress": ckpt.progress,
+                    "tokens": ckpt.tokens,
+                    "long_chars": ckpt.long["chars"] if ckpt.long else None,
+                    "time": time.time(),
+                }
+            )
         self.spool = spool_path(out, part)
         try:
             self.spool.parent.mkdir(parents=True, exist_ok=True)
