@@ -73,7 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=_positive_int, help="encoder threads per worker process (default 1)")
     p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
-    p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask scheduler")
+    p.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
+    )
     p.add_argument(
         "--encoder", choices=["auto", "tokenizers", "tiktoken"], help="encoder back end (default auto)"
     )

@@ -134,8 +134,11 @@ def connect(
         return
     if scheduler:
         try:
-            client = Client(scheduler, timeout="15s")
-        except (OSError, TimeoutError) as exc:
+            if os.path.isfile(scheduler):  # a scheduler file (`dask scheduler --scheduler-file`)
+                client = Client(scheduler_file=scheduler, timeout="15s")
+            else:
+                client = Client(scheduler, timeout="15s")
+        except (OSError, TimeoutError, ValueError, KeyError) as exc:
             raise TokshardError(
                 f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
                 "`dask scheduler` and `dask worker`, or drop --scheduler to use local workers"

@@ -59,6 +59,8 @@ class Checkpoint:
     open: dict[str, Any] | None = None
     updated: float = 0.0
     busy_seconds: float = 0.0
+    #: of which spent making work durable (fsyncs, checkpoints, renames): the price of commits
+    commit_time: float = 0.0
     #: progress inside the long document that starts at ``cursor``: {chars, tokens, any_text}
     long: dict[str, Any] | None = None
     #: where each later attempt picked up: {"progress", "tokens", "long_chars", "time"}

@@ -36,6 +36,9 @@ from pipeline.state import (
     spool_path,
 )
 
+#: characters per encoded item (batch, or group of long-document pieces) per encoder thread
+ITEM_CHARS = 1 << 18
+
 
 @dataclass(frozen=True)
 class PartitionTask:
@@ -85,8 +88,34 @@ def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
 
 def _lock_wait(task: PartitionTask) -> float:
     """How long a new attempt waits for an old one still writing the partition: the old one
-    stops at its next commit, so a few commit intervals (and never under two minutes)."""
-    return max(120.0, 20 * task.commit_seconds)
+    stops at its next commit, so a few commit intervals (at least two minutes, at most an hour)."""
+    return min(max(120.0, 20 * task.commit_seconds), 3600.0)
+
+
+class CommitClock:
+    """When to commit so that a kill loses at most about ``interval`` seconds of work.
+
+    Commits happen between items (a batch of documents, or a piece of a long document), so
+    waiting for ``interval`` to pass would lose up to interval + one item. Instead commit
+    as soon as the *next* item (timed like the recent ones) would carry the uncommitted
+    work past the interval.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last_commit = self.last_item = time.monotonic()
+        self.item_seconds: float | None = None
+
+    def item_done(self) -> bool:
+        """Record that an item finished; True if it is time to commit."""
+        now = time.monotonic()
+        took = now - self.last_item
+        self.item_seconds = took if self.item_seconds is None else 0.5 * (self.item_seconds + took)
+        self.last_item = now
+        return now - self.last_commit + self.item_seconds >= self.interval
+
+    def committed(self) -> None:
+        self.last_commit = self.last_item = time.monotonic()
 
 
 class PartitionRun:
@@ -95,7 +124,10 @@ class PartitionRun:
     def __init__(self, task: PartitionTask, out: Path, part: Partition, ckpt: Checkpoint) -> None:
         self.task, self.out, self.part, self.ckpt = task, out, part, ckpt
         self.started = time.monotonic()
+        # from the start of the attempt: loading the encoder and reopening shards count too
+        self.clock = CommitClock(task.commit_seconds)
         self.busy_before = ckpt.busy_seconds
+        self.commit_before, self.commit_spent = ckpt.commit_time, 0.0
         if ckpt.cursor is not None or ckpt.long is not None or ckpt.open:
             ckpt.resumed_from.append(
                 {
@@ -118,6 +150,9 @@ class PartitionRun:
             token_dtype(task.dtype),
             self.spool,
             _pre_tokenizer(task.tokenizer_path, task.tokenizer_sha256),
+            # about 0.3 s of work per item and thread: fine-grained commit points, and no
+            # slower than bigger batches (encode_batch's cost is per character)
+            batch_chars=ITEM_CHARS * max(1, task.threads),
         )
         self.shards = ShardSequence(
             out,
@@ -132,7 +167,7 @@ class PartitionRun:
         task, ckpt = self.task, self.ckpt
         source = build_source(self.part.source, task.source_config)
         resume = LongProgress(**ckpt.long) if ckpt.long else None
-        last_commit = time.monotonic()
+        clock = self.clock
         try:
             items = self.doc_encoder.run(source.read(self.part, ckpt.cursor), resume, commit_points=True)
             for item in items:
@@ -143,12 +178,13 @@ class PartitionRun:
                     if self.spool.exists():  # a long document ended: no checkpoint may point into it
                         ckpt.long = None
                         self.commit()
-                        last_commit = time.monotonic()
+                        clock.committed()
                         self.spool.unlink()
                         continue
-                if time.monotonic() - last_commit >= task.commit_seconds:
+                if clock.item_done():
                     self.commit()
-                    last_commit = time.monotonic()
+                    clock.committed()
+            began = time.monotonic()
             records = self.shards.finish()
         except BaseException:
             self.shards.current.abandon()
@@ -159,6 +195,7 @@ class PartitionRun:
         ckpt.complete = True
         ckpt.progress = self.part.size
         ckpt.busy_seconds = self.busy_before + time.monotonic() - self.started
+        ckpt.commit_time = self.commit_before + self.commit_spent + time.monotonic() - began
         save_checkpoint(self.out, self.part, ckpt)
         self.shards.finalize()
         return ckpt
@@ -187,6 +224,7 @@ class PartitionRun:
     def commit(self) -> None:
         """Shards durable, then the checkpoint that lists them, then final names for sealed ones."""
         ckpt = self.ckpt
+        began = time.monotonic()
         open_shard = self.shards.commit()
         if ckpt.long is not None:
             try:
@@ -196,8 +234,10 @@ class PartitionRun:
         ckpt.closed = [r.to_json() for r in self.shards.closed]
         ckpt.open = {"seq": open_shard.seq, "tokens": open_shard.tokens, "documents": open_shard.documents}
         ckpt.busy_seconds = self.busy_before + time.monotonic() - self.started
+        ckpt.commit_time = self.commit_before + self.commit_spent + time.monotonic() - began
         save_checkpoint(self.out, self.part, ckpt)
         self.shards.finalize()
+        self.commit_spent += time.monotonic() - began
         newer = current_run(self.out)
         if self.task.run_id and newer and newer != self.task.run_id:
             raise Superseded(

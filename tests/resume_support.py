@@ -50,13 +50,13 @@ def reference(recipe_path: Path, out: Path, client) -> Path:
     return prepare(r, out, RunOptions(client=client), log=lambda m: None)
 
 
-def start_prepare(recipe_path: Path, out: Path, *extra: str) -> subprocess.Popen:
+def start_prepare(recipe_path: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
     """`tokshard prepare` as its own process group (so a test can kill it like a machine)."""
     cmd = [sys.executable, "-m", "pipeline.cli", "prepare", str(recipe_path), "--out", str(out), *extra]
     return subprocess.Popen(
         cmd,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 
@@ -111,6 +112,26 @@ def test_sigkill_at_random_moments_then_rerun_gives_identical_bytes(kill_setup, 
     assert_same_output(ref, out, f"(seed {seed}: {history})")
     assert not leftovers(out), leftovers(out)
     assert verify(out / "manifest.json")[0] == []
+
+
+def test_a_partition_whose_workers_keep_dying_stops_the_run_with_a_clear_error(kill_setup, tmp_path):
+    recipe, _ = kill_setup
+    out = tmp_path / "out"
+    started = time.time()
+    # no second chance (Dask's default is 3): the first death of a worker busy with it is fatal
+    proc = start_prepare(
+        recipe, out, "--workers", "1", env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    )
+    (worker,) = wait_for(lambda: work_since(out, started) and dask_worker_pids(proc.pid), 60, "work", proc)
+    os.kill(worker, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2, stderr
+    assert re.fullmatch(
+        r"tokshard: error: Dask workers died repeatedly on partition \S+ \(out of memory\?\); rerun to "
+        r"resume from its last commit, with fewer --workers or more memory",
+        stderr.strip().splitlines()[-1],
+    ), stderr
+    assert "Traceback" not in stderr
 
 
 def test_a_kill_inside_a_long_document_resumes_inside_it(tmp_path, docs, tokenizer_path):
