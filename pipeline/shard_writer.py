@@ -334,12 +334,18 @@ class ShardSequence:
         finalize(self.out_dir, self._sealed)
         self._sealed = []
 
-    def finish(self) -> list[ShardRecord]:
-        """Seal the last shard; returns every shard of the partition (then checkpoint, finalize)."""
+    def finish(self, finalize: bool = True) -> list[ShardRecord]:
+        """Seal the last shard and return every shard of the partition.
+
+        A checkpointed writer passes ``finalize=False``, saves the checkpoint that lists
+        the shards, then calls `finalize`; otherwise the final names are given at once.
+        """
         if self.current.tokens:
             self._seal_current()
         else:
             self.current.abandon()
             for suffix in (".bin", ".lens"):
                 self.current._tmp(suffix).unlink(missing_ok=True)
+        if finalize:
+            self.finalize()
         return self.closed

@@ -89,7 +89,7 @@ def _rerun(rows: dict[str, dict[str, Any]], holder: str | None, has_manifest: bo
     pending = sum(r["pending"] for r in rows.values())
     if partial == pending == 0:
         what = (
-            "do nothing: the run is complete"
+            "nothing: the run is complete and its manifest is written"
             if has_manifest
             else "write the manifest (all partitions are done)"
         )

@@ -185,7 +185,7 @@ class PartitionRun:
                     self.commit()
                     clock.committed()
             began = time.monotonic()
-            records = self.shards.finish()
+            records = self.shards.finish(finalize=False)
         except BaseException:
             self.shards.current.abandon()
             raise

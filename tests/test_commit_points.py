@@ -31,9 +31,7 @@ def docs(first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
 def uninterrupted(folder, n: int) -> list[ShardRecord]:
     seq = ShardSequence(folder, "p", "uint16", SHARD)
     seq.add(*docs(1, n))
-    records = seq.finish()
-    seq.finalize()
-    return records
+    return seq.finish()
 
 
 def files(folder) -> dict[str, bytes]:
@@ -50,7 +48,6 @@ def test_kill_after_rotation_before_the_checkpoint_resumes_from_the_last_commit(
     again = ShardSequence(tmp_path / "a", "p", "uint16", SHARD, closed=[], open_shard=committed)
     again.add(*docs(3, 14))
     records = again.finish()
-    again.finalize()
     assert records == uninterrupted(tmp_path / "b", 14)
     assert files(tmp_path / "a") == files(tmp_path / "b")
 
@@ -66,7 +63,6 @@ def test_kill_after_the_checkpoint_before_the_renames_finishes_them_on_resume(tm
     assert file_hash(tmp_path / "a" / "p-0000.bin") == closed[0].hash
     again.add(*docs(7, 14))
     again.finish()
-    again.finalize()
     uninterrupted(tmp_path / "b", 14)
     assert files(tmp_path / "a") == files(tmp_path / "b")
 
@@ -74,11 +70,11 @@ def test_kill_after_the_checkpoint_before_the_renames_finishes_them_on_resume(tm
 def test_a_finished_shard_deleted_behind_the_checkpoints_back_is_named(tmp_path):
     seq = ShardSequence(tmp_path, "p", "uint16", SHARD)
     seq.add(*docs(1, 7))
-    seq.commit()
-    seq.finalize()
+    committed = seq.commit()
+    seq.finalize()  # after its checkpoint listed shard 0
     (tmp_path / "p-0000.bin").unlink()
     with pytest.raises(TokshardError, match=r"p-0000\.bin: a finished shard is missing"):
-        ShardSequence(tmp_path, "p", "uint16", SHARD, closed=seq.closed, open_shard=seq.commit())
+        ShardSequence(tmp_path, "p", "uint16", SHARD, closed=seq.closed, open_shard=committed)
 
 
 def long_encoder(tokenizer_path, spool) -> DocumentEncoder:

@@ -66,7 +66,6 @@ def test_sequence_rotates_without_splitting_a_document(tmp_path):
     seq = ShardSequence(tmp_path, "src/train/00000", "uint16", shard_tokens=10)
     seq.add(*docs_to_stream(docs))
     records = seq.finish()
-    seq.finalize()
     # 5+5 fit in 10; the 21-token document gets a shard of its own; then the last one
     assert [r.tokens for r in records] == [10, 21, 3]
     assert [r.path for r in records] == [f"src/train/00000-{i:04d}.bin" for i in range(3)]
@@ -81,7 +80,6 @@ def test_resume_from_commit_truncates_uncommitted_tokens(tmp_path):
     again = ShardSequence(tmp_path, "p", "uint16", 1000, closed=seq.closed, open_shard=committed)
     again.add(*docs_to_stream([[4, 5]]))
     (rec,) = again.finish()
-    again.finalize()
     assert Shard(tmp_path / rec.path).tokens.tolist() == [1, 2, 3, EOS, 4, 5, EOS]
     assert rec.hash == file_hash(tmp_path / rec.path)
 
