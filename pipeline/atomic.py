@@ -31,38 +31,77 @@ def replace(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+def write_durable(path: str | os.PathLike, data: bytes) -> None:
+    """Write and fsync ``path`` itself (a temporary name the caller renames later)."""
     try:
-        with open(tmp, "wb") as f:
+        with open(path, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+    except OSError as exc:
+        Path(path).unlink(missing_ok=True)
+        raise disk_error(exc, path, len(data)) from exc
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    write_durable(tmp, data)
+    try:
         replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise disk_error(exc, path, len(data)) from exc
 
 
+def copy_file(src: str | os.PathLike, dest: str | os.PathLike) -> None:
+    """Copy durably under a temporary name, then rename: ``dest`` is whole or absent."""
+    write_bytes(dest, Path(src).read_bytes())
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode())
 
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+UNWRITABLE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class DiskFullError(TokshardError):
+    """No space left for ``path``; ``needed`` bytes (if known) would let the work go on.
+
+    It crosses process boundaries (a Dask worker raises it, the driver reports it), so it
+    pickles its fields; the driver may add a run-wide estimate with `with_needed`.
+    """
+
+    def __init__(self, path: str, free: int | None, needed: int | None) -> None:
+        self.path, self.free, self.needed = str(path), free, needed
+        free_text = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+        need_text = f", about {needed / 2**20:.1f} MiB more needed" if needed else ""
+        super().__init__(
+            f"disk full writing {path} ({free_text}{need_text}); free space or move --out, "
+            "then rerun: committed work is kept"
+        )
+
+    def __reduce__(self):
+        return (DiskFullError, (self.path, self.free, self.needed))
+
+    def with_needed(self, needed: int) -> DiskFullError:
+        return DiskFullError(self.path, self.free, max(needed, self.needed or 0))
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def disk_error(exc: OSError, path: str | os.PathLike, needed: int | None = None) -> TokshardError:
     """Turn ENOSPC and friends into one line that says where and what to do."""
-    where = Path(path).parent
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        try:
-            st = os.statvfs(where)
-            free = f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB free"
-        except OSError:
-            free = "free space unknown"
-        need = f", about {needed / 2**20:.1f} MiB more needed" if needed else ""
-        return TokshardError(
-            f"disk full writing {path} ({free}{need}); free space or move --out, then rerun: "
-            "committed work is kept"
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if exc.errno in DISK_FULL_ERRNOS:
+        return DiskFullError(str(path), free_bytes(Path(path).parent), needed)
+    if exc.errno in UNWRITABLE_ERRNOS:
         return TokshardError(f"cannot write {path}: {exc.strerror}; choose a writable --out")
     return TokshardError(f"cannot write {path}: {exc.strerror or exc}")

@@ -86,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=_positive_int, help="encoder threads per worker process (default 1)")
     p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
-    p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask scheduler")
+    p.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
+    )
     p.add_argument(
         "--encoder", choices=["auto", "tokenizers", "tiktoken"], help="encoder back end (default auto)"
     )
@@ -102,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop at a bad record (default) or skip and count it",
     )
     p.add_argument("--mirror", metavar="DIR", help="local copy of the recipe's hub repo (same layout)")
+    _add_batch_options(p)
 
     p = _subparser(
         sub,
@@ -200,6 +205,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_batch_options(p: argparse.ArgumentParser) -> None:
+    """`--cluster slurm|pbs`: CPU workers from a batch system via dask-jobqueue (docs/CLUSTER.md)."""
+    g = p.add_argument_group("batch system (--cluster; unset knobs come from your Dask jobqueue config)")
+    g.add_argument("--cluster", choices=["slurm", "pbs"], help="submit batch jobs of Dask workers")
+    g.add_argument("--jobs", type=_positive_int, default=1, help="number of batch jobs")
+    g.add_argument("--cores", type=_positive_int, help="cores per job (one worker process per core)")
+    g.add_argument("--memory", help="memory per job, e.g. 120GB (split over its worker processes)")
+    g.add_argument("--queue", help="queue / partition (Slurm -p, PBS -q)")
+    g.add_argument("--account", help="account to charge (-A)")
+    g.add_argument("--walltime", help="time limit per job, e.g. 04:00:00")
+    g.add_argument(
+        "--job-extra", action="append", metavar="DIRECTIVE", help="extra #SBATCH/#PBS directive (repeatable)"
+    )
+    g.add_argument("--local-directory", metavar="DIR", help="node-local scratch for Dask workers")
+    g.add_argument(
+        "--print-job-script", action="store_true", help="print the job script and exit (submits nothing)"
+    )
+
+
+def _batch_jobs(args: argparse.Namespace):
+    if not args.cluster:
+        if args.print_job_script:
+            raise TokshardError("--print-job-script needs --cluster slurm or --cluster pbs")
+        return None
+    if args.scheduler:
+        raise TokshardError("give either --scheduler or --cluster, not both")
+    from pipeline.cluster import BatchJobs, require_batch_system
+
+    if not args.print_job_script:
+        require_batch_system(args.cluster)
+    return BatchJobs(
+        system=args.cluster,
+        jobs=args.jobs,
+        cores=args.cores,
+        memory=args.memory,
+        queue=args.queue,
+        account=args.account,
+        walltime=args.walltime,
+        job_extra=args.job_extra or [],
+        local_directory=args.local_directory,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -231,6 +279,13 @@ def _recipe_path(name: str) -> Path:
 def cmd_prepare(args: argparse.Namespace) -> int:
     from pipeline import recipe as recipe_mod
     from pipeline.runner import RunOptions, prepare
+
+    batch = _batch_jobs(args)
+    if args.print_job_script:
+        from pipeline.cluster import job_script
+
+        print(job_script(batch, args.threads or 1))
+        return 0
 
     overrides: dict[str, Any] = {
         "tokenizer": args.tokenizer,
@@ -266,7 +321,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     path = prepare(
         recipe,
         Path(out),
-        RunOptions(workers=args.workers, scheduler=args.scheduler, memory_limit=args.memory_limit),
+        RunOptions(
+            workers=args.workers, scheduler=args.scheduler, memory_limit=args.memory_limit, batch=batch
+        ),
     )
     from pipeline import manifest
 

@@ -1,9 +1,11 @@
-"""Where the Dask workers come from: an embedded local cluster, or one that already runs.
+"""Where the Dask workers come from: an embedded local cluster, one that already runs, or
+batch jobs on Slurm/PBS.
 
 We never manage machines ourselves: `--scheduler tcp://HOST:PORT` joins a cluster started
-with `dask scheduler` / `dask worker` (or by dask-jobqueue); otherwise a `LocalCluster`
-of worker processes (one per core, one task each, with a memory limit) lives as long as
-the run.
+with `dask scheduler` / `dask worker`; `--cluster slurm|pbs` asks dask-jobqueue for batch
+jobs of CPU workers (see docs/CLUSTER.md); otherwise a `LocalCluster` of worker processes
+(one per core, one task each, with a memory limit) lives as long as the run. Workers of
+every kind run one task at a time per process: a partition is one single-threaded task.
 """
 
 from __future__ import annotations
@@ -11,9 +13,95 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from pipeline.errors import TokshardError
+
+BATCH_SYSTEMS = ("slurm", "pbs")
+
+
+@dataclass
+class BatchJobs:
+    """`--cluster slurm|pbs`: what each batch job asks for; unset knobs come from the Dask
+    config (``jobqueue.slurm.*`` / ``jobqueue.pbs.*`` in ~/.config/dask/jobqueue.yaml)."""
+
+    system: str
+    jobs: int = 1
+    cores: int | None = None
+    memory: str | None = None
+    queue: str | None = None
+    account: str | None = None
+    walltime: str | None = None
+    job_extra: list[str] = field(default_factory=list)
+    local_directory: str | None = None
+
+
+def batch_cluster(spec: BatchJobs, threads: int):
+    """A dask-jobqueue cluster (nothing is submitted until it is scaled).
+
+    One worker process per ``threads`` cores with one Dask thread each, so a job of N cores
+    runs N // threads partitions at once, each encoder using ``threads`` threads.
+    """
+    try:
+        from dask_jobqueue import PBSCluster, SLURMCluster
+    except ImportError as exc:
+        raise TokshardError(
+            "--cluster needs dask-jobqueue: pip install 'tokshard[hpc]' (or dask-jobqueue)"
+        ) from exc
+    import dask
+
+    if spec.system not in BATCH_SYSTEMS:
+        raise TokshardError(f"--cluster {spec.system}: choose one of {', '.join(BATCH_SYSTEMS)}")
+    cores = spec.cores or dask.config.get(f"jobqueue.{spec.system}.cores", None)
+    memory = spec.memory or dask.config.get(f"jobqueue.{spec.system}.memory", None)
+    if not cores or not memory:
+        raise TokshardError(
+            f"--cluster {spec.system} needs --cores and --memory per job (or jobqueue.{spec.system}.cores "
+            "and .memory in your Dask config), e.g. --cores 32 --memory 120GB"
+        )
+    processes = max(1, int(cores) // threads)
+    extra_args = ["--nthreads", "1"] if threads > 1 else []  # the last --nthreads wins
+    cls = SLURMCluster if spec.system == "slurm" else PBSCluster
+    kwargs = {
+        "cores": int(cores),
+        "memory": memory,
+        "processes": processes,
+        "queue": spec.queue,
+        "account": spec.account,
+        "walltime": spec.walltime,
+        "local_directory": spec.local_directory,
+        "job_name": "tokshard",
+        "job_script_prologue": [f"export {k}={v}" for k, v in worker_env(threads).items()],
+    }
+    if spec.job_extra:
+        kwargs["job_extra_directives"] = list(spec.job_extra)
+    if extra_args:
+        kwargs["worker_extra_args"] = extra_args
+    try:
+        return cls(**{k: v for k, v in kwargs.items() if v is not None})
+    except ValueError as exc:
+        raise TokshardError(f"--cluster {spec.system}: {exc}") from exc
+
+
+def require_batch_system(system: str) -> None:
+    """Fail before any work where jobs cannot be submitted (not on a login node)."""
+    submit = "sbatch" if system == "slurm" else "qsub"
+    if shutil.which(submit) is None:
+        raise TokshardError(
+            f"--cluster {system}: `{submit}` is not on PATH; run prepare on a login node of the "
+            "batch system (--print-job-script shows what would be submitted)"
+        )
+
+
+def job_script(spec: BatchJobs, threads: int) -> str:
+    """The batch script each job would run, rendered without submitting anything."""
+    cluster = batch_cluster(spec, threads)
+    try:
+        return cluster.job_script()
+    finally:
+        cluster.close()
 
 
 def worker_env(threads: int) -> dict[str, str]:
@@ -29,13 +117,28 @@ def connect(
     threads: int,
     memory_limit: str | None,
     log: Callable[[str], None],
+    batch: BatchJobs | None = None,
 ) -> Iterator[object]:
     from distributed import Client, LocalCluster
 
+    if batch is not None:
+        require_batch_system(batch.system)
+        with batch_cluster(batch, threads) as cluster:
+            cluster.scale(jobs=batch.jobs)
+            with Client(cluster) as client:
+                log(
+                    f"submitted {batch.jobs} {batch.system} job(s) of worker processes; tasks start as "
+                    f"the jobs do; scheduler {cluster.scheduler_address}, dashboard {client.dashboard_link}"
+                )
+                yield client
+        return
     if scheduler:
         try:
-            client = Client(scheduler, timeout="15s")
-        except (OSError, TimeoutError) as exc:
+            if os.path.isfile(scheduler):  # a scheduler file (`dask scheduler --scheduler-file`)
+                client = Client(scheduler_file=scheduler, timeout="15s")
+            else:
+                client = Client(scheduler, timeout="15s")
+        except (OSError, TimeoutError, ValueError, KeyError) as exc:
             raise TokshardError(
                 f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
                 "`dask scheduler` and `dask worker`, or drop --scheduler to use local workers"
@@ -55,7 +158,8 @@ def connect(
             processes=True,
             memory_limit=memory_limit or "auto",
             dashboard_address=":0",
-            silence_logs=logging.ERROR,
+            # a task's error reaches the driver, which reports it once (one line for a user error)
+            silence_logs=logging.CRITICAL,
             env=worker_env(threads),
         ) as cluster,
         Client(cluster) as client,

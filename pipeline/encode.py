@@ -4,12 +4,16 @@ Ordinary documents are grouped into batches of about ``batch_chars`` characters 
 ``encode_batch``. A document longer than ``long_doc_chars`` (or a streamed .txt file) is
 cut into pieces *only at pre-tokenizer boundaries*, where BPE merges never reach across,
 so the pieces' ids joined are exactly the ids of the whole document. Its tokens go to a
-spool file once they outgrow ``spool_tokens``, so even a 500 MB document never sits in
-memory whole.
+spool file as they come, so even a 500 MB document never sits in memory whole, and after
+each group of pieces a `LongProgress` says how far into the document the spool reaches:
+the task can commit there, and a resume skips that many characters and appends to the
+spool (a cut at a pre-token boundary is exact, wherever the next pieces fall). Without a
+usable pre-tokenizer a long document is encoded whole and redone whole after a crash.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +56,16 @@ class Spooled:
     tokens: int
     cursor: Cursor
     progress: int
+
+
+@dataclass
+class LongProgress:
+    """The spool holds the first ``tokens`` tokens of the long document being encoded, the
+    ids of its first ``chars`` characters (a pre-token boundary): a commit point inside it."""
+
+    chars: int
+    tokens: int
+    any_text: bool
 
 
 @dataclass
@@ -131,7 +145,11 @@ def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -
 
 
 class DocumentEncoder:
-    """Turns a partition's records into `Batch`, `Spooled` and `Bad` items, in order."""
+    """Turns a partition's records into `Batch`, `Spooled`, `Bad` and `LongProgress` items.
+
+    The spool file is left in place when a long document ends: the caller deletes it once
+    no checkpoint points into it any more.
+    """
 
     def __init__(
         self,
@@ -154,10 +172,25 @@ class DocumentEncoder:
         self.long_doc_chars = long_doc_chars
         self.piece_chars = piece_chars
         self.spool_tokens = spool_tokens
+        self._spool = None
+        self._commit_points = False
 
-    def run(self, records: Iterable[Record]) -> Iterator[Batch | Spooled | Bad]:
+    def sync_spool(self) -> None:
+        """Make the spool durable up to the last `LongProgress` (before a commit records it)."""
+        if self._spool is not None and not self._spool.closed:
+            self._spool.flush()
+            os.fsync(self._spool.fileno())
+
+    def run(
+        self, records: Iterable[Record], resume: LongProgress | None = None, commit_points: bool = False
+    ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
+        """Encode records in order. With ``commit_points``, long documents also yield
+        `LongProgress`; ``resume`` continues the long document the first record is."""
+        self._commit_points = commit_points
         pending = _Pending()
         for rec in records:
+            if resume is not None and (rec.bad is not None or _is_short(rec.text, self.long_doc_chars)):
+                resume = None  # the checkpoint pointed into a long document: not this one
             if rec.bad is not None:
                 if pending.texts or pending.dropped:
                     yield self._flush(pending)
@@ -179,7 +212,8 @@ class DocumentEncoder:
             if pending.texts or pending.dropped:
                 yield self._flush(pending)
                 pending = _Pending()
-            yield from self._long(text, rec)
+            yield from self._long(text, rec, resume)
+            resume = None
         if pending.texts or pending.dropped:
             yield self._flush(pending)
 
@@ -198,21 +232,26 @@ class DocumentEncoder:
             dropped_empty=p.dropped,
         )
 
-    def _long(self, text: str | TextStream, rec: Record) -> Iterator[Batch | Spooled | Bad]:
-        """Encode one long document piece by piece; spool its tokens if they grow large."""
+    def _long(
+        self, text: str | TextStream, rec: Record, resume: LongProgress | None
+    ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
+        """Encode one long document piece by piece into the spool, reporting commit points."""
         if isinstance(text, str):
             step = 1 << 22
             chunks: Iterable[str] = (text[i : i + step] for i in range(0, len(text), step))
         else:
             chunks = iter(text)
-        if self.pre_tokenize is None:  # no exact cut points: encode whole (memory grows with it)
-            parts: Iterable[str] = ["".join(chunks)]
-        else:
-            parts = pieces(chunks, self.piece_chars, self.pre_tokenize)
+        exact_cuts = self.pre_tokenize is not None
+        if not exact_cuts or not self._spool_holds(resume):
+            resume = None
+        chars, total, any_text = (resume.chars, resume.tokens, resume.any_text) if resume else (0, 0, False)
+        if exact_cuts:
+            parts: Iterable[str] = pieces(_skip_chars(chunks, chars), self.piece_chars, self.pre_tokenize)
+            spool = self._open_spool(total)
+        else:  # no exact cut points: encode whole (memory grows with it)
+            parts = ["".join(chunks)]
+            spool = None
         held: list[np.ndarray] = []
-        total = 0
-        any_text = False
-        spool = None
         try:
             for group in _grouped(parts, self.batch_chars):
                 any_text = any_text or any(not s.isspace() for s in group)
@@ -224,16 +263,21 @@ class DocumentEncoder:
                         continue
                     held.append(arr)
                     if total > self.spool_tokens:
-                        spool = open(self.spool_path, "wb")
+                        spool = self._open_spool(0)
                         for a in held:
                             spool.write(a.tobytes())
                         held = []
+                if exact_cuts and self._commit_points:
+                    chars += sum(len(s) for s in group)
+                    yield LongProgress(chars, total, any_text)
         except UnicodeDecodeError:
             any_text = None
         eos = np.array([self.eos_id], dtype=self.dtype)
-        if spool is not None and not any_text:
+        if any_text and spool is not None:
+            spool.write(eos.tobytes())
+        if spool is not None:
+            self.sync_spool()  # a checkpoint may point into it until the caller commits
             spool.close()
-            self.spool_path.unlink(missing_ok=True)
         if any_text is None:
             yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
         elif not any_text:
@@ -243,9 +287,41 @@ class DocumentEncoder:
             tokens = np.concatenate([*held, eos])
             yield Batch(tokens, np.array([len(tokens)], np.int32), rec.cursor, rec.progress)
         else:
-            spool.write(eos.tobytes())
-            spool.close()
             yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress)
+
+    def _spool_holds(self, resume: LongProgress | None) -> bool:
+        """A resume point is usable only if the spool still has its tokens."""
+        if resume is None:
+            return False
+        try:
+            return self.spool_path.stat().st_size >= resume.tokens * self.dtype.itemsize
+        except FileNotFoundError:
+            return False
+
+    def _open_spool(self, tokens: int):
+        """The spool, cut back to ``tokens`` committed tokens (0: a new, empty one)."""
+        if tokens:
+            f = open(self.spool_path, "r+b")
+            f.truncate(tokens * self.dtype.itemsize)
+            f.seek(0, os.SEEK_END)
+        else:
+            f = open(self.spool_path, "wb")
+        self._spool = f
+        return f
+
+
+def _is_short(text: str | TextStream | None, long_doc_chars: int) -> bool:
+    return isinstance(text, str) and len(text) <= long_doc_chars
+
+
+def _skip_chars(chunks: Iterable[str], n: int) -> Iterator[str]:
+    """The chunks without their first ``n`` characters."""
+    for chunk in chunks:
+        if n >= len(chunk):
+            n -= len(chunk)
+            continue
+        yield chunk[n:] if n else chunk
+        n = 0
 
 
 def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:

@@ -72,11 +72,16 @@ class Manifest:
 
     def resolve(self, rel: str) -> Path:
         """A path inside the manifest's folder; anything that escapes it is refused unopened."""
-        if os.path.isabs(rel) or ".." in Path(rel).parts:
+        path = self.folder / rel
+        if (
+            os.path.isabs(rel)
+            or ".." in Path(rel).parts
+            or not path.resolve().is_relative_to(self.folder.resolve())  # through a symlink
+        ):
             raise VerifyError(
                 f"{self.path}: shard path {rel!r} leaves the manifest's folder; refusing to open it"
             )
-        return self.folder / rel
+        return path
 
     @property
     def tokenizer_path(self) -> Path:

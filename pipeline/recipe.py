@@ -159,6 +159,9 @@ def _check_settings(settings: dict[str, Any], where: str) -> None:
     threads = settings["threads"]
     if not isinstance(threads, int) or threads < 1:
         raise TokshardError(f"{where}: threads must be a positive integer, got {threads!r}")
+    commit = settings["commit_seconds"]
+    if not isinstance(commit, int | float) or isinstance(commit, bool) or not commit > 0:
+        raise TokshardError(f"{where}: commit_seconds must be a positive number of seconds, got {commit!r}")
 
 
 def describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

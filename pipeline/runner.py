@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import manifest, tokenizer
-from pipeline.atomic import disk_error
+from pipeline.atomic import DiskFullError, disk_error
 from pipeline.encoders import choose
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
@@ -30,11 +30,12 @@ from pipeline.state import (
     Plan,
     load_checkpoint,
     load_plan,
+    remove_leftovers,
     run_lock,
     save_plan,
     state_dir,
 )
-from pipeline.task import PartitionTask, run_partition
+from pipeline.task import PartitionTask, finish_complete, run_partition
 
 Log = Callable[[str], None]
 
@@ -50,6 +51,7 @@ class RunOptions:
     memory_limit: str | None = None
     client: Any = None  # an existing distributed.Client (tests, notebooks)
     progress_interval: float = 10.0
+    batch: Any = None  # pipeline.cluster.BatchJobs for --cluster slurm|pbs
 
 
 def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
@@ -61,7 +63,11 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise disk_error(exc, out / "manifest.json") from exc
-    with run_lock(out):
+    run_id = uuid.uuid4().hex[:12]
+    with run_lock(out, run_id):
+        leftovers = remove_leftovers(out)
+        if leftovers:
+            log(f"removed {len(leftovers)} temporary files of interrupted writes")
         settings = recipe.settings
         src, tok = tokenizer.resolve(settings["tokenizer"], settings["eos_token"], settings["dtype"])
         recipe.tokenizer_sha256 = tok.sha256
@@ -83,7 +89,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
                 f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
                 f"{resumed} to resume, {len(todo) - resumed} to start"
             )
-            tasks = [_task(recipe, out, plan, p, encoder) for p in todo]
+            tasks = [_task(recipe, out, plan, p, encoder, run_id) for p in todo]
             _run(tasks, todo, checkpoints, plan, out, options, log)
         path = _write_manifest(out, recipe, plan, encoder, reason, settings["threads"])
         log(f"wrote {path}")
@@ -147,7 +153,7 @@ def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:
     return list(itertools.islice(texts, limit))
 
 
-def _task(recipe: Recipe, out: Path, plan: Plan, part: Partition, encoder: str) -> PartitionTask:
+def _task(recipe: Recipe, out: Path, plan: Plan, part: Partition, encoder: str, run_id: str) -> PartitionTask:
     s = recipe.settings
     return PartitionTask(
         out=str(out.resolve()),
@@ -162,6 +168,7 @@ def _task(recipe: Recipe, out: Path, plan: Plan, part: Partition, encoder: str) 
         threads=s["threads"],
         on_bad_record=s["on_bad_record"],
         commit_seconds=float(s["commit_seconds"]),
+        run_id=run_id,
     )
 
 
@@ -185,6 +192,7 @@ def _run(
         threads=tasks[0].threads,
         memory_limit=options.memory_limit,
         log=log,
+        batch=options.batch,
     ) as client:
         _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log)
 
@@ -192,7 +200,7 @@ def _run(
 def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) -> None:
     from distributed import KilledWorker
 
-    run_id = uuid.uuid4().hex[:8]
+    run_id = tasks[0].run_id
     total = sum(p.size for p in plan.partitions)
 
     def units(p: Partition) -> int:
@@ -228,6 +236,8 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
                         f"Dask workers died repeatedly on partition {part.key} (out of memory?); "
                         "rerun to resume from its last commit, with fewer --workers or more memory"
                     ) from exc
+                except DiskFullError as exc:
+                    raise exc.with_needed(_bytes_to_write(out, plan, tasks[0].dtype)) from None
             for key in itertools.chain.from_iterable(client.processing().values()):
                 part = by_key.get(key)
                 ck = load_checkpoint(out, part) if part is not None else None
@@ -264,6 +274,8 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
         ck = load_checkpoint(out, part)
         if ck is None or not ck.complete:
             raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
+        if not all((out / rec["path"]).exists() for rec in ck.closed):
+            finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
         stats = sources[part.source]["splits"][part.split]
         stats["documents"] += ck.documents
         stats["tokens"] += ck.tokens
@@ -295,6 +307,22 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
         shards=shards,
     )
     path = manifest.write(out, doc)
-    for stray in state_dir(out).glob("spool/*.tmp"):
+    for stray in state_dir(out).glob("spool/*"):
         stray.unlink(missing_ok=True)
     return path
+
+
+def _bytes_to_write(out: Path, plan: Plan, dtype: str) -> int:
+    """Estimate of the shard bytes the run still has to write, from its committed rate."""
+    from pipeline.shard_reader import token_dtype
+
+    tokens = units = 0
+    total = sum(p.size for p in plan.partitions)
+    for part in plan.partitions:
+        ck = load_checkpoint(out, part)
+        if ck is not None:
+            tokens += ck.tokens
+            units += part.size if ck.complete else ck.progress
+    if not units or not tokens:
+        return 0
+    return int(tokens / units * (total - units) * token_dtype(dtype).itemsize * 1.05)

@@ -2,22 +2,30 @@
 
 A partition's output is a sequence of shards ``STEM-0000``, ``STEM-0001``, ... Tokens are
 appended to ``NAME.bin.tmp`` and per-document lengths to ``NAME.lens.tmp``; a *commit*
-fsyncs both so that the first ``tokens``/``documents`` of them survive a crash. Closing a
-shard writes its ``.idx`` and renames both files to their final names. Reopening with the
-committed counts truncates whatever was written after the last commit and carries on, so
-an interrupted partition resumes without rereading what it already wrote.
+fsyncs both so that the first ``tokens``/``documents`` of them survive a crash. Reopening
+with the committed counts truncates whatever was written after the last commit and
+carries on, so an interrupted partition resumes without rereading what it already wrote.
+
+A full shard is first *sealed* (its ``.idx.tmp`` written and everything fsynced, still
+under temporary names) and only *finalized* (renamed to ``NAME.idx`` then ``NAME.bin``)
+after the partition's checkpoint lists it. So the checkpoint always describes the files
+on disk: a crash between sealing and the checkpoint leaves the shard open at its last
+commit, and a crash after the checkpoint leaves renames that `finalize` completes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from pipeline.atomic import TMP_SUFFIX, disk_error, fsync_dir, replace, write_bytes
+from pipeline.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
+from pipeline.errors import TokshardError
 from pipeline.shard_reader import index_bytes, token_dtype
 
 HASH_NAME = "xxh3_128"
@@ -37,6 +45,13 @@ def file_hash(path: str | os.PathLike, limit: int | None = None) -> str:
             if remaining is not None:
                 remaining -= len(chunk)
     return f"{HASH_NAME}:{h.hexdigest()}"
+
+
+def _lost_commit(path: Path, size: int) -> TokshardError:
+    return TokshardError(
+        f"{path} is missing or shorter than its last commit ({size} bytes; was it deleted?); delete "
+        "the partition's checkpoint under OUT/.tokshard/parts to redo that partition"
+    )
 
 
 @dataclass(frozen=True)
@@ -95,14 +110,20 @@ class ShardWriter:
         """Open for append, cut back to the committed size (a crash may have left more)."""
         try:
             if size == 0:
-                f = open(path, "w+b")
-            else:
-                f = open(path, "r+b")
-                if os.fstat(f.fileno()).st_size < size:
-                    raise OSError(f"{path} is shorter than its last commit ({size} bytes)")
-                f.truncate(size)
-                f.seek(size)
+                return open(path, "w+b")
+            f = open(path, "r+b")
+        except FileNotFoundError:
+            raise _lost_commit(path, size) from None
         except OSError as exc:
+            raise disk_error(exc, path) from exc
+        if os.fstat(f.fileno()).st_size < size:
+            f.close()
+            raise _lost_commit(path, size)
+        try:
+            f.truncate(size)
+            f.seek(size)
+        except OSError as exc:
+            f.close()
             raise disk_error(exc, path) from exc
         return f
 
@@ -158,16 +179,12 @@ class ShardWriter:
             self._lengths = [np.concatenate(self._lengths) if self._lengths else np.zeros(0, "<i4")]
         return self._lengths[0]
 
-    def close(self) -> ShardRecord:
-        """Write the .idx, then give both files their final names."""
+    def seal(self) -> ShardRecord:
+        """Complete the shard under its temporary names (.bin.tmp, .idx.tmp), all durable."""
         self.commit()
-        self._bin.close()
-        self._lens.close()
+        self._close_files()
         idx = index_bytes(self.lengths(), self.dtype_name)
-        idx_path = self.bin_path.with_suffix(".idx")
-        write_bytes(idx_path, idx)
-        replace(self._tmp(".bin"), self.bin_path)
-        self._tmp(".lens").unlink(missing_ok=True)
+        write_durable(self._tmp(".idx"), idx)
         return ShardRecord(
             path=self.rel_path,
             tokens=self.tokens,
@@ -177,14 +194,61 @@ class ShardWriter:
             idx_hash=f"{HASH_NAME}:{xxhash.xxh3_128(idx).hexdigest()}",
         )
 
+    def close(self) -> ShardRecord:
+        """Seal and finalize at once (for a shard written outside a checkpointed partition)."""
+        record = self.seal()
+        finalize(self.out_dir, [record])
+        return record
+
     def abandon(self) -> None:
-        """Close file handles without finishing (the committed prefix stays for a resume)."""
-        self._bin.close()
-        self._lens.close()
+        """Close file handles without finishing (the committed prefix stays for a resume).
+
+        Never raises: it runs while another error (a full disk, a kill) is on its way out.
+        """
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for f in (self._bin, self._lens):
+            with contextlib.suppress(OSError):
+                f.close()
+
+
+def _tmp_of(path: Path) -> Path:
+    return path.with_name(path.name + TMP_SUFFIX)
+
+
+def finalize(out_dir: Path, records: Iterable[ShardRecord]) -> None:
+    """Give sealed shards their final names; idempotent, so a resume can finish a crashed one.
+
+    The .idx is renamed before the .bin: a reader that finds a .bin finds its index.
+    """
+    folders: set[Path] = set()
+    for rec in records:
+        bin_path = out_dir / rec.path
+        for final in (bin_path.with_suffix(".idx"), bin_path):
+            tmp = _tmp_of(final)
+            try:
+                os.replace(tmp, final)
+                folders.add(final.parent)
+            except FileNotFoundError:
+                if not final.exists():
+                    raise TokshardError(
+                        f"{final}: a finished shard is missing (deleted or moved?); delete its "
+                        f"partition's checkpoint under {out_dir / '.tokshard' / 'parts'} to redo it"
+                    ) from None
+        bin_path.with_suffix(".lens" + TMP_SUFFIX).unlink(missing_ok=True)
+    for folder in folders:
+        fsync_dir(folder)
 
 
 class ShardSequence:
-    """A partition's shards, rotated at ``shard_tokens``; a document never spans two shards."""
+    """A partition's shards, rotated at ``shard_tokens``; a document never spans two shards.
+
+    Full shards are sealed as they fill up; the owner saves its checkpoint (which lists
+    them in ``closed``) and then calls `finalize`. Opening a sequence from a checkpoint
+    finishes the renames a crash interrupted and deletes every file the checkpoint does
+    not account for (later shards, or data past the open shard's last commit).
+    """
 
     def __init__(
         self,
@@ -200,7 +264,8 @@ class ShardSequence:
         self.dtype = dtype
         self.shard_tokens = shard_tokens
         self.closed: list[ShardRecord] = list(closed or [])
-        self._finish_interrupted_close()
+        self._sealed: list[ShardRecord] = []
+        finalize(out_dir, self.closed)
         committed = open_shard or OpenShard(seq=len(self.closed))
         self._remove_beyond(committed.seq)
         self.current = ShardWriter(out_dir, self.shard_path(committed.seq), dtype, committed)
@@ -208,21 +273,14 @@ class ShardSequence:
     def shard_path(self, seq: int) -> str:
         return f"{self.stem}-{seq:04d}.bin"
 
-    def _finish_interrupted_close(self) -> None:
-        """A crash between a close's commit and its renames leaves .tmp files: finish them."""
-        for rec in self.closed:
-            final = self.out_dir / rec.path
-            tmp = final.with_suffix(".bin" + TMP_SUFFIX)
-            if not final.exists() and tmp.exists():
-                replace(tmp, final)
-            final.with_suffix(".lens" + TMP_SUFFIX).unlink(missing_ok=True)
-
     def _remove_beyond(self, seq: int) -> None:
-        """Delete files of shards this partition had not committed (a crash mid-rotation)."""
+        """Delete files the checkpoint does not know: later shards, and all of the open one
+        but its committed .bin.tmp/.lens.tmp (a crash mid-rotation leaves such files)."""
         folder = (self.out_dir / self.stem).parent
         prefix = Path(self.stem).name + "-"
         if not folder.is_dir():
             return
+        keep = {Path(self.shard_path(seq)).name + TMP_SUFFIX, Path(self.shard_path(seq)).stem + ".lens.tmp"}
         for path in folder.iterdir():
             name = path.name
             if not name.startswith(prefix):
@@ -231,7 +289,7 @@ class ShardSequence:
                 n = int(name[len(prefix) :].split(".", 1)[0])
             except ValueError:
                 continue
-            if n > seq or (n == seq and not name.endswith(TMP_SUFFIX)):
+            if n > seq or (n == seq and name not in keep):
                 path.unlink()
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
@@ -258,20 +316,36 @@ class ShardSequence:
         self.current.append_file(path, n_tokens)
 
     def _rotate(self) -> None:
-        self.closed.append(self.current.close())
+        self._seal_current()
         seq = self.current.seq + 1
         self.current = ShardWriter(self.out_dir, self.shard_path(seq), self.dtype, OpenShard(seq))
 
+    def _seal_current(self) -> None:
+        record = self.current.seal()
+        self.closed.append(record)
+        self._sealed.append(record)
+
     def commit(self) -> OpenShard:
+        """Make the open shard durable; the caller then saves a checkpoint and calls finalize."""
         return self.current.commit()
 
-    def finish(self) -> list[ShardRecord]:
+    def finalize(self) -> None:
+        """Rename shards sealed since the last call (their checkpoint must be saved first)."""
+        finalize(self.out_dir, self._sealed)
+        self._sealed = []
+
+    def finish(self, finalize: bool = True) -> list[ShardRecord]:
+        """Seal the last shard and return every shard of the partition.
+
+        A checkpointed writer passes ``finalize=False``, saves the checkpoint that lists
+        the shards, then calls `finalize`; otherwise the final names are given at once.
+        """
         if self.current.tokens:
-            self.closed.append(self.current.close())
+            self._seal_current()
         else:
             self.current.abandon()
             for suffix in (".bin", ".lens"):
                 self.current._tmp(suffix).unlink(missing_ok=True)
-        if self.closed:
-            fsync_dir((self.out_dir / self.stem).parent)
+        if finalize:
+            self.finalize()
         return self.closed

@@ -3,13 +3,17 @@
 Layout under ``OUT/.tokshard/``::
 
     lock                 held (POSIX lock) by the one `prepare` driving this folder
+    run-id               the id of the run that holds (or last held) the lock
     run.json             the plan: recipe identity, tokenizer, pinned origins, partitions
     parts/SRC/SPLIT/NNNNN.json   a partition's last commit point (its checkpoint)
     parts/SRC/SPLIT/NNNNN.lock   held by the worker writing that partition
-    spool/               long documents being encoded
+    spool/SRC-SPLIT-NNNNN.spool  tokens of a long document being encoded (its checkpoint
+                                 may point into it: commits happen inside long documents)
 
 A checkpoint is replaced atomically; the shard files it names are durable before it is
 written. Everything a rerun needs to resume is here, so any crash is followed by a rerun.
+Anything else named ``*.tmp`` under the folder is a write that a crash interrupted:
+`remove_leftovers` deletes it before a rerun starts.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import disk_error, write_json
+from pipeline.atomic import TMP_SUFFIX, disk_error, write_json
 from pipeline.errors import TokshardError
 from pipeline.sources.base import Partition
 
 STATE_DIR = ".tokshard"
+RUN_ID_FILE = "run-id"
 PLAN_VERSION = 1
 
 
@@ -54,6 +59,12 @@ class Checkpoint:
     open: dict[str, Any] | None = None
     updated: float = 0.0
     busy_seconds: float = 0.0
+    #: of which spent making work durable (fsyncs, checkpoints, renames): the price of commits
+    commit_time: float = 0.0
+    #: progress inside the long document that starts at ``cursor``: {chars, tokens, any_text}
+    long: dict[str, Any] | None = None
+    #: where each later attempt picked up: {"progress", "tokens", "long_chars", "time"}
+    resumed_from: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,7 +93,10 @@ def load_checkpoint(out: Path, part: Partition) -> Checkpoint | None:
 
 def save_checkpoint(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     path = checkpoint_path(out, part)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
     ckpt.updated = time.time()
     write_json(path, ckpt.to_json())
 
@@ -94,30 +108,52 @@ _process_locks_guard = threading.Lock()
 
 
 def _holder_text(path: Path) -> str:
-    try:
-        info = json.loads(path.read_text() or "{}")
-    except (OSError, json.JSONDecodeError):
+    info = read_holder(path)
+    if not info:
         return "another process"
     return f"pid {info.get('pid')} on {info.get('host')} since {info.get('since')}"
 
 
 def _lock_fd(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise disk_error(exc, path) from exc
 
 
-def _write_holder(fd: int) -> None:
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(info).encode(), 0)
+def _write_holder(fd: int, path: Path, run_id: str | None) -> None:
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "time": time.time(),
+        "run": run_id,
+    }
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+
+
+def read_holder(path: Path) -> dict[str, Any]:
+    """What a lock file says about its last holder (empty if unreadable or being rewritten)."""
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 @contextlib.contextmanager
-def run_lock(out: Path) -> Iterator[None]:
-    """Only one `prepare` per folder: a second one is refused, naming the holder."""
+def run_lock(out: Path, run_id: str | None = None) -> Iterator[None]:
+    """Only one `prepare` per folder: a second one is refused, naming the holder.
+
+    The holder then records its ``run_id`` in ``run-id`` (a separate file: reading the lock
+    file itself in the holder's process would drop the lock), so that workers still busy
+    for a driver that was killed see a newer run take over and stop at their next commit.
+    """
     path = state_dir(out) / "lock"
     fd = _lock_fd(path)
     try:
@@ -128,20 +164,33 @@ def run_lock(out: Path) -> Iterator[None]:
                 f"another `tokshard prepare` ({_holder_text(path)}) is running on {out}; "
                 "wait for it to finish or stop it, then rerun"
             ) from exc
-        _write_holder(fd)
+        _write_holder(fd, path, run_id)
+        if run_id:
+            write_json(state_dir(out) / RUN_ID_FILE, {"run": run_id})
         yield
     finally:
         os.close(fd)
 
 
+def current_run(out: Path) -> str | None:
+    """The run id of the `prepare` that last took the folder's lock (None if unknown)."""
+    return read_holder(state_dir(out) / RUN_ID_FILE).get("run")
+
+
 def lock_holder(out: Path) -> str | None:
-    """Who holds the run lock now (None if nobody), without disturbing them."""
+    """Who holds the run lock now (None if nobody), without disturbing them.
+
+    Only a shared lock is tried, on a read-only descriptor: it cannot take the lock away.
+    (Never call this in the process that holds the run lock: closing any descriptor of a
+    file drops that process's POSIX locks on it.)
+    """
     path = state_dir(out) / "lock"
-    if not path.exists():
-        return None
-    fd = os.open(path, os.O_RDWR)
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return _holder_text(path)
     finally:
@@ -149,37 +198,60 @@ def lock_holder(out: Path) -> str | None:
     return None
 
 
+def partition_lock_path(out: Path, part: Partition) -> Path:
+    return checkpoint_path(out, part).with_suffix(".lock")
+
+
 @contextlib.contextmanager
-def partition_lock(out: Path, part: Partition, wait_seconds: float = 120.0) -> Iterator[None]:
+def partition_lock(
+    out: Path, part: Partition, wait_seconds: float = 120.0, run_id: str | None = None
+) -> Iterator[None]:
     """One writer per partition, also across hosts on a shared filesystem.
 
     After a driver is killed its old workers may still be finishing a task; a new attempt
-    on the same partition waits for them instead of writing the same files at once.
+    on the same partition waits for them instead of writing the same files at once. They
+    stop at their next commit when they see the newer run (see `current_run`), so the wait
+    is about one commit interval; ``wait_seconds`` bounds it in any case.
     """
-    path = checkpoint_path(out, part).with_suffix(".lock")
+    path = partition_lock_path(out, part)
     with _process_locks_guard:
         local = _process_locks.setdefault(str(path), threading.Lock())
     if not local.acquire(timeout=wait_seconds):
         raise TokshardError(f"partition {part.key} is busy in this process; rerun later")
-    fd = _lock_fd(path)
     try:
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise TokshardError(
-                        f"partition {part.key} is still being written by {_holder_text(path)}; "
-                        "stop that process, then rerun"
-                    ) from exc
-                time.sleep(0.2)
-        _write_holder(fd)
-        yield
+        fd = _lock_fd(path)
+        try:
+            deadline = time.monotonic() + wait_seconds
+            while True:
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if time.monotonic() > deadline:
+                        raise TokshardError(
+                            f"partition {part.key} is still being written by {_holder_text(path)} "
+                            f"after {wait_seconds:.0f} s; stop that process, then rerun"
+                        ) from exc
+                    time.sleep(0.2)
+            _write_holder(fd, path, run_id)
+            yield
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
         local.release()
+
+
+def remove_leftovers(out: Path) -> list[Path]:
+    """Delete temporary files of writes a crash interrupted (the driver's and checkpoints').
+
+    Shard ``.tmp`` files are not touched here: each partition's task accounts for its own
+    against its checkpoint when it resumes. Call only while holding the run lock.
+    """
+    found = [*out.glob("*" + TMP_SUFFIX), *state_dir(out).glob("*" + TMP_SUFFIX)]
+    found += state_dir(out).glob("parts/**/*.json" + TMP_SUFFIX)
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
 
 
 # --- the run plan ----------------------------------------------------------------------
@@ -233,4 +305,4 @@ def save_plan(out: Path, plan: Plan) -> None:
 
 
 def spool_path(out: Path, part: Partition) -> Path:
-    return state_dir(out) / "spool" / f"{part.source}-{part.split}-{part.index:05d}.tmp"
+    return state_dir(out) / "spool" / f"{part.source}-{part.split}-{part.index:05d}.spool"

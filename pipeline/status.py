@@ -1,4 +1,10 @@
-"""`tokshard status DIR`: what is done, partial and pending, how fast, and what a rerun does."""
+"""`tokshard status DIR`: what is done, partial and pending, how fast, and what a rerun does.
+
+Everything comes from the folder's run state (plan and checkpoints), so it works while a
+run goes on, after a crash, and from another machine on a shared filesystem. The rate is
+that of the partitions being written now: each one's committed tokens over its busy
+seconds, summed (one partition per busy worker).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from pipeline.errors import TokshardError
 from pipeline.progress import _eta, _human
 from pipeline.state import load_checkpoint, load_plan, lock_holder
 
+#: a partial checkpoint younger than this counts as being written now
+ACTIVE_SECONDS = 60.0
+
 
 def status(out: str | Path) -> dict[str, Any]:
     out = Path(out)
@@ -21,66 +30,94 @@ def status(out: str | Path) -> dict[str, Any]:
         if (out / manifest_mod.MANIFEST_NAME).exists():
             raise TokshardError(f"{out} holds a manifest but no run state; use `tokshard inspect` on it")
         raise TokshardError(f"{out} holds no tokshard run; start one with `tokshard prepare`")
-    rows: dict[str, dict[str, Any]] = {}
+    holder = lock_holder(out)
     now = time.time()
-    recent_tokens = 0.0
-    total_units = done_units = 0
+    rows: dict[str, dict[str, Any]] = {}
     for part in plan.partitions:
         ck = load_checkpoint(out, part)
         row = rows.setdefault(
             f"{part.source}/{part.split}",
-            {"done": 0, "partial": 0, "pending": 0, "tokens": 0, "documents": 0, "input": 0, "input_done": 0},
+            {
+                "done": 0,
+                "partial": 0,
+                "pending": 0,
+                "tokens": 0,
+                "documents": 0,
+                "input": 0,
+                "input_done": 0,
+                "tokens_per_s": 0.0,
+                "eta_s": None,
+            },
         )
         row["input"] += part.size
-        total_units += part.size
         if ck is None:
             row["pending"] += 1
             continue
         row["tokens"] += ck.tokens
         row["documents"] += ck.documents
-        units = part.size if ck.complete else ck.progress
-        row["input_done"] += units
-        done_units += units
+        row["input_done"] += part.size if ck.complete else ck.progress
         row["done" if ck.complete else "partial"] += 1
-        if ck.busy_seconds > 0 and now - ck.updated < 60:
-            recent_tokens += ck.tokens / ck.busy_seconds
-    holder = lock_holder(out)
-    complete = all(r["pending"] == r["partial"] == 0 for r in rows.values())
+        active = not ck.complete and now - ck.updated < ACTIVE_SECONDS
+        if holder and active and ck.busy_seconds > 0:
+            row["tokens_per_s"] += ck.tokens / ck.busy_seconds
+    for row in rows.values():
+        row["eta_s"] = _eta_seconds(row["input"], row["input_done"], row["tokens"], row["tokens_per_s"])
+    total = {k: sum(r[k] for r in rows.values()) for k in ("input", "input_done", "tokens", "tokens_per_s")}
+    unfinished = sum(r["pending"] + r["partial"] for r in rows.values())
     has_manifest = (out / manifest_mod.MANIFEST_NAME).exists()
-    if complete and has_manifest:
-        rerun = "nothing: the run is complete and its manifest is written"
-    elif complete:
-        rerun = "write the manifest (all partitions are done)"
-    else:
-        todo = sum(r["pending"] + r["partial"] for r in rows.values())
-        rerun = f"resume {todo} unfinished partitions from their last commit points, then write the manifest"
-    rate = recent_tokens if holder else 0.0
-    eta = None
-    if rate > 0 and done_units > 0:
-        tokens_now = sum(r["tokens"] for r in rows.values())
-        eta = (total_units - done_units) / done_units * tokens_now / rate
     return {
         "out": str(out),
         "splits": rows,
         "running": holder,
-        "tokens_per_s": rate,
-        "eta_s": eta,
-        "progress": done_units / max(total_units, 1),
-        "complete": complete and has_manifest,
-        "rerun": rerun,
+        "tokens_per_s": total["tokens_per_s"],
+        "eta_s": _eta_seconds(total["input"], total["input_done"], total["tokens"], total["tokens_per_s"]),
+        "progress": total["input_done"] / max(total["input"], 1),
+        "complete": unfinished == 0 and has_manifest,
+        "rerun": _rerun(rows, holder, has_manifest),
     }
+
+
+def _eta_seconds(units: int, done_units: int, tokens: int, rate: float) -> float | None:
+    """Seconds left: the tokens still to come (at the tokens per input unit seen so far) / rate."""
+    if rate <= 0 or done_units <= 0:
+        return None
+    return (units - done_units) / done_units * tokens / rate
+
+
+def _rerun(rows: dict[str, dict[str, Any]], holder: str | None, has_manifest: bool) -> str:
+    partial = sum(r["partial"] for r in rows.values())
+    pending = sum(r["pending"] for r in rows.values())
+    if partial == pending == 0:
+        what = (
+            "nothing: the run is complete and its manifest is written"
+            if has_manifest
+            else "write the manifest (all partitions are done)"
+        )
+    else:
+        steps = []
+        if partial:
+            steps.append(f"resume {partial} partial partitions from their last commit points")
+        if pending:
+            steps.append(f"start {pending} pending partitions")
+        what = ", ".join(steps) + ", then write the manifest"
+    if holder:
+        return f"be refused while {holder} holds the lock; after that run: {what}"
+    return what
 
 
 def render(s: dict[str, Any]) -> str:
     lines = [f"{s['out']}: {100 * s['progress']:.1f}% of input"]
     for name, r in s["splits"].items():
-        lines.append(
+        line = (
             f"  {name}: {r['done']} done, {r['partial']} partial, {r['pending']} pending partitions; "
             f"{r['tokens']:,} tokens, {r['documents']:,} documents committed"
         )
+        if r["tokens_per_s"] > 0:
+            line += f"; {_human(r['tokens_per_s'])} tok/s, ETA {_eta(r['eta_s'])}"
+        lines.append(line)
     if s["running"]:
         lines.append(f"  running: {s['running']}; {_human(s['tokens_per_s'])} tok/s, ETA {_eta(s['eta_s'])}")
     else:
-        lines.append("  running: no")
+        lines.append("  running: no (no prepare holds the lock)")
     lines.append(f"  a rerun would: {s['rerun']}")
     return "\n".join(lines)

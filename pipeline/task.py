@@ -1,27 +1,43 @@
 """One Dask task: encode one partition into shards, committing every few seconds.
 
 A commit makes the shards written so far durable (fsync) and then records them together
-with the input cursor they cover in the partition's checkpoint. A rerun, or Dask retrying
-the task on another worker after this one died, resumes from that checkpoint, so at most
-one commit interval of work is redone. The task returns only the small checkpoint; token
-arrays never travel to the driver.
+with the input cursor they cover in the partition's checkpoint; only then do sealed
+shards get their final names. A rerun, or Dask retrying the task on another worker after
+this one died, resumes from that checkpoint, so at most one commit interval of work is
+redone, also inside a single long document. The task returns only the small checkpoint;
+token arrays never travel to the driver.
+
+A task whose driver was killed may still be running (on a `dask worker`, or for a moment
+on a local one); when a newer `prepare` has taken the folder's lock it stops at its next
+commit, releasing the partition for the new run.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.encode import Bad, Batch, DocumentEncoder, Spooled, byte_level_pre_tokenizer
+from pipeline.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
+from pipeline.encode import Bad, Batch, DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer
 from pipeline.encoders import cached_encoder
 from pipeline.errors import TokshardError
 from pipeline.shard_reader import token_dtype
-from pipeline.shard_writer import OpenShard, ShardRecord, ShardSequence
+from pipeline.shard_writer import OpenShard, ShardRecord, ShardSequence, finalize
 from pipeline.sources import build_source
 from pipeline.sources.base import Partition
-from pipeline.state import Checkpoint, load_checkpoint, partition_lock, save_checkpoint, spool_path
+from pipeline.state import (
+    Checkpoint,
+    current_run,
+    load_checkpoint,
+    partition_lock,
+    save_checkpoint,
+    spool_path,
+)
+
+#: characters per encoded item (batch, or group of long-document pieces) per encoder thread
+ITEM_CHARS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -40,86 +56,194 @@ class PartitionTask:
     threads: int
     on_bad_record: str
     commit_seconds: float
+    run_id: str | None = None
+
+
+class Superseded(TokshardError):
+    """A newer `prepare` took over the folder; this orphaned task stopped at a commit."""
 
 
 def run_partition(task: PartitionTask) -> dict[str, Any]:
     out = Path(task.out)
     part = Partition.from_json(task.partition)
-    with partition_lock(out, part):
+    with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
         ckpt = load_checkpoint(out, part) or Checkpoint(key=part.key)
         if ckpt.complete:
+            finalize(out, [ShardRecord(**r) for r in ckpt.closed])
             return ckpt.to_json()
-        return _encode(task, out, part, ckpt).to_json()
+        try:
+            return PartitionRun(task, out, part, ckpt).run().to_json()
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS + UNWRITABLE_ERRNOS:
+                raise disk_error(exc, exc.filename or out / part.stem) from exc
+            raise
 
 
-def _encode(task: PartitionTask, out: Path, part: Partition, ckpt: Checkpoint) -> Checkpoint:
-    source = build_source(part.source, task.source_config)
-    encoder = cached_encoder(task.encoder, task.tokenizer_path, task.tokenizer_sha256, task.threads)
-    spool = spool_path(out, part)
-    spool.parent.mkdir(parents=True, exist_ok=True)
-    spool.unlink(missing_ok=True)
-    doc_encoder = DocumentEncoder(
-        encoder,
-        task.eos_id,
-        token_dtype(task.dtype),
-        spool,
-        _pre_tokenizer(task.tokenizer_path, task.tokenizer_sha256),
-    )
-    shards = ShardSequence(
-        out,
-        part.stem,
-        task.dtype,
-        task.shard_tokens,
-        closed=[ShardRecord(**r) for r in ckpt.closed],
-        open_shard=OpenShard(**ckpt.open) if ckpt.open else None,
-    )
-    started = time.monotonic()
-    last_commit = started
-    busy_before = ckpt.busy_seconds
+def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
+    """Complete the renames of a finished partition whose task was killed right after its
+    last checkpoint (the driver calls this before it lists the shards in the manifest)."""
+    with partition_lock(out, part):
+        finalize(out, [ShardRecord(**r) for r in ckpt.closed])
 
-    def commit() -> None:
-        open_shard = shards.commit()
-        ckpt.closed = [r.to_json() for r in shards.closed]
+
+def _lock_wait(task: PartitionTask) -> float:
+    """How long a new attempt waits for an old one still writing the partition: the old one
+    stops at its next commit, so a few commit intervals (at least two minutes, at most an hour)."""
+    return min(max(120.0, 20 * task.commit_seconds), 3600.0)
+
+
+class CommitClock:
+    """When to commit so that a kill loses at most about ``interval`` seconds of work.
+
+    Commits happen between items (a batch of documents, or a piece of a long document), so
+    waiting for ``interval`` to pass would lose up to interval + one item. Instead commit
+    as soon as the *next* item (timed like the recent ones) would carry the uncommitted
+    work past the interval.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last_commit = self.last_item = time.monotonic()
+        self.item_seconds: float | None = None
+
+    def item_done(self) -> bool:
+        """Record that an item finished; True if it is time to commit."""
+        now = time.monotonic()
+        took = now - self.last_item
+        self.item_seconds = took if self.item_seconds is None else 0.5 * (self.item_seconds + took)
+        self.last_item = now
+        return now - self.last_commit + self.item_seconds >= self.interval
+
+    def committed(self) -> None:
+        self.last_commit = self.last_item = time.monotonic()
+
+
+class PartitionRun:
+    """One attempt at a partition, from its checkpoint to the end (or to a crash)."""
+
+    def __init__(self, task: PartitionTask, out: Path, part: Partition, ckpt: Checkpoint) -> None:
+        self.task, self.out, self.part, self.ckpt = task, out, part, ckpt
+        self.started = time.monotonic()
+        # from the start of the attempt: loading the encoder and reopening shards count too
+        self.clock = CommitClock(task.commit_seconds)
+        self.busy_before = ckpt.busy_seconds
+        self.commit_before, self.commit_spent = ckpt.commit_time, 0.0
+        if ckpt.cursor is not None or ckpt.long is not None or ckpt.open:
+            ckpt.resumed_from.append(
+                {
+                    "progress": ckpt.progress,
+                    "tokens": ckpt.tokens,
+                    "long_chars": ckpt.long["chars"] if ckpt.long else None,
+                    "time": time.time(),
+                }
+            )
+        self.spool = spool_path(out, part)
+        try:
+            self.spool.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise disk_error(exc, self.spool) from exc
+        if ckpt.long is None:
+            self.spool.unlink(missing_ok=True)
+        self.doc_encoder = DocumentEncoder(
+            cached_encoder(task.encoder, task.tokenizer_path, task.tokenizer_sha256, task.threads),
+            task.eos_id,
+            token_dtype(task.dtype),
+            self.spool,
+            _pre_tokenizer(task.tokenizer_path, task.tokenizer_sha256),
+            # about 0.3 s of work per item and thread: fine-grained commit points, and no
+            # slower than bigger batches (encode_batch's cost is per character)
+            batch_chars=ITEM_CHARS * max(1, task.threads),
+        )
+        self.shards = ShardSequence(
+            out,
+            part.stem,
+            task.dtype,
+            task.shard_tokens,
+            closed=[ShardRecord(**r) for r in ckpt.closed],
+            open_shard=OpenShard(**ckpt.open) if ckpt.open else None,
+        )
+
+    def run(self) -> Checkpoint:
+        task, ckpt = self.task, self.ckpt
+        source = build_source(self.part.source, task.source_config)
+        resume = LongProgress(**ckpt.long) if ckpt.long else None
+        clock = self.clock
+        try:
+            items = self.doc_encoder.run(source.read(self.part, ckpt.cursor), resume, commit_points=True)
+            for item in items:
+                if isinstance(item, LongProgress):
+                    ckpt.long = asdict(item)
+                else:
+                    self._add(item)
+                    if self.spool.exists():  # a long document ended: no checkpoint may point into it
+                        ckpt.long = None
+                        self.commit()
+                        clock.committed()
+                        self.spool.unlink()
+                        continue
+                if clock.item_done():
+                    self.commit()
+                    clock.committed()
+            began = time.monotonic()
+            records = self.shards.finish(finalize=False)
+        except BaseException:
+            self.shards.current.abandon()
+            raise
+        ckpt.closed = [r.to_json() for r in records]
+        ckpt.open = None
+        ckpt.long = None
+        ckpt.complete = True
+        ckpt.progress = self.part.size
+        ckpt.busy_seconds = self.busy_before + time.monotonic() - self.started
+        ckpt.commit_time = self.commit_before + self.commit_spent + time.monotonic() - began
+        save_checkpoint(self.out, self.part, ckpt)
+        self.shards.finalize()
+        return ckpt
+
+    def _add(self, item: Batch | Spooled | Bad) -> None:
+        ckpt = self.ckpt
+        if isinstance(item, Bad):
+            if self.task.on_bad_record == "error":
+                self.commit()
+                raise TokshardError(
+                    f"{item.where}: bad record ({item.reason}); fix it, or rerun with "
+                    "--on-bad-record skip (work done so far is kept)"
+                )
+            ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
+        elif isinstance(item, Spooled):
+            self.shards.add_spooled(item.path, item.tokens)
+            ckpt.documents += 1
+            ckpt.tokens += item.tokens
+        else:
+            self.shards.add(item.tokens, item.lengths)
+            ckpt.documents += len(item.lengths)
+            ckpt.tokens += len(item.tokens)
+            ckpt.dropped_empty += item.dropped_empty
+        ckpt.cursor, ckpt.progress = item.cursor, item.progress
+
+    def commit(self) -> None:
+        """Shards durable, then the checkpoint that lists them, then final names for sealed ones."""
+        ckpt = self.ckpt
+        began = time.monotonic()
+        open_shard = self.shards.commit()
+        if ckpt.long is not None:
+            try:
+                self.doc_encoder.sync_spool()
+            except OSError as exc:
+                raise disk_error(exc, self.spool) from exc
+        ckpt.closed = [r.to_json() for r in self.shards.closed]
         ckpt.open = {"seq": open_shard.seq, "tokens": open_shard.tokens, "documents": open_shard.documents}
-        ckpt.busy_seconds = busy_before + time.monotonic() - started
-        save_checkpoint(out, part, ckpt)
-
-    try:
-        for item in doc_encoder.run(source.read(part, ckpt.cursor)):
-            if isinstance(item, Bad):
-                if task.on_bad_record == "error":
-                    commit()
-                    raise TokshardError(
-                        f"{item.where}: bad record ({item.reason}); fix it, or rerun with "
-                        "--on-bad-record skip (work done so far is kept)"
-                    )
-                ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
-            elif isinstance(item, Spooled):
-                shards.add_spooled(item.path, item.tokens)
-                item.path.unlink()
-                ckpt.documents += 1
-                ckpt.tokens += item.tokens
-            elif isinstance(item, Batch):
-                shards.add(item.tokens, item.lengths)
-                ckpt.documents += len(item.lengths)
-                ckpt.tokens += len(item.tokens)
-                ckpt.dropped_empty += item.dropped_empty
-            ckpt.cursor, ckpt.progress = item.cursor, item.progress
-            now = time.monotonic()
-            if now - last_commit >= task.commit_seconds:
-                commit()
-                last_commit = now
-        records = shards.finish()
-    except BaseException:
-        shards.current.abandon()
-        raise
-    ckpt.closed = [r.to_json() for r in records]
-    ckpt.open = None
-    ckpt.complete = True
-    ckpt.progress = part.size
-    ckpt.busy_seconds = busy_before + time.monotonic() - started
-    save_checkpoint(out, part, ckpt)
-    return ckpt
+        ckpt.busy_seconds = self.busy_before + time.monotonic() - self.started
+        ckpt.commit_time = self.commit_before + self.commit_spent + time.monotonic() - began
+        save_checkpoint(self.out, self.part, ckpt)
+        self.shards.finalize()
+        self.commit_spent += time.monotonic() - began
+        newer = current_run(self.out)
+        if self.task.run_id and newer and newer != self.task.run_id:
+            raise Superseded(
+                f"partition {self.part.key}: a newer prepare (run {newer}) took over {self.out}; "
+                "this task stopped at its last commit"
+            )
 
 
 _pre_tokenizers: dict[str, Any] = {}

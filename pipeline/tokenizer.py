@@ -11,7 +11,6 @@ import glob
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -148,11 +147,11 @@ def resolve(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, Tokeniz
 
 def install(src: Path, info: TokenizerInfo, out_dir: Path) -> Path:
     """Copy the tokenizer beside the manifest as ``tokenizer.json`` (once)."""
+    from pipeline.atomic import copy_file
+
     dest = out_dir / TOKENIZER_FILE
     if not (dest.exists() and sha256_file(dest) == info.sha256):
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
+        copy_file(src, dest)  # durable and whole (a full disk gives a clear error)
     return dest
 
 

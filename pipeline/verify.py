@@ -6,15 +6,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import manifest as manifest_mod
-from pipeline.errors import TokshardError
+from pipeline.errors import TokshardError, VerifyError
 from pipeline.shard_reader import Shard
 from pipeline.shard_writer import file_hash
 from pipeline.tokenizer import sha256_file
 
 
 def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None) -> tuple[list[str], dict]:
-    """All faults found (empty: the folder is exactly what its manifest says) and totals."""
-    m = manifest_mod.load(path)
+    """All faults found (empty: the folder is exactly what its manifest says) and totals.
+
+    A manifest that exists but cannot be read, or that points outside its folder, is a
+    fault too (VerifyError, exit 1); only a missing one is a usage error.
+    """
+    found = manifest_mod.find(path)
+    try:
+        m = manifest_mod.load(found)
+    except VerifyError:
+        raise
+    except TokshardError as exc:
+        raise VerifyError(str(exc)) from exc
     faults: list[str] = []
     if not m.checksum_ok():
         faults.append(f"{m.path}: manifest was edited after prepare wrote it (checksum mismatch)")

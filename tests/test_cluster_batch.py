@@ -1,0 +1,72 @@
+"""`prepare --cluster slurm|pbs`: the batch job script dask-jobqueue would submit, rendered
+without submitting anything (no batch system here)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import cli
+
+pytest.importorskip("dask_jobqueue")
+
+
+def test_slurm_job_script_carries_every_knob():
+    proc = cli(
+        "prepare", "--cluster", "slurm", "--cores", "8", "--memory", "32GB", "--queue", "cpu",
+        "--account", "proj42", "--walltime", "02:00:00", "--job-extra=--exclusive",
+        "--local-directory", "/scratch/$USER", "--print-job-script",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    script = proc.stdout
+    for line in (
+        "#SBATCH -p cpu",
+        "#SBATCH -A proj42",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --mem=30G",
+        "#SBATCH -t 02:00:00",
+        "#SBATCH --exclusive",
+        "export RAYON_NUM_THREADS=1",
+    ):
+        assert line in script.splitlines(), (line, script)
+    worker = next(line for line in script.splitlines() if "distributed.cli.dask_worker" in line)
+    assert "--nworkers 8" in worker and "--nthreads 1" in worker and "--memory-limit 3.73GiB" in worker
+    assert "--local-directory /scratch/$USER" in worker
+
+
+def test_pbs_job_script_for_an_abci_style_group_and_resource_type():
+    proc = cli(
+        "prepare", "--cluster", "pbs", "--cores", "32", "--memory", "120GB", "--queue", "rt_HC",
+        "--job-extra=-P gxx00000", "--walltime", "4:00:00", "--threads", "2", "--print-job-script",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for line in (
+        "#PBS -q rt_HC",
+        "#PBS -P gxx00000",
+        "#PBS -l walltime=4:00:00",
+        "export RAYON_NUM_THREADS=2",
+    ):
+        assert line in lines, (line, proc.stdout)
+    worker = next(line for line in lines if "distributed.cli.dask_worker" in line)
+    # 2 encoder threads per process: 16 processes, and one Dask thread each (the last --nthreads wins)
+    assert "--nworkers 16" in worker and worker.endswith("--nthreads 1")
+
+
+def test_cluster_without_cores_and_memory_is_a_clear_error(tmp_path):
+    proc = cli("prepare", "--cluster", "slurm", "--print-job-script", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--cluster slurm needs --cores and --memory per job" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is not None, reason="a real Slurm is installed here")
+def test_cluster_without_the_batch_system_says_where_to_run(tmp_path, docs, tokenizer_path):
+    data = tmp_path / "in.txt"
+    data.write_text(docs[0])
+    proc = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o"),
+        "--cluster", "slurm", "--cores", "4", "--memory", "8GB",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "`sbatch` is not on PATH; run prepare on a login node" in proc.stderr

@@ -1,0 +1,142 @@
+"""Crash points inside a partition: whatever instant a kill lands on, the checkpoint and the
+files on disk agree, and resuming from the checkpoint gives the uninterrupted bytes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO, plain_encode
+
+from pipeline.encode import DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer
+from pipeline.encoders import TokenizersEncoder
+from pipeline.errors import TokshardError
+from pipeline.shard_writer import ShardRecord, ShardSequence, file_hash
+from pipeline.sources.base import Partition, Record
+from pipeline.state import partition_lock
+
+EOS = 0
+SHARD = 20  # tokens per shard: four 5-token documents
+
+
+def docs(first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """Documents first..last-1, each four copies of its number and EOS."""
+    tokens = np.array([t for i in range(first, last) for t in (i, i, i, i, EOS)], dtype=np.uint16)
+    return tokens, np.full(last - first, 5, dtype=np.int32)
+
+
+def uninterrupted(folder, n: int) -> list[ShardRecord]:
+    seq = ShardSequence(folder, "p", "uint16", SHARD)
+    seq.add(*docs(1, n))
+    return seq.finish()
+
+
+def files(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_kill_after_rotation_before_the_checkpoint_resumes_from_the_last_commit(tmp_path):
+    seq = ShardSequence(tmp_path / "a", "p", "uint16", SHARD)
+    seq.add(*docs(1, 3))
+    committed = seq.commit()  # the checkpoint: shard 0 open with 2 documents
+    seq.add(*docs(3, 10))  # fills shards 0 and 1 (sealed) and opens shard 2 ...
+    seq.current.abandon()  # ... and the process dies before the next checkpoint
+    assert not list((tmp_path / "a").glob("*.bin")), "a sealed shard is not visible before its checkpoint"
+    again = ShardSequence(tmp_path / "a", "p", "uint16", SHARD, closed=[], open_shard=committed)
+    again.add(*docs(3, 14))
+    records = again.finish()
+    assert records == uninterrupted(tmp_path / "b", 14)
+    assert files(tmp_path / "a") == files(tmp_path / "b")
+
+
+def test_kill_after_the_checkpoint_before_the_renames_finishes_them_on_resume(tmp_path):
+    seq = ShardSequence(tmp_path / "a", "p", "uint16", SHARD)
+    seq.add(*docs(1, 7))  # shard 0 sealed, shard 1 open
+    committed = seq.commit()
+    closed = list(seq.closed)  # the checkpoint lists shard 0 ...
+    seq.current.abandon()  # ... and the process dies before renaming it
+    assert (tmp_path / "a" / "p-0000.bin.tmp").exists() and not (tmp_path / "a" / "p-0000.bin").exists()
+    again = ShardSequence(tmp_path / "a", "p", "uint16", SHARD, closed=closed, open_shard=committed)
+    assert file_hash(tmp_path / "a" / "p-0000.bin") == closed[0].hash
+    again.add(*docs(7, 14))
+    again.finish()
+    uninterrupted(tmp_path / "b", 14)
+    assert files(tmp_path / "a") == files(tmp_path / "b")
+
+
+def test_a_finished_shard_deleted_behind_the_checkpoints_back_is_named(tmp_path):
+    seq = ShardSequence(tmp_path, "p", "uint16", SHARD)
+    seq.add(*docs(1, 7))
+    committed = seq.commit()
+    seq.finalize()  # after its checkpoint listed shard 0
+    (tmp_path / "p-0000.bin").unlink()
+    with pytest.raises(TokshardError, match=r"p-0000\.bin: a finished shard is missing"):
+        ShardSequence(tmp_path, "p", "uint16", SHARD, closed=seq.closed, open_shard=committed)
+
+
+def long_encoder(tokenizer_path, spool) -> DocumentEncoder:
+    return DocumentEncoder(
+        TokenizersEncoder(str(tokenizer_path)),
+        eos_id=0,
+        dtype=np.dtype("<u2"),
+        spool_path=spool,
+        pre_tokenize=byte_level_pre_tokenizer(str(tokenizer_path)),
+        batch_chars=40_000,
+        long_doc_chars=50_000,
+        piece_chars=8_000,
+    )
+
+
+def test_long_document_resumes_inside_itself_from_a_commit_point(tmp_path, docs, tokenizer_path):
+    text = "\n\n".join(docs[:60])
+    assert len(text) > 200_000
+    record = Record(text, {"i": 1}, "test")
+    spool = tmp_path / "doc.spool"
+    first = long_encoder(tokenizer_path, spool)
+    items = first.run([record], commit_points=True)
+    point = next(items)
+    point = next(items)  # the second commit point: some way into the document
+    assert isinstance(point, LongProgress) and 0 < point.chars < len(text)
+    first.sync_spool()  # what a commit does before recording the point
+    next(items)  # more tokens reach the spool after the commit, then the process dies
+    items.close()
+    assert spool.stat().st_size > point.tokens * 2
+    resumed = long_encoder(tokenizer_path, spool).run([record], resume=point, commit_points=True)
+    *progress, done = list(resumed)
+    assert isinstance(done, Spooled) and all(p.chars > point.chars for p in progress)
+    assert np.array_equal(np.fromfile(done.path, dtype="<u2"), plain_encode(tokenizer_path, [text]))
+
+
+def test_a_partition_held_by_another_process_is_waited_for_then_named(tmp_path):
+    part = Partition("src", "train", 0, "k", 1)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from pipeline.state import partition_lock;"
+            "from pipeline.sources.base import Partition\n"
+            "with partition_lock(Path(sys.argv[1]), Partition('src', 'train', 0, 'k', 1)):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with (
+            pytest.raises(TokshardError, match=rf"still being written by pid {holder.pid} .* after 1 s"),
+            partition_lock(tmp_path, part, wait_seconds=1.0),
+        ):
+            pass
+        assert time.monotonic() - started < 5
+    finally:
+        holder.kill()
+        holder.wait()
+    with partition_lock(tmp_path, part, wait_seconds=5.0):  # the kernel released the dead holder's lock
+        pass

@@ -1,0 +1,154 @@
+"""A real multi-process Dask cluster started with the `dask` CLI on 127.0.0.1, as on CPU nodes:
+`prepare --scheduler` survives a worker killed mid-task (the retry resumes from the
+partition's last commit) and a driver killed mid-run (its orphaned tasks stop at their next
+commit when the rerun takes over). Output byte-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from resume_support import (
+    assert_same_output,
+    checkpoints,
+    corpus,
+    files_recipe,
+    kill_group,
+    leftovers,
+    reference,
+    start_prepare,
+    wait_for,
+)
+
+from pipeline.state import STATE_DIR
+
+pytestmark = pytest.mark.slow
+DASK = [sys.executable, "-m", "distributed.cli.dask_worker"]
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "w"),
+        start_new_session=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """`dask scheduler` and two `dask worker` processes (one single-threaded worker each)."""
+    d = tmp_path_factory.mktemp("dask-cli")
+    sched_file = d / "scheduler.json"
+    dask_cli = [sys.executable, "-m", "dask"]
+    procs = [
+        spawn(
+            [*dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(sched_file)],
+            d / "scheduler.log",
+        )
+    ]  # fmt: skip
+    try:
+        wait_for(sched_file.exists, 60, "the scheduler file")
+        address = json.loads(sched_file.read_text())["address"]
+        for i in range(2):
+            procs.append(
+                spawn(
+                    [*dask_cli, "worker", address, "--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1",
+                     "--no-dashboard", "--name", f"w{i}"],
+                    d / f"worker{i}.log",
+                )
+            )  # fmt: skip
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address, d
+    finally:
+        for proc in reversed(procs):
+            kill_group(proc)
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory, docs, tokenizer_path, dask_client):
+    d = tmp_path_factory.mktemp("dask-cli-data")
+    # one 8 MB partition: seconds of work left after its first commit, whatever the machine
+    data = corpus(d / "in.jsonl", docs, copies=12)
+    recipe = files_recipe(
+        d / "r.toml",
+        tokenizer_path,
+        data,
+        partition_bytes=64 << 20,
+        shard_tokens=300_000,
+        commit_seconds=0.2,
+    )
+    return recipe, reference(recipe, d / "ref", dask_client).parent
+
+
+def partial_partition(out: Path) -> str | None:
+    """Index (as in its file name, "00000") of a partition being written that has made a
+    commit mid-way, if any."""
+    for path in sorted((out / STATE_DIR / "parts").rglob("*.json")):
+        try:
+            ck = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not ck["complete"] and ck["progress"] > 0:
+            return path.stem
+    return None
+
+
+def test_a_worker_killed_mid_task_loses_nothing(cluster, workload, tmp_path):
+    from distributed import Client
+
+    address, _ = cluster
+    recipe, ref = workload
+    out = tmp_path / "out"
+    proc = start_prepare(recipe, out, "--scheduler", address)
+    index = wait_for(lambda: partial_partition(out), 120, "a partition with a commit", proc)
+    assert index is not None, proc.communicate()[1]
+    with Client(address, timeout="30s") as client:
+        busy = {w for w, keys in client.processing().items() if any(f"-{index}-" in k for k in keys)}
+        (worker,) = busy
+        pid = client.run(os.getpid, workers=[worker])[worker]
+        os.kill(pid, signal.SIGKILL)  # the nanny restarts it; the scheduler reschedules the task
+        _, stderr = proc.communicate(timeout=240)
+        client.wait_for_workers(2, timeout=60)
+    assert proc.returncode == 0, stderr
+    (ck,) = [c for c in checkpoints(out) if c["key"] == _partition_key(out, index)]
+    assert ck["resumed_from"] and ck["resumed_from"][0]["progress"] > 0, "the retry started from scratch"
+    assert_same_output(ref, out)
+    assert not leftovers(out)
+
+
+def _partition_key(out: Path, index: str) -> str:
+    plan = json.loads((out / STATE_DIR / "run.json").read_text())
+    return next(p["key"] for p in plan["partitions"] if p["index"] == int(index))
+
+
+def test_orphaned_tasks_of_a_killed_driver_yield_to_the_rerun(cluster, workload, tmp_path):
+    _, folder = cluster
+    scheduler_file = str(folder / "scheduler.json")  # --scheduler also takes the scheduler file
+    recipe, ref = workload
+    out = tmp_path / "out"
+    proc = start_prepare(recipe, out, "--scheduler", scheduler_file)
+    assert wait_for(lambda: partial_partition(out), 120, "a partition with a commit", proc) is not None
+    kill_group(proc)  # the driver only: its tasks go on running on the dask workers
+    started = time.time()
+    rerun = start_prepare(recipe, out, "--scheduler", scheduler_file)
+    _, stderr = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, stderr
+    assert_same_output(ref, out)
+    # a partition left partial after the kill can only be one whose orphaned task stopped
+    # mid-way for the rerun (otherwise it would have finished it, holding its lock)
+    resumed = [r for c in checkpoints(out) for r in c["resumed_from"] if r["time"] > started]
+    assert resumed, "the orphaned tasks went on writing instead of yielding to the rerun"

@@ -1,0 +1,60 @@
+"""`tokshard status DIR` on an interrupted folder: per split done/partial/pending, tokens
+committed, whether a run holds the lock (with its rate and ETA), and what a rerun would do."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+from conftest import cli
+
+from pipeline import recipe
+from pipeline.errors import TokshardError
+from pipeline.runner import RunOptions, prepare
+from pipeline.state import run_lock
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, docs, tokenizer_path):
+    """A real run stopped by a bad record: other partitions done (or never started), the bad
+    one committed up to the record."""
+    d = tmp_path_factory.mktemp("status")
+    lines = [json.dumps({"text": t}) for t in docs[:60]]
+    lines[30] = '{"text": "broken'
+    (d / "in.jsonl").write_text("\n".join(lines) + "\n")
+    r = recipe.from_dict(
+        {
+            "tokenizer": str(tokenizer_path),
+            "sources": {"d": {"type": "files", "paths": [str(d / "in.jsonl")], "partition_bytes": 30_000}},
+        },
+        "test",
+    )
+    with pytest.raises(TokshardError, match="bad record"):
+        prepare(r, d / "out", RunOptions(workers=1), log=lambda m: None)
+    return d / "out"
+
+
+def test_status_counts_partitions_and_says_what_a_rerun_does(interrupted):
+    s = json.loads(cli("status", str(interrupted), "--json", check=True).stdout)
+    row = s["splits"]["d/train"]
+    planned = len(json.loads((interrupted / ".tokshard" / "run.json").read_text())["partitions"])
+    assert row["partial"] == 1 and row["done"] >= 1 and row["done"] + 1 + row["pending"] == planned
+    assert row["tokens"] > 0 and s["running"] is None and not s["complete"]
+    start = f", start {row['pending']} pending partitions" if row["pending"] else ""
+    assert (
+        s["rerun"]
+        == f"resume 1 partial partitions from their last commit points{start}, then write the manifest"
+    )
+    text = cli("status", str(interrupted), check=True).stdout
+    assert f"d/train: {row['done']} done, 1 partial, {row['pending']} pending partitions; " in text
+    assert f"{row['tokens']:,} tokens" in text and "running: no" in text
+
+
+def test_status_names_the_run_holding_the_lock_with_rate_and_eta(interrupted):
+    with run_lock(interrupted, "test-run"):  # this process plays a running prepare
+        text = cli("status", str(interrupted), check=True).stdout
+    assert f"running: pid {os.getpid()} on " in text
+    assert re.search(r"running: .*; [\d.]+k? tok/s, ETA \d+:\d\d:\d\d", text), text
+    assert f"a rerun would: be refused while pid {os.getpid()}" in text

@@ -1,0 +1,115 @@
+"""`tokshard verify` catches every kind of damage, exits 1 and names the shard; a shard path
+that leaves the manifest's folder is refused without being opened."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import cli, run_prepare, write_jsonl
+
+SHARD = "d/train/00000-0001"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, docs, tokenizer_path, dask_client) -> Path:
+    d = tmp_path_factory.mktemp("verify")
+    data = write_jsonl(d / "in.jsonl", docs[:40])
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 20_000,
+        "sources": {"d": {"type": "files", "paths": [str(data)]}},
+    }
+    out = run_prepare(recipe, d / "out", dask_client).parent
+    assert cli("verify", str(out)).returncode == 0
+    return out
+
+
+def flip_byte(out: Path) -> None:
+    path = out / f"{SHARD}.bin"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def truncate(suffix: str, keep: float):
+    def damage(out: Path) -> None:
+        path = out / f"{SHARD}{suffix}"
+        os.truncate(path, int(path.stat().st_size * keep))
+
+    return damage
+
+
+def remove(suffix: str):
+    return lambda out: (out / f"{SHARD}{suffix}").unlink()
+
+
+def edit_manifest(out: Path) -> None:
+    path = out / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["shards"][1]["tokens"] += 1
+    path.write_text(json.dumps(doc, indent=1))
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (flip_byte, rf"FAULT {SHARD}\.bin: \.bin content hash differs"),
+        (truncate(".bin", 0.5), rf"FAULT {SHARD}\.bin: \.bin is \d+ bytes, the manifest says \d+"),
+        (truncate(".idx", 0.9), rf"FAULT {SHARD}\.bin: \.idx content hash differs"),
+        (remove(".bin"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.bin is missing"),
+        (remove(".idx"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.idx is missing"),
+        (edit_manifest, r"FAULT .*manifest\.json: manifest was edited after prepare wrote it"),
+    ],
+    ids=["flipped-byte", "truncated-bin", "truncated-idx", "missing-bin", "missing-idx", "edited-manifest"],
+)
+def test_damage_is_found_named_and_exits_1(prepared, tmp_path, damage, expected):
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    damage(out)
+    proc = cli("verify", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(expected, proc.stdout), proc.stdout
+
+
+def point_outside(how: str):
+    """Make the manifest reach a FIFO outside its folder: opening it would hang verify."""
+
+    def damage(out: Path) -> str:
+        fifo = out.parent / "outside.bin"
+        os.mkfifo(fifo)
+        if how == "symlink":
+            target = out / f"{SHARD}.bin"
+            target.unlink()
+            target.symlink_to(fifo)
+            return f"{SHARD}.bin"
+        path = out / "manifest.json"
+        doc = json.loads(path.read_text())
+        doc["shards"][0]["path"] = "../outside.bin" if how == "dotdot" else str(fifo)
+        path.write_text(json.dumps(doc, indent=1))
+        return doc["shards"][0]["path"]
+
+    return damage
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
+def test_a_shard_path_leaving_the_folder_is_refused_unopened(prepared, tmp_path, how):
+    out = tmp_path / "case" / "out"
+    shutil.copytree(prepared, out)
+    rel = point_outside(how)(out)
+    proc = cli("verify", str(out), timeout=60)  # a read of the FIFO would block until the timeout
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"shard path {rel!r} leaves the manifest's folder; refusing to open it" in proc.stderr
+
+
+def test_an_unreadable_manifest_is_a_fault_not_a_usage_error(prepared, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    (out / "manifest.json").write_text('{"format": 1, "dtype": "uint16", "shards": [')
+    proc = cli("verify", str(out))
+    assert proc.returncode == 1
+    assert "manifest.json: not a readable manifest" in proc.stderr
