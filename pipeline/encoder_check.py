@@ -148,7 +148,7 @@ def first_difference(texts: Sequence[str], reference: EncodeBatch, candidate: En
             at = min(len(want), len(got)) if at is None else at
             return (
                 f"tiktoken and tokenizers give different ids for {show(text)} "
-                f"(token {at}: {want[at : at + 3]} vs {got[at : at + 3]})"
+                f"(from token {at}: tokenizers {want[at : at + 3]}, tiktoken {got[at : at + 3]})"
             )
     return None
 
