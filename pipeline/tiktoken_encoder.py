@@ -10,7 +10,8 @@ only call ``encode_ordinary``).
 
 tiktoken merges the adjacent pair whose *result* has the lowest rank; `tokenizers` merges
 the pair that comes first in its merge list. They agree when merge order is id order, every
-merge makes a new token, and tiktoken never meets a token `tokenizers` cannot make. Where
+merge makes a new token (or all of a token's merges are adjacent, as in files converted from
+tiktoken like Llama-3's), and tiktoken never meets a token `tokenizers` cannot make. Where
 the JSON shows they cannot agree, `convert` raises `NotEquivalent` with the reason (and
 `pipeline.encoder_check` compares the two on real strings before any run uses this).
 """
@@ -160,9 +161,13 @@ def convert(spec: dict[str, Any]) -> Conversion:
         tid = vocab.get(token)
         if tid is None:
             raise NotEquivalent(f"merge {a!r} + {b!r} makes {token!r}, which is not in the vocabulary")
+        if tid == last_id:  # another split of the same token, as files converted from tiktoken list
+            continue
         if tid in merged:
-            raise NotEquivalent(f"token {token!r} is made by two merges; tiktoken ranks each token once")
-        if tid <= last_id:
+            raise NotEquivalent(
+                f"token {token!r} is made by two merges far apart; tiktoken ranks each token once"
+            )
+        if tid < last_id:
             raise NotEquivalent(
                 f"merge order is not id order ({last_pair[0] + last_pair[1]!r} id {last_id} merges "
                 f"before {token!r} id {tid}); tiktoken merges by id"

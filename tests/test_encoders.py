@@ -74,6 +74,34 @@ def train(
     return path
 
 
+def converted_from_tiktoken(gpt2: Path, dest: Path) -> Path:
+    """GPT-2's vocabulary in the shape of files converted from tiktoken (Llama-3's): every
+    split of a token listed as a merge, ignore_merges, a Split regex + ByteLevel(use_regex=False)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = json.loads(gpt2.read_text())["model"]["vocab"]
+    merges = []
+    for token, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+        if len(token) > 1 and token != EOS:
+            splits = [(token[:i], token[i:]) for i in range(1, len(token))]
+            merges += sorted(
+                ((a, b) for a, b in splits if a in vocab and b in vocab),
+                key=lambda ab: (vocab[ab[0]], vocab[ab[1]]),
+            )
+    tok = Tokenizer(models.BPE(vocab, merges, ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(EOS, special=True)])
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(dest))
+    return dest
+
+
 def edited(src: Path, dest: Path, edit) -> Path:
     """A copy of a tokenizer.json changed by ``edit(spec)``, as a hand-edited file would be."""
     spec = json.loads(src.read_text())
@@ -94,10 +122,16 @@ def shapes(tmp_path_factory, docs, tokenizer_path, gpt2_tokenizer_path) -> dict[
         "roberta-style": train(
             d / "roberta" / "tokenizer.json", docs[:80], specials=("<s>", "<pad>", "</s>")
         ),
+        "tiktoken-converted": converted_from_tiktoken(
+            gpt2_tokenizer_path, d / "converted" / "tokenizer.json"
+        ),
     }
 
 
-@pytest.mark.parametrize("shape", ["trained", "gpt2", "llama3-split", "roberta-style"])
+SHAPES = ["trained", "gpt2", "llama3-split", "roberta-style", "tiktoken-converted"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 def test_fast_path_gives_tokenizers_ids_on_real_text_and_tricky_strings(shapes, docs, shape):
     texts = [*docs[:60], *TRICKY]
     fast = TiktokenEncoder(str(shapes[shape]))
@@ -122,9 +156,10 @@ def test_threads_do_not_change_the_ids(tokenizer_path, docs):
     assert TiktokenEncoder(str(tokenizer_path), threads=3).encode_batch(docs) == one
 
 
-def test_auto_takes_tiktoken_and_says_why(tokenizer_path, docs):
-    name, reason = choose("auto", str(tokenizer_path), lambda: docs)
-    assert name == "tiktoken"
+@pytest.mark.parametrize("shape", SHAPES)
+def test_auto_takes_tiktoken_for_every_byte_level_shape_and_says_why(shapes, docs, shape):
+    name, reason = choose("auto", str(shapes[shape]), lambda: docs)
+    assert name == "tiktoken", reason
     assert (
         reason.startswith("auto: ") and "same ids as tokenizers" in reason and "first 64 documents" in reason
     )
