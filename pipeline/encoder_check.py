@@ -106,7 +106,7 @@ def _long_words() -> tuple[str, ...]:
 #: The built-in probe strings (special-token text is added per tokenizer).
 TRICKY: tuple[str, ...] = (*_SHORT, "".join(_SHORT), " ".join(_SHORT), *_long_words())
 
-EncodeBatch = Callable[[list[str]], list[list[int]]]
+EncodeBatch = Callable[[list[str]], Sequence[Sequence[int]]]
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,16 @@ def blends(pieces: Sequence[bytes], count: int = BLENDS, seed: int = 0) -> list[
     return out
 
 
+def as_list(ids: Sequence[int]) -> list[int]:
+    """Ids as a plain list, whether a back end returned a list or an array."""
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+
+
 def first_difference(texts: Sequence[str], reference: EncodeBatch, candidate: EncodeBatch) -> str | None:
     """Describe the first text the two encoders disagree on, or None."""
     texts = list(texts)
-    for text, want, got in zip(texts, reference(texts), candidate(texts), strict=True):
+    for text, want_ids, got_ids in zip(texts, reference(texts), candidate(texts), strict=True):
+        want, got = as_list(want_ids), as_list(got_ids)
         if want != got:
             at = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
             at = min(len(want), len(got)) if at is None else at

@@ -8,7 +8,7 @@ so only the pipeline's own document separators are EOS ids.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Protocol
 
@@ -19,8 +19,9 @@ from pipeline.tokenizer import load
 class Encoder(Protocol):
     name: str
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Ids of each text, no special tokens added, special-token text kept as text."""
+    def encode_batch(self, texts: list[str]) -> Sequence[Sequence[int]]:
+        """Ids of each text (a list or a 1-D integer array), no special tokens added,
+        special-token text kept as text."""
         ...
 
 

@@ -18,12 +18,16 @@ the JSON shows they cannot agree, `convert` raises `NotEquivalent` with the reas
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pipeline.errors import TokshardError
 
@@ -222,6 +226,7 @@ class TiktokenEncoder:
     Only use it where `pipeline.encoder_check` found it equivalent (``choose`` does that);
     building it also re-runs the built-in comparison in this process, so a worker whose
     library versions differ from the driver's stops instead of writing different ids.
+    Ids come back as uint32 arrays straight from tiktoken's buffer: no Python int per token.
     """
 
     name = "tiktoken"
@@ -229,16 +234,25 @@ class TiktokenEncoder:
     def __init__(self, path: str, threads: int = 1, confirm: bool = True) -> None:
         self.conversion = convert(read_spec(path))
         self.encoding = build_encoding(self.conversion)
-        # The core's own call: it raises on a lone surrogate as `tokenizers` does, where the
-        # public wrapper would silently replace it and change the ids.
-        self._encode = self.encoding._core_bpe.encode_ordinary
+        self._encode = self._ordinary_to_numpy()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tiktoken") if threads > 1 else None
         if confirm:
             from pipeline.encoder_check import confirm_builtin
 
             confirm_builtin(path, self)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    def _ordinary_to_numpy(self) -> Callable[[str], np.ndarray]:
+        """Special-token text encoded as text (tiktoken: ``disallowed_special=()`` is
+        ``encode_ordinary``). Both calls raise on a lone surrogate, as `tokenizers` does;
+        ``encode_ordinary`` itself would silently replace it and change the ids."""
+        encoding = self.encoding
+        if encoding.special_tokens_set:
+            return functools.partial(encoding.encode_to_numpy, disallowed_special=())
+        # With no special tokens tiktoken's special-token scan matches everywhere; skip it.
+        core = encoding._core_bpe
+        return lambda text: np.asarray(core.encode_ordinary(text), dtype=np.uint32)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         if self._pool is None:
             encode = self._encode
             return [encode(t) for t in texts]
