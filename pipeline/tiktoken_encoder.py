@@ -181,15 +181,13 @@ def convert(spec: dict[str, Any]) -> Conversion:
     ranks: dict[bytes, int] = {}
     unreachable: list[str] = []
     for token, tid in vocab.items():
-        if token in special and special[token] == tid:
-            continue
-        if tid not in merged and len(token) != 1:
+        if tid in merged or len(token) == 1:
+            try:
+                ranks[to_bytes(token)] = tid
+            except ValueError:
+                raise NotEquivalent(f"vocabulary entry {token!r} is not a byte-level string") from None
+        elif special.get(token) != tid:  # a special token's own entry is never reached: left out
             unreachable.append(token)
-            continue
-        try:
-            ranks[to_bytes(token)] = tid
-        except ValueError:
-            raise NotEquivalent(f"vocabulary entry {token!r} is not a byte-level string") from None
     if unreachable and model.get("ignore_merges"):
         raise NotEquivalent(
             f"vocabulary entry {unreachable[0]!r} is made by no merge, yet ignore_merges lets "
