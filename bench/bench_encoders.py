@@ -1,19 +1,20 @@
 """Fast encoder benchmark: `prepare` with --encoder tiktoken vs tokenizers, side by side.
 
-Measures, in one run on the same corpus and tokenizer:
+On one corpus and tokenizer, in one run:
 
-* the equivalence check `auto` runs before a job (its cost and verdict);
-* each encoder's ceiling: all texts in memory, one thread, no I/O (and whether the two
-  give identical ids on every document);
-* `tokshard prepare` end to end as a user runs it (a fresh subprocess of the CLI, joining
-  with --scheduler a Dask cluster of ``--workers`` processes started afresh for each run),
-  for each encoder, interleaved ``--repeats`` times:
-  - tokens/s over the command's wall time (Python start, planning, the check, every task,
-    the manifest);
-  - tokens per CPU-second (the CLI process plus all workers), which is what a node-hour
-    buys and is steady on a machine other jobs share;
-  - each worker's peak RSS (VmHWM of the worker process, which lives only for that run);
-* that both encoders wrote byte-identical shards.
+* the equivalence check `auto` runs before a job (its cost and verdict), and whether the two
+  encoders give identical ids on every document (texts in memory);
+* ``--repeats`` rounds, each measured back to back so that all its figures share the
+  machine's conditions (this box is shared; the load average is printed per round):
+  - tiktoken's ceiling: all texts in memory, one thread, no I/O (its own ``encode_ordinary``
+    and the numpy-buffer call `prepare` makes; the faster counts), wall and CPU time;
+  - `tokshard prepare` for each encoder, as a user runs it: a fresh CLI process joining with
+    --scheduler a fresh local cluster made exactly as `prepare` makes its own
+    (`pipeline.cluster.connect`, ``--workers`` processes); wall time, CPU time of the CLI
+    and the workers, and each worker's peak RSS (VmHWM of the worker process);
+  - the same command on one small document per worker: its start-up cost, subtracted for
+    the "after start-up" rates that a longer corpus approaches;
+* that both encoders wrote byte-identical shards in every round.
 
     python bench/kernel_corpus.py                       # once: corpus + 50k BPE
     python bench/bench_encoders.py --workers 2 --repeats 3
@@ -27,6 +28,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -89,12 +91,11 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_prepare(encoder: str, corpus: Path, args, dask_profiler: bool = False) -> dict:
+def run_prepare(encoder: str, corpus: Path, args, partition_bytes: int) -> dict:
     """One `tokshard prepare` joining, with --scheduler, a fresh local cluster made exactly as
     `prepare` makes its own (pipeline.cluster.connect), so the workers' pids can be watched."""
     out = args.work / f"out-{encoder}-{corpus.stem}"
     shutil.rmtree(out, ignore_errors=True)
-    cluster.LOCAL_WORKER_CONFIG = {"distributed.worker.profile.enabled": dask_profiler}
     with cluster.connect(
         workers=args.workers, scheduler=None, threads=1, memory_limit=None, log=print_nothing
     ) as client:
@@ -103,7 +104,7 @@ def run_prepare(encoder: str, corpus: Path, args, dask_profiler: bool = False) -
         cmd = [
             sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(corpus),
             "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder,
-            "--scheduler", client.scheduler.address, "--partition-bytes", str(args.partition_bytes),
+            "--scheduler", client.scheduler.address, "--partition-bytes", str(partition_bytes),
         ]  # fmt: skip
         workers_cpu, driver_cpu = _cpu_seconds(workers), _children_cpu()
         load = os.getloadavg()[0]
@@ -161,53 +162,50 @@ def main() -> None:
         "tiktoken": lambda: [ordinary(t) for t in texts],  # tiktoken's own API
         "tiktoken-numpy": lambda: fast.encode_batch(texts),  # the buffer API prepare uses
     }
-    results: dict = {"ceiling": {k: [] for k in (*ceilings, "tokenizers")}, "prepare": []}
-    fast_ids = None
-    for rep in range(args.repeats):
-        for key, run in ceilings.items():
-            r = timed(run)
-            fast_ids = fast_ids or r.pop("ids")
-            r.pop("ids", None)
-            results["ceiling"][key].append(r)
-            print(f"ceiling {key} #{rep}: {_rates(r)}")
+    fast_ids = timed(ceilings["tiktoken"])["ids"]
     r = timed(lambda: ref.encode_batch(texts))
     same = sum(a == b for a, b in zip(r.pop("ids"), fast_ids, strict=True))
-    results["ceiling"]["tokenizers"].append(r)
-    results["identical_documents"] = same
-    print(f"ceiling tokenizers: {_rates(r)}; identical ids on {same:,}/{len(texts):,} documents")
     del fast_ids
+    results: dict = {"tokenizers_ceiling": r, "identical_documents": same, "rounds": []}
+    print(f"ceiling tokenizers: {_rates(r)}; identical ids on {same:,}/{len(texts):,} documents")
 
-    one_doc = args.work / "one-document.jsonl"
-    one_doc.write_text(json.dumps({"text": texts[0]}) + "\n")
-    for enc in ENCODERS:
-        r = run_prepare(enc, one_doc, args)
-        results.setdefault("fixed", {})[enc] = r
-        print(
-            f"fixed cost, {enc} on one document: wall {r['wall_s']:.1f} s, CPU {r['workers_cpu_s']:.1f} s "
-            f"workers + {r['driver_cpu_s']:.1f} s driver"
-        )
+    # start-up: one small document per worker, each its own partition, so every worker
+    # loads its encoder once, as in a full run
+    small = [t for t in texts if 4096 < len(t.encode("utf-8")) < 16384][: args.workers]
+    startup_corpus = args.work / "startup.jsonl"
+    startup_corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in small))
     for rep in range(args.repeats):
-        r = run_prepare("tiktoken", args.corpus, args, dask_profiler=True)
-        results.setdefault("dask_profiler_on", []).append(r)
-        print(
-            f"prepare tiktoken with Dask's profiler on #{rep} (load {r['load_average']:.1f}): "
-            f"wall {r['wall_s']:.1f} s, CPU {r['workers_cpu_s']:.1f} s workers"
-        )
+        rnd: dict = {"ceiling": {}, "startup": {}, "prepare": {}}
+        for key, run in ceilings.items():
+            r = timed(run)
+            r.pop("ids")
+            rnd["ceiling"][key] = r
+            print(f"#{rep} ceiling {key}: {_rates(r)}")
         for enc in ENCODERS:
-            r = run_prepare(enc, args.corpus, args)
-            results["prepare"].append(r)
+            rnd["startup"][enc] = r = run_prepare(enc, startup_corpus, args, partition_bytes=4096)
             print(
-                f"prepare {enc} #{rep} (load {r['load_average']:.1f}): {r['tokens']:,} tokens, "
+                f"#{rep} start-up {enc} ({len(small)} small documents): wall {r['wall_s']:.1f} s, "
+                f"CPU {_cpu(r):.1f} s"
+            )
+            rnd["prepare"][enc] = r = run_prepare(enc, args.corpus, args, args.partition_bytes)
+            print(
+                f"#{rep} prepare {enc} (load {r['load_average']:.1f}): {r['tokens']:,} tokens, "
                 f"wall {r['wall_s']:.1f} s, CPU {r['workers_cpu_s']:.1f} s workers + "
                 f"{r['driver_cpu_s']:.1f} s driver; worker peak RSS "
                 f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB "
                 f"(idle {', '.join(f'{x:.0f}' for x in r['worker_idle_rss_mib'])})"
             )
-    results["identical_shards"] = len({tuple(r["shard_hashes"]) for r in results["prepare"]}) == 1
+        results["rounds"].append(rnd)
+    hashes = {tuple(rnd["prepare"][e]["shard_hashes"]) for rnd in results["rounds"] for e in ENCODERS}
+    results["identical_shards"] = len(hashes) == 1
     print()
     print(summary(results, args))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+
+
+def _cpu(r: dict) -> float:
+    return r["workers_cpu_s"] + r["driver_cpu_s"]
 
 
 def _rates(r: dict) -> str:
@@ -218,68 +216,64 @@ def _rates(r: dict) -> str:
 
 
 def summary(results: dict, args) -> str:
-    """The RESULTS.md table: best of the repeats for every figure.
-
-    "after start-up" subtracts what the same command costs on a one-document corpus
-    (Python and imports, planning, the equivalence check, each worker loading its
-    encoder): the rate a longer corpus approaches."""
+    """The RESULTS.md tables: every round (ceiling and both `prepare` runs measured back to back),
+    then the median round. "after start-up" subtracts what the same command costs on one
+    small document per worker (Python and imports, planning, the check, each worker loading
+    its encoder)."""
     w = args.workers
-    best_ceil = {
-        k: (max(r["tokens"] / r["wall_s"] for r in v), max(r["tokens"] / r["cpu_s"] for r in v))
-        for k, v in results["ceiling"].items()
-    }
-    tt_wall = max(best_ceil["tiktoken"][0], best_ceil["tiktoken-numpy"][0])
-    tt_cpu = max(best_ceil["tiktoken"][1], best_ceil["tiktoken-numpy"][1])
-
-    def cpu(r: dict) -> float:
-        return r["workers_cpu_s"] + r["driver_cpu_s"]
-
-    runs = {e: [r for r in results["prepare"] if r["encoder"] == e] for e in ENCODERS}
-    fixed = results["fixed"]
-    rate = {
-        e: {
-            "wall": max(r["tokens"] / r["wall_s"] for r in runs[e]),
-            "cpu": max(r["tokens"] / cpu(r) for r in runs[e]),
-            "wall_steady": max(r["tokens"] / (r["wall_s"] - fixed[e]["wall_s"]) for r in runs[e]),
-            "cpu_steady": max(r["tokens"] / (cpu(r) - cpu(fixed[e])) for r in runs[e]),
-            "rss": max(max(r["worker_peak_rss_mib"]) for r in runs[e]),
-            "idle": max(max(r["worker_idle_rss_mib"]) for r in runs[e]),
-        }
-        for e in ENCODERS
-    }
-    h, t = rate["tokenizers"], rate["tiktoken"]
-    on_cpu = max(r["tokens"] / cpu(r) for r in results["dask_profiler_on"])
-    on_wall = max(r["tokens"] / r["wall_s"] for r in results["dask_profiler_on"])
-
-    def row(label: str, key: str, scale: float = 1.0) -> str:
-        return (
-            f"| {label} | {h[key] * scale / 1e6:.2f} M | {t[key] * scale / 1e6:.2f} M "
-            f"| **{t[key] / h[key]:.2f}x** |"
+    rows = []
+    for rnd in results["rounds"]:
+        ceil_wall = max(r["tokens"] / r["wall_s"] for r in rnd["ceiling"].values())
+        ceil_cpu = max(r["tokens"] / r["cpu_s"] for r in rnd["ceiling"].values())
+        p, up = rnd["prepare"], rnd["startup"]
+        t, h = p["tiktoken"], p["tokenizers"]
+        t_steady_wall = t["tokens"] / (t["wall_s"] - up["tiktoken"]["wall_s"])
+        t_steady_cpu = t["tokens"] / (_cpu(t) - _cpu(up["tiktoken"]))
+        rows.append(
+            {
+                "load": (h["load_average"] + t["load_average"]) / 2,
+                "h_wall": h["tokens"] / h["wall_s"],
+                "t_wall": t["tokens"] / t["wall_s"],
+                "speedup_wall": h["wall_s"] / t["wall_s"],
+                "speedup_cpu": _cpu(h) / _cpu(t),
+                "ceil_x_w": ceil_wall * w,
+                "vs_ceiling_wall": t["tokens"] / t["wall_s"] / (ceil_wall * w),
+                "vs_ceiling_wall_steady": t_steady_wall / (ceil_wall * w),
+                "vs_ceiling_cpu": t["tokens"] / _cpu(t) / ceil_cpu,
+                "vs_ceiling_cpu_steady": t_steady_cpu / ceil_cpu,
+                "h_rss": max(h["worker_peak_rss_mib"]),
+                "t_rss": max(t["worker_peak_rss_mib"]),
+            }
         )
-
     lines = [
-        f"| {w} workers, best of {args.repeats} | tokenizers | tiktoken | tiktoken / tokenizers |",
-        "|---|---:|---:|---:|",
-        row("`prepare` tokens/s, wall time of the whole command", "wall"),
-        row("`prepare` tokens/s, wall time after start-up", "wall_steady"),
-        row("`prepare` tokens per CPU-second (CLI + workers)", "cpu"),
-        row("`prepare` tokens per CPU-second after start-up", "cpu_steady"),
-        f"| ceiling tokens/s: in memory, 1 thread, x {w} | {best_ceil['tokenizers'][0] * w / 1e6:.2f} M "
-        f"| {tt_wall * w / 1e6:.2f} M | {tt_wall / best_ceil['tokenizers'][0]:.2f}x |",
-        f"| ceiling tokens per CPU-second | {best_ceil['tokenizers'][1] / 1e6:.2f} M | {tt_cpu / 1e6:.2f} M "
-        f"| {tt_cpu / best_ceil['tokenizers'][1]:.2f}x |",
-        f"| start-up (one-document corpus): wall, CPU | {fixed['tokenizers']['wall_s']:.1f} s, "
-        f"{cpu(fixed['tokenizers']):.1f} s | {fixed['tiktoken']['wall_s']:.1f} s, {cpu(fixed['tiktoken']):.1f} s | |",
-        f"| peak RSS per worker (idle worker) | {h['rss']:.0f} MiB ({h['idle']:.0f}) "
-        f"| {t['rss']:.0f} MiB ({t['idle']:.0f}) | |",
+        f"| round (load avg) | tokenizers `prepare` | tiktoken `prepare` | speed-up: wall, CPU | "
+        f"tiktoken ceiling x {w} | tiktoken `prepare` / ceiling: wall, after start-up | "
+        f"per CPU-s, after start-up | peak RSS per worker: tokenizers, tiktoken |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, r in enumerate(rows):
+        lines.append(
+            f"| {i} ({r['load']:.1f}) | {r['h_wall'] / 1e6:.2f} M tok/s | {r['t_wall'] / 1e6:.2f} M tok/s | "
+            f"{r['speedup_wall']:.2f}x, {r['speedup_cpu']:.2f}x | {r['ceil_x_w'] / 1e6:.2f} M tok/s | "
+            f"{r['vs_ceiling_wall']:.2f}, {r['vs_ceiling_wall_steady']:.2f} | "
+            f"{r['vs_ceiling_cpu']:.2f}, {r['vs_ceiling_cpu_steady']:.2f} | "
+            f"{r['h_rss']:.0f}, {r['t_rss']:.0f} MiB |"
+        )
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    lines.append(
+        f"| **median** | {med['h_wall'] / 1e6:.2f} M tok/s | {med['t_wall'] / 1e6:.2f} M tok/s | "
+        f"**{med['speedup_wall']:.2f}x**, **{med['speedup_cpu']:.2f}x** | {med['ceil_x_w'] / 1e6:.2f} M tok/s | "
+        f"**{med['vs_ceiling_wall']:.2f}**, **{med['vs_ceiling_wall_steady']:.2f}** | "
+        f"**{med['vs_ceiling_cpu']:.2f}**, **{med['vs_ceiling_cpu_steady']:.2f}** | "
+        f"{med['h_rss']:.0f}, {med['t_rss']:.0f} MiB |"
+    )
+    hc = results["tokenizers_ceiling"]
+    lines += [
         "",
-        f"tiktoken `prepare` / tiktoken ceiling x {w}: whole command **{t['wall'] / (tt_wall * w):.2f}x**, "
-        f"after start-up **{t['wall_steady'] / (tt_wall * w):.2f}x** (wall time); per CPU-second "
-        f"**{t['cpu'] / tt_cpu:.2f}x** whole, **{t['cpu_steady'] / tt_cpu:.2f}x** after start-up.",
-        f"Dask's worker profiler, on: {on_cpu / 1e6:.2f} M tokens per CPU-second, {on_wall / 1e6:.2f} M tokens/s; "
-        f"off (as `prepare` now runs its workers): {t['cpu'] / 1e6:.2f} M, {t['wall'] / 1e6:.2f} M.",
+        f"tokenizers' own ceiling (in memory, 1 thread): {hc['tokens'] / hc['wall_s'] / 1e6:.2f} M tokens/s, "
+        f"{hc['tokens'] / hc['cpu_s'] / 1e6:.2f} M per CPU-second. "
         f"Identical ids on {results['identical_documents']:,} documents in memory; "
-        f"shards byte-identical across encoders and repeats: {results['identical_shards']}.",
+        f"shards byte-identical across encoders and rounds: {results['identical_shards']}.",
     ]
     return "\n".join(lines)
 

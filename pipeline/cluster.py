@@ -15,10 +15,6 @@ from collections.abc import Callable, Iterator
 
 from pipeline.errors import TokshardError
 
-#: Dask's statistical profiler samples each task's stack every 10 ms; nobody reads it here,
-#: and it cost about 15% of the fast encoder's throughput (bench/RESULTS.md, "Fast encoder").
-LOCAL_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
-
 
 def worker_env(threads: int) -> dict[str, str]:
     """Encoder threads per worker process, fixed before the tokenizer's thread pool starts."""
@@ -34,7 +30,6 @@ def connect(
     memory_limit: str | None,
     log: Callable[[str], None],
 ) -> Iterator[object]:
-    import dask
     from distributed import Client, LocalCluster
 
     if scheduler:
@@ -54,7 +49,6 @@ def connect(
         return
     n = workers or os.cpu_count() or 1
     with (
-        dask.config.set(LOCAL_WORKER_CONFIG),
         LocalCluster(
             n_workers=n,
             threads_per_worker=1,
