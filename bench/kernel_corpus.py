@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -87,6 +88,7 @@ def main() -> None:
                 str(tok.parent),
             ],
             check=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
         )
     print(f"corpus {corpus} ({corpus.stat().st_size / 1e6:.1f} MB), tokenizer {tok}")
 
