@@ -218,15 +218,17 @@ class DocumentEncoder:
             yield self._flush(pending)
 
     def _flush(self, p: _Pending) -> Batch:
-        flat: list[int] = []
-        lengths = []
-        for ids in self.encoder.encode_batch(p.texts) if p.texts else []:
-            flat += ids
-            flat.append(self.eos_id)
-            lengths.append(len(ids) + 1)
+        """Each document's ids and its EOS, copied once into one array (no joined list)."""
+        encoded = self.encoder.encode_batch(p.texts) if p.texts else []
+        lengths = np.fromiter((len(ids) + 1 for ids in encoded), np.int32, len(encoded))
+        ends = np.cumsum(lengths, dtype=np.int64)
+        tokens = np.empty(int(ends[-1]) if len(ends) else 0, dtype=self.dtype)
+        tokens[ends - 1] = self.eos_id
+        for ids, end, n in zip(encoded, ends.tolist(), lengths.tolist(), strict=True):
+            tokens[end - n : end - 1] = ids
         return Batch(
-            tokens=np.array(flat, dtype=self.dtype),
-            lengths=np.array(lengths, dtype=np.int32),
+            tokens=tokens,
+            lengths=lengths,
             cursor=p.cursor,
             progress=p.progress,
             dropped_empty=p.dropped,

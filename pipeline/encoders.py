@@ -8,7 +8,7 @@ so only the pipeline's own document separators are EOS ids.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Protocol
 
@@ -19,8 +19,9 @@ from pipeline.tokenizer import load
 class Encoder(Protocol):
     name: str
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Ids of each text, no special tokens added, special-token text kept as text."""
+    def encode_batch(self, texts: list[str]) -> Sequence[Sequence[int]]:
+        """Ids of each text (a list or a 1-D integer array), no special tokens added,
+        special-token text kept as text."""
         ...
 
 
@@ -49,7 +50,13 @@ class TokenizersEncoder:
         return [e.ids for e in encodings]
 
 
-BACKENDS: dict[str, type] = {"tokenizers": TokenizersEncoder}
+def _tiktoken(path: str, threads: int = 1) -> Encoder:
+    from pipeline.tiktoken_encoder import TiktokenEncoder
+
+    return TiktokenEncoder(path, threads)
+
+
+BACKENDS: dict[str, Callable[[str, int], Encoder]] = {"tokenizers": TokenizersEncoder, "tiktoken": _tiktoken}
 
 
 @lru_cache(maxsize=4)
@@ -63,10 +70,23 @@ def cached_encoder(name: str, path: str, sha256: str, threads: int) -> Encoder:
 def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:
     """Pick the back end for a run and say why (the reason goes into the log and manifest).
 
-    ``samples`` returns the run's first documents, read only if a check needs them.
+    ``samples`` returns the run's first documents, read only if a check needs them. `auto`
+    takes tiktoken only where `pipeline.encoder_check` finds it gives the same ids as
+    `tokenizers`; asking for tiktoken where it does not is an error that names the reason.
     """
     if requested == "tokenizers":
         return "tokenizers", "requested with --encoder tokenizers"
-    if requested == "auto":
-        return "tokenizers", "auto: the tokenizers library is the only back end built in"
-    raise TokshardError(f"encoder {requested!r} is not available; use auto or tokenizers")
+    if requested not in ("auto", "tiktoken"):
+        raise TokshardError(f"encoder {requested!r} is not available; use auto, tokenizers or tiktoken")
+    from pipeline.encoder_check import check
+
+    verdict = check(tokenizer_path, samples)
+    if verdict.equivalent:
+        how = "auto" if requested == "auto" else "requested with --encoder tiktoken"
+        return "tiktoken", f"{how}: {verdict.reason}"
+    if requested == "tiktoken":
+        raise TokshardError(
+            f"--encoder tiktoken would change the ids: {verdict.reason}; "
+            "use --encoder auto (falls back to tokenizers) or --encoder tokenizers"
+        )
+    return "tokenizers", f"auto: tiktoken not used, {verdict.reason}"

@@ -1,0 +1,343 @@
+"""Fast encoder benchmark: `prepare` with --encoder tiktoken vs tokenizers, side by side.
+
+On one corpus and tokenizer, in one run:
+
+* the equivalence check `auto` runs before a job (its cost and verdict), and whether the two
+  encoders give identical ids on every document (texts in memory);
+* ``--repeats`` rounds, each measured back to back so that all its figures share the
+  machine's conditions (this box is shared; each round prints its load average):
+  - tiktoken's ceiling: all texts in memory, one thread, no I/O (its own ``encode_ordinary``
+    and the numpy-buffer call `prepare` makes; the faster counts), wall and CPU time;
+  - `tokshard prepare` for each encoder, as a user runs it: a fresh CLI process joining with
+    --scheduler a fresh local cluster made exactly as `prepare` makes its own
+    (`pipeline.cluster.connect`, ``--workers`` processes). Whole command: wall time, CPU
+    time of the CLI and the workers, each worker's peak RSS (VmHWM of the worker process).
+    Steady state: a worker plugin clocks every partition task (process CPU and wall time
+    of the worker while it runs); the tasks after each worker's first (which loads the
+    encoder) give the rate a long corpus runs at, with reading, encoding, shard writing and
+    commits all included;
+* that both encoders wrote byte-identical shards in every round.
+
+    python bench/kernel_corpus.py                       # once: corpus + 50k BPE
+    python bench/bench_encoders.py --workers 2 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from distributed.diagnostics.plugin import WorkerPlugin
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline import cluster, manifest  # noqa: E402
+from pipeline.encoders import TokenizersEncoder, choose  # noqa: E402
+from pipeline.state import load_checkpoint, load_plan  # noqa: E402
+from pipeline.tiktoken_encoder import TiktokenEncoder  # noqa: E402
+
+DATA = Path("/work/bench-data/fast")
+ENCODERS = ("tokenizers", "tiktoken")
+
+
+class TaskClock(WorkerPlugin):
+    """Process CPU and wall seconds of each task on a worker, in the order they ran."""
+
+    name = "tokshard-bench-task-clock"
+
+    def setup(self, worker) -> None:
+        self.running: dict[str, tuple[float, float]] = {}
+        self.done: list[tuple[str, float, float]] = []
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish == "executing":
+            self.running[str(key)] = (time.process_time(), time.perf_counter())
+        elif start == "executing" and str(key) in self.running:
+            cpu, wall = self.running.pop(str(key))
+            self.done.append((str(key), time.process_time() - cpu, time.perf_counter() - wall))
+
+
+def clocked_tasks(dask_worker) -> list[tuple[str, float, float]]:
+    return dask_worker.plugins[TaskClock.name].done
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: VmHWM, which (unlike getrusage's ru_maxrss,
+    kept across fork and exec) starts afresh in each worker process."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def print_nothing(message: str) -> None:
+    pass
+
+
+def load_texts(corpus: Path) -> list[str]:
+    with open(corpus, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+def timed(run) -> dict:
+    """One pass over the texts held in memory, on this thread: wall and CPU seconds.
+
+    The garbage collector is off while it runs: millions of id lists kept alive would
+    otherwise make Python's collections, not the encoder, the thing measured."""
+    gc.collect()
+    gc.disable()
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        ids = run()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        gc.enable()
+    return {"wall_s": wall, "cpu_s": cpu, "tokens": sum(len(x) for x in ids), "ids": ids}
+
+
+_barrier = None
+
+
+def _join_barrier(barrier) -> None:
+    global _barrier
+    _barrier = barrier
+
+
+def _encode_share(job: tuple[str, str, int, int]) -> dict:
+    """One of W processes: its share of the texts in memory, started with the others."""
+    corpus, tokenizer, part, parts = job
+    texts = load_texts(Path(corpus))[part::parts]
+    fast = TiktokenEncoder(tokenizer, threads=1, confirm=False)
+    _barrier.wait()
+    r = timed(lambda: fast.encode_batch(texts))
+    r.pop("ids")
+    return r
+
+
+def parallel_ceiling(args) -> dict:
+    """tiktoken in ``--workers`` processes at once, texts in memory: what this machine gives
+    W encoders side by side (two vCPUs need not give twice one)."""
+    ctx = multiprocessing.get_context("spawn")
+    jobs = [(str(args.corpus), str(args.tokenizer), i, args.workers) for i in range(args.workers)]
+    with ctx.Pool(args.workers, initializer=_join_barrier, initargs=(ctx.Barrier(args.workers),)) as pool:
+        parts = pool.map(_encode_share, jobs)
+    return {
+        "tokens": sum(r["tokens"] for r in parts),
+        "wall_s": max(r["wall_s"] for r in parts),
+        "cpu_s": sum(r["cpu_s"] for r in parts),
+    }
+
+
+def _cpu_seconds(procs: list[psutil.Process]) -> float:
+    return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def steady_state(out: Path, clocks: dict[str, list]) -> dict:
+    """Tokens, CPU and wall seconds of every task after each worker's first."""
+    plan = load_plan(out)
+    by_index = {p.index: p for p in plan.partitions}
+    tokens = cpu = wall = 0.0
+    for tasks in clocks.values():
+        for key, task_cpu, task_wall in tasks[1:]:
+            index = int(key.rsplit("-", 2)[-2])
+            tokens += load_checkpoint(out, by_index[index]).tokens
+            cpu += task_cpu
+            wall += task_wall
+    return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall}
+
+
+def run_prepare(encoder: str, args) -> dict:
+    """One `tokshard prepare` joining, with --scheduler, a fresh local cluster made exactly as
+    `prepare` makes its own (pipeline.cluster.connect), so the workers can be watched."""
+    out = args.work / f"out-{encoder}"
+    shutil.rmtree(out, ignore_errors=True)
+    with cluster.connect(
+        workers=args.workers, scheduler=None, threads=1, memory_limit=None, log=print_nothing
+    ) as client:
+        client.register_plugin(TaskClock())
+        idle = client.run(peak_rss_mib)
+        workers = [psutil.Process(pid) for pid in client.run(os.getpid).values()]
+        cmd = [
+            sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(args.corpus),
+            "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder,
+            "--scheduler", client.scheduler.address, "--partition-bytes", str(args.partition_bytes),
+        ]  # fmt: skip
+        workers_cpu, driver_cpu = _cpu_seconds(workers), _children_cpu()
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+        )
+        wall = time.perf_counter() - started
+        workers_cpu, driver_cpu = _cpu_seconds(workers) - workers_cpu, _children_cpu() - driver_cpu
+        if proc.returncode != 0:
+            raise SystemExit(f"prepare --encoder {encoder} failed:\n{proc.stderr}")
+        peak = client.run(peak_rss_mib)
+        clocks = client.run(clocked_tasks)
+    m = manifest.load(out / "manifest.json")
+    return {
+        "encoder": encoder,
+        "chosen": m.data["encoder"]["name"],
+        "tokens": m.data["totals"]["tokens"],
+        "wall_s": wall,
+        "cpu_s": workers_cpu + driver_cpu,
+        "driver_cpu_s": driver_cpu,
+        "load_average": load,
+        "steady": steady_state(out, clocks),
+        "worker_peak_rss_mib": sorted(peak.values()),
+        "worker_idle_rss_mib": sorted(idle.values()),
+        "shard_hashes": [s.hash for s in m.shards],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=DATA / "kernel.jsonl")
+    ap.add_argument("--tokenizer", type=Path, default=DATA / "bpe50k" / "tokenizer.json")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--partition-bytes", type=int, default=4 << 20)
+    ap.add_argument("--work", type=Path, default=DATA / "work")
+    ap.add_argument("--json", type=Path, help="also write the raw results here")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+    texts = load_texts(args.corpus)
+    utf8 = sum(len(t.encode("utf-8")) for t in texts)
+    print(f"corpus {args.corpus}: {len(texts):,} documents, {utf8 / 1e6:.1f} MB of UTF-8 text")
+    print(f"tokenizer {args.tokenizer}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+
+    started = time.perf_counter()
+    name, reason = choose("auto", str(args.tokenizer), lambda: texts[:64])
+    print(f"auto check: {name} in {time.perf_counter() - started:.2f} s ({reason})")
+
+    fast = TiktokenEncoder(str(args.tokenizer), threads=1)
+    ref = TokenizersEncoder(str(args.tokenizer), threads=1)
+    ordinary = fast.encoding.encode_ordinary
+    ceilings = {
+        "tiktoken": lambda: [ordinary(t) for t in texts],  # tiktoken's own API
+        "tiktoken-numpy": lambda: fast.encode_batch(texts),  # the buffer API prepare uses
+    }
+    fast_ids = timed(ceilings["tiktoken"])["ids"]
+    r = timed(lambda: ref.encode_batch(texts))
+    same = sum(a == b for a, b in zip(r.pop("ids"), fast_ids, strict=True))
+    del fast_ids
+    results: dict = {"tokenizers_ceiling": r, "identical_documents": same, "rounds": []}
+    print(f"ceiling tokenizers: {_rates(r)}; identical ids on {same:,}/{len(texts):,} documents")
+
+    for rep in range(args.repeats):
+        rnd: dict = {"ceiling": {}, "prepare": {}}
+        for key, run in ceilings.items():
+            r = timed(run)
+            r.pop("ids")
+            rnd["ceiling"][key] = r
+            print(f"#{rep} ceiling {key}: {_rates(r)}")
+        rnd["parallel_ceiling"] = r = parallel_ceiling(args)
+        print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(r)}")
+        for enc in ENCODERS:
+            rnd["prepare"][enc] = r = run_prepare(enc, args)
+            print(
+                f"#{rep} prepare {enc} (load {r['load_average']:.1f}): {r['tokens']:,} tokens, "
+                f"wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s ({r['driver_cpu_s']:.1f} s CLI); steady "
+                f"state {_rates(r['steady'])}; worker peak RSS "
+                f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB "
+                f"(idle {', '.join(f'{x:.0f}' for x in r['worker_idle_rss_mib'])})"
+            )
+        results["rounds"].append(rnd)
+    hashes = {tuple(rnd["prepare"][e]["shard_hashes"]) for rnd in results["rounds"] for e in ENCODERS}
+    results["identical_shards"] = len(hashes) == 1
+    print()
+    print(summary(results, args))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+def _rates(r: dict) -> str:
+    return (
+        f"{r['tokens']:,.0f} tokens, {r['tokens'] / r['wall_s'] / 1e6:.2f} M tokens/s over wall time, "
+        f"{r['tokens'] / r['cpu_s'] / 1e6:.2f} M per CPU-second"
+    )
+
+
+def summary(results: dict, args) -> str:
+    """The RESULTS.md table: every round (all measured back to back), then the median."""
+    w = args.workers
+    rows = []
+    for rnd in results["rounds"]:
+        ceil_wall = max(r["tokens"] / r["wall_s"] for r in rnd["ceiling"].values())
+        ceil_cpu = max(r["tokens"] / r["cpu_s"] for r in rnd["ceiling"].values())
+        par = rnd["parallel_ceiling"]
+        h, t = rnd["prepare"]["tokenizers"], rnd["prepare"]["tiktoken"]
+        hs, ts = h["steady"], t["steady"]
+        rows.append(
+            {
+                "load": (h["load_average"] + t["load_average"]) / 2,
+                "h_wall": h["tokens"] / h["wall_s"],
+                "t_wall": t["tokens"] / t["wall_s"],
+                "speedup_wall": h["wall_s"] / t["wall_s"],
+                "speedup_cpu": h["cpu_s"] / t["cpu_s"],
+                "speedup_steady": (ts["tokens"] / ts["cpu_s"]) / (hs["tokens"] / hs["cpu_s"]),
+                "ceil_x_w": ceil_wall * w,
+                "whole_vs_ceiling": t["tokens"] / t["wall_s"] / (ceil_wall * w),
+                "steady_vs_ceiling_wall": ts["tokens"] / ts["wall_s"] / ceil_wall,
+                "steady_vs_ceiling_cpu": ts["tokens"] / ts["cpu_s"] / ceil_cpu,
+                "par": par["tokens"] / par["wall_s"],
+                "steady_vs_par_wall": ts["tokens"] / ts["wall_s"] * w / (par["tokens"] / par["wall_s"]),
+                "whole_vs_par": t["tokens"] / t["wall_s"] / (par["tokens"] / par["wall_s"]),
+                "h_rss": max(h["worker_peak_rss_mib"]),
+                "t_rss": max(t["worker_peak_rss_mib"]),
+            }
+        )
+    lines = [
+        f"| round (load) | tokenizers `prepare` | tiktoken `prepare` | tiktoken speed-up: wall, CPU, "
+        f"steady CPU | tiktoken ceiling: 1 thread x {w}, {w} processes | tiktoken `prepare` / 1 thread "
+        f"x {w}: whole, steady wall, steady CPU | tiktoken `prepare` / {w} processes: whole, steady | "
+        f"peak RSS per worker: tokenizers, tiktoken |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def line(label: str, r: dict, b: str = "") -> str:
+        return (
+            f"| {label} | {r['h_wall'] / 1e6:.2f} M tok/s | {r['t_wall'] / 1e6:.2f} M tok/s | "
+            f"{b}{r['speedup_wall']:.2f}x{b}, {r['speedup_cpu']:.2f}x, {r['speedup_steady']:.2f}x | "
+            f"{r['ceil_x_w'] / 1e6:.2f}, {r['par'] / 1e6:.2f} M tok/s | {r['whole_vs_ceiling']:.2f}, "
+            f"{r['steady_vs_ceiling_wall']:.2f}, {r['steady_vs_ceiling_cpu']:.2f} | "
+            f"{r['whole_vs_par']:.2f}, {b}{r['steady_vs_par_wall']:.2f}{b} | "
+            f"{r['h_rss']:.0f}, {r['t_rss']:.0f} MiB |"
+        )
+
+    for i, r in enumerate(rows):
+        lines.append(line(f"{i} ({r['load']:.1f})", r))
+    lines.append(line("**median**", {k: statistics.median(r[k] for r in rows) for k in rows[0]}, "**"))
+    hc = results["tokenizers_ceiling"]
+    lines += [
+        "",
+        f"tokenizers' own ceiling (in memory, 1 thread): {hc['tokens'] / hc['wall_s'] / 1e6:.2f} M tokens/s, "
+        f"{hc['tokens'] / hc['cpu_s'] / 1e6:.2f} M per CPU-second. "
+        f"Identical ids on {results['identical_documents']:,} documents in memory; "
+        f"shards byte-identical across encoders and rounds: {results['identical_shards']}.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

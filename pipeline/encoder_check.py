@@ -1,0 +1,242 @@
+"""Is tiktoken's encoding of this tokenizer the same as `tokenizers`'? Checked, not assumed.
+
+Three comparisons, all deterministic and together well under a second for a 50k vocabulary:
+
+1. every token a merge makes, alone as a word: `tokenizers` must give back that one token,
+   as tiktoken does (it looks whole pieces up first), so neither can emit what the other
+   cannot;
+2. built-in strings where tokenizers tend to disagree (contractions, digits, runs of spaces
+   and newlines, tabs, CJK, emoji, combining marks, control characters, special-token text
+   inside a document, very long words) and strings glued from random vocabulary entries;
+3. the run's first documents (each cut to a few thousand characters).
+
+Any difference is reported with the first string that shows it. Passing is strong evidence,
+not a proof: a run's later documents are not compared, which is why the structural rules in
+`pipeline.tiktoken_encoder.convert` exclude every known way the two algorithms part.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pipeline.errors import TokshardError
+
+SAMPLE_DOCS = 64
+SAMPLE_DOC_CHARS = 4096
+BLENDS = 512
+
+_SHORT: tuple[str, ...] = (
+    # contractions, and near misses of the patterns' apostrophe rules
+    "I'm sure they'll say we've done what she'd do; it's 'yours', you're right, don't.",
+    "DON'T SHOUT, It'S fine, rock 'n' roll, the '90s, o'clock, y'all'll'd've",
+    "it’s a curly apostrophe, ‘quoted’, ''double'' and 's alone at the start",
+    # digits
+    "1 12 123 1234 12345 1234567890 3.14159 1,000,000 -42 +7 1e-9 0x1F 0b1010 v1.2.3",
+    "2024-06-01T12:34:56Z, ٣٤٥ Arabic-Indic, १२३ Devanagari, ①②③, x²+y³, Ⅻ, ½ ¾",
+    "phone +1 (555) 010-9999, ip 192.168.0.1, 100% of $3.50, €4,99",
+    # spaces, newlines, tabs
+    "a  b   c    d",
+    "   leading spaces",
+    "trailing spaces   ",
+    "\n",
+    " ",
+    "\n\n\n",
+    "para one.\n\npara two.\n\n\n\npara three.\n",
+    " \n \n  \n",
+    "windows\r\nline\r\nends\r\n\r\n",
+    "old mac\rline\r",
+    "\tindented\n\t\tdeeper\n\t\n",
+    "a\tb\t\tc \t d",
+    "def f(x):\n    return x ** 2  # square\n\n\nclass A:\n\tpass\n",
+    "nbsp\u00a0here, thin\u2009space, ideographic\u3000space, en\u2002em\u2003",
+    "line\u2028separator\u2029paragraph, next\u0085line, zero\u200bwidth, bom\ufeff",
+    "  \u00a0 \u3000\u3000 x",
+    # CJK and other scripts
+    "日本語のテキストです。漢字かなカナ混じり文。",
+    "中文文本，包括标点符号！还有“引号”。",
+    "한국어 문장입니다. 띄어쓰기 포함.",
+    "ｆｕｌｌｗｉｄｔｈ ＡＢＣ １２３",
+    "Ελληνικά κείμενα, Русский ТЕКСТ, العربية النص, עברית, ภาษาไทย, Tiếng Việt",
+    # emoji
+    "🙂 👍🏽 👨\u200d👩\u200d👧\u200d👦 🇩🇪🇫🇷 ❤️ a🙂b 🙂🙂🙂",
+    # combining marks
+    "cafe\u0301 A\u030a n\u0303 e\u0301\u0301\u0301",
+    "नमस्ते दुनिया, ক্ষমা, ﷺ",
+    "Z̤͔ͧ̑̓ä͖̭̈̇lͮ̒ͫǧ̗͚̚o̙̔ͮ̇͐̇",
+    "\u0301 a mark with nothing to sit on",
+    # control characters
+    "\x00",
+    "nul\x00inside",
+    "bell\x07 esc\x1b[31mred\x1b[0m del\x7f bs\x08",
+    "info separators\x1c\x1d\x1e\x1f between",
+    "vertical\x0btab and form\x0cfeed",
+    # odd code points
+    "\U0010ffff \ufffd \ue000 \ufdd0 𝐀𝐁𝐂 ǅ ß İ ﬁ",
+    # markup and code
+    '<div class="x">&amp;</div> <!-- c --> <br/>',
+    "SELECT * FROM t WHERE id = 1; -- comment",
+    "https://example.com/a/b?q=1&r=two#frag user@example.com C:\\Users\\x ~/.bashrc $HOME",
+    '#!/bin/sh\nset -eu\nfor f in *.txt; do echo "$f"; done\n',
+    "Title\n=====\n\nSection\n-------\n\n* item\n* item\n\n.. note::\n\n   text\n",
+    "if (a && b || !c) { x[i] = y->z; return -1; }",
+)
+
+
+def _long_words() -> tuple[str, ...]:
+    rng = random.Random(0)
+    letters = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(20_000))
+    return (
+        "a" * 20_000,
+        "ab" * 10_000,
+        letters,
+        "x" * 5_000 + " " + "y" * 5_000,
+        " " * 20_000,
+        "\n" * 5_000,
+        " \n" * 5_000,
+        "0123456789" * 2_000,
+        "日本" * 5_000,
+        "🙂" * 3_000,
+        "=" * 10_000,
+        "e\u0301" * 5_000,
+    )
+
+
+#: The built-in probe strings (special-token text is added per tokenizer).
+TRICKY: tuple[str, ...] = (*_SHORT, "".join(_SHORT), " ".join(_SHORT), *_long_words())
+
+EncodeBatch = Callable[[list[str]], Sequence[Sequence[int]]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    equivalent: bool
+    reason: str
+
+
+def show(text: str, limit: int = 60) -> str:
+    """A string as a user can recognise it in one line of an error message."""
+    shown = repr(text[:limit]) + ("…" if len(text) > limit else "")
+    return shown + (f" ({len(text):,} characters)" if len(text) > limit else "")
+
+
+def special_texts(specials: Sequence[str]) -> list[str]:
+    """Special-token text where documents have it: alone, repeated, glued inside words."""
+    texts = []
+    for s in sorted({*specials, "<|endoftext|>"}):
+        texts += [s, f"{s}{s}", f"a web page quoting {s} in its text", f"x{s}y", f"{s}\n\nnext"]
+    return texts
+
+
+def blends(pieces: Sequence[bytes], count: int = BLENDS, seed: int = 0) -> list[str]:
+    """Strings glued from random vocabulary entries: they probe how merges meet."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        raw = b"".join(rng.choice(pieces) for _ in range(rng.randint(2, 5)))
+        out.append(raw.decode("utf-8", errors="replace"))
+    return out
+
+
+def as_list(ids: Sequence[int]) -> list[int]:
+    """Ids as a plain list, whether a back end returned a list or an array."""
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+
+
+def first_difference(texts: Sequence[str], reference: EncodeBatch, candidate: EncodeBatch) -> str | None:
+    """Describe the first text the two encoders disagree on, or None."""
+    texts = list(texts)
+    for text, want_ids, got_ids in zip(texts, reference(texts), candidate(texts), strict=True):
+        want, got = as_list(want_ids), as_list(got_ids)
+        if want != got:
+            at = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
+            at = min(len(want), len(got)) if at is None else at
+            return (
+                f"tiktoken and tokenizers give different ids for {show(text)} "
+                f"(from token {at}: tokenizers {want[at : at + 3]}, tiktoken {got[at : at + 3]})"
+            )
+    return None
+
+
+def merged_token_difference(tokenizer, merged: dict[int, str]) -> str | None:
+    """A merge result `tokenizers` cannot produce from its own text, which tiktoken would."""
+    from pipeline.tiktoken_encoder import to_bytes
+
+    tokenize = tokenizer.model.tokenize
+    for tid, token in sorted(merged.items()):
+        ids = [t.id for t in tokenize(token)]
+        if ids != [tid]:
+            text = to_bytes(token).decode("utf-8", errors="replace")
+            return (
+                f"tiktoken and tokenizers give different ids for {show(text)}: tokenizers splits "
+                f"vocabulary entry {tid} into {ids}, tiktoken keeps it whole"
+            )
+    return None
+
+
+def probes(conversion) -> list[str]:
+    """The built-in strings for one tokenizer: TRICKY, its special tokens' text, blends."""
+    return [*TRICKY, *special_texts(list(conversion.special_tokens)), *blends(sorted(conversion.ranks))]
+
+
+def _compare(fast, reference, docs: Sequence[str], every_token: bool = True) -> str | None:
+    if every_token:
+        found = merged_token_difference(reference.tokenizer, fast.conversion.merged)
+        if found:
+            return found
+    return first_difference(probes(fast.conversion), reference.encode_batch, fast.encode_batch) or (
+        first_difference(docs, reference.encode_batch, fast.encode_batch)
+    )
+
+
+def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
+    """Can this run use tiktoken? Structural rules first, then the comparisons above."""
+    from pipeline.encoders import TokenizersEncoder
+
+    try:
+        from pipeline.tiktoken_encoder import NotEquivalent, TiktokenEncoder
+    except ImportError:  # pragma: no cover - tiktoken is a core dependency
+        return Verdict(False, "tiktoken is not installed")
+    try:
+        fast = TiktokenEncoder(tokenizer_path, confirm=False)
+    except NotEquivalent as exc:
+        return Verdict(False, str(exc))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a layout we do not know
+        return Verdict(
+            False, f"its BPE section has a layout tokshard does not know ({type(exc).__name__}: {exc})"
+        )
+    reference = TokenizersEncoder(tokenizer_path)
+    docs = [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
+    found = _compare(fast, reference, docs)
+    if found:
+        return Verdict(False, found)
+    left_out = fast.conversion.unreachable
+    note = (
+        f"; left out {len(left_out)} vocabulary entries no merge makes ({show(left_out[0], 20)})"
+        if left_out
+        else ""
+    )
+    return Verdict(
+        True,
+        f"byte-level BPE, and tiktoken gave the same ids as tokenizers on all "
+        f"{len(fast.conversion.merged):,} merged tokens, {len(probes(fast.conversion))} built-in strings "
+        f"and the run's first {len(docs)} documents{note}",
+    )
+
+
+def confirm_builtin(tokenizer_path: str, fast) -> None:
+    """The built-in strings again, in a worker, before it writes a single id (the pass over
+    every merged token is left to the driver, to keep a worker's start-up short)."""
+    from pipeline.encoders import TokenizersEncoder
+
+    found = _compare(fast, TokenizersEncoder(tokenizer_path, threads=1), [], every_token=False)
+    if found:
+        import tiktoken
+        import tokenizers
+
+        raise TokshardError(
+            f"{found}, on this worker although the run's check passed: do the machines have "
+            f"different library versions (here tiktoken {tiktoken.__version__}, tokenizers "
+            f"{tokenizers.__version__})? Install the same everywhere, or use --encoder tokenizers"
+        )
