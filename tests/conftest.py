@@ -82,19 +82,11 @@ def tokenizer_path(tmp_path_factory, docs) -> Path:
 @pytest.fixture(scope="session")
 def gpt2_tokenizer_path(tmp_path_factory) -> Path:
     """GPT-2's real vocabulary (tests/data/gpt2, MIT) as a tokenizer.json; EOS id 50256."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from pipeline.tokenizer import from_gpt2_files
 
     data = REPO / "tests" / "data" / "gpt2"
-    vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
-    lines = (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
-    merges = [tuple(line.split(" ")) for line in lines if line]
-    tok = Tokenizer(models.BPE(vocab, merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(EOS, special=True)])
-    path = tmp_path_factory.mktemp("gpt2") / "tokenizer.json"
-    tok.save(str(path))
-    return path
+    out = tmp_path_factory.mktemp("gpt2") / "tokenizer.json"
+    return from_gpt2_files(data / "encoder.json", data / "vocab.bpe", out)
 
 
 def plain_encode(tokenizer_path: Path, docs: list[str]) -> np.ndarray:

@@ -56,5 +56,5 @@ def test_status_names_the_run_holding_the_lock_with_rate_and_eta(interrupted):
     with run_lock(interrupted, "test-run"):  # this process plays a running prepare
         text = cli("status", str(interrupted), check=True).stdout
     assert f"running: pid {os.getpid()} on " in text
-    assert re.search(r"running: .*; [\d.]+k? tok/s, ETA \d+:\d\d:\d\d", text), text
+    assert re.search(r"running: .*; [\d.]+[kMGT]? tok/s, ETA \d+:\d\d:\d\d", text), text
     assert f"a rerun would: be refused while pid {os.getpid()}" in text
