@@ -21,7 +21,11 @@ from pipeline.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
-DEFAULT_PARTITION_BYTES = 16 << 20
+#: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split, each 1 to 64 MiB of input.
+#: It depends on the input alone, never on the workers, so the output does not either.
+AUTO_PARTITIONS = 256
+AUTO_MIN_BYTES = 1 << 20
+AUTO_MAX_BYTES = 64 << 20
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
 _STREAM_CHUNK = 4 << 20
@@ -137,7 +141,7 @@ class FilesSource(Source):
         "split": "train",
         "splits": None,
         "text_field": "text",
-        "partition_bytes": DEFAULT_PARTITION_BYTES,
+        "partition_bytes": "auto",
         "base_dir": ".",
     }
     location_keys = frozenset({"base_dir"})
@@ -158,8 +162,10 @@ class FilesSource(Source):
             raise TokshardError(f"{where}: [sources.{name}] splits must map split names to globs")
         cfg["splits"] = {s: [p] if isinstance(p, str) else list(p) for s, p in splits.items()}
         pb = cfg["partition_bytes"]
-        if not isinstance(pb, int) or pb < 4096:
-            raise TokshardError(f"{where}: [sources.{name}] partition_bytes must be an integer >= 4096")
+        if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < 4096):
+            raise TokshardError(
+                f"{where}: [sources.{name}] partition_bytes must be \"auto\" or an integer >= 4096"
+            )
         return cfg
 
     def splits(self) -> list[str]:
@@ -192,11 +198,21 @@ class FilesSource(Source):
     def partitions(self) -> list[Partition]:
         parts: list[Partition] = []
         for split in self.splits():
-            for i, (key, size, spec) in enumerate(self._units(self.files(split))):
+            files = self.files(split)
+            step = self.partition_bytes(files)
+            for i, (key, size, spec) in enumerate(self._units(files, step)):
                 parts.append(Partition(self.name, split, i, key, size, spec))
         return parts
 
-    def _units(self, files: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    def partition_bytes(self, files: list[str]) -> int:
+        """The configured size, or for "auto" enough tasks to keep any cluster busy."""
+        configured = self.config["partition_bytes"]
+        if configured != "auto":
+            return configured
+        total = sum(file_size(f) for f in files)
+        return min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
+
+    def _units(self, files: list[str], step: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """Partitions of one split's files: byte ranges, row-group runs, or runs of .txt files."""
         txt: list[str] = []
         txt_bytes = 0
@@ -204,7 +220,7 @@ class FilesSource(Source):
             kind = kind_of(path)
             if kind == ".txt":
                 size = file_size(path)
-                if txt and txt_bytes + size > self.config["partition_bytes"]:
+                if txt and txt_bytes + size > step:
                     yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": kind, "files": txt}
                     txt, txt_bytes = [], 0
                 txt.append(path)
@@ -213,12 +229,11 @@ class FilesSource(Source):
             if txt:
                 yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": ".txt", "files": txt}
                 txt, txt_bytes = [], 0
-            yield from self._split_file(path, kind)
+            yield from self._split_file(path, kind, step)
         if txt:
             yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": ".txt", "files": txt}
 
-    def _split_file(self, path: str, kind: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        step = self.config["partition_bytes"]
+    def _split_file(self, path: str, kind: str, step: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
         if kind == ".jsonl":
             size = file_size(path)
             for start in range(0, max(size, 1), step):
@@ -393,9 +408,9 @@ def _read_txt(spec: dict[str, Any], cursor: Cursor | None) -> Iterator[Record]:
 
 def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
     """Every good document of these files in order (for tokenizer training and tools)."""
-    source = FilesSource("input", {"text_field": field, "partition_bytes": 1 << 62})
+    source = FilesSource("input", {"text_field": field})
     for path in files:
-        for key, size, spec in source._units([path]):
+        for key, size, spec in source._units([path], step=1 << 62):
             part = Partition("input", "train", 0, key, size, spec)
             for rec in source.read(part, None):
                 if isinstance(rec.text, str):
