@@ -78,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-field", default="text", help="ad hoc: JSON/parquet field holding the text")
     p.add_argument("--split", default="train", help="ad hoc: split name for --input files")
     p.add_argument("--name", default="data", help="ad hoc: source name for --input files")
-    p.add_argument("--partition-bytes", type=_positive_int, help="ad hoc: bytes of input per Dask task (default auto: about 256 tasks per split, 1 to 64 MiB each)")
+    p.add_argument(
+        "--partition-bytes",
+        type=_positive_int,
+        help="ad hoc: bytes of input per Dask task (default auto: about 256 tasks per split, 1 to 64 MiB each)",
+    )
     p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
     p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")
     p.add_argument(

@@ -164,7 +164,7 @@ class FilesSource(Source):
         pb = cfg["partition_bytes"]
         if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < 4096):
             raise TokshardError(
-                f"{where}: [sources.{name}] partition_bytes must be \"auto\" or an integer >= 4096"
+                f'{where}: [sources.{name}] partition_bytes must be "auto" or an integer >= 4096'
             )
         return cfg
 
