@@ -51,6 +51,36 @@ def ceiling(corpus: Path, tokenizer: Path, batch_chars: int = 1 << 20) -> tuple[
     return tokens / (time.perf_counter() - start), tokens
 
 
+def _ceiling_share(args: tuple[str, str, int, int, object]) -> tuple[int, float, float]:
+    corpus, tokenizer, index, count, barrier = args
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer)
+    tok.encode_special_tokens = True
+    texts = [json.loads(line)["text"] for i, line in enumerate(open(corpus)) if i % count == index]
+    barrier.wait()
+    start = time.perf_counter()
+    tokens = 0
+    for i in range(0, len(texts), 64):
+        tokens += sum(len(e.ids) for e in tok.encode_batch_fast(texts[i : i + 64], add_special_tokens=False))
+    return tokens, start, time.perf_counter()
+
+
+def parallel_ceiling(corpus: Path, tokenizer: Path, processes: int) -> float:
+    """What this machine gives N encoder processes at once (texts in memory, no I/O)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(processes)
+        jobs = [(str(corpus), str(tokenizer), i, processes, barrier) for i in range(processes)]
+        with ctx.Pool(processes) as pool:
+            results = pool.map(_ceiling_share, jobs)
+    tokens = sum(r[0] for r in results)
+    return tokens / (max(r[2] for r in results) - min(r[1] for r in results))
+
+
 def run_prepare(corpus: Path, tokenizer: Path, workers: int, out: Path, encoder: str) -> dict:
     """One `tokshard prepare` CLI run; returns wall time, tokens and per-worker peak RSS."""
     shutil.rmtree(out, ignore_errors=True)
@@ -100,10 +130,11 @@ def main() -> None:
     tokenizer = gpt2_tokenizer(DATA / "gpt2" / "tokenizer.json")
     corpora = {mb: write_corpus(DATA / f"corpus-{mb}.jsonl", mb) for mb in args.sizes}
     small = corpora[args.sizes[0]]
-    rows: dict[str, list] = {"ceiling_1thread": [], "prepare_1w": [], "prepare_2w": []}
+    rows: dict[str, list] = {"ceiling_1thread": [], "ceiling_2proc": [], "prepare_1w": [], "prepare_2w": []}
     for r in range(args.rounds):
         rate, tokens = ceiling(small, tokenizer)
         rows["ceiling_1thread"].append(rate)
+        rows["ceiling_2proc"].append(parallel_ceiling(small, tokenizer, 2))
         for w in (1, 2):
             res = run_prepare(small, tokenizer, w, DATA / "out-prepare", args.encoder)
             assert res["tokens"] == tokens + sum(1 for _ in open(small)), (
@@ -111,12 +142,15 @@ def main() -> None:
             )
             rows[f"prepare_{w}w"].append(res)
             print(f"round {r}: {w} worker(s): {res}", flush=True)
-        print(f"round {r}: ceiling {rate:,.0f} tok/s", flush=True)
+        print(
+            f"round {r}: ceiling {rate:,.0f} tok/s, 2 processes {rows['ceiling_2proc'][-1]:,.0f}", flush=True
+        )
     big = {}
     for mb in args.sizes[1:]:
         big[mb] = run_prepare(corpora[mb], tokenizer, 2, DATA / "out-prepare-big", args.encoder)
         print(f"{mb} MB, 2 workers: {big[mb]}", flush=True)
     ceil = statistics.median(rows["ceiling_1thread"])
+    ceil2 = statistics.median(rows["ceiling_2proc"])
     p1 = statistics.median(r["tokens_per_s"] for r in rows["prepare_1w"])
     p2 = statistics.median(r["tokens_per_s"] for r in rows["prepare_2w"])
     rss_small = max(max(r["worker_peak_rss_mib"]) for r in rows["prepare_2w"])
@@ -125,10 +159,14 @@ def main() -> None:
         "tokens": rows["prepare_2w"][0]["tokens"],
         "ceiling_1thread_tok_s": round(ceil),
         "ceiling_x2_tok_s": round(2 * ceil),
+        "ceiling_2proc_tok_s": round(ceil2),
+        "machine_2proc_scaling": round(ceil2 / ceil, 3),
         "prepare_1w_tok_s": round(p1),
         "prepare_2w_tok_s": round(p2),
         "prepare_2w_over_ceiling_x2": round(p2 / (2 * ceil), 3),
         "prepare_2w_over_1w": round(p2 / p1, 3),
+        "prepare_1w_over_ceiling": round(p1 / ceil, 3),
+        "prepare_2w_over_ceiling_2proc": round(p2 / ceil2, 3),
         "worker_peak_rss_mib": {
             args.sizes[0]: rss_small,
             **{mb: max(b["worker_peak_rss_mib"]) for mb, b in big.items()},
