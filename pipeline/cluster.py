@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pipeline.errors import TokshardError
@@ -118,8 +119,9 @@ def connect(
     memory_limit: str | None,
     log: Callable[[str], None],
     batch: BatchJobs | None = None,
+    early: LocalStart | None = None,
 ) -> Iterator[object]:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     if batch is not None:
         require_batch_system(batch.system)
@@ -150,19 +152,48 @@ def connect(
                 log("no workers are connected yet; tasks wait until `dask worker` processes join")
             yield client
         return
-    n = workers or os.cpu_count() or 1
-    with (
-        LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=memory_limit or "auto",
-            dashboard_address=":0",
-            # a task's error reaches the driver, which reports it once (one line for a user error)
-            silence_logs=logging.CRITICAL,
-            env=worker_env(threads),
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        log(f"Dask: {n} local worker processes; dashboard {client.dashboard_link}")
+    cluster = (early or LocalStart(workers, threads, memory_limit)).cluster()
+    with cluster, Client(cluster) as client:
+        log(f"Dask: {len(cluster.workers)} local worker processes; dashboard {client.dashboard_link}")
         yield client
+
+
+class LocalStart:
+    """A `LocalCluster` booting in a background thread, so that the worker processes start
+    (interpreter, imports) while the driver plans partitions and checks the encoder: about a
+    second of every run that would otherwise come before the first task."""
+
+    def __init__(self, workers: int | None, threads: int, memory_limit: str | None) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokshard-cluster")
+        self._future: Future = self._pool.submit(
+            _local_cluster, workers or os.cpu_count() or 1, threads, memory_limit
+        )
+        self._pool.shutdown(wait=False)
+        self._taken = False
+
+    def cluster(self):
+        """The started cluster (waits for it); the caller owns it from now on and closes it."""
+        self._taken = True
+        return self._future.result()
+
+    def discard(self) -> None:
+        """Close the cluster if nobody took it (the run failed before it needed workers)."""
+        if not self._taken:
+            self._taken = True
+            with contextlib.suppress(Exception):
+                self._future.result().close()
+
+
+def _local_cluster(n: int, threads: int, memory_limit: str | None):
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit or "auto",
+        dashboard_address=":0",
+        # a task's error reaches the driver, which reports it once (one line for a user error)
+        silence_logs=logging.CRITICAL,
+        env=worker_env(threads),
+    )

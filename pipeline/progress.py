@@ -43,6 +43,7 @@ class Progress:
         self.done, self.tokens = done, tokens
         self._last_line = 0.0
         self._bar = None
+        self._printed: tuple[int, int] | None = None  # (done, tokens) of the last plain line
         if self.stream.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
@@ -82,6 +83,7 @@ class Progress:
             self.line()
 
     def line(self) -> None:
+        self._printed = (self.done, self.tokens)
         print(
             f"tokshard: {self.label}: {100 * self.done / self.total:5.1f}% of input, "
             f"{self.tokens:,} tokens, {_human(self.rate())} tok/s, ETA {_eta(self.eta())}",
@@ -92,5 +94,5 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
-        else:
+        elif self._printed != (self.done, self.tokens):
             self.line()

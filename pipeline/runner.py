@@ -8,9 +8,9 @@ exactly when every partition is done, whatever happened in between.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline import manifest, tokenizer
 from pipeline.atomic import DiskFullError, disk_error
+from pipeline.cluster import LocalStart, connect
 from pipeline.encoders import choose
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
@@ -80,20 +81,32 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
-        encoder, reason = choose(
-            settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
-        )
-        log(f"encoder: {encoder} ({reason})")
-        if todo:
-            log(
-                f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
-                f"{resumed} to resume, {len(todo) - resumed} to start"
+        early = _early_cluster(options, settings["threads"]) if todo else None
+        try:
+            encoder, reason = choose(
+                settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
             )
-            tasks = [_task(recipe, out, plan, p, encoder, run_id) for p in todo]
-            _run(tasks, todo, checkpoints, plan, out, options, log)
+            log(f"encoder: {encoder} ({reason})")
+            if todo:
+                log(
+                    f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
+                    f"{resumed} to resume, {len(todo) - resumed} to start"
+                )
+                tasks = [_task(recipe, out, plan, p, encoder, run_id) for p in todo]
+                _run(tasks, todo, checkpoints, plan, out, options, log, early)
+        finally:
+            if early is not None:
+                early.discard()
         path = _write_manifest(out, recipe, plan, encoder, reason, settings["threads"])
         log(f"wrote {path}")
         return path
+
+
+def _early_cluster(options: RunOptions, threads: int) -> LocalStart | None:
+    """Boot the local workers now, while the driver still checks the encoder and builds tasks."""
+    if options.client is not None or options.scheduler or options.batch is not None:
+        return None
+    return LocalStart(options.workers, threads, options.memory_limit)
 
 
 def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
@@ -180,9 +193,8 @@ def _run(
     out: Path,
     options: RunOptions,
     log: Log,
+    early: LocalStart | None = None,
 ) -> None:
-    from pipeline.cluster import connect
-
     if options.client is not None:
         _submit_and_wait(options.client, tasks, todo, checkpoints, plan, out, options, log)
         return
@@ -193,12 +205,13 @@ def _run(
         memory_limit=options.memory_limit,
         log=log,
         batch=options.batch,
+        early=early,
     ) as client:
         _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log)
 
 
 def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) -> None:
-    from distributed import KilledWorker
+    from distributed import KilledWorker, wait
 
     run_id = tasks[0].run_id
     total = sum(p.size for p in plan.partitions)
@@ -226,7 +239,9 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
     pending = dict(futures)
     try:
         while pending:
-            time.sleep(0.5)
+            # back as soon as a task ends: no idle poll interval after the last one
+            with contextlib.suppress(TimeoutError):
+                wait(list(pending), timeout=0.5, return_when="FIRST_COMPLETED")
             for fut in [f for f in pending if f.done()]:
                 part = pending.pop(fut)
                 try:
