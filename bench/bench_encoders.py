@@ -178,8 +178,10 @@ def run_prepare(encoder: str, args) -> dict:
         cmd = [
             sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(args.corpus),
             "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder,
-            "--scheduler", client.scheduler.address, "--partition-bytes", str(args.partition_bytes),
+            "--scheduler", client.scheduler.address,
         ]  # fmt: skip
+        if args.partition_bytes:  # 0: the default, partition_bytes = "auto"
+            cmd += ["--partition-bytes", str(args.partition_bytes)]
         workers_cpu, driver_cpu = _cpu_seconds(workers), _children_cpu()
         load = os.getloadavg()[0]
         started = time.perf_counter()
@@ -214,9 +216,16 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, default=DATA / "bpe50k" / "tokenizer.json")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--partition-bytes", type=int, default=4 << 20)
+    ap.add_argument("--partition-bytes", type=int, default=4 << 20, help="0: prepare's default (auto)")
     ap.add_argument("--work", type=Path, default=DATA / "work")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
+    ap.add_argument(
+        "--check-docs",
+        type=int,
+        default=0,
+        help="compare both encoders' ids (and time tokenizers in memory) on the first N documents "
+        "only; 0 = all (a 500 MB corpus needs about 20 GB for all)",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -237,12 +246,13 @@ def main() -> None:
         "tiktoken": lambda: [ordinary(t) for t in texts],  # tiktoken's own API
         "tiktoken-numpy": lambda: fast.encode_batch(texts),  # the buffer API prepare uses
     }
-    fast_ids = timed(ceilings["tiktoken"])["ids"]
-    r = timed(lambda: ref.encode_batch(texts))
+    checked = texts[: args.check_docs] if args.check_docs else texts
+    fast_ids = timed(lambda: [ordinary(t) for t in checked])["ids"]
+    r = timed(lambda: ref.encode_batch(checked))
     same = sum(a == b for a, b in zip(r.pop("ids"), fast_ids, strict=True))
     del fast_ids
     results: dict = {"tokenizers_ceiling": r, "identical_documents": same, "rounds": []}
-    print(f"ceiling tokenizers: {_rates(r)}; identical ids on {same:,}/{len(texts):,} documents")
+    print(f"ceiling tokenizers: {_rates(r)}; identical ids on {same:,}/{len(checked):,} documents")
 
     for rep in range(args.repeats):
         rnd: dict = {"ceiling": {}, "prepare": {}}

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import queue
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +41,9 @@ from pipeline.state import (
 from pipeline.task import PartitionTask, finish_complete, run_partition
 
 Log = Callable[[str], None]
+
+#: how often the driver reads running partitions' commits for the progress line
+POLL_SECONDS = 0.5
 
 
 def stderr_log(msg: str) -> None:
@@ -211,59 +216,80 @@ def _run(
 
 
 def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) -> None:
-    from distributed import KilledWorker, wait
-
+    """Submit every task, then follow them: each finished one the moment it ends (a callback
+    queue, constant cost per task however many there are), and the running ones by their
+    latest commit every POLL_SECONDS, for the progress line."""
     run_id = tasks[0].run_id
-    total = sum(p.size for p in plan.partitions)
+    sizes = {p.key: p.size for p in plan.partitions}
+    totals = [0, 0]  # input units done, tokens written: kept up to date, never re-summed
 
-    def units(p: Partition) -> int:
-        ck = checkpoints.get(p.key)
-        return p.size if ck and ck.complete else (ck.progress if ck else 0)
+    def credit(key: str) -> tuple[int, int]:
+        ck = checkpoints.get(key)
+        if ck is None:
+            return 0, 0
+        return (sizes[key] if ck.complete else ck.progress), ck.tokens
 
-    def tokens(p: Partition) -> int:
-        ck = checkpoints.get(p.key)
-        return ck.tokens if ck else 0
+    def record(key: str, ck: Checkpoint) -> None:
+        before = credit(key)
+        checkpoints[key] = ck
+        after = credit(key)
+        totals[0] += after[0] - before[0]
+        totals[1] += after[1] - before[1]
 
+    for p in plan.partitions:
+        units, toks = credit(p.key)
+        totals[0] += units
+        totals[1] += toks
     progress = Progress(
-        total,
-        done=sum(units(p) for p in plan.partitions),
-        tokens=sum(tokens(p) for p in plan.partitions),
-        interval=options.progress_interval,
+        sum(sizes.values()), done=totals[0], tokens=totals[1], interval=options.progress_interval
     )
-    futures = {}
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    pending: dict[str, tuple[Any, Partition]] = {}
     for task, part in zip(tasks, todo, strict=True):
         key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
         # largest first: the last task to start is a small one, so workers finish together
-        futures[client.submit(run_partition, task, key=key, retries=0, priority=part.size)] = part
-    by_key = {f.key: p for f, p in futures.items()}
-    pending = dict(futures)
+        fut = client.submit(run_partition, task, key=key, retries=0, priority=part.size)
+        pending[fut.key] = (fut, part)
+        fut.add_done_callback(finished.put)
+    next_poll = time.monotonic() + POLL_SECONDS
     try:
         while pending:
-            # back as soon as a task ends: no idle poll interval after the last one
-            with contextlib.suppress(TimeoutError):
-                wait(list(pending), timeout=0.5, return_when="FIRST_COMPLETED")
-            for fut in [f for f in pending if f.done()]:
-                part = pending.pop(fut)
-                try:
-                    checkpoints[part.key] = Checkpoint(**fut.result())
-                except KilledWorker as exc:
-                    raise TokshardError(
-                        f"Dask workers died repeatedly on partition {part.key} (out of memory?); "
-                        "rerun to resume from its last commit, with fewer --workers or more memory"
-                    ) from exc
-                except DiskFullError as exc:
-                    raise exc.with_needed(_bytes_to_write(out, plan, tasks[0].dtype)) from None
-            for key in itertools.chain.from_iterable(client.processing().values()):
-                part = by_key.get(key)
-                ck = load_checkpoint(out, part) if part is not None else None
-                if ck is not None:
-                    checkpoints[part.key] = ck
-            progress.update(sum(units(p) for p in plan.partitions), sum(tokens(p) for p in plan.partitions))
+            with contextlib.suppress(queue.Empty):
+                ended = [finished.get(timeout=max(0.0, next_poll - time.monotonic()))]
+                while not finished.empty():
+                    ended.append(finished.get())
+                for fut in ended:
+                    if fut.key in pending:
+                        _, part = pending.pop(fut.key)
+                        record(part.key, _checkpoint_of(fut, part, out, plan, tasks[0].dtype))
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + POLL_SECONDS
+                for key in itertools.chain.from_iterable(client.processing().values()):
+                    part = pending[key][1] if key in pending else None
+                    ck = load_checkpoint(out, part) if part is not None else None
+                    if ck is not None:
+                        record(part.key, ck)
+            progress.update(*totals)
     except BaseException:
-        client.cancel(list(pending))
+        client.cancel([fut for fut, _ in pending.values()])
         raise
     finally:
         progress.close()
+
+
+def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> Checkpoint:
+    """A finished task's final checkpoint, or its error as the user should read it."""
+    from distributed import KilledWorker
+
+    try:
+        return Checkpoint(**fut.result())
+    except KilledWorker as exc:
+        raise TokshardError(
+            f"Dask workers died repeatedly on partition {part.key} (out of memory?); "
+            "rerun to resume from its last commit, with fewer --workers or more memory"
+        ) from exc
+    except DiskFullError as exc:
+        raise exc.with_needed(_bytes_to_write(out, plan, dtype)) from None
 
 
 def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason: str, threads: int) -> Path:
