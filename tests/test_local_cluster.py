@@ -1,0 +1,74 @@
+"""The embedded Dask cluster boots while the driver still checks the encoder and builds
+tasks; whatever ends the run, no worker process outlives it."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+from conftest import write_jsonl
+from test_encoders import train
+
+from pipeline import recipe
+from pipeline.cluster import LocalStart
+from pipeline.errors import TokshardError
+from pipeline.runner import RunOptions, prepare
+
+
+def _children() -> set[int]:
+    """This process's live descendants (other tests' shared clusters among them)."""
+    alive = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline()):
+                alive.append(c.pid)
+        except psutil.Error:
+            pass
+    return set(alive)
+
+
+@pytest.fixture
+def before() -> set[int]:
+    return _children()
+
+
+def _settle(before: set[int], deadline: float = 10.0) -> set[int]:
+    """The processes started since ``before`` still alive after ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while (left := _children() - before) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def test_a_refused_encoder_after_the_workers_booted_leaves_no_worker_behind(tmp_path, docs, before):
+    # letters and spaces only: tiktoken would change the ids, so --encoder tiktoken is refused
+    tok = train(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    r = recipe.from_dict(
+        {
+            "tokenizer": str(tok),
+            "encoder": "tiktoken",
+            "sources": {"d": {"type": "files", "paths": [str(data)]}},
+        },
+        "test",
+    )
+    with pytest.raises(TokshardError, match="would change the ids"):
+        prepare(r, tmp_path / "out", RunOptions(workers=2), log=lambda m: None)
+    time.sleep(3)  # a worker still booting in the background would have appeared by now
+    assert _settle(before, deadline=1.0) == set()
+
+
+def test_an_untaken_early_cluster_is_closed_by_discard(before):
+    early = LocalStart(workers=1, threads=1, memory_limit=None)
+    early.discard()
+    assert _settle(before) == set()
+
+
+def test_a_taken_early_cluster_belongs_to_its_taker(before):
+    early = LocalStart(workers=1, threads=1, memory_limit=None)
+    cluster = early.cluster()
+    early.discard()  # no effect: the caller owns it now
+    assert len(cluster.workers) == 1 and cluster.status.name == "running"
+    cluster.close()
+    assert _settle(before) == set()
