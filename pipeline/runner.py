@@ -265,10 +265,8 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + POLL_SECONDS
                 for key in itertools.chain.from_iterable(client.processing().values()):
-                    part = pending[key][1] if key in pending else None
-                    ck = load_checkpoint(out, part) if part is not None else None
-                    if ck is not None:
-                        record(part.key, ck)
+                    if key in pending and (ck := load_checkpoint(out, pending[key][1])) is not None:
+                        record(ck.key, ck)
             progress.update(*totals)
     except BaseException:
         client.cancel([fut for fut, _ in pending.values()])
