@@ -226,8 +226,9 @@ def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
 
 
 def confirm_builtin(tokenizer_path: str, fast) -> None:
-    """The built-in strings again, in a worker, before it writes a single id (the pass over
-    every merged token is left to the driver, to keep a worker's start-up short)."""
+    """The built-in strings again, in a worker whose library versions differ from those the
+    driver checked with, before it writes a single id (the pass over every merged token is
+    left to the driver, to keep a worker's start-up short)."""
     from pipeline.encoders import TokenizersEncoder
 
     found = _compare(fast, TokenizersEncoder(tokenizer_path, threads=1), [], every_token=False)

@@ -50,21 +50,37 @@ class TokenizersEncoder:
         return [e.ids for e in encodings]
 
 
-def _tiktoken(path: str, threads: int = 1) -> Encoder:
+def library_versions() -> tuple[tuple[str, str], ...]:
+    """The encoder libraries' versions: the equivalence check holds for these only."""
+    from importlib.metadata import version
+
+    return tuple((lib, version(lib)) for lib in ("tiktoken", "tokenizers"))
+
+
+def _tiktoken(path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
     from pipeline.tiktoken_encoder import TiktokenEncoder
 
-    return TiktokenEncoder(path, threads)
+    # The driver compared both encoders before the run; a worker with the same libraries
+    # would repeat that for nothing (a quarter of a second), one with others must redo it.
+    return TiktokenEncoder(path, threads, confirm=checked_with != library_versions())
 
 
-BACKENDS: dict[str, Callable[[str, int], Encoder]] = {"tokenizers": TokenizersEncoder, "tiktoken": _tiktoken}
+BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
+    "tokenizers": lambda path, threads, _: TokenizersEncoder(path, threads),
+    "tiktoken": _tiktoken,
+}
 
 
 @lru_cache(maxsize=4)
-def cached_encoder(name: str, path: str, sha256: str, threads: int) -> Encoder:
-    """One encoder per worker process and tokenizer (``sha256`` keys the cache on content)."""
+def cached_encoder(
+    name: str, path: str, sha256: str, threads: int, checked_with: tuple[tuple[str, str], ...] = ()
+) -> Encoder:
+    """One encoder per worker process and tokenizer (``sha256`` keys the cache on content).
+
+    ``checked_with``: the library versions the driver's equivalence check ran with."""
     if name not in BACKENDS:
         raise TokshardError(f"encoder {name!r} is not available; use one of {', '.join(BACKENDS)}")
-    return BACKENDS[name](path, threads)
+    return BACKENDS[name](path, threads, checked_with)
 
 
 def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from typing import Any
 from pipeline import manifest, tokenizer
 from pipeline.atomic import DiskFullError, disk_error
 from pipeline.cluster import LocalStart, connect
-from pipeline.encoders import choose
+from pipeline.encoders import choose, library_versions
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
 from pipeline.recipe import Recipe, describe_changes
@@ -97,7 +97,8 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
                     f"{resumed} to resume, {len(todo) - resumed} to start"
                 )
-                tasks = [_task(recipe, out, plan, p, encoder, run_id) for p in todo]
+                checked_with = library_versions() if encoder == "tiktoken" else ()
+                tasks = [_task(recipe, out, plan, p, encoder, run_id, checked_with) for p in todo]
                 _run(tasks, todo, checkpoints, plan, out, options, log, early)
         finally:
             if early is not None:
@@ -171,7 +172,15 @@ def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:
     return list(itertools.islice(texts, limit))
 
 
-def _task(recipe: Recipe, out: Path, plan: Plan, part: Partition, encoder: str, run_id: str) -> PartitionTask:
+def _task(
+    recipe: Recipe,
+    out: Path,
+    plan: Plan,
+    part: Partition,
+    encoder: str,
+    run_id: str,
+    checked_with: tuple[tuple[str, str], ...] = (),
+) -> PartitionTask:
     s = recipe.settings
     return PartitionTask(
         out=str(out.resolve()),
@@ -187,6 +196,7 @@ def _task(recipe: Recipe, out: Path, plan: Plan, part: Partition, encoder: str, 
         on_bad_record=s["on_bad_record"],
         commit_seconds=float(s["commit_seconds"]),
         run_id=run_id,
+        checked_with=checked_with,
     )
 
 

@@ -57,6 +57,8 @@ class PartitionTask:
     on_bad_record: str
     commit_seconds: float
     run_id: str | None = None
+    #: library versions the driver checked the encoder with (a worker with others re-checks)
+    checked_with: tuple[tuple[str, str], ...] = ()
 
 
 class Superseded(TokshardError):
@@ -145,7 +147,9 @@ class PartitionRun:
         if ckpt.long is None:
             self.spool.unlink(missing_ok=True)
         self.doc_encoder = DocumentEncoder(
-            cached_encoder(task.encoder, task.tokenizer_path, task.tokenizer_sha256, task.threads),
+            cached_encoder(
+                task.encoder, task.tokenizer_path, task.tokenizer_sha256, task.threads, task.checked_with
+            ),
             task.eos_id,
             token_dtype(task.dtype),
             self.spool,

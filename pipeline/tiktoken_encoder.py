@@ -221,9 +221,10 @@ def build_encoding(conversion: Conversion, name: str = "tokshard"):
 class TiktokenEncoder:
     """tiktoken's core on a tokenizer.json: the same ids as `tokenizers`, several times faster.
 
-    Only use it where `pipeline.encoder_check` found it equivalent (``choose`` does that);
-    building it also re-runs the built-in comparison in this process, so a worker whose
-    library versions differ from the driver's stops instead of writing different ids.
+    Only use it where `pipeline.encoder_check` found it equivalent (``choose`` does that).
+    With ``confirm`` (what a worker whose library versions differ from the driver's gets)
+    building it re-runs the built-in comparison in this process, so such a worker stops
+    instead of writing different ids.
     Ids come back as uint32 arrays straight from tiktoken's buffer: no Python int per token.
     """
 

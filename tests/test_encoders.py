@@ -13,7 +13,7 @@ from conftest import EOS, cli, plain_encode, run_prepare, stream_of, validate_ma
 from pipeline import manifest
 from pipeline.encode import LONG_DOC_CHARS
 from pipeline.encoder_check import TRICKY, as_list, show
-from pipeline.encoders import TokenizersEncoder, choose
+from pipeline.encoders import TokenizersEncoder, cached_encoder, choose, library_versions
 from pipeline.errors import TokshardError
 from pipeline.tiktoken_encoder import TiktokenEncoder
 
@@ -279,6 +279,20 @@ def test_a_worker_whose_fast_path_differs_refuses_to_encode(tmp_path, docs):
     tok = train(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     with pytest.raises(TokshardError, match="different library versions"):
         TiktokenEncoder(str(tok))
+
+
+def test_a_worker_with_other_library_versions_than_the_driver_re_checks(tmp_path, docs):
+    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    other = tuple((lib, "0.0.1") for lib, _ in library_versions())
+    with pytest.raises(TokshardError, match="different library versions"):
+        cached_encoder("tiktoken", str(tok), "sha-other", 1, other)
+
+
+def test_a_worker_with_the_driver_s_library_versions_trusts_its_check(tmp_path, docs):
+    # a tokenizer the check would refuse: built without error only because nothing re-checks
+    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    encoder = cached_encoder("tiktoken", str(tok), "sha-same", 1, library_versions())
+    assert encoder.name == "tiktoken"
 
 
 def long_document(docs: list[str]) -> str:

@@ -21,10 +21,12 @@ from pipeline.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
-#: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split, each 1 to 64 MiB of input.
-#: It depends on the input alone, never on the workers, so the output does not either.
+#: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split, each 8 to 64 MiB of input.
+#: It depends on the input alone, never on the workers, so the output does not either. Below
+#: 8 MiB (a quarter of a second of tiktoken) each task's fixed costs show: 2 MiB tasks ran
+#: 0.1 slower against the encoder's ceiling than 8-16 MiB ones (bench/RESULTS.md).
 AUTO_PARTITIONS = 256
-AUTO_MIN_BYTES = 1 << 20
+AUTO_MIN_BYTES = 8 << 20
 AUTO_MAX_BYTES = 64 << 20
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
