@@ -16,7 +16,9 @@ On one corpus and tokenizer, in one run:
     of the worker while it runs); the tasks after each worker's first (which loads the
     encoder) give the rate a long corpus runs at, with reading, encoding, shard writing and
     commits all included;
-* that both encoders wrote byte-identical shards in every round.
+* that both encoders wrote byte-identical shards in every round;
+* with ``--also-partition-bytes``, tiktoken `prepare` again at each of these partition sizes
+  (what the automatic size trades: per-task costs against balance at the end).
 
     python bench/kernel_corpus.py                       # once: corpus + 50k BPE
     python bench/bench_encoders.py --workers 2 --repeats 3
@@ -164,9 +166,10 @@ def steady_state(out: Path, clocks: dict[str, list]) -> dict:
     return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall}
 
 
-def run_prepare(encoder: str, args) -> dict:
+def run_prepare(encoder: str, args, partition_bytes: int | None = None) -> dict:
     """One `tokshard prepare` joining, with --scheduler, a fresh local cluster made exactly as
     `prepare` makes its own (pipeline.cluster.connect), so the workers can be watched."""
+    partition_bytes = args.partition_bytes if partition_bytes is None else partition_bytes
     out = args.work / f"out-{encoder}"
     shutil.rmtree(out, ignore_errors=True)
     with cluster.connect(
@@ -180,8 +183,8 @@ def run_prepare(encoder: str, args) -> dict:
             "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder,
             "--scheduler", client.scheduler.address,
         ]  # fmt: skip
-        if args.partition_bytes:  # 0: the default, partition_bytes = "auto"
-            cmd += ["--partition-bytes", str(args.partition_bytes)]
+        if partition_bytes:  # 0: the default, partition_bytes = "auto"
+            cmd += ["--partition-bytes", str(partition_bytes)]
         workers_cpu, driver_cpu = _cpu_seconds(workers), _children_cpu()
         load = os.getloadavg()[0]
         started = time.perf_counter()
@@ -207,6 +210,7 @@ def run_prepare(encoder: str, args) -> dict:
         "worker_peak_rss_mib": sorted(peak.values()),
         "worker_idle_rss_mib": sorted(idle.values()),
         "shard_hashes": [s.hash for s in m.shards],
+        "partitions": len(load_plan(out).partitions),
     }
 
 
@@ -219,6 +223,13 @@ def main() -> None:
     ap.add_argument("--partition-bytes", type=int, default=4 << 20, help="0: prepare's default (auto)")
     ap.add_argument("--work", type=Path, default=DATA / "work")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
+    ap.add_argument(
+        "--also-partition-bytes",
+        type=int,
+        nargs="*",
+        default=[],
+        help="each round, also run tiktoken `prepare` with these partition sizes (0 = auto)",
+    )
     ap.add_argument(
         "--check-docs",
         type=int,
@@ -271,6 +282,13 @@ def main() -> None:
                 f"state {_rates(r['steady'])}; worker peak RSS "
                 f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB "
                 f"(idle {', '.join(f'{x:.0f}' for x in r['worker_idle_rss_mib'])})"
+            )
+        rnd["sizes"] = {}
+        for pb in args.also_partition_bytes:
+            rnd["sizes"][pb] = r = run_prepare("tiktoken", args, pb)
+            print(
+                f"#{rep} prepare tiktoken, partition_bytes {pb or 'auto'} ({r['partitions']} partitions): "
+                f"wall {r['wall_s']:.1f} s, {r['tokens'] / r['wall_s'] / 1e6:.2f} M tok/s"
             )
         results["rounds"].append(rnd)
     hashes = {tuple(rnd["prepare"][e]["shard_hashes"]) for rnd in results["rounds"] for e in ENCODERS}
@@ -338,6 +356,8 @@ def summary(results: dict, args) -> str:
     for i, r in enumerate(rows):
         lines.append(line(f"{i} ({r['load']:.1f})", r))
     lines.append(line("**median**", {k: statistics.median(r[k] for r in rows) for k in rows[0]}, "**"))
+    if rows and results["rounds"][0]["sizes"]:
+        lines += ["", _sizes_table(results, args)]
     hc = results["tokenizers_ceiling"]
     lines += [
         "",
@@ -346,6 +366,30 @@ def summary(results: dict, args) -> str:
         f"Identical ids on {results['identical_documents']:,} documents in memory; "
         f"shards byte-identical across encoders and rounds: {results['identical_shards']}.",
     ]
+    return "\n".join(lines)
+
+
+def _sizes_table(results: dict, args) -> str:
+    """tiktoken `prepare` per partition size, against the 2-process ceiling of its round."""
+    first = results["rounds"][0]
+    runs0 = [first["prepare"]["tiktoken"], *first["sizes"].values()]
+    sizes = [args.partition_bytes, *first["sizes"]]
+    heads = [
+        f"{pb >> 20 if pb else 'auto'}{' MiB' if pb else ''} ({r['partitions']} partitions)"
+        for pb, r in zip(sizes, runs0, strict=True)
+    ]
+    lines = [
+        f"| round | tiktoken `prepare` / {args.workers} processes at once: " + " | ".join(heads) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    per: list[list[float]] = []
+    for i, rnd in enumerate(results["rounds"]):
+        par = rnd["parallel_ceiling"]["tokens"] / rnd["parallel_ceiling"]["wall_s"]
+        runs = [rnd["prepare"]["tiktoken"], *rnd["sizes"].values()]
+        per.append([r["tokens"] / r["wall_s"] / par for r in runs])
+        lines.append(f"| {i} | " + " | ".join(f"{x:.2f}" for x in per[-1]) + " |")
+    medians = [statistics.median(col) for col in zip(*per, strict=True)]
+    lines.append("| **median** | " + " | ".join(f"**{x:.2f}**" for x in medians) + " |")
     return "\n".join(lines)
 
 

@@ -177,11 +177,31 @@ def test_manifest_paths_are_relative_so_the_folder_can_move(tmp_path, docs, toke
 
 
 def test_auto_partitions_follow_the_input_size_not_the_workers(tmp_path, docs, tokenizer_path):
-    from pipeline.sources.files import AUTO_MIN_BYTES, FilesSource
+    from pipeline.sources.files import AUTO_FEW, FilesSource
 
-    data = write_jsonl(tmp_path / "in.jsonl", docs * 30)  # about 20 MB
+    data = write_jsonl(tmp_path / "in.jsonl", docs * 30)  # about 20 MB: a small split
     cfg = FilesSource.normalize("d", {"paths": [str(data)]}, "test")
     assert cfg["partition_bytes"] == "auto"
     parts = FilesSource("d", cfg).partitions()
-    assert len(parts) == -(-data.stat().st_size // AUTO_MIN_BYTES) > 1
+    assert len(parts) == AUTO_FEW  # spread over a few workers, however many there are
     assert [p.key for p in parts] == [p.key for p in FilesSource("d", cfg).partitions()]
+
+
+@pytest.mark.parametrize(
+    ("size", "step"),
+    [
+        (3 << 20, 1 << 20),
+        (100 << 20, (100 << 20) // 8),
+        (600 << 20, 16 << 20),
+        (8 << 30, 32 << 20),
+        (40 << 30, 64 << 20),
+    ],
+)
+def test_auto_partition_size_grows_with_the_split_within_bounds(tmp_path, size, step):
+    from pipeline.sources.files import FilesSource
+
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:  # sparse: only its size is read
+        f.truncate(size)
+    cfg = FilesSource.normalize("d", {"paths": [str(big)]}, "test")
+    assert FilesSource("d", cfg).partition_bytes([str(big)]) == step

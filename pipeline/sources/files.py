@@ -21,13 +21,16 @@ from pipeline.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
-#: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split, each 8 to 64 MiB of input.
-#: It depends on the input alone, never on the workers, so the output does not either. Below
-#: 8 MiB (a quarter of a second of tiktoken) each task's fixed costs show: 2 MiB tasks ran
-#: 0.1 slower against the encoder's ceiling than 8-16 MiB ones (bench/RESULTS.md).
+#: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
+#: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of 1 MiB or more) so that a small split
+#: still spreads over a few workers. It depends on the input alone, never on the workers, so
+#: the output does not either. Below 16 MiB (about half a second of tiktoken) each task's
+#: fixed costs show: on 500 MB, 2 MiB tasks reached 0.75 of the encoder's ceiling, 8 MiB
+#: ones 0.86 and 16 MiB ones 0.92 (bench/RESULTS.md, Fast encoder).
 AUTO_PARTITIONS = 256
-AUTO_MIN_BYTES = 8 << 20
+AUTO_MIN_BYTES = 16 << 20
 AUTO_MAX_BYTES = 64 << 20
+AUTO_FEW = 8
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
 _STREAM_CHUNK = 4 << 20
@@ -212,7 +215,8 @@ class FilesSource(Source):
         if configured != "auto":
             return configured
         total = sum(file_size(f) for f in files)
-        return min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
+        step = min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
+        return min(step, max(1 << 20, -(-total // AUTO_FEW)))
 
     def _units(self, files: list[str], step: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """Partitions of one split's files: byte ranges, row-group runs, or runs of .txt files."""
