@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--partition-bytes",
         type=_positive_int,
-        help="ad hoc: bytes of input per Dask task (default auto: 16 to 64 MiB, at least 8 tasks per split)",
+        help="ad hoc: bytes of input per Dask task (default auto: 8 to 64 MiB, at least 8 tasks per split)",
     )
     p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
     p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")

@@ -24,11 +24,11 @@ SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
 #: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of 1 MiB or more) so that a small split
 #: still spreads over a few workers. It depends on the input alone, never on the workers, so
-#: the output does not either. Below 16 MiB (about half a second of tiktoken) each task's
-#: fixed costs show: on 500 MB, 2 MiB tasks reached 0.75 of the encoder's ceiling, 8 MiB
-#: ones 0.86 and 16 MiB ones 0.92 (bench/RESULTS.md, Fast encoder).
+#: the output does not either. Smaller tasks pay their fixed costs too often: on 500 MB with
+#: 2 workers, 2 MiB tasks reached 0.76 of tiktoken's ceiling, 8 and 16 MiB ones 0.85
+#: (bench/RESULTS.md, Fast encoder); 8 MiB keeps the end of a run better balanced.
 AUTO_PARTITIONS = 256
-AUTO_MIN_BYTES = 16 << 20
+AUTO_MIN_BYTES = 8 << 20
 AUTO_MAX_BYTES = 64 << 20
 AUTO_FEW = 8
 #: .txt files larger than this reach the encoder as a stream, never as one string
