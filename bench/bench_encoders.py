@@ -375,7 +375,7 @@ def _sizes_table(results: dict, args) -> str:
     runs0 = [first["prepare"]["tiktoken"], *first["sizes"].values()]
     sizes = [args.partition_bytes, *first["sizes"]]
     heads = [
-        f"{pb >> 20 if pb else 'auto'}{' MiB' if pb else ''} ({r['partitions']} partitions)"
+        f"{f'{pb >> 20} MiB' if pb else 'auto'} ({r['partitions']} partitions)"
         for pb, r in zip(sizes, runs0, strict=True)
     ]
     lines = [

@@ -22,7 +22,7 @@ from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
-#: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of 1 MiB or more) so that a small split
+#: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of AUTO_SMALLEST or more) so a small split
 #: still spreads over a few workers. It depends on the input alone, never on the workers, so
 #: the output does not either. Smaller tasks pay their fixed costs too often: on 500 MB with
 #: 2 workers, 2 MiB tasks reached 0.76 of tiktoken's ceiling, 8 and 16 MiB ones 0.85
@@ -31,6 +31,7 @@ AUTO_PARTITIONS = 256
 AUTO_MIN_BYTES = 8 << 20
 AUTO_MAX_BYTES = 64 << 20
 AUTO_FEW = 8
+AUTO_SMALLEST = 1 << 20
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
 _STREAM_CHUNK = 4 << 20
@@ -216,7 +217,7 @@ class FilesSource(Source):
             return configured
         total = sum(file_size(f) for f in files)
         step = min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
-        return min(step, max(1 << 20, -(-total // AUTO_FEW)))
+        return min(step, max(AUTO_SMALLEST, -(-total // AUTO_FEW)))
 
     def _units(self, files: list[str], step: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """Partitions of one split's files: byte ranges, row-group runs, or runs of .txt files."""
