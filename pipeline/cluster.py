@@ -119,7 +119,7 @@ def connect(
     memory_limit: str | None,
     log: Callable[[str], None],
     batch: BatchJobs | None = None,
-    early: LocalStart | None = None,
+    early: EarlyStart | None = None,
 ) -> Iterator[object]:
     from distributed import Client
 
@@ -134,54 +134,91 @@ def connect(
                 )
                 yield client
         return
-    if scheduler:
-        try:
-            if os.path.isfile(scheduler):  # a scheduler file (`dask scheduler --scheduler-file`)
-                client = Client(scheduler_file=scheduler, timeout="15s")
-            else:
-                client = Client(scheduler, timeout="15s")
-        except (OSError, TimeoutError, ValueError, KeyError) as exc:
-            raise TokshardError(
-                f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
-                "`dask scheduler` and `dask worker`, or drop --scheduler to use local workers"
-            ) from exc
-        with client:
+    cluster, client = (early or EarlyStart(workers, scheduler, threads, memory_limit)).take()
+    with contextlib.ExitStack() as owned:
+        if cluster is not None:
+            owned.enter_context(cluster)
+        owned.enter_context(client)
+        if cluster is not None:
+            log(f"Dask: {len(cluster.workers)} local worker processes; dashboard {client.dashboard_link}")
+        else:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             log(f"Dask scheduler {scheduler}: {n} workers; dashboard {client.dashboard_link}")
             if n == 0:
                 log("no workers are connected yet; tasks wait until `dask worker` processes join")
-            yield client
-        return
-    cluster = (early or LocalStart(workers, threads, memory_limit)).cluster()
-    with cluster, Client(cluster) as client:
-        log(f"Dask: {len(cluster.workers)} local worker processes; dashboard {client.dashboard_link}")
         yield client
 
 
-class LocalStart:
-    """A `LocalCluster` booting in a background thread, so that the worker processes start
-    (interpreter, imports) while the driver plans partitions and checks the encoder: about a
-    second of every run that would otherwise come before the first task."""
+class EarlyStart:
+    """The workers made ready in a background thread while the driver plans partitions and
+    checks the encoder: local worker processes booted (interpreter, imports) or the scheduler
+    joined, then each worker given what its first task needs (`warm`). About a second and a
+    half of every run that would otherwise come before the first token."""
 
-    def __init__(self, workers: int | None, threads: int, memory_limit: str | None) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokshard-cluster")
-        self._future: Future = self._pool.submit(
-            _local_cluster, workers or os.cpu_count() or 1, threads, memory_limit
-        )
-        self._pool.shutdown(wait=False)
+    def __init__(
+        self, workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None
+    ) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokshard-workers")
+        self._ready: Future = self._pool.submit(_start, workers, scheduler, threads, memory_limit)
         self._taken = False
 
-    def cluster(self):
-        """The started cluster (waits for it); the caller owns it from now on and closes it."""
+    def warm(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` on every worker connected once they are ready, still in the
+        background. Best effort: a worker that fails here meets the failure again in its
+        first task, which reports it."""
+
+        def run_everywhere() -> None:
+            with contextlib.suppress(Exception):
+                self._ready.result()[1].run(fn, *args)
+
+        self._pool.submit(run_everywhere)
+
+    def take(self) -> tuple[object | None, object]:
+        """(local cluster or None, client), once ready and warm; the caller owns and closes both.
+
+        Tasks sent before the warm-up ended would only build the same encoder a second time."""
         self._taken = True
-        return self._future.result()
+        self._pool.shutdown(wait=True)
+        return self._ready.result()
 
     def discard(self) -> None:
-        """Close the cluster if nobody took it (the run failed before it needed workers)."""
+        """Close what nobody took (the run failed before it needed workers)."""
         if not self._taken:
             self._taken = True
+            self._pool.shutdown(wait=False, cancel_futures=True)
             with contextlib.suppress(Exception):
-                self._future.result().close()
+                cluster, client = self._ready.result()
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+
+
+def _start(workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None):
+    from distributed import Client
+
+    if scheduler:
+        return None, _join(scheduler)
+    cluster = _local_cluster(workers or os.cpu_count() or 1, threads, memory_limit)
+    try:
+        return cluster, Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise
+
+
+def _join(scheduler: str):
+    """A client of a running scheduler (``tcp://HOST:PORT`` or a scheduler file)."""
+    from distributed import Client
+
+    try:
+        if os.path.isfile(scheduler):  # a scheduler file (`dask scheduler --scheduler-file`)
+            return Client(scheduler_file=scheduler, timeout="15s")
+        return Client(scheduler, timeout="15s")
+    except (OSError, TimeoutError, ValueError, KeyError) as exc:
+        raise TokshardError(
+            f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
+            "`dask scheduler` and `dask worker`, or drop --scheduler to use local workers"
+        ) from exc
 
 
 def _local_cluster(n: int, threads: int, memory_limit: str | None):

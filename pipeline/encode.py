@@ -13,6 +13,7 @@ usable pre-tokenizer a long document is encoded whole and redone whole after a c
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -157,7 +158,7 @@ class DocumentEncoder:
         eos_id: int,
         dtype: np.dtype,
         spool_path: Path,
-        pre_tokenize: PreTokenize | None,
+        pre_tokenizer: Callable[[], PreTokenize | None],
         batch_chars: int = BATCH_CHARS,
         long_doc_chars: int = LONG_DOC_CHARS,
         piece_chars: int = PIECE_CHARS,
@@ -167,13 +168,19 @@ class DocumentEncoder:
         self.eos_id = eos_id
         self.dtype = dtype
         self.spool_path = spool_path
-        self.pre_tokenize = pre_tokenize
+        self._load_pre_tokenizer = pre_tokenizer
         self.batch_chars = batch_chars
         self.long_doc_chars = long_doc_chars
         self.piece_chars = piece_chars
         self.spool_tokens = spool_tokens
         self._spool = None
         self._commit_points = False
+
+    @functools.cached_property
+    def pre_tokenize(self) -> PreTokenize | None:
+        """Loaded at the first long document: a fifth of a second per worker, which the
+        many partitions without one never pay."""
+        return self._load_pre_tokenizer()
 
     def sync_spool(self) -> None:
         """Make the spool durable up to the last `LongProgress` (before a commit records it)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline import manifest, tokenizer
 from pipeline.atomic import DiskFullError, disk_error
-from pipeline.cluster import LocalStart, connect
+from pipeline.cluster import EarlyStart, connect
 from pipeline.encoders import choose, library_versions
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
@@ -38,7 +38,7 @@ from pipeline.state import (
     save_plan,
     state_dir,
 )
-from pipeline.task import PartitionTask, finish_complete, run_partition
+from pipeline.task import PartitionTask, finish_complete, run_partition, warm_up
 
 Log = Callable[[str], None]
 
@@ -86,8 +86,11 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
-        early = _early_cluster(options, settings["threads"]) if todo else None
+        early = _early_workers(options, settings["threads"]) if todo else None
         try:
+            if early is not None:  # the encoder `auto` most likely picks, built while we check it
+                likely = "tokenizers" if settings["encoder"] == "tokenizers" else "tiktoken"
+                early.warm(warm_up, *_encoder_args(out, plan, likely, settings["threads"]))
             encoder, reason = choose(
                 settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
             )
@@ -97,8 +100,8 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
                     f"{resumed} to resume, {len(todo) - resumed} to start"
                 )
-                checked_with = library_versions() if encoder == "tiktoken" else ()
-                tasks = [_task(recipe, out, plan, p, encoder, run_id, checked_with) for p in todo]
+                encoder_args = _encoder_args(out, plan, encoder, settings["threads"])
+                tasks = [_task(recipe, out, plan, p, run_id, encoder_args) for p in todo]
                 _run(tasks, todo, checkpoints, plan, out, options, log, early)
         finally:
             if early is not None:
@@ -108,11 +111,23 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         return path
 
 
-def _early_cluster(options: RunOptions, threads: int) -> LocalStart | None:
-    """Boot the local workers now, while the driver still checks the encoder and builds tasks."""
-    if options.client is not None or options.scheduler or options.batch is not None:
+def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
+    """Boot the local workers (or join the scheduler) now, while the driver checks the encoder."""
+    if options.client is not None or options.batch is not None:
         return None
-    return LocalStart(options.workers, threads, options.memory_limit)
+    return EarlyStart(options.workers, options.scheduler, threads, options.memory_limit)
+
+
+def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
+    """What a worker builds its encoder from (`pipeline.encoders.cached_encoder`'s key): the
+    tokenizer, and for tiktoken the library versions the driver checks it with."""
+    return (
+        encoder,
+        str((out / tokenizer.TOKENIZER_FILE).resolve()),
+        plan.tokenizer["sha256"],
+        threads,
+        library_versions() if encoder == "tiktoken" else (),
+    )
 
 
 def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
@@ -177,22 +192,22 @@ def _task(
     out: Path,
     plan: Plan,
     part: Partition,
-    encoder: str,
     run_id: str,
-    checked_with: tuple[tuple[str, str], ...] = (),
+    encoder_args: tuple[Any, ...],
 ) -> PartitionTask:
     s = recipe.settings
+    encoder, tokenizer_path, sha256, threads, checked_with = encoder_args
     return PartitionTask(
         out=str(out.resolve()),
         partition=part.to_json(),
         source_config=recipe.sources[part.source],
-        tokenizer_path=str((out / tokenizer.TOKENIZER_FILE).resolve()),
-        tokenizer_sha256=plan.tokenizer["sha256"],
+        tokenizer_path=tokenizer_path,
+        tokenizer_sha256=sha256,
         eos_id=plan.tokenizer["eos_id"],
         dtype=s["dtype"],
         shard_tokens=s["shard_tokens"],
         encoder=encoder,
-        threads=s["threads"],
+        threads=threads,
         on_bad_record=s["on_bad_record"],
         commit_seconds=float(s["commit_seconds"]),
         run_id=run_id,
@@ -208,7 +223,7 @@ def _run(
     out: Path,
     options: RunOptions,
     log: Log,
-    early: LocalStart | None = None,
+    early: EarlyStart | None = None,
 ) -> None:
     if options.client is not None:
         _submit_and_wait(options.client, tasks, todo, checkpoints, plan, out, options, log)

@@ -14,6 +14,7 @@ commit, releasing the partition for the new run.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,6 +60,12 @@ class PartitionTask:
     run_id: str | None = None
     #: library versions the driver checked the encoder with (a worker with others re-checks)
     checked_with: tuple[tuple[str, str], ...] = ()
+
+
+def warm_up(*encoder_args: Any) -> None:
+    """Build this worker's encoder (`cached_encoder`'s arguments) before its first task: the
+    driver has it done while it checks the encoder, so the first task starts encoding at once."""
+    cached_encoder(*encoder_args)
 
 
 class Superseded(TokshardError):
@@ -153,7 +160,7 @@ class PartitionRun:
             task.eos_id,
             token_dtype(task.dtype),
             self.spool,
-            _pre_tokenizer(task.tokenizer_path, task.tokenizer_sha256),
+            functools.partial(_pre_tokenizer, task.tokenizer_path, task.tokenizer_sha256),
             # about 0.3 s of work per item and thread: fine-grained commit points, and no
             # slower than bigger batches (encode_batch's cost is per character)
             batch_chars=ITEM_CHARS * max(1, task.threads),

@@ -83,7 +83,7 @@ def long_encoder(tokenizer_path, spool) -> DocumentEncoder:
         eos_id=0,
         dtype=np.dtype("<u2"),
         spool_path=spool,
-        pre_tokenize=byte_level_pre_tokenizer(str(tokenizer_path)),
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tokenizer_path)),
         batch_chars=40_000,
         long_doc_chars=50_000,
         piece_chars=8_000,

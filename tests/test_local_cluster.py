@@ -10,8 +10,8 @@ import pytest
 from conftest import write_jsonl
 from test_encoders import train
 
-from pipeline import recipe
-from pipeline.cluster import LocalStart
+from pipeline import manifest, recipe
+from pipeline.cluster import EarlyStart
 from pipeline.errors import TokshardError
 from pipeline.runner import RunOptions, prepare
 
@@ -60,15 +60,42 @@ def test_a_refused_encoder_after_the_workers_booted_leaves_no_worker_behind(tmp_
 
 
 def test_an_untaken_early_cluster_is_closed_by_discard(before):
-    early = LocalStart(workers=1, threads=1, memory_limit=None)
+    early = EarlyStart(workers=1, scheduler=None, threads=1, memory_limit=None)
     early.discard()
     assert _settle(before) == set()
 
 
 def test_a_taken_early_cluster_belongs_to_its_taker(before):
-    early = LocalStart(workers=1, threads=1, memory_limit=None)
-    cluster = early.cluster()
+    early = EarlyStart(workers=1, scheduler=None, threads=1, memory_limit=None)
+    cluster, client = early.take()
     early.discard()  # no effect: the caller owns it now
     assert len(cluster.workers) == 1 and cluster.status.name == "running"
+    client.close()
     cluster.close()
     assert _settle(before) == set()
+
+
+def _encoders_built(dask_worker) -> int:
+    from pipeline.encoders import cached_encoder
+
+    return cached_encoder.cache_info().misses
+
+
+def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path, docs, dask_client):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:400])
+    tok = train(tmp_path / "tok" / "tokenizer.json", docs[:40])
+    r = recipe.from_dict(
+        {
+            "tokenizer": str(tok),
+            "sources": {"d": {"type": "files", "paths": [str(data)], "partition_bytes": 20_000}},
+        },
+        "test",
+    )
+    built = dask_client.run(_encoders_built)
+    path = prepare(
+        r, tmp_path / "out", RunOptions(scheduler=dask_client.scheduler.address), log=lambda m: None
+    )
+    after = dask_client.run(_encoders_built)
+    assert manifest.load(path).data["encoder"]["name"] == "tiktoken"
+    # the warm-up built it on both workers, and every task found it ready
+    assert {w: after[w] - built[w] for w in after} == {w: 1 for w in after}

@@ -64,7 +64,7 @@ def test_long_document_spools_to_disk_and_matches_reference(tmp_path, docs, toke
         eos_id=0,
         dtype=np.dtype("<u2"),
         spool_path=tmp_path / "spool.tmp",
-        pre_tokenize=byte_level_pre_tokenizer(str(tokenizer_path)),
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tokenizer_path)),
         long_doc_chars=50_000,
         piece_chars=8_000,
         spool_tokens=10_000,
@@ -72,6 +72,30 @@ def test_long_document_spools_to_disk_and_matches_reference(tmp_path, docs, toke
     (item,) = enc.run([Record(text, {"i": 1}, "test")])
     assert isinstance(item, Spooled)
     assert np.array_equal(np.fromfile(item.path, dtype="<u2"), plain_encode(tokenizer_path, [text]))
+
+
+def test_the_pre_tokenizer_is_loaded_only_when_a_long_document_comes(tmp_path, docs, tokenizer_path):
+    loads = []
+
+    def load():
+        loads.append(1)
+        return byte_level_pre_tokenizer(str(tokenizer_path))
+
+    enc = DocumentEncoder(
+        TokenizersEncoder(str(tokenizer_path)),
+        eos_id=0,
+        dtype=np.dtype("<u2"),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenizer=load,
+        long_doc_chars=50_000,
+        piece_chars=8_000,
+    )
+    short = [Record(d, {"i": i}, "test") for i, d in enumerate(docs[:50])]
+    assert list(enc.run(short)) and loads == []
+    long_text = nasty_text(docs, 5, 120_000)
+    for _ in range(2):
+        assert isinstance(list(enc.run([Record(long_text, {"i": 99}, "test")]))[-1], Spooled)
+    assert loads == [1]
 
 
 def test_big_txt_document_streams_through_prepare(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
