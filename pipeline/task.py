@@ -14,6 +14,7 @@ commit, releasing the partition for the new run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from dataclasses import asdict, dataclass
@@ -65,7 +66,8 @@ class PartitionTask:
 def warm_up(*encoder_args: Any) -> None:
     """Build this worker's encoder (`cached_encoder`'s arguments) before its first task: the
     driver has it done while it checks the encoder, so the first task starts encoding at once."""
-    cached_encoder(*encoder_args)
+    with contextlib.suppress(Exception):  # the first task meets the same failure, and reports it
+        cached_encoder(*encoder_args)
 
 
 class Superseded(TokshardError):
