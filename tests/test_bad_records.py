@@ -12,6 +12,7 @@ from conftest import plain_encode, run_prepare, stream_of
 
 from pipeline import manifest
 from pipeline.errors import TokshardError
+from pipeline.sources.files import json_text
 
 GOOD = ["first good document", "second good document", "third good document"]
 BAD_LINES = {
@@ -20,6 +21,7 @@ BAD_LINES = {
     "missing field 'text'": b'{"body": "wrong field"}\n',
     "non-string field 'text'": b'{"text": 42}\n',
     "invalid unicode (lone surrogate)": b'{"text": "half \\ud800 pair"}\n',
+    "JSON nested too deeply": b'{"text": "deep", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\n",
 }
 
 
@@ -73,3 +75,15 @@ def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_pa
     pq.write_table(pa.table({"body": ["a"]}), path)
     with pytest.raises(TokshardError, match=r"no column 'text' \(columns: body\); set text_field"):
         run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'\xef\xbb\xbf{"text": "after a byte order mark"}\n',
+        b'{"text": "after a byte order mark", "score": NaN}\n',
+        b'{"text": "after a byte order mark", "score": 1e400}\n',
+    ],
+)
+def test_lines_the_fast_parser_refuses_but_json_accepts_are_documents(line):
+    assert json_text(line, "text") == ("after a byte order mark", None)

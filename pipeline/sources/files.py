@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO, ClassVar
 
+import orjson
+
 from pipeline.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
@@ -114,13 +116,23 @@ class TextStream:
 
 
 def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
-    """(text, None) or (None, reason) for one JSON line."""
+    """(text, None) or (None, reason) for one JSON line.
+
+    orjson parses (twice as fast as `json`: parsing is most of a task's time besides
+    encoding); what it refuses goes to `json`, which accepts a little more (a BOM, NaN, lone
+    surrogates) and names the fault, so every line reads exactly as `json` reads it."""
     try:
-        obj = json.loads(line)
-    except UnicodeDecodeError:
-        return None, "invalid UTF-8"
-    except json.JSONDecodeError:
-        return None, "malformed JSON"
+        obj, strict = orjson.loads(line), True
+    except orjson.JSONDecodeError:
+        strict = False
+        try:
+            obj = json.loads(line)
+        except UnicodeDecodeError:
+            return None, "invalid UTF-8"
+        except json.JSONDecodeError:
+            return None, "malformed JSON"
+        except RecursionError:
+            return None, "JSON nested too deeply"
     if not isinstance(obj, dict):
         return None, "not a JSON object"
     if field not in obj or obj[field] is None:
@@ -128,7 +140,7 @@ def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
     text = obj[field]
     if not isinstance(text, str):
         return None, f"non-string field {field!r}"
-    return checked(text)
+    return (text, None) if strict else checked(text)  # orjson refuses lone surrogates itself
 
 
 def checked(text: str) -> tuple[str | None, str | None]:
