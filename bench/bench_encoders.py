@@ -7,15 +7,18 @@ On one corpus and tokenizer, in one run:
 * ``--repeats`` rounds, each measured back to back so that all its figures share the
   machine's conditions (this box is shared; each round prints its load average):
   - tiktoken's ceiling: all texts in memory, one thread, no I/O (its own ``encode_ordinary``
-    and the numpy-buffer call `prepare` makes; the faster counts), wall and CPU time;
+    and the numpy-buffer call `prepare` makes; the faster counts), wall and CPU time; and
+    the texts split over ``--workers`` processes encoding at once, measured right before
+    and right after the tiktoken `prepare` (this VM's speed drifts by 10-20% within
+    minutes: the mean of the two brackets the run it is compared with);
   - `tokshard prepare` for each encoder, as a user runs it: a fresh CLI process joining with
     --scheduler a fresh local cluster made exactly as `prepare` makes its own
     (`pipeline.cluster.connect`, ``--workers`` processes). Whole command: wall time, CPU
     time of the CLI and the workers, each worker's peak RSS (VmHWM of the worker process).
     Steady state: a worker plugin clocks every partition task (process CPU and wall time
-    of the worker while it runs); the tasks after each worker's first (which loads the
-    encoder) give the rate a long corpus runs at, with reading, encoding, shard writing and
-    commits all included;
+    of the worker while it runs); the partition tasks (after the warm-up task that builds
+    each worker's encoder) give the rate a long corpus runs at, with reading, encoding,
+    shard writing and commits all included;
 * that both encoders wrote byte-identical shards in every round;
 * with ``--also-partition-bytes``, tiktoken `prepare` again at each of these partition sizes
   (what the automatic size trades: per-task costs against balance at the end).
@@ -153,12 +156,15 @@ def _children_cpu() -> float:
 
 
 def steady_state(out: Path, clocks: dict[str, list]) -> dict:
-    """Tokens, CPU and wall seconds of every task after each worker's first."""
+    """Tokens, CPU and wall seconds of every partition task: each worker builds its encoder
+    before them, in the warm-up task `prepare` sends it (left out, as is all start-up)."""
     plan = load_plan(out)
     by_index = {p.index: p for p in plan.partitions}
     tokens = cpu = wall = 0.0
     for tasks in clocks.values():
-        for key, task_cpu, task_wall in tasks[1:]:
+        for key, task_cpu, task_wall in tasks:
+            if not key.startswith("tokshard-"):  # the warm-up
+                continue
             index = int(key.rsplit("-", 2)[-2])
             tokens += load_checkpoint(out, by_index[index]).tokens
             cpu += task_cpu
@@ -272,9 +278,11 @@ def main() -> None:
             r.pop("ids")
             rnd["ceiling"][key] = r
             print(f"#{rep} ceiling {key}: {_rates(r)}")
-        rnd["parallel_ceiling"] = r = parallel_ceiling(args)
-        print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(r)}")
+        brackets = rnd["parallel_ceilings"] = []
         for enc in ENCODERS:
+            if enc == "tiktoken":  # the 2-process ceiling right before and right after it
+                brackets.append(parallel_ceiling(args))
+                print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(brackets[-1])}")
             rnd["prepare"][enc] = r = run_prepare(enc, args)
             print(
                 f"#{rep} prepare {enc} (load {r['load_average']:.1f}): {r['tokens']:,} tokens, "
@@ -283,6 +291,11 @@ def main() -> None:
                 f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB "
                 f"(idle {', '.join(f'{x:.0f}' for x in r['worker_idle_rss_mib'])})"
             )
+        brackets.append(parallel_ceiling(args))
+        print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(brackets[-1])}")
+        rnd["parallel_ceiling"] = {
+            key: statistics.mean(b[key] for b in brackets) for key in ("tokens", "wall_s", "cpu_s")
+        }
         rnd["sizes"] = {}
         for pb in args.also_partition_bytes:
             rnd["sizes"][pb] = r = run_prepare("tiktoken", args, pb)
