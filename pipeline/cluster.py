@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pipeline.errors import TokshardError
 
 BATCH_SYSTEMS = ("slurm", "pbs")
+#: the longest a run waits for its workers' warm-up before it sends its tasks anyway
+WARM_UP_SECONDS = 10.0
 
 
 @dataclass
@@ -169,15 +171,17 @@ class EarlyStart:
         event loop's thread, `tokenizers`' encoder cost 20 MB more per worker)."""
 
         def run_everywhere() -> None:
+            from distributed import wait
+
             with contextlib.suppress(Exception):  # best effort: the first task does it anyway
                 client = self._ready.result()[1]
                 workers = client.scheduler_info(n_workers=-1)["workers"]
-                client.gather(
-                    [
-                        client.submit(fn, *args, workers=[w], allow_other_workers=False, pure=False)
-                        for w in workers
-                    ]
-                )
+                futures = [
+                    client.submit(fn, *args, workers=[w], allow_other_workers=False, pure=False)
+                    for w in workers
+                ]
+                # bounded: on a shared cluster a worker may be busy (or die) for a long time
+                wait(futures, timeout=WARM_UP_SECONDS)
 
         self._pool.submit(run_everywhere)
 

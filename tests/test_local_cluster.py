@@ -99,3 +99,21 @@ def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path
     assert manifest.load(path).data["encoder"]["name"] == "tiktoken"
     # the warm-up built it on both workers, and every task found it ready
     assert {w: after[w] - built[w] for w in after} == {w: 1 for w in after}
+
+
+def test_a_busy_worker_holds_the_run_back_only_briefly(dask_client, monkeypatch):
+    from pipeline import cluster
+
+    monkeypatch.setattr(cluster, "WARM_UP_SECONDS", 1.0)
+    (busy, _) = dask_client.scheduler_info(n_workers=-1)["workers"]
+    sleeper = dask_client.submit(time.sleep, 6, workers=[busy], pure=False)
+    while not dask_client.processing()[busy]:
+        time.sleep(0.05)
+    early = cluster.EarlyStart(None, dask_client.scheduler.address, threads=1, memory_limit=None)
+    early.warm(time.sleep, 0)
+    began = time.monotonic()
+    _, client = early.take()
+    took = time.monotonic() - began
+    client.close()
+    sleeper.result()
+    assert took < 4.0
