@@ -146,6 +146,12 @@ def parallel_ceiling(args) -> dict:
     }
 
 
+def _bracket(args, rep: int) -> dict:
+    r = parallel_ceiling(args)
+    print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(r)}")
+    return r
+
+
 def _cpu_seconds(procs: list[psutil.Process]) -> float:
     return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
 
@@ -281,8 +287,7 @@ def main() -> None:
         brackets = rnd["parallel_ceilings"] = []
         for enc in ENCODERS:
             if enc == "tiktoken":  # the 2-process ceiling right before and right after it
-                brackets.append(parallel_ceiling(args))
-                print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(brackets[-1])}")
+                brackets.append(_bracket(args, rep))
             rnd["prepare"][enc] = r = run_prepare(enc, args)
             print(
                 f"#{rep} prepare {enc} (load {r['load_average']:.1f}): {r['tokens']:,} tokens, "
@@ -291,8 +296,7 @@ def main() -> None:
                 f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB "
                 f"(idle {', '.join(f'{x:.0f}' for x in r['worker_idle_rss_mib'])})"
             )
-        brackets.append(parallel_ceiling(args))
-        print(f"#{rep} ceiling tiktoken, {args.workers} processes at once: {_rates(brackets[-1])}")
+        brackets.append(_bracket(args, rep))
         rnd["parallel_ceiling"] = {
             key: statistics.mean(b[key] for b in brackets) for key in ("tokens", "wall_s", "cpu_s")
         }

@@ -137,10 +137,7 @@ def connect(
                 yield client
         return
     cluster, client = (early or EarlyStart(workers, scheduler, threads, memory_limit)).take()
-    with contextlib.ExitStack() as owned:
-        if cluster is not None:
-            owned.enter_context(cluster)
-        owned.enter_context(client)
+    with cluster or contextlib.nullcontext(), client:
         if cluster is not None:
             log(f"Dask: {len(cluster.workers)} local worker processes; dashboard {client.dashboard_link}")
         else:
