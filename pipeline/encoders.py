@@ -42,8 +42,7 @@ class TokenizersEncoder:
 
     def __init__(self, path: str, threads: int = 1) -> None:
         set_threads(threads)
-        self.tokenizer = load(path)
-        self.tokenizer.encode_special_tokens = True
+        self.tokenizer = load(path)  # special-token text encodes as text
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)

@@ -18,6 +18,7 @@ the JSON shows they cannot agree, `convert` raises `NotEquivalent` with the reas
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from pipeline.errors import TokshardError
 
@@ -197,8 +199,13 @@ def convert(spec: dict[str, Any]) -> Conversion:
 
 
 def read_spec(path: str | Path) -> dict[str, Any]:
+    """The parsed tokenizer.json: by orjson (a quarter of `json`'s 0.06 s for GPT-2's, on
+    every worker's start), by `json` where orjson refuses a file `json` may still read."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        data = Path(path).read_bytes()
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(data)
+        return json.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokshardError(f"{path} is not a readable tokenizer.json: {exc}") from exc
 

@@ -116,3 +116,28 @@ def test_uint32_when_asked_stores_ids_past_65535(tmp_path, dask_client):
     tokens = np.fromfile(m.shards[0].bin_path, dtype="<u4")
     assert tokens[-1] == 69_999
     assert read_index(m.shards[0].idx_path).dtype_code == 4
+
+
+def test_a_tokenizer_is_parsed_once_per_content(tmp_path, tokenizer_path):
+    from pipeline.tokenizer import load
+
+    copy = tmp_path / "copy" / "tokenizer.json"
+    copy.parent.mkdir()
+    copy.write_bytes(tokenizer_path.read_bytes())
+    assert load(copy) is load(tokenizer_path)  # the installed copy of the one inspected
+    reformatted = tmp_path / "reformatted.json"
+    reformatted.write_bytes(tokenizer_path.read_bytes() + b"\n")
+    assert load(reformatted) is not load(tokenizer_path)
+    assert load(copy).encode_special_tokens  # shared, and set up for every caller
+
+
+@pytest.mark.parametrize("content", [b'{"model": ', b"\xff\xfe not utf-8", b""])
+def test_a_malformed_tokenizer_json_is_a_clear_error_for_both_encoders(tmp_path, content):
+    from pipeline.tiktoken_encoder import read_spec
+    from pipeline.tokenizer import load
+
+    bad = tmp_path / "tokenizer.json"
+    bad.write_bytes(content)
+    for read in (load, read_spec):
+        with pytest.raises(TokshardError, match=r"tokenizer\.json is not a readable tokenizer\.json"):
+            read(bad)
