@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive_int, help="encoder threads per worker process (default 1)")
     p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
     p.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the Dask dashboard for the local workers (about half a second more start-up; "
+        "a --scheduler or --cluster run has its scheduler's own)",
+    )
+    p.add_argument(
         "--scheduler",
         metavar="tcp://HOST:PORT",
         help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
@@ -326,7 +332,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         recipe,
         Path(out),
         RunOptions(
-            workers=args.workers, scheduler=args.scheduler, memory_limit=args.memory_limit, batch=batch
+            workers=args.workers,
+            scheduler=args.scheduler,
+            memory_limit=args.memory_limit,
+            dashboard=args.dashboard,
+            batch=batch,
         ),
     )
     from pipeline import manifest

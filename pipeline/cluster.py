@@ -120,6 +120,7 @@ def connect(
     threads: int,
     memory_limit: str | None,
     log: Callable[[str], None],
+    dashboard: bool = False,
     batch: BatchJobs | None = None,
     early: EarlyStart | None = None,
 ) -> Iterator[object]:
@@ -136,10 +137,13 @@ def connect(
                 )
                 yield client
         return
-    cluster, client = (early or EarlyStart(workers, scheduler, threads, memory_limit)).take()
+    cluster, client = (early or EarlyStart(workers, scheduler, threads, memory_limit, dashboard)).take()
     with cluster or contextlib.nullcontext(), client:
         if cluster is not None:
-            log(f"Dask: {len(cluster.workers)} local worker processes; dashboard {client.dashboard_link}")
+            shown = (
+                f"dashboard {client.dashboard_link}" if dashboard else "--dashboard serves Dask's dashboard"
+            )
+            log(f"Dask: {len(cluster.workers)} local worker processes; {shown}")
         else:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             log(f"Dask scheduler {scheduler}: {n} workers; dashboard {client.dashboard_link}")
@@ -155,10 +159,15 @@ class EarlyStart:
     half of every run that would otherwise come before the first token."""
 
     def __init__(
-        self, workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None
+        self,
+        workers: int | None,
+        scheduler: str | None,
+        threads: int,
+        memory_limit: str | None,
+        dashboard: bool = False,
     ) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokshard-workers")
-        self._ready: Future = self._pool.submit(_start, workers, scheduler, threads, memory_limit)
+        self._ready: Future = self._pool.submit(_start, workers, scheduler, threads, memory_limit, dashboard)
         self._taken = False
 
     def warm(self, fn: Callable[..., None], *args: object) -> None:
@@ -202,12 +211,14 @@ class EarlyStart:
                     cluster.close()
 
 
-def _start(workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None):
+def _start(
+    workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None, dashboard: bool
+):
     from distributed import Client
 
     if scheduler:
         return None, _join(scheduler)
-    cluster = _local_cluster(workers or os.cpu_count() or 1, threads, memory_limit)
+    cluster = _local_cluster(workers or os.cpu_count() or 1, threads, memory_limit, dashboard)
     try:
         return cluster, Client(cluster)
     except BaseException:
@@ -230,7 +241,9 @@ def _join(scheduler: str):
         ) from exc
 
 
-def _local_cluster(n: int, threads: int, memory_limit: str | None):
+def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bool = False):
+    """The workers of a run without --scheduler. No dashboard unless asked: building it
+    (importing bokeh) held the worker processes' start back by half a second."""
     from distributed import LocalCluster
 
     return LocalCluster(
@@ -238,7 +251,8 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None):
         threads_per_worker=1,
         processes=True,
         memory_limit=memory_limit or "auto",
-        dashboard_address=":0",
+        dashboard_address=":0",  # any free port, for the dashboard or just /health
+        scheduler_kwargs={"dashboard": dashboard},
         # a task's error reaches the driver, which reports it once (one line for a user error)
         silence_logs=logging.CRITICAL,
         env=worker_env(threads),

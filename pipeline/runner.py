@@ -55,6 +55,7 @@ class RunOptions:
     workers: int | None = None
     scheduler: str | None = None
     memory_limit: str | None = None
+    dashboard: bool = False  # local workers only: a --scheduler has its own
     client: Any = None  # an existing distributed.Client (tests, notebooks)
     progress_interval: float = 10.0
     batch: Any = None  # pipeline.cluster.BatchJobs for --cluster slurm|pbs
@@ -115,7 +116,7 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
     """Boot the local workers (or join the scheduler) now, while the driver checks the encoder."""
     if options.client is not None or options.batch is not None:
         return None
-    return EarlyStart(options.workers, options.scheduler, threads, options.memory_limit)
+    return EarlyStart(options.workers, options.scheduler, threads, options.memory_limit, options.dashboard)
 
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
@@ -233,6 +234,7 @@ def _run(
         scheduler=options.scheduler,
         threads=tasks[0].threads,
         memory_limit=options.memory_limit,
+        dashboard=options.dashboard,
         log=log,
         batch=options.batch,
         early=early,

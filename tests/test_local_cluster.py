@@ -4,6 +4,8 @@ tasks; whatever ends the run, no worker process outlives it."""
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 
 import psutil
 import pytest
@@ -72,6 +74,22 @@ def test_a_taken_early_cluster_belongs_to_its_taker(before):
     assert len(cluster.workers) == 1 and cluster.status.name == "running"
     client.close()
     cluster.close()
+    assert _settle(before) == set()
+
+
+def _http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize(("asked", "status"), [(False, 404), (True, 200)])
+def test_local_workers_serve_the_dask_dashboard_only_when_asked(asked, status, before):
+    cluster, client = EarlyStart(1, None, threads=1, memory_limit=None, dashboard=asked).take()
+    with cluster, client:
+        assert _http_status(client.dashboard_link) == status
     assert _settle(before) == set()
 
 

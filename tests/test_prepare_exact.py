@@ -56,6 +56,7 @@ def test_one_worker_cli_run_equals_two_worker_run(tmp_path, docs, tokenizer_path
         str(tmp_path / "one"),
         "--workers",
         "1",
+        "--dashboard",
         "--partition-bytes",
         "50000",
         check=True,
