@@ -19,6 +19,9 @@ On one corpus and tokenizer, in one run:
     of the worker while it runs); the partition tasks (after the warm-up task that builds
     each worker's encoder) give the rate a long corpus runs at, with reading, encoding,
     shard writing and commits all included;
+  - tiktoken `prepare` once more as a user runs it by default, booting its own local
+    workers (``--workers``, no --scheduler): wall time only, since its workers cannot be
+    watched;
 * that both encoders wrote byte-identical shards in every round;
 * with ``--also-partition-bytes``, tiktoken `prepare` again at each of these partition sizes
   (what the automatic size trades: per-task costs against balance at the end).
@@ -183,30 +186,16 @@ def run_prepare(encoder: str, args, partition_bytes: int | None = None) -> dict:
     `prepare` makes its own (pipeline.cluster.connect), so the workers can be watched."""
     partition_bytes = args.partition_bytes if partition_bytes is None else partition_bytes
     out = args.work / f"out-{encoder}"
-    shutil.rmtree(out, ignore_errors=True)
     with cluster.connect(
         workers=args.workers, scheduler=None, threads=1, memory_limit=None, log=print_nothing
     ) as client:
         client.register_plugin(TaskClock())
         idle = client.run(peak_rss_mib)
         workers = [psutil.Process(pid) for pid in client.run(os.getpid).values()]
-        cmd = [
-            sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(args.corpus),
-            "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder,
-            "--scheduler", client.scheduler.address,
-        ]  # fmt: skip
-        if partition_bytes:  # 0: the default, partition_bytes = "auto"
-            cmd += ["--partition-bytes", str(partition_bytes)]
         workers_cpu, driver_cpu = _cpu_seconds(workers), _children_cpu()
         load = os.getloadavg()[0]
-        started = time.perf_counter()
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-        )
-        wall = time.perf_counter() - started
+        wall = _run_cli(encoder, args, out, partition_bytes, ["--scheduler", client.scheduler.address])
         workers_cpu, driver_cpu = _cpu_seconds(workers) - workers_cpu, _children_cpu() - driver_cpu
-        if proc.returncode != 0:
-            raise SystemExit(f"prepare --encoder {encoder} failed:\n{proc.stderr}")
         peak = client.run(peak_rss_mib)
         clocks = client.run(clocked_tasks)
     m = manifest.load(out / "manifest.json")
@@ -224,6 +213,31 @@ def run_prepare(encoder: str, args, partition_bytes: int | None = None) -> dict:
         "shard_hashes": [s.hash for s in m.shards],
         "partitions": len(load_plan(out).partitions),
     }
+
+
+def run_prepare_own_workers(args) -> dict:
+    """tiktoken `prepare` as a user runs it by default: it boots its own local workers."""
+    out = args.work / "out-own-workers"
+    wall = _run_cli("tiktoken", args, out, args.partition_bytes, ["--workers", str(args.workers)])
+    m = manifest.load(out / "manifest.json")
+    return {"tokens": m.data["totals"]["tokens"], "wall_s": wall, "shard_hashes": [s.hash for s in m.shards]}
+
+
+def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[str]) -> float:
+    """Wall seconds of one fresh `tokshard prepare` process writing ``out``."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [
+        sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(args.corpus),
+        "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder, *where,
+    ]  # fmt: skip
+    if partition_bytes:  # 0: the default, partition_bytes = "auto"
+        cmd += ["--partition-bytes", str(partition_bytes)]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"prepare --encoder {encoder} failed:\n{proc.stderr}")
+    return wall
 
 
 def main() -> None:
@@ -296,6 +310,8 @@ def main() -> None:
                 f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB "
                 f"(idle {', '.join(f'{x:.0f}' for x in r['worker_idle_rss_mib'])})"
             )
+        rnd["own_workers"] = r = run_prepare_own_workers(args)
+        print(f"#{rep} prepare tiktoken booting its own workers: wall {r['wall_s']:.1f} s")
         brackets.append(_bracket(args, rep))
         rnd["parallel_ceiling"] = {
             key: statistics.mean(b[key] for b in brackets) for key in ("tokens", "wall_s", "cpu_s")
@@ -308,7 +324,11 @@ def main() -> None:
                 f"wall {r['wall_s']:.1f} s, {r['tokens'] / r['wall_s'] / 1e6:.2f} M tok/s"
             )
         results["rounds"].append(rnd)
-    hashes = {tuple(rnd["prepare"][e]["shard_hashes"]) for rnd in results["rounds"] for e in ENCODERS}
+    hashes = {
+        tuple(r["shard_hashes"])
+        for rnd in results["rounds"]
+        for r in (*rnd["prepare"].values(), rnd["own_workers"])
+    }
     results["identical_shards"] = len(hashes) == 1
     print()
     print(summary(results, args))
@@ -348,6 +368,9 @@ def summary(results: dict, args) -> str:
                 "par": par["tokens"] / par["wall_s"],
                 "steady_vs_par_wall": ts["tokens"] / ts["wall_s"] * w / (par["tokens"] / par["wall_s"]),
                 "whole_vs_par": t["tokens"] / t["wall_s"] / (par["tokens"] / par["wall_s"]),
+                "own_vs_par": rnd["own_workers"]["tokens"]
+                / rnd["own_workers"]["wall_s"]
+                / (par["tokens"] / par["wall_s"]),
                 "h_rss": max(h["worker_peak_rss_mib"]),
                 "t_rss": max(t["worker_peak_rss_mib"]),
             }
@@ -355,7 +378,8 @@ def summary(results: dict, args) -> str:
     lines = [
         f"| round (load) | tokenizers `prepare` | tiktoken `prepare` | tiktoken speed-up: wall, CPU, "
         f"steady CPU | tiktoken ceiling: 1 thread x {w}, {w} processes | tiktoken `prepare` / 1 thread "
-        f"x {w}: whole, steady wall, steady CPU | tiktoken `prepare` / {w} processes: whole, steady | "
+        f"x {w}: whole, steady wall, steady CPU | tiktoken `prepare` / {w} processes: whole, whole booting "
+        f"its own workers, steady | "
         f"peak RSS per worker: tokenizers, tiktoken |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -366,7 +390,7 @@ def summary(results: dict, args) -> str:
             f"{b}{r['speedup_wall']:.2f}x{b}, {r['speedup_cpu']:.2f}x, {r['speedup_steady']:.2f}x | "
             f"{r['ceil_x_w'] / 1e6:.2f}, {r['par'] / 1e6:.2f} M tok/s | {r['whole_vs_ceiling']:.2f}, "
             f"{r['steady_vs_ceiling_wall']:.2f}, {r['steady_vs_ceiling_cpu']:.2f} | "
-            f"{r['whole_vs_par']:.2f}, {b}{r['steady_vs_par_wall']:.2f}{b} | "
+            f"{r['whole_vs_par']:.2f}, {r['own_vs_par']:.2f}, {b}{r['steady_vs_par_wall']:.2f}{b} | "
             f"{r['h_rss']:.0f}, {r['t_rss']:.0f} MiB |"
         )
 
