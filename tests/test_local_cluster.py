@@ -85,11 +85,20 @@ def _http_status(url: str) -> int:
         return exc.code
 
 
-@pytest.mark.parametrize(("asked", "status"), [(False, 404), (True, 200)])
-def test_local_workers_serve_the_dask_dashboard_only_when_asked(asked, status, before):
+def _wake_ups(dask_worker) -> tuple[bool, float]:
+    """Whether the worker's event loop runs the statistical profiler, and its tick (ms)."""
+    callbacks = dask_worker.periodic_callbacks
+    return "profile" in callbacks, callbacks["tick"].callback_time
+
+
+@pytest.mark.parametrize(
+    ("asked", "status", "wake_ups"), [(False, 404, (False, 100.0)), (True, 200, (True, 20.0))]
+)
+def test_local_workers_serve_the_dashboard_and_feed_it_only_when_asked(asked, status, wake_ups, before):
     cluster, client = EarlyStart(1, None, threads=1, memory_limit=None, dashboard=asked).take()
     with cluster, client:
         assert _http_status(client.dashboard_link) == status
+        assert list(client.run(_wake_ups).values()) == [wake_ups]
     assert _settle(before) == set()
 
 
