@@ -350,7 +350,8 @@ def summary(results: dict, args) -> str:
     for rnd in results["rounds"]:
         ceil_wall = max(r["tokens"] / r["wall_s"] for r in rnd["ceiling"].values())
         ceil_cpu = max(r["tokens"] / r["cpu_s"] for r in rnd["ceiling"].values())
-        par = rnd["parallel_ceiling"]
+        par = rnd["parallel_ceiling"]["tokens"] / rnd["parallel_ceiling"]["wall_s"]
+        own = rnd["own_workers"]
         h, t = rnd["prepare"]["tokenizers"], rnd["prepare"]["tiktoken"]
         hs, ts = h["steady"], t["steady"]
         rows.append(
@@ -365,12 +366,10 @@ def summary(results: dict, args) -> str:
                 "whole_vs_ceiling": t["tokens"] / t["wall_s"] / (ceil_wall * w),
                 "steady_vs_ceiling_wall": ts["tokens"] / ts["wall_s"] / ceil_wall,
                 "steady_vs_ceiling_cpu": ts["tokens"] / ts["cpu_s"] / ceil_cpu,
-                "par": par["tokens"] / par["wall_s"],
-                "steady_vs_par_wall": ts["tokens"] / ts["wall_s"] * w / (par["tokens"] / par["wall_s"]),
-                "whole_vs_par": t["tokens"] / t["wall_s"] / (par["tokens"] / par["wall_s"]),
-                "own_vs_par": rnd["own_workers"]["tokens"]
-                / rnd["own_workers"]["wall_s"]
-                / (par["tokens"] / par["wall_s"]),
+                "par": par,
+                "steady_vs_par_wall": ts["tokens"] / ts["wall_s"] * w / par,
+                "whole_vs_par": t["tokens"] / t["wall_s"] / par,
+                "own_vs_par": own["tokens"] / own["wall_s"] / par,
                 "h_rss": max(h["worker_peak_rss_mib"]),
                 "t_rss": max(t["worker_peak_rss_mib"]),
             }

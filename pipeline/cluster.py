@@ -241,7 +241,7 @@ def _join(scheduler: str):
         ) from exc
 
 
-def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bool = False):
+def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bool):
     """The workers of a run without --scheduler. No dashboard unless asked: building it
     (importing bokeh) held the worker processes' start back by half a second. Without it,
     the workers' event loops also wake less often, which the encoder feels on a small
@@ -254,7 +254,6 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
         if dashboard
         else {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "100ms"}
     )
-
     return LocalCluster(
         n_workers=n,
         threads_per_worker=1,
