@@ -95,9 +95,10 @@ def print_nothing(message: str) -> None:
     pass
 
 
-def load_texts(corpus: Path) -> list[str]:
+def load_texts(corpus: Path, part: int = 0, parts: int = 1) -> list[str]:
+    """The corpus's texts, or every ``parts``-th from the ``part``-th (only those parsed)."""
     with open(corpus, encoding="utf-8") as f:
-        return [json.loads(line)["text"] for line in f]
+        return [json.loads(line)["text"] for i, line in enumerate(f) if i % parts == part]
 
 
 def timed(run) -> dict:
@@ -127,7 +128,7 @@ def _join_barrier(barrier) -> None:
 def _encode_share(job: tuple[str, str, int, int]) -> dict:
     """One of W processes: its share of the texts in memory, started with the others."""
     corpus, tokenizer, part, parts = job
-    texts = load_texts(Path(corpus))[part::parts]
+    texts = load_texts(Path(corpus), part, parts)
     fast = TiktokenEncoder(tokenizer, threads=1, confirm=False)
     _barrier.wait()
     r = timed(lambda: fast.encode_batch(texts))
