@@ -96,9 +96,18 @@ def print_nothing(message: str) -> None:
 
 
 def load_texts(corpus: Path, part: int = 0, parts: int = 1) -> list[str]:
-    """The corpus's texts, or every ``parts``-th from the ``part``-th (only those parsed)."""
-    with open(corpus, encoding="utf-8") as f:
-        return [json.loads(line)["text"] for i, line in enumerate(f) if i % parts == part]
+    """The corpus's texts, or the ``part``-th of ``parts`` shares of about equal size (only
+    those parsed): each line goes to the share with the fewest bytes so far. Every other
+    line would leave one share 1.2% larger on the prose corpora, and the larger share sets
+    the wall time of a parallel ceiling."""
+    texts, sizes = [], [0] * parts
+    with open(corpus, "rb") as f:
+        for line in f:
+            share = sizes.index(min(sizes))
+            sizes[share] += len(line)
+            if share == part:
+                texts.append(json.loads(line)["text"])
+    return texts
 
 
 def timed(run) -> dict:
