@@ -1,6 +1,6 @@
 """The fast path against tiktoken's ceiling as the corpus grows: where the fixed cost goes.
 
-A `prepare` pays about 2-3 s whatever its corpus (Python and Dask start-up, the equivalence
+A `prepare` pays about 2 s whatever its corpus (Python and Dask start-up, the equivalence
 check, the workers' warm-up, closing) and then runs at its steady rate. So its whole-command
 rate against tiktoken's ceiling (texts in memory, no I/O) depends on the corpus size, and a
 VM whose speed drifts by 10-20% within minutes hides a few percent in any one measurement.
@@ -17,8 +17,9 @@ The 3x comparison with `tokenizers` is bench_encoders.py's.
 
     python bench/corpus.py --mb 2000 --out /work/bench-data/corpus-2000.jsonl
     python bench/bench_encoder_scale.py --rounds 3 --tokenizer /work/bench-data/gpt2/tokenizer.json \\
-        --corpus /work/bench-data/corpus-50.jsonl /work/bench-data/corpus-500.jsonl \\
-        /work/bench-data/corpus-2000.jsonl
+        --corpus /work/bench-data/corpus-50.jsonl /work/bench-data/corpus-500.jsonl
+    python bench/bench_encoder_scale.py --rounds 2 --tokenizer /work/bench-data/gpt2/tokenizer.json \\
+        --corpus /work/bench-data/corpus-2000.jsonl
 """
 
 from __future__ import annotations
