@@ -97,11 +97,20 @@ def load(path: str | os.PathLike):
     for every caller: special-token text in a document encodes as text, never as a special
     id (only the pipeline's own separators are EOS ids).
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise TokshardError(f"{path} is not a readable tokenizer.json: {exc}") from exc
+    data = read_bytes(path)
     return _parsed(_Content(hashlib.sha256(data).hexdigest(), data, str(path)))
+
+
+def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
+    """The one error for a tokenizer.json that cannot be read or parsed, whichever encoder reads it."""
+    return TokshardError(f"{path} is not a readable tokenizer.json: {exc}")
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
 
 
 @dataclass(frozen=True)
@@ -120,7 +129,7 @@ def _parsed(content: _Content):
     try:
         tok = Tokenizer.from_str(content.data.decode("utf-8"))
     except Exception as exc:  # tokenizers raises a bare Exception for parse errors
-        raise TokshardError(f"{content.path} is not a readable tokenizer.json: {exc}") from exc
+        raise unreadable(content.path, exc) from exc
     tok.encode_special_tokens = True
     return tok
 
