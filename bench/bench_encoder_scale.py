@@ -51,12 +51,9 @@ def chain(args) -> dict:
     runs: list[dict] = []
     for rep in range(args.rounds):
         for mode in MODES:
-            if mode == "joining":
-                r = run_prepare("tiktoken", args)
-                outside = r["wall_s"] - r["steady"]["wall_s"] / args.workers
-            else:
-                r = run_prepare_own_workers(args)
-                outside = None
+            # only a joining run's workers can be watched: its tasks clocked
+            r = run_prepare("tiktoken", args) if mode == "joining" else run_prepare_own_workers(args)
+            steady = r.get("steady")
             print(f"  #{rep} prepare {mode}: {r['tokens']:,} tokens in {r['wall_s']:.1f} s", flush=True)
             ceilings.append(_ceiling(args, f"after #{rep} {mode}"))
             before, after = ceilings[-2], ceilings[-1]
@@ -69,12 +66,10 @@ def chain(args) -> dict:
                     "wall_s": r["wall_s"],
                     "ceiling": ceiling,
                     "ratio": _rate(r) / ceiling,
-                    "outside_tasks_s": outside,
-                    "steady_ratio": (
-                        r["steady"]["tokens"] / r["steady"]["wall_s"] * args.workers / ceiling
-                        if outside is not None
-                        else None
-                    ),
+                    "outside_tasks_s": r["wall_s"] - steady["wall_s"] / args.workers if steady else None,
+                    "steady_ratio": steady["tokens"] / steady["wall_s"] * args.workers / ceiling
+                    if steady
+                    else None,
                     "shard_hashes": r["shard_hashes"],
                 }
             )
