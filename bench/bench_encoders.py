@@ -13,7 +13,7 @@ On one corpus and tokenizer, in one run:
     minutes: the mean of the two brackets the run it is compared with);
   - `tokshard prepare` for each encoder, as a user runs it: a fresh CLI process joining with
     --scheduler a fresh local cluster made exactly as `prepare` makes its own
-    (`pipeline.cluster.connect`, ``--workers`` processes). Whole command: wall time, CPU
+    (`pipeline.run.cluster.connect`, ``--workers`` processes). Whole command: wall time, CPU
     time of the CLI and the workers, each worker's peak RSS (VmHWM of the worker process).
     Steady state: a worker plugin clocks every partition task (process CPU and wall time
     of the worker while it runs); the partition tasks (after the warm-up task that builds
@@ -51,10 +51,12 @@ from distributed.diagnostics.plugin import WorkerPlugin
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import cluster, manifest  # noqa: E402
-from pipeline.encoders import TokenizersEncoder, choose  # noqa: E402
-from pipeline.state import load_checkpoint, load_plan  # noqa: E402
-from pipeline.tiktoken_encoder import TiktokenEncoder  # noqa: E402
+from pipeline.encoding.backend import TokenizersEncoder  # noqa: E402
+from pipeline.encoding.selection import choose  # noqa: E402
+from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
+from pipeline.format import manifest  # noqa: E402
+from pipeline.run import cluster  # noqa: E402
+from pipeline.run.state import load_checkpoint, load_plan  # noqa: E402
 
 DATA = Path("/work/bench-data/fast")
 ENCODERS = ("tokenizers", "tiktoken")
@@ -193,7 +195,7 @@ def steady_state(out: Path, clocks: dict[str, list]) -> dict:
 
 def run_prepare(encoder: str, args, partition_bytes: int | None = None) -> dict:
     """One `tokshard prepare` joining, with --scheduler, a fresh local cluster made exactly as
-    `prepare` makes its own (pipeline.cluster.connect), so the workers can be watched."""
+    `prepare` makes its own (pipeline.run.cluster.connect), so the workers can be watched."""
     partition_bytes = args.partition_bytes if partition_bytes is None else partition_bytes
     out = args.work / f"out-{encoder}"
     with cluster.connect(
@@ -237,7 +239,7 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
     """Wall seconds of one fresh `tokshard prepare` process writing ``out``."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
-        sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(args.corpus),
+        sys.executable, "-m", "tokshard.cli", "prepare", "--input", str(args.corpus),
         "--tokenizer", str(args.tokenizer), "--out", str(out), "--encoder", encoder, *where,
     ]  # fmt: skip
     if partition_bytes:  # 0: the default, partition_bytes = "auto"

@@ -85,7 +85,7 @@ def run_prepare(corpus: Path, tokenizer: Path, workers: int, out: Path, encoder:
     """One `tokshard prepare` CLI run; returns wall time, tokens and per-worker peak RSS."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
-        sys.executable, "-m", "pipeline.cli", "prepare", "--input", str(corpus), "--tokenizer", str(tokenizer),
+        sys.executable, "-m", "tokshard.cli", "prepare", "--input", str(corpus), "--tokenizer", str(tokenizer),
         "--out", str(out), "--workers", str(workers), "--encoder", encoder,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -75,7 +75,7 @@ def recipe(data: Path, tokenizer: Path, commit_seconds: float) -> Path:
 
 
 def start(recipe_path: Path, out: Path, workers: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pipeline.cli", "prepare", str(recipe_path), "--out", str(out)]
+    cmd = [sys.executable, "-m", "tokshard.cli", "prepare", str(recipe_path), "--out", str(out)]
     return subprocess.Popen(
         [*cmd, "--workers", str(workers)],
         cwd=REPO,

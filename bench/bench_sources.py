@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import gpt2_tokenizer, kernel_docs, kernel_docs_root
 
-from pipeline import manifest as manifest_mod
 from pipeline import recipe as recipe_mod
-from pipeline.runner import RunOptions, prepare
+from pipeline.format import manifest as manifest_mod
+from pipeline.run.driver import RunOptions, prepare
 
 TARGET_BYTES = 50 << 20
 PARTITIONS = 16  # both sources: 16 Dask tasks of about the same amount of text
@@ -147,7 +147,7 @@ def main() -> None:
     args = ap.parse_args()
     from distributed import Client, LocalCluster
 
-    from pipeline.cluster import worker_env
+    from pipeline.run.cluster import worker_env
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     mirror, jsonl, text_bytes = build(args.data)

@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import manifest as manifest_mod  # noqa: E402
-from pipeline.shard_writer import ShardSequence  # noqa: E402
+from pipeline.format import manifest as manifest_mod  # noqa: E402
+from pipeline.format.shard_writer import ShardSequence  # noqa: E402
 
 VOCAB = 50257
 EOS = 50256
@@ -135,7 +135,7 @@ def bench_latency(manifest: Path, batch: int = 8, seq_len: int = 2048, iters: in
 STARTUP_CODE = """
 import json, sys, time
 t0 = time.perf_counter()
-from pipeline import manifest as manifest_mod
+from pipeline.format import manifest as manifest_mod
 from trainer.loop import TrainArgs, prepare
 t_import = time.perf_counter() - t0
 import numpy as np

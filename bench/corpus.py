@@ -99,7 +99,7 @@ def gpt2_tokenizer(out: Path) -> Path:
     if out.exists():
         return out
     sys.path.insert(0, str(REPO))
-    from pipeline.tokenizer import from_gpt2_files
+    from pipeline.encoding.tokenizer import from_gpt2_files
 
     files = REPO / "tests" / "data" / "gpt2"
     return from_gpt2_files(files / "encoder.json", files / "vocab.bpe", out)

@@ -81,7 +81,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "pipeline.cli",
+                "tokshard.cli",
                 "tokenizer",
                 "train",
                 "--input",

@@ -1,6 +1,6 @@
 """tokshard's CPU side: sources -> tokenizer -> encoder -> shard writer -> manifest.
 
-Kept import-free so that `pipeline.shard_reader` and `pipeline.manifest` load on a GPU node
+Kept import-free so that `pipeline.format.shard_reader` and `pipeline.format.manifest` load on a GPU node
 with numpy and the standard library alone.
 """
 

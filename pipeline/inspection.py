@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import manifest as manifest_mod
-from pipeline.shard_reader import Shard
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.shard_reader import Shard
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
@@ -42,7 +42,7 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
                 first = m.select(source, split)[0]
                 ids = Shard(first.bin_path, m.dtype).document(0)[:-1]
                 if tok is None:
-                    from pipeline.tokenizer import load
+                    from pipeline.encoding.tokenizer import load
 
                     tok = load(m.tokenizer_path)
                 text = tok.decode(ids[:sample_chars].tolist(), skip_special_tokens=False)

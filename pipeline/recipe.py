@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TokshardError
-from pipeline.manifest import content_hash
+from pipeline.format.errors import TokshardError
+from pipeline.format.manifest import content_hash
 from pipeline.sources import source_class
 
 DEFAULT_SHARD_TOKENS = 1 << 27

@@ -82,7 +82,7 @@ def tokenizer_path(tmp_path_factory, docs) -> Path:
 @pytest.fixture(scope="session")
 def gpt2_tokenizer_path(tmp_path_factory) -> Path:
     """GPT-2's real vocabulary (tests/data/gpt2, MIT) as a tokenizer.json; EOS id 50256."""
-    from pipeline.tokenizer import from_gpt2_files
+    from pipeline.encoding.tokenizer import from_gpt2_files
 
     data = REPO / "tests" / "data" / "gpt2"
     out = tmp_path_factory.mktemp("gpt2") / "tokenizer.json"
@@ -106,7 +106,7 @@ def plain_encode(tokenizer_path: Path, docs: list[str]) -> np.ndarray:
 
 def stream_of(manifest_path: Path, source: str | None = None, split: str | None = None) -> np.ndarray:
     """A source/split's shards concatenated in manifest order."""
-    from pipeline import manifest
+    from pipeline.format import manifest
 
     m = manifest.load(manifest_path)
     parts = [np.fromfile(s.bin_path, dtype=np.uint16) for s in m.select(source, split)]
@@ -146,7 +146,7 @@ def dask_client():
 def run_prepare(recipe_dict: dict, out: Path, client=None, where: str = "test") -> Path:
     """Prepare in-process on the shared cluster (the CLI path has its own tests)."""
     from pipeline import recipe
-    from pipeline.runner import RunOptions, prepare
+    from pipeline.run.driver import RunOptions, prepare
 
     r = recipe.from_dict(recipe_dict, where)
     path = prepare(r, out, RunOptions(client=client), log=lambda msg: None)
@@ -158,7 +158,7 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     """Run `tokshard ARGS` as a user would (a fresh process), returning CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
+        [sys.executable, "-m", "tokshard.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

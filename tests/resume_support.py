@@ -17,8 +17,8 @@ from typing import Any
 from conftest import REPO, write_jsonl
 
 from pipeline import recipe as recipe_mod
-from pipeline.runner import RunOptions, prepare
-from pipeline.state import STATE_DIR
+from pipeline.run.driver import RunOptions, prepare
+from pipeline.run.state import STATE_DIR
 
 
 def files_recipe(path: Path, tokenizer: Path, data: Path, partition_bytes: int, **settings: Any) -> Path:
@@ -52,7 +52,7 @@ def reference(recipe_path: Path, out: Path, client) -> Path:
 
 def start_prepare(recipe_path: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
     """`tokshard prepare` as its own process group (so a test can kill it like a machine)."""
-    cmd = [sys.executable, "-m", "pipeline.cli", "prepare", str(recipe_path), "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "tokshard.cli", "prepare", str(recipe_path), "--out", str(out), *extra]
     return subprocess.Popen(
         cmd,
         cwd=REPO,

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import plain_encode, run_prepare, stream_of
 
-from pipeline import manifest
-from pipeline.errors import TokshardError
+from pipeline.format import manifest
+from pipeline.format.errors import TokshardError
 from pipeline.sources.files import json_text
 
 GOOD = ["first good document", "second good document", "third good document"]

@@ -9,7 +9,7 @@ import argparse
 import pytest
 from conftest import cli, write_jsonl
 
-from pipeline.cli import build_parser
+from tokshard.cli import build_parser
 from trainer.cli import parser as train_parser
 
 COMMANDS = [

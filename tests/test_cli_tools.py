@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import cli, run_prepare, write_jsonl
 
-from pipeline import manifest
+from pipeline.format import manifest
 
 
 @pytest.fixture

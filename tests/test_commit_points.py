@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from conftest import REPO, plain_encode
 
-from pipeline.encode import DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer
-from pipeline.encoders import TokenizersEncoder
-from pipeline.errors import TokshardError
-from pipeline.shard_writer import ShardRecord, ShardSequence, file_hash
+from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.documents import DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer
+from pipeline.format.content_hash import file_hash
+from pipeline.format.errors import TokshardError
+from pipeline.format.shard_writer import ShardRecord, ShardSequence
+from pipeline.run.state import partition_lock
 from pipeline.sources.base import Partition, Record
-from pipeline.state import partition_lock
 
 EOS = 0
 SHARD = 20  # tokens per shard: four 5-token documents
@@ -116,7 +117,7 @@ def test_a_partition_held_by_another_process_is_waited_for_then_named(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from pipeline.state import partition_lock;"
+            "import sys, time; from pathlib import Path; from pipeline.run.state import partition_lock;"
             "from pipeline.sources.base import Partition\n"
             "with partition_lock(Path(sys.argv[1]), Partition('src', 'train', 0, 'k', 1)):\n"
             "    print('held', flush=True); time.sleep(60)",

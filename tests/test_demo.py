@@ -26,7 +26,7 @@ import pytest
 from conftest import REPO, cli, validate_manifest
 from PIL import Image
 
-from pipeline import manifest as manifest_mod
+from pipeline.format import manifest as manifest_mod
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

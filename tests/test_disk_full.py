@@ -14,7 +14,7 @@ import pytest
 from conftest import cli
 from resume_support import assert_same_output, checkpoints, corpus, files_recipe, leftovers, reference
 
-from pipeline.verify import verify
+from pipeline.format.verify import verify
 
 
 @pytest.fixture

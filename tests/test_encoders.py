@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from conftest import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
 
-from pipeline import manifest
-from pipeline.encode import LONG_DOC_CHARS
-from pipeline.encoder_check import TRICKY, as_list, show
-from pipeline.encoders import TokenizersEncoder, cached_encoder, choose, library_versions
-from pipeline.errors import TokshardError
-from pipeline.tiktoken_encoder import TiktokenEncoder
+from pipeline.encoding.backend import TokenizersEncoder, library_versions
+from pipeline.encoding.documents import LONG_DOC_CHARS
+from pipeline.encoding.equivalence import TRICKY, as_list, show
+from pipeline.encoding.selection import cached_encoder, choose
+from pipeline.encoding.tiktoken_backend import TiktokenEncoder
+from pipeline.format import manifest
+from pipeline.format.errors import TokshardError
 
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

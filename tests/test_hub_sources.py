@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
 
 from pipeline import recipe
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.sources import SOURCE_TYPES, build_source
 from pipeline.sources.hub import locate_mirror
 

@@ -12,10 +12,11 @@ import pytest
 from conftest import write_jsonl
 from test_encoders import train
 
-from pipeline import manifest, recipe
-from pipeline.cluster import EarlyStart
-from pipeline.errors import TokshardError
-from pipeline.runner import RunOptions, prepare
+from pipeline import recipe
+from pipeline.format import manifest
+from pipeline.format.errors import TokshardError
+from pipeline.run.cluster import EarlyStart
+from pipeline.run.driver import RunOptions, prepare
 
 
 def _children() -> set[int]:
@@ -103,7 +104,7 @@ def test_local_workers_serve_the_dashboard_and_feed_it_only_when_asked(asked, st
 
 
 def _encoders_built(dask_worker) -> int:
-    from pipeline.encoders import cached_encoder
+    from pipeline.encoding.selection import cached_encoder
 
     return cached_encoder.cache_info().misses
 
@@ -129,7 +130,7 @@ def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path
 
 
 def test_a_busy_worker_holds_the_run_back_only_briefly(dask_client, monkeypatch):
-    from pipeline import cluster
+    from pipeline.run import cluster
 
     monkeypatch.setattr(cluster, "WARM_UP_SECONDS", 1.0)
     (busy, _) = dask_client.scheduler_info(n_workers=-1)["workers"]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import plain_encode, run_prepare, stream_of
 
-from pipeline.encode import DocumentEncoder, Spooled, byte_level_pre_tokenizer, pieces
-from pipeline.encoders import TokenizersEncoder
+from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.documents import DocumentEncoder, Spooled, byte_level_pre_tokenizer, pieces
 from pipeline.sources.base import Record
 
 

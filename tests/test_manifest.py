@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 from conftest import REPO, run_prepare, write_jsonl
 
-from pipeline import manifest
-from pipeline.errors import TokshardError, VerifyError
+from pipeline.format import manifest
+from pipeline.format.errors import TokshardError, VerifyError
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 import zstandard
 from conftest import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
 
-from pipeline import manifest
-from pipeline.shard_reader import Shard
+from pipeline.format import manifest
+from pipeline.format.shard_reader import Shard
 
 
 def files_recipe(tokenizer_path, paths, **extra) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from pipeline.progress import Progress
+from pipeline.run.progress import Progress
 
 
 def test_plain_lines_report_percent_tokens_rate_and_eta():

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from conftest import cli, plain_encode, run_prepare, stream_of, write_jsonl
 
-from pipeline import manifest, recipe
-from pipeline.errors import TokshardError
-from pipeline.runner import RunOptions, prepare
-from pipeline.state import run_lock
+from pipeline import recipe
+from pipeline.format import manifest
+from pipeline.format.errors import TokshardError
+from pipeline.run.driver import RunOptions, prepare
+from pipeline.run.state import run_lock
 
 
 def files_recipe(tokenizer_path, data, **settings):

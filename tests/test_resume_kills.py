@@ -26,9 +26,9 @@ from resume_support import (
     wait_for,
 )
 
-from pipeline.state import STATE_DIR
-from pipeline.status import status
-from pipeline.verify import verify
+from pipeline.format.verify import verify
+from pipeline.run.state import STATE_DIR
+from pipeline.run.status import status
 
 KILL_ROUNDS = 3
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.shard_reader import Shard, read_index
-from pipeline.shard_writer import OpenShard, ShardSequence, ShardWriter, file_hash
+from pipeline.format.content_hash import file_hash
+from pipeline.format.shard_reader import Shard, read_index
+from pipeline.format.shard_writer import OpenShard, ShardSequence, ShardWriter
 
 EOS = 0
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import cli
 
 from pipeline import recipe
-from pipeline.errors import TokshardError
-from pipeline.runner import RunOptions, prepare
-from pipeline.state import run_lock
+from pipeline.format.errors import TokshardError
+from pipeline.run.driver import RunOptions, prepare
+from pipeline.run.state import run_lock
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from conftest import cli, run_prepare, write_jsonl
 
-from pipeline import manifest
-from pipeline.errors import TokshardError
-from pipeline.shard_reader import read_index
-from pipeline.tokenizer import locate, resolve, sha256_file
+from pipeline.encoding.tokenizer import locate, resolve
+from pipeline.format import manifest
+from pipeline.format.content_hash import sha256_file
+from pipeline.format.errors import TokshardError
+from pipeline.format.shard_reader import read_index
 
 
 def test_tokenizer_found_by_file_or_folder(tokenizer_path):
@@ -119,7 +120,7 @@ def test_uint32_when_asked_stores_ids_past_65535(tmp_path, dask_client):
 
 
 def test_a_tokenizer_is_parsed_once_per_content(tmp_path, tokenizer_path):
-    from pipeline.tokenizer import load
+    from pipeline.encoding.tokenizer import load
 
     copy = tmp_path / "copy" / "tokenizer.json"
     copy.parent.mkdir()
@@ -133,8 +134,8 @@ def test_a_tokenizer_is_parsed_once_per_content(tmp_path, tokenizer_path):
 
 @pytest.mark.parametrize("content", [b'{"model": ', b"\xff\xfe not utf-8", b""])
 def test_a_malformed_tokenizer_json_is_a_clear_error_for_both_encoders(tmp_path, content):
-    from pipeline.tiktoken_encoder import read_spec
-    from pipeline.tokenizer import load
+    from pipeline.encoding.tiktoken_backend import read_spec
+    from pipeline.encoding.tokenizer import load
 
     bad = tmp_path / "tokenizer.json"
     bad.write_bytes(content)

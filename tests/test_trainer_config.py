@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from trainer import ds_config
 from trainer.ds_config import Knobs
 

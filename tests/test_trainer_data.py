@@ -10,10 +10,10 @@ import jsonschema
 import numpy as np
 import pytest
 
-from pipeline import manifest as manifest_mod
-from pipeline.errors import TokshardError
-from pipeline.shard_reader import Shard
-from pipeline.shard_writer import ShardSequence
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.errors import TokshardError
+from pipeline.format.shard_reader import Shard
+from pipeline.format.shard_writer import ShardSequence
 from tests.trainer_data import SCHEMA, cached_manifest
 from trainer.data import ModelLimits, TokenStream, WindowDataset, check_manifest
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from trainer import models
 from trainer.model import GPT, gpt_config
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import manifest as manifest_mod
+from pipeline.format import manifest as manifest_mod
 from tests.trainer_data import cached_manifest
 from trainer.data import WindowDataset
 from trainer.prefetch import Prefetcher

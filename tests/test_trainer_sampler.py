@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from trainer.sampler import PERIOD, FeistelPermutation, MixtureSampler, parse_mix, quotas, rank_positions
 
 

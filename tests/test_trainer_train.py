@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from tests.trainer_data import cached_manifest, make_manifest
 from trainer import cli
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from pipeline import manifest as manifest_mod
-from pipeline.shard_writer import ShardSequence
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.shard_writer import ShardSequence
 
 EOS = "<|endoftext|>"
 SCHEMA = Path(__file__).resolve().parents[1] / "manifests" / "schema.json"

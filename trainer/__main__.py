@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 
 def run() -> int:

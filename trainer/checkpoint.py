@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import write_json
-from pipeline.errors import TokshardError
+from pipeline.format.atomic import write_json
+from pipeline.format.errors import TokshardError
 
 STATE_FILE = "tokshard.json"
 CLIENT_KEY = "tokshard"

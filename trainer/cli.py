@@ -10,7 +10,7 @@ import argparse
 import sys
 from dataclasses import fields
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 

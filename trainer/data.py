@@ -19,9 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.errors import TokshardError
-from pipeline.manifest import Manifest, ShardEntry
-from pipeline.shard_reader import DTYPES, HEADER, Shard, token_dtype
+from pipeline.format.errors import TokshardError
+from pipeline.format.manifest import Manifest, ShardEntry
+from pipeline.format.shard_reader import (
+    DTYPES,
+    Shard,
+    ShardFormatError,
+    dtype_named_by,
+    read_dtype_code,
+    token_dtype,
+)
+from pipeline.format.verify import first_fault
 
 
 class TokenStream:
@@ -163,15 +171,13 @@ def check_shard_size(entry: ShardEntry, dtype: str, itemsize: int) -> None:
 def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
     """Read only the .idx header: its dtype code must be the manifest's dtype."""
     try:
-        with open(entry.idx_path, "rb") as f:
-            head = f.read(HEADER.size)
+        code = read_dtype_code(entry.idx_path)
     except OSError as exc:
         raise TokshardError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
-    if len(head) < HEADER.size:
-        raise TokshardError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`")
-    code = HEADER.unpack(head)[2]
+    except ShardFormatError as exc:
+        raise TokshardError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`") from exc
     if code != DTYPES[dtype][1]:
-        found = next((name for name, (_, c) in DTYPES.items() if c == code), f"code {code}")
+        found = dtype_named_by(code) or f"code {code}"
         raise TokshardError(
             f"{entry.idx_path}: index says {found} tokens but the manifest says {dtype}; "
             "the shards and manifest come from different runs, re-run `tokshard prepare`"
@@ -179,16 +185,8 @@ def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
 
 
 def verify_shards(manifest: Manifest) -> None:
-    """``--verify``: re-hash every shard and check each .idx against its .bin."""
-    from pipeline.shard_writer import file_hash  # xxhash: only needed when verifying
-
-    for entry in manifest.shards:
-        for path, want in ((entry.bin_path, entry.hash), (entry.idx_path, entry.idx_hash)):
-            got = file_hash(path)
-            if got != want:
-                raise TokshardError(
-                    f"{path}: content hash {got} differs from the manifest's {want}; re-run `tokshard prepare`"
-                )
-        problems = Shard(entry.bin_path, manifest.dtype).problems(manifest.eos_id)
-        if problems:
-            raise TokshardError(problems[0])
+    """``--verify``: re-hash every shard and check each .idx against its .bin (the checks of
+    `tokshard verify`, stopping at the first fault)."""
+    fault = first_fault(manifest)
+    if fault:
+        raise TokshardError(f"{fault}; re-run `tokshard prepare`")

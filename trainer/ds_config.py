@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 AUTO = "auto"
 

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline import manifest as manifest_mod
-from pipeline.atomic import write_json
-from pipeline.errors import TokshardError
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.atomic import write_json
+from pipeline.format.errors import TokshardError
 from trainer import checkpoint, distributed, ds_config, models
 from trainer.data import WindowDataset, check_manifest, sources_with_split
 from trainer.metrics import MetricsLog

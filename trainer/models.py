@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from trainer.data import ModelLimits
 from trainer.model import GPT, SIZES, gpt_config
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TokshardError
-from pipeline.figures import figure, save_png
+from pipeline.format.errors import TokshardError
+from trainer.figures import figure, save_png
 from trainer.metrics import METRICS_FILE
 
 REPORT_FILE = "report.png"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 PERIOD = 1 << 16
 _ROUNDS = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 from pipeline.sources.bookcorpus import BookCorpusSource
 from pipeline.sources.cc_news import CCNewsSource

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 Cursor = dict[str, Any]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.sources.rows import Doc, HubSource, Rows
 
 DEFAULT_ROWS_PER_DOCUMENT = 256

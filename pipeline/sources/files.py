@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, ClassVar
 
 import orjson
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")

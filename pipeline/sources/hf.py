@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.sources.rows import Doc, HubSource
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Any
 from urllib.parse import quote
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.sources.base import Cursor, Partition, Record, Source
 from pipeline.sources.hub import (
     FileLayout,

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.atomic import write_json
-from pipeline.errors import TokshardError, VerifyError
+from pipeline.format.atomic import write_json
+from pipeline.format.errors import TokshardError, VerifyError
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline import manifest as manifest_mod
-from pipeline.errors import TokshardError
-from pipeline.progress import _eta, _human
-from pipeline.state import load_checkpoint, load_plan, lock_holder
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.errors import TokshardError
+from pipeline.run.progress import _eta, _human
+from pipeline.run.state import load_checkpoint, load_plan, lock_holder
 
 #: a partial checkpoint younger than this counts as being written now
 ACTIVE_SECONDS = 60.0

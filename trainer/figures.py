@@ -12,8 +12,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import write_bytes
-from pipeline.errors import TokshardError
+from pipeline.format.atomic import write_bytes
+from pipeline.format.errors import TokshardError
 
 
 def figure(width: float, height: float) -> Any:

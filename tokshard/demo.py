@@ -2,7 +2,7 @@
 
 Each stage runs the real piece a user would run by hand, in the same order:
 
-1. corpus     WikiText, CC-News and BookCorpus look-alikes (``pipeline.demo_text``) written as
+1. corpus     WikiText, CC-News and BookCorpus look-alikes (``tokshard.demo_text``) written as
               parquet in the hub's own repo layouts, in one local mirror folder
 2. tokenizer  a byte-level BPE trained on the mirror's train files (``tokshard tokenizer train``)
 3. prepare    the OPT-mix recipe with ``mirror`` set per source, on an embedded Dask cluster
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import write_bytes, write_json
-from pipeline.errors import TokshardError, VerifyError
+from pipeline.format.atomic import write_bytes, write_json
+from pipeline.format.errors import TokshardError, VerifyError
 
 Log = Callable[[str], None]
 
@@ -174,7 +174,7 @@ def write_mirror(mirror: Path, size: DemoSize) -> dict[str, int]:
     with the repo card naming them, ``vblagoje/cc_news/data/train-0000N-of-00002.parquet``, and
     ``bookcorpus/bookcorpus/plain_text/train/000N.parquet`` (its ``refs/convert/parquet`` branch).
     """
-    from pipeline import demo_text
+    from tokshard import demo_text
 
     tmp = mirror.with_name(mirror.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -258,7 +258,7 @@ TRAIN_FILES = (
 
 def train_tokenizer(folder: DemoFolder, size: DemoSize) -> Path:
     """``tokshard tokenizer train`` on the mirror's train files (each one's ``text`` column)."""
-    from pipeline.tokenizer import train
+    from pipeline.encoding.tokenizer import train
 
     tmp = folder.tokenizer.parent.with_name("tokenizer.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -285,7 +285,7 @@ def recipe_text(folder: DemoFolder) -> str:
 
 def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
     from pipeline import recipe
-    from pipeline.runner import RunOptions, prepare
+    from pipeline.run.driver import RunOptions, prepare
 
     write_bytes(folder.recipe, recipe_text(folder).encode())
     r = recipe.load(folder.recipe, {"out": str(folder.data)})
@@ -295,7 +295,7 @@ def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
 
 def encode_rate(folder: DemoFolder) -> dict[str, float]:
     """Encoding throughput from the partitions' own records (kept across reruns)."""
-    from pipeline.state import load_checkpoint, load_plan
+    from pipeline.run.state import load_checkpoint, load_plan
 
     plan = load_plan(folder.data)
     tokens = busy = 0.0
@@ -463,7 +463,7 @@ def run(out: Path, size_name: str = "default", workers: int | None = None, log: 
 
 
 def _prepared(folder: DemoFolder) -> bool:
-    from pipeline import manifest
+    from pipeline.format import manifest
 
     if not folder.manifest.is_file():
         return False
@@ -475,7 +475,7 @@ def _prepared(folder: DemoFolder) -> bool:
 
 
 def _verify(folder: DemoFolder, log: Log) -> None:
-    from pipeline.verify import verify
+    from pipeline.format.verify import verify
 
     faults, totals = verify(folder.manifest)
     if faults:
@@ -485,8 +485,8 @@ def _verify(folder: DemoFolder, log: Log) -> None:
 
 def report(folder: DemoFolder) -> dict[str, Any]:
     """The PNGs and the summary numbers (everything read back from files, so a rerun agrees)."""
-    from pipeline import manifest as manifest_mod
-    from pipeline.inspection_plot import plot_doc_lengths
+    from pipeline.format import manifest as manifest_mod
+    from tokshard.inspection_plot import plot_doc_lengths
     from trainer.report import write_report
 
     training = write_report(folder.run, folder.root / REPORT_PNG, title="tokshard demo")

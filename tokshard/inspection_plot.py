@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import manifest as manifest_mod
-from pipeline.figures import figure, save_png
+from pipeline.format import manifest as manifest_mod
 from pipeline.inspection import doc_lengths
+from trainer.figures import figure, save_png
 
 PLOT_FILE = "doc_lengths.png"
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import TMP_SUFFIX, disk_error, write_json
-from pipeline.errors import TokshardError
+from pipeline.format.atomic import TMP_SUFFIX, disk_error, write_json
+from pipeline.format.errors import TokshardError
 from pipeline.sources.base import Partition
 
 STATE_DIR = ".tokshard"

@@ -1,4 +1,4 @@
-"""The one writer of tokshard shards (format defined in ``pipeline.shard_reader``).
+"""The one writer of tokshard shards (format defined in ``pipeline.format.shard_reader``).
 
 A partition's output is a sequence of shards ``STEM-0000``, ``STEM-0001``, ... Tokens are
 appended to ``NAME.bin.tmp`` and per-document lengths to ``NAME.lens.tmp``; a *commit*
@@ -22,29 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
-from pipeline.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
-from pipeline.errors import TokshardError
-from pipeline.shard_reader import index_bytes, token_dtype
-
-HASH_NAME = "xxh3_128"
-_READ_CHUNK = 1 << 24
-
-
-def file_hash(path: str | os.PathLike, limit: int | None = None) -> str:
-    """Hash of a file (or its first ``limit`` bytes) in the form the manifest records."""
-    h = xxhash.xxh3_128()
-    remaining = limit
-    with open(path, "rb") as f:
-        while remaining is None or remaining > 0:
-            chunk = f.read(_READ_CHUNK if remaining is None else min(_READ_CHUNK, remaining))
-            if not chunk:
-                break
-            h.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
-    return f"{HASH_NAME}:{h.hexdigest()}"
+from pipeline.format.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
+from pipeline.format.content_hash import READ_CHUNK, bytes_hash, new_hasher, recorded
+from pipeline.format.errors import TokshardError
+from pipeline.format.shard_reader import index_bytes, token_dtype
 
 
 def _lost_commit(path: Path, size: int) -> TokshardError:
@@ -91,7 +73,7 @@ class ShardWriter:
         self.tokens = committed.tokens
         self.documents = committed.documents
         self._lengths: list[np.ndarray] = []
-        self._hash = xxhash.xxh3_128()
+        self._hash = new_hasher()
         self.bin_path.parent.mkdir(parents=True, exist_ok=True)
         self._bin = self._open_at(self._tmp(".bin"), committed.tokens * self.dtype.itemsize)
         self._lens = self._open_at(self._tmp(".lens"), committed.documents * 4)
@@ -131,7 +113,7 @@ class ShardWriter:
         self._bin.seek(0)
         remaining = nbytes
         while remaining:
-            chunk = self._bin.read(min(_READ_CHUNK, remaining))
+            chunk = self._bin.read(min(READ_CHUNK, remaining))
             self._hash.update(chunk)
             remaining -= len(chunk)
         self._bin.seek(nbytes)
@@ -151,7 +133,7 @@ class ShardWriter:
     def append_file(self, path: Path, n_tokens: int) -> None:
         """Append one document spooled to disk (too large to hold in memory)."""
         with open(path, "rb") as src:
-            while chunk := src.read(_READ_CHUNK):
+            while chunk := src.read(READ_CHUNK):
                 try:
                     self._bin.write(chunk)
                 except OSError as exc:
@@ -190,8 +172,8 @@ class ShardWriter:
             tokens=self.tokens,
             documents=self.documents,
             bytes=self.tokens * self.dtype.itemsize,
-            hash=f"{HASH_NAME}:{self._hash.hexdigest()}",
-            idx_hash=f"{HASH_NAME}:{xxhash.xxh3_128(idx).hexdigest()}",
+            hash=recorded(self._hash),
+            idx_hash=bytes_hash(idx),
         )
 
     def close(self) -> ShardRecord:

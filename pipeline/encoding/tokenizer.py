@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TokshardError
+from pipeline.encoding import byte_level
+from pipeline.format.content_hash import sha256_file
+from pipeline.format.errors import TokshardError
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_EOS = "<|endoftext|>"
@@ -38,11 +40,6 @@ class TokenizerInfo:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def locate(spec: str, revision: str | None = None) -> Path:
@@ -183,7 +180,7 @@ def resolve(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, Tokeniz
 
 def install(src: Path, info: TokenizerInfo, out_dir: Path) -> Path:
     """Copy the tokenizer beside the manifest as ``tokenizer.json`` (once)."""
-    from pipeline.atomic import copy_file
+    from pipeline.format.atomic import copy_file
 
     dest = out_dir / TOKENIZER_FILE
     if not (dest.exists() and sha256_file(dest) == info.sha256):
@@ -192,19 +189,8 @@ def install(src: Path, info: TokenizerInfo, out_dir: Path) -> Path:
 
 
 def is_byte_level_bpe(tok) -> bool:
-    """True for GPT-2 style tokenizers: BPE over bytes, no normalizer, regex pre-split."""
-    spec = json.loads(tok.to_str())
-    model = spec.get("model") or {}
-    pre = spec.get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-    byte_level = [p for p in parts if p.get("type") == "ByteLevel"]
-    return (
-        model.get("type") == "BPE"
-        and spec.get("normalizer") is None
-        and len(byte_level) == 1
-        and not byte_level[0].get("add_prefix_space", False)
-        and all(p.get("type") in ("ByteLevel", "Split", "Digits") for p in parts)
-    )
+    """True for GPT-2 style tokenizers (`pipeline.encoding.byte_level` defines the shape)."""
+    return byte_level.is_byte_level_bpe(json.loads(tok.to_str()))
 
 
 def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DEFAULT_EOS) -> Path:

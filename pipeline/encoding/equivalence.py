@@ -12,7 +12,9 @@ Three comparisons, all deterministic and together well under a second for a 50k 
 
 Any difference is reported with the first string that shows it. Passing is strong evidence,
 not a proof: a run's later documents are not compared, which is why the structural rules in
-`pipeline.tiktoken_encoder.convert` exclude every known way the two algorithms part.
+`pipeline.encoding.tiktoken_backend.convert` exclude every known way the two algorithms part.
+`pipeline.encoding.selection.check` runs these for a run; a fast encoder is passed in, so
+this module imports no back end but the reference.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pipeline.errors import TokshardError
+from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.byte_level import to_bytes
+from pipeline.format.errors import TokshardError
 
 SAMPLE_DOCS = 64
 SAMPLE_DOC_CHARS = 4096
@@ -161,8 +165,6 @@ def first_difference(texts: Sequence[str], reference: EncodeBatch, candidate: En
 
 def merged_token_difference(tokenizer, merged: dict[int, str]) -> str | None:
     """A merge result `tokenizers` cannot produce from its own text, which tiktoken would."""
-    from pipeline.tiktoken_encoder import to_bytes
-
     tokenize = tokenizer.model.tokenize
     for tid, token in sorted(merged.items()):
         ids = [t.id for t in tokenize(token)]
@@ -180,7 +182,7 @@ def probes(conversion) -> list[str]:
     return [*TRICKY, *special_texts(list(conversion.special_tokens)), *blends(sorted(conversion.ranks))]
 
 
-def _compare(fast, reference, docs: Sequence[str], every_token: bool = True) -> str | None:
+def compare(fast, reference, docs: Sequence[str], every_token: bool = True) -> str | None:
     if every_token:
         found = merged_token_difference(reference.tokenizer, fast.conversion.merged)
         if found:
@@ -190,48 +192,11 @@ def _compare(fast, reference, docs: Sequence[str], every_token: bool = True) -> 
     )
 
 
-def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
-    """Can this run use tiktoken? Structural rules first, then the comparisons above."""
-    from pipeline.encoders import TokenizersEncoder
-
-    try:
-        from pipeline.tiktoken_encoder import NotEquivalent, TiktokenEncoder
-    except ImportError:  # pragma: no cover - tiktoken is a core dependency
-        return Verdict(False, "tiktoken is not installed")
-    try:
-        fast = TiktokenEncoder(tokenizer_path, confirm=False)
-    except NotEquivalent as exc:
-        return Verdict(False, str(exc))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a layout we do not know
-        return Verdict(
-            False, f"its BPE section has a layout tokshard does not know ({type(exc).__name__}: {exc})"
-        )
-    reference = TokenizersEncoder(tokenizer_path)
-    docs = [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
-    found = _compare(fast, reference, docs)
-    if found:
-        return Verdict(False, found)
-    left_out = fast.conversion.unreachable
-    note = (
-        f"; left out {len(left_out)} vocabulary entries no merge makes ({show(left_out[0], 20)})"
-        if left_out
-        else ""
-    )
-    return Verdict(
-        True,
-        f"byte-level BPE, and tiktoken gave the same ids as tokenizers on all "
-        f"{len(fast.conversion.merged):,} merged tokens, {len(probes(fast.conversion))} built-in strings "
-        f"and the run's first {len(docs)} documents{note}",
-    )
-
-
 def confirm_builtin(tokenizer_path: str, fast) -> None:
     """The built-in strings again, in a worker whose library versions differ from those the
     driver checked with, before it writes a single id (the pass over every merged token is
     left to the driver, to keep a worker's start-up short)."""
-    from pipeline.encoders import TokenizersEncoder
-
-    found = _compare(fast, TokenizersEncoder(tokenizer_path, threads=1), [], every_token=False)
+    found = compare(fast, TokenizersEncoder(tokenizer_path, threads=1), [], every_token=False)
     if found:
         import tiktoken
         import tokenizers

@@ -13,7 +13,7 @@ the pair that comes first in its merge list. They agree when merge order is id o
 merge makes a new token (or all of a token's merges are adjacent, as in files converted from
 tiktoken like Llama-3's), and tiktoken never meets a token `tokenizers` cannot make. Where
 the JSON shows they cannot agree, `convert` raises `NotEquivalent` with the reason (and
-`pipeline.encoder_check` compares the two on real strings before any run uses this).
+`pipeline.encoding.selection.check` compares the two on real strings before any run uses this).
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
-from pipeline.errors import TokshardError
-from pipeline.tokenizer import read_bytes, unreadable
+from pipeline.encoding.byte_level import byte_decoder, byte_level_parts, pre_tokenizer_parts, to_bytes
+from pipeline.encoding.equivalence import confirm_builtin
+from pipeline.encoding.tokenizer import read_bytes, unreadable
+from pipeline.format.errors import TokshardError
 
 #: GPT-2's split pattern as `tokenizers`' ByteLevel(use_regex=True) spells it.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -55,46 +56,11 @@ class Conversion:
     unreachable: list[str] = field(default_factory=list)
 
 
-@lru_cache(maxsize=1)
-def byte_decoder() -> dict[str, int]:
-    """GPT-2's bytes_to_unicode table, inverted: each printable stand-in back to its byte."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return {char: b for b, char in table.items()}
-
-
-@lru_cache(maxsize=1)
-def _to_latin1() -> dict[int, str]:
-    """`str.translate` table: stand-in -> the latin-1 character of its byte, any other
-    character below 256 -> one latin-1 cannot encode (so it fails instead of passing)."""
-    table: dict[int, str] = {c: "\uffff" for c in range(256)}
-    table.update({ord(ch): chr(b) for ch, b in byte_decoder().items()})
-    return table
-
-
-def to_bytes(token: str) -> bytes:
-    """A byte-level vocabulary string back to its bytes; ValueError if it is not one."""
-    try:
-        return token.translate(_to_latin1()).encode("latin-1")
-    except UnicodeEncodeError:
-        raise ValueError(f"{token!r} is not a byte-level string") from None
-
-
 def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:
     """The one regex that splits text into pieces, as tiktoken needs it."""
-    pre = pre_tokenizer or {}
-    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else ([pre] if pre else [])
+    parts = pre_tokenizer_parts(pre_tokenizer)
     kinds = [p.get("type") for p in parts]
-    byte_level = [p for p in parts if p.get("type") == "ByteLevel"]
+    byte_level = byte_level_parts(parts)
     if len(byte_level) != 1:
         raise NotEquivalent(f"pre-tokenizer {'+'.join(map(str, kinds)) or 'none'} is not byte-level")
     bl = byte_level[0]
@@ -229,7 +195,7 @@ def build_encoding(conversion: Conversion, name: str = "tokshard"):
 class TiktokenEncoder:
     """tiktoken's core on a tokenizer.json: the same ids as `tokenizers`, several times faster.
 
-    Only use it where `pipeline.encoder_check` found it equivalent (``choose`` does that).
+    Only use it where `pipeline.encoding.equivalence` found it equivalent (``choose`` does that).
     With ``confirm`` (what a worker whose library versions differ from the driver's gets)
     building it re-runs the built-in comparison in this process, so such a worker stops
     instead of writing different ids.
@@ -244,8 +210,6 @@ class TiktokenEncoder:
         self._encode = self._ordinary_to_numpy()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tiktoken") if threads > 1 else None
         if confirm:
-            from pipeline.encoder_check import confirm_builtin
-
             confirm_builtin(path, self)
 
     def _ordinary_to_numpy(self) -> Callable[[str], np.ndarray]:

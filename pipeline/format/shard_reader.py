@@ -16,7 +16,7 @@ A shard is a pair of files:
       pointers int64[n]   byte offset of each document in the .bin
       doc_idx  int64[n+1] 0, 1, ..., n (every sequence is a document)
 
-The shard writer (``pipeline.shard_writer``) imports its constants from here, so the
+The shard writer (``pipeline.format.shard_writer``) imports its constants from here, so the
 format has exactly one definition.
 """
 
@@ -86,6 +86,20 @@ def read_index(path: str | os.PathLike) -> ShardIndex:
     offset += 8 * count
     doc_indices = np.frombuffer(raw, dtype="<i8", count=doc_count, offset=offset)
     return ShardIndex(code, lengths, pointers, doc_indices)
+
+
+def read_dtype_code(path: str | os.PathLike) -> int:
+    """The dtype code in an .idx header, reading the header alone (a start-up check)."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER.size)
+    if len(head) < HEADER.size:
+        raise ShardFormatError(f"{path}: index is truncated ({len(head)} bytes)")
+    return HEADER.unpack(head)[2]
+
+
+def dtype_named_by(code: int) -> str | None:
+    """The token dtype name an .idx dtype code stands for (None: not one of ours)."""
+    return next((name for name, (_, c) in DTYPES.items() if c == code), None)
 
 
 def index_bytes(lengths: np.ndarray, dtype: str) -> bytes:

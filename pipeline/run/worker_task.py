@@ -21,15 +21,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
-from pipeline.encode import Bad, Batch, DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer
-from pipeline.encoders import cached_encoder
-from pipeline.errors import TokshardError
-from pipeline.shard_reader import token_dtype
-from pipeline.shard_writer import OpenShard, ShardRecord, ShardSequence, finalize
-from pipeline.sources import build_source
-from pipeline.sources.base import Partition
-from pipeline.state import (
+from pipeline.encoding.documents import (
+    Bad,
+    Batch,
+    DocumentEncoder,
+    LongProgress,
+    Spooled,
+    byte_level_pre_tokenizer,
+)
+from pipeline.encoding.selection import cached_encoder
+from pipeline.format.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
+from pipeline.format.errors import TokshardError
+from pipeline.format.shard_reader import token_dtype
+from pipeline.format.shard_writer import OpenShard, ShardRecord, ShardSequence, finalize
+from pipeline.run.state import (
     Checkpoint,
     current_run,
     load_checkpoint,
@@ -37,6 +42,8 @@ from pipeline.state import (
     save_checkpoint,
     spool_path,
 )
+from pipeline.sources import build_source
+from pipeline.sources.base import Partition
 
 #: characters per encoded item (batch, or group of long-document pieces) per encoder thread
 ITEM_CHARS = 1 << 18

@@ -1,15 +1,18 @@
-"""`tokshard verify`: re-hash every shard and check each .idx against its .bin and the manifest."""
+"""The one verifier: re-hash every shard and check each .idx against its .bin and the manifest.
+
+`tokshard verify` reports every fault (`verify`); `tokshard train --verify` stops at the
+first (`first_fault`). Both check each shard with `check_shard`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline import manifest as manifest_mod
-from pipeline.errors import TokshardError, VerifyError
-from pipeline.shard_reader import Shard
-from pipeline.shard_writer import file_hash
-from pipeline.tokenizer import sha256_file
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.content_hash import file_hash, sha256_file
+from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.shard_reader import Shard
 
 
 def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None) -> tuple[list[str], dict]:
@@ -72,7 +75,10 @@ def check_shard(entry: manifest_mod.ShardEntry, dtype: str, eos_id: int) -> list
     return faults
 
 
-def verify_or_raise(path: str | Path) -> None:
-    faults, _ = verify(path)
-    if faults:
-        raise TokshardError(faults[0])
+def first_fault(m: manifest_mod.Manifest) -> str | None:
+    """The first shard that is not exactly what the manifest says (None: all are)."""
+    for entry in m.shards:
+        faults = check_shard(entry, m.dtype, m.eos_id)
+        if faults:
+            return faults[0]
+    return None

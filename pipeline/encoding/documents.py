@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.encoders import Encoder
+from pipeline.encoding.backend import Encoder
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files import TextStream
 
@@ -348,7 +348,7 @@ def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
 
 def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | None:
     """The tokenizer's own pre-tokenizer if cutting at its boundaries is exact, else None."""
-    from pipeline.tokenizer import is_byte_level_bpe, load
+    from pipeline.encoding.tokenizer import is_byte_level_bpe, load
 
     tok = load(tokenizer_path)
     if not is_byte_level_bpe(tok):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 BATCH_SYSTEMS = ("slurm", "pbs")
 #: the longest a run waits for its workers' warm-up before it sends its tasks anyway

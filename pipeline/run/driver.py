@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import manifest, tokenizer
-from pipeline.atomic import DiskFullError, disk_error
-from pipeline.cluster import EarlyStart, connect
-from pipeline.encoders import choose, library_versions
-from pipeline.errors import TokshardError
-from pipeline.progress import Progress
+from pipeline.encoding import tokenizer
+from pipeline.encoding.backend import library_versions
+from pipeline.encoding.selection import choose
+from pipeline.format import manifest
+from pipeline.format.atomic import DiskFullError, disk_error
+from pipeline.format.errors import TokshardError
 from pipeline.recipe import Recipe, describe_changes
-from pipeline.sources import build_source
-from pipeline.sources.base import Partition
-from pipeline.state import (
+from pipeline.run.cluster import EarlyStart, connect
+from pipeline.run.progress import Progress
+from pipeline.run.state import (
     Checkpoint,
     Plan,
     load_checkpoint,
@@ -38,7 +38,9 @@ from pipeline.state import (
     save_plan,
     state_dir,
 )
-from pipeline.task import PartitionTask, finish_complete, run_partition, warm_up
+from pipeline.run.worker_task import PartitionTask, finish_complete, run_partition, warm_up
+from pipeline.sources import build_source
+from pipeline.sources.base import Partition
 
 Log = Callable[[str], None]
 
@@ -58,7 +60,7 @@ class RunOptions:
     dashboard: bool = False  # local workers only: a --scheduler has its own
     client: Any = None  # an existing distributed.Client (tests, notebooks)
     progress_interval: float = 10.0
-    batch: Any = None  # pipeline.cluster.BatchJobs for --cluster slurm|pbs
+    batch: Any = None  # pipeline.run.cluster.BatchJobs for --cluster slurm|pbs
 
 
 def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
@@ -120,7 +122,7 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
 
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
-    """What a worker builds its encoder from (`pipeline.encoders.cached_encoder`'s key): the
+    """What a worker builds its encoder from (`pipeline.encoding.selection.cached_encoder`'s key): the
     tokenizer, and for tiktoken the library versions the driver checks it with."""
     return (
         encoder,
@@ -380,7 +382,7 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
 
 def _bytes_to_write(out: Path, plan: Plan, dtype: str) -> int:
     """Estimate of the shard bytes the run still has to write, from its committed rate."""
-    from pipeline.shard_reader import token_dtype
+    from pipeline.format.shard_reader import token_dtype
 
     tokens = units = 0
     total = sum(p.size for p in plan.partitions)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 TMP_SUFFIX = ".tmp"
 

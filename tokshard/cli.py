@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.errors import TokshardError
+from pipeline.format.errors import TokshardError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -241,7 +241,7 @@ def _batch_jobs(args: argparse.Namespace):
         return None
     if args.scheduler:
         raise TokshardError("give either --scheduler or --cluster, not both")
-    from pipeline.cluster import BatchJobs, require_batch_system
+    from pipeline.run.cluster import BatchJobs, require_batch_system
 
     if not args.print_job_script:
         require_batch_system(args.cluster)
@@ -288,11 +288,11 @@ def _recipe_path(name: str) -> Path:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from pipeline import recipe as recipe_mod
-    from pipeline.runner import RunOptions, prepare
+    from pipeline.run.driver import RunOptions, prepare
 
     batch = _batch_jobs(args)
     if args.print_job_script:
-        from pipeline.cluster import job_script
+        from pipeline.run.cluster import job_script
 
         print(job_script(batch, args.threads or 1))
         return 0
@@ -339,7 +339,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             batch=batch,
         ),
     )
-    from pipeline import manifest
+    from pipeline.format import manifest
 
     totals = manifest.load(path).data["totals"]
     seconds = time.monotonic() - started
@@ -351,7 +351,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_tokenizer(args: argparse.Namespace) -> int:
-    from pipeline.tokenizer import train
+    from pipeline.encoding.tokenizer import train
 
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
@@ -359,7 +359,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from pipeline.status import render, status
+    from pipeline.run.status import render, status
 
     s = status(args.dir)
     print(json.dumps(s, indent=1) if args.json else render(s))
@@ -367,7 +367,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from pipeline.verify import verify
+    from pipeline.format.verify import verify
 
     faults, totals = verify(args.manifest)
     for fault in faults:
@@ -385,7 +385,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report = summary(args.manifest)
     print(json.dumps(report, indent=1) if args.json else render(report))
     if args.plot or args.plot_file:
-        from pipeline.inspection_plot import plot_doc_lengths
+        from tokshard.inspection_plot import plot_doc_lengths
 
         png = plot_doc_lengths(args.manifest, args.plot_file)
         print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
@@ -400,7 +400,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline import demo
+    from tokshard import demo
 
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))

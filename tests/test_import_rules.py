@@ -1,0 +1,146 @@
+"""The import rule of docs/ARCHITECTURE.md, checked on the source itself.
+
+The graph holds every import of the project's own modules, those inside functions too (a
+lazy import still ties two modules together), read with `ast` without importing anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("pipeline", "trainer", "tokshard")
+CONTRACT = "pipeline.format"
+#: what the format contract may import from outside the project
+CONTRACT_THIRD_PARTY = {"numpy", "xxhash"}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> its file, for every module of the project's packages."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name an import statement in this file names (at any depth of the file)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Edges between the project's modules, and each module's imports from outside it."""
+    modules = module_files()
+    inside: dict[str, set[str]] = {}
+    outside: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        names = imported_names(path)
+        inside[name] = {n for n in names if n in modules and n != name}
+        outside[name] = {n.split(".")[0] for n in names if n.split(".")[0] not in PACKAGES}
+    return inside, outside
+
+
+def parents(name: str) -> list[str]:
+    """The packages whose ``__init__`` runs before ``name`` itself."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports, as the list of modules along it (None: there is none)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def closure(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    """Every project module that loads when ``start`` loads (parent packages included)."""
+    seen: set[str] = set()
+    todo = [*start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [*graph[name], *(p for p in parents(name) if p in graph)]
+    return seen
+
+
+def test_the_project_has_no_import_circle():
+    inside, _ = import_graph()
+    cycle = find_cycle(inside)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_no_pipeline_module_imports_the_trainer_or_the_application():
+    inside, _ = import_graph()
+    wrong = {
+        (a, b)
+        for a, targets in inside.items()
+        if a.startswith("pipeline")
+        for b in targets
+        if b.startswith(("trainer", "tokshard"))
+    }
+    assert not wrong
+
+
+def test_the_trainer_imports_only_the_format_contract_from_the_pipeline():
+    inside, _ = import_graph()
+    wrong = {
+        (a, b)
+        for a, targets in inside.items()
+        if a.startswith("trainer")
+        for b in targets
+        if (b.startswith("pipeline") and not b.startswith(CONTRACT)) or b.startswith("tokshard")
+    }
+    assert not wrong
+
+
+def test_the_format_contract_needs_only_numpy_xxhash_and_the_standard_library():
+    inside, outside = import_graph()
+    contract = closure(inside, {name for name in inside if name.startswith(CONTRACT)})
+    assert {name for name in contract if name.startswith("pipeline")} == contract
+    assert all(name == "pipeline" or name.startswith(CONTRACT) for name in contract), sorted(contract)
+    needed = set().union(*(outside[name] for name in contract))
+    assert needed - set(sys.stdlib_module_names) <= CONTRACT_THIRD_PARTY, sorted(needed)
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / "lazy.py"
+    path.write_text("def f():\n    from pipeline.format import manifest\n    import trainer.loop\n")
+    assert {"pipeline.format", "pipeline.format.manifest", "trainer.loop"} <= imported_names(path)
+
+
+def test_the_cycle_finder_finds_a_circle_through_three_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
