@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import OneLineParser, TokshardError, positive_int
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -26,24 +26,6 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
         return super()._get_help_string(action)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage mistake reported as one line like every other tokshard error."""
-
-    def error(self, message: str):
-        command = self.prog.removeprefix("tokshard").strip()
-        raise TokshardError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
 def _subparser(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
     return sub.add_parser(
         name, help=help, description=f"{help}\n\nexample:\n  {example}", formatter_class=_Formatter
@@ -51,7 +33,7 @@ def _subparser(sub, name: str, help: str, example: str) -> argparse.ArgumentPars
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="tokshard",
         description="Tokenize corpora on CPU nodes into memory-mapped shards; train on them with DeepSpeed.",
         epilog="example:\n  tokshard demo --out demo-out   # the whole job on a small built-in corpus, offline\n\n"
@@ -80,15 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="data", help="ad hoc: source name for --input files")
     p.add_argument(
         "--partition-bytes",
-        type=_positive_int,
+        type=positive_int,
         help="ad hoc: bytes of input per Dask task (default auto: 8 to 64 MiB, at least 8 tasks per split)",
     )
     p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
     p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")
     p.add_argument(
-        "--workers", type=_positive_int, help="local Dask worker processes (default: one per core)"
+        "--workers", type=positive_int, help="local Dask worker processes (default: one per core)"
     )
-    p.add_argument("--threads", type=_positive_int, help="encoder threads per worker process (default 1)")
+    p.add_argument("--threads", type=positive_int, help="encoder threads per worker process (default 1)")
     p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
     p.add_argument(
         "--dashboard",
@@ -108,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=["uint16", "uint32"], help="token dtype (uint32 for vocabularies > 65,536)"
     )
     p.add_argument(
-        "--shard-tokens", type=_positive_int, help="at most this many tokens per shard (default 2^27)"
+        "--shard-tokens", type=positive_int, help="at most this many tokens per shard (default 2^27)"
     )
     p.add_argument(
         "--on-bad-record",
@@ -134,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--input", action="append", required=True, metavar="GLOB", help="training files (repeatable)"
     )
-    t.add_argument("--vocab-size", type=_positive_int, required=True, help="vocabulary size, EOS included")
+    t.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
     t.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json")
     t.add_argument("--eos", default="<|endoftext|>", help="the EOS token's text")
 
@@ -209,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         help="local Dask worker processes for prepare (default: cores, at most 4)",
     )
     return parser
@@ -219,8 +201,8 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
     """`--cluster slurm|pbs`: CPU workers from a batch system via dask-jobqueue (docs/CLUSTER.md)."""
     g = p.add_argument_group("batch system (--cluster; unset knobs come from your Dask jobqueue config)")
     g.add_argument("--cluster", choices=["slurm", "pbs"], help="submit batch jobs of Dask workers")
-    g.add_argument("--jobs", type=_positive_int, default=1, help="number of batch jobs")
-    g.add_argument("--cores", type=_positive_int, help="cores per job (one worker process per core)")
+    g.add_argument("--jobs", type=positive_int, default=1, help="number of batch jobs")
+    g.add_argument("--cores", type=positive_int, help="cores per job (one worker process per core)")
     g.add_argument("--memory", help="memory per job, e.g. 120GB (split over its worker processes)")
     g.add_argument("--queue", help="queue / partition (Slurm -p, PBS -q)")
     g.add_argument("--account", help="account to charge (-A)")

@@ -20,6 +20,7 @@ checkpoint or is already at its last step) and the report is written again.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -36,6 +37,8 @@ from typing import Any
 
 from pipeline.format.atomic import write_bytes, write_json
 from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.run import progress
+from trainer.ds_config import AUTO, default_config
 
 Log = Callable[[str], None]
 
@@ -91,8 +94,7 @@ SEEDS = {("wikitext", "train"): 101, ("wikitext", "validation"): 102, ("wikitext
 NEWS_SEED, BOOK_SEED = 201, 301
 
 
-def stderr_log(msg: str) -> None:
-    print(f"tokshard demo: {msg}", file=sys.stderr, flush=True)
+stderr_log = functools.partial(progress.stderr_log, prefix="tokshard demo")
 
 
 # --- the folder and its record -------------------------------------------------------------
@@ -310,36 +312,6 @@ def encode_rate(folder: DemoFolder) -> dict[str, float]:
 # --- stage 5: training in a child process --------------------------------------------------
 
 
-def ds_config() -> dict[str, Any]:
-    """ZeRO 0 and torch's AdamW (no JIT-built FusedAdam); fp32 on CPU, bf16 where a GPU has it."""
-    return {
-        "train_micro_batch_size_per_gpu": "auto",
-        "gradient_accumulation_steps": "auto",
-        "gradient_clipping": 1.0,
-        "bf16": {"enabled": "auto"},
-        "zero_optimization": {"stage": 0},
-        "optimizer": {
-            "type": "AdamW",
-            "params": {
-                "lr": "auto",
-                "betas": [0.9, 0.95],
-                "eps": 1e-8,
-                "weight_decay": 0.1,
-                "torch_adam": True,
-            },
-        },
-        "scheduler": {
-            "type": "WarmupCosineLR",
-            "params": {
-                "total_num_steps": "auto",
-                "warmup_num_steps": "auto",
-                "warmup_type": "linear",
-                "cos_min_ratio": 0.1,
-            },
-        },
-    }
-
-
 def train_args(folder: DemoFolder, size: DemoSize, resume: bool) -> list[str]:
     """The ``tokshard train`` command line of the demo (also what the summary shows)."""
     args = [
@@ -370,7 +342,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     output goes to ``run/train.log``; the step and eval lines are shown as they come.
     """
     resume = trained_step(folder) > 0
-    write_json(folder.root / DS_CONFIG, ds_config())
+    write_json(folder.root / DS_CONFIG, default_config(bf16=AUTO))
     folder.run.mkdir(parents=True, exist_ok=True)
     root = str(Path(__file__).resolve().parent.parent)
     env = {

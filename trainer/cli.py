@@ -10,7 +10,7 @@ import argparse
 import sys
 from dataclasses import fields
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import OneLineParser, positive_int
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -28,13 +28,6 @@ examples:
 """
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
-    return value
-
-
 def non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -42,13 +35,8 @@ def non_negative(text: str) -> int:
     return value
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line and exit 2, like every tokshard command
-        raise TokshardError(f"train: {message}")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="tokshard train",
         description="Train a GPT-style model with DeepSpeed on a prepared manifest; batches are "
         "memory-mapped from the shards and prepared ahead on a background thread.",
@@ -59,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     data = p.add_argument_group("data")
     data.add_argument("--manifest", required=True, help="manifest.json, or the folder holding it")
     data.add_argument(
-        "--seq-len", type=positive, default=d.seq_len, help="tokens per sample (default %(default)s)"
+        "--seq-len", type=positive_int, default=d.seq_len, help="tokens per sample (default %(default)s)"
     )
     data.add_argument(
         "--mix", metavar="SRC=W,...", help="mixture weights per source (default: by token count)"
@@ -79,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
         "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
         "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
-    model.add_argument("--vocab-size", type=positive, help="embedding rows (default: the model's)")
+    model.add_argument("--vocab-size", type=positive_int, help="embedding rows (default: the model's)")
 
     run = p.add_argument_group("run")
     run.add_argument(
@@ -87,32 +75,32 @@ def parser() -> argparse.ArgumentParser:
         metavar="DS.json",
         help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
     )
-    run.add_argument("--steps", type=positive, default=d.steps, help="optimizer steps (default %(default)s)")
+    run.add_argument("--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)")
     run.add_argument(
         "--stop-at",
-        type=positive,
+        type=positive_int,
         metavar="STEP",
         help="stop (and save) at this step, e.g. before a job's time limit; the schedule "
         "still runs to --steps",
     )
     run.add_argument(
         "--global-batch",
-        type=positive,
+        type=positive_int,
         help="samples per optimizer step over all ranks (train_batch_size; keep it when the number of "
         "ranks changes)",
     )
     run.add_argument(
         "--micro-batch",
-        type=positive,
+        type=positive_int,
         help="samples per rank per micro-step (fills 'auto'; overrides the config)",
     )
-    run.add_argument("--grad-accum", type=positive, help="gradient accumulation steps")
+    run.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
     run.add_argument("--lr", type=float, help="peak learning rate (default 6e-4)")
     run.add_argument("--warmup", type=non_negative, help="warmup steps (default min(100, steps/10))")
     run.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
     run.add_argument("--grad-clip", type=float, help="gradient clipping norm (default 1.0)")
     run.add_argument(
-        "--prefetch", type=positive, default=d.prefetch, help="batches prepared ahead (default %(default)s)"
+        "--prefetch", type=positive_int, default=d.prefetch, help="batches prepared ahead (default %(default)s)"
     )
 
     ev = p.add_argument_group("evaluation")
@@ -125,7 +113,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--eval-split", default=d.eval_split, help="split to evaluate (default %(default)s)")
     ev.add_argument(
         "--eval-samples",
-        type=positive,
+        type=positive_int,
         default=d.eval_samples,
         help="windows per source to evaluate (default %(default)s)",
     )
@@ -146,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--run-dir", help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)")
     out.add_argument(
-        "--log-every", type=positive, default=d.log_every, help="log every N steps (default %(default)s)"
+        "--log-every", type=positive_int, default=d.log_every, help="log every N steps (default %(default)s)"
     )
     out.add_argument(
         "--log-samples",

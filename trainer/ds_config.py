@@ -4,7 +4,7 @@
 line (``--global-batch``, ``--micro-batch``, ``--grad-accum``, ``--lr``, ``--warmup``, ``--steps``) and the
 model's width, so the recipes written for ``transformers.Trainer`` run unchanged. Values a
 config spells out win over command-line defaults; a flag given explicitly wins over both.
-Without ``--deepspeed`` the config is ``default_config()``: ZeRO 0, AdamW, warmup + cosine,
+Without ``--deepspeed`` the config is ``configs/zero0-fp32.json``: ZeRO 0, AdamW, warmup + cosine,
 gradient clipping 1.0, bf16 on GPUs that have it and fp32 elsewhere.
 
 Adam/AdamW without optimizer offload runs as torch's AdamW (fused on GPUs) unless the config
@@ -62,27 +62,16 @@ def read(path: str | Path) -> dict[str, Any]:
     return cfg
 
 
-def default_config(bf16: bool) -> dict[str, Any]:
-    return {
-        "train_micro_batch_size_per_gpu": AUTO,
-        "gradient_accumulation_steps": AUTO,
-        "gradient_clipping": AUTO,
-        "bf16": {"enabled": bf16},
-        "zero_optimization": {"stage": 0},
-        "optimizer": {
-            "type": "AdamW",
-            "params": {"lr": AUTO, "betas": AUTO, "eps": 1e-8, "weight_decay": AUTO},
-        },
-        "scheduler": {
-            "type": "WarmupCosineLR",
-            "params": {
-                "total_num_steps": AUTO,
-                "warmup_num_steps": AUTO,
-                "warmup_type": "linear",
-                "cos_min_ratio": 0.1,
-            },
-        },
-    }
+#: the default config, also shipped for users to copy (see docs/TRAINING.md)
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "zero0-fp32.json"
+
+
+def default_config(bf16: bool | str) -> dict[str, Any]:
+    """The config without ``--deepspeed``: ``configs/zero0-fp32.json``, with bf16 switched
+    on where the GPU has it (``"auto"``: decided when the config is resolved)."""
+    cfg = read(DEFAULT_CONFIG)
+    cfg["bf16"] = {"enabled": bf16}
+    return cfg
 
 
 def precision(cfg: dict[str, Any]) -> str:

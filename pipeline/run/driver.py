@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from pipeline.format.atomic import DiskFullError, disk_error
 from pipeline.format.errors import TokshardError
 from pipeline.recipe import Recipe, describe_changes
 from pipeline.run.cluster import EarlyStart, connect
-from pipeline.run.progress import Progress
+from pipeline.run.progress import Progress, stderr_log
 from pipeline.run.state import (
     Checkpoint,
     Plan,
@@ -46,10 +45,6 @@ Log = Callable[[str], None]
 
 #: how often the driver reads running partitions' commits for the progress line
 POLL_SECONDS = 0.5
-
-
-def stderr_log(msg: str) -> None:
-    print(f"tokshard: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -7,7 +7,12 @@ import time
 from typing import TextIO
 
 
-def _human(n: float) -> str:
+def stderr_log(msg: str, prefix: str = "tokshard") -> None:
+    """A log line for a person: stderr, flushed at once, named after the command."""
+    print(f"{prefix}: {msg}", file=sys.stderr, flush=True)
+
+
+def human(n: float) -> str:
     for unit in ("", "k", "M", "G", "T"):
         if abs(n) < 1000:
             return f"{n:.3g}{unit}"
@@ -15,7 +20,7 @@ def _human(n: float) -> str:
     return f"{n:.3g}P"
 
 
-def _eta(seconds: float | None) -> str:
+def eta_text(seconds: float | None) -> str:
     if seconds is None:
         return "--:--"
     seconds = int(seconds)
@@ -75,7 +80,7 @@ class Progress:
     def update(self, done: int, tokens: int) -> None:
         self.done, self.tokens = min(done, self.total), tokens
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, tokens=_human(tokens), rate=_human(self.rate()))
+            self._bar.update(self._task, completed=self.done, tokens=human(tokens), rate=human(self.rate()))
             return
         now = time.monotonic()
         if now - self._last_line >= self.interval:
@@ -86,7 +91,7 @@ class Progress:
         self._printed = (self.done, self.tokens)
         print(
             f"tokshard: {self.label}: {100 * self.done / self.total:5.1f}% of input, "
-            f"{self.tokens:,} tokens, {_human(self.rate())} tok/s, ETA {_eta(self.eta())}",
+            f"{self.tokens:,} tokens, {human(self.rate())} tok/s, ETA {eta_text(self.eta())}",
             file=self.stream,
             flush=True,
         )

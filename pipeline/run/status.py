@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from pipeline.run.progress import _eta, _human
+from pipeline.run.progress import eta_text, human
 from pipeline.run.state import load_checkpoint, load_plan, lock_holder
 
 #: a partial checkpoint younger than this counts as being written now
@@ -113,10 +113,10 @@ def render(s: dict[str, Any]) -> str:
             f"{r['tokens']:,} tokens, {r['documents']:,} documents committed"
         )
         if r["tokens_per_s"] > 0:
-            line += f"; {_human(r['tokens_per_s'])} tok/s, ETA {_eta(r['eta_s'])}"
+            line += f"; {human(r['tokens_per_s'])} tok/s, ETA {eta_text(r['eta_s'])}"
         lines.append(line)
     if s["running"]:
-        lines.append(f"  running: {s['running']}; {_human(s['tokens_per_s'])} tok/s, ETA {_eta(s['eta_s'])}")
+        lines.append(f"  running: {s['running']}; {human(s['tokens_per_s'])} tok/s, ETA {eta_text(s['eta_s'])}")
     else:
         lines.append("  running: no (no prepare holds the lock)")
     lines.append(f"  a rerun would: {s['rerun']}")

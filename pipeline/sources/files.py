@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, ClassVar
 import orjson
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.location import is_url
 from pipeline.sources.base import Cursor, Partition, Record, Source
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
@@ -46,10 +47,6 @@ def kind_of(path: str) -> str:
     raise TokshardError(
         f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
     )
-
-
-def is_url(path: str) -> bool:
-    return "://" in path
 
 
 def open_binary(path: str) -> BinaryIO:

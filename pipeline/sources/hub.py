@@ -24,6 +24,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.location import is_url
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0
@@ -37,10 +38,6 @@ _LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 
 def is_commit(revision: str) -> bool:
     return bool(_SHA.fullmatch(revision))
-
-
-def is_url(path: str) -> bool:
-    return "://" in path
 
 
 @dataclass(frozen=True)
