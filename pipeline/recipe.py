@@ -20,60 +20,78 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.encoding import BACKEND_NAMES
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import content_hash
-from pipeline.sources import source_class
+from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 DEFAULT_SHARD_TOKENS = 1 << 27
 
-#: settings that decide the output
-OUTPUT_SETTINGS: dict[str, Any] = {
-    "tokenizer": None,
-    "dtype": "uint16",
-    "shard_tokens": DEFAULT_SHARD_TOKENS,
-    "eos_token": None,
+#: each set of choices, defined once: the recipe checks against it, the CLI offers it
+DTYPES: tuple[str, ...] = tuple(TOKEN_DTYPES)
+ENCODERS: tuple[str, ...] = ("auto", *BACKEND_NAMES)
+BAD_RECORD_POLICIES: tuple[str, ...] = ("error", "skip")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "dtype": DTYPES,
+    "encoder": ENCODERS,
+    "on_bad_record": BAD_RECORD_POLICIES,
 }
-#: settings that only decide how a run goes; changing them between reruns is fine
-RUN_SETTINGS: dict[str, Any] = {
-    "out": None,
-    "workers": None,
-    "threads": 1,
-    "encoder": "auto",
-    "on_bad_record": "error",
-    "commit_seconds": 3.0,
-}
-CHOICES = {
-    "dtype": ("uint16", "uint32"),
-    "encoder": ("auto", "tokenizers", "tiktoken"),
-    "on_bad_record": ("error", "skip"),
-}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A recipe's top-level settings, checked (`from_dict` builds them, nothing else does)."""
+
+    # these decide the output (its identity: hashed, and compared on resume)
+    tokenizer: str
+    dtype: str = "uint16"
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    eos_token: str | None = None
+    # these only decide how a run goes; changing them between reruns is fine
+    out: str | None = None
+    workers: int | None = None
+    threads: int = 1
+    encoder: str = "auto"
+    on_bad_record: str = "error"
+    commit_seconds: float = 3.0
+
+    def output(self) -> dict[str, Any]:
+        """The settings that decide the output bytes, as the manifest records them."""
+        return {k: getattr(self, k) for k in OUTPUT_SETTINGS}
+
+
+#: the names of the settings that decide the output
+OUTPUT_SETTINGS: tuple[str, ...] = ("tokenizer", "dtype", "shard_tokens", "eos_token")
+SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings))
 
 
 @dataclass
 class Recipe:
-    settings: dict[str, Any]
+    settings: Settings
     sources: dict[str, dict[str, Any]]
     where: str = "recipe"
     tokenizer_sha256: str | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
         """The normalized recipe as the manifest records it."""
-        out = {k: self.settings[k] for k in OUTPUT_SETTINGS}
+        out = self.settings.output()
         out["tokenizer_sha256"] = self.tokenizer_sha256
         out["sources"] = self.sources
         return out
 
     def identity(self) -> dict[str, Any]:
         """Everything that decides the output bytes, and nothing else."""
+        from pipeline.sources import source_class
+
         sources = {}
         for name, cfg in self.sources.items():
             cls = source_class(cfg["type"], name, self.where)
             sources[name] = {k: v for k, v in cfg.items() if k not in cls.location_keys}
-        settings = {k: self.settings[k] for k in OUTPUT_SETTINGS if k != "tokenizer"}
+        settings = {k: v for k, v in self.settings.output().items() if k != "tokenizer"}
         return {**settings, "tokenizer_sha256": self.tokenizer_sha256, "sources": sources}
 
     def identity_hash(self) -> str:
@@ -104,20 +122,11 @@ def from_dict(
     sources_raw = raw.pop("sources", None)
     if mirror is not None:
         _apply_mirror(sources_raw, mirror, where)
-    known = {**OUTPUT_SETTINGS, **RUN_SETTINGS}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise TokshardError(
-            f"{where}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}, "
-            "and [sources.NAME] tables"
-        )
-    settings = {**known, **raw}
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            settings[key] = value
-    _check_settings(settings, where)
+    settings = _settings(raw, overrides or {}, where)
     if not isinstance(sources_raw, dict) or not sources_raw:
         raise TokshardError(f"{where}: no sources; add at least one [sources.NAME] table with a type")
+    from pipeline.sources import source_class
+
     sources: dict[str, dict[str, Any]] = {}
     for name, section in sources_raw.items():
         if not isinstance(section, dict):
@@ -133,6 +142,8 @@ def from_dict(
 
 def _apply_mirror(sources_raw: Any, mirror: str, where: str) -> None:
     """--mirror names the local copy of a recipe's one hub repo."""
+    from pipeline.sources import source_class
+
     hub = [
         name
         for name, section in (sources_raw or {}).items()
@@ -145,6 +156,20 @@ def _apply_mirror(sources_raw: Any, mirror: str, where: str) -> None:
         )
     # relative to where the command runs, not to the recipe's folder
     sources_raw[hub[0]]["mirror"] = mirror if "://" in mirror else os.path.abspath(os.path.expanduser(mirror))
+
+
+def _settings(raw: dict[str, Any], overrides: dict[str, Any], where: str) -> Settings:
+    """The recipe's settings with the command line's (those given) on top, checked."""
+    unknown = sorted(set(raw) - set(SETTING_NAMES))
+    if unknown:
+        raise TokshardError(
+            f"{where}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(SETTING_NAMES))}, "
+            "and [sources.NAME] tables"
+        )
+    values = {**asdict(Settings(tokenizer="")), **raw}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    _check_settings(values, where)
+    return replace(Settings(tokenizer=""), **values)
 
 
 def _check_settings(settings: dict[str, Any], where: str) -> None:

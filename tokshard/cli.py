@@ -15,6 +15,9 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.format.errors import OneLineParser, TokshardError, positive_int
+from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
+from pipeline.run.cluster import BATCH_SYSTEMS
+from tokshard.demo import SIZES
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -42,7 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tokshard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_prepare(sub)
+    _add_tokenizer(sub)
+    _add_status(sub)
+    _add_verify(sub)
+    _add_inspect(sub)
+    _add_train(sub)
+    _add_plot(sub)
+    _add_demo(sub)
+    return parser
 
+
+def _add_prepare(sub) -> None:
     p = _subparser(
         sub,
         "prepare",
@@ -67,9 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
     p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")
-    p.add_argument(
-        "--workers", type=positive_int, help="local Dask worker processes (default: one per core)"
-    )
+    p.add_argument("--workers", type=positive_int, help="local Dask worker processes (default: one per core)")
     p.add_argument("--threads", type=positive_int, help="encoder threads per worker process (default 1)")
     p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
     p.add_argument(
@@ -83,23 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="tcp://HOST:PORT",
         help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
     )
-    p.add_argument(
-        "--encoder", choices=["auto", "tokenizers", "tiktoken"], help="encoder back end (default auto)"
-    )
-    p.add_argument(
-        "--dtype", choices=["uint16", "uint32"], help="token dtype (uint32 for vocabularies > 65,536)"
-    )
+    p.add_argument("--encoder", choices=ENCODERS, help="encoder back end (default auto)")
+    p.add_argument("--dtype", choices=DTYPES, help="token dtype (uint32 for vocabularies > 65,536)")
     p.add_argument(
         "--shard-tokens", type=positive_int, help="at most this many tokens per shard (default 2^27)"
     )
     p.add_argument(
         "--on-bad-record",
-        choices=["error", "skip"],
+        choices=BAD_RECORD_POLICIES,
         help="stop at a bad record (default) or skip and count it",
     )
     p.add_argument("--mirror", metavar="DIR", help="local copy of the recipe's hub repo (same layout)")
     _add_batch_options(p)
 
+
+def _add_tokenizer(sub) -> None:
     p = _subparser(
         sub,
         "tokenizer",
@@ -120,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json")
     t.add_argument("--eos", default="<|endoftext|>", help="the EOS token's text")
 
+
+def _add_status(sub) -> None:
     p = _subparser(
         sub,
         "status",
@@ -129,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="the --out folder of a prepare run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _add_verify(sub) -> None:
     p = _subparser(
         sub,
         "verify",
@@ -137,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("manifest", help="manifest.json or its folder")
 
+
+def _add_inspect(sub) -> None:
     p = _subparser(
         sub,
         "inspect",
@@ -154,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="where --plot writes (default: doc_lengths.png beside the manifest); implies --plot",
     )
 
+
+def _add_train(sub) -> None:
     _subparser(
         sub,
         "train",
@@ -161,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2-bf16.json",
     )
 
+
+def _add_plot(sub) -> None:
     p = _subparser(
         sub,
         "plot",
@@ -173,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="PNG", help="where to write the PNG (default: RUN_DIR/report.png)")
     p.add_argument("--title", help="the figure's title (default: the run folder)")
 
+
+def _add_demo(sub) -> None:
     p = _subparser(
         sub,
         "demo",
@@ -185,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default="demo-out", help="folder for everything the demo makes")
     p.add_argument(
         "--size",
-        choices=["default", "quick"],
+        choices=list(SIZES),
         default="default",
         help="default: about two minutes on two cores; quick: a fifth of the data and steps (what the tests run)",
     )
@@ -194,13 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         help="local Dask worker processes for prepare (default: cores, at most 4)",
     )
-    return parser
 
 
 def _add_batch_options(p: argparse.ArgumentParser) -> None:
     """`--cluster slurm|pbs`: CPU workers from a batch system via dask-jobqueue (docs/CLUSTER.md)."""
     g = p.add_argument_group("batch system (--cluster; unset knobs come from your Dask jobqueue config)")
-    g.add_argument("--cluster", choices=["slurm", "pbs"], help="submit batch jobs of Dask workers")
+    g.add_argument("--cluster", choices=BATCH_SYSTEMS, help="submit batch jobs of Dask workers")
     g.add_argument("--jobs", type=positive_int, default=1, help="number of batch jobs")
     g.add_argument("--cores", type=positive_int, help="cores per job (one worker process per core)")
     g.add_argument("--memory", help="memory per job, e.g. 120GB (split over its worker processes)")
@@ -306,7 +327,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         recipe = recipe_mod.load(_recipe_path(args.recipe), overrides, mirror=args.mirror)
     else:
         raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
-    out = recipe.settings["out"]
+    out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
     started = time.monotonic()

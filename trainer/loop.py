@@ -257,28 +257,11 @@ def train(args: TrainArgs) -> dict[str, Any]:
     micro = engine.train_micro_batch_size_per_gpu()
     accum = engine.gradient_accumulation_steps()
     global_batch = engine.train_batch_size()
-    run_dir = Path(
-        args.run_dir
-        or args.save
-        or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
-    )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = _run_dir(args, dist)
     log = MetricsLog(run_dir, dist.is_main, args.steps)
     samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
     if dist.is_main:
-        record = {
-            "args": asdict(args),
-            "world_size": dist.world,
-            "device": str(dist.device),
-            "model": plan.spec.name,
-            "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
-            "deepspeed_config": config,
-            "data": plan.identity,
-            "seed": plan.seed,
-            "start_step": step,
-            "start_samples": samples,
-        }
-        write_json(run_dir / "run.json", record)
+        write_json(run_dir / "run.json", _run_record(args, plan, dist, engine, config, step, samples))
     end = min(args.stop_at or args.steps, args.steps)
     if step >= end:
         log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
@@ -293,72 +276,159 @@ def train(args: TrainArgs) -> dict[str, Any]:
         depth=args.prefetch,
         keep_host=args.log_samples,
     )
-    eval_set = plan.eval_set
     sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
-    tokens_per_step = global_batch * args.seq_len
-    t_begin = t_last = time.perf_counter()
-    wait_last, steps_since = 0.0, 0
-    last: dict[str, Any] = {}
+    run = Steps(engine, plan, args, dist, prefetcher, log, sample_log, step, samples, end, global_batch)
     log.note(
         f"{plan.spec.name} on {dist.world} x {dist.device.type}, {ds_config.precision(config)}, "
         f"ZeRO {(config.get('zero_optimization') or {}).get('stage', 0)}, global batch {global_batch} "
         f"({micro} x {accum} x {dist.world}) x {args.seq_len} tokens; run dir {run_dir}"
     )
     try:
-        if eval_set is not None and step == 0:  # the baseline every later evaluation is read against
-            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
-            log.eval(step=0, loss=mean, split=args.eval_split, sources=by_source)
-            t_begin = t_last = time.perf_counter()
-        while step < end:
-            engine.train()
-            step_loss = torch.zeros((), device=dist.device)
-            for m in range(accum):
-                batch = next(prefetcher)
-                loss = engine(batch.inputs, batch.targets)
-                engine.backward(loss)
-                engine.step()
-                step_loss += loss.detach().float()
-                if sample_log is not None:
-                    _log_samples(sample_log, step + 1, m, dist.rank, batch, plan.train_sources)
-            step += 1
-            samples += global_batch
-            steps_since += 1
-            if step % args.log_every == 0 or step == end:
-                now = time.perf_counter()
-                loss_value, wait_frac = _reduce(
-                    step_loss / accum, (prefetcher.wait_s - wait_last) / (now - t_last), dist
-                )
-                elapsed = now - t_begin
-                last = {
-                    "step": step,
-                    "loss": loss_value,
-                    "lr": float(engine.get_lr()[0]),
-                    "tokens_per_s": tokens_per_step * steps_since / (now - t_last),
-                    "samples": samples,
-                    "data_wait_frac": wait_frac,
-                    "elapsed_s": elapsed,
-                }
-                log.train(**last)
-                t_last, wait_last, steps_since = time.perf_counter(), prefetcher.wait_s, 0
-            if eval_set is not None and (step % args.eval_every == 0 or step == end):
-                t0 = time.perf_counter()
-                mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
-                log.eval(step=step, loss=mean, split=args.eval_split, sources=by_source)
-                last["eval_loss"] = mean
-                t_last += time.perf_counter() - t0  # evaluation is not training time
-            if plan.save_dir is not None and (
-                step == end or (args.save_every and step % args.save_every == 0)
-            ):
-                t0 = time.perf_counter()
-                save(engine, plan, dist, step, samples, global_batch)
-                log.note(f"saved {plan.save_dir / checkpoint.tag_for(step)}")
-                t_last += time.perf_counter() - t0
+        run.baseline_eval()
+        while run.step < end:
+            run.train_step()
+            run.log_step()
+            run.eval_step()
+            run.save_step()
     finally:
         prefetcher.close()
         if sample_log is not None:
             sample_log.close()
         log.close()
-    return last
+    return run.last
+
+
+def _run_dir(args: TrainArgs, dist: distributed.Dist) -> Path:
+    """--run-dir, else --save, else runs/TIMESTAMP (rank 0's clock, the same on every rank)."""
+    run_dir = Path(
+        args.run_dir
+        or args.save
+        or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _run_record(
+    args: TrainArgs,
+    plan: Plan,
+    dist: distributed.Dist,
+    engine,
+    config: dict[str, Any],
+    step: int,
+    samples: int,
+) -> dict[str, Any]:
+    """RUN_DIR/run.json: how this run (or this part of it) was started."""
+    return {
+        "args": asdict(args),
+        "world_size": dist.world,
+        "device": str(dist.device),
+        "model": plan.spec.name,
+        "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
+        "deepspeed_config": config,
+        "data": plan.identity,
+        "seed": plan.seed,
+        "start_step": step,
+        "start_samples": samples,
+    }
+
+
+class Steps:
+    """The step loop's state and its parts: one optimizer step, its log line, the periodic
+    evaluation and checkpoint. Evaluating and saving are not training time (their seconds
+    are taken out of the tokens/s and data-wait figures)."""
+
+    def __init__(
+        self,
+        engine,
+        plan: Plan,
+        args: TrainArgs,
+        dist: distributed.Dist,
+        prefetcher: Prefetcher,
+        log: MetricsLog,
+        sample_log,
+        step: int,
+        samples: int,
+        end: int,
+        global_batch: int,
+    ) -> None:
+        self.engine, self.plan, self.args, self.dist = engine, plan, args, dist
+        self.prefetcher, self.log, self.sample_log = prefetcher, log, sample_log
+        self.step, self.samples, self.end, self.global_batch = step, samples, end, global_batch
+        self.micro = engine.train_micro_batch_size_per_gpu()
+        self.accum = engine.gradient_accumulation_steps()
+        self.tokens_per_step = global_batch * args.seq_len
+        self.t_begin = self.t_last = time.perf_counter()
+        self.wait_last, self.steps_since = 0.0, 0
+        self.step_loss = torch.zeros((), device=dist.device)
+        self.last: dict[str, Any] = {}
+
+    def baseline_eval(self) -> None:
+        """At step 0, the loss every later evaluation is read against."""
+        if self.plan.eval_set is not None and self.step == 0:
+            self._evaluate()
+            self.t_begin = self.t_last = time.perf_counter()
+
+    def train_step(self) -> None:
+        """One optimizer step: ``accum`` micro-batches forward and backward."""
+        engine, dist = self.engine, self.dist
+        engine.train()
+        step_loss = torch.zeros((), device=dist.device)
+        for m in range(self.accum):
+            batch = next(self.prefetcher)
+            loss = engine(batch.inputs, batch.targets)
+            engine.backward(loss)
+            engine.step()
+            step_loss += loss.detach().float()
+            if self.sample_log is not None:
+                _log_samples(self.sample_log, self.step + 1, m, dist.rank, batch, self.plan.train_sources)
+        self.step_loss = step_loss
+        self.step += 1
+        self.samples += self.global_batch
+        self.steps_since += 1
+
+    def log_step(self) -> None:
+        if not (self.step % self.args.log_every == 0 or self.step == self.end):
+            return
+        now = time.perf_counter()
+        loss_value, wait_frac = _reduce(
+            self.step_loss / self.accum,
+            (self.prefetcher.wait_s - self.wait_last) / (now - self.t_last),
+            self.dist,
+        )
+        self.last = {
+            "step": self.step,
+            "loss": loss_value,
+            "lr": float(self.engine.get_lr()[0]),
+            "tokens_per_s": self.tokens_per_step * self.steps_since / (now - self.t_last),
+            "samples": self.samples,
+            "data_wait_frac": wait_frac,
+            "elapsed_s": now - self.t_begin,
+        }
+        self.log.train(**self.last)
+        self.t_last, self.wait_last, self.steps_since = time.perf_counter(), self.prefetcher.wait_s, 0
+
+    def eval_step(self) -> None:
+        if self.plan.eval_set is None or not (self.step % self.args.eval_every == 0 or self.step == self.end):
+            return
+        t0 = time.perf_counter()
+        self.last["eval_loss"] = self._evaluate()
+        self.t_last += time.perf_counter() - t0
+
+    def save_step(self) -> None:
+        save_dir, every = self.plan.save_dir, self.args.save_every
+        if save_dir is None or not (self.step == self.end or (every and self.step % every == 0)):
+            return
+        t0 = time.perf_counter()
+        save(self.engine, self.plan, self.dist, self.step, self.samples, self.global_batch)
+        self.log.note(f"saved {save_dir / checkpoint.tag_for(self.step)}")
+        self.t_last += time.perf_counter() - t0
+
+    def _evaluate(self) -> float:
+        eval_set = self.plan.eval_set
+        mean, by_source = evaluate(self.engine, eval_set, self.args.eval_samples, self.micro, self.dist)
+        self.log.eval(step=self.step, loss=mean, split=self.args.eval_split, sources=by_source)
+        return mean
 
 
 def _reduce(loss: torch.Tensor, wait_frac: float, dist) -> tuple[float, float]:

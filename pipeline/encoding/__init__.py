@@ -1,0 +1,11 @@
+"""Text to token ids: tokenizer.json, the back ends, their equivalence check, batching.
+
+Layers, each importing only those before it: ``byte_level`` (what a byte-level BPE is) ->
+``tokenizer`` (find, read, fingerprint, train a tokenizer.json) -> ``backend`` (the
+`tokenizers` reference) -> ``equivalence`` (comparisons of a fast back end with it) ->
+``tiktoken_backend`` -> ``selection`` (which back end a run uses; one encoder per worker).
+``documents`` batches a partition's documents through an encoder and cuts long ones.
+"""
+
+#: the back ends, in the order `auto` prefers the reference; `selection.BACKENDS` builds them
+BACKEND_NAMES: tuple[str, ...] = ("tokenizers", "tiktoken")

@@ -59,7 +59,7 @@ class Spooled:
     progress: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class LongProgress:
     """The spool holds the first ``tokens`` tokens of the long document being encoded, the
     ids of its first ``chars`` characters (a pre-token boundary): a commit point inside it."""

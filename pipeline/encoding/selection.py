@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
+from pipeline.encoding import BACKEND_NAMES
 from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_versions
 from pipeline.encoding.equivalence import SAMPLE_DOC_CHARS, SAMPLE_DOCS, Verdict, compare, probes, show
 from pipeline.encoding.tiktoken_backend import NotEquivalent, TiktokenEncoder
@@ -22,10 +23,14 @@ def _tiktoken(path: str, threads: int, checked_with: tuple[tuple[str, str], ...]
     return TiktokenEncoder(path, threads, confirm=checked_with != library_versions())
 
 
-BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
-    "tokenizers": lambda path, threads, _: TokenizersEncoder(path, threads),
-    "tiktoken": _tiktoken,
-}
+def _tokenizers(path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
+    return TokenizersEncoder(path, threads)
+
+
+#: each back end's factory, under its name in `pipeline.encoding.BACKEND_NAMES`
+BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = dict(
+    zip(BACKEND_NAMES, (_tokenizers, _tiktoken), strict=True)
+)
 
 
 @lru_cache(maxsize=4)

@@ -19,6 +19,7 @@ from typing import Any
 from pipeline.encoding import byte_level
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
+from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_EOS = "<|endoftext|>"
@@ -153,7 +154,7 @@ def check_dtype(vocab_size: int, dtype: str, where: str) -> None:
             f"{where}: ids go up to {vocab_size - 1}, which does not fit uint16; "
             'pass --dtype uint32 (or dtype = "uint32" in the recipe)'
         )
-    if dtype not in ("uint16", "uint32"):
+    if dtype not in TOKEN_DTYPES:
         raise TokshardError(f"dtype {dtype!r} is not supported; use uint16 or uint32")
 
 

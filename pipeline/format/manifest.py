@@ -19,6 +19,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.shard_writer import ShardRecord
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"
@@ -155,6 +156,38 @@ def load(path: str | os.PathLike) -> Manifest:
         return Manifest(p, data)
     except (KeyError, TypeError) as exc:
         raise TokshardError(f"{p}: manifest entry lacks {exc}; it is damaged, re-run prepare") from exc
+
+
+def empty_split_stats() -> dict[str, Any]:
+    """A split's counts in ``sources.NAME.splits``, before any partition is added."""
+    return {"documents": 0, "tokens": 0, "shards": 0, "partitions": 0, "dropped_empty": 0, "skipped": {}}
+
+
+def add_partition(
+    stats: dict[str, Any], documents: int, tokens: int, dropped_empty: int, skipped: dict[str, int], shards: int
+) -> None:
+    """Count one finished partition into its split's stats."""
+    stats["documents"] += documents
+    stats["tokens"] += tokens
+    stats["partitions"] += 1
+    stats["dropped_empty"] += dropped_empty
+    for reason, n in skipped.items():
+        stats["skipped"][reason] = stats["skipped"].get(reason, 0) + n
+    stats["shards"] += shards
+
+
+def shard_entry(record: ShardRecord, source: str, split: str) -> dict[str, Any]:
+    """One item of the manifest's ``shards`` list: a written shard, where its tokens came from."""
+    return {
+        "path": record.path,
+        "source": source,
+        "split": split,
+        "tokens": record.tokens,
+        "documents": record.documents,
+        "bytes": record.bytes,
+        "hash": record.hash,
+        "idx_hash": record.idx_hash,
+    }
 
 
 def build(

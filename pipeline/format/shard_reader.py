@@ -30,14 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.format.token_dtypes import TOKEN_DTYPES
+
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 HEADER = struct.Struct("<9sQBQQ")
 
 #: token dtype name -> (numpy dtype, Megatron dtype code written in the .idx)
 DTYPES: dict[str, tuple[np.dtype, int]] = {
-    "uint16": (np.dtype("<u2"), 8),
-    "uint32": (np.dtype("<u4"), 4),
+    name: (np.dtype(numpy_name), code) for name, (numpy_name, code) in TOKEN_DTYPES.items()
 }
 
 

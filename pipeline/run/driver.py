@@ -73,7 +73,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         if leftovers:
             log(f"removed {len(leftovers)} temporary files of interrupted writes")
         settings = recipe.settings
-        src, tok = tokenizer.resolve(settings["tokenizer"], settings["eos_token"], settings["dtype"])
+        src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
         recipe.tokenizer_sha256 = tok.sha256
         plan = _load_or_make_plan(recipe, out, tok, log)
         tokenizer.install(src, tok, out)
@@ -84,13 +84,13 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
-        early = _early_workers(options, settings["threads"]) if todo else None
+        early = _early_workers(options, settings.threads) if todo else None
         try:
             if early is not None:  # the encoder `auto` most likely picks, built while we check it
-                likely = "tokenizers" if settings["encoder"] == "tokenizers" else "tiktoken"
-                early.warm(warm_up, *_encoder_args(out, plan, likely, settings["threads"]))
+                likely = "tokenizers" if settings.encoder == "tokenizers" else "tiktoken"
+                early.warm(warm_up, *_encoder_args(out, plan, likely, settings.threads))
             encoder, reason = choose(
-                settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
+                settings.encoder, str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
             )
             log(f"encoder: {encoder} ({reason})")
             if todo:
@@ -98,13 +98,13 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
                     f"{resumed} to resume, {len(todo) - resumed} to start"
                 )
-                encoder_args = _encoder_args(out, plan, encoder, settings["threads"])
+                encoder_args = _encoder_args(out, plan, encoder, settings.threads)
                 tasks = [_task(recipe, out, plan, p, run_id, encoder_args) for p in todo]
                 _run(tasks, todo, checkpoints, plan, out, options, log, early)
         finally:
             if early is not None:
                 early.discard()
-        path = _write_manifest(out, recipe, plan, encoder, reason, settings["threads"])
+        path = _write_manifest(out, recipe, plan, encoder, reason, settings.threads)
         log(f"wrote {path}")
         return path
 
@@ -202,12 +202,12 @@ def _task(
         tokenizer_path=tokenizer_path,
         tokenizer_sha256=sha256,
         eos_id=plan.tokenizer["eos_id"],
-        dtype=s["dtype"],
-        shard_tokens=s["shard_tokens"],
+        dtype=s.dtype,
+        shard_tokens=s.shard_tokens,
         encoder=encoder,
         threads=threads,
-        on_bad_record=s["on_bad_record"],
-        commit_seconds=float(s["commit_seconds"]),
+        on_bad_record=s.on_bad_record,
+        commit_seconds=float(s.commit_seconds),
         run_id=run_id,
         checked_with=checked_with,
     )
@@ -304,7 +304,7 @@ def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> C
     from distributed import KilledWorker
 
     try:
-        return Checkpoint(**fut.result())
+        return fut.result()
     except KilledWorker as exc:
         raise TokshardError(
             f"Dask workers died repeatedly on partition {part.key} (out of memory?); "
@@ -316,54 +316,27 @@ def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> C
 
 def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason: str, threads: int) -> Path:
     shards: list[dict[str, Any]] = []
-    sources: dict[str, Any] = {}
-    for name, cfg in recipe.sources.items():
-        sources[name] = {
+    sources: dict[str, Any] = {
+        name: {
             "type": cfg["type"],
             "origin": plan.origins[name],
-            "splits": {
-                split: {
-                    "documents": 0,
-                    "tokens": 0,
-                    "shards": 0,
-                    "partitions": 0,
-                    "dropped_empty": 0,
-                    "skipped": {},
-                }
-                for split in plan.splits[name]
-            },
+            "splits": {split: manifest.empty_split_stats() for split in plan.splits[name]},
         }
+        for name, cfg in recipe.sources.items()
+    }
     for part in plan.partitions:
         ck = load_checkpoint(out, part)
         if ck is None or not ck.complete:
             raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
-        if not all((out / rec["path"]).exists() for rec in ck.closed):
+        if not all((out / rec.path).exists() for rec in ck.closed):
             finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
         stats = sources[part.source]["splits"][part.split]
-        stats["documents"] += ck.documents
-        stats["tokens"] += ck.tokens
-        stats["partitions"] += 1
-        stats["dropped_empty"] += ck.dropped_empty
-        for reason_, n in ck.skipped.items():
-            stats["skipped"][reason_] = stats["skipped"].get(reason_, 0) + n
-        for rec in ck.closed:
-            stats["shards"] += 1
-            shards.append(
-                {
-                    "path": rec["path"],
-                    "source": part.source,
-                    "split": part.split,
-                    "tokens": rec["tokens"],
-                    "documents": rec["documents"],
-                    "bytes": rec["bytes"],
-                    "hash": rec["hash"],
-                    "idx_hash": rec["idx_hash"],
-                }
-            )
+        manifest.add_partition(stats, ck.documents, ck.tokens, ck.dropped_empty, ck.skipped, len(ck.closed))
+        shards += [manifest.shard_entry(rec, part.source, part.split) for rec in ck.closed]
     doc = manifest.build(
         recipe=plan.recipe,
         recipe_hash=plan.identity_hash,
-        dtype=recipe.settings["dtype"],
+        dtype=recipe.settings.dtype,
         tokenizer=plan.tokenizer,
         encoder={"name": encoder, "reason": reason, "threads": threads},
         sources=sources,

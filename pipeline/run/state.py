@@ -30,8 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.encoding.documents import LongProgress
 from pipeline.format.atomic import TMP_SUFFIX, disk_error, write_json
 from pipeline.format.errors import TokshardError
+from pipeline.format.shard_writer import OpenShard, ShardRecord
 from pipeline.sources.base import Partition
 
 STATE_DIR = ".tokshard"
@@ -55,19 +57,32 @@ class Checkpoint:
     dropped_empty: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     progress: int = 0
-    closed: list[dict[str, Any]] = field(default_factory=list)
-    open: dict[str, Any] | None = None
+    closed: list[ShardRecord] = field(default_factory=list)
+    open: OpenShard | None = None
     updated: float = 0.0
     busy_seconds: float = 0.0
     #: of which spent making work durable (fsyncs, checkpoints, renames): the price of commits
     commit_time: float = 0.0
-    #: progress inside the long document that starts at ``cursor``: {chars, tokens, any_text}
-    long: dict[str, Any] | None = None
+    #: progress inside the long document that starts at ``cursor``
+    long: LongProgress | None = None
     #: where each later attempt picked up: {"progress", "tokens", "long_chars", "time"}
     resumed_from: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The checkpoint file's content (the one place its records become plain data)."""
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
+        """The inverse of `to_json` (the one place plain data become its records again)."""
+        return cls(
+            **{
+                **data,
+                "closed": [ShardRecord(**r) for r in data.get("closed", [])],
+                "open": OpenShard(**data["open"]) if data.get("open") else None,
+                "long": LongProgress(**data["long"]) if data.get("long") else None,
+            }
+        )
 
 
 def checkpoint_path(out: Path, part: Partition) -> Path:
@@ -88,7 +103,7 @@ def load_checkpoint(out: Path, part: Partition) -> Checkpoint | None:
         raise TokshardError(
             f"{path}: checkpoint is for {data.get('key')!r}, not {part.key!r}; use a new --out"
         )
-    return Checkpoint(**data)
+    return Checkpoint.from_json(data)
 
 
 def save_checkpoint(out: Path, part: Partition, ckpt: Checkpoint) -> None:

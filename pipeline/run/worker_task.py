@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from pipeline.encoding.selection import cached_encoder
 from pipeline.format.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import token_dtype
-from pipeline.format.shard_writer import OpenShard, ShardRecord, ShardSequence, finalize
+from pipeline.format.shard_writer import ShardSequence, finalize
 from pipeline.run.state import (
     Checkpoint,
     current_run,
@@ -81,16 +81,16 @@ class Superseded(TokshardError):
     """A newer `prepare` took over the folder; this orphaned task stopped at a commit."""
 
 
-def run_partition(task: PartitionTask) -> dict[str, Any]:
+def run_partition(task: PartitionTask) -> Checkpoint:
     out = Path(task.out)
     part = Partition.from_json(task.partition)
     with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
         ckpt = load_checkpoint(out, part) or Checkpoint(key=part.key)
         if ckpt.complete:
-            finalize(out, [ShardRecord(**r) for r in ckpt.closed])
-            return ckpt.to_json()
+            finalize(out, ckpt.closed)
+            return ckpt
         try:
-            return PartitionRun(task, out, part, ckpt).run().to_json()
+            return PartitionRun(task, out, part, ckpt).run()
         except OSError as exc:
             if exc.errno in DISK_FULL_ERRNOS + UNWRITABLE_ERRNOS:
                 raise disk_error(exc, exc.filename or out / part.stem) from exc
@@ -101,7 +101,7 @@ def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     """Complete the renames of a finished partition whose task was killed right after its
     last checkpoint (the driver calls this before it lists the shards in the manifest)."""
     with partition_lock(out, part):
-        finalize(out, [ShardRecord(**r) for r in ckpt.closed])
+        finalize(out, ckpt.closed)
 
 
 def _lock_wait(task: PartitionTask) -> float:
@@ -151,7 +151,7 @@ class PartitionRun:
                 {
                     "progress": ckpt.progress,
                     "tokens": ckpt.tokens,
-                    "long_chars": ckpt.long["chars"] if ckpt.long else None,
+                    "long_chars": ckpt.long.chars if ckpt.long else None,
                     "time": time.time(),
                 }
             )
@@ -179,20 +179,20 @@ class PartitionRun:
             part.stem,
             task.dtype,
             task.shard_tokens,
-            closed=[ShardRecord(**r) for r in ckpt.closed],
-            open_shard=OpenShard(**ckpt.open) if ckpt.open else None,
+            closed=ckpt.closed,
+            open_shard=ckpt.open,
         )
 
     def run(self) -> Checkpoint:
         task, ckpt = self.task, self.ckpt
         source = build_source(self.part.source, task.source_config)
-        resume = LongProgress(**ckpt.long) if ckpt.long else None
+        resume = ckpt.long
         clock = self.clock
         try:
             items = self.doc_encoder.run(source.read(self.part, ckpt.cursor), resume, commit_points=True)
             for item in items:
                 if isinstance(item, LongProgress):
-                    ckpt.long = asdict(item)
+                    ckpt.long = item
                 else:
                     self._add(item)
                     if self.spool.exists():  # a long document ended: no checkpoint may point into it
@@ -209,7 +209,7 @@ class PartitionRun:
         except BaseException:
             self.shards.current.abandon()
             raise
-        ckpt.closed = [r.to_json() for r in records]
+        ckpt.closed = list(records)
         ckpt.open = None
         ckpt.long = None
         ckpt.complete = True
@@ -251,8 +251,8 @@ class PartitionRun:
                 self.doc_encoder.sync_spool()
             except OSError as exc:
                 raise disk_error(exc, self.spool) from exc
-        ckpt.closed = [r.to_json() for r in self.shards.closed]
-        ckpt.open = {"seq": open_shard.seq, "tokens": open_shard.tokens, "documents": open_shard.documents}
+        ckpt.closed = list(self.shards.closed)
+        ckpt.open = open_shard
         ckpt.busy_seconds = self.busy_before + time.monotonic() - self.started
         ckpt.commit_time = self.commit_before + self.commit_spent + time.monotonic() - began
         save_checkpoint(self.out, self.part, ckpt)

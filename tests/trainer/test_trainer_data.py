@@ -9,12 +9,12 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from support import SCHEMA, cached_manifest
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import Shard
 from pipeline.format.shard_writer import ShardSequence
-from tests.trainer_data import SCHEMA, cached_manifest
 from trainer.data import ModelLimits, TokenStream, WindowDataset, check_manifest
 
 TINY = ModelLimits("tiny", 2048, 1024)

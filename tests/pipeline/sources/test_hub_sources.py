@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
+from support import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
 
 from pipeline import recipe
 from pipeline.format.errors import TokshardError
@@ -282,7 +282,7 @@ def test_mirror_given_as_an_fsspec_url_reads_the_same_documents(mirror):
 @pytest.mark.parametrize("name", ["wikitext-103", "wikitext-2", "cc-news", "bookcorpus", "opt-mix"])
 def test_bundled_recipes_name_the_hub_corpora_with_gpt2(name):
     r = recipe.load(REPO / "manifests" / f"{name}.toml")
-    assert r.settings["tokenizer"] == "gpt2"
+    assert r.settings.tokenizer == "gpt2"
     repos = {cfg["type"]: cfg["repo"] for cfg in r.sources.values()}
     assert (
         repos.items()

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import plain_encode, run_prepare, stream_of
+from support import plain_encode, run_prepare, stream_of
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError

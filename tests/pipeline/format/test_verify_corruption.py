@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cli, run_prepare, write_jsonl
+from support import cli, run_prepare, write_jsonl
 
 SHARD = "d/train/00000-0001"
 

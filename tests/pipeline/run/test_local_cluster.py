@@ -9,7 +9,7 @@ import urllib.request
 
 import psutil
 import pytest
-from conftest import write_jsonl
+from support import write_jsonl
 from test_encoders import train
 
 from pipeline import recipe

@@ -6,7 +6,7 @@ import json
 
 import jsonschema
 import pytest
-from conftest import REPO, run_prepare, write_jsonl
+from support import REPO, run_prepare, write_jsonl
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError, VerifyError

@@ -11,19 +11,22 @@ import time
 
 import numpy as np
 import pytest
-from conftest import cli, plain_encode, stream_of, write_jsonl
-from resume_support import (
+from support import (
     alive,
     assert_same_output,
     checkpoints,
+    cli,
     corpus,
     dask_worker_pids,
     files_recipe,
     kill_group,
     leftovers,
+    plain_encode,
     reference,
     start_prepare,
+    stream_of,
     wait_for,
+    write_jsonl,
 )
 
 from pipeline.format.verify import verify

@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support import REPO
 
 from tokshard.cli import build_parser
 from trainer.cli import parse as parse_train

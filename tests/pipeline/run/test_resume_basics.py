@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import cli, plain_encode, run_prepare, stream_of, write_jsonl
+from support import cli, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline import recipe
 from pipeline.format import manifest

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import cli
+from support import cli
 
 pytest.importorskip("dask_jobqueue")
 

@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from conftest import cli
+from support import cli
 
 from pipeline import recipe
 from pipeline.format.errors import TokshardError

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import cli, run_prepare, write_jsonl
+from support import cli, run_prepare, write_jsonl
 
 from pipeline.encoding.tokenizer import locate, resolve
 from pipeline.format import manifest

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support import cached_manifest
 
 from pipeline.format import manifest as manifest_mod
-from tests.trainer_data import cached_manifest
 from trainer.data import WindowDataset
 from trainer.prefetch import Prefetcher
 from trainer.sampler import MixtureSampler, rank_positions

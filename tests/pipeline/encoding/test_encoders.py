@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
+from support import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
 from pipeline.encoding.documents import LONG_DOC_CHARS

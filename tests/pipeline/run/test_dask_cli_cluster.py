@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from resume_support import (
+from support import (
+    REPO,
     assert_same_output,
     checkpoints,
     corpus,

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli, validate_manifest
 from PIL import Image
+from support import REPO, cli, validate_manifest
 
 from pipeline.format import manifest as manifest_mod
 
@@ -249,4 +249,4 @@ def test_the_test_suite_collects_from_the_clean_copy(copy):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "tests/test_demo.py::test_demo_writes_a_png_report_and_a_json_summary" in proc.stdout
+    assert "tests/tokshard/test_demo.py::test_demo_writes_a_png_report_and_a_json_summary" in proc.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import cli, run_prepare, write_jsonl
+from support import cli, run_prepare, write_jsonl
 
 from pipeline.format import manifest
 

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO, plain_encode
+from support import REPO, plain_encode
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.documents import DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer

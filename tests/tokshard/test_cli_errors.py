@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from conftest import cli, write_jsonl
+from support import cli, write_jsonl
 
 from tokshard.cli import build_parser
 from trainer.cli import parser as train_parser

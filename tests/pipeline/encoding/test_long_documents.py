@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import plain_encode, run_prepare, stream_of
+from support import plain_encode, run_prepare, stream_of
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.documents import DocumentEncoder, Spooled, byte_level_pre_tokenizer, pieces

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from support import REPO
 
 from pipeline.format.errors import TokshardError
 from trainer import ds_config
 from trainer.ds_config import Knobs
 
-CONFIGS = Path(__file__).resolve().parents[1] / "trainer" / "configs"
+CONFIGS = REPO / "trainer" / "configs"
 EXAMPLES = sorted(CONFIGS.glob("*.json"))
 
 

@@ -11,8 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cli
-from resume_support import assert_same_output, checkpoints, corpus, files_recipe, leftovers, reference
+from support import assert_same_output, checkpoints, cli, corpus, files_recipe, leftovers, reference
 
 from pipeline.format.verify import verify
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import REPO, cached_manifest, make_manifest
 
 from pipeline.format.errors import TokshardError
-from tests.trainer_data import cached_manifest, make_manifest
 from trainer import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 CONFIGS = ROOT / "trainer" / "configs"
 SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--eval-samples", "8"]
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
+from support import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
 
 from pipeline.format import manifest
 from pipeline.format.shard_reader import Shard

@@ -1,0 +1,397 @@
+"""Helpers the tests share (fixtures are in conftest.py, which imports these).
+
+- real text and the reference encoding: `english_documents`, `plain_encode`, `stream_of`;
+- running tokshard as users do: `cli` (a fresh process), `run_prepare` (in process);
+- crash and resume: a corpus worth killing, real `prepare` processes, byte-for-byte
+  comparison of two output folders (`files_recipe`, `start_prepare`, `assert_same_output`...);
+- the trainer's small real-text manifest, made without `tokshard prepare`: a byte-level BPE
+  trained on docstrings of Python's own standard library, documents encoded the way the
+  design contract says, shards and manifest written with the format contract's own writers
+  (`make_manifest`, `cached_manifest`). Deterministic for a given Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import pkgutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from pipeline import recipe as recipe_mod
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.shard_writer import ShardSequence
+from pipeline.run.driver import RunOptions, prepare
+from pipeline.run.state import STATE_DIR
+
+REPO = Path(__file__).resolve().parent.parent
+EOS = "<|endoftext|>"
+SCHEMA = REPO / "manifests" / "schema.json"
+
+
+# --- real text, the reference encoding, the CLI ---------------------------------------------
+
+
+def english_documents(limit: int | None = None) -> list[str]:
+    """Real English prose available on every machine: the standard library's docstrings.
+
+    Deterministic for one Python version (sorted modules, then sorted members).
+    """
+    docs: list[str] = []
+    names = sorted(
+        m.name
+        for m in pkgutil.iter_modules()
+        if m.name in sys.stdlib_module_names
+        and not m.name.startswith("_")
+        and m.name not in {"this", "antigravity", "idlelib", "tkinter", "turtle", "turtledemo"}
+    )
+    for name in names:
+        try:
+            mod = importlib.import_module(name)
+        except Exception:
+            continue
+        parts = [mod.__doc__ or ""]
+        for attr in sorted(vars(mod)):
+            obj = getattr(mod, attr, None)
+            doc = getattr(obj, "__doc__", None)
+            if callable(obj) and isinstance(doc, str) and getattr(obj, "__module__", None) == name:
+                parts.append(f"{attr}\n{doc}")
+        text = "\n\n".join(p for p in parts if p.strip())
+        if len(text) > 200:
+            docs.append(text)
+        if limit and len(docs) >= limit:
+            break
+    return docs
+
+
+def plain_encode(tokenizer_path: Path, docs: list[str]) -> np.ndarray:
+    """The reference: encode(doc_1) + [EOS] + encode(doc_2) + [EOS] ... with the plain API."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.encode_special_tokens = True
+    eos = tok.token_to_id(EOS)
+    out: list[int] = []
+    for doc in docs:
+        if doc.strip():
+            out += tok.encode(doc, add_special_tokens=False).ids
+            out.append(eos)
+    return np.array(out, dtype=np.uint16)
+
+
+def stream_of(manifest_path: Path, source: str | None = None, split: str | None = None) -> np.ndarray:
+    """A source/split's shards concatenated in manifest order."""
+    from pipeline.format import manifest
+
+    m = manifest.load(manifest_path)
+    parts = [np.fromfile(s.bin_path, dtype=np.uint16) for s in m.select(source, split)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+
+
+def write_jsonl(path: Path, docs: list[str], field: str = "text") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for d in docs:
+            f.write(json.dumps({field: d}) + "\n")
+    return path
+
+
+def validate_manifest(path: Path) -> dict:
+    """Every manifest a test produces must satisfy manifests/schema.json."""
+    import jsonschema
+
+    schema = json.loads((REPO / "manifests" / "schema.json").read_text())
+    data = json.loads(Path(path).read_text())
+    jsonschema.validate(data, schema, format_checker=jsonschema.FormatChecker())
+    return data
+
+
+def run_prepare(recipe_dict: dict, out: Path, client=None, where: str = "test") -> Path:
+    """Prepare in-process on the shared cluster (the CLI path has its own tests)."""
+    from pipeline import recipe
+    from pipeline.run.driver import RunOptions, prepare
+
+    r = recipe.from_dict(recipe_dict, where)
+    path = prepare(r, out, RunOptions(client=client), log=lambda msg: None)
+    validate_manifest(path)
+    return path
+
+
+def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None = None, cwd=None):
+    """Run `tokshard ARGS` as a user would (a fresh process), returning CompletedProcess."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokshard.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd or REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tokshard {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+# --- crash and resume -------------------------------------------------------------------------
+
+
+def files_recipe(path: Path, tokenizer: Path, data: Path, partition_bytes: int, **settings: Any) -> Path:
+    """A recipe file for one files source, as a user writes it."""
+    top = {"tokenizer": str(tokenizer), **settings}
+    lines = [f"{k} = {json.dumps(v)}" for k, v in top.items()]
+    lines += [
+        "[sources.text]",
+        'type = "files"',
+        f"paths = [{json.dumps(str(data))}]",
+        f"partition_bytes = {partition_bytes}",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def corpus(path: Path, docs: list[str], copies: int, long_doc_copies: int = 0) -> Path:
+    """Real text, repeated; with ``long_doc_copies`` one document that long in the middle
+    (over 1M characters it is encoded piece by piece, with commit points inside it)."""
+    texts = docs * copies
+    if long_doc_copies:
+        texts.insert(len(texts) // 2, "\n\n".join(docs * long_doc_copies))
+    return write_jsonl(path, texts)
+
+
+def reference(recipe_path: Path, out: Path, client) -> Path:
+    """The uninterrupted run every interrupted one must equal (same recipe file)."""
+    r = recipe_mod.load(recipe_path)
+    return prepare(r, out, RunOptions(client=client), log=lambda m: None)
+
+
+def start_prepare(recipe_path: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    """`tokshard prepare` as its own process group (so a test can kill it like a machine)."""
+    cmd = [sys.executable, "-m", "tokshard.cli", "prepare", str(recipe_path), "--out", str(out), *extra]
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (from /proc: no extra dependency)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def dask_worker_pids(driver_pid: int) -> list[int]:
+    """The local Dask worker processes a `prepare` driver spawned."""
+    pids = []
+    for pid in children(driver_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def checkpoints(out: Path) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted((out / STATE_DIR / "parts").rglob("*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # being replaced right now
+    return found
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, proc=None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            return None
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def output_files(folder: Path) -> list[str]:
+    """Every file a reader may see (the run state under .tokshard/ excluded)."""
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and STATE_DIR not in p.parts
+    )
+
+
+def assert_same_output(ref: Path, out: Path, context: str = "") -> None:
+    """Shards, indexes, tokenizer byte for byte; the manifest equal but for its creation time."""
+    assert output_files(out) == output_files(ref), context
+    for rel in output_files(ref):
+        a, b = (ref / rel).read_bytes(), (out / rel).read_bytes()
+        if rel == "manifest.json":
+            a_doc, b_doc = json.loads(a), json.loads(b)
+            for doc in (a_doc, b_doc):
+                del doc["created"], doc["checksum"]
+            assert a_doc == b_doc, f"manifest differs {context}"
+        else:
+            assert a == b, f"{rel} differs {context}"
+
+
+def leftovers(out: Path) -> list[Path]:
+    """Temporary files and spools that must not survive a completed run."""
+    return [*out.rglob("*.tmp"), *(out / STATE_DIR / "spool").glob("*")]
+
+
+# --- the trainer's manifest -------------------------------------------------------------------
+
+#: source name -> stdlib packages whose docstrings make its documents
+SOURCES: dict[str, tuple[str, ...]] = {
+    "stdlib": ("email", "json", "http", "logging", "unittest", "xml", "importlib", "concurrent"),
+    "asyncio": ("asyncio", "multiprocessing", "urllib", "sqlite3", "tomllib", "zoneinfo"),
+}
+
+
+def docstring_documents(package: str) -> list[str]:
+    """One document per module: its module, class and function docstrings, in file order."""
+    root = Path(sysconfig.get_paths()["stdlib"]) / package
+    docs = []
+    for path in sorted(root.rglob("*.py")):
+        if "test" in path.parts[len(root.parts) - 1 :]:
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        nodes = [tree, *ast.walk(tree)]
+        kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        parts = [ast.get_docstring(n) for n in nodes if isinstance(n, kinds)]
+        text = "\n\n".join(dict.fromkeys(p.strip() for p in parts if p and p.strip()))
+        if text:
+            docs.append(text)
+    return docs
+
+
+def docstring_corpus() -> dict[str, list[str]]:
+    return {name: [d for pkg in pkgs for d in docstring_documents(pkg)] for name, pkgs in SOURCES.items()}
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.encode_special_tokens = True
+    return tok
+
+
+def encode(tok: Tokenizer, docs: list[str], eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token stream ``doc_1 EOS doc_2 EOS ...`` and per-document lengths (EOS included)."""
+    ids = [e.ids for e in tok.encode_batch(docs, add_special_tokens=False)]
+    tokens = np.fromiter((t for d in ids for t in [*d, eos_id]), dtype=np.int64)
+    return tokens, np.array([len(d) + 1 for d in ids], dtype=np.int32)
+
+
+def make_manifest(
+    out: Path, *, vocab_size: int = 1024, shard_tokens: int = 20_000, val_docs: int = 8
+) -> Path:
+    """Write shards + manifest.json under ``out``; the last ``val_docs`` documents of each
+    source form its ``validation`` split. Returns the manifest's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    texts = docstring_corpus()
+    tok = train_tokenizer([d for docs in texts.values() for d in docs], vocab_size)
+    tok_path = out / manifest_mod.TOKENIZER_NAME
+    tok.save(str(tok_path))
+    eos_id = tok.token_to_id(EOS)
+    shards, sources = [], {}
+    for name, docs in texts.items():
+        splits = {}
+        for split, part in (("train", docs[:-val_docs]), ("validation", docs[-val_docs:])):
+            tokens, lengths = encode(tok, part, eos_id)
+            seq = ShardSequence(out, f"{name}/{split}/00000", "uint16", shard_tokens)
+            seq.add(tokens, lengths)
+            records = seq.finish()
+            shards += [{**r.to_json(), "source": name, "split": split} for r in records]
+            splits[split] = {
+                "documents": len(part),
+                "tokens": int(lengths.sum()),
+                "shards": len(records),
+                "partitions": 1,
+                "dropped_empty": 0,
+                "skipped": {},
+            }
+        sources[name] = {
+            "type": "files",
+            "origin": {"stdlib_packages": list(SOURCES[name])},
+            "splits": splits,
+        }
+    recipe = {"sources": {name: {"type": "files"} for name in texts}}
+    doc = manifest_mod.build(
+        recipe=recipe,
+        recipe_hash=manifest_mod.content_hash(recipe),
+        dtype="uint16",
+        tokenizer={
+            "path": manifest_mod.TOKENIZER_NAME,
+            "sha256": hashlib.sha256(tok_path.read_bytes()).hexdigest(),
+            "vocab_size": tok.get_vocab_size(),
+            "eos_id": eos_id,
+            "eos_token": EOS,
+            "origin": "trained by tests/support.py",
+        },
+        encoder={"name": "tokenizers", "reason": "test helper"},
+        sources=sources,
+        shards=shards,
+    )
+    return manifest_mod.write(out, doc)
+
+
+def cached_manifest(tmp_path_factory) -> Path:
+    """One manifest per test session (made on first use, about two seconds)."""
+    root = tmp_path_factory.getbasetemp() / "trainer-manifest"
+    path = root / manifest_mod.MANIFEST_NAME
+    if not path.is_file():
+        make_manifest(root)
+    return path
