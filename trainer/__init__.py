@@ -3,5 +3,6 @@
 Modules: ``data`` (windows over shards, manifest guards), ``sampler`` (deterministic order and
 mixture), ``prefetch`` (batches ahead of the loop), ``model``/``models`` (GPT sizes, Transformers),
 ``ds_config`` (DeepSpeed JSON), ``checkpoint`` (data position in checkpoints), ``loop``,
-``metrics`` (metrics.jsonl), ``cli`` (``tokshard train``).
+``metrics`` (metrics.jsonl), ``report``/``figures`` (``tokshard plot``), ``cli`` (``tokshard train``).
+From ``pipeline/`` it imports the format contract (``pipeline.format``) and nothing else.
 """
