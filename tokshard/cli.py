@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline import recipe as recipe_mod
 from pipeline.format.errors import OneLineParser, TokshardError, positive_int
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
@@ -290,7 +291,6 @@ def _recipe_path(name: str) -> Path:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from pipeline import recipe as recipe_mod
     from pipeline.run.driver import RunOptions, prepare
 
     batch = _batch_jobs(args)
@@ -300,33 +300,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(job_script(batch, args.threads or 1))
         return 0
 
-    overrides: dict[str, Any] = {
-        "tokenizer": args.tokenizer,
-        "out": args.out,
-        "threads": args.threads,
-        "encoder": args.encoder,
-        "dtype": args.dtype,
-        "shard_tokens": args.shard_tokens,
-        "on_bad_record": args.on_bad_record,
-    }
-    if args.input and args.recipe:
-        raise TokshardError("give either a RECIPE or --input files, not both")
-    if args.input:
-        source: dict[str, Any] = {
-            "type": "files",
-            "paths": args.input,
-            "text_field": args.text_field,
-            "split": args.split,
-        }
-        if args.partition_bytes:
-            source["partition_bytes"] = args.partition_bytes
-        if args.mirror:
-            raise TokshardError("--mirror applies to hub recipes, not to --input files")
-        recipe = recipe_mod.from_dict({"sources": {args.name: source}}, "--input", overrides)
-    elif args.recipe:
-        recipe = recipe_mod.load(_recipe_path(args.recipe), overrides, mirror=args.mirror)
-    else:
-        raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
+    recipe = _recipe_from_args(args)
     out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
@@ -351,6 +325,36 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         f"{totals['shards']} shards ({seconds:.1f} s)"
     )
     return 0
+
+
+def _recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
+    """The recipe `prepare` runs: a RECIPE file or --input files, command-line settings on top."""
+    overrides: dict[str, Any] = {
+        "tokenizer": args.tokenizer,
+        "out": args.out,
+        "threads": args.threads,
+        "encoder": args.encoder,
+        "dtype": args.dtype,
+        "shard_tokens": args.shard_tokens,
+        "on_bad_record": args.on_bad_record,
+    }
+    if args.input and args.recipe:
+        raise TokshardError("give either a RECIPE or --input files, not both")
+    if args.input:
+        source: dict[str, Any] = {
+            "type": "files",
+            "paths": args.input,
+            "text_field": args.text_field,
+            "split": args.split,
+        }
+        if args.partition_bytes:
+            source["partition_bytes"] = args.partition_bytes
+        if args.mirror:
+            raise TokshardError("--mirror applies to hub recipes, not to --input files")
+        return recipe_mod.from_dict({"sources": {args.name: source}}, "--input", overrides)
+    if args.recipe:
+        return recipe_mod.load(_recipe_path(args.recipe), overrides, mirror=args.mirror)
+    raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
 
 
 def cmd_tokenizer(args: argparse.Namespace) -> int:
