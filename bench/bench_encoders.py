@@ -51,6 +51,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pipeline.encoding import BACKEND_NAMES  # noqa: E402
 from pipeline.encoding.backend import TokenizersEncoder  # noqa: E402
 from pipeline.encoding.selection import choose  # noqa: E402
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
@@ -59,7 +60,7 @@ from pipeline.run import cluster  # noqa: E402
 from pipeline.run.state import load_checkpoint, load_plan  # noqa: E402
 
 DATA = Path("/work/bench-data/fast")
-ENCODERS = ("tokenizers", "tiktoken")
+ENCODERS = BACKEND_NAMES
 
 
 class TaskClock(WorkerPlugin):

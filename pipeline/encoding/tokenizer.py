@@ -155,7 +155,7 @@ def check_dtype(vocab_size: int, dtype: str, where: str) -> None:
             'pass --dtype uint32 (or dtype = "uint32" in the recipe)'
         )
     if dtype not in TOKEN_DTYPES:
-        raise TokshardError(f"dtype {dtype!r} is not supported; use uint16 or uint32")
+        raise TokshardError(f"dtype {dtype!r} is not supported; use {' or '.join(TOKEN_DTYPES)}")
 
 
 def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> TokenizerInfo:
