@@ -15,7 +15,8 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline import recipe as recipe_mod
-from pipeline.format.errors import OneLineParser, TokshardError, positive_int
+from pipeline.format.errors import TokshardError
+from pipeline.format.usage import OneLineParser, positive_int
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
 from tokshard.demo import SIZES

@@ -10,7 +10,7 @@ import argparse
 import sys
 from dataclasses import fields
 
-from pipeline.format.errors import OneLineParser, positive_int
+from pipeline.format.usage import OneLineParser, positive_int
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 

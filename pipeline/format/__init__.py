@@ -2,6 +2,7 @@
 
 ``shard_reader``/``shard_writer`` (the .bin/.idx pair), ``token_dtypes``, ``content_hash``,
 ``manifest`` (schema in manifests/schema.json, entries, load/write), ``verify`` (the one
-verifier), ``atomic`` (durable writes), ``errors``, ``location``. Imports numpy, xxhash and
+verifier), ``atomic`` (durable writes), ``errors``, ``usage`` (argparse), ``location``. Imports
+numpy, xxhash and
 the standard library only, never another part of tokshard.
 """
