@@ -2,7 +2,6 @@
 
 ``shard_reader``/``shard_writer`` (the .bin/.idx pair), ``token_dtypes``, ``content_hash``,
 ``manifest`` (schema in manifests/schema.json, entries, load/write), ``verify`` (the one
-verifier), ``atomic`` (durable writes), ``errors``, ``usage`` (argparse), ``location``. Imports
-numpy, xxhash and
-the standard library only, never another part of tokshard.
+verifier), ``atomic`` (durable writes), ``errors``, ``usage`` (argparse), ``location``.
+Imports numpy, xxhash and the standard library only, never another part of tokshard.
 """
