@@ -197,7 +197,7 @@ def _task(
     encoder, tokenizer_path, sha256, threads, checked_with = encoder_args
     return PartitionTask(
         out=str(out.resolve()),
-        partition=part.to_json(),
+        partition=part,
         source_config=recipe.sources[part.source],
         tokenizer_path=tokenizer_path,
         tokenizer_sha256=sha256,

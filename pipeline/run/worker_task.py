@@ -54,7 +54,7 @@ class PartitionTask:
     """Everything a worker needs, as plain data (it is pickled to the worker)."""
 
     out: str
-    partition: dict[str, Any]
+    partition: Partition
     source_config: dict[str, Any]
     tokenizer_path: str
     tokenizer_sha256: str
@@ -83,7 +83,7 @@ class Superseded(TokshardError):
 
 def run_partition(task: PartitionTask) -> Checkpoint:
     out = Path(task.out)
-    part = Partition.from_json(task.partition)
+    part = task.partition
     with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
         ckpt = load_checkpoint(out, part) or Checkpoint(key=part.key)
         if ckpt.complete:
