@@ -146,6 +146,57 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     return proc
 
 
+def train_tokenizer_json(
+    path: Path,
+    docs: list[str],
+    *,
+    model: str = "bpe",
+    normalizer=None,
+    split: str | None = None,
+    specials: tuple[str, ...] = (EOS,),
+    full_alphabet: bool = True,
+    vocab_size: int = 600,
+) -> Path:
+    """A real tokenizer trained on real text, in one of the shapes a user may bring."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet() if full_alphabet else []
+    if model == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[UNK]", *specials])
+    elif model == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=list(specials))
+    else:
+        tok = Tokenizer(models.BPE())
+        if split is None:
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Sequence(
+                [
+                    pre_tokenizers.Split(Regex(split), "isolated"),
+                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+                ]
+            )
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(specials),
+            initial_alphabet=alphabet,
+            show_progress=False,
+        )
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.train_from_iterator(docs, trainer)
+    if "</s>" in specials:
+        tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
 # --- crash and resume -------------------------------------------------------------------------
 
 

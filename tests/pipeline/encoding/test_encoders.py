@@ -8,7 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import EOS, cli, plain_encode, run_prepare, stream_of, validate_manifest, write_jsonl
+from support import (
+    EOS,
+    cli,
+    plain_encode,
+    run_prepare,
+    stream_of,
+    train_tokenizer_json,
+    validate_manifest,
+    write_jsonl,
+)
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
 from pipeline.encoding.documents import LONG_DOC_CHARS
@@ -22,57 +31,6 @@ LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-
-
-def train(
-    path: Path,
-    docs: list[str],
-    *,
-    model: str = "bpe",
-    normalizer=None,
-    split: str | None = None,
-    specials: tuple[str, ...] = (EOS,),
-    full_alphabet: bool = True,
-    vocab_size: int = 600,
-) -> Path:
-    """A real tokenizer trained on real text, in one of the shapes a user may bring."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    alphabet = pre_tokenizers.ByteLevel.alphabet() if full_alphabet else []
-    if model == "wordpiece":
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.pre_tokenizer = pre_tokenizers.Whitespace()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[UNK]", *specials])
-    elif model == "unigram":
-        tok = Tokenizer(models.Unigram())
-        tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=list(specials))
-    else:
-        tok = Tokenizer(models.BPE())
-        if split is None:
-            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        else:
-            tok.pre_tokenizer = pre_tokenizers.Sequence(
-                [
-                    pre_tokenizers.Split(Regex(split), "isolated"),
-                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-                ]
-            )
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            special_tokens=list(specials),
-            initial_alphabet=alphabet,
-            show_progress=False,
-        )
-    if normalizer is not None:
-        tok.normalizer = normalizer
-    tok.train_from_iterator(docs, trainer)
-    if "</s>" in specials:
-        tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", 0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
-    return path
 
 
 def converted_from_tiktoken(gpt2: Path, dest: Path) -> Path:
@@ -123,8 +81,10 @@ def shapes(tmp_path_factory, docs, tokenizer_path, gpt2_tokenizer_path) -> dict[
     return {
         "trained": tokenizer_path,
         "gpt2": gpt2_tokenizer_path,
-        "llama3-split": train(d / "llama3" / "tokenizer.json", docs[:80], split=LLAMA3_PATTERN),
-        "roberta-style": train(
+        "llama3-split": train_tokenizer_json(
+            d / "llama3" / "tokenizer.json", docs[:80], split=LLAMA3_PATTERN
+        ),
+        "roberta-style": train_tokenizer_json(
             d / "roberta" / "tokenizer.json", docs[:80], specials=("<s>", "<pad>", "</s>")
         ),
         "tiktoken-converted": converted_from_tiktoken(
@@ -246,11 +206,11 @@ def test_auto_falls_back_to_tokenizers_and_names_the_reason(tmp_path, docs, toke
     path = tmp_path / "tokenizer.json"
     small = docs[:40]
     if kind == "nfkc-normalizer":
-        train(path, small, normalizer=normalizers.NFKC())
+        train_tokenizer_json(path, small, normalizer=normalizers.NFKC())
     elif kind in ("wordpiece", "unigram"):
-        train(path, small, model=kind)
+        train_tokenizer_json(path, small, model=kind)
     elif kind == "bytes-missing":
-        train(path, small, full_alphabet=False)
+        train_tokenizer_json(path, small, full_alphabet=False)
     elif kind == "merge-order":
         edited(tokenizer_path, path, _merges_out_of_id_order)
     elif kind == "plain-added-token":
@@ -264,7 +224,7 @@ def test_auto_falls_back_to_tokenizers_and_names_the_reason(tmp_path, docs, toke
 
 def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing_string(tmp_path, docs):
     # letters and spaces only: tiktoken drops the text between matches, tokenizers keeps it
-    tok = train(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
     proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "out"),
                "--encoder", "tiktoken")  # fmt: skip
@@ -277,13 +237,13 @@ def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing
 
 
 def test_a_worker_whose_fast_path_differs_refuses_to_encode(tmp_path, docs):
-    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    tok = train_tokenizer_json(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     with pytest.raises(TokshardError, match="different library versions"):
         TiktokenEncoder(str(tok))
 
 
 def test_a_worker_with_other_library_versions_than_the_driver_re_checks(tmp_path, docs):
-    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    tok = train_tokenizer_json(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     other = tuple((lib, "0.0.1") for lib, _ in library_versions())
     with pytest.raises(TokshardError, match="different library versions"):
         cached_encoder("tiktoken", str(tok), "sha-other", 1, other)
@@ -291,7 +251,7 @@ def test_a_worker_with_other_library_versions_than_the_driver_re_checks(tmp_path
 
 def test_a_worker_with_the_driver_s_library_versions_trusts_its_check(tmp_path, docs):
     # a tokenizer the check would refuse: built without error only because nothing re-checks
-    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    tok = train_tokenizer_json(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     encoder = cached_encoder("tiktoken", str(tok), "sha-same", 1, library_versions())
     assert encoder.name == "tiktoken"
 
@@ -336,7 +296,7 @@ def test_prepare_equals_the_reference_with_each_encoder(tmp_path, docs, tokenize
 def test_manifest_records_a_fallback_and_its_reason(tmp_path, docs, dask_client):
     from tokenizers import normalizers
 
-    tok = train(tmp_path / "tok" / "tokenizer.json", docs[:40], normalizer=normalizers.NFKC())
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40], normalizer=normalizers.NFKC())
     data = write_jsonl(tmp_path / "in.jsonl", docs[:10])
     recipe = {"tokenizer": str(tok), "sources": {"data": {"type": "files", "paths": [str(data)]}}}
     encoder = manifest.load(run_prepare(recipe, tmp_path / "out", dask_client)).data["encoder"]

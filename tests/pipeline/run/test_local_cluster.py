@@ -9,8 +9,7 @@ import urllib.request
 
 import psutil
 import pytest
-from support import write_jsonl
-from test_encoders import train
+from support import train_tokenizer_json, write_jsonl
 
 from pipeline import recipe
 from pipeline.format import manifest
@@ -46,7 +45,7 @@ def _settle(before: set[int], deadline: float = 10.0) -> set[int]:
 
 def test_a_refused_encoder_after_the_workers_booted_leaves_no_worker_behind(tmp_path, docs, before):
     # letters and spaces only: tiktoken would change the ids, so --encoder tiktoken is refused
-    tok = train(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
     r = recipe.from_dict(
         {
@@ -111,7 +110,7 @@ def _encoders_built(dask_worker) -> int:
 
 def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path, docs, dask_client):
     data = write_jsonl(tmp_path / "in.jsonl", docs[:400])
-    tok = train(tmp_path / "tok" / "tokenizer.json", docs[:40])
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40])
     r = recipe.from_dict(
         {
             "tokenizer": str(tok),
