@@ -121,6 +121,26 @@ def test_the_trainer_imports_only_the_format_contract_from_the_pipeline():
     assert not edges(inside, "trainer", forbidden)
 
 
+#: pipeline's stages, each allowed to import only those before it
+STAGES = ("format", "sources", "encoding", "recipe", "inspection", "run")
+
+
+def stage(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if parts[0] == "pipeline" and len(parts) > 1 else None
+
+
+def test_each_pipeline_stage_imports_only_earlier_stages():
+    inside, _ = import_graph()
+    wrong = {
+        (a, b)
+        for a, targets in inside.items()
+        for b in targets
+        if stage(a) and stage(b) and stage(a) != stage(b) and STAGES.index(stage(b)) > STAGES.index(stage(a))
+    }
+    assert not wrong
+
+
 def test_the_format_contract_needs_only_numpy_xxhash_and_the_standard_library():
     inside, outside = import_graph()
     contract = closure(inside, {name for name in inside if name.startswith(CONTRACT)})
