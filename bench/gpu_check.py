@@ -524,6 +524,8 @@ def markdown(s: dict[str, Any]) -> str:
                          f"{pct(t['data_wait_p99'])} | {pct(t['data_wait_max'])} | {num(t['final_loss'], '.3f')} |")  # fmt: skip
         else:
             lines.append(f"| {name} | failed or not run | | | | | | | |")
+    lines += ["", "(nanoGPT's data wait is its main thread's time in get_batch, which overlaps the forward "
+              "pass's GPU work; tokshard's is the trainer's own: time blocked on the prefetch queue.)"]  # fmt: skip
     r = s["tokshard_over_nanogpt"]
     if r:
         lines += ["", f"tokshard / nanoGPT tokens/s: {r['tokens_per_s_median']:.3f} (median step), "
