@@ -59,10 +59,10 @@ def encode_split(encoder, texts: list[str], eos_id: int) -> tuple[np.ndarray, np
 def build_manifest(text: Path, out: Path, validation_every: int = 20, threads: int = 0) -> Path:
     """A one-source manifest (train + validation, every ``validation_every``-th document held
     out) in exactly the format ``tokshard prepare`` writes."""
-    from pipeline import manifest as manifest_mod
-    from pipeline.encoders import TokenizersEncoder
-    from pipeline.shard_writer import ShardSequence
-    from pipeline.tokenizer import from_gpt2_files, inspect_file, install
+    from pipeline.encoding.backend import TokenizersEncoder
+    from pipeline.encoding.tokenizer import from_gpt2_files, inspect_file, install
+    from pipeline.format import manifest as manifest_mod
+    from pipeline.format.shard_writer import ShardSequence
 
     out.mkdir(parents=True, exist_ok=True)
     tok_src = from_gpt2_files(GPT2_FILES / "encoder.json", GPT2_FILES / "vocab.bpe", out / "gpt2-src.json")
@@ -182,7 +182,7 @@ def time_steps(engine, device, micro: int, seq_len: int, vocab: int, repeats: in
 
 def nanogpt_bin(manifest_path: str, split: str = "train") -> Path:
     """The largest train shard: nanoGPT reads one flat ``train.bin`` of uint16 ids."""
-    from pipeline import manifest as manifest_mod
+    from pipeline.format import manifest as manifest_mod
 
     m = manifest_mod.load(manifest_path)
     return max(m.select(None, split), key=lambda e: e.tokens).bin_path
@@ -247,7 +247,7 @@ def loader(a: argparse.Namespace) -> dict[str, Any]:
     with no training at all: the samples/s one rank's loader can deliver at most."""
     import torch
 
-    from pipeline import manifest as manifest_mod
+    from pipeline.format import manifest as manifest_mod
     from trainer.data import WindowDataset
     from trainer.prefetch import Prefetcher
     from trainer.sampler import MixtureSampler, rank_positions

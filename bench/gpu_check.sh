@@ -145,11 +145,11 @@ run_step() {
     [ $rc -eq 0 ]
 }
 
-# train_run NAME FLAGS...: `tokshard train` (python -m pipeline.cli train), per-step metrics to OUT
+# train_run NAME FLAGS...: `tokshard train` (python -m tokshard.cli train), per-step metrics to OUT
 train_run() {
     local name=$1
     shift
-    run_step "$name" "$PY" -m pipeline.cli train --run-dir "$WORK/runs/$name" --log-every 1 "$@"
+    run_step "$name" "$PY" -m tokshard.cli train --run-dir "$WORK/runs/$name" --log-every 1 "$@"
     local rc=$?
     [ -f "$WORK/runs/$name/metrics.jsonl" ] && cp "$WORK/runs/$name/metrics.jsonl" "$OUT_DIR/$name-metrics.jsonl"
     return $rc

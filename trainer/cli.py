@@ -75,7 +75,9 @@ def parser() -> argparse.ArgumentParser:
         metavar="DS.json",
         help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
     )
-    run.add_argument("--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)")
+    run.add_argument(
+        "--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)"
+    )
     run.add_argument(
         "--stop-at",
         type=positive_int,
@@ -100,7 +102,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
     run.add_argument("--grad-clip", type=float, help="gradient clipping norm (default 1.0)")
     run.add_argument(
-        "--prefetch", type=positive_int, default=d.prefetch, help="batches prepared ahead (default %(default)s)"
+        "--prefetch",
+        type=positive_int,
+        default=d.prefetch,
+        help="batches prepared ahead (default %(default)s)",
     )
 
     ev = p.add_argument_group("evaluation")

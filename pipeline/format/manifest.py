@@ -164,7 +164,12 @@ def empty_split_stats() -> dict[str, Any]:
 
 
 def add_partition(
-    stats: dict[str, Any], documents: int, tokens: int, dropped_empty: int, skipped: dict[str, int], shards: int
+    stats: dict[str, Any],
+    documents: int,
+    tokens: int,
+    dropped_empty: int,
+    skipped: dict[str, int],
+    shards: int,
 ) -> None:
     """Count one finished partition into its split's stats."""
     stats["documents"] += documents

@@ -116,7 +116,9 @@ def render(s: dict[str, Any]) -> str:
             line += f"; {human(r['tokens_per_s'])} tok/s, ETA {eta_text(r['eta_s'])}"
         lines.append(line)
     if s["running"]:
-        lines.append(f"  running: {s['running']}; {human(s['tokens_per_s'])} tok/s, ETA {eta_text(s['eta_s'])}")
+        lines.append(
+            f"  running: {s['running']}; {human(s['tokens_per_s'])} tok/s, ETA {eta_text(s['eta_s'])}"
+        )
     else:
         lines.append("  running: no (no prepare holds the lock)")
     lines.append(f"  a rerun would: {s['rerun']}")

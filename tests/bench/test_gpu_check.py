@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, cli, english_documents
+from support import REPO, cli, english_documents
 
 sys.path.insert(0, str(REPO))
 
@@ -103,8 +103,8 @@ def test_script_without_an_output_folder_says_so(tmp_path):
 
 
 def test_device_manifest_holds_each_document_then_eos_and_verifies(tmp_path):
-    from pipeline import manifest as manifest_mod
-    from pipeline.tokenizer import load
+    from pipeline.encoding.tokenizer import load
+    from pipeline.format import manifest as manifest_mod
 
     docs = english_documents(45)
     path = gpu_check.build_manifest(write_text(tmp_path / "t.jsonl", docs), tmp_path / "m", threads=1)
