@@ -23,17 +23,18 @@ from pipeline import manifest as manifest_mod
 from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
 from trainer import checkpoint, distributed, ds_config, models
-from trainer.data import WindowDataset, check_manifest, sources_with_split
+from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split
 from trainer.metrics import MetricsLog
 from trainer.prefetch import Prefetcher
-from trainer.sampler import MixtureSampler, parse_mix, rank_positions
+from trainer.sampler import parse_mix, rank_positions
+from trainer.schedule import Schedule, SourceInfo
 
 DEFAULT_SEED = 1337
 
 
 @dataclass
 class TrainArgs:
-    manifest: str
+    manifest: str | list[str]  # one manifest, or several whose sources train together
     deepspeed: str | None = None
     model: str = "gpt2-124m"
     vocab_size: int | None = None
@@ -78,22 +79,30 @@ class Plan:
     bf16_supported: bool
     seed: int
     dataset: WindowDataset
-    sampler: MixtureSampler
+    sampler: Schedule
     identity: dict[str, Any]
     save_dir: Path | None
     resume_tag: str | None
     saved_state: dict[str, Any] | None
     allowed_changes: list[str]
+    schedule_changes: list[str]
+
+
+def manifest_paths(manifest: str | list[str]) -> list[str]:
+    return [manifest] if isinstance(manifest, str) else list(manifest)
 
 
 def prepare(args: TrainArgs) -> Plan:
     """Every guard, in the order a user would want to hear about them."""
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
-    manifest = manifest_mod.load(args.manifest)
+    manifests = [manifest_mod.load(p) for p in manifest_paths(args.manifest)]
+    manifest = manifests[0]
     spec = models.resolve(args.model, args.vocab_size)
-    check_manifest(manifest, spec.limits, args.seq_len, verify=args.verify)
-    train_sources = sources_with_split(manifest, args.train_split)
+    for m in manifests:
+        check_manifest(m, spec.limits, args.seq_len, verify=args.verify)
+    source_owners(manifests)
+    train_sources = sources_with_split(manifests, args.train_split)
     if not train_sources:
         raise TokshardError(
             f"{manifest.path}: no source has a {args.train_split!r} split (splits: "
@@ -101,14 +110,14 @@ def prepare(args: TrainArgs) -> Plan:
         )
     eval_sources: list[str] = []
     if args.eval_every:
-        eval_sources = sources_with_split(manifest, args.eval_split)
+        eval_sources = sources_with_split(manifests, args.eval_split)
         if not eval_sources:
             raise TokshardError(
                 f"{manifest.path}: no {args.eval_split!r} split to evaluate on (splits: "
                 f"{', '.join(manifest.splits())}); pass --eval-split NAME, or --eval-every 0 to train "
                 "without evaluation"
             )
-    weights = mixture(manifest, train_sources, args.train_split, args.mix)
+    given_mix = checked_mix(train_sources, args.train_split, args.mix)
     cuda = torch.cuda.is_available()
     bf16_supported = cuda and torch.cuda.is_bf16_supported()
     user_config = (
@@ -134,25 +143,32 @@ def prepare(args: TrainArgs) -> Plan:
             f"--save {save_dir} already holds checkpoints (latest: {checkpoint.latest_tag(save_dir)}); "
             "pass --resume to continue that run, or choose another --save"
         )
-    dataset = WindowDataset(manifest, args.train_split, args.seq_len, train_sources)
-    eval_set = WindowDataset(manifest, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
-    sampler = MixtureSampler(train_sources, dataset.windows, weights, seed)
-    identity = data_identity(args, manifest, sampler)
+    dataset = WindowDataset(manifests, args.train_split, args.seq_len, train_sources)
+    eval_set = WindowDataset(manifests, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
+    infos = source_infos(dataset)
+    changes: list[str] = []
+    if saved is None:
+        sampler = Schedule.fresh(infos, given_mix or token_shares(dataset), seed)
+    else:
+        resumed = saved_schedule(saved, manifests, infos).continued(infos, given_mix, int(saved["samples"]))
+        sampler, changes = resumed.schedule, resumed.changes
+    identity = data_identity(args, manifests, sampler)
     if saved is not None:
-        allowed = checkpoint.check_compatible(saved, {"data": identity}, args.allow_data_change)
+        allowed = checkpoint.check_compatible(
+            saved, {"data": identity}, args.allow_data_change, resumed.data_changes
+        )
+    weights = sampler.weights()
     return Plan(
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
-        dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
+        dataset, sampler, identity, save_dir, resume_tag, saved, allowed, changes,
     )  # fmt: skip
 
 
-def mixture(
-    manifest: manifest_mod.Manifest, sources: list[str], split: str, mix: str | None
-) -> dict[str, float]:
-    """``--mix`` weights, or by default each source's share of the split's tokens."""
+def checked_mix(sources: list[str], split: str, mix: str | None) -> dict[str, float] | None:
+    """``--mix`` weights (None when not given), naming only training sources."""
     given = parse_mix(mix)
     if given is None:
-        return {s: float(sum(e.tokens for e in manifest.select(s, split))) for s in sources}
+        return None
     unknown = sorted(set(given) - set(sources))
     if unknown:
         raise TokshardError(
@@ -162,13 +178,42 @@ def mixture(
     return {s: given.get(s, 0.0) for s in sources}
 
 
+def token_shares(dataset: WindowDataset) -> dict[str, float]:
+    """The default mixture: each source's share of the split's tokens."""
+    return {s.source: float(s.tokens) for s in dataset.streams}
+
+
+def source_infos(dataset: WindowDataset) -> list[SourceInfo]:
+    return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
+
+
+def saved_schedule(
+    saved: dict[str, Any], manifests: list[manifest_mod.Manifest], now: list[SourceInfo]
+) -> Schedule:
+    """The checkpoint's schedule; a checkpoint from before schedules were saved had one
+    segment, its mix, over the sources of a manifest whose fingerprint it recorded."""
+    if "schedule" in saved:
+        return Schedule.from_json(saved["schedule"], int(saved["seed"]))
+    same = [m.fingerprint() for m in manifests] == [saved["data"].get("manifest_fingerprint")]
+    mix = saved["data"]["mix"]
+    known = {s.name: s for s in now}
+    infos = [
+        SourceInfo(n, known[n].windows, known[n].content if same else None)
+        if n in known
+        else SourceInfo(n, 1, None)
+        for n in mix
+    ]
+    return Schedule.fresh(infos, mix, int(saved["seed"]))
+
+
 def data_identity(
-    args: TrainArgs, manifest: manifest_mod.Manifest, sampler: MixtureSampler
+    args: TrainArgs, manifests: list[manifest_mod.Manifest], sampler: Schedule
 ) -> dict[str, Any]:
-    """What fixes the sample sequence; a resume must find the same (or be told it may differ)."""
+    """What fixes the sample sequence besides the schedule; a resume must find the same."""
+    one = len(manifests) == 1
     return {
-        "manifest_fingerprint": manifest.fingerprint(),
-        "manifest": str(manifest.path),
+        "manifest_fingerprint": manifests[0].fingerprint() if one else [m.fingerprint() for m in manifests],
+        "manifest": str(manifests[0].path) if one else [str(m.path) for m in manifests],
         "seq_len": args.seq_len,
         "mix": sampler.weights(),
         "train_split": args.train_split,
@@ -240,6 +285,8 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, in
     samples, step = int(state["samples"]), int(state["step"])
     for diff in plan.allowed_changes:
         log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
+    for change in plan.schedule_changes:
+        log.note(f"data schedule: {change}; every source continues from the samples it has given")
     if state["train_batch_size"] != engine.train_batch_size():
         log.note(
             f"global batch is {engine.train_batch_size()}, the checkpoint's was {state['train_batch_size']}: "
@@ -265,6 +312,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     log = MetricsLog(run_dir, dist.is_main, args.steps)
     samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
+    batches = checkpoint.batch_history(plan.saved_state, step, samples, global_batch)
     if dist.is_main:
         record = {
             "args": asdict(args),
@@ -350,7 +398,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 step == end or (args.save_every and step % args.save_every == 0)
             ):
                 t0 = time.perf_counter()
-                save(engine, plan, dist, step, samples, global_batch)
+                save(engine, plan, dist, step, samples, global_batch, batches)
                 log.note(f"saved {plan.save_dir / checkpoint.tag_for(step)}")
                 t_last += time.perf_counter() - t0
     finally:
@@ -390,8 +438,16 @@ def _log_samples(f, step: int, micro_step: int, rank: int, batch, sources: list[
     )
 
 
-def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, global_batch: int) -> None:
-    """A DeepSpeed checkpoint whose client_state carries the data position."""
+def save(
+    engine,
+    plan: Plan,
+    dist: distributed.Dist,
+    step: int,
+    samples: int,
+    global_batch: int,
+    batches: list[dict],
+) -> None:
+    """A DeepSpeed checkpoint whose client_state carries the data position and schedule."""
     tag = checkpoint.tag_for(step)
     state = {
         "step": step,
@@ -402,6 +458,8 @@ def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, gl
         "train_batch_size": global_batch,
         "model": plan.spec.name,
         "data": plan.identity,
+        "schedule": plan.sampler.to_json(),
+        "batches": batches,
     }
     if dist.is_main:  # before DeepSpeed writes 'latest': a tag 'latest' names always has its state
         (plan.save_dir / tag).mkdir(parents=True, exist_ok=True)
