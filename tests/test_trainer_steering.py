@@ -126,3 +126,43 @@ def test_samples_decodes_the_text_of_a_step(runs):
 def test_samples_without_a_checkpoint_is_one_line(tmp_path):
     out = cli("samples", str(tmp_path), "--steps", "1")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "holds no checkpoint" in out.stderr
+
+
+def fed_by_step(run: Path) -> dict[int, list[tuple]]:
+    return {k: [s[:3] for s in v] for k, v in samples_by_step(run).items()}
+
+
+def test_the_public_api_reproduces_the_trainer_across_a_resume_and_a_rank_change(runs):
+    """U on one rank, straight; then M's step-5 checkpoint continued on two ranks with the new mix."""
+    from trainer.api import TrainingSamples
+
+    straight = TrainingSamples(
+        runs["m1"], seq_len=32, global_batch=8, micro_batch=4, mix="stdlib=0.5,asyncio=0.5"
+    )
+    u = fed_by_step(runs["U"])
+    it = iter(straight)
+    for step in range(1, AFTER + 1):
+        batches = [next(it) for _ in range(straight.accum)]
+        got = [
+            k
+            for b in batches
+            for k in zip(b["positions"].tolist(), b["sources"], b["windows"].tolist(), strict=True)
+        ]
+        assert sorted(got) == u[step]
+    m = fed_by_step(runs["M"])
+    got: dict[int, list[tuple]] = defaultdict(list)
+    for rank in range(2):
+        part = TrainingSamples.from_checkpoint(
+            runs["M"],
+            tag=f"step{BEFORE:08d}",
+            micro_batch=2,
+            world=2,
+            rank=rank,
+            mix="stdlib=0.1,asyncio=0.9",
+        )
+        it = iter(part)
+        for step in range(BEFORE + 1, AFTER + 1):
+            for _ in range(part.accum):
+                b = next(it)
+                got[step] += zip(b["positions"].tolist(), b["sources"], b["windows"].tolist(), strict=True)
+    assert {k: sorted(v) for k, v in got.items()} == {k: m[k] for k in range(BEFORE + 1, AFTER + 1)}

@@ -10,7 +10,6 @@ import json
 import math
 import time
 import zlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,13 +22,12 @@ from pipeline import manifest as manifest_mod
 from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
 from trainer import checkpoint, distributed, ds_config, models
+from trainer.api import micro_batch_positions, token_shares, window_sources
 from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split
 from trainer.metrics import MetricsLog
 from trainer.prefetch import Prefetcher
-from trainer.sampler import parse_mix, rank_positions
+from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.schedule import Schedule, SourceInfo
-
-DEFAULT_SEED = 1337
 
 
 @dataclass
@@ -145,7 +143,7 @@ def prepare(args: TrainArgs) -> Plan:
         )
     dataset = WindowDataset(manifests, args.train_split, args.seq_len, train_sources)
     eval_set = WindowDataset(manifests, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
-    infos = source_infos(dataset)
+    infos = window_sources(dataset)
     changes: list[str] = []
     if saved is None:
         sampler = Schedule.fresh(infos, given_mix or token_shares(dataset), seed)
@@ -176,15 +174,6 @@ def checked_mix(sources: list[str], split: str, mix: str | None) -> dict[str, fl
             f"(sources: {', '.join(sources)})"
         )
     return {s: given.get(s, 0.0) for s in sources}
-
-
-def token_shares(dataset: WindowDataset) -> dict[str, float]:
-    """The default mixture: each source's share of the split's tokens."""
-    return {s.source: float(s.tokens) for s in dataset.streams}
-
-
-def source_infos(dataset: WindowDataset) -> list[SourceInfo]:
-    return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
 
 
 def saved_schedule(
@@ -218,16 +207,6 @@ def data_identity(
         "mix": sampler.weights(),
         "train_split": args.train_split,
     }
-
-
-def positions_plan(
-    samples: int, first_step: int, last_step: int, global_batch: int, accum: int, micro: int, dist
-) -> Iterator[np.ndarray]:
-    """Micro-batch positions of this rank for steps ``first_step+1 .. last_step``."""
-    for _ in range(first_step, last_step):
-        for m in range(accum):
-            yield rank_positions(samples, m, dist.rank, dist.world, micro)
-        samples += global_batch
 
 
 def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
@@ -336,7 +315,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
     prefetcher = Prefetcher(
         plan.dataset,
         plan.sampler,
-        positions_plan(samples, step, end, global_batch, accum, micro, dist),
+        micro_batch_positions(samples, end - step, global_batch, micro, dist.rank, dist.world),
         dist.device,
         depth=args.prefetch,
         keep_host=args.log_samples,

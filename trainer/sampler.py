@@ -29,6 +29,7 @@ import numpy as np
 from pipeline.errors import TokshardError
 
 PERIOD = 1 << 16
+DEFAULT_SEED = 1337
 _ROUNDS = 4
 _M64 = (1 << 64) - 1
 
