@@ -86,6 +86,18 @@ def parser() -> argparse.ArgumentParser:
         "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
     model.add_argument("--vocab-size", type=positive, help="embedding rows (default: the model's)")
+    model.add_argument(
+        "--doc-mask",
+        action="store_true",
+        help="attention within documents (block-diagonal causal mask from the EOS in each window) and "
+        "position ids restarting at each document, as Megatron's reset_attention_mask + reset_position_ids",
+    )
+    model.add_argument(
+        "--eod-mask-loss",
+        action="store_true",
+        help="with --doc-mask: no loss where the input is EOS (predicting the next document's first token "
+        "across the boundary), as Megatron's eod_mask_loss; the loss is then that of each document alone",
+    )
 
     run = p.add_argument_group("run")
     run.add_argument(

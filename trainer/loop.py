@@ -21,7 +21,7 @@ import torch
 from pipeline import manifest as manifest_mod
 from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
-from trainer import checkpoint, distributed, ds_config, models
+from trainer import checkpoint, distributed, docmask, ds_config, models
 from trainer.api import micro_batch_positions, token_shares, window_sources
 from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split
 from trainer.metrics import MetricsLog
@@ -61,6 +61,8 @@ class TrainArgs:
     warmup: int | None = None
     weight_decay: float | None = None
     grad_clip: float | None = None
+    doc_mask: bool = False
+    eod_mask_loss: bool = False
 
 
 @dataclass
@@ -94,6 +96,7 @@ def prepare(args: TrainArgs) -> Plan:
     """Every guard, in the order a user would want to hear about them."""
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
+    check_doc_mask(args)
     manifests = [manifest_mod.load(p) for p in manifest_paths(args.manifest)]
     manifest = manifests[0]
     spec = models.resolve(args.model, args.vocab_size)
@@ -160,6 +163,16 @@ def prepare(args: TrainArgs) -> Plan:
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
         dataset, sampler, identity, save_dir, resume_tag, saved, allowed, changes,
     )  # fmt: skip
+
+
+def check_doc_mask(args: TrainArgs) -> None:
+    if args.eod_mask_loss and not args.doc_mask:
+        raise TokshardError("--eod-mask-loss goes with --doc-mask: pass both, or neither")
+    if args.doc_mask and args.model.startswith("hf:"):
+        raise TokshardError(
+            f"--doc-mask needs one of tokshard's own models ({', '.join(models.SIZES)}), not {args.model}; "
+            "drop --doc-mask or choose one of those"
+        )
 
 
 def checked_mix(sources: list[str], split: str, mix: str | None) -> dict[str, float] | None:
@@ -321,6 +334,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
         keep_host=args.log_samples,
     )
     eval_set = plan.eval_set
+    doc_eos = plan.manifest.eos_id if args.doc_mask else None
     sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
     tokens_per_step = global_batch * args.seq_len
     t_begin = t_last = time.perf_counter()
@@ -333,7 +347,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
     )
     try:
         if eval_set is not None and step == 0:  # the baseline every later evaluation is read against
-            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist, doc_eos)
             log.eval(step=0, loss=mean, split=args.eval_split, sources=by_source)
             t_begin = t_last = time.perf_counter()
         while step < end:
@@ -341,7 +355,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
             step_loss = torch.zeros((), device=dist.device)
             for m in range(accum):
                 batch = next(prefetcher)
-                loss = engine(batch.inputs, batch.targets)
+                loss = engine(*model_inputs(batch.inputs, batch.targets, args, plan.manifest.eos_id))
                 engine.backward(loss)
                 engine.step()
                 step_loss += loss.detach().float()
@@ -369,7 +383,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 t_last, wait_last, steps_since = time.perf_counter(), prefetcher.wait_s, 0
             if eval_set is not None and (step % args.eval_every == 0 or step == end):
                 t0 = time.perf_counter()
-                mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+                mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist, doc_eos)
                 log.eval(step=step, loss=mean, split=args.eval_split, sources=by_source)
                 last["eval_loss"] = mean
                 t_last += time.perf_counter() - t0  # evaluation is not training time
@@ -386,6 +400,15 @@ def train(args: TrainArgs) -> dict[str, Any]:
             sample_log.close()
         log.close()
     return last
+
+
+def model_inputs(inputs: torch.Tensor, targets: torch.Tensor, args: TrainArgs, eos_id: int) -> tuple:
+    """The model's arguments: with --doc-mask also the document ids, and the targets
+    --eod-mask-loss leaves out."""
+    if not args.doc_mask:
+        return inputs, targets
+    doc_ids = docmask.document_ids(inputs, eos_id)
+    return inputs, docmask.loss_targets(inputs, targets, eos_id, args.eod_mask_loss), doc_ids
 
 
 def _reduce(loss: torch.Tensor, wait_frac: float, dist) -> tuple[float, float]:
@@ -457,7 +480,7 @@ def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:
 
 @torch.no_grad()
 def evaluate(
-    engine, dataset: WindowDataset, per_source: int, micro: int, dist
+    engine, dataset: WindowDataset, per_source: int, micro: int, dist, doc_eos: int | None = None
 ) -> tuple[float, dict[str, float]]:
     """Mean next-token loss over the evaluation windows (per source too). Every rank runs the
     same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs."""
@@ -474,7 +497,8 @@ def evaluate(
         src = np.array([padded[r][0] for r in rows])
         win = np.array([padded[r][1] for r in rows])
         tokens = torch.from_numpy(dataset.batch(src, win)).to(dist.device)
-        logits = engine(tokens[:, :-1])
+        doc_ids = None if doc_eos is None else docmask.document_ids(tokens[:, :-1], doc_eos)
+        logits = engine(tokens[:, :-1], None, doc_ids) if doc_ids is not None else engine(tokens[:, :-1])
         per_token = torch.nn.functional.cross_entropy(
             logits.float().transpose(1, 2), tokens[:, 1:], reduction="none"
         )
