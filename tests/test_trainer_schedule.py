@@ -91,3 +91,24 @@ def test_added_sources_without_a_mix_are_refused():
     s = Schedule.fresh([A, B], {"a": 0.5, "b": 0.5}, seed=1)
     with pytest.raises(TokshardError, match="new to this run; pass --mix"):
         s.continued([A, B, C], None, 300)
+
+
+def test_a_checkpoint_from_before_schedules_resumes_as_one_segment(tmp_path_factory):
+    """Older checkpoints recorded only the mix and the manifest's fingerprint."""
+    from pipeline import manifest as manifest_mod
+    from tests.trainer_data import cached_manifest
+    from trainer.api import window_sources
+    from trainer.data import WindowDataset
+    from trainer.loop import saved_schedule
+
+    m = manifest_mod.load(cached_manifest(tmp_path_factory))
+    now = window_sources(WindowDataset(m, "train", 32))
+    mix = {"stdlib": 0.25, "asyncio": 0.75}
+    saved = {"seed": 5, "samples": 64, "data": {"mix": mix, "manifest_fingerprint": m.fingerprint()}}
+    old = saved_schedule(saved, [m], now)
+    resumed = old.continued(now, None, 64)
+    assert not resumed.data_changes and not resumed.changes
+    fresh = Schedule.fresh(now, mix, seed=5)
+    assert draws(resumed.schedule, 0, 500) == draws(fresh, 0, 500)
+    other = {**saved, "data": {**saved["data"], "manifest_fingerprint": "sha256:else"}}
+    assert saved_schedule(other, [m], now).continued(now, None, 64).data_changes

@@ -2,7 +2,9 @@
 
 Each save is a DeepSpeed checkpoint tag ``stepNNNNNNNN`` under ``--save DIR`` whose
 ``client_state["tokshard"]`` holds the trainer state: step, samples consumed, seed, per-source
-epochs, sequence length, mixture and the manifest's fingerprint. Rank 0 also writes the same
+epochs, sequence length, mixture, the manifest's fingerprint, the schedule's segments
+(``trainer.schedule``) and from which step each global batch size held (``batches``), which
+together map any step to its samples (``tokshard samples``). Rank 0 also writes the same
 dict to ``DIR/TAG/tokshard.json`` so a resume can check it before any process group or model
 exists (and people can read it).
 
