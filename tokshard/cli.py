@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verify(sub)
     _add_inspect(sub)
     _add_train(sub)
+    _add_samples(sub)
+    _add_megatron_args(sub)
     _add_plot(sub)
     _add_demo(sub)
     return parser
@@ -182,6 +185,24 @@ def _add_train(sub) -> None:
     )
 
 
+def _add_samples(sub) -> None:
+    _subparser(
+        sub,
+        "samples",
+        "which samples (sources, windows, documents, text) each training step used, from the checkpoint",
+        "tokshard samples ckpt --steps 41237 --decode | less   (see `tokshard samples --help`)",
+    )
+
+
+def _add_megatron_args(sub) -> None:
+    _subparser(
+        sub,
+        "megatron-args",
+        "print Megatron-LM's --data-path (weight prefix ...) for a manifest's shards, or write its blend JSON",
+        "tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3   (see `tokshard megatron-args --help`)",
+    )
+
+
 def _add_plot(sub) -> None:
     p = _subparser(
         sub,
@@ -263,13 +284,37 @@ def _batch_jobs(args: argparse.Namespace):
     )
 
 
+def _train_main() -> Callable[[list[str]], int]:
+    from trainer.cli import main
+
+    return main
+
+
+def _samples_main() -> Callable[[list[str]], int]:
+    from trainer.samples import main
+
+    return main
+
+
+def _megatron_main() -> Callable[[list[str]], int]:
+    from trainer.megatron import main
+
+    return main
+
+
+#: commands the trainer parses itself (its modules load torch: only when asked for)
+TRAINER_COMMANDS: dict[str, Callable[[], Callable[[list[str]], int]]] = {
+    "train": _train_main,
+    "samples": _samples_main,
+    "megatron-args": _megatron_main,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv[:1] == ["train"]:
-            from trainer.cli import main as train_main
-
-            return train_main(argv[1:])
+        if argv[:1] and argv[0] in TRAINER_COMMANDS:
+            return TRAINER_COMMANDS[argv[0]]()(argv[1:])
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except TokshardError as exc:
