@@ -17,6 +17,7 @@ from pathlib import Path
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
+from pipeline.format.usage import OneLineParser
 from trainer.data import source_owners, sources_with_split
 from trainer.sampler import parse_mix
 
@@ -46,11 +47,7 @@ def blend(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, flo
 
 
 def parser() -> argparse.ArgumentParser:
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message: str):
-            raise TokshardError(f"megatron-args: {message} (see `tokshard megatron-args --help`)")
-
-    p = _Parser(
+    p = OneLineParser(
         prog="tokshard megatron-args",
         description="Print Megatron-LM's --data-path (weight prefix pairs, one per shard) for prepared "
         "shards, or write the per-split blend JSON for --per-split-data-args-path.",

@@ -23,6 +23,7 @@ import numpy as np
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import read_index
+from pipeline.format.usage import OneLineParser
 from trainer import checkpoint
 from trainer.data import WindowDataset
 from trainer.schedule import Schedule
@@ -152,13 +153,8 @@ def parse_steps(text: str) -> tuple[int, int]:
     return a, b
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise TokshardError(f"samples: {message} (see `tokshard samples --help`)")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="tokshard samples",
         description="Which samples each optimizer step trained on, computed from the checkpointed "
         "schedule (nothing is logged during training).",
