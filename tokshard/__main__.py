@@ -1,0 +1,7 @@
+"""``python -m tokshard``: the `tokshard` command."""
+
+import sys
+
+from tokshard.cli import main
+
+sys.exit(main())
