@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import REPO
+from support import CONFIGS
 
 from pipeline.format.errors import TokshardError
 from trainer import ds_config
 from trainer.ds_config import Knobs
 
-CONFIGS = REPO / "trainer" / "configs"
 EXAMPLES = sorted(CONFIGS.glob("*.json"))
 
 

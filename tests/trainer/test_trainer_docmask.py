@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import cached_manifest
-from tests.test_trainer_train import CONFIGS, SMALL, launch, metrics
+from support import CONFIGS, SMALL, cached_manifest, launch, metrics
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError

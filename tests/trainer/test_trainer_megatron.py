@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import cached_manifest
+from support import cached_manifest, cli
 
 from pipeline.format import manifest as manifest_mod
-from tests.conftest import cli
 from trainer.data import WindowDataset
 
 megatron = pytest.importorskip("megatron.core.datasets.blended_megatron_dataset_builder")

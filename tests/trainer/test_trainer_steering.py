@@ -10,11 +10,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from support import cached_manifest, make_manifest
-from tests.test_trainer_train import CONFIGS, SMALL, launch, samples_by_step
+from support import CONFIGS, SMALL, cached_manifest, cli, launch, make_manifest, samples_by_step
 
 from pipeline.format import manifest as manifest_mod
-from tests.conftest import cli
 from trainer.data import WindowDataset
 
 BEFORE, AFTER = 5, 15  # steps before the change, and the last step

@@ -10,62 +10,25 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
-from support import REPO, cached_manifest, make_manifest
+from support import (
+    CONFIGS,
+    REPO,
+    SMALL,
+    cached_manifest,
+    launch,
+    make_manifest,
+    metrics,
+    samples_by_step,
+)
 
 from pipeline.format.errors import TokshardError
 from trainer import cli
-
-ROOT = REPO
-CONFIGS = ROOT / "trainer" / "configs"
-SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--eval-samples", "8"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(*args: str, procs: int = 1, launcher: str = "python", timeout: int = 240):
-    """Run the trainer as users do; returns the finished process (output captured)."""
-    if launcher == "python":
-        cmd = [sys.executable, "-m", "trainer"]
-    elif launcher == "deepspeed":
-        cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(procs)]
-        cmd += ["--master_port", str(free_port()), "--module", "trainer"]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs)]
-        cmd += ["--master_port", str(free_port()), "-m", "trainer"]
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
-    }
-    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    done = subprocess.run([*cmd, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join([*cmd, *args])}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
-    return done
-
-
-def metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [x for x in lines if "loss" in x], [x for x in lines if "eval_loss" in x]
-
-
-def samples_by_step(run_dir: Path) -> dict[int, list[tuple]]:
-    """Every sample each step trained on, over all ranks: (position, source, window, crc32)."""
-    steps: dict[int, list[tuple]] = defaultdict(list)
-    for path in run_dir.glob("samples-rank*.jsonl"):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            steps[r["step"]] += zip(r["positions"], r["sources"], r["windows"], r["crc32"], strict=True)
-    return {k: sorted(v) for k, v in sorted(steps.items())}
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +217,7 @@ def test_mix_naming_an_unknown_source_is_refused(manifest):
 
 
 def test_command_line_errors_are_one_line_and_exit_2(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "trainer", "--manifest", str(tmp_path / "nowhere")],
         env=env, capture_output=True, text=True, timeout=120,
