@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import TokshardError
+from pipeline.store import is_url, refuse_url
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _recipe_path(name: str) -> Path:
+    refuse_url(name, "recipe")
     path = Path(name)
     if path.exists():
         return path
@@ -327,10 +329,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings["out"]
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    refuse_url(args.local_directory, "--local-directory")
     started = time.monotonic()
     path = prepare(
         recipe,
-        Path(out),
+        out if is_url(out) else Path(out),
         RunOptions(
             workers=args.workers,
             scheduler=args.scheduler,
@@ -339,9 +342,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             batch=batch,
         ),
     )
-    from pipeline import manifest
+    if is_url(path):
+        from pipeline.store import parent
+        from pipeline.store_run import StoreRun
 
-    totals = manifest.load(path).data["totals"]
+        totals = (StoreRun(parent(path)).manifest_doc() or {})["totals"]
+    else:
+        from pipeline import manifest
+
+        totals = manifest.load(path).data["totals"]
     seconds = time.monotonic() - started
     print(
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
@@ -353,6 +362,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from pipeline.tokenizer import train
 
+    refuse_url(args.out, "--out")
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
     return 0
@@ -387,6 +397,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.plot or args.plot_file:
         from pipeline.inspection_plot import plot_doc_lengths
 
+        refuse_url(args.plot_file, "--plot-file")
+        if is_url(args.manifest) and not args.plot_file:
+            raise TokshardError("--plot of a manifest URL needs --plot-file PNG (a local file to write)")
+
         png = plot_doc_lengths(args.manifest, args.plot_file)
         print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -395,6 +409,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainer.report import describe, write_report
 
+    refuse_url(args.run_dir, "RUN_DIR")
+    refuse_url(args.out, "--out")
+
     print(describe(write_report(args.run_dir, args.out, args.title)))
     return 0
 
@@ -402,6 +419,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline import demo
 
+    refuse_url(args.out, "--out")
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))
     if not summary["learned"]:

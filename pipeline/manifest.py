@@ -123,7 +123,11 @@ def checksum(data: dict[str, Any]) -> str:
 
 
 def find(path: str | os.PathLike) -> Path:
-    """Accept a manifest file or the folder holding one."""
+    """Accept a manifest file or the folder holding one (local: URLs go through the data cache)."""
+    if isinstance(path, str) and "://" in path:
+        raise TokshardError(
+            f"{path} is a URL; this command reads a local manifest (or see `tokshard train --help`)"
+        )
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
@@ -192,5 +196,10 @@ def build(
 def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Seal the manifest with its checksum and write it atomically."""
     path = Path(folder) / MANIFEST_NAME
-    write_json(path, {**manifest, "checksum": checksum(manifest)})
+    write_json(path, sealed(manifest))
     return path
+
+
+def sealed(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest as written: with the checksum that `Manifest.checksum_ok` tests."""
+    return {**manifest, "checksum": checksum(manifest)}

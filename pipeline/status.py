@@ -16,25 +16,37 @@ from pipeline import manifest as manifest_mod
 from pipeline.errors import TokshardError
 from pipeline.progress import _eta, _human
 from pipeline.state import load_checkpoint, load_plan, lock_holder
+from pipeline.store import is_url
 
 #: a partial checkpoint younger than this counts as being written now
 ACTIVE_SECONDS = 60.0
 
 
 def status(out: str | Path) -> dict[str, Any]:
-    out = Path(out)
-    if not out.is_dir():
-        raise TokshardError(f"{out} is not a folder; pass the --out folder of a prepare run")
-    plan = load_plan(out)
+    if is_url(out):  # the same run state, read from the store
+        from pipeline.store_run import StoreRun
+
+        run = StoreRun(str(out))
+        plan = run.load_plan()
+        has_manifest = run.manifest_doc() is not None
+        checkpoints = run.load_all(plan) if plan is not None else {}
+        holder = run.holder()
+    else:
+        out = Path(out)
+        if not out.is_dir():
+            raise TokshardError(f"{out} is not a folder; pass the --out folder of a prepare run")
+        plan = load_plan(out)
+        has_manifest = (out / manifest_mod.MANIFEST_NAME).exists()
+        checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions} if plan is not None else {}
+        holder = lock_holder(out) if plan is not None else None
     if plan is None:
-        if (out / manifest_mod.MANIFEST_NAME).exists():
+        if has_manifest:
             raise TokshardError(f"{out} holds a manifest but no run state; use `tokshard inspect` on it")
         raise TokshardError(f"{out} holds no tokshard run; start one with `tokshard prepare`")
-    holder = lock_holder(out)
     now = time.time()
     rows: dict[str, dict[str, Any]] = {}
     for part in plan.partitions:
-        ck = load_checkpoint(out, part)
+        ck = checkpoints[part.key]
         row = rows.setdefault(
             f"{part.source}/{part.split}",
             {
@@ -64,7 +76,6 @@ def status(out: str | Path) -> dict[str, Any]:
         row["eta_s"] = _eta_seconds(row["input"], row["input_done"], row["tokens"], row["tokens_per_s"])
     total = {k: sum(r[k] for r in rows.values()) for k in ("input", "input_done", "tokens", "tokens_per_s")}
     unfinished = sum(r["pending"] + r["partial"] for r in rows.values())
-    has_manifest = (out / manifest_mod.MANIFEST_NAME).exists()
     return {
         "out": str(out),
         "splits": rows,

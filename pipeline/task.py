@@ -37,6 +37,7 @@ from pipeline.state import (
     save_checkpoint,
     spool_path,
 )
+from pipeline.store import is_url
 
 #: characters per encoded item (batch, or group of long-document pieces) per encoder thread
 ITEM_CHARS = 1 << 18
@@ -75,6 +76,10 @@ class Superseded(TokshardError):
 
 
 def run_partition(task: PartitionTask) -> dict[str, Any]:
+    if is_url(task.out):  # encoded locally, then uploaded (pipeline.store_run)
+        from pipeline.store_run import run_partition_in_store
+
+        return run_partition_in_store(task)
     out = Path(task.out)
     part = Partition.from_json(task.partition)
     with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):

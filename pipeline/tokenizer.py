@@ -47,6 +47,9 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def locate(spec: str, revision: str | None = None) -> Path:
     """Turn TOK into a local tokenizer.json (downloading a hub name through the hub cache)."""
+    from pipeline.store import refuse_url
+
+    refuse_url(spec, "tokenizer")
     path = Path(spec).expanduser()
     if path.is_file():
         return path
