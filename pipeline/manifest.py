@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +49,9 @@ class Manifest:
     """A loaded manifest: shards in order, with the facts a reader must check."""
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        #: called with a shard's .bin path before it is opened; the data cache of a manifest URL
+        #: sets it to download the shard first (None: the shards are local already)
+        self.ready: Callable[[Path], None] | None = None
         self.path = path
         self.folder = path.parent
         self.data = data

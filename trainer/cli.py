@@ -57,7 +57,24 @@ def parser() -> argparse.ArgumentParser:
     )
     d = TrainArgs(manifest="")
     data = p.add_argument_group("data")
-    data.add_argument("--manifest", required=True, help="manifest.json, or the folder holding it")
+    data.add_argument(
+        "--manifest",
+        required=True,
+        help="manifest.json, or the folder holding it; or its URL (s3://bucket/run/manifest.json): "
+        "shards then go through --data-cache",
+    )
+    data.add_argument(
+        "--data-cache",
+        metavar="DIR",
+        help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
+        "(default ~/.cache/tokshard/data)",
+    )
+    data.add_argument(
+        "--data-cache-limit",
+        metavar="SIZE",
+        help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
+        "maps are evicted (default: no limit)",
+    )
     data.add_argument(
         "--seq-len", type=positive, default=d.seq_len, help="tokens per sample (default %(default)s)"
     )

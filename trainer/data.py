@@ -14,8 +14,9 @@ sizes (stat only), or with ``verify=True`` also the content hashes and ``.idx``/
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +28,14 @@ from pipeline.shard_reader import DTYPES, HEADER, Shard, token_dtype
 class TokenStream:
     """The shards of one (source, split) read as one long array of tokens."""
 
-    def __init__(self, source: str, split: str, shards: list[ShardEntry], dtype: str) -> None:
+    def __init__(
+        self,
+        source: str,
+        split: str,
+        shards: list[ShardEntry],
+        dtype: str,
+        ready: Callable[[Path], None] | None = None,
+    ) -> None:
         if not shards:
             raise TokshardError(f"source {source!r} has no {split!r} shards")
         self.source = source
@@ -38,11 +46,14 @@ class TokenStream:
         self.starts = [0, *ends[:-1].tolist()]
         self.tokens = int(ends[-1])
         self._arrays: dict[int, np.ndarray] = {}
+        self._ready = ready  # fetches a shard of a manifest URL into the cache before it is mapped
 
     def _array(self, i: int) -> np.ndarray:
         """Shard ``i`` as a plain ndarray view of its memory map (opened on first use)."""
         arr = self._arrays.get(i)
         if arr is None:
+            if self._ready is not None:
+                self._ready(self.paths[i])
             arr = self._arrays[i] = np.asarray(Shard(self.paths[i], self.dtype).tokens)
         return arr
 
@@ -72,7 +83,9 @@ class WindowDataset:
         self.split = split
         self.seq_len = seq_len
         names = list(sources) if sources is not None else sources_with_split(manifest, split)
-        self.streams = [TokenStream(n, split, manifest.select(n, split), manifest.dtype) for n in names]
+        self.streams = [
+            TokenStream(n, split, manifest.select(n, split), manifest.dtype, manifest.ready) for n in names
+        ]
         self.sources = names
         self.windows = [(s.tokens - 1) // seq_len for s in self.streams]
         for stream, count in zip(self.streams, self.windows, strict=True):
@@ -125,6 +138,8 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         )
     if not manifest.shards:
         raise TokshardError(f"{where}: the manifest lists no shards")
+    if manifest.ready is not None:  # a URL's shards: hash-checked by the data cache as they arrive
+        return
     itemsize = token_dtype(manifest.dtype).itemsize
     first_of_stream: set[tuple[str, str]] = set()
     for entry in manifest.shards:

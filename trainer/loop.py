@@ -22,7 +22,9 @@ import torch
 from pipeline import manifest as manifest_mod
 from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
-from trainer import checkpoint, distributed, ds_config, models
+from pipeline.store import refuse_url
+from pipeline.store_cache import ShardFetcher
+from trainer import checkpoint, distributed, ds_config, models, remote
 from trainer.data import WindowDataset, check_manifest, sources_with_split
 from trainer.metrics import MetricsLog
 from trainer.prefetch import Prefetcher
@@ -55,6 +57,8 @@ class TrainArgs:
     log_samples: bool = False
     verify: bool = False
     prefetch: int = 4
+    data_cache: str | None = None
+    data_cache_limit: str | None = None
     global_batch: int | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None
@@ -84,13 +88,14 @@ class Plan:
     resume_tag: str | None
     saved_state: dict[str, Any] | None
     allowed_changes: list[str]
+    fetcher: ShardFetcher | None = None  # downloads a manifest URL's shards into the data cache
 
 
 def prepare(args: TrainArgs) -> Plan:
     """Every guard, in the order a user would want to hear about them."""
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
-    manifest = manifest_mod.load(args.manifest)
+    manifest, fetcher = remote.open_manifest(args.manifest, args.data_cache, args.data_cache_limit)
     spec = models.resolve(args.model, args.vocab_size)
     check_manifest(manifest, spec.limits, args.seq_len, verify=args.verify)
     train_sources = sources_with_split(manifest, args.train_split)
@@ -115,6 +120,8 @@ def prepare(args: TrainArgs) -> Plan:
         ds_config.read(args.deepspeed) if args.deepspeed else ds_config.default_config(bf16=bf16_supported)
     )
     ds_config.check_precision(user_config, cuda, bf16_supported)
+    refuse_url(args.save, "--save")
+    refuse_url(args.run_dir, "--run-dir")
     save_dir = Path(args.save) if args.save else None
     seed = args.seed if args.seed is not None else DEFAULT_SEED
     resume_tag = saved = None
@@ -142,7 +149,7 @@ def prepare(args: TrainArgs) -> Plan:
         allowed = checkpoint.check_compatible(saved, {"data": identity}, args.allow_data_change)
     return Plan(
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
-        dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
+        dataset, sampler, identity, save_dir, resume_tag, saved, allowed, fetcher,
     )  # fmt: skip
 
 
@@ -285,6 +292,8 @@ def train(args: TrainArgs) -> dict[str, Any]:
         log.close()
         return {"step": step, "samples": samples}
 
+    if plan.fetcher is not None:
+        remote.start_downloads(plan.fetcher, plan.dataset, plan.sampler, samples)
     prefetcher = Prefetcher(
         plan.dataset,
         plan.sampler,
@@ -355,6 +364,8 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 t_last += time.perf_counter() - t0
     finally:
         prefetcher.close()
+        if plan.fetcher is not None:
+            log.note(remote.report(plan.fetcher))
         if sample_log is not None:
             sample_log.close()
         log.close()

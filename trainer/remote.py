@@ -1,0 +1,64 @@
+"""Training from a manifest URL (``--manifest s3://bucket/run/manifest.json``).
+
+The manifest and tokenizer are read into the node's data cache (`pipeline.store_cache`), whose
+view folder is an ordinary prepared folder; each shard is downloaded there, hash-checked,
+before the dataset memory-maps it. A background thread fetches shards in the order the
+sampler first needs them from the run's start position, so the first step waits only for the
+shards of the first batches, and later steps find theirs already local. fsspec is imported
+only here and only for a URL (through `pipeline.store`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+
+import numpy as np
+
+from pipeline import manifest as manifest_mod
+from pipeline.store import is_url
+from pipeline.store_cache import DataCache, ShardFetcher, parse_size
+
+#: positions looked at to find the order in which the first epoch touches the shards
+ORDER_LOOKAHEAD = 1 << 16
+
+
+def open_manifest(
+    spec: str, cache_dir: str | None, cache_limit: str | None
+) -> tuple[manifest_mod.Manifest, ShardFetcher | None]:
+    """A local manifest as it is, or a URL's manifest in the data cache with its fetcher."""
+    if not is_url(spec):
+        return manifest_mod.load(spec), None
+    limit = parse_size(cache_limit) if cache_limit else None
+    cache = DataCache(
+        cache_dir, limit, log=lambda msg: print(f"tokshard: {msg}", file=sys.stderr, flush=True)
+    )
+    m = cache.open_manifest(spec)
+    fetcher = ShardFetcher(cache, m)
+    m.ready = fetcher.ready
+    return m, fetcher
+
+
+def start_downloads(fetcher: ShardFetcher, dataset, sampler, first_position: int) -> None:
+    """Fetch in the order the sampler reaches the shards from ``first_position`` on."""
+    order: dict[manifest_mod.ShardEntry, None] = {}
+    by_path = fetcher.by_path
+    positions = np.arange(first_position, first_position + ORDER_LOOKAHEAD, dtype=np.int64)
+    draws = sampler.draw(positions)
+    for s, w in zip(draws.sources.tolist(), draws.windows.tolist(), strict=True):
+        stream = dataset.streams[s]
+        start = w * dataset.seq_len
+        i = bisect.bisect_right(stream.starts, start) - 1
+        order.setdefault(by_path[stream.paths[i]])
+        if i + 1 < len(stream.paths) and start + dataset.seq_len + 1 > stream.starts[i + 1]:
+            order.setdefault(by_path[stream.paths[i + 1]])
+    fetcher.start(list(order))
+
+
+def report(fetcher: ShardFetcher) -> str:
+    s = fetcher.cache.stats
+    return (
+        f"data cache {fetcher.cache.root}: {s.downloaded} files downloaded "
+        f"({s.downloaded_bytes / 2**20:.1f} MiB), {s.cached} shards found cached, "
+        f"{s.refetched_corrupt} corrupt ones fetched again, {s.evicted} evicted"
+    )
