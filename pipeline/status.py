@@ -27,6 +27,7 @@ def status(out: str | Path) -> dict[str, Any]:
         from pipeline.store_run import StoreRun
 
         run = StoreRun(str(out))
+        run.store.check_reachable()
         plan = run.load_plan()
         has_manifest = run.manifest_doc() is not None
         checkpoints = run.load_all(plan) if plan is not None else {}

@@ -102,6 +102,7 @@ class DataCache:
         """The manifest of ``url`` (a manifest or its folder), in its local view folder."""
         murl = url if url.endswith(".json") else url.rstrip("/") + "/" + manifest_mod.MANIFEST_NAME
         store = Store(parent(murl))
+        store.check_reachable()
         data = store.read_bytes(murl.rsplit("/", 1)[1])
         if data is None:
             raise TokshardError(f"no manifest at {murl} (is `tokshard prepare` still running?)")

@@ -382,6 +382,7 @@ def verify_in_store(url: str, on_shard: Callable[[int, int], None] | None = None
 
     murl = manifest_url(url)
     store = Store(parent(murl))
+    store.check_reachable()
     name = murl.rsplit("/", 1)[1]
     data = store.read_bytes(name)
     if data is None:

@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -106,9 +104,9 @@ def moto_server(extra_env: dict[str, str] | None = None) -> Iterator[S3Server]:
             proc.wait()
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """One server for the session; the test process's environment points at it."""
+def session_server() -> Iterator[S3Server]:
+    """One server for the session (conftest's ``s3_server`` fixture); the test process's
+    environment points at it."""
     with moto_server() as server:
         saved = {k: os.environ.get(k) for k in server.env}
         os.environ.update(server.env)

@@ -95,6 +95,8 @@ def prepare(args: TrainArgs) -> Plan:
     """Every guard, in the order a user would want to hear about them."""
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
+    refuse_url(args.save, "--save")  # checkpoints go to a (shared) filesystem
+    refuse_url(args.run_dir, "--run-dir")
     manifest, fetcher = remote.open_manifest(args.manifest, args.data_cache, args.data_cache_limit)
     spec = models.resolve(args.model, args.vocab_size)
     check_manifest(manifest, spec.limits, args.seq_len, verify=args.verify)
@@ -120,8 +122,6 @@ def prepare(args: TrainArgs) -> Plan:
         ds_config.read(args.deepspeed) if args.deepspeed else ds_config.default_config(bf16=bf16_supported)
     )
     ds_config.check_precision(user_config, cuda, bf16_supported)
-    refuse_url(args.save, "--save")
-    refuse_url(args.run_dir, "--run-dir")
     save_dir = Path(args.save) if args.save else None
     seed = args.seed if args.seed is not None else DEFAULT_SEED
     resume_tag = saved = None
