@@ -136,3 +136,18 @@ def test_the_size_limit_evicts_least_recently_used_shards_that_no_job_maps(s3_ma
     later.evict()
     kept = [e.rel_path for e in m2.shards if e.bin_path.exists()]
     assert set(kept) <= {m2.shards[0].rel_path, m2.shards[-1].rel_path} and m2.shards[-1].rel_path in kept
+
+
+def test_the_trainers_data_path_imports_fsspec_only_for_a_url():
+    code = (
+        "import sys\n"
+        "import trainer.data, trainer.remote, pipeline.store_cache\n"
+        "assert 'fsspec' not in sys.modules, 'fsspec imported without a URL'\n"
+        "from pipeline.store import Store\n"
+        "Store('memory://x')\n"
+        "assert 'fsspec' in sys.modules\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
