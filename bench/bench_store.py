@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
@@ -87,12 +89,34 @@ def train_run(manifest: str, run_dir: Path, cache: Path, env: dict[str, str], st
     }
 
 
+def first_batch_s(manifest: str, cache: Path, seq_len: int = 256, micro: int = 8) -> float:
+    """Seconds from opening a manifest (local or URL) to the first micro-batch gathered: the
+    trainer's own data path (data cache included), without DeepSpeed's start-up around it."""
+    from trainer import remote
+    from trainer.data import WindowDataset, sources_with_split
+    from trainer.sampler import MixtureSampler
+
+    t0 = time.perf_counter()
+    m, fetcher = remote.open_manifest(manifest, str(cache), None)
+    sources = sources_with_split(m, "train")
+    dataset = WindowDataset(m, "train", seq_len, sources)
+    sampler = MixtureSampler(sources, dataset.windows, {s: 1.0 for s in sources}, 1234)
+    if fetcher is not None:
+        remote.start_downloads(fetcher, dataset, sampler, 0)
+    draws = sampler.draw(np.arange(micro, dtype=np.int64))
+    dataset.batch(draws.sources, draws.windows)
+    took = time.perf_counter() - t0
+    if fetcher is not None:
+        fetcher.cache.close()
+    return took
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--mb", type=int, default=20, help="use the first MB of the corpus")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=30, help="training steps per run (0: no training runs)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-store-"))
     data = head_corpus(a.corpus, a.mb, work / "corpus.jsonl")
@@ -107,19 +131,30 @@ def main() -> None:
             s3_s.append(tokshard(["prepare", *common, "--out", f"s3://{bucket}/run{r}"], env))
             print(f"round {r}: local {local_s[-1]:.1f} s, s3 {s3_s[-1]:.1f} s", flush=True)
         url = f"s3://{bucket}/run0/manifest.json"
-        runs = {
-            "local manifest": train_run(
-                str(work / "local0/manifest.json"), work / "t-local", work / "c", env, a.steps
-            ),
-            "URL, cold cache": train_run(url, work / "t-cold", work / "cache", env, a.steps),
-            "URL, warm cache": train_run(url, work / "t-warm", work / "cache", env, a.steps),
+        os.environ.update(env)
+        local_m = str(work / "local0/manifest.json")
+        data_path = {
+            "local manifest": [first_batch_s(local_m, work / "c") for _ in range(3)],
+            "URL, cold cache": [first_batch_s(url, work / f"cold{i}") for i in range(3)],
+            "URL, warm cache": [first_batch_s(url, work / "cold0") for _ in range(3)],
         }
+        runs = {}
+        if a.steps:
+            runs = {
+                "local manifest": train_run(
+                    str(work / "local0/manifest.json"), work / "t-local", work / "c", env, a.steps
+                ),
+                "URL, cold cache": train_run(url, work / "t-cold", work / "cache", env, a.steps),
+                "URL, warm cache": train_run(url, work / "t-warm", work / "cache", env, a.steps),
+            }
     print(f"corpus: {data.stat().st_size / 1e6:.1f} MB, 2 workers, {a.rounds} rounds (local, s3 alternating)")
     print(f"prepare local folder: {', '.join(f'{x:.1f}' for x in local_s)} s")
     print(f"prepare s3 (moto):    {', '.join(f'{x:.1f}' for x in s3_s)} s")
     print(
         f"ratio s3 / local per round: {', '.join(f'{s / loc:.2f}' for s, loc in zip(s3_s, local_s, strict=True))}"
     )
+    for name, times in data_path.items():
+        print(f"first micro-batch, {name}: {', '.join(f'{t:.3f}' for t in times)} s (3 runs)")
     for name, r in runs.items():
         print(
             f"train {name}: first step {r['first_step_s']:.1f} s after launch, whole run {r['wall_s']:.1f} s, "

@@ -239,26 +239,55 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         from pipeline.encoders import choose
 
-        encoder, reason = choose(settings["encoder"], str(local_tok), lambda: runner._samples(plan, recipe))
-        log(f"encoder: {encoder} ({reason})")
-        if todo:
-            log(
-                f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, {len(todo)} to do"
+        # where this machine's workers keep the tokenizer: the warm-up and the tasks share it
+        worker_tok = _local_tokenizer(run.store, tok.sha256)
+        early = runner._early_workers(options, settings["threads"]) if todo else None
+        try:
+            if early is not None:  # workers boot and build the likely encoder while we check it
+                likely = "tokenizers" if settings["encoder"] == "tokenizers" else "tiktoken"
+                early.warm(warm_up, *_worker_encoder_args(worker_tok, plan, likely, settings["threads"]))
+            encoder, reason = choose(
+                settings["encoder"], str(local_tok), lambda: runner._samples(plan, recipe)
             )
-            args = runner._encoder_args(local, plan, encoder, settings["threads"])
-            tok_url = join(run.url, tokenizer.TOKENIZER_FILE)
-            tasks = [
-                dataclasses.replace(
-                    runner._task(recipe, local, plan, p, run_id, args), out=run.url, tokenizer_path=tok_url
-                )
-                for p in todo
-            ]
-            runner._run(tasks, todo, checkpoints, plan, local, options, log, read_checkpoint=lambda p: None)
+            log(f"encoder: {encoder} ({reason})")
+            if todo:
+                done = len(plan.partitions) - len(todo)
+                log(f"{len(plan.partitions)} partitions: {done} done, {len(todo)} to do")
+                args = _worker_encoder_args(worker_tok, plan, encoder, settings["threads"])
+                tok_url = join(run.url, tokenizer.TOKENIZER_FILE)
+                tasks = [
+                    dataclasses.replace(
+                        runner._task(recipe, local, plan, p, run_id, args),
+                        out=run.url,
+                        tokenizer_path=tok_url,
+                    )
+                    for p in todo
+                ]
+                runner._run(tasks, todo, checkpoints, plan, local, options, log, early, lambda p: None)
+        finally:
+            if early is not None:
+                early.discard()
         finished = _finished_checkpoints(run, plan)
         doc = runner.manifest_doc(recipe, plan, finished, encoder, reason, settings["threads"])
         run.store.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(manifest_mod.sealed(doc)))
         log(f"wrote {manifest_url}")
         return manifest_url
+
+
+def _worker_encoder_args(worker_tok: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
+    """`runner._encoder_args` with the tokenizer where a worker keeps its copy of it."""
+    from pipeline.encoders import library_versions
+
+    versions = library_versions() if encoder == "tiktoken" else ()
+    return (encoder, str(worker_tok), plan.tokenizer["sha256"], threads, versions)
+
+
+def warm_up(*encoder_args: Any) -> None:
+    """`pipeline.task.warm_up` on a worker that already has the tokenizer (this machine's)."""
+    from pipeline.task import warm_up as build
+
+    if Path(encoder_args[1]).is_file():
+        build(*encoder_args)
 
 
 def _upload_tokenizer(store: Store, local: Path, sha256: str) -> None:
