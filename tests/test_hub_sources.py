@@ -205,6 +205,28 @@ def test_wikitext_section_headings_stay_inside_their_article(mirror):
     assert all(d.startswith(" = ") for d in docs[1:]) and all(len(h) == 1 for h in top_level_headings)
 
 
+@pytest.mark.parametrize("row", [" = ", " = \n", " =  = \n"])
+def test_wikitext_a_row_of_only_equals_signs_is_no_title(tmp_path, row):
+    """A title has text between its signs: a bare ` = ` row stays inside the article it is in."""
+    repo = tmp_path / "Salesforce" / "wikitext"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(WIKITEXT_CARD)
+    rows = [
+        "",
+        " = Valkyria Chronicles = \n",
+        "",
+        " Senjou no Valkyria . \n",
+        row,
+        " It met with praise . \n",
+    ]
+    rows += [" = Tropical Storm Alpha = \n", "", " A storm formed . \n"]
+    for split in ("train", "validation", "test"):
+        write_parquet(repo / f"wikitext-103-raw-v1/{split}-00000-of-00001.parquet", {"text": rows})
+    docs = read_all(source("wikitext", tmp_path))["train"]
+    first = "".join(r if r.endswith("\n") else r + "\n" for r in rows[1:6])
+    assert docs == ["", first, " = Tropical Storm Alpha = \n\n A storm formed . \n"]
+
+
 def test_wikitext_article_crossing_two_files_is_read_whole_by_the_partition_where_it_starts(mirror):
     root, expected = mirror
     src = source("wikitext", root, partition_bytes=1)
