@@ -385,6 +385,27 @@ def test_wrong_layout_names_the_file_and_the_missing_column(mirror):
         source("hf", root, repo="acme/notes").origin()
 
 
+def test_a_mirror_file_with_a_flipped_page_is_named_when_read(tmp_path):
+    """Pages written with checksums are checked: a flipped byte is an error, never other text."""
+    repo = tmp_path / "acme" / "notes"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*\n---\n"
+    )
+    path = repo / "data/train-00000-of-00001.parquet"
+    path.parent.mkdir()
+    texts = [f"plain uncompressed text number {i}" for i in range(200)]
+    pq.write_table(
+        pa.table({"text": texts}), path, compression="none", use_dictionary=False, write_page_checksum=True
+    )
+    data = bytearray(path.read_bytes())
+    data[data.index(b"number 100")] ^= 0x01  # 'n' -> 'o': without the check, other text
+    path.write_bytes(bytes(data))
+    src = source("hf", tmp_path, repo="acme/notes")
+    with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet is not a readable parquet file"):
+        read_all(src)
+
+
 def test_half_copied_or_lfs_pointer_mirror_file_is_refused_before_any_work(tmp_path, mirror):
     root, _ = mirror
     shutil.copytree(root / "vblagoje", tmp_path / "vblagoje")

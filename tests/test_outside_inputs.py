@@ -160,7 +160,7 @@ def test_a_zstd_file_of_several_frames_is_read_to_its_end(tmp_path, docs, tokeni
 
 def parquet_bytes(docs: list[str], **options) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(pa.table({"text": docs}), sink, row_group_size=10, **options)
+    pq.write_table(pa.table({"text": docs}), sink, row_group_size=10, use_dictionary=False, **options)
     return sink.getvalue()
 
 
@@ -171,9 +171,9 @@ def damaged(data: bytes, how: str) -> bytes:
         return data[:-4] + b"XXXX"
     if how == "cut footer":
         return data[: len(data) - 100]
-    # a flipped byte in the middle of the first data page
-    meta = pq.read_metadata(pa.BufferReader(data))
-    col = meta.row_group(0).column(0)
+    # a flipped byte in the middle of the first column chunk (its data pages: no dictionary)
+    col = pq.read_metadata(pa.BufferReader(data)).row_group(0).column(0)
+    assert col.dictionary_page_offset is None
     at = col.data_page_offset + col.total_compressed_size // 2
     return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
 
@@ -199,9 +199,12 @@ def test_a_corrupt_parquet_file_stops_tokenizer_training_with_one_line(tmp_path,
 
 
 def test_a_page_flipped_after_planning_is_named_by_the_worker(tmp_path, docs, tokenizer_path, dask_client):
-    """The footer is whole, so planning passes; the worker meets the damage as it reads."""
+    """The footer is whole, so planning passes; the worker meets the damage as it reads. The
+    flipped bit turns one letter into another, so only the page's checksum can tell."""
+    data = bytearray(parquet_bytes(docs[:40], write_page_checksum=True, compression="none"))
+    data[data.index(docs[25][:40].encode()) + 5] ^= 0x01
     path = tmp_path / "in.parquet"
-    path.write_bytes(damaged(parquet_bytes(docs[:40], write_page_checksum=True), "flipped page"))
+    path.write_bytes(bytes(data))
     with pytest.raises(DataError, match=r"in\.parquet: corrupt parquet file"):
         run_prepare(files_recipe(tokenizer_path, [path], encoder="tokenizers"), tmp_path / "out", dask_client)
 

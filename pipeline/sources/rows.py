@@ -305,7 +305,7 @@ def _file_rows(repo: Repo, rel: str, file_first: int, begin: int, columns: tuple
 
     f = repo.open(rel)
     try:
-        pf = pq.ParquetFile(f)
+        pf = pq.ParquetFile(f, page_checksum_verification=True)  # a flipped byte: an error
     except Exception as exc:
         f.close()
         raise read_error(exc, repo, rel) from exc
