@@ -79,6 +79,25 @@ def test_a_file_whose_name_holds_brackets_is_itself(tmp_path, docs):
     assert expand(["dump[2024].jsonl"], str(tmp_path)) == [os.path.realpath(tmp_path / "dump[2024].jsonl")]
 
 
+def test_url_globs_expand_like_local_ones():
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for name in ("b/part-00001.jsonl", "b/part-00002.jsonl", "b/sub/part-00003.jsonl"):
+        fs.pipe(f"/globs/{name}", b'{"text": "x"}\n')
+    names = lambda pattern: [f.rsplit("/", 1)[1] for f in expand([f"memory://globs/{pattern}"], ".")]  # noqa: E731
+    assert (
+        names("b/part-0000[12].jsonl")
+        == names("b/part-0000?.jsonl")
+        == ["part-00001.jsonl", "part-00002.jsonl"]
+    )
+    assert names("b/**/*.jsonl") == ["part-00001.jsonl", "part-00002.jsonl", "part-00003.jsonl"]
+    with pytest.raises(TokshardError, match="memory://globs/b is a directory"):
+        expand(["memory://globs/b"], ".")
+    with pytest.raises(TokshardError, match=r"no files match 'memory://globs/b/part-9\.jsonl'"):
+        expand(["memory://globs/b/part-9.jsonl"], ".")
+
+
 @pytest.mark.parametrize(
     ("pattern", "says"),
     [

@@ -78,10 +78,6 @@ def expand(patterns: list[str], base_dir: str) -> list[str]:
     return sorted(found)
 
 
-def has_magic(pattern: str) -> bool:
-    return glob.has_magic(pattern)
-
-
 def _local_matches(pattern: str, base_dir: str) -> list[str]:
     expanded = os.path.expanduser(pattern)
     path = os.path.join(base_dir, expanded)
@@ -91,7 +87,7 @@ def _local_matches(pattern: str, base_dir: str) -> list[str]:
         return [os.path.realpath(path)]
     matches = (
         glob.glob(os.path.join(glob.escape(base_dir), expanded), recursive=True)
-        if has_magic(expanded)
+        if glob.has_magic(expanded)
         else []
     )
     files = [os.path.realpath(m) for m in matches if os.path.isfile(m)]
@@ -105,14 +101,14 @@ def _url_matches(pattern: str) -> list[str]:
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(pattern)
-    if not has_magic(path):
+    if not glob.has_magic(path):
         if fs.isdir(path):
             raise TokshardError(_directory_given(pattern))
         if not fs.exists(path):
             raise TokshardError(_nothing_matches(pattern, False))
         return [fs.unstrip_protocol(path)]
-    matches = fs.glob(path)
-    files = [fs.unstrip_protocol(m) for m in matches if not fs.isdir(m)]
+    matches = fs.glob(path, detail=True)  # one listing says which are folders
+    files = [fs.unstrip_protocol(m) for m, info in matches.items() if info.get("type") != "directory"]
     if not files:
         raise TokshardError(_nothing_matches(pattern, bool(matches)))
     return files
@@ -126,7 +122,7 @@ def _directory_given(pattern: str) -> str:
 def _nothing_matches(pattern: str, only_directories: bool) -> str:
     if only_directories:
         return f"{pattern!r} matches only directories; name the files in them, e.g. '.../*.jsonl'"
-    if has_magic(pattern):
+    if glob.has_magic(pattern):
         return f"no files match {pattern!r}; check the path or glob"
     return f"no files match {pattern!r} (no such file); check the path"
 
