@@ -16,7 +16,8 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, ClassVar
 
 import orjson
@@ -167,10 +168,33 @@ def content_sample(path: str, start: int, end: int, edge: int) -> str:
     return h.hexdigest()
 
 
+def _stat_key_now(entry: dict[str, Any]) -> dict[str, Any]:
+    """A recorded input's `stat_key` as of now; a file gone is the user's to restore."""
+    try:
+        return stat_key(entry["path"])
+    except OSError as exc:
+        raise TokshardError(
+            f"input {entry['path']} is gone since this run started; restore it or use a new --out"
+        ) from exc
+
+
+def io_map(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``[fn(x) for x in items]`` on a few threads: each call is a small read (a stat, a
+    sample), which on object storage is a request's round trip, not work."""
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _range_sample(spec: dict[str, Any]) -> str:
+    return content_sample(spec["path"], spec["start"], spec["end"], RANGE_SAMPLE)
+
+
 def check_range_unchanged(path: str, spec: dict[str, Any]) -> None:
     """A worker's check, when it starts or resumes a .jsonl range, that the range still holds
     what was planned (a plan of an older tokshard has no sample: nothing to check)."""
-    if "sample" in spec and content_sample(path, spec["start"], spec["end"], RANGE_SAMPLE) != spec["sample"]:
+    if "sample" in spec and _range_sample(spec) != spec["sample"]:
         raise DataError(
             f"input {path} changed since this run started (bytes {spec['start']}-{spec['end']} differ); "
             "restore it or start over with a new --out"
@@ -279,17 +303,11 @@ class FilesSource(Source):
         return files
 
     def origin(self) -> dict[str, Any]:
-        return {"files": {split: [stat_key(f) for f in self.files(split)] for split in self.splits()}}
+        return {"files": {split: io_map(stat_key, self.files(split)) for split in self.splits()}}
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
         for split, entries in recorded_origin["files"].items():
-            for entry in entries:
-                try:
-                    now = stat_key(entry["path"])
-                except OSError as exc:
-                    raise TokshardError(
-                        f"input {entry['path']} is gone since this run started; restore it or use a new --out"
-                    ) from exc
+            for entry, now in zip(entries, io_map(_stat_key_now, entries), strict=True):
                 if now != {**now, **entry}:  # a plan of an older tokshard has no sample
                     raise DataError(
                         f"input {entry['path']} ({split}) changed since this run started "
@@ -299,9 +317,8 @@ class FilesSource(Source):
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
         """Every planned .jsonl range still holds what was planned (its sampled ends), so that a
         rerun never keeps shards of one version of a file beside shards of another."""
-        for part in partitions:
-            if part.spec.get("kind") == ".jsonl":
-                check_range_unchanged(part.spec["path"], part.spec)
+        ranges = [p.spec for p in partitions if p.spec.get("kind") == ".jsonl"]
+        io_map(lambda spec: check_range_unchanged(spec["path"], spec), ranges)
 
     def partitions(self) -> list[Partition]:
         parts: list[Partition] = []
@@ -310,6 +327,9 @@ class FilesSource(Source):
             step = self.partition_bytes(files)
             for i, (key, size, spec) in enumerate(self._units(files, step)):
                 parts.append(Partition(self.name, split, i, key, size, spec))
+        ranges = [p.spec for p in parts if p.spec["kind"] == ".jsonl"]
+        for spec, sample in zip(ranges, io_map(_range_sample, ranges), strict=True):
+            spec["sample"] = sample
         return parts
 
     def partition_bytes(self, files: list[str]) -> int:
@@ -347,11 +367,10 @@ class FilesSource(Source):
             size = file_size(path)
             for start in range(0, max(size, 1), step):
                 end = min(size, start + step)
-                sample = content_sample(path, start, end, RANGE_SAMPLE)
                 yield (
                     f"{path}@{start}-{end}",
                     end - start,
-                    {"kind": kind, "path": path, "start": start, "end": end, "sample": sample},
+                    {"kind": kind, "path": path, "start": start, "end": end},
                 )
         elif kind == ".parquet":
             import pyarrow.parquet as pq
