@@ -194,7 +194,13 @@ def _range_sample(spec: dict[str, Any]) -> str:
 def check_range_unchanged(path: str, spec: dict[str, Any]) -> None:
     """A worker's check, when it starts or resumes a .jsonl range, that the range still holds
     what was planned (a plan of an older tokshard has no sample: nothing to check)."""
-    if "sample" in spec and _range_sample(spec) != spec["sample"]:
+    if "sample" not in spec:
+        return
+    try:
+        sample = _range_sample(spec)
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: input file is gone; restore it and rerun") from exc
+    if sample != spec["sample"]:
         raise DataError(
             f"input {path} changed since this run started (bytes {spec['start']}-{spec['end']} differ); "
             "restore it or start over with a new --out"
