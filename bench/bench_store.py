@@ -102,7 +102,7 @@ def first_batch_s(manifest: str, cache: Path, seq_len: int = 256, micro: int = 8
     dataset = WindowDataset(m, "train", seq_len, sources)
     sampler = MixtureSampler(sources, dataset.windows, {s: 1.0 for s in sources}, 1234)
     if fetcher is not None:
-        remote.start_downloads(fetcher, dataset, sampler, 0)
+        remote.start_downloads([fetcher], dataset, sampler, 0)
     draws = sampler.draw(np.arange(micro, dtype=np.int64))
     dataset.batch(draws.sources, draws.windows)
     took = time.perf_counter() - t0

@@ -180,6 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
         "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2-bf16.json",
     )
 
+    _subparser(
+        sub,
+        "samples",
+        "which samples (sources, windows, documents, text) each training step used, from the checkpoint",
+        "tokshard samples ckpt --steps 41237 --decode | less   (see `tokshard samples --help`)",
+    )
+    _subparser(
+        sub,
+        "megatron-args",
+        "print Megatron-LM's --data-path (weight prefix ...) for a manifest's shards, or write its blend JSON",
+        "tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3   (see `tokshard megatron-args --help`)",
+    )
+
     p = _subparser(
         sub,
         "plot",
@@ -266,6 +279,14 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.cli import main as train_main
 
             return train_main(argv[1:])
+        if argv[:1] == ["samples"]:
+            from trainer.samples import main as samples_main
+
+            return samples_main(argv[1:])
+        if argv[:1] == ["megatron-args"]:
+            from trainer.megatron import main as megatron_main
+
+            return megatron_main(argv[1:])
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except TokshardError as exc:
@@ -311,6 +332,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.input and args.recipe:
         raise TokshardError("give either a RECIPE or --input files, not both")
     if args.input:
+        from pipeline.sources.base import check_path_name
+
+        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
+        check_path_name("source", args.name, "--name")
         source: dict[str, Any] = {
             "type": "files",
             "paths": args.input,
@@ -342,19 +367,27 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             batch=batch,
         ),
     )
+    from pipeline.status import skipped_text
+
     if is_url(path):
         from pipeline.store import parent
         from pipeline.store_run import StoreRun
 
-        totals = (StoreRun(parent(path)).manifest_doc() or {})["totals"]
+        data = StoreRun(parent(path)).manifest_doc() or {}
     else:
         from pipeline import manifest
 
-        totals = manifest.load(path).data["totals"]
+        data = manifest.load(path).data
+    totals = data["totals"]
     seconds = time.monotonic() - started
+    skipped: dict[str, int] = {}
+    for src in data["sources"].values():
+        for split in src["splits"].values():
+            for reason, n in split.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + n
     print(
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)"
+        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
     )
     return 0
 
