@@ -330,6 +330,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.input and args.recipe:
         raise TokshardError("give either a RECIPE or --input files, not both")
     if args.input:
+        from pipeline.sources.base import check_path_name
+
+        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
+        check_path_name("source", args.name, "--name")
         source: dict[str, Any] = {
             "type": "files",
             "paths": args.input,
@@ -361,12 +365,19 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         ),
     )
     from pipeline import manifest
+    from pipeline.status import skipped_text
 
-    totals = manifest.load(path).data["totals"]
+    data = manifest.load(path).data
+    totals = data["totals"]
     seconds = time.monotonic() - started
+    skipped: dict[str, int] = {}
+    for src in data["sources"].values():
+        for split in src["splits"].values():
+            for reason, n in split.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + n
     print(
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)"
+        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
     )
     return 0
 

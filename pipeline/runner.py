@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ from pipeline.encoders import choose, library_versions
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
 from pipeline.recipe import Recipe, describe_changes
+from pipeline.shard_writer import kept_problem
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition
+from pipeline.sources.base import Partition, check_path_name
 from pipeline.state import (
     Checkpoint,
     Plan,
@@ -38,7 +40,13 @@ from pipeline.state import (
     save_plan,
     state_dir,
 )
-from pipeline.task import PartitionTask, finish_complete, run_partition, warm_up
+from pipeline.task import (
+    PartitionTask,
+    finish_complete,
+    forget_partition,
+    run_partition,
+    warm_up,
+)
 
 Log = Callable[[str], None]
 
@@ -85,6 +93,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
             log(f"{out} is already complete ({done_manifest}); nothing to do")
             return done_manifest
         checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
+        _redo_damaged(out, plan, checkpoints, log)
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
         early = _early_workers(options, settings["threads"]) if todo else None
@@ -110,6 +119,22 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         path = _write_manifest(out, recipe, plan, encoder, reason, settings["threads"])
         log(f"wrote {path}")
         return path
+
+
+def _redo_damaged(out: Path, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
+    """Check every shard this rerun keeps against its checkpoint (both files there, sizes and
+    content hashes equal) and redo the partitions of those that differ: a shard deleted,
+    truncated or edited since would otherwise go into the manifest as if whole."""
+    kept = [p for p in plan.partitions if checkpoints[p.key] is not None and checkpoints[p.key].closed]
+    if not kept:
+        return
+    with ThreadPoolExecutor(max_workers=4) as pool:  # hashing is mostly reading
+        problems = list(pool.map(lambda p: kept_problem(out, checkpoints[p.key].closed), kept))
+    for part, problem in zip(kept, problems, strict=True):
+        if problem is not None:
+            log(f"partition {part.key}: {problem}; redoing that partition")
+            forget_partition(out, part)
+            checkpoints[part.key] = None
 
 
 def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
@@ -142,7 +167,9 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
                 "use a new --out, or delete the folder to start over"
             )
         for name, cfg in recipe.sources.items():
-            build_source(name, cfg).check_unchanged(plan.origins[name])
+            source = build_source(name, cfg)
+            source.check_unchanged(plan.origins[name])
+            source.check_partitions_unchanged([p for p in plan.partitions if p.source == name])
         return plan
     log("planning partitions")
     origins: dict[str, dict[str, Any]] = {}
@@ -151,7 +178,10 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
     for name, cfg in recipe.sources.items():
         source = build_source(name, cfg)
         origins[name] = source.origin()
-        splits[name] = source.splits()
+        # a hub repo's card or file names may name splits too: each becomes a folder of `out`
+        splits[name] = [
+            check_path_name("split", s, f"{recipe.where}: source {name}") for s in source.splits()
+        ]
         order = {s: i for i, s in enumerate(splits[name])}
         partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
     if not partitions:

@@ -31,6 +31,7 @@ from pipeline.sources import build_source
 from pipeline.sources.base import Partition
 from pipeline.state import (
     Checkpoint,
+    checkpoint_path,
     current_run,
     load_checkpoint,
     partition_lock,
@@ -95,6 +96,16 @@ def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     last checkpoint (the driver calls this before it lists the shards in the manifest)."""
     with partition_lock(out, part):
         finalize(out, [ShardRecord(**r) for r in ckpt.closed])
+
+
+def forget_partition(out: Path, part: Partition) -> None:
+    """Delete a partition's checkpoint, shards and spool, so that the run redoes it whole."""
+    with partition_lock(out, part):
+        checkpoint_path(out, part).unlink(missing_ok=True)
+        spool_path(out, part).unlink(missing_ok=True)
+        stem = out / part.stem
+        for path in stem.parent.glob(f"{stem.name}-*"):
+            path.unlink(missing_ok=True)
 
 
 def _lock_wait(task: PartitionTask) -> float:
