@@ -126,13 +126,13 @@ def from_dict(
     if not isinstance(sources_raw, dict) or not sources_raw:
         raise TokshardError(f"{where}: no sources; add at least one [sources.NAME] table with a type")
     from pipeline.sources import source_class
+    from pipeline.sources.base import check_path_name
 
     sources: dict[str, dict[str, Any]] = {}
     for name, section in sources_raw.items():
         if not isinstance(section, dict):
             raise TokshardError(f"{where}: sources.{name} must be a table ([sources.{name}])")
-        if not name.replace("-", "_").isidentifier():
-            raise TokshardError(f"{where}: source name {name!r} must be letters, digits, - or _")
+        check_path_name("source", name, where)
         cls = source_class(section.get("type"), name, where)
         if "base_dir" in cls.defaults and "base_dir" not in section:
             section = {**section, "base_dir": base_dir}

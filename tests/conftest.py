@@ -60,3 +60,11 @@ def dask_client():
         Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (moto_server on 127.0.0.1, a free port) for the object-store tests."""
+    from support import s3_session_server
+
+    yield from s3_session_server()

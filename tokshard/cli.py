@@ -17,6 +17,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
+from pipeline.format.store import is_url, refuse_url
 from pipeline.format.usage import OneLineParser, positive_int
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
@@ -326,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _recipe_path(name: str) -> Path:
+    refuse_url(name, "recipe")
     path = Path(name)
     if path.exists():
         return path
@@ -338,6 +340,7 @@ def _recipe_path(name: str) -> Path:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from pipeline.run.driver import RunOptions, prepare
+    from pipeline.run.progress import stderr_log
 
     batch = _batch_jobs(args)
     if args.print_job_script:
@@ -350,27 +353,48 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    refuse_url(args.local_directory, "--local-directory")
     started = time.monotonic()
-    path = prepare(
-        recipe,
-        Path(out),
-        RunOptions(
-            workers=args.workers,
-            scheduler=args.scheduler,
-            memory_limit=args.memory_limit,
-            dashboard=args.dashboard,
-            batch=batch,
-        ),
+    options = RunOptions(
+        workers=args.workers,
+        scheduler=args.scheduler,
+        memory_limit=args.memory_limit,
+        dashboard=args.dashboard,
+        batch=batch,
     )
-    from pipeline.format import manifest
+    if is_url(out):
+        from pipeline.run.store_run import prepare_in_store
 
-    totals = manifest.load(path).data["totals"]
-    seconds = time.monotonic() - started
-    print(
-        f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)"
-    )
+        path: Path | str = prepare_in_store(recipe, out, options, stderr_log)
+    else:
+        path = prepare(recipe, Path(out), options)
+    print(_prepared_line(path, time.monotonic() - started))
     return 0
+
+
+def _prepared_line(path: Path | str, seconds: float) -> str:
+    """The final line: where the manifest is, what it holds, and what was skipped."""
+    from pipeline.run.status import skipped_text
+
+    if is_url(path):
+        from pipeline.format.store import parent
+        from pipeline.run.store_run import StoreRun
+
+        data = StoreRun(parent(str(path))).manifest_doc() or {}
+    else:
+        from pipeline.format import manifest
+
+        data = manifest.load(path).data
+    totals = data["totals"]
+    skipped: dict[str, int] = {}
+    for src in data["sources"].values():
+        for split in src["splits"].values():
+            for reason, n in split.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + n
+    return (
+        f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
+        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
+    )
 
 
 def _recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
@@ -387,6 +411,10 @@ def _recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
     if args.input and args.recipe:
         raise TokshardError("give either a RECIPE or --input files, not both")
     if args.input:
+        from pipeline.sources.base import check_path_name
+
+        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
+        check_path_name("source", args.name, "--name")
         source: dict[str, Any] = {
             "type": "files",
             "paths": args.input,
@@ -406,6 +434,7 @@ def _recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from pipeline.encoding.tokenizer import train
 
+    refuse_url(args.out, "--out")
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
     return 0
@@ -420,7 +449,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from pipeline.format.verify import verify
+    if is_url(args.manifest):  # each shard downloaded, checked like a local one, deleted
+        from pipeline.run.store_run import verify_in_store as verify
+    else:
+        from pipeline.format.verify import verify
 
     faults, totals = verify(args.manifest)
     for fault in faults:
@@ -440,6 +472,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.plot or args.plot_file:
         from tokshard.inspection_plot import plot_doc_lengths
 
+        refuse_url(args.plot_file, "--plot-file")
+        if is_url(args.manifest) and not args.plot_file:
+            raise TokshardError("--plot of a manifest URL needs --plot-file PNG (a local file to write)")
+
         png = plot_doc_lengths(args.manifest, args.plot_file)
         print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -448,6 +484,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainer.report import describe, write_report
 
+    refuse_url(args.run_dir, "RUN_DIR")
+    refuse_url(args.out, "--out")
+
     print(describe(write_report(args.run_dir, args.out, args.title)))
     return 0
 
@@ -455,6 +494,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tokshard import demo
 
+    refuse_url(args.out, "--out")
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))
     if not summary["learned"]:

@@ -19,7 +19,9 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
     """All faults found (empty: the folder is exactly what its manifest says) and totals.
 
     A manifest that exists but cannot be read, or that points outside its folder, is a
-    fault too (VerifyError, exit 1); only a missing one is a usage error.
+    fault too (VerifyError, exit 1); only a missing one is a usage error. A URL is checked
+    in the store, shard by shard, by `pipeline.run.store_run.verify_in_store` (with
+    `check_shard` on each).
     """
     found = manifest_mod.find(path)
     try:

@@ -9,11 +9,13 @@ exactly when every partition is done, whatever happened in between.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import queue
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from pipeline.encoding.selection import choose
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError, disk_error
 from pipeline.format.errors import TokshardError
+from pipeline.format.shard_writer import kept_problem
 from pipeline.recipe import Recipe, describe_changes
 from pipeline.run.cluster import EarlyStart, connect
 from pipeline.run.progress import Progress, stderr_log
@@ -37,9 +40,15 @@ from pipeline.run.state import (
     save_plan,
     state_dir,
 )
-from pipeline.run.worker_task import PartitionTask, finish_complete, run_partition, warm_up
+from pipeline.run.worker_task import (
+    PartitionTask,
+    finish_complete,
+    forget_partition,
+    run_partition,
+    warm_up,
+)
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition
+from pipeline.sources.base import Partition, check_path_name
 
 Log = Callable[[str], None]
 
@@ -59,8 +68,10 @@ class RunOptions:
 
 
 def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
-    """Run (or resume) a recipe into ``out``; returns the manifest path."""
+    """Run (or resume) a recipe into the local folder ``out``; returns the manifest path (a
+    store URL runs through `pipeline.run.store_run.prepare_in_store`)."""
     options = options or RunOptions()
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise TokshardError(f"output {out} is a file, not a folder; choose another --out")
     try:
@@ -82,6 +93,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
             log(f"{out} is already complete ({done_manifest}); nothing to do")
             return done_manifest
         checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
+        _redo_damaged(out, plan, checkpoints, log)
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
         early = _early_workers(options, settings.threads) if todo else None
@@ -109,6 +121,22 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         return path
 
 
+def _redo_damaged(out: Path, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
+    """Check every shard this rerun keeps against its checkpoint (both files there, sizes and
+    content hashes equal) and redo the partitions of those that differ: a shard deleted,
+    truncated or edited since would otherwise go into the manifest as if whole."""
+    kept = [p for p in plan.partitions if checkpoints[p.key] is not None and checkpoints[p.key].closed]
+    if not kept:
+        return
+    with ThreadPoolExecutor(max_workers=4) as pool:  # hashing is mostly reading
+        problems = list(pool.map(lambda p: kept_problem(out, checkpoints[p.key].closed), kept))
+    for part, problem in zip(kept, problems, strict=True):
+        if problem is not None:
+            log(f"partition {part.key}: {problem}; redoing that partition")
+            forget_partition(out, part)
+            checkpoints[part.key] = None
+
+
 def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
     """Boot the local workers (or join the scheduler) now, while the driver checks the encoder."""
     if options.client is not None or options.batch is not None:
@@ -130,17 +158,31 @@ def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[An
 
 def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
     plan = load_plan(out)
-    identity = recipe.identity()
     if plan is not None:
-        if plan.identity_hash != recipe.identity_hash():
-            changes = describe_changes(plan.identity, identity)
-            raise TokshardError(
-                f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
-                "use a new --out, or delete the folder to start over"
-            )
-        for name, cfg in recipe.sources.items():
-            build_source(name, cfg).check_unchanged(plan.origins[name])
+        check_same_recipe(plan, recipe, out)
         return plan
+    plan = make_plan(recipe, tok, log)
+    save_plan(out, plan)
+    return plan
+
+
+def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
+    """A rerun continues only the recipe (and pinned sources) the folder was started with."""
+    if plan.identity_hash != recipe.identity_hash():
+        changes = describe_changes(plan.identity, recipe.identity())
+        raise TokshardError(
+            f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
+            "use a new --out, or delete the folder to start over"
+        )
+    for name, cfg in recipe.sources.items():
+        source = build_source(name, cfg)
+        source.check_unchanged(plan.origins[name])
+        source.check_partitions_unchanged([p for p in plan.partitions if p.source == name])
+
+
+def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
+    """A new run's plan: partitions in output order, origins pinned, the tokenizer's facts."""
+    identity = recipe.identity()
     log("planning partitions")
     origins: dict[str, dict[str, Any]] = {}
     splits: dict[str, list[str]] = {}
@@ -148,7 +190,10 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
     for name, cfg in recipe.sources.items():
         source = build_source(name, cfg)
         origins[name] = source.origin()
-        splits[name] = source.splits()
+        # a hub repo's card or file names may name splits too: each becomes a folder of `out`
+        splits[name] = [
+            check_path_name("split", s, f"{recipe.where}: source {name}") for s in source.splits()
+        ]
         order = {s: i for i, s in enumerate(splits[name])}
         partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
     if not partitions:
@@ -162,7 +207,6 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
         splits=splits,
         partitions=partitions,
     )
-    save_plan(out, plan)
     return plan
 
 
@@ -222,9 +266,15 @@ def _run(
     options: RunOptions,
     log: Log,
     early: EarlyStart | None = None,
+    read_checkpoint: Callable[[Partition], Checkpoint | None] | None = None,
+    work: Callable[[PartitionTask], Checkpoint] = run_partition,
 ) -> None:
+    """Run the tasks on the cluster (``work``: what a worker does with one; a store run's
+    is `pipeline.run.store_run.run_partition_in_store`)."""
     if options.client is not None:
-        _submit_and_wait(options.client, tasks, todo, checkpoints, plan, out, options, log)
+        _submit_and_wait(
+            options.client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint, work
+        )
         return
     with connect(
         workers=options.workers,
@@ -236,14 +286,19 @@ def _run(
         batch=options.batch,
         early=early,
     ) as client:
-        _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log)
+        _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint, work)
 
 
-def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) -> None:
+def _submit_and_wait(
+    client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint=None, work=run_partition
+) -> None:
     """Submit every task, then follow them: each finished one the moment it ends (a callback
     queue, constant cost per task however many there are), and the running ones by their
-    latest commit every POLL_SECONDS, for the progress line."""
+    latest commit every POLL_SECONDS, for the progress line (``read_checkpoint(part)``:
+    how to read one, default from the folder's run state)."""
     run_id = tasks[0].run_id
+    if read_checkpoint is None:
+        read_checkpoint = functools.partial(load_checkpoint, out)
     sizes = {p.key: p.size for p in plan.partitions}
     totals = [0, 0]  # input units done, tokens written: kept up to date, never re-summed
 
@@ -272,7 +327,7 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
     for task, part in zip(tasks, todo, strict=True):
         key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
         # largest first: the last task to start is a small one, so workers finish together
-        fut = client.submit(run_partition, task, key=key, retries=0, priority=part.size)
+        fut = client.submit(work, task, key=key, retries=0, priority=part.size)
         pending[fut.key] = (fut, part)
         fut.add_done_callback(finished.put)
     next_poll = time.monotonic() + POLL_SECONDS
@@ -289,7 +344,7 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + POLL_SECONDS
                 for key in itertools.chain.from_iterable(client.processing().values()):
-                    if key in pending and (ck := load_checkpoint(out, pending[key][1])) is not None:
+                    if key in pending and (ck := read_checkpoint(pending[key][1])) is not None:
                         record(ck.key, ck)
             progress.update(*totals)
     except BaseException:
@@ -315,6 +370,25 @@ def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> C
 
 
 def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason: str, threads: int) -> Path:
+    finished = []
+    for part in plan.partitions:
+        ck = load_checkpoint(out, part)
+        if ck is None or not ck.complete:
+            raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
+        if not all((out / rec.path).exists() for rec in ck.closed):
+            finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
+        finished.append(ck)
+    doc = manifest_doc(recipe, plan, finished, encoder, reason, threads)
+    path = manifest.write(out, doc)
+    for stray in state_dir(out).glob("spool/*"):
+        stray.unlink(missing_ok=True)
+    return path
+
+
+def manifest_doc(
+    recipe: Recipe, plan: Plan, finished: list[Checkpoint], encoder: str, reason: str, threads: int
+) -> dict[str, Any]:
+    """The manifest of a run whose partitions all finished (``finished``: in plan order)."""
     shards: list[dict[str, Any]] = []
     sources: dict[str, Any] = {
         name: {
@@ -324,16 +398,11 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
         }
         for name, cfg in recipe.sources.items()
     }
-    for part in plan.partitions:
-        ck = load_checkpoint(out, part)
-        if ck is None or not ck.complete:
-            raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
-        if not all((out / rec.path).exists() for rec in ck.closed):
-            finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
+    for part, ck in zip(plan.partitions, finished, strict=True):
         stats = sources[part.source]["splits"][part.split]
         manifest.add_partition(stats, ck.documents, ck.tokens, ck.dropped_empty, ck.skipped, len(ck.closed))
         shards += [manifest.shard_entry(rec, part.source, part.split) for rec in ck.closed]
-    doc = manifest.build(
+    return manifest.build(
         recipe=plan.recipe,
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings.dtype,
@@ -342,10 +411,6 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
         sources=sources,
         shards=shards,
     )
-    path = manifest.write(out, doc)
-    for stray in state_dir(out).glob("spool/*"):
-        stray.unlink(missing_ok=True)
-    return path
 
 
 def _bytes_to_write(out: Path, plan: Plan, dtype: str) -> int:

@@ -36,6 +36,7 @@ from pipeline.format.shard_reader import token_dtype
 from pipeline.format.shard_writer import ShardSequence, finalize
 from pipeline.run.state import (
     Checkpoint,
+    checkpoint_path,
     current_run,
     load_checkpoint,
     partition_lock,
@@ -102,6 +103,16 @@ def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     last checkpoint (the driver calls this before it lists the shards in the manifest)."""
     with partition_lock(out, part):
         finalize(out, ckpt.closed)
+
+
+def forget_partition(out: Path, part: Partition) -> None:
+    """Delete a partition's checkpoint, shards and spool, so that the run redoes it whole."""
+    with partition_lock(out, part):
+        checkpoint_path(out, part).unlink(missing_ok=True)
+        spool_path(out, part).unlink(missing_ok=True)
+        stem = out / part.stem
+        for path in stem.parent.glob(f"{stem.name}-*"):
+            path.unlink(missing_ok=True)
 
 
 def _lock_wait(task: PartitionTask) -> float:
