@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
     )
     p.add_argument(
-        "--encoder", choices=["auto", "tokenizers", "tiktoken"], help="encoder back end (default auto)"
+        "--encoder",
+        choices=["auto", "tokenizers", "tiktoken", "fastokens"],
+        help="encoder back end (default auto)",
     )
     p.add_argument(
         "--dtype", choices=["uint16", "uint32"], help="token dtype (uint32 for vocabularies > 65,536)"

@@ -24,6 +24,7 @@ import numpy as np
 from pipeline.encoders import Encoder
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files import TextStream
+from pipeline.tiktoken_encoder import GPT2_PATTERN
 
 BATCH_CHARS = 1 << 20
 BATCH_DOCS = 8192
@@ -121,8 +122,71 @@ def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> 
     return None
 
 
+#: split patterns in which no pre-token holds a non-space character followed by U+0020
+#: (a space only ever starts a pre-token or sits in an all-whitespace one), and which look
+#: neither behind nor, at such a place, ahead: GPT-2's (ByteLevel's own), and the Llama-3 /
+#: cl100k one. In them every "word character, space" position of the text is a pre-token
+#: boundary of the whole text, and the text before it pre-tokenizes the same alone.
+SPACE_CUT_PATTERNS = (
+    GPT2_PATTERN,
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+)
+_ASCII_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    """A tokenizer's pre-tokenizer, and whether its pattern is one of `SPACE_CUT_PATTERNS`
+    (cut points then cost a string search, not a pre-tokenization of the piece)."""
+
+    pre_tokenize: PreTokenize
+    space_cuts: bool = False
+
+    def __call__(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+        return self.pre_tokenize(text)
+
+
+def _certainly_not_space(ch: str) -> bool:
+    """A character no regex engine's ``\\s`` matches (engines part on some, e.g. U+180E)."""
+    return ch.isalnum() or ch in _ASCII_MARKS
+
+
+def space_cut(
+    text: str, start: int, target: int, end: int, pre_tokenize: PreTokenize, final: bool
+) -> int | None:
+    """The last "word character, space" position in ``text[start + 1 : target + 1]``, confirmed
+    by the pre-tokenizer on the few hundred characters around it (a guard: the pattern's
+    shape already makes it exact); None if there is none."""
+    lo = max(start + 1, target - (target - start) // 2)
+    c = text.rfind(" ", lo, target + 1)
+    tried = 0
+    while c >= lo and tried < 64:
+        if _certainly_not_space(text[c - 1]) and (final or c + CHECK_CHARS <= end):
+            if _confirmed(text, max(start, c - CHECK_CHARS), c, min(end, c + CHECK_CHARS), pre_tokenize):
+                return c
+            tried += 1
+        c = text.rfind(" ", lo, c)
+    return None
+
+
+def _confirmed(text: str, base: int, cut: int, stop: int, pre_tokenize: PreTokenize) -> bool:
+    """``cut`` is a pre-token boundary of ``text[base:stop]``, and ``text[base:cut]`` alone
+    pre-tokenizes into the same pre-tokens as there."""
+    window = [(s + base, e + base) for _, (s, e) in pre_tokenize(text[base:stop])]
+    before = [span for span in window if span[1] <= cut]
+    if not before or before[-1][1] != cut:
+        return False
+    return [(s + base, e + base) for _, (s, e) in pre_tokenize(text[base:cut])] == before
+
+
 def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:
-    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries."""
+    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries. Where the
+    pattern allows (`PreTokenizer.space_cuts`), cuts are found by string search and depend
+    only on the text, not on how it arrived in chunks."""
+    if isinstance(pre_tokenize, PreTokenizer) and pre_tokenize.space_cuts:
+        yield from _space_pieces(chunks, piece_chars, pre_tokenize)
+        return
     buf = ""
     retry_at = piece_chars + MARGIN
     for chunk in chunks:
@@ -143,6 +207,32 @@ def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -
         buf = buf[cut:]
     if buf:
         yield buf
+
+
+def _space_pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:
+    """`pieces` by `space_cut`; a stretch without a usable space grows the piece (to the next
+    one) rather than cutting elsewhere. The buffer is sliced once per chunk, not per piece."""
+    buf, start = "", 0
+    target = piece_chars
+    for chunk in chunks:
+        buf = buf[start:] + chunk
+        start, target = 0, target - start
+        while target + CHECK_CHARS < len(buf):
+            cut = space_cut(buf, start, target, len(buf), pre_tokenize, final=False)
+            if cut is None:
+                target += piece_chars // 2
+                continue
+            yield buf[start:cut]
+            start, target = cut, cut + piece_chars
+    while target < len(buf):
+        cut = space_cut(buf, start, target, len(buf), pre_tokenize, final=True)
+        if cut is None:
+            target += piece_chars // 2
+            continue
+        yield buf[start:cut]
+        start, target = cut, cut + piece_chars
+    if start < len(buf):
+        yield buf[start:]
 
 
 class DocumentEncoder:
@@ -225,14 +315,20 @@ class DocumentEncoder:
             yield self._flush(pending)
 
     def _flush(self, p: _Pending) -> Batch:
-        """Each document's ids and its EOS, copied once into one array (no joined list)."""
-        encoded = self.encoder.encode_batch(p.texts) if p.texts else []
-        lengths = np.fromiter((len(ids) + 1 for ids in encoded), np.int32, len(encoded))
-        ends = np.cumsum(lengths, dtype=np.int64)
-        tokens = np.empty(int(ends[-1]) if len(ends) else 0, dtype=self.dtype)
-        tokens[ends - 1] = self.eos_id
-        for ids, end, n in zip(encoded, ends.tolist(), lengths.tolist(), strict=True):
-            tokens[end - n : end - 1] = ids
+        """Each document's ids and its EOS in one array, from the encoder's flat ids in one
+        masked copy (no Python int per token, no loop per document)."""
+        if p.texts:
+            ids, offsets = self.encoder.encode_flat(p.texts)
+        else:
+            ids, offsets = np.zeros(0, np.uint32), np.zeros(1, np.int64)
+        count = len(offsets) - 1
+        lengths = (np.diff(offsets) + 1).astype(np.int32)
+        tokens = np.empty(len(ids) + count, dtype=self.dtype)
+        eos_at = offsets[1:] + np.arange(count)
+        tokens[eos_at] = self.eos_id
+        is_text = np.ones(len(tokens), bool)
+        is_text[eos_at] = False
+        tokens[is_text] = ids
         return Batch(
             tokens=tokens,
             lengths=lengths,
@@ -264,17 +360,16 @@ class DocumentEncoder:
         try:
             for group in _grouped(parts, self.batch_chars):
                 any_text = any_text or any(not s.isspace() for s in group)
-                for ids in self.encoder.encode_batch(group):
-                    arr = np.array(ids, dtype=self.dtype)
-                    total += len(arr)
-                    if spool is not None:
-                        spool.write(arr.tobytes())
-                        continue
+                arr = self.encoder.encode_flat(group)[0].astype(self.dtype)
+                total += len(arr)
+                if spool is not None:
+                    spool.write(arr.data)
+                else:
                     held.append(arr)
                     if total > self.spool_tokens:
                         spool = self._open_spool(0)
                         for a in held:
-                            spool.write(a.tobytes())
+                            spool.write(a.data)
                         held = []
                 if exact_cuts and self._commit_points:
                     chars += sum(len(s) for s in group)
@@ -346,12 +441,16 @@ def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield group
 
 
-def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | None:
+def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenizer | None:
     """The tokenizer's own pre-tokenizer if cutting at its boundaries is exact, else None."""
+    from pipeline.tiktoken_encoder import NotEquivalent, pattern_of, read_spec
     from pipeline.tokenizer import is_byte_level_bpe, load
 
     tok = load(tokenizer_path)
     if not is_byte_level_bpe(tok):
         return None
-    pre = tok.pre_tokenizer
-    return pre.pre_tokenize_str
+    try:
+        pattern = pattern_of(read_spec(tokenizer_path).get("pre_tokenizer"))
+    except NotEquivalent:
+        pattern = None
+    return PreTokenizer(tok.pre_tokenizer.pre_tokenize_str, space_cuts=pattern in SPACE_CUT_PATTERNS)

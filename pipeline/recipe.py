@@ -48,7 +48,7 @@ RUN_SETTINGS: dict[str, Any] = {
 }
 CHOICES = {
     "dtype": ("uint16", "uint32"),
-    "encoder": ("auto", "tokenizers", "tiktoken"),
+    "encoder": ("auto", "tokenizers", "tiktoken", "fastokens"),
     "on_bad_record": ("error", "skip"),
 }
 

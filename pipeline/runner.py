@@ -22,7 +22,7 @@ from typing import Any
 from pipeline import manifest, tokenizer
 from pipeline.atomic import DiskFullError, disk_error
 from pipeline.cluster import EarlyStart, connect
-from pipeline.encoders import choose, library_versions
+from pipeline.encoders import choose, library_versions, likely_choice, record
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
 from pipeline.recipe import Recipe, describe_changes
@@ -90,7 +90,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         early = _early_workers(options, settings["threads"]) if todo else None
         try:
             if early is not None:  # the encoder `auto` most likely picks, built while we check it
-                likely = "tokenizers" if settings["encoder"] == "tokenizers" else "tiktoken"
+                likely = likely_choice(settings["encoder"])
                 early.warm(warm_up, *_encoder_args(out, plan, likely, settings["threads"]))
             encoder, reason = choose(
                 settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
@@ -121,13 +121,13 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
     """What a worker builds its encoder from (`pipeline.encoders.cached_encoder`'s key): the
-    tokenizer, and for tiktoken the library versions the driver checks it with."""
+    tokenizer, and for a fast back end the library versions the driver checks it with."""
     return (
         encoder,
         str((out / tokenizer.TOKENIZER_FILE).resolve()),
         plan.tokenizer["sha256"],
         threads,
-        library_versions() if encoder == "tiktoken" else (),
+        library_versions() if encoder != "tokenizers" else (),
     )
 
 
@@ -368,7 +368,7 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings["dtype"],
         tokenizer=plan.tokenizer,
-        encoder={"name": encoder, "reason": reason, "threads": threads},
+        encoder=record(encoder, reason, threads),
         sources=sources,
         shards=shards,
     )

@@ -37,16 +37,48 @@ def nasty_text(docs: list[str], seed: int, chars: int) -> str:
     return "".join(parts)
 
 
+@pytest.mark.parametrize("space_cuts", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_pieces_encode_to_the_same_ids_as_the_whole(docs, tokenizer_path, seed):
+def test_pieces_encode_to_the_same_ids_as_the_whole(docs, tokenizer_path, seed, space_cuts):
     text = nasty_text(docs, seed, 600_000)
     pre = byte_level_pre_tokenizer(str(tokenizer_path))
+    assert pre.space_cuts
+    cutter = pre if space_cuts else pre.pre_tokenize  # a bare function: the general path
     enc = TokenizersEncoder(str(tokenizer_path))
-    cut = list(pieces([text[i : i + 50_000] for i in range(0, len(text), 50_000)], 20_000, pre))
+    cut = list(pieces([text[i : i + 50_000] for i in range(0, len(text), 50_000)], 20_000, cutter))
     assert len(cut) > 10
     assert "".join(cut) == text
     joined = [i for ids in enc.encode_batch(cut) for i in ids]
     assert joined == enc.encode_batch([text])[0]
+
+
+def test_space_cuts_are_exact_for_gpt2_and_the_llama3_pattern(docs, gpt2_tokenizer_path, tmp_path):
+    from test_encoders import LLAMA3_PATTERN, train
+
+    llama3 = train(tmp_path / "llama3" / "tokenizer.json", docs[:80], split=LLAMA3_PATTERN)
+    text = nasty_text(docs, 11, 400_000) + " 'quoted' don't \u0085 x\u180e y \u3000 z"
+    for path in (gpt2_tokenizer_path, llama3):
+        pre = byte_level_pre_tokenizer(str(path))
+        assert pre.space_cuts, path
+        enc = TokenizersEncoder(str(path))
+        cut = list(pieces([text], 10_000, pre))
+        assert len(cut) > 20 and "".join(cut) == text
+        assert [i for ids in enc.encode_batch(cut) for i in ids] == enc.encode_batch([text])[0]
+
+
+def test_space_cuts_do_not_depend_on_how_the_text_arrives(docs, tokenizer_path):
+    text = nasty_text(docs, 4, 300_000)
+    pre = byte_level_pre_tokenizer(str(tokenizer_path))
+    whole = list(pieces([text], 8_000, pre))
+    for step in (1_000, 7_919, 65_536):
+        assert list(pieces([text[i : i + step] for i in range(0, len(text), step)], 8_000, pre)) == whole
+
+
+def test_an_unknown_split_pattern_gets_the_general_cutter(docs, tmp_path):
+    from test_encoders import train
+
+    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r" ?\p{L}+| ?[^\s\p{L}]+|\s+")
+    assert byte_level_pre_tokenizer(str(tok)).space_cuts is False
 
 
 def test_a_word_longer_than_a_piece_is_kept_whole(tokenizer_path):
