@@ -122,11 +122,12 @@ def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> 
     return None
 
 
-#: split patterns in which no pre-token holds a non-space character followed by U+0020
-#: (a space only ever starts a pre-token or sits in an all-whitespace one), and which look
-#: neither behind nor, at such a place, ahead: GPT-2's (ByteLevel's own), and the Llama-3 /
-#: cl100k one. In them every "word character, space" position of the text is a pre-token
-#: boundary of the whole text, and the text before it pre-tokenizes the same alone.
+#: Split patterns in which no pre-token holds a character no engine calls white space
+#: followed by U+0020 (a space only ever starts a pre-token or sits in an all-whitespace one),
+#: with no look-behind, and whose look-aheads (``(?!\\S)``) see a space there as the end of
+#: the text: GPT-2's (ByteLevel's own) and the Llama-3 / cl100k one. In them every such
+#: "word character, space" position is a pre-token boundary of the whole text, and the text
+#: before it pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
 SPACE_CUT_PATTERNS = (
     GPT2_PATTERN,
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -136,15 +137,9 @@ _ASCII_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 @dataclass(frozen=True)
-class PreTokenizer:
-    """A tokenizer's pre-tokenizer, and whether its pattern is one of `SPACE_CUT_PATTERNS`
-    (cut points then cost a string search, not a pre-tokenization of the piece)."""
-
-    pre_tokenize: PreTokenize
-    space_cuts: bool = False
-
-    def __call__(self, text: str) -> list[tuple[str, tuple[int, int]]]:
-        return self.pre_tokenize(text)
+class SpaceCuts:
+    """Cut points by string search: for a tokenizer whose split pattern is one of
+    `SPACE_CUT_PATTERNS` (no pre-tokenizer needed, so `tokenizers` is never loaded for it)."""
 
 
 def _certainly_not_space(ch: str) -> bool:
@@ -152,40 +147,22 @@ def _certainly_not_space(ch: str) -> bool:
     return ch.isalnum() or ch in _ASCII_MARKS
 
 
-def space_cut(
-    text: str, start: int, target: int, end: int, pre_tokenize: PreTokenize, final: bool
-) -> int | None:
-    """The last "word character, space" position in ``text[start + 1 : target + 1]``, confirmed
-    by the pre-tokenizer on the few hundred characters around it (a guard: the pattern's
-    shape already makes it exact); None if there is none."""
+def space_cut(text: str, start: int, target: int) -> int | None:
+    """The last "word character, space" position in the second half of
+    ``text[start + 1 : target + 1]``; None if there is none."""
     lo = max(start + 1, target - (target - start) // 2)
     c = text.rfind(" ", lo, target + 1)
-    tried = 0
-    while c >= lo and tried < 64:
-        if _certainly_not_space(text[c - 1]) and (final or c + CHECK_CHARS <= end):
-            if _confirmed(text, max(start, c - CHECK_CHARS), c, min(end, c + CHECK_CHARS), pre_tokenize):
-                return c
-            tried += 1
+    while c >= lo and not _certainly_not_space(text[c - 1]):
         c = text.rfind(" ", lo, c)
-    return None
+    return c if c >= lo else None
 
 
-def _confirmed(text: str, base: int, cut: int, stop: int, pre_tokenize: PreTokenize) -> bool:
-    """``cut`` is a pre-token boundary of ``text[base:stop]``, and ``text[base:cut]`` alone
-    pre-tokenizes into the same pre-tokens as there."""
-    window = [(s + base, e + base) for _, (s, e) in pre_tokenize(text[base:stop])]
-    before = [span for span in window if span[1] <= cut]
-    if not before or before[-1][1] != cut:
-        return False
-    return [(s + base, e + base) for _, (s, e) in pre_tokenize(text[base:cut])] == before
-
-
-def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:
-    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries. Where the
-    pattern allows (`PreTokenizer.space_cuts`), cuts are found by string search and depend
-    only on the text, not on how it arrived in chunks."""
-    if isinstance(pre_tokenize, PreTokenizer) and pre_tokenize.space_cuts:
-        yield from _space_pieces(chunks, piece_chars, pre_tokenize)
+def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize | SpaceCuts) -> Iterator[str]:
+    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries. With
+    `SpaceCuts` they are found by string search and depend only on the text, not on how it
+    arrived in chunks."""
+    if isinstance(pre_tokenize, SpaceCuts):
+        yield from _space_pieces(chunks, piece_chars)
         return
     buf = ""
     retry_at = piece_chars + MARGIN
@@ -209,7 +186,7 @@ def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -
         yield buf
 
 
-def _space_pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:
+def _space_pieces(chunks: Iterable[str], piece_chars: int) -> Iterator[str]:
     """`pieces` by `space_cut`; a stretch without a usable space grows the piece (to the next
     one) rather than cutting elsewhere. The buffer is sliced once per chunk, not per piece."""
     buf, start = "", 0
@@ -217,20 +194,13 @@ def _space_pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreToke
     for chunk in chunks:
         buf = buf[start:] + chunk
         start, target = 0, target - start
-        while target + CHECK_CHARS < len(buf):
-            cut = space_cut(buf, start, target, len(buf), pre_tokenize, final=False)
+        while target < len(buf):
+            cut = space_cut(buf, start, target)
             if cut is None:
                 target += piece_chars // 2
                 continue
             yield buf[start:cut]
             start, target = cut, cut + piece_chars
-    while target < len(buf):
-        cut = space_cut(buf, start, target, len(buf), pre_tokenize, final=True)
-        if cut is None:
-            target += piece_chars // 2
-            continue
-        yield buf[start:cut]
-        start, target = cut, cut + piece_chars
     if start < len(buf):
         yield buf[start:]
 
@@ -441,16 +411,28 @@ def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield group
 
 
-def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenizer | None:
-    """The tokenizer's own pre-tokenizer if cutting at its boundaries is exact, else None."""
+def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | SpaceCuts | None:
+    """How to cut this tokenizer's long documents exactly: `SpaceCuts` where its pattern
+    allows (decided from the JSON alone), else its own pre-tokenizer if it is a byte-level
+    BPE, else None (no exact cut points)."""
     from pipeline.tiktoken_encoder import NotEquivalent, pattern_of, read_spec
     from pipeline.tokenizer import is_byte_level_bpe, load
 
+    spec = read_spec(tokenizer_path)
+    try:
+        pattern = pattern_of(spec.get("pre_tokenizer"))
+    except NotEquivalent:
+        pattern = None
+    # non-special added tokens are cut out of the text before pre-tokenizing, so one may span
+    # a pre-token boundary: a space cut only if none holds a space, no other cut if any exists
+    plain_added = [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]
+    model = spec.get("model") or {}
+    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
+    if bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added):
+        return SpaceCuts()
+    if plain_added:
+        return None
     tok = load(tokenizer_path)
     if not is_byte_level_bpe(tok):
         return None
-    try:
-        pattern = pattern_of(read_spec(tokenizer_path).get("pre_tokenizer"))
-    except NotEquivalent:
-        pattern = None
-    return PreTokenizer(tok.pre_tokenizer.pre_tokenize_str, space_cuts=pattern in SPACE_CUT_PATTERNS)
+    return tok.pre_tokenizer.pre_tokenize_str
