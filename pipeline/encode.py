@@ -311,9 +311,11 @@ class DocumentEncoder:
         self, text: str | TextStream, rec: Record, resume: LongProgress | None
     ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
         """Encode one long document piece by piece into the spool, reporting commit points."""
-        if isinstance(text, str):
+        if isinstance(text, str) and isinstance(self.pre_tokenize, SpaceCuts):
+            chunks: Iterable[str] = [text]  # space cuts slice it once per piece, no copy of it
+        elif isinstance(text, str):
             step = 1 << 22
-            chunks: Iterable[str] = (text[i : i + step] for i in range(0, len(text), step))
+            chunks = (text[i : i + step] for i in range(0, len(text), step))
         else:
             chunks = iter(text)
         exact_cuts = self.pre_tokenize is not None
