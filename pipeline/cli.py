@@ -181,6 +181,19 @@ def build_parser() -> argparse.ArgumentParser:
         "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2-bf16.json",
     )
 
+    _subparser(
+        sub,
+        "samples",
+        "which samples (sources, windows, documents, text) each training step used, from the checkpoint",
+        "tokshard samples ckpt --steps 41237 --decode | less   (see `tokshard samples --help`)",
+    )
+    _subparser(
+        sub,
+        "megatron-args",
+        "print Megatron-LM's --data-path (weight prefix ...) for a manifest's shards, or write its blend JSON",
+        "tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3   (see `tokshard megatron-args --help`)",
+    )
+
     p = _subparser(
         sub,
         "plot",
@@ -267,6 +280,14 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.cli import main as train_main
 
             return train_main(argv[1:])
+        if argv[:1] == ["samples"]:
+            from trainer.samples import main as samples_main
+
+            return samples_main(argv[1:])
+        if argv[:1] == ["megatron-args"]:
+            from trainer.megatron import main as megatron_main
+
+            return megatron_main(argv[1:])
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except TokshardError as exc:

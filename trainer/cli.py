@@ -57,7 +57,13 @@ def parser() -> argparse.ArgumentParser:
     )
     d = TrainArgs(manifest="")
     data = p.add_argument_group("data")
-    data.add_argument("--manifest", required=True, help="manifest.json, or the folder holding it")
+    data.add_argument(
+        "--manifest",
+        required=True,
+        action="append",
+        help="manifest.json, or the folder holding it; repeat it to train on the sources of several "
+        "prepared folders (one tokenizer, source names unique across them)",
+    )
     data.add_argument(
         "--seq-len", type=positive, default=d.seq_len, help="tokens per sample (default %(default)s)"
     )
@@ -80,6 +86,18 @@ def parser() -> argparse.ArgumentParser:
         "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
     model.add_argument("--vocab-size", type=positive, help="embedding rows (default: the model's)")
+    model.add_argument(
+        "--doc-mask",
+        action="store_true",
+        help="attention within documents (block-diagonal causal mask from the EOS in each window) and "
+        "position ids restarting at each document, as Megatron's reset_attention_mask + reset_position_ids",
+    )
+    model.add_argument(
+        "--eod-mask-loss",
+        action="store_true",
+        help="with --doc-mask: no loss where the input is EOS (predicting the next document's first token "
+        "across the boundary), as Megatron's eod_mask_loss; the loss is then that of each document alone",
+    )
 
     run = p.add_argument_group("run")
     run.add_argument(
@@ -142,7 +160,8 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--allow-data-change",
         action="store_true",
-        help="resume although manifest, mixture, split or seq-len differ from the checkpoint's",
+        help="resume although a source's content, the split or --seq-len differ from the checkpoint's "
+        "(a new --mix or added sources need no flag: every source continues where it stopped)",
     )
     out.add_argument("--run-dir", help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)")
     out.add_argument(
@@ -161,6 +180,8 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> TrainArgs:
     ns = vars(parser().parse_args(argv))
     names = {f.name for f in fields(TrainArgs)}
+    if len(ns["manifest"]) == 1:
+        ns["manifest"] = ns["manifest"][0]
     return TrainArgs(**{k: v for k, v in ns.items() if k in names})
 
 
