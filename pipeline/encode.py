@@ -352,7 +352,10 @@ class DocumentEncoder:
         if any_text and spool is not None:
             spool.write(eos.tobytes())
         if spool is not None:
-            self.sync_spool()  # a checkpoint may point into it until the caller commits
+            # No fsync here: a durable checkpoint points into the spool only up to what the
+            # commit that wrote it synced (`sync_spool`), and the caller copies the spool into
+            # its shard and commits that (fsync) before deleting it. Syncing the whole spool
+            # too doubled a long document's disk writes (bench/RESULTS.md, run Q).
             spool.close()
         if any_text is None:
             yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
