@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import TokshardError
+from pipeline.store import is_url, refuse_url
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -299,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _recipe_path(name: str) -> Path:
+    refuse_url(name, "recipe")
     path = Path(name)
     if path.exists():
         return path
@@ -332,6 +334,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.input and args.recipe:
         raise TokshardError("give either a RECIPE or --input files, not both")
     if args.input:
+        from pipeline.sources.base import check_path_name
+
+        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
+        check_path_name("source", args.name, "--name")
         source: dict[str, Any] = {
             "type": "files",
             "paths": args.input,
@@ -350,10 +356,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings["out"]
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    refuse_url(args.local_directory, "--local-directory")
     started = time.monotonic()
     path = prepare(
         recipe,
-        Path(out),
+        out if is_url(out) else Path(out),
         RunOptions(
             workers=args.workers,
             scheduler=args.scheduler,
@@ -362,13 +369,27 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             batch=batch,
         ),
     )
-    from pipeline import manifest
+    from pipeline.status import skipped_text
 
-    totals = manifest.load(path).data["totals"]
+    if is_url(path):
+        from pipeline.store import parent
+        from pipeline.store_run import StoreRun
+
+        data = StoreRun(parent(path)).manifest_doc() or {}
+    else:
+        from pipeline import manifest
+
+        data = manifest.load(path).data
+    totals = data["totals"]
     seconds = time.monotonic() - started
+    skipped: dict[str, int] = {}
+    for src in data["sources"].values():
+        for split in src["splits"].values():
+            for reason, n in split.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + n
     print(
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)"
+        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
     )
     return 0
 
@@ -376,6 +397,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from pipeline.tokenizer import train
 
+    refuse_url(args.out, "--out")
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
     return 0
@@ -410,6 +432,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.plot or args.plot_file:
         from pipeline.inspection_plot import plot_doc_lengths
 
+        refuse_url(args.plot_file, "--plot-file")
+        if is_url(args.manifest) and not args.plot_file:
+            raise TokshardError("--plot of a manifest URL needs --plot-file PNG (a local file to write)")
+
         png = plot_doc_lengths(args.manifest, args.plot_file)
         print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -418,6 +444,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainer.report import describe, write_report
 
+    refuse_url(args.run_dir, "RUN_DIR")
+    refuse_url(args.out, "--out")
+
     print(describe(write_report(args.run_dir, args.out, args.title)))
     return 0
 
@@ -425,6 +454,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline import demo
 
+    refuse_url(args.out, "--out")
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))
     if not summary["learned"]:

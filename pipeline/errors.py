@@ -13,6 +13,13 @@ class TokshardError(Exception):
     exit_code = 2
 
 
+class DataError(TokshardError):
+    """An input or output file holds bad data (corrupt, truncated, changed): exit 1, as for any
+    fault in the data rather than in the command line."""
+
+    exit_code = 1
+
+
 class VerifyError(TokshardError):
     """Data on disk does not match its manifest (exit 1, like a failed check)."""
 

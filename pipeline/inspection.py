@@ -9,6 +9,7 @@ import numpy as np
 
 from pipeline import manifest as manifest_mod
 from pipeline.shard_reader import Shard
+from pipeline.store import is_url
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
@@ -17,11 +18,20 @@ def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray
     return (np.concatenate(parts) - 1) if parts else np.zeros(0, dtype=np.int32)
 
 
+def load_any(path: str | Path) -> manifest_mod.Manifest:
+    """A local manifest, or a manifest URL read through the node's data cache (all shards)."""
+    if is_url(path):
+        from pipeline.store_cache import open_url_manifest
+
+        return open_url_manifest(str(path))
+    return manifest_mod.load(path)
+
+
 def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
-    m = manifest_mod.load(path)
+    m = load_any(path)
     tok = None
     report: dict[str, Any] = {
-        "manifest": str(m.path),
+        "manifest": str(path) if is_url(path) else str(m.path),
         "dtype": m.dtype,
         "totals": m.data["totals"],
         "sources": {},

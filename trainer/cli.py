@@ -61,8 +61,21 @@ def parser() -> argparse.ArgumentParser:
         "--manifest",
         required=True,
         action="append",
-        help="manifest.json, or the folder holding it; repeat it to train on the sources of several "
+        help="manifest.json, or the folder holding it, or its URL (s3://bucket/run/manifest.json: "
+        "shards then go through --data-cache); repeat it to train on the sources of several "
         "prepared folders (one tokenizer, source names unique across them)",
+    )
+    data.add_argument(
+        "--data-cache",
+        metavar="DIR",
+        help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
+        "(default ~/.cache/tokshard/data)",
+    )
+    data.add_argument(
+        "--data-cache-limit",
+        metavar="SIZE",
+        help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
+        "maps are evicted (default: no limit)",
     )
     data.add_argument(
         "--seq-len", type=positive, default=d.seq_len, help="tokens per sample (default %(default)s)"

@@ -14,8 +14,9 @@ sizes (stat only), or with ``verify=True`` also the content hashes and ``.idx``/
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +28,14 @@ from pipeline.shard_reader import DTYPES, HEADER, Shard, token_dtype
 class TokenStream:
     """The shards of one (source, split) read as one long array of tokens."""
 
-    def __init__(self, source: str, split: str, shards: list[ShardEntry], dtype: str) -> None:
+    def __init__(
+        self,
+        source: str,
+        split: str,
+        shards: list[ShardEntry],
+        dtype: str,
+        ready: Callable[[Path], None] | None = None,
+    ) -> None:
         if not shards:
             raise TokshardError(f"source {source!r} has no {split!r} shards")
         self.source = source
@@ -40,11 +48,14 @@ class TokenStream:
         #: what a resume compares: the shards' content hashes and token counts, not their paths
         self.content = content_hash([[s.hash, s.tokens] for s in shards])
         self._arrays: dict[int, np.ndarray] = {}
+        self._ready = ready  # fetches a shard of a manifest URL into the cache before it is mapped
 
     def _array(self, i: int) -> np.ndarray:
         """Shard ``i`` as a plain ndarray view of its memory map (opened on first use)."""
         arr = self._arrays.get(i)
         if arr is None:
+            if self._ready is not None:
+                self._ready(self.paths[i])
             arr = self._arrays[i] = np.asarray(Shard(self.paths[i], self.dtype).tokens)
         return arr
 
@@ -83,7 +94,9 @@ class WindowDataset:
         manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
         owner = source_owners(manifests)
         names = list(sources) if sources is not None else sources_with_split(manifests, split)
-        self.streams = [TokenStream(n, split, owner[n].select(n, split), owner[n].dtype) for n in names]
+        self.streams = [
+            TokenStream(n, split, owner[n].select(n, split), owner[n].dtype, owner[n].ready) for n in names
+        ]
         self.sources = names
         self.owners = [owner[n] for n in names]
         self.windows = [(s.tokens - 1) // seq_len for s in self.streams]
@@ -164,6 +177,8 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         )
     if not manifest.shards:
         raise TokshardError(f"{where}: the manifest lists no shards")
+    if manifest.ready is not None:  # a URL's shards: hash-checked by the data cache as they arrive
+        return
     itemsize = token_dtype(manifest.dtype).itemsize
     first_of_stream: set[tuple[str, str]] = set()
     for entry in manifest.shards:

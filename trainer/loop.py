@@ -10,7 +10,7 @@ import json
 import math
 import time
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,9 @@ import torch
 from pipeline import manifest as manifest_mod
 from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
-from trainer import checkpoint, distributed, docmask, ds_config, models
+from pipeline.store import refuse_url
+from pipeline.store_cache import ShardFetcher
+from trainer import checkpoint, distributed, docmask, ds_config, models, remote
 from trainer.api import micro_batch_positions, token_shares, window_sources
 from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split
 from trainer.metrics import MetricsLog
@@ -54,6 +56,8 @@ class TrainArgs:
     log_samples: bool = False
     verify: bool = False
     prefetch: int = 4
+    data_cache: str | None = None
+    data_cache_limit: str | None = None
     global_batch: int | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None
@@ -86,6 +90,8 @@ class Plan:
     saved_state: dict[str, Any] | None
     allowed_changes: list[str]
     schedule_changes: list[str]
+    #: download the shards of manifest URLs into the data cache (empty: local manifests)
+    fetchers: list[ShardFetcher] = field(default_factory=list)
 
 
 def manifest_paths(manifest: str | list[str]) -> list[str]:
@@ -96,8 +102,12 @@ def prepare(args: TrainArgs) -> Plan:
     """Every guard, in the order a user would want to hear about them."""
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
+    refuse_url(args.save, "--save")  # checkpoints go to a (shared) filesystem
+    refuse_url(args.run_dir, "--run-dir")
     check_doc_mask(args)
-    manifests = [manifest_mod.load(p) for p in manifest_paths(args.manifest)]
+    manifests, fetchers = remote.open_manifests(
+        manifest_paths(args.manifest), args.data_cache, args.data_cache_limit
+    )
     manifest = manifests[0]
     spec = models.resolve(args.model, args.vocab_size)
     for m in manifests:
@@ -161,7 +171,7 @@ def prepare(args: TrainArgs) -> Plan:
     weights = sampler.weights()
     return Plan(
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
-        dataset, sampler, identity, save_dir, resume_tag, saved, allowed, changes,
+        dataset, sampler, identity, save_dir, resume_tag, saved, allowed, changes, fetchers,
     )  # fmt: skip
 
 
@@ -325,6 +335,8 @@ def train(args: TrainArgs) -> dict[str, Any]:
         log.close()
         return {"step": step, "samples": samples}
 
+    if plan.fetchers:
+        remote.start_downloads(plan.fetchers, plan.dataset, plan.sampler, samples)
     prefetcher = Prefetcher(
         plan.dataset,
         plan.sampler,
@@ -396,6 +408,8 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 t_last += time.perf_counter() - t0
     finally:
         prefetcher.close()
+        if plan.fetchers:
+            log.note(remote.report(plan.fetchers))
         if sample_log is not None:
             sample_log.close()
         log.close()
