@@ -163,7 +163,7 @@ def likely_choice(requested: str) -> str:
     return "fastokens" if available() else "tiktoken"
 
 
-def record(name: str, reason: str, threads: int) -> dict[str, object]:
+def manifest_entry(name: str, reason: str, threads: int) -> dict[str, object]:
     """The manifest's ``encoder`` entry: which back end, why, and the library that ran it."""
     library = "tokenizers" if name == "tokenizers" else name
     return {"name": name, "reason": reason, "threads": threads, "library": library,

@@ -24,7 +24,7 @@ from typing import Any
 from pipeline import manifest, tokenizer
 from pipeline.atomic import DiskFullError, disk_error
 from pipeline.cluster import EarlyStart, connect
-from pipeline.encoders import choose, library_versions, likely_choice, record
+from pipeline.encoders import choose, library_versions, likely_choice, manifest_entry
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
 from pipeline.recipe import Recipe, describe_changes
@@ -436,7 +436,7 @@ def manifest_doc(
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings["dtype"],
         tokenizer=plan.tokenizer,
-        encoder=record(encoder, reason, threads),
+        encoder=manifest_entry(encoder, reason, threads),
         sources=sources,
         shards=shards,
     )

@@ -237,14 +237,14 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
             return manifest_url
         checkpoints = run.load_all(plan)
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
-        from pipeline.encoders import choose
+        from pipeline.encoders import choose, likely_choice
 
         # where this machine's workers keep the tokenizer: the warm-up and the tasks share it
         worker_tok = _local_tokenizer(run.store, tok.sha256)
         early = runner._early_workers(options, settings["threads"]) if todo else None
         try:
             if early is not None:  # workers boot and build the likely encoder while we check it
-                likely = "tokenizers" if settings["encoder"] == "tokenizers" else "tiktoken"
+                likely = likely_choice(settings["encoder"])
                 early.warm(warm_up, *_worker_encoder_args(worker_tok, plan, likely, settings["threads"]))
             encoder, reason = choose(
                 settings["encoder"], str(local_tok), lambda: runner._samples(plan, recipe)
@@ -278,7 +278,7 @@ def _worker_encoder_args(worker_tok: Path, plan: Plan, encoder: str, threads: in
     """`runner._encoder_args` with the tokenizer where a worker keeps its copy of it."""
     from pipeline.encoders import library_versions
 
-    versions = library_versions() if encoder == "tiktoken" else ()
+    versions = library_versions() if encoder != "tokenizers" else ()
     return (encoder, str(worker_tok), plan.tokenizer["sha256"], threads, versions)
 
 
