@@ -152,6 +152,12 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     return proc
 
 
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 def train_tokenizer_json(
     path: Path,
     docs: list[str],
@@ -201,6 +207,22 @@ def train_tokenizer_json(
     path.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(path))
     return path
+
+
+def edited(src: Path, dest: Path, edit) -> Path:
+    """A copy of a tokenizer.json changed by ``edit(spec)``, as a hand-edited file would be."""
+    spec = json.loads(src.read_text())
+    edit(spec)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(spec, ensure_ascii=False))
+    return dest
+
+
+def plain_added_token(spec):
+    spec["added_tokens"].append(
+        {"id": 1024, "content": "hello world", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": True, "special": False}
+    )  # fmt: skip
 
 
 # --- crash and resume -------------------------------------------------------------------------

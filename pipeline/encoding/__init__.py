@@ -7,5 +7,5 @@ Layers, each importing only those before it: ``byte_level`` (what a byte-level B
 ``documents`` batches a partition's documents through an encoder and cuts long ones.
 """
 
-#: the back ends, in the order `auto` prefers the reference; `selection.BACKENDS` builds them
-BACKEND_NAMES: tuple[str, ...] = ("tokenizers", "tiktoken")
+#: the back ends, as the command line lists them (`selection.FAST` orders the fast ones by speed)
+BACKEND_NAMES: tuple[str, ...] = ("tokenizers", "tiktoken", "fastokens")

@@ -11,6 +11,8 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 from pipeline.encoding.tokenizer import load
 
 
@@ -21,6 +23,20 @@ class Encoder(Protocol):
         """Ids of each text (a list or a 1-D integer array), no special tokens added,
         special-token text kept as text."""
         ...
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids in one integer array and ``len(texts) + 1`` offsets into it."""
+        ...
+
+
+def flat(encoded: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-text ids joined into one array with offsets, for back ends that return them apart."""
+    lengths = np.fromiter((len(ids) for ids in encoded), np.int64, len(encoded))
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if not encoded:
+        return np.zeros(0, np.uint32), offsets
+    return np.concatenate([np.asarray(ids, np.uint32) for ids in encoded]), offsets
 
 
 def set_threads(threads: int) -> None:
@@ -46,9 +62,20 @@ class TokenizersEncoder:
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         return [e.ids for e in encodings]
 
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return flat(self.encode_batch(texts))
+
+
+def library_version(lib: str) -> str | None:
+    """A library's installed version, None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(lib)
+    except PackageNotFoundError:
+        return None
+
 
 def library_versions() -> tuple[tuple[str, str], ...]:
     """The encoder libraries' versions: the equivalence check holds for these only."""
-    from importlib.metadata import version
-
-    return tuple((lib, version(lib)) for lib in ("tiktoken", "tokenizers"))
+    return tuple((lib, v) for lib in ("fastokens", "tiktoken", "tokenizers") if (v := library_version(lib)))

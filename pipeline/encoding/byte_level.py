@@ -13,6 +13,16 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from pipeline.format.errors import TokshardError
+
+#: GPT-2's split pattern as `tokenizers`' ByteLevel(use_regex=True) spells it.
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+class NotEquivalent(TokshardError):
+    """A fast back end cannot encode exactly like `tokenizers` for this tokenizer; says why."""
+
+
 #: pre-tokenizers a byte-level BPE may combine with its one ByteLevel
 BYTE_LEVEL_COMPANIONS = ("ByteLevel", "Split", "Digits")
 
@@ -75,3 +85,55 @@ def to_bytes(token: str) -> bytes:
         return token.translate(_to_latin1()).encode("latin-1")
     except UnicodeEncodeError:
         raise ValueError(f"{token!r} is not a byte-level string") from None
+
+
+def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:
+    """The one regex that splits text into pieces, as tiktoken needs it."""
+    parts = pre_tokenizer_parts(pre_tokenizer)
+    kinds = [p.get("type") for p in parts]
+    byte_level = byte_level_parts(parts)
+    if len(byte_level) != 1:
+        raise NotEquivalent(f"pre-tokenizer {'+'.join(map(str, kinds)) or 'none'} is not byte-level")
+    bl = byte_level[0]
+    if bl.get("add_prefix_space"):
+        raise NotEquivalent("ByteLevel add_prefix_space=true adds a space tiktoken does not")
+    uses_regex = bl.get("use_regex", True)
+    if kinds == ["ByteLevel"]:
+        if not uses_regex:
+            raise NotEquivalent("ByteLevel without a split pattern: no regex to give tiktoken")
+        return GPT2_PATTERN
+    if kinds == ["Split", "ByteLevel"] and not uses_regex:
+        split = parts[0]
+        regex = (split.get("pattern") or {}).get("Regex")
+        if regex is None:
+            raise NotEquivalent("Split pre-tokenizer on a literal string, not a regex")
+        if split.get("behavior") != "Isolated" or split.get("invert"):
+            raise NotEquivalent(
+                f"Split pre-tokenizer with behavior {split.get('behavior')}"
+                f"{' inverted' if split.get('invert') else ''}; tiktoken isolates matches"
+            )
+        return regex
+    raise NotEquivalent(f"pre-tokenizer sequence {'+'.join(map(str, kinds))} has no tiktoken equivalent")
+
+
+def check_model(spec: dict[str, Any]) -> dict[str, Any]:
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        raise NotEquivalent(f"model {model.get('type')} is not BPE")
+    if spec.get("normalizer") is not None:
+        kind = spec["normalizer"].get("type", "?")
+        raise NotEquivalent(f"normalizer {kind} changes the text before BPE; the fast back ends have none")
+    for option, harmless in (
+        ("dropout", (None, 0, 0.0)),
+        ("continuing_subword_prefix", (None, "")),
+        ("end_of_word_suffix", (None, "")),
+        ("byte_fallback", (None, False)),
+    ):
+        if model.get(option) not in harmless:
+            raise NotEquivalent(f"BPE option {option}={model[option]!r} has no tiktoken equivalent")
+    return model
+
+
+def merge_pairs(merges: list[Any]) -> list[tuple[str, str]]:
+    """Merges as pairs, whether the file spells them "a b" (older) or ["a", "b"]."""
+    return [tuple(m.split(" ", 1)) if isinstance(m, str) else (m[0], m[1]) for m in merges]

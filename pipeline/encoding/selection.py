@@ -1,36 +1,54 @@
 """Which back end a run uses (`choose`, after `check`), and each worker's one encoder
 (`cached_encoder`).
 
-The top of the encoding layers: it imports the back ends (`backend`, `tiktoken_backend`)
-and the comparisons that prove them equal (`equivalence`); none of those imports this module.
+The top of the encoding layers: it imports the back ends (`backend`, `tiktoken_backend`,
+`fastokens_backend`) and the comparisons that prove them equal (`equivalence`); none of those
+imports this module.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from functools import lru_cache
 
-from pipeline.encoding import BACKEND_NAMES
-from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_versions
-from pipeline.encoding.equivalence import SAMPLE_DOC_CHARS, SAMPLE_DOCS, Verdict, compare, probes, show
-from pipeline.encoding.tiktoken_backend import NotEquivalent, TiktokenEncoder
+from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_version, library_versions
+from pipeline.encoding.byte_level import NotEquivalent
+from pipeline.encoding.equivalence import (
+    SAMPLE_DOC_CHARS,
+    SAMPLE_DOCS,
+    Verdict,
+    Vocabulary,
+    byte_level_spec,
+    difference,
+    probes,
+    show,
+    vocabulary_from_spec,
+    vocabulary_of,
+)
+from pipeline.encoding.fastokens_backend import FastokensEncoder, available
+from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
 
+#: the exact fast back ends, fastest first (bench/RESULTS.md, "Native encoder"): `auto` takes
+#: the first the equivalence check passes
+FAST = ("fastokens", "tiktoken")
+NAMES = ("auto", "tokenizers", *FAST)
 
-def _tiktoken(path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
-    # The driver compared both encoders before the run; a worker with the same libraries
+
+def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
+    # The driver compared the encoders before the run; a worker with the same libraries
     # would repeat that for nothing (a quarter of a second), one with others must redo it.
-    return TiktokenEncoder(path, threads, confirm=checked_with != library_versions())
+    confirm = checked_with != library_versions()
+    if name == "fastokens":
+        return FastokensEncoder(path, threads, confirm=confirm)
+    return TiktokenEncoder(path, threads, confirm=confirm)
 
 
-def _tokenizers(path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
-    return TokenizersEncoder(path, threads)
-
-
-#: each back end's factory, under its name in `pipeline.encoding.BACKEND_NAMES`
-BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = dict(
-    zip(BACKEND_NAMES, (_tokenizers, _tiktoken), strict=True)
-)
+BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
+    "tokenizers": lambda path, threads, _: TokenizersEncoder(path, threads),
+    **{name: functools.partial(_fast, name) for name in FAST},
+}
 
 
 @lru_cache(maxsize=4)
@@ -45,22 +63,89 @@ def cached_encoder(
     return BACKENDS[name](path, threads, checked_with)
 
 
-def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
-    """Can this run use tiktoken? Structural rules first, then the comparisons above."""
+def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:
+    """Pick the back end for a run and say why (the reason goes into the log and manifest).
+
+    ``samples`` returns the run's first documents, read only if a check needs them (once).
+    `auto` takes the fastest back end in `FAST` that `pipeline.encoding.equivalence` finds gives
+    the same ids as `tokenizers`, else `tokenizers`; asking for a fast one where it does
+    not is an error that names the reason.
+    """
+    if requested == "tokenizers":
+        return "tokenizers", "requested with --encoder tokenizers"
+    if requested not in NAMES:
+        raise TokshardError(
+            f"encoder {requested!r} is not available; use {', '.join(NAMES[:-1])} or {NAMES[-1]}"
+        )
+    samples = functools.cache(samples)
+    refused: list[str] = []
+    for name in FAST if requested == "auto" else (requested,):
+        verdict = check(tokenizer_path, samples, name)
+        if verdict.equivalent:
+            how = "auto" if requested == "auto" else f"requested with --encoder {name}"
+            passed_over = "".join(f"; {r}" for r in refused)
+            return name, f"{how}: {verdict.reason}{passed_over}"
+        if requested != "auto":
+            raise TokshardError(
+                f"--encoder {name} would change the ids: {verdict.reason}; "
+                "use --encoder auto (falls back to tokenizers) or --encoder tokenizers"
+            )
+        refused.append(f"{name} not used, {verdict.reason}")
+    return "tokenizers", f"auto: {'; '.join(refused)}"
+
+
+def likely_choice(requested: str) -> str:
+    """The back end a run will most likely use, built on the workers while the driver checks:
+    the one asked for, or for `auto` the fastest installed."""
+    if requested != "auto":
+        return requested
+    return "fastokens" if available() else "tiktoken"
+
+
+def manifest_entry(name: str, reason: str, threads: int) -> dict[str, object]:
+    """The manifest's ``encoder`` entry: which back end, why, and the library that ran it."""
+    library = "tokenizers" if name == "tokenizers" else name
+    return {"name": name, "reason": reason, "threads": threads, "library": library,
+            "version": library_version(library) or "unknown"}  # fmt: skip
+
+
+def _build(candidate: str, tokenizer_path: str) -> tuple[object, Vocabulary] | Verdict:
+    """The candidate back end and its vocabulary, or a verdict saying why it cannot be used."""
     try:
+        if candidate == "fastokens":
+            if not available():
+                return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
+            spec = byte_level_spec(tokenizer_path)
+            return FastokensEncoder(tokenizer_path, confirm=False), vocabulary_from_spec(spec)
         fast = TiktokenEncoder(tokenizer_path, confirm=False)
+        return fast, vocabulary_of(fast.conversion)
     except NotEquivalent as exc:
         return Verdict(False, str(exc))
+    except TokshardError:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a layout we do not know
         return Verdict(
             False, f"its BPE section has a layout tokshard does not know ({type(exc).__name__}: {exc})"
         )
+    except Exception as exc:
+        return Verdict(False, f"{candidate} cannot read this tokenizer ({type(exc).__name__}: {exc})")
+
+
+def check(tokenizer_path: str, samples: Callable[[], list[str]], candidate: str = "tiktoken") -> Verdict:
+    """Can this run use ``candidate``? Structural rules first, then the comparisons above."""
+    built = _build(candidate, tokenizer_path)
+    if isinstance(built, Verdict):
+        return built
+    fast, vocab = built
     reference = TokenizersEncoder(tokenizer_path)
     docs = [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
-    found = compare(fast, reference, docs)
+    try:
+        found = difference(fast, reference, vocab, docs)
+    except Exception as exc:
+        found = f"{candidate} failed where tokenizers did not ({type(exc).__name__}: {exc})"
     if found:
         return Verdict(False, found)
-    left_out = fast.conversion.unreachable
+    left_out = getattr(getattr(fast, "conversion", None), "unreachable", None)
     note = (
         f"; left out {len(left_out)} vocabulary entries no merge makes ({show(left_out[0], 20)})"
         if left_out
@@ -68,30 +153,7 @@ def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
     )
     return Verdict(
         True,
-        f"byte-level BPE, and tiktoken gave the same ids as tokenizers on all "
-        f"{len(fast.conversion.merged):,} merged tokens, {len(probes(fast.conversion))} built-in strings "
+        f"byte-level BPE, and {candidate} gave the same ids as tokenizers on all "
+        f"{len(vocab.merged):,} merged tokens, {len(probes(vocab)):,} built-in and fuzz strings "
         f"and the run's first {len(docs)} documents{note}",
     )
-
-
-def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:
-    """Pick the back end for a run and say why (the reason goes into the log and manifest).
-
-    ``samples`` returns the run's first documents, read only if a check needs them. `auto`
-    takes tiktoken only where `pipeline.encoding.equivalence` finds it gives the same ids as
-    `tokenizers`; asking for tiktoken where it does not is an error that names the reason.
-    """
-    if requested == "tokenizers":
-        return "tokenizers", "requested with --encoder tokenizers"
-    if requested not in ("auto", "tiktoken"):
-        raise TokshardError(f"encoder {requested!r} is not available; use auto, tokenizers or tiktoken")
-    verdict = check(tokenizer_path, samples)
-    if verdict.equivalent:
-        how = "auto" if requested == "auto" else "requested with --encoder tiktoken"
-        return "tiktoken", f"{how}: {verdict.reason}"
-    if requested == "tiktoken":
-        raise TokshardError(
-            f"--encoder tiktoken would change the ids: {verdict.reason}; "
-            "use --encoder auto (falls back to tokenizers) or --encoder tokenizers"
-        )
-    return "tokenizers", f"auto: tiktoken not used, {verdict.reason}"

@@ -18,29 +18,25 @@ the JSON shows they cannot agree, `convert` raises `NotEquivalent` with the reas
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from pipeline.encoding.byte_level import byte_decoder, byte_level_parts, pre_tokenizer_parts, to_bytes
+from pipeline.encoding.backend import flat
+from pipeline.encoding.byte_level import (
+    NotEquivalent,
+    byte_decoder,
+    check_model,
+    merge_pairs,
+    pattern_of,
+    to_bytes,
+)
 from pipeline.encoding.equivalence import confirm_builtin
-from pipeline.encoding.tokenizer import read_bytes, unreadable
-from pipeline.format.errors import TokshardError
-
-#: GPT-2's split pattern as `tokenizers`' ByteLevel(use_regex=True) spells it.
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-class NotEquivalent(TokshardError):
-    """tiktoken cannot encode exactly like `tokenizers` for this tokenizer; says why."""
+from pipeline.encoding.tokenizer import read_spec
 
 
 @dataclass
@@ -56,61 +52,9 @@ class Conversion:
     unreachable: list[str] = field(default_factory=list)
 
 
-def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:
-    """The one regex that splits text into pieces, as tiktoken needs it."""
-    parts = pre_tokenizer_parts(pre_tokenizer)
-    kinds = [p.get("type") for p in parts]
-    byte_level = byte_level_parts(parts)
-    if len(byte_level) != 1:
-        raise NotEquivalent(f"pre-tokenizer {'+'.join(map(str, kinds)) or 'none'} is not byte-level")
-    bl = byte_level[0]
-    if bl.get("add_prefix_space"):
-        raise NotEquivalent("ByteLevel add_prefix_space=true adds a space tiktoken does not")
-    uses_regex = bl.get("use_regex", True)
-    if kinds == ["ByteLevel"]:
-        if not uses_regex:
-            raise NotEquivalent("ByteLevel without a split pattern: no regex to give tiktoken")
-        return GPT2_PATTERN
-    if kinds == ["Split", "ByteLevel"] and not uses_regex:
-        split = parts[0]
-        regex = (split.get("pattern") or {}).get("Regex")
-        if regex is None:
-            raise NotEquivalent("Split pre-tokenizer on a literal string, not a regex")
-        if split.get("behavior") != "Isolated" or split.get("invert"):
-            raise NotEquivalent(
-                f"Split pre-tokenizer with behavior {split.get('behavior')}"
-                f"{' inverted' if split.get('invert') else ''}; tiktoken isolates matches"
-            )
-        return regex
-    raise NotEquivalent(f"pre-tokenizer sequence {'+'.join(map(str, kinds))} has no tiktoken equivalent")
-
-
-def _check_model(spec: dict[str, Any]) -> dict[str, Any]:
-    model = spec.get("model") or {}
-    if model.get("type") != "BPE":
-        raise NotEquivalent(f"model {model.get('type')} is not BPE")
-    if spec.get("normalizer") is not None:
-        kind = spec["normalizer"].get("type", "?")
-        raise NotEquivalent(f"normalizer {kind} changes the text before BPE; tiktoken has none")
-    for option, harmless in (
-        ("dropout", (None, 0, 0.0)),
-        ("continuing_subword_prefix", (None, "")),
-        ("end_of_word_suffix", (None, "")),
-        ("byte_fallback", (None, False)),
-    ):
-        if model.get(option) not in harmless:
-            raise NotEquivalent(f"BPE option {option}={model[option]!r} has no tiktoken equivalent")
-    return model
-
-
-def _merge_pairs(merges: list[Any]) -> list[tuple[str, str]]:
-    """Merges as pairs, whether the file spells them "a b" (older) or ["a", "b"]."""
-    return [tuple(m.split(" ", 1)) if isinstance(m, str) else (m[0], m[1]) for m in merges]
-
-
 def convert(spec: dict[str, Any]) -> Conversion:
     """Restate a parsed tokenizer.json for tiktoken, or say why that would change ids."""
-    model = _check_model(spec)
+    model = check_model(spec)
     pattern = pattern_of(spec.get("pre_tokenizer"))
     added = spec.get("added_tokens") or []
     plain_added = [t["content"] for t in added if not t.get("special")]
@@ -129,7 +73,7 @@ def convert(spec: dict[str, Any]) -> Conversion:
         )
     merged: dict[int, str] = {}
     last_id, last_pair = -1, ("", "")
-    for a, b in _merge_pairs(model.get("merges") or []):
+    for a, b in merge_pairs(model.get("merges") or []):
         token = a + b
         tid = vocab.get(token)
         if tid is None:
@@ -163,18 +107,6 @@ def convert(spec: dict[str, Any]) -> Conversion:
             "tokenizers emit it for a whole word; tiktoken would also build it from parts"
         )
     return Conversion(pattern, ranks, special, merged, unreachable)
-
-
-def read_spec(path: str | Path) -> dict[str, Any]:
-    """The parsed tokenizer.json: by orjson (a quarter of `json`'s 0.06 s for GPT-2's, on
-    every worker's start), by `json` where orjson refuses a file `json` may still read."""
-    data = read_bytes(path)
-    with contextlib.suppress(orjson.JSONDecodeError):
-        return orjson.loads(data)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise unreadable(path, exc) from exc
 
 
 def build_encoding(conversion: Conversion, name: str = "tokshard"):
@@ -222,6 +154,9 @@ class TiktokenEncoder:
         # With no special tokens tiktoken's special-token scan matches everywhere; skip it.
         core = encoding._core_bpe
         return lambda text: np.asarray(core.encode_ordinary(text), dtype=np.uint32)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return flat(self.encode_batch(texts))
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         if self._pool is None:

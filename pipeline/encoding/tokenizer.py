@@ -7,6 +7,7 @@ sha256, so a prepared folder says exactly which vocabulary made it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -14,6 +15,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from pipeline.encoding import byte_level
 from pipeline.format.content_hash import sha256_file
@@ -245,3 +248,15 @@ def _training_texts(files: list[str]):
     from pipeline.sources.files import iter_texts
 
     yield from iter_texts(files)
+
+
+def read_spec(path: str | Path) -> dict[str, Any]:
+    """The parsed tokenizer.json: by orjson (a quarter of `json`'s 0.06 s for GPT-2's, on
+    every worker's start), by `json` where orjson refuses a file `json` may still read."""
+    data = read_bytes(path)
+    with contextlib.suppress(orjson.JSONDecodeError):
+        return orjson.loads(data)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise unreadable(path, exc) from exc

@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
-from pipeline.encoding.selection import choose
+from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError, disk_error
 from pipeline.format.errors import TokshardError
@@ -99,7 +99,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         early = _early_workers(options, settings.threads) if todo else None
         try:
             if early is not None:  # the encoder `auto` most likely picks, built while we check it
-                likely = "tokenizers" if settings.encoder == "tokenizers" else "tiktoken"
+                likely = likely_choice(settings.encoder)
                 early.warm(warm_up, *_encoder_args(out, plan, likely, settings.threads))
             encoder, reason = choose(
                 settings.encoder, str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
@@ -146,13 +146,13 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
     """What a worker builds its encoder from (`pipeline.encoding.selection.cached_encoder`'s key): the
-    tokenizer, and for tiktoken the library versions the driver checks it with."""
+    tokenizer, and for a fast back end the library versions the driver checks it with."""
     return (
         encoder,
         str((out / tokenizer.TOKENIZER_FILE).resolve()),
         plan.tokenizer["sha256"],
         threads,
-        library_versions() if encoder == "tiktoken" else (),
+        library_versions() if encoder != "tokenizers" else (),
     )
 
 
@@ -407,7 +407,7 @@ def manifest_doc(
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings.dtype,
         tokenizer=plan.tokenizer,
-        encoder={"name": encoder, "reason": reason, "threads": threads},
+        encoder=manifest_entry(encoder, reason, threads),
         sources=sources,
         shards=shards,
     )

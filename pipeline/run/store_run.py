@@ -39,7 +39,7 @@ from typing import Any
 
 from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
-from pipeline.encoding.selection import choose
+from pipeline.encoding.selection import choose, likely_choice
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
 from pipeline.format.errors import TokshardError, VerifyError
@@ -246,7 +246,7 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
         early = runner._early_workers(options, settings.threads) if todo else None
         try:
             if early is not None:  # workers boot and build the likely encoder while we check it
-                likely = "tokenizers" if settings.encoder == "tokenizers" else "tiktoken"
+                likely = likely_choice(settings.encoder)
                 early.warm(warm_up, *_worker_encoder_args(worker_tok, plan, likely, settings.threads))
             encoder, reason = choose(settings.encoder, str(local_tok), lambda: runner._samples(plan, recipe))
             log(f"encoder: {encoder} ({reason})")
@@ -287,7 +287,7 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
 
 def _worker_encoder_args(worker_tok: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
     """`runner._encoder_args` with the tokenizer where a worker keeps its copy of it."""
-    versions = library_versions() if encoder == "tiktoken" else ()
+    versions = library_versions() if encoder != "tokenizers" else ()
     return (encoder, str(worker_tok), plan.tokenizer["sha256"], threads, versions)
 
 

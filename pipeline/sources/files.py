@@ -445,7 +445,7 @@ def _read_jsonl_range(spec: dict[str, Any], field: str, cursor: Cursor | None) -
                 break
             line_start = pos
             pos += len(line)
-            if not line.strip():
+            if not line or line.isspace():  # (strip() would copy a long line to find out)
                 continue
             text, bad = json_text(line, field)
             where = f"{path}:{_line_number(path, line_start)}" if bad else path
@@ -516,7 +516,7 @@ def _read_jsonl_compressed(spec: dict[str, Any], field: str, cursor: Cursor | No
     try:
         with _decompressed(path, spec["kind"]) as f:
             for lineno, line in enumerate(f, 1):
-                if lineno <= skip or not line.strip():
+                if lineno <= skip or not line or line.isspace():
                     continue
                 text, bad = json_text(line, field)
                 yield Record(text, {"line": lineno}, f"{path}:{lineno}", bad, _raw_pos(f))
