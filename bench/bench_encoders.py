@@ -262,7 +262,6 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
 def fastokens_ceiling(texts: list[str], tokenizer: Path) -> dict:
     """fastokens on one thread, texts in memory, in the ~1 MB batches `prepare` encodes."""
     from pipeline.encoding.documents import BATCH_CHARS
-
     from pipeline.encoding.fastokens_backend import FastokensEncoder
 
     fast = FastokensEncoder(str(tokenizer), threads=1, confirm=False)
