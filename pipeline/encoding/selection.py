@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from functools import lru_cache
 
+from pipeline.encoding import BACKEND_NAMES
 from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_version, library_versions
 from pipeline.encoding.byte_level import NotEquivalent
 from pipeline.encoding.equivalence import (
@@ -33,7 +34,8 @@ from pipeline.format.errors import TokshardError
 #: the exact fast back ends, fastest first (bench/RESULTS.md, "Native encoder"): `auto` takes
 #: the first the equivalence check passes
 FAST = ("fastokens", "tiktoken")
-NAMES = ("auto", "tokenizers", *FAST)
+#: what ``--encoder`` accepts (`pipeline.encoding.BACKEND_NAMES`, and `auto`)
+NAMES = ("auto", *BACKEND_NAMES)
 
 
 def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
