@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.errors import TokshardError
+from pipeline.errors import TokshardError, empty_option
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -32,6 +32,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         command = self.prog.removeprefix("tokshard").strip()
         raise TokshardError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        empty = empty_option(self, ns)
+        if empty:
+            self.error(f"argument {empty}: must not be empty")
+        return ns, rest
 
 
 def _positive_int(text: str) -> int:

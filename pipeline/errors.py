@@ -6,6 +6,8 @@ its traceback. Stdlib only, so the shard reader and the trainer can raise it too
 
 from __future__ import annotations
 
+import argparse
+
 
 class TokshardError(Exception):
     """A user-facing failure: say what went wrong, where, and what to do."""
@@ -13,7 +15,27 @@ class TokshardError(Exception):
     exit_code = 2
 
 
-class VerifyError(TokshardError):
-    """Data on disk does not match its manifest (exit 1, like a failed check)."""
+class DataError(TokshardError):
+    """The data a command reads is bad (a damaged manifest, shard, index or checkpoint): exit 1.
+
+    Usage mistakes (flags, paths of the wrong kind, configs) keep exit 2, so a script can tell
+    "fix the command" from "fix or re-make the data"."""
 
     exit_code = 1
+
+
+class VerifyError(DataError):
+    """Data on disk does not match its manifest (exit 1, like a failed check)."""
+
+
+def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> str | None:
+    """The first of ``parser``'s arguments given as an empty (or blank) string, by its name.
+
+    ``--out ""`` or ``--split " "`` is never a usable path or name; a parser refuses it at once,
+    as a usage error, instead of a later stage failing on it."""
+    for action in parser._actions:
+        value = getattr(namespace, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            return "/".join(action.option_strings) or action.metavar or action.dest
+    return None

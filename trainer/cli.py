@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import fields
 
-from pipeline.errors import TokshardError
+from pipeline.errors import TokshardError, empty_option
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -28,15 +29,47 @@ examples:
 """
 
 
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
 def positive(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
     return value
 
 
 def non_negative(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A learning rate: a finite number above 0 (``--lr -1`` would train backwards)."""
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _finite(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
     return value
@@ -45,6 +78,13 @@ def non_negative(text: str) -> int:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, like every tokshard command
         raise TokshardError(f"train: {message}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        empty = empty_option(self, ns)
+        if empty:
+            self.error(f"argument {empty}: must not be empty")
+        return ns, rest
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument("--train-split", default=d.train_split, help="split to train on (default %(default)s)")
     data.add_argument(
         "--seed",
-        type=int,
+        type=non_negative,
         help=f"sample order and model init (default {DEFAULT_SEED}; a resume keeps the checkpoint's)",
     )
     data.add_argument("--verify", action="store_true", help="re-hash every shard before training")
@@ -79,7 +119,12 @@ def parser() -> argparse.ArgumentParser:
         "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
         "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
-    model.add_argument("--vocab-size", type=positive, help="embedding rows (default: the model's)")
+    model.add_argument(
+        "--vocab-size",
+        type=positive,
+        help="embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of 64; "
+        "an hf: config keeps its own)",
+    )
 
     run = p.add_argument_group("run")
     run.add_argument(
@@ -107,10 +152,12 @@ def parser() -> argparse.ArgumentParser:
         help="samples per rank per micro-step (fills 'auto'; overrides the config)",
     )
     run.add_argument("--grad-accum", type=positive, help="gradient accumulation steps")
-    run.add_argument("--lr", type=float, help="peak learning rate (default 6e-4)")
+    run.add_argument("--lr", type=positive_float, help="peak learning rate (default 6e-4)")
     run.add_argument("--warmup", type=non_negative, help="warmup steps (default min(100, steps/10))")
-    run.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
-    run.add_argument("--grad-clip", type=float, help="gradient clipping norm (default 1.0)")
+    run.add_argument("--weight-decay", type=non_negative_float, help="AdamW weight decay (default 0.1)")
+    run.add_argument(
+        "--grad-clip", type=non_negative_float, help="gradient clipping norm (default 1.0; 0: no clipping)"
+    )
     run.add_argument(
         "--prefetch", type=positive, default=d.prefetch, help="batches prepared ahead (default %(default)s)"
     )
@@ -143,6 +190,11 @@ def parser() -> argparse.ArgumentParser:
         "--allow-data-change",
         action="store_true",
         help="resume although manifest, mixture, split or seq-len differ from the checkpoint's",
+    )
+    out.add_argument(
+        "--allow-batch-change",
+        action="store_true",
+        help="resume although the global batch (samples per step) differs from the checkpoint's",
     )
     out.add_argument("--run-dir", help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)")
     out.add_argument(

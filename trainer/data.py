@@ -7,19 +7,24 @@ per shard (the size check) and nothing per token or per document. Window ``i`` i
 ``stream[i * seq_len : i * seq_len + seq_len + 1]`` (inputs plus the next-token targets, as
 nanoGPT reads them); a window may run across a shard boundary.
 
-``check_manifest`` is the trainer's guard: dtype, vocabulary against the model, and shard
-sizes (stat only), or with ``verify=True`` also the content hashes and ``.idx``/``.bin`` agreement.
+``check_manifest`` is the trainer's guard: the manifest's own checksum (a hand edit after
+``prepare`` is refused), dtype, vocabulary against the model, and shard sizes (stat only), or with
+``verify=True`` also the content hashes and ``.idx``/``.bin`` agreement. ``check_ids`` guards
+each batch: an id the embedding has no row for is named, never an ``IndexError`` (or, on a GPU,
+a device-side assert).
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import TokshardError
+from pipeline.errors import DataError, TokshardError
 from pipeline.manifest import Manifest, ShardEntry
 from pipeline.shard_reader import DTYPES, HEADER, Shard, token_dtype
 
@@ -58,6 +63,10 @@ class TokenStream:
             out[done : done + take] = arr[lo : lo + take]
             done += take
             i += 1
+
+    def shard_at(self, position: int) -> Path:
+        """The .bin holding the token at ``position`` of the stream."""
+        return self.paths[bisect.bisect_right(self.starts, position) - 1]
 
     def read(self, start: int, n: int) -> np.ndarray:
         out = np.empty(n, dtype=np.int64)
@@ -110,8 +119,8 @@ class ModelLimits:
 def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify: bool = False) -> None:
     """Refuse data the model cannot train on, before any process group or model exists."""
     where = manifest.path
-    if manifest.dtype not in DTYPES:
-        raise TokshardError(f"{where}: dtype {manifest.dtype!r} is not one of {sorted(DTYPES)}")
+    check_sealed(manifest)
+    check_unique_shards(manifest)
     if manifest.vocab_size > limits.vocab_size:
         need = -(-manifest.vocab_size // 64) * 64
         raise TokshardError(
@@ -124,7 +133,7 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
             f"use --seq-len {limits.max_seq_len} or less"
         )
     if not manifest.shards:
-        raise TokshardError(f"{where}: the manifest lists no shards")
+        raise DataError(f"{where}: the manifest lists no shards")
     itemsize = token_dtype(manifest.dtype).itemsize
     first_of_stream: set[tuple[str, str]] = set()
     for entry in manifest.shards:
@@ -136,25 +145,65 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         verify_shards(manifest)
 
 
+def check_sealed(manifest: Manifest) -> None:
+    """The manifest is the one ``prepare`` wrote: its checksum over its own content matches.
+
+    Costs one hash of a small JSON document. A hand edit (a shard listed twice, a split
+    renamed) would change what is trained on while every shard still checks out."""
+    if not manifest.checksum_ok():
+        raise DataError(
+            f"{manifest.path}: edited after `tokshard prepare` wrote it (its checksum does not match its "
+            f"content); re-run prepare, or run `tokshard verify {manifest.path}` to see what else differs"
+        )
+
+
+def check_unique_shards(manifest: Manifest) -> None:
+    """Each shard is listed once: twice would train on its tokens twice per epoch."""
+    seen: set[str] = set()
+    for entry in manifest.shards:
+        key = os.path.normpath(entry.rel_path)
+        if key in seen:
+            raise DataError(
+                f"{manifest.path}: shard {entry.rel_path} is listed twice; the manifest is damaged, "
+                "re-run `tokshard prepare`"
+            )
+        seen.add(key)
+
+
+def check_ids(tokens: np.ndarray, vocab_size: int, dataset: WindowDataset, sources, windows) -> None:
+    """Every id in a gathered batch has an embedding row; else name the shard it came from."""
+    if not tokens.size or int(tokens.max()) < vocab_size:
+        return
+    row = int(np.argmax(tokens.max(axis=1) >= vocab_size))
+    col = int(np.argmax(tokens[row] >= vocab_size))
+    stream = dataset.streams[int(sources[row])]
+    shard = stream.shard_at(int(windows[row]) * dataset.seq_len + col)
+    raise DataError(
+        f"{shard}: token id {int(tokens[row, col])} is beyond the model's {vocab_size} embedding rows; the "
+        "shard does not come from this manifest's tokenizer or was changed after prepare "
+        "(`tokshard verify` tells), re-run `tokshard prepare`"
+    )
+
+
 def check_shard_size(entry: ShardEntry, dtype: str, itemsize: int) -> None:
     if entry.bytes != entry.tokens * itemsize:
-        raise TokshardError(
+        raise DataError(
             f"{entry.bin_path}: manifest says {entry.tokens} tokens in {entry.bytes} bytes, which is not "
             f"{dtype}; the manifest is damaged, re-run `tokshard prepare`"
         )
     try:
         size = entry.bin_path.stat().st_size
     except OSError as exc:
-        raise TokshardError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
+        raise DataError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
     if size == entry.bytes:
         return
     for other, (np_dtype, _) in DTYPES.items():
         if other != dtype and size == entry.tokens * np_dtype.itemsize:
-            raise TokshardError(
+            raise DataError(
                 f"{entry.bin_path}: holds {other} tokens but the manifest says {dtype}; "
                 "the shards and manifest come from different runs, re-run `tokshard prepare`"
             )
-    raise TokshardError(
+    raise DataError(
         f"{entry.bin_path}: {size} bytes on disk, the manifest says {entry.bytes}; the shard was changed "
         "or truncated after prepare, re-run `tokshard prepare` (or `tokshard verify` to see all faults)"
     )
@@ -166,13 +215,13 @@ def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
         with open(entry.idx_path, "rb") as f:
             head = f.read(HEADER.size)
     except OSError as exc:
-        raise TokshardError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
+        raise DataError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
     if len(head) < HEADER.size:
-        raise TokshardError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`")
+        raise DataError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`")
     code = HEADER.unpack(head)[2]
     if code != DTYPES[dtype][1]:
         found = next((name for name, (_, c) in DTYPES.items() if c == code), f"code {code}")
-        raise TokshardError(
+        raise DataError(
             f"{entry.idx_path}: index says {found} tokens but the manifest says {dtype}; "
             "the shards and manifest come from different runs, re-run `tokshard prepare`"
         )
@@ -186,9 +235,9 @@ def verify_shards(manifest: Manifest) -> None:
         for path, want in ((entry.bin_path, entry.hash), (entry.idx_path, entry.idx_hash)):
             got = file_hash(path)
             if got != want:
-                raise TokshardError(
+                raise DataError(
                     f"{path}: content hash {got} differs from the manifest's {want}; re-run `tokshard prepare`"
                 )
         problems = Shard(entry.bin_path, manifest.dtype).problems(manifest.eos_id)
         if problems:
-            raise TokshardError(problems[0])
+            raise DataError(problems[0])

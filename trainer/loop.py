@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
 from trainer import checkpoint, distributed, ds_config, models
 from trainer.data import WindowDataset, check_manifest, sources_with_split
-from trainer.metrics import MetricsLog
+from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.prefetch import Prefetcher
 from trainer.sampler import MixtureSampler, parse_mix, rank_positions
 
@@ -49,6 +50,7 @@ class TrainArgs:
     save_every: int = 0
     resume: bool = False
     allow_data_change: bool = False
+    allow_batch_change: bool = False
     seed: int | None = None
     run_dir: str | None = None
     log_every: int = 10
@@ -91,7 +93,7 @@ def prepare(args: TrainArgs) -> Plan:
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
     manifest = manifest_mod.load(args.manifest)
-    spec = models.resolve(args.model, args.vocab_size)
+    spec = models.resolve(args.model, args.vocab_size, manifest.vocab_size)
     check_manifest(manifest, spec.limits, args.seq_len, verify=args.verify)
     train_sources = sources_with_split(manifest, args.train_split)
     if not train_sources:
@@ -114,8 +116,10 @@ def prepare(args: TrainArgs) -> Plan:
     user_config = (
         ds_config.read(args.deepspeed) if args.deepspeed else ds_config.default_config(bf16=bf16_supported)
     )
+    ds_config.check(user_config, config_name(args))
     ds_config.check_precision(user_config, cuda, bf16_supported)
     save_dir = Path(args.save) if args.save else None
+    check_outputs(args)
     seed = args.seed if args.seed is not None else DEFAULT_SEED
     resume_tag = saved = None
     allowed: list[str] = []
@@ -123,6 +127,8 @@ def prepare(args: TrainArgs) -> Plan:
         if save_dir is None:
             raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
         resume_tag, saved = checkpoint.read_state(save_dir)
+        checkpoint.check_model(saved, spec.name, spec.limits.vocab_size)
+        check_resumed_batch(args, user_config, spec, saved, launched_world(), cuda, bf16_supported)
         if args.seed is not None and args.seed != saved["seed"]:
             raise TokshardError(
                 f"--seed {args.seed} differs from the checkpoint's {saved['seed']}: the seed fixes the sample "
@@ -144,6 +150,57 @@ def prepare(args: TrainArgs) -> Plan:
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
         dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
     )  # fmt: skip
+
+
+def knobs_of(args: TrainArgs) -> ds_config.Knobs:
+    return ds_config.Knobs(
+        steps=args.steps,
+        global_batch=args.global_batch,
+        micro_batch=args.micro_batch,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup=args.warmup,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip,
+    )
+
+
+def launched_world() -> int:
+    """The number of ranks the launcher started (before any process group exists)."""
+    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
+def check_resumed_batch(
+    args: TrainArgs, user_config: dict[str, Any], spec: models.ModelSpec, saved: dict[str, Any],
+    world: int, cuda: bool, bf16_supported: bool,
+) -> None:  # fmt: skip
+    """A resume keeps the checkpoint's global batch unless --allow-batch-change: the config is
+    resolved for the launched ranks here, so a change is refused before any start-up."""
+    config = ds_config.resolve(
+        user_config, knobs_of(args), world=world, cuda=cuda, bf16_supported=bf16_supported,
+        hidden_size=spec.hidden_size,
+    )  # fmt: skip
+    how = (
+        f"micro-batch {config['train_micro_batch_size_per_gpu']} x accumulation "
+        f"{config['gradient_accumulation_steps']} x {world} ranks"
+    )
+    checkpoint.check_batch(saved, config["train_batch_size"], how, args.allow_batch_change)
+
+
+def config_name(args: TrainArgs) -> str:
+    """How messages name the DeepSpeed config."""
+    return f"--deepspeed {args.deepspeed}" if args.deepspeed else "the default DeepSpeed config"
+
+
+def check_outputs(args: TrainArgs) -> None:
+    """--save and --run-dir are folders this process can write (before any work)."""
+    if args.save:
+        checkpoint.check_writable_dir(Path(args.save), "--save")
+    if args.run_dir:
+        checkpoint.check_writable_dir(Path(args.run_dir), "--run-dir")
 
 
 def mixture(
@@ -195,19 +252,9 @@ def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
         UNIVERSAL_CHECKPOINT_VERSION_VALUE,
     )
 
-    knobs = ds_config.Knobs(
-        steps=args.steps,
-        global_batch=args.global_batch,
-        micro_batch=args.micro_batch,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        warmup=args.warmup,
-        weight_decay=args.weight_decay,
-        grad_clip=args.grad_clip,
-    )
     config = ds_config.resolve(
         plan.user_config,
-        knobs,
+        knobs_of(args),
         world=dist.world,
         cuda=plan.cuda,
         bf16_supported=plan.bf16_supported,
@@ -227,13 +274,24 @@ def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
     info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
     setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
     params = [p for p in model.parameters() if p.requires_grad]
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    engine = initialize(deepspeed, model, params, config, config_name(args))
     return engine, config, load_tag
+
+
+def initialize(deepspeed, model, params, config: dict[str, Any], where: str):
+    """``deepspeed.initialize``; a config DeepSpeed refuses (its pydantic checks, an optimizer
+    or scheduler parameter it does not take) is one line naming the config."""
+    try:
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise TokshardError(f"{where}: DeepSpeed refuses this config ({detail})") from exc
+    return engine
 
 
 def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, int]:
     """Load the checkpoint; returns (samples consumed, step)."""
-    _, client = engine.load_checkpoint(str(plan.save_dir), tag=load_tag)
+    client = load(engine, plan.save_dir, load_tag)
     if client is None or checkpoint.CLIENT_KEY not in client:
         raise TokshardError(f"--resume: {plan.save_dir / load_tag} holds no tokshard data position")
     state = client[checkpoint.CLIENT_KEY]
@@ -249,6 +307,35 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, in
     return samples, step
 
 
+def load(engine, save_dir: Path, tag: str) -> dict[str, Any] | None:
+    """The checkpoint's weights into ``engine``; weights of another shape are one line (a
+    checkpoint older than the model check in ``checkpoint.check_model`` gets here)."""
+    try:
+        _, client = engine.load_checkpoint(str(save_dir), tag=tag)
+    except RuntimeError as exc:
+        text = str(exc)
+        if "size mismatch" not in text and "key(s) in state_dict" not in text:
+            raise
+        first = next((ln.strip() for ln in text.splitlines() if "size mismatch" in ln), text.splitlines()[0])
+        raise TokshardError(
+            f"--resume: {save_dir / tag} holds another model's weights ({first[:200]}); resume with the "
+            "--model and --vocab-size it was trained with, or start a new run in another --save"
+        ) from exc
+    return client
+
+
+def start_notes(plan: Plan, args: TrainArgs) -> list[str]:
+    """What tokshard chose for the user, said once at the start of the log."""
+    notes = [f"model {plan.spec.name}: {plan.spec.vocab_note}"] if plan.spec.vocab_note else []
+    missing = ds_config.missing_blocks(plan.user_config)
+    if missing:
+        notes.append(
+            f"{config_name(args)} has no {' or '.join(repr(b) for b in missing)} block: using tokshard's "
+            f"default ({', '.join({'optimizer': 'AdamW', 'scheduler': 'warmup + cosine'}[b] for b in missing)})"
+        )
+    return notes
+
+
 def train(args: TrainArgs) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     plan = prepare(args)
@@ -262,8 +349,20 @@ def train(args: TrainArgs) -> dict[str, Any]:
         or args.save
         or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.check_writable_dir(run_dir, "--run-dir")
+    dropped = (
+        cut_back_logs(run_dir, int(plan.saved_state["step"])) if plan.saved_state and dist.is_main else 0
+    )
+    if dist.world > 1:
+        torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
     log = MetricsLog(run_dir, dist.is_main, args.steps)
+    for note in start_notes(plan, args):
+        log.note(note)
+    if dropped:
+        log.note(
+            f"cut {dropped} log lines written after step {plan.saved_state['step']} (the checkpoint's) "
+            f"from {run_dir}: those steps are trained again"
+        )
     samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
     if dist.is_main:
         record = {
@@ -292,6 +391,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
         dist.device,
         depth=args.prefetch,
         keep_host=args.log_samples,
+        vocab_size=plan.spec.limits.vocab_size,
     )
     eval_set = plan.eval_set
     sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
@@ -401,12 +501,11 @@ def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, gl
         "world_size": dist.world,
         "train_batch_size": global_batch,
         "model": plan.spec.name,
+        "vocab_size": plan.spec.limits.vocab_size,
         "data": plan.identity,
     }
-    if dist.is_main:  # before DeepSpeed writes 'latest': a tag 'latest' names always has its state
-        (plan.save_dir / tag).mkdir(parents=True, exist_ok=True)
-        checkpoint.write_state(plan.save_dir, tag, state)
-    engine.save_checkpoint(str(plan.save_dir), tag=tag, client_state={checkpoint.CLIENT_KEY: state})
+    barrier = torch.distributed.barrier if dist.world > 1 else lambda: None
+    checkpoint.save(engine, plan.save_dir, tag, state, dist.is_main, barrier)
 
 
 def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:
