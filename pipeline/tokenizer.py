@@ -235,7 +235,9 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
         os.replace(tmp, dest)
     except Exception as exc:  # tokenizers raises a bare Exception for an unwritable path
         tmp.unlink(missing_ok=True)
-        raise TokshardError(f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder") from exc
+        raise TokshardError(
+            f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
+        ) from exc
     return dest
 
 

@@ -394,7 +394,10 @@ def train(args: TrainArgs) -> dict[str, Any]:
         vocab_size=plan.spec.limits.vocab_size,
     )
     eval_set = plan.eval_set
-    sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
+    # line-buffered: a kill -9 loses no line of a step before the checkpoint the resume starts from
+    sample_log = (
+        open(run_dir / f"samples-rank{dist.rank}.jsonl", "a", buffering=1) if args.log_samples else None
+    )
     tokens_per_step = global_batch * args.seq_len
     t_begin = t_last = time.perf_counter()
     wait_last, steps_since = 0.0, 0
