@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.errors import TokshardError, empty_option
+from pipeline.errors import TokshardError, empty_option, file_arg, folder_arg
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ad hoc: bytes of input per Dask task (default auto: 8 to 64 MiB, at least 8 tasks per split)",
     )
     p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
-    p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")
+    p.add_argument(
+        "--out", metavar="DIR", type=folder_arg, help="output folder (shards, manifest.json, run state)"
+    )
     p.add_argument(
         "--workers", type=_positive_int, help="local Dask worker processes (default: one per core)"
     )
@@ -122,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["error", "skip"],
         help="stop at a bad record (default) or skip and count it",
     )
-    p.add_argument("--mirror", metavar="DIR", help="local copy of the recipe's hub repo (same layout)")
+    p.add_argument(
+        "--mirror", metavar="DIR", type=folder_arg, help="local copy of the recipe's hub repo (same layout)"
+    )
     _add_batch_options(p)
 
     p = _subparser(
@@ -142,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", action="append", required=True, metavar="GLOB", help="training files (repeatable)"
     )
     t.add_argument("--vocab-size", type=_positive_int, required=True, help="vocabulary size, EOS included")
-    t.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json")
+    t.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
     t.add_argument("--eos", default="<|endoftext|>", help="the EOS token's text")
 
     p = _subparser(
@@ -151,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         "what a prepare folder has done, is doing, and what a rerun would do",
         "tokshard status data/wt103",
     )
-    p.add_argument("dir", help="the --out folder of a prepare run")
+    p.add_argument("dir", type=folder_arg, help="the --out folder of a prepare run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = _subparser(
@@ -176,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plot-file",
         metavar="PNG",
+        type=file_arg,
         help="where --plot writes (default: doc_lengths.png beside the manifest); implies --plot",
     )
 
@@ -195,7 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "run_dir", metavar="RUN_DIR", help="a run's --run-dir (or --save) folder, or its metrics.jsonl"
     )
-    p.add_argument("--out", metavar="PNG", help="where to write the PNG (default: RUN_DIR/report.png)")
+    p.add_argument(
+        "--out", metavar="PNG", type=file_arg, help="where to write the PNG (default: RUN_DIR/report.png)"
+    )
     p.add_argument("--title", help="the figure's title (default: the run folder)")
 
     p = _subparser(
@@ -207,7 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Exits 1 if the validation loss did not fall (the report says by how much).",
         "tokshard demo --out demo-out   # then open demo-out/report.png and demo-out/summary.md",
     )
-    p.add_argument("--out", metavar="DIR", default="demo-out", help="folder for everything the demo makes")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=folder_arg,
+        default="demo-out",
+        help="folder for everything the demo makes",
+    )
     p.add_argument(
         "--size",
         choices=["default", "quick"],
@@ -235,7 +248,9 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--job-extra", action="append", metavar="DIRECTIVE", help="extra #SBATCH/#PBS directive (repeatable)"
     )
-    g.add_argument("--local-directory", metavar="DIR", help="node-local scratch for Dask workers")
+    g.add_argument(
+        "--local-directory", metavar="DIR", type=folder_arg, help="node-local scratch for Dask workers"
+    )
     g.add_argument(
         "--print-job-script", action="store_true", help="print the job script and exit (submits nothing)"
     )

@@ -7,6 +7,7 @@ its traceback. Stdlib only, so the shard reader and the trainer can raise it too
 from __future__ import annotations
 
 import argparse
+import os
 
 
 class TokshardError(Exception):
@@ -39,3 +40,22 @@ def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace)
         if any(isinstance(v, str) and not v.strip() for v in values):
             return "/".join(action.option_strings) or action.metavar or action.dest
     return None
+
+
+def _is_url(text: str) -> bool:
+    return "://" in text
+
+
+def folder_arg(text: str) -> str:
+    """An argparse type for a folder a command writes or reads: an existing file is refused at
+    once (exit 2), not when the command gets to it. URLs pass unchanged."""
+    if text.strip() and not _is_url(text) and os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file; this names a folder")
+    return text
+
+
+def file_arg(text: str) -> str:
+    """An argparse type for a file: an existing folder is refused at once (exit 2)."""
+    if text.strip() and not _is_url(text) and os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder; this names a file")
+    return text

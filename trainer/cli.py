@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import fields
 
-from pipeline.errors import TokshardError, empty_option
+from pipeline.errors import TokshardError, empty_option, file_arg, folder_arg
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -130,6 +130,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--deepspeed",
         metavar="DS.json",
+        type=file_arg,
         help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
     )
     run.add_argument("--steps", type=positive, default=d.steps, help="optimizer steps (default %(default)s)")
@@ -178,7 +179,12 @@ def parser() -> argparse.ArgumentParser:
     )
 
     out = p.add_argument_group("checkpoints and logs")
-    out.add_argument("--save", metavar="DIR", help="DeepSpeed checkpoints go here (with the data position)")
+    out.add_argument(
+        "--save",
+        metavar="DIR",
+        type=folder_arg,
+        help="DeepSpeed checkpoints go here (with the data position)",
+    )
     out.add_argument(
         "--save-every",
         type=non_negative,
@@ -196,7 +202,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resume although the global batch (samples per step) differs from the checkpoint's",
     )
-    out.add_argument("--run-dir", help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)")
+    out.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        type=folder_arg,
+        help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)",
+    )
     out.add_argument(
         "--log-every", type=positive, default=d.log_every, help="log every N steps (default %(default)s)"
     )
