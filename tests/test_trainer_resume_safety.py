@@ -238,3 +238,25 @@ def test_a_config_deepspeed_refuses_is_one_line_naming_it(manifest, tmp_path):
                  "--run-dir", str(tmp_path / "r"), code=2)  # fmt: skip
     line = one_error_line(done)
     assert f"--deepspeed {ds}: DeepSpeed refuses this config (" in line and "betass" in line
+
+
+def test_resume_with_other_steps_says_the_schedule_changes(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    args = [
+        "--manifest",
+        str(manifest),
+        *SMALL,
+        "--steps",
+        "6",
+        "--stop-at",
+        "3",
+        "--save",
+        str(save),
+        "--resume",
+    ]
+    done = train(*args)
+    assert (
+        "--steps 6, the checkpoint's run was scheduled for 4: the learning rate follows the schedule"
+        in done.stdout
+    )

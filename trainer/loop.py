@@ -327,6 +327,12 @@ def load(engine, save_dir: Path, tag: str) -> dict[str, Any] | None:
 def start_notes(plan: Plan, args: TrainArgs) -> list[str]:
     """What tokshard chose for the user, said once at the start of the log."""
     notes = [f"model {plan.spec.name}: {plan.spec.vocab_note}"] if plan.spec.vocab_note else []
+    was_steps = (plan.saved_state or {}).get("steps")
+    if was_steps is not None and was_steps != args.steps:
+        notes.append(
+            f"--steps {args.steps}, the checkpoint's run was scheduled for {was_steps}: the learning rate "
+            f"follows the schedule to step {args.steps} from here"
+        )
     missing = ds_config.missing_blocks(plan.user_config)
     if missing:
         notes.append(
@@ -453,7 +459,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 step == end or (args.save_every and step % args.save_every == 0)
             ):
                 t0 = time.perf_counter()
-                save(engine, plan, dist, step, samples, global_batch)
+                save(engine, plan, dist, step, samples, global_batch, args.steps)
                 log.note(f"saved {plan.save_dir / checkpoint.tag_for(step)}")
                 t_last += time.perf_counter() - t0
     finally:
@@ -493,7 +499,9 @@ def _log_samples(f, step: int, micro_step: int, rank: int, batch, sources: list[
     )
 
 
-def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, global_batch: int) -> None:
+def save(
+    engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, global_batch: int, total_steps: int
+) -> None:
     """A DeepSpeed checkpoint whose client_state carries the data position."""
     tag = checkpoint.tag_for(step)
     state = {
@@ -505,6 +513,7 @@ def save(engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, gl
         "train_batch_size": global_batch,
         "model": plan.spec.name,
         "vocab_size": plan.spec.limits.vocab_size,
+        "steps": total_steps,
         "data": plan.identity,
     }
     barrier = torch.distributed.barrier if dist.world > 1 else lambda: None

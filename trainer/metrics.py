@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipeline.atomic import write_bytes
+from pipeline.atomic import disk_error, write_bytes
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_GLOB = "samples-rank*.jsonl"
@@ -74,8 +74,11 @@ class MetricsLog:
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(json.dumps(record) + "\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk mid-run: one line, the checkpoints are kept
+                raise disk_error(exc, self.path) from exc
 
     def _say(self, line: str) -> None:
         if self.enabled:
