@@ -295,7 +295,21 @@ def test_mix_mistakes_are_one_line_and_exit_2(tmp_path_factory, capsys, mix, say
     from tests.trainer_data import cached_manifest
 
     manifest = cached_manifest(tmp_path_factory)
-    code = main(["train", "--manifest", str(manifest), "--model", "tiny", "--seq-len", "32", "--mix", mix])
+    code = main(
+        [
+            "train",
+            "--manifest",
+            str(manifest),
+            "--model",
+            "tiny",
+            "--seq-len",
+            "32",
+            "--steps",
+            "1",
+            "--mix",
+            mix,
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and says in err, err
 

@@ -17,7 +17,7 @@ from pipeline.errors import DataError, TokshardError
 from tests.trainer_data import cached_manifest
 from trainer import cli, ds_config, models
 
-SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--eval-samples", "8"]
+SMALL = ["--model", "tiny", "--seq-len", "32", "--steps", "1", "--log-every", "1", "--eval-samples", "8"]
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,8 @@ from pipeline.errors import TokshardError
 STATE_FILE = "tokshard.json"
 CLIENT_KEY = "tokshard"
 PARTIAL = ".partial"
+#: less free space than this after a failed torch.save: the disk ran full
+FULL_BELOW = 1 << 20
 _PARTITION = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
 
 
@@ -157,9 +159,10 @@ def save(
         if is_main:
             publish(save_dir, partial, save_dir / tag)
     except (OSError, RuntimeError, TokshardError) as exc:
+        error = save_error(exc, save_dir, tag)  # before the cleanup frees the space it ran out of
         if is_main:
             shutil.rmtree(partial, ignore_errors=True)
-        raise save_error(exc, save_dir, tag) from exc
+        raise error from exc
     barrier()
 
 
@@ -191,11 +194,14 @@ def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
         reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
     elif isinstance(exc, TokshardError):
         reason = str(exc).split(";")[0]
-    else:
+    else:  # torch.save reports a full disk as "unexpected pos ..." or "file write failed"
         free = shutil.disk_usage(save_dir).free if save_dir.is_dir() else None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        where = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
-        reason = f"cannot write {save_dir / tag} ({first}; {where})"
+        if free is not None and free < FULL_BELOW:
+            reason = f"disk full writing {save_dir / tag} ({free / 2**20:.1f} MiB free)"
+        else:
+            where = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+            reason = f"cannot write {save_dir / tag} ({first}; {where})"
     return TokshardError(
         f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space or choose "
         "another --save, then --resume"
