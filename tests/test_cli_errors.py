@@ -345,7 +345,7 @@ DATA_FAULTS = [
     (["inspect"], set_field(["shards", 0, "documents"], "12x"), "shard 0 'documents' is '12x'"),
     (["inspect"], lambda f: first_idx(f).unlink(), ".idx: No such file or directory; run `tokshard verify`"),
     (["inspect"], lambda f: first_idx(f).write_bytes(first_idx(f).read_bytes()[:20]), ".idx: index is truncated (20 bytes)"),
-    (["train", "--model", "tiny", "--seq-len", "32", "--manifest"], set_field(["shards", 1, "split"], "renamed"),
+    (["train", "--model", "tiny", "--seq-len", "32", "--steps", "1", "--manifest"], set_field(["shards", 1, "split"], "renamed"),
      "edited after `tokshard prepare` wrote it"),
 ]  # fmt: skip
 

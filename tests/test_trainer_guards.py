@@ -159,9 +159,13 @@ def tmpfs(tmp_path):
 
 def test_save_on_a_file_is_refused(manifest, tmp_path):
     (tmp_path / "ckpt").write_text("not a folder")
-    with pytest.raises(TokshardError, match=rf"--save {tmp_path / 'ckpt'} is a file, not a folder"):
+    with pytest.raises(
+        TokshardError, match=rf"argument --save: {tmp_path / 'ckpt'} is a file; this names a folder"
+    ):
         cli.main(["--manifest", str(manifest), *SMALL, "--save", str(tmp_path / "ckpt")])
-    with pytest.raises(TokshardError, match=rf"--run-dir {tmp_path / 'ckpt'} is a file, not a folder"):
+    with pytest.raises(
+        TokshardError, match=rf"argument --run-dir: {tmp_path / 'ckpt'} is a file; this names a folder"
+    ):
         cli.main(["--manifest", str(manifest), *SMALL, "--run-dir", str(tmp_path / "ckpt")])
 
 
