@@ -26,8 +26,15 @@ On one corpus and tokenizer, in one run:
 * with ``--also-partition-bytes``, tiktoken `prepare` again at each of these partition sizes
   (what the automatic size trades: per-task costs against balance at the end).
 
+With ``--native``, instead: the default `prepare` (auto, which takes fastokens) against
+``--encoder tiktoken``, side by side in each round, with fastokens' own one-thread ceiling
+(texts in memory, the flat-buffer call `prepare` makes, in `prepare`'s 1 MB batches), and
+the same text joined into documents of ``--long-mb`` MB each, through the default `prepare`
+(long documents against ordinary ones, same text).
+
     python bench/kernel_corpus.py                       # once: corpus + 50k BPE
     python bench/bench_encoders.py --workers 2 --repeats 3
+    python bench/bench_encoders.py --native --repeats 2 --corpus CORPUS --tokenizer TOK
 """
 
 from __future__ import annotations
@@ -250,6 +257,110 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
     return wall
 
 
+def fastokens_ceiling(texts: list[str], tokenizer: Path) -> dict:
+    """fastokens on one thread, texts in memory, in the ~1 MB batches `prepare` encodes."""
+    from pipeline.encode import BATCH_CHARS
+    from pipeline.fastokens_encoder import FastokensEncoder
+
+    fast = FastokensEncoder(str(tokenizer), threads=1, confirm=False)
+    batches, batch, chars = [], [], 0
+    for t in texts:
+        batch.append(t)
+        chars += len(t)
+        if chars >= BATCH_CHARS:
+            batches.append(batch)
+            batch, chars = [], 0
+    batches.append(batch)
+    r = timed(lambda: [fast.encode_flat(b)[0] for b in batches])
+    r.pop("ids")
+    return r
+
+
+def long_corpus(texts: list[str], out: Path, megabytes: int) -> Path:
+    """The same texts joined (by a blank line) into documents of about ``megabytes`` MB each."""
+    if out.exists():
+        return out
+    docs, cur, size = [], [], 0
+    for t in texts:
+        cur.append(t)
+        size += len(t)
+        if size >= megabytes * 1_000_000:
+            docs.append("\n\n".join(cur))
+            cur, size = [], 0
+    if cur:
+        docs.append("\n\n".join(cur))
+    tmp = out.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+    tmp.rename(out)
+    return out
+
+
+def native(args, texts: list[str]) -> None:
+    """The --native rounds: default prepare vs tiktoken, fastokens' ceiling, long documents."""
+    import copy
+
+    long_args = copy.copy(args)
+    long_args.corpus = long_corpus(texts, args.work / f"long-{args.long_mb}mb.jsonl", args.long_mb)
+    long_args.work = args.work / "long"
+    long_args.work.mkdir(exist_ok=True)
+    rows = []
+    for rep in range(args.repeats):
+        ceiling = fastokens_ceiling(texts, args.tokenizer)
+        print(f"#{rep} ceiling fastokens, 1 thread: {_rates(ceiling)}")
+        tik_ceiling = timed(lambda: TiktokenEncoder(str(args.tokenizer), confirm=False).encode_batch(texts))
+        tik_ceiling.pop("ids")
+        print(f"#{rep} ceiling tiktoken, 1 thread: {_rates(tik_ceiling)}")
+        auto = run_prepare("auto", args)
+        tik = run_prepare("tiktoken", args)
+        long = run_prepare("auto", long_args)
+        for label, r in (("default", auto), ("tiktoken", tik), ("default, long documents", long)):
+            print(
+                f"#{rep} prepare {label} -> {r['chosen']} (load {r['load_average']:.1f}): {r['tokens']:,} tokens, "
+                f"wall {r['wall_s']:.1f} s, steady {_rates(r['steady'])}; worker peak RSS "
+                f"{', '.join(f'{x:.0f}' for x in r['worker_peak_rss_mib'])} MiB"
+            )
+        ceil2 = 2 * ceiling["tokens"] / ceiling["wall_s"] * args.workers / 2
+        rate = {k: r["tokens"] / r["wall_s"] for k, r in (("auto", auto), ("tik", tik), ("long", long))}
+        steady = {
+            k: r["steady"]["tokens"] / r["steady"]["wall_s"] * args.workers
+            for k, r in (("auto", auto), ("long", long))
+        }
+        rows.append(
+            {
+                "load": auto["load_average"],
+                "ceil_ratio_cpu": (ceiling["tokens"] / ceiling["cpu_s"])
+                / (tik_ceiling["tokens"] / tik_ceiling["cpu_s"]),
+                "auto": rate["auto"],
+                "tik": rate["tik"],
+                "speedup": tik["wall_s"] / auto["wall_s"],
+                "ceil": ceil2,
+                "whole_vs_ceil": rate["auto"] / ceil2,
+                "steady_vs_ceil": steady["auto"] / ceil2,
+                "long_vs_ordinary": rate["long"] / rate["auto"],
+                "long_steady_vs_ordinary": steady["long"] / steady["auto"],
+                "rss": max(auto["worker_peak_rss_mib"] + long["worker_peak_rss_mib"]),
+                "identical": auto["shard_hashes"] == tik["shard_hashes"],
+            }
+        )
+    w = args.workers
+    print()
+    print(
+        f"| round (load) | default `prepare` (fastokens) | `--encoder tiktoken` | speed-up | fastokens / "
+        f"tiktoken, 1 thread, per CPU-s | fastokens 1 thread x {w} | default / ceiling: whole, steady | long docs / ordinary: whole, steady | "
+        f"peak RSS per worker | shards identical |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for i, r in enumerate(rows):
+        print(
+            f"| {i} ({r['load']:.1f}) | {r['auto'] / 1e6:.2f} M tok/s | {r['tik'] / 1e6:.2f} M tok/s | "
+            f"{r['speedup']:.2f}x | {r['ceil_ratio_cpu']:.2f}x | {r['ceil'] / 1e6:.2f} M tok/s | {r['whole_vs_ceil']:.2f}, "
+            f"{r['steady_vs_ceil']:.2f} | {r['long_vs_ordinary']:.2f}, {r['long_steady_vs_ordinary']:.2f} | "
+            f"{r['rss']:.0f} MiB | {'yes' if r['identical'] else 'NO'} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=DATA / "kernel.jsonl")
@@ -273,14 +384,22 @@ def main() -> None:
         help="compare both encoders' ids (and time tokenizers in memory) on the first N documents "
         "only; 0 = all (a 500 MB corpus needs about 20 GB for all)",
     )
+    ap.add_argument(
+        "--native", action="store_true", help="default prepare (fastokens) vs tiktoken, long docs"
+    )
+    ap.add_argument("--long-mb", type=int, default=9, help="--native: size of each long document")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["FASTOKENS_BPE_THREADS"] = "1"
 
     texts = load_texts(args.corpus)
     utf8 = sum(len(t.encode("utf-8")) for t in texts)
     print(f"corpus {args.corpus}: {len(texts):,} documents, {utf8 / 1e6:.1f} MB of UTF-8 text")
     print(f"tokenizer {args.tokenizer}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    if args.native:
+        native(args, texts)
+        return
 
     started = time.perf_counter()
     name, reason = choose("auto", str(args.tokenizer), lambda: texts[:64])

@@ -59,8 +59,13 @@ def copy_file(src: str | os.PathLike, dest: str | os.PathLike) -> None:
     write_bytes(dest, Path(src).read_bytes())
 
 
+def json_bytes(obj: Any) -> bytes:
+    """How tokshard writes JSON (the same bytes on a filesystem and in an object store)."""
+    return (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode()
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode())
+    write_bytes(path, json_bytes(obj))
 
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import TokshardError, empty_option, file_arg, folder_arg
+from pipeline.store import is_url, refuse_url
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
     )
     p.add_argument(
-        "--encoder", choices=["auto", "tokenizers", "tiktoken"], help="encoder back end (default auto)"
+        "--encoder",
+        choices=["auto", "tokenizers", "tiktoken", "fastokens"],
+        help="encoder back end (default auto)",
     )
     p.add_argument(
         "--dtype", choices=["uint16", "uint32"], help="token dtype (uint32 for vocabularies > 65,536)"
@@ -189,6 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         "train a model with DeepSpeed on a manifest (see `tokshard train --help`)",
         "tokshard train --manifest data/wt103 --model gpt2-124m --deepspeed trainer/configs/zero2-bf16.json",
+    )
+
+    _subparser(
+        sub,
+        "samples",
+        "which samples (sources, windows, documents, text) each training step used, from the checkpoint",
+        "tokshard samples ckpt --steps 41237 --decode | less   (see `tokshard samples --help`)",
+    )
+    _subparser(
+        sub,
+        "megatron-args",
+        "print Megatron-LM's --data-path (weight prefix ...) for a manifest's shards, or write its blend JSON",
+        "tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3   (see `tokshard megatron-args --help`)",
     )
 
     p = _subparser(
@@ -287,6 +303,14 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.cli import main as train_main
 
             return train_main(argv[1:])
+        if argv[:1] == ["samples"]:
+            from trainer.samples import main as samples_main
+
+            return samples_main(argv[1:])
+        if argv[:1] == ["megatron-args"]:
+            from trainer.megatron import main as megatron_main
+
+            return megatron_main(argv[1:])
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except TokshardError as exc:
@@ -298,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _recipe_path(name: str) -> Path:
+    refuse_url(name, "recipe")
     path = Path(name)
     if path.exists():
         return path
@@ -331,6 +356,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.input and args.recipe:
         raise TokshardError("give either a RECIPE or --input files, not both")
     if args.input:
+        from pipeline.sources.base import check_path_name
+
+        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
+        check_path_name("source", args.name, "--name")
         source: dict[str, Any] = {
             "type": "files",
             "paths": args.input,
@@ -349,10 +378,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings["out"]
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    refuse_url(args.local_directory, "--local-directory")
     started = time.monotonic()
     path = prepare(
         recipe,
-        Path(out),
+        out if is_url(out) else Path(out),
         RunOptions(
             workers=args.workers,
             scheduler=args.scheduler,
@@ -361,13 +391,27 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             batch=batch,
         ),
     )
-    from pipeline import manifest
+    from pipeline.status import skipped_text
 
-    totals = manifest.load(path).data["totals"]
+    if is_url(path):
+        from pipeline.store import parent
+        from pipeline.store_run import StoreRun
+
+        data = StoreRun(parent(path)).manifest_doc() or {}
+    else:
+        from pipeline import manifest
+
+        data = manifest.load(path).data
+    totals = data["totals"]
     seconds = time.monotonic() - started
+    skipped: dict[str, int] = {}
+    for src in data["sources"].values():
+        for split in src["splits"].values():
+            for reason, n in split.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + n
     print(
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)"
+        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
     )
     return 0
 
@@ -375,6 +419,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from pipeline.tokenizer import train
 
+    refuse_url(args.out, "--out")
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
     return 0
@@ -409,6 +454,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.plot or args.plot_file:
         from pipeline.inspection_plot import plot_doc_lengths
 
+        refuse_url(args.plot_file, "--plot-file")
+        if is_url(args.manifest) and not args.plot_file:
+            raise TokshardError("--plot of a manifest URL needs --plot-file PNG (a local file to write)")
+
         png = plot_doc_lengths(args.manifest, args.plot_file)
         print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -417,6 +466,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainer.report import describe, write_report
 
+    refuse_url(args.run_dir, "RUN_DIR")
+    refuse_url(args.out, "--out")
+
     print(describe(write_report(args.run_dir, args.out, args.title)))
     return 0
 
@@ -424,6 +476,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline import demo
 
+    refuse_url(args.out, "--out")
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))
     if not summary["learned"]:

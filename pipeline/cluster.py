@@ -109,7 +109,11 @@ def job_script(spec: BatchJobs, threads: int) -> str:
 
 def worker_env(threads: int) -> dict[str, str]:
     """Encoder threads per worker process, fixed before the tokenizer's thread pool starts."""
-    return {"TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false", "RAYON_NUM_THREADS": str(threads)}
+    return {
+        "TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false",
+        "RAYON_NUM_THREADS": str(threads),
+        "FASTOKENS_BPE_THREADS": str(threads),
+    }
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import numpy as np
 from pipeline.encoders import Encoder
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files import TextStream
+from pipeline.tiktoken_encoder import GPT2_PATTERN
 
 BATCH_CHARS = 1 << 20
 BATCH_DOCS = 8192
@@ -121,8 +122,48 @@ def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> 
     return None
 
 
-def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -> Iterator[str]:
-    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries."""
+#: Split patterns in which no pre-token holds a character no engine calls white space
+#: followed by U+0020 (a space only ever starts a pre-token or sits in an all-whitespace one),
+#: with no look-behind, and whose look-aheads (``(?!\\S)``) see a space there as the end of
+#: the text: GPT-2's (ByteLevel's own) and the Llama-3 / cl100k one. In them every such
+#: "word character, space" position is a pre-token boundary of the whole text, and the text
+#: before it pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
+SPACE_CUT_PATTERNS = (
+    GPT2_PATTERN,
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+)
+_ASCII_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+@dataclass(frozen=True)
+class SpaceCuts:
+    """Cut points by string search: for a tokenizer whose split pattern is one of
+    `SPACE_CUT_PATTERNS` (no pre-tokenizer needed, so `tokenizers` is never loaded for it)."""
+
+
+def _certainly_not_space(ch: str) -> bool:
+    """A character no regex engine's ``\\s`` matches (engines part on some, e.g. U+180E)."""
+    return ch.isalnum() or ch in _ASCII_MARKS
+
+
+def space_cut(text: str, start: int, target: int) -> int | None:
+    """The last "word character, space" position in the second half of
+    ``text[start + 1 : target + 1]``; None if there is none."""
+    lo = max(start + 1, target - (target - start) // 2)
+    c = text.rfind(" ", lo, target + 1)
+    while c >= lo and not _certainly_not_space(text[c - 1]):
+        c = text.rfind(" ", lo, c)
+    return c if c >= lo else None
+
+
+def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize | SpaceCuts) -> Iterator[str]:
+    """Re-cut a document (given as chunks) into pieces at pre-tokenizer boundaries. With
+    `SpaceCuts` they are found by string search and depend only on the text, not on how it
+    arrived in chunks."""
+    if isinstance(pre_tokenize, SpaceCuts):
+        yield from _space_pieces(chunks, piece_chars)
+        return
     buf = ""
     retry_at = piece_chars + MARGIN
     for chunk in chunks:
@@ -143,6 +184,25 @@ def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize) -
         buf = buf[cut:]
     if buf:
         yield buf
+
+
+def _space_pieces(chunks: Iterable[str], piece_chars: int) -> Iterator[str]:
+    """`pieces` by `space_cut`; a stretch without a usable space grows the piece (to the next
+    one) rather than cutting elsewhere. The buffer is sliced once per chunk, not per piece."""
+    buf, start = "", 0
+    target = piece_chars
+    for chunk in chunks:
+        buf = buf[start:] + chunk
+        start, target = 0, target - start
+        while target < len(buf):
+            cut = space_cut(buf, start, target)
+            if cut is None:
+                target += piece_chars // 2
+                continue
+            yield buf[start:cut]
+            start, target = cut, cut + piece_chars
+    if start < len(buf):
+        yield buf[start:]
 
 
 class DocumentEncoder:
@@ -225,14 +285,20 @@ class DocumentEncoder:
             yield self._flush(pending)
 
     def _flush(self, p: _Pending) -> Batch:
-        """Each document's ids and its EOS, copied once into one array (no joined list)."""
-        encoded = self.encoder.encode_batch(p.texts) if p.texts else []
-        lengths = np.fromiter((len(ids) + 1 for ids in encoded), np.int32, len(encoded))
-        ends = np.cumsum(lengths, dtype=np.int64)
-        tokens = np.empty(int(ends[-1]) if len(ends) else 0, dtype=self.dtype)
-        tokens[ends - 1] = self.eos_id
-        for ids, end, n in zip(encoded, ends.tolist(), lengths.tolist(), strict=True):
-            tokens[end - n : end - 1] = ids
+        """Each document's ids and its EOS in one array, from the encoder's flat ids in one
+        masked copy (no Python int per token, no loop per document)."""
+        if p.texts:
+            ids, offsets = self.encoder.encode_flat(p.texts)
+        else:
+            ids, offsets = np.zeros(0, np.uint32), np.zeros(1, np.int64)
+        count = len(offsets) - 1
+        lengths = (np.diff(offsets) + 1).astype(np.int32)
+        tokens = np.empty(len(ids) + count, dtype=self.dtype)
+        eos_at = offsets[1:] + np.arange(count)
+        tokens[eos_at] = self.eos_id
+        is_text = np.ones(len(tokens), bool)
+        is_text[eos_at] = False
+        tokens[is_text] = ids
         return Batch(
             tokens=tokens,
             lengths=lengths,
@@ -245,9 +311,11 @@ class DocumentEncoder:
         self, text: str | TextStream, rec: Record, resume: LongProgress | None
     ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
         """Encode one long document piece by piece into the spool, reporting commit points."""
-        if isinstance(text, str):
+        if isinstance(text, str) and isinstance(self.pre_tokenize, SpaceCuts):
+            chunks: Iterable[str] = [text]  # space cuts slice it once per piece, no copy of it
+        elif isinstance(text, str):
             step = 1 << 22
-            chunks: Iterable[str] = (text[i : i + step] for i in range(0, len(text), step))
+            chunks = (text[i : i + step] for i in range(0, len(text), step))
         else:
             chunks = iter(text)
         exact_cuts = self.pre_tokenize is not None
@@ -264,17 +332,16 @@ class DocumentEncoder:
         try:
             for group in _grouped(parts, self.batch_chars):
                 any_text = any_text or any(not s.isspace() for s in group)
-                for ids in self.encoder.encode_batch(group):
-                    arr = np.array(ids, dtype=self.dtype)
-                    total += len(arr)
-                    if spool is not None:
-                        spool.write(arr.tobytes())
-                        continue
+                arr = self.encoder.encode_flat(group)[0].astype(self.dtype)
+                total += len(arr)
+                if spool is not None:
+                    spool.write(arr.data)
+                else:
                     held.append(arr)
                     if total > self.spool_tokens:
                         spool = self._open_spool(0)
                         for a in held:
-                            spool.write(a.tobytes())
+                            spool.write(a.data)
                         held = []
                 if exact_cuts and self._commit_points:
                     chars += sum(len(s) for s in group)
@@ -285,7 +352,10 @@ class DocumentEncoder:
         if any_text and spool is not None:
             spool.write(eos.tobytes())
         if spool is not None:
-            self.sync_spool()  # a checkpoint may point into it until the caller commits
+            # No fsync here: a durable checkpoint points into the spool only up to what the
+            # commit that wrote it synced (`sync_spool`), and the caller copies the spool into
+            # its shard and commits that (fsync) before deleting it. Syncing the whole spool
+            # too doubled a long document's disk writes (bench/RESULTS.md, run Q).
             spool.close()
         if any_text is None:
             yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
@@ -346,12 +416,28 @@ def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield group
 
 
-def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | None:
-    """The tokenizer's own pre-tokenizer if cutting at its boundaries is exact, else None."""
+def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | SpaceCuts | None:
+    """How to cut this tokenizer's long documents exactly: `SpaceCuts` where its pattern
+    allows (decided from the JSON alone), else its own pre-tokenizer if it is a byte-level
+    BPE, else None (no exact cut points)."""
+    from pipeline.tiktoken_encoder import NotEquivalent, pattern_of, read_spec
     from pipeline.tokenizer import is_byte_level_bpe, load
 
+    spec = read_spec(tokenizer_path)
+    try:
+        pattern = pattern_of(spec.get("pre_tokenizer"))
+    except NotEquivalent:
+        pattern = None
+    # non-special added tokens are cut out of the text before pre-tokenizing, so one may span
+    # a pre-token boundary: a space cut only if none holds a space, no other cut if any exists
+    plain_added = [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]
+    model = spec.get("model") or {}
+    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
+    if bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added):
+        return SpaceCuts()
+    if plain_added:
+        return None
     tok = load(tokenizer_path)
     if not is_byte_level_bpe(tok):
         return None
-    pre = tok.pre_tokenizer
-    return pre.pre_tokenize_str
+    return tok.pre_tokenizer.pre_tokenize_str

@@ -1,14 +1,19 @@
-"""Is tiktoken's encoding of this tokenizer the same as `tokenizers`'? Checked, not assumed.
+"""Does a fast back end (tiktoken, fastokens) encode this tokenizer as `tokenizers` does?
+Checked, not assumed.
 
-Three comparisons, all deterministic and together well under a second for a 50k vocabulary:
+Four comparisons, all deterministic and together well under a second for a 50k vocabulary:
 
-1. every token a merge makes, alone as a word: `tokenizers` must give back that one token,
-   as tiktoken does (it looks whole pieces up first), so neither can emit what the other
-   cannot;
+1. every token a merge makes, alone as a word: for tiktoken, `tokenizers` must give back
+   that one token, as tiktoken does (it looks whole pieces up first), so neither can emit
+   what the other cannot; for fastokens, both must give the same ids for it;
 2. built-in strings where tokenizers tend to disagree (contractions, digits, runs of spaces
    and newlines, tabs, CJK, emoji, combining marks, control characters, special-token text
    inside a document, very long words) and strings glued from random vocabulary entries;
-3. the run's first documents (each cut to a few thousand characters).
+3. a fuzz set: strings drawn at random (fixed seed) from Unicode whitespace (U+0085, U+180E
+   among them), contractions and quotes next to each other, letters and digits; and runs
+   of 500 to 3,000 of one character (where a native BPE's fast paths are most likely to
+   part from the reference);
+4. the run's first documents (each cut to a few thousand characters).
 
 Any difference is reported with the first string that shows it. Passing is strong evidence,
 not a proof: a run's later documents are not compared, which is why the structural rules in
@@ -26,6 +31,7 @@ from pipeline.errors import TokshardError
 SAMPLE_DOCS = 64
 SAMPLE_DOC_CHARS = 4096
 BLENDS = 512
+FUZZ = 2048
 
 _SHORT: tuple[str, ...] = (
     # contractions, and near misses of the patterns' apostrophe rules
@@ -106,6 +112,29 @@ def _long_words() -> tuple[str, ...]:
 #: The built-in probe strings (special-token text is added per tokenizer).
 TRICKY: tuple[str, ...] = (*_SHORT, "".join(_SHORT), " ".join(_SHORT), *_long_words())
 
+#: every character Unicode or one of the regex engines calls white space, and near misses
+WHITESPACE = (
+    "\t", "\n", "\x0b", "\x0c", "\r", " ", "\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\xa0",
+    "\u1680", "\u180e", "\u2000", "\u2001", "\u2002", "\u2003", "\u2004", "\u2005",
+    "\u2006", "\u2007", "\u2008", "\u2009", "\u200a", "\u200b", "\u200c", "\u200d",
+    "\u2028", "\u2029", "\u202f", "\u205f", "\u2060", "\u3000", "\ufeff",
+)  # fmt: skip
+_QUOTES = ("'", '"', "\u2019", "\u2018", "`", "''", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL")
+_WORDS = ("a", "b", "x", "it", "don", "I", "é", "日", "1", "42", "-", ".", "\n\n", "  ", "🙂")
+
+
+def fuzz(count: int = FUZZ, seed: int = 0) -> list[str]:
+    """Deterministic random strings where pre-tokenizer regexes part most easily: Unicode
+    whitespace, contractions next to quotes, words; and long runs of one character."""
+    rng = random.Random(seed)
+    atoms = (*WHITESPACE, *_QUOTES, *_WORDS)
+    out = ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 10))) for _ in range(count)]
+    for ch in ("a", " ", "\n", "'", "\x85", "\u180e", "\u3000", "1", ".", "é", "日", "🙂"):
+        n = rng.randint(500, 3000)
+        out += [ch * n, f"x{ch * n}y", f" {ch * n} "]
+    return out
+
+
 EncodeBatch = Callable[[list[str]], Sequence[Sequence[int]]]
 
 
@@ -144,8 +173,10 @@ def as_list(ids: Sequence[int]) -> list[int]:
     return ids.tolist() if hasattr(ids, "tolist") else list(ids)
 
 
-def first_difference(texts: Sequence[str], reference: EncodeBatch, candidate: EncodeBatch) -> str | None:
-    """Describe the first text the two encoders disagree on, or None."""
+def first_difference(
+    texts: Sequence[str], reference: EncodeBatch, candidate: EncodeBatch, name: str = "tiktoken"
+) -> str | None:
+    """Describe the first text ``candidate`` (the back end ``name``) and `tokenizers` disagree on, or None."""
     texts = list(texts)
     for text, want_ids, got_ids in zip(texts, reference(texts), candidate(texts), strict=True):
         want, got = as_list(want_ids), as_list(got_ids)
@@ -153,8 +184,8 @@ def first_difference(texts: Sequence[str], reference: EncodeBatch, candidate: En
             at = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
             at = min(len(want), len(got)) if at is None else at
             return (
-                f"tiktoken and tokenizers give different ids for {show(text)} "
-                f"(from token {at}: tokenizers {want[at : at + 3]}, tiktoken {got[at : at + 3]})"
+                f"{name} and tokenizers give different ids for {show(text)} "
+                f"(from token {at}: tokenizers {want[at : at + 3]}, {name} {got[at : at + 3]})"
             )
     return None
 
@@ -175,43 +206,140 @@ def merged_token_difference(tokenizer, merged: dict[int, str]) -> str | None:
     return None
 
 
-def probes(conversion) -> list[str]:
-    """The built-in strings for one tokenizer: TRICKY, its special tokens' text, blends."""
-    return [*TRICKY, *special_texts(list(conversion.special_tokens)), *blends(sorted(conversion.ranks))]
+@dataclass(frozen=True)
+class Vocabulary:
+    """What the probes need of a tokenizer: its special tokens' text, its entries as bytes,
+    and the tokens its merges make (byte-level strings, by id)."""
+
+    specials: tuple[str, ...]
+    pieces: tuple[bytes, ...]
+    merged: dict[int, str]
 
 
-def _compare(fast, reference, docs: Sequence[str], every_token: bool = True) -> str | None:
+def vocabulary_of(conversion) -> Vocabulary:
+    """The vocabulary as tiktoken's conversion states it."""
+    return Vocabulary(tuple(conversion.special_tokens), tuple(sorted(conversion.ranks)), conversion.merged)
+
+
+def vocabulary_from_spec(spec: dict) -> Vocabulary:
+    """The vocabulary as the tokenizer.json states it (for back ends that read it themselves)."""
+    from pipeline.tiktoken_encoder import _merge_pairs, to_bytes
+
+    model = spec.get("model") or {}
+    vocab: dict[str, int] = model.get("vocab") or {}
+    pieces = []
+    for token in vocab:
+        try:
+            pieces.append(to_bytes(token))
+        except ValueError:
+            continue
+    merged = {vocab[a + b]: a + b for a, b in _merge_pairs(model.get("merges") or []) if a + b in vocab}
+    specials = tuple(t["content"] for t in spec.get("added_tokens") or [] if t.get("special"))
+    return Vocabulary(specials, tuple(sorted(pieces)), merged)
+
+
+def probes(vocab: Vocabulary) -> list[str]:
+    """The built-in strings for one tokenizer: TRICKY, its special tokens' text, blends, fuzz."""
+    return [*TRICKY, *special_texts(list(vocab.specials)), *blends(vocab.pieces), *fuzz()]
+
+
+def merged_texts(merged: dict[int, str], per_line: int = 256) -> list[str]:
+    """Every merge-made token that is whole UTF-8 text, one per line, ``per_line`` to a string
+    (a string per token would cost `tokenizers` more in per-call overhead than in BPE)."""
+    from pipeline.tiktoken_encoder import to_bytes
+
+    texts = []
+    for _, token in sorted(merged.items()):
+        try:
+            texts.append(to_bytes(token).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            continue
+    return ["\n".join(texts[i : i + per_line]) for i in range(0, len(texts), per_line)]
+
+
+def difference(
+    fast, reference, vocab: Vocabulary, docs: Sequence[str], every_token: bool = True
+) -> str | None:
+    """The first difference between a fast back end and the reference `TokenizersEncoder`
+    on the comparisons above (``every_token``: with the pass over every merged token)."""
+    name = fast.name
     if every_token:
-        found = merged_token_difference(reference.tokenizer, fast.conversion.merged)
+        if name == "tiktoken":
+            found = merged_token_difference(reference.tokenizer, vocab.merged)
+        else:
+            found = first_difference(
+                merged_texts(vocab.merged), reference.encode_batch, fast.encode_batch, name
+            )
         if found:
             return found
-    return first_difference(probes(fast.conversion), reference.encode_batch, fast.encode_batch) or (
-        first_difference(docs, reference.encode_batch, fast.encode_batch)
+    return first_difference(probes(vocab), reference.encode_batch, fast.encode_batch, name) or (
+        first_difference(docs, reference.encode_batch, fast.encode_batch, name)
     )
 
 
-def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
-    """Can this run use tiktoken? Structural rules first, then the comparisons above."""
-    from pipeline.encoders import TokenizersEncoder
+def _build(candidate: str, tokenizer_path: str) -> tuple[object, Vocabulary] | Verdict:
+    """The candidate back end and its vocabulary, or a verdict saying why it cannot be used."""
+    from pipeline.tiktoken_encoder import NotEquivalent
 
     try:
-        from pipeline.tiktoken_encoder import NotEquivalent, TiktokenEncoder
-    except ImportError:  # pragma: no cover - tiktoken is a core dependency
-        return Verdict(False, "tiktoken is not installed")
-    try:
+        if candidate == "fastokens":
+            from pipeline.fastokens_encoder import FastokensEncoder, available
+
+            if not available():
+                return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
+            spec = byte_level_spec(tokenizer_path)
+            return FastokensEncoder(tokenizer_path, confirm=False), vocabulary_from_spec(spec)
+        from pipeline.tiktoken_encoder import TiktokenEncoder
+
         fast = TiktokenEncoder(tokenizer_path, confirm=False)
+        return fast, vocabulary_of(fast.conversion)
     except NotEquivalent as exc:
         return Verdict(False, str(exc))
+    except TokshardError:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a layout we do not know
         return Verdict(
             False, f"its BPE section has a layout tokshard does not know ({type(exc).__name__}: {exc})"
         )
+    except Exception as exc:
+        return Verdict(False, f"{candidate} cannot read this tokenizer ({type(exc).__name__}: {exc})")
+
+
+def byte_level_spec(tokenizer_path: str) -> dict:
+    """The parsed tokenizer.json if it is a byte-level BPE of a shape tokshard checks fast back
+    ends on (the rules tiktoken's conversion states, minus those about tiktoken's own merge
+    order); `NotEquivalent` naming the rule otherwise."""
+    from pipeline.tiktoken_encoder import NotEquivalent, _check_model, byte_decoder, pattern_of, read_spec
+
+    spec = read_spec(tokenizer_path)
+    vocab = _check_model(spec).get("vocab") or {}
+    pattern_of(spec.get("pre_tokenizer"))
+    missing = [b for ch, b in byte_decoder().items() if ch not in vocab]
+    if missing:
+        raise NotEquivalent(
+            f"vocabulary lacks {len(missing)} of the 256 bytes (first 0x{min(missing):02x}); "
+            "tokenizers drops such bytes, the fast back ends cannot"
+        )
+    return spec
+
+
+def check(tokenizer_path: str, samples: Callable[[], list[str]], candidate: str = "tiktoken") -> Verdict:
+    """Can this run use ``candidate``? Structural rules first, then the comparisons above."""
+    from pipeline.encoders import TokenizersEncoder
+
+    built = _build(candidate, tokenizer_path)
+    if isinstance(built, Verdict):
+        return built
+    fast, vocab = built
     reference = TokenizersEncoder(tokenizer_path)
     docs = [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
-    found = _compare(fast, reference, docs)
+    try:
+        found = difference(fast, reference, vocab, docs)
+    except Exception as exc:
+        found = f"{candidate} failed where tokenizers did not ({type(exc).__name__}: {exc})"
     if found:
         return Verdict(False, found)
-    left_out = fast.conversion.unreachable
+    left_out = getattr(getattr(fast, "conversion", None), "unreachable", None)
     note = (
         f"; left out {len(left_out)} vocabulary entries no merge makes ({show(left_out[0], 20)})"
         if left_out
@@ -219,8 +347,8 @@ def check(tokenizer_path: str, samples: Callable[[], list[str]]) -> Verdict:
     )
     return Verdict(
         True,
-        f"byte-level BPE, and tiktoken gave the same ids as tokenizers on all "
-        f"{len(fast.conversion.merged):,} merged tokens, {len(probes(fast.conversion))} built-in strings "
+        f"byte-level BPE, and {candidate} gave the same ids as tokenizers on all "
+        f"{len(vocab.merged):,} merged tokens, {len(probes(vocab)):,} built-in and fuzz strings "
         f"and the run's first {len(docs)} documents{note}",
     )
 
@@ -229,15 +357,18 @@ def confirm_builtin(tokenizer_path: str, fast) -> None:
     """The built-in strings again, in a worker whose library versions differ from those the
     driver checked with, before it writes a single id (the pass over every merged token is
     left to the driver, to keep a worker's start-up short)."""
-    from pipeline.encoders import TokenizersEncoder
+    from pipeline.encoders import TokenizersEncoder, library_versions
 
-    found = _compare(fast, TokenizersEncoder(tokenizer_path, threads=1), [], every_token=False)
+    if fast.name == "tiktoken":
+        vocab = vocabulary_of(fast.conversion)
+    else:
+        from pipeline.tiktoken_encoder import read_spec
+
+        vocab = vocabulary_from_spec(read_spec(tokenizer_path))
+    found = difference(fast, TokenizersEncoder(tokenizer_path, threads=1), vocab, [], every_token=False)
     if found:
-        import tiktoken
-        import tokenizers
-
+        here = ", ".join(f"{lib} {v}" for lib, v in library_versions())
         raise TokshardError(
             f"{found}, on this worker although the run's check passed: do the machines have "
-            f"different library versions (here tiktoken {tiktoken.__version__}, tokenizers "
-            f"{tokenizers.__version__})? Install the same everywhere, or use --encoder tokenizers"
+            f"different library versions (here {here})? Install the same everywhere, or use --encoder tokenizers"
         )

@@ -7,13 +7,21 @@ so only the pipeline's own document separators are EOS ids.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+
 from pipeline.errors import TokshardError
 from pipeline.tokenizer import load
+
+#: the exact fast back ends, fastest first (bench/RESULTS.md, "Native encoder"): `auto` takes
+#: the first the equivalence check passes
+FAST = ("fastokens", "tiktoken")
+NAMES = ("auto", "tokenizers", *FAST)
 
 
 class Encoder(Protocol):
@@ -23,6 +31,20 @@ class Encoder(Protocol):
         """Ids of each text (a list or a 1-D integer array), no special tokens added,
         special-token text kept as text."""
         ...
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids in one integer array and ``len(texts) + 1`` offsets into it."""
+        ...
+
+
+def flat(encoded: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-text ids joined into one array with offsets, for back ends that return them apart."""
+    lengths = np.fromiter((len(ids) for ids in encoded), np.int64, len(encoded))
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if not encoded:
+        return np.zeros(0, np.uint32), offsets
+    return np.concatenate([np.asarray(ids, np.uint32) for ids in encoded]), offsets
 
 
 def set_threads(threads: int) -> None:
@@ -48,25 +70,41 @@ class TokenizersEncoder:
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         return [e.ids for e in encodings]
 
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return flat(self.encode_batch(texts))
+
+
+def library_version(lib: str) -> str | None:
+    """A library's installed version, None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(lib)
+    except PackageNotFoundError:
+        return None
+
 
 def library_versions() -> tuple[tuple[str, str], ...]:
     """The encoder libraries' versions: the equivalence check holds for these only."""
-    from importlib.metadata import version
-
-    return tuple((lib, version(lib)) for lib in ("tiktoken", "tokenizers"))
+    return tuple((lib, v) for lib in ("fastokens", "tiktoken", "tokenizers") if (v := library_version(lib)))
 
 
-def _tiktoken(path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
+def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
+    # The driver compared the encoders before the run; a worker with the same libraries
+    # would repeat that for nothing (a quarter of a second), one with others must redo it.
+    confirm = checked_with != library_versions()
+    if name == "fastokens":
+        from pipeline.fastokens_encoder import FastokensEncoder
+
+        return FastokensEncoder(path, threads, confirm=confirm)
     from pipeline.tiktoken_encoder import TiktokenEncoder
 
-    # The driver compared both encoders before the run; a worker with the same libraries
-    # would repeat that for nothing (a quarter of a second), one with others must redo it.
-    return TiktokenEncoder(path, threads, confirm=checked_with != library_versions())
+    return TiktokenEncoder(path, threads, confirm=confirm)
 
 
 BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
     "tokenizers": lambda path, threads, _: TokenizersEncoder(path, threads),
-    "tiktoken": _tiktoken,
+    **{name: functools.partial(_fast, name) for name in FAST},
 }
 
 
@@ -85,23 +123,48 @@ def cached_encoder(
 def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:
     """Pick the back end for a run and say why (the reason goes into the log and manifest).
 
-    ``samples`` returns the run's first documents, read only if a check needs them. `auto`
-    takes tiktoken only where `pipeline.encoder_check` finds it gives the same ids as
-    `tokenizers`; asking for tiktoken where it does not is an error that names the reason.
+    ``samples`` returns the run's first documents, read only if a check needs them (once).
+    `auto` takes the fastest back end in `FAST` that `pipeline.encoder_check` finds gives
+    the same ids as `tokenizers`, else `tokenizers`; asking for a fast one where it does
+    not is an error that names the reason.
     """
     if requested == "tokenizers":
         return "tokenizers", "requested with --encoder tokenizers"
-    if requested not in ("auto", "tiktoken"):
-        raise TokshardError(f"encoder {requested!r} is not available; use auto, tokenizers or tiktoken")
+    if requested not in NAMES:
+        raise TokshardError(
+            f"encoder {requested!r} is not available; use {', '.join(NAMES[:-1])} or {NAMES[-1]}"
+        )
     from pipeline.encoder_check import check
 
-    verdict = check(tokenizer_path, samples)
-    if verdict.equivalent:
-        how = "auto" if requested == "auto" else "requested with --encoder tiktoken"
-        return "tiktoken", f"{how}: {verdict.reason}"
-    if requested == "tiktoken":
-        raise TokshardError(
-            f"--encoder tiktoken would change the ids: {verdict.reason}; "
-            "use --encoder auto (falls back to tokenizers) or --encoder tokenizers"
-        )
-    return "tokenizers", f"auto: tiktoken not used, {verdict.reason}"
+    samples = functools.cache(samples)
+    refused: list[str] = []
+    for name in FAST if requested == "auto" else (requested,):
+        verdict = check(tokenizer_path, samples, name)
+        if verdict.equivalent:
+            how = "auto" if requested == "auto" else f"requested with --encoder {name}"
+            passed_over = "".join(f"; {r}" for r in refused)
+            return name, f"{how}: {verdict.reason}{passed_over}"
+        if requested != "auto":
+            raise TokshardError(
+                f"--encoder {name} would change the ids: {verdict.reason}; "
+                "use --encoder auto (falls back to tokenizers) or --encoder tokenizers"
+            )
+        refused.append(f"{name} not used, {verdict.reason}")
+    return "tokenizers", f"auto: {'; '.join(refused)}"
+
+
+def likely_choice(requested: str) -> str:
+    """The back end a run will most likely use, built on the workers while the driver checks:
+    the one asked for, or for `auto` the fastest installed."""
+    if requested != "auto":
+        return requested
+    from pipeline.fastokens_encoder import available
+
+    return "fastokens" if available() else "tiktoken"
+
+
+def manifest_entry(name: str, reason: str, threads: int) -> dict[str, object]:
+    """The manifest's ``encoder`` entry: which back end, why, and the library that ran it."""
+    library = "tokenizers" if name == "tokenizers" else name
+    return {"name": name, "reason": reason, "threads": threads, "library": library,
+            "version": library_version(library) or "unknown"}  # fmt: skip

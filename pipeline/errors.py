@@ -17,10 +17,10 @@ class TokshardError(Exception):
 
 
 class DataError(TokshardError):
-    """The data a command reads is bad (a damaged manifest, shard, index or checkpoint): exit 1.
-
-    Usage mistakes (flags, paths of the wrong kind, configs) keep exit 2, so a script can tell
-    "fix the command" from "fix or re-make the data"."""
+    """An input or output file holds bad data (corrupt, truncated, changed): exit 1, as for any
+    fault in the data rather than in the command line. Usage mistakes (flags, paths of the
+    wrong kind, configs) keep exit 2, so a script can tell "fix the command" from "fix or
+    re-make the data"."""
 
     exit_code = 1
 

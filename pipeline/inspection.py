@@ -10,6 +10,7 @@ import numpy as np
 from pipeline import manifest as manifest_mod
 from pipeline.errors import DataError
 from pipeline.shard_reader import Shard, ShardFormatError
+from pipeline.store import is_url
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
@@ -38,11 +39,20 @@ def _damaged(path: Path, exc: Exception) -> DataError:
     return DataError(f"{path}: {reason}; run `tokshard verify` to see every fault, re-run `tokshard prepare`")
 
 
+def load_any(path: str | Path) -> manifest_mod.Manifest:
+    """A local manifest, or a manifest URL read through the node's data cache (all shards)."""
+    if is_url(path):
+        from pipeline.store_cache import open_url_manifest
+
+        return open_url_manifest(str(path))
+    return manifest_mod.load(path)
+
+
 def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
-    m = manifest_mod.load(path)
+    m = load_any(path)
     tok = None
     report: dict[str, Any] = {
-        "manifest": str(m.path),
+        "manifest": str(path) if is_url(path) else str(m.path),
         "dtype": m.dtype,
         "totals": m.data["totals"],
         "sources": {},

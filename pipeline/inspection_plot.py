@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import manifest as manifest_mod
 from pipeline.figures import figure, save_png
-from pipeline.inspection import doc_lengths
+from pipeline.inspection import doc_lengths, load_any
 
 PLOT_FILE = "doc_lengths.png"
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
@@ -21,7 +20,7 @@ COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
 
 def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -> Path:
     """Draw the histogram into ``png`` (default: ``doc_lengths.png`` beside the manifest)."""
-    m = manifest_mod.load(manifest_path)
+    m = load_any(manifest_path)
     out = Path(png) if png is not None else m.path.parent / PLOT_FILE
     sources = m.sources()
     fig = figure(8, 2.6 * max(1, len(sources)))

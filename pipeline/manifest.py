@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +51,9 @@ class Manifest:
     """A loaded manifest: shards in order, with the facts a reader must check."""
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        #: called with a shard's .bin path before it is opened; the data cache of a manifest URL
+        #: sets it to download the shard first (None: the shards are local already)
+        self.ready: Callable[[Path], None] | None = None
         self.path = path
         self.folder = path.parent
         self.data = data
@@ -125,7 +129,11 @@ def checksum(data: dict[str, Any]) -> str:
 
 
 def find(path: str | os.PathLike) -> Path:
-    """Accept a manifest file or the folder holding one."""
+    """Accept a manifest file or the folder holding one (local: URLs go through the data cache)."""
+    if isinstance(path, str) and "://" in path:
+        raise TokshardError(
+            f"{path} is a URL; this command reads a local manifest (or see `tokshard train --help`)"
+        )
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
@@ -240,5 +248,10 @@ def build(
 def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Seal the manifest with its checksum and write it atomically."""
     path = Path(folder) / MANIFEST_NAME
-    write_json(path, {**manifest, "checksum": checksum(manifest)})
+    write_json(path, sealed(manifest))
     return path
+
+
+def sealed(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest as written: with the checksum that `Manifest.checksum_ok` tests."""
+    return {**manifest, "checksum": checksum(manifest)}

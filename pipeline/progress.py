@@ -41,7 +41,7 @@ class Progress:
         self.start = time.monotonic()
         self.start_done, self.start_tokens = done, tokens
         self.done, self.tokens = done, tokens
-        self._last_line = 0.0
+        self._last_line: float | None = None  # monotonic() has no fixed origin: never compare to 0
         self._bar = None
         self._printed: tuple[int, int] | None = None  # (done, tokens) of the last plain line
         if self.stream.isatty():
@@ -78,7 +78,7 @@ class Progress:
             self._bar.update(self._task, completed=self.done, tokens=_human(tokens), rate=_human(self.rate()))
             return
         now = time.monotonic()
-        if now - self._last_line >= self.interval:
+        if self._last_line is None or now - self._last_line >= self.interval:
             self._last_line = now
             self.line()
 

@@ -27,6 +27,7 @@ from typing import Any
 from pipeline.errors import TokshardError
 from pipeline.manifest import content_hash
 from pipeline.sources import source_class
+from pipeline.sources.base import check_path_name
 
 DEFAULT_SHARD_TOKENS = 1 << 27
 
@@ -48,7 +49,7 @@ RUN_SETTINGS: dict[str, Any] = {
 }
 CHOICES = {
     "dtype": ("uint16", "uint32"),
-    "encoder": ("auto", "tokenizers", "tiktoken"),
+    "encoder": ("auto", "tokenizers", "tiktoken", "fastokens"),
     "on_bad_record": ("error", "skip"),
 }
 
@@ -122,8 +123,7 @@ def from_dict(
     for name, section in sources_raw.items():
         if not isinstance(section, dict):
             raise TokshardError(f"{where}: sources.{name} must be a table ([sources.{name}])")
-        if not name.replace("-", "_").isidentifier():
-            raise TokshardError(f"{where}: source name {name!r} must be letters, digits, - or _")
+        check_path_name("source", name, where)
         cls = source_class(section.get("type"), name, where)
         if "base_dir" in cls.defaults and "base_dir" not in section:
             section = {**section, "base_dir": base_dir}

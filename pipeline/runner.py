@@ -9,12 +9,14 @@ exactly when every partition is done, whatever happened in between.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import queue
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +24,13 @@ from typing import Any
 from pipeline import manifest, tokenizer
 from pipeline.atomic import DiskFullError, disk_error
 from pipeline.cluster import EarlyStart, connect
-from pipeline.encoders import choose, library_versions
+from pipeline.encoders import choose, library_versions, likely_choice, manifest_entry
 from pipeline.errors import TokshardError
 from pipeline.progress import Progress
 from pipeline.recipe import Recipe, describe_changes
+from pipeline.shard_writer import kept_problem
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition
+from pipeline.sources.base import Partition, check_path_name
 from pipeline.state import (
     Checkpoint,
     Plan,
@@ -38,7 +41,14 @@ from pipeline.state import (
     save_plan,
     state_dir,
 )
-from pipeline.task import PartitionTask, finish_complete, run_partition, warm_up
+from pipeline.store import is_url
+from pipeline.task import (
+    PartitionTask,
+    finish_complete,
+    forget_partition,
+    run_partition,
+    warm_up,
+)
 
 Log = Callable[[str], None]
 
@@ -61,9 +71,16 @@ class RunOptions:
     batch: Any = None  # pipeline.cluster.BatchJobs for --cluster slurm|pbs
 
 
-def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
-    """Run (or resume) a recipe into ``out``; returns the manifest path."""
+def prepare(
+    recipe: Recipe, out: Path | str, options: RunOptions | None = None, log: Log = stderr_log
+) -> Path | str:
+    """Run (or resume) a recipe into ``out``; returns the manifest path (its URL for a store)."""
     options = options or RunOptions()
+    if is_url(out):
+        from pipeline.store_run import prepare_in_store
+
+        return prepare_in_store(recipe, out, options, log)
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise TokshardError(f"output {out} is a file, not a folder; choose another --out")
     try:
@@ -85,12 +102,13 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
             log(f"{out} is already complete ({done_manifest}); nothing to do")
             return done_manifest
         checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
+        _redo_damaged(out, plan, checkpoints, log)
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
         early = _early_workers(options, settings["threads"]) if todo else None
         try:
             if early is not None:  # the encoder `auto` most likely picks, built while we check it
-                likely = "tokenizers" if settings["encoder"] == "tokenizers" else "tiktoken"
+                likely = likely_choice(settings["encoder"])
                 early.warm(warm_up, *_encoder_args(out, plan, likely, settings["threads"]))
             encoder, reason = choose(
                 settings["encoder"], str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
@@ -112,6 +130,22 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         return path
 
 
+def _redo_damaged(out: Path, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
+    """Check every shard this rerun keeps against its checkpoint (both files there, sizes and
+    content hashes equal) and redo the partitions of those that differ: a shard deleted,
+    truncated or edited since would otherwise go into the manifest as if whole."""
+    kept = [p for p in plan.partitions if checkpoints[p.key] is not None and checkpoints[p.key].closed]
+    if not kept:
+        return
+    with ThreadPoolExecutor(max_workers=4) as pool:  # hashing is mostly reading
+        problems = list(pool.map(lambda p: kept_problem(out, checkpoints[p.key].closed), kept))
+    for part, problem in zip(kept, problems, strict=True):
+        if problem is not None:
+            log(f"partition {part.key}: {problem}; redoing that partition")
+            forget_partition(out, part)
+            checkpoints[part.key] = None
+
+
 def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
     """Boot the local workers (or join the scheduler) now, while the driver checks the encoder."""
     if options.client is not None or options.batch is not None:
@@ -121,29 +155,43 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
     """What a worker builds its encoder from (`pipeline.encoders.cached_encoder`'s key): the
-    tokenizer, and for tiktoken the library versions the driver checks it with."""
+    tokenizer, and for a fast back end the library versions the driver checks it with."""
     return (
         encoder,
         str((out / tokenizer.TOKENIZER_FILE).resolve()),
         plan.tokenizer["sha256"],
         threads,
-        library_versions() if encoder == "tiktoken" else (),
+        library_versions() if encoder != "tokenizers" else (),
     )
 
 
 def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
     plan = load_plan(out)
-    identity = recipe.identity()
     if plan is not None:
-        if plan.identity_hash != recipe.identity_hash():
-            changes = describe_changes(plan.identity, identity)
-            raise TokshardError(
-                f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
-                "use a new --out, or delete the folder to start over"
-            )
-        for name, cfg in recipe.sources.items():
-            build_source(name, cfg).check_unchanged(plan.origins[name])
+        check_same_recipe(plan, recipe, out)
         return plan
+    plan = make_plan(recipe, tok, log)
+    save_plan(out, plan)
+    return plan
+
+
+def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
+    """A rerun continues only the recipe (and pinned sources) the folder was started with."""
+    if plan.identity_hash != recipe.identity_hash():
+        changes = describe_changes(plan.identity, recipe.identity())
+        raise TokshardError(
+            f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
+            "use a new --out, or delete the folder to start over"
+        )
+    for name, cfg in recipe.sources.items():
+        source = build_source(name, cfg)
+        source.check_unchanged(plan.origins[name])
+        source.check_partitions_unchanged([p for p in plan.partitions if p.source == name])
+
+
+def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
+    """A new run's plan: partitions in output order, origins pinned, the tokenizer's facts."""
+    identity = recipe.identity()
     log("planning partitions")
     origins: dict[str, dict[str, Any]] = {}
     splits: dict[str, list[str]] = {}
@@ -151,7 +199,10 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
     for name, cfg in recipe.sources.items():
         source = build_source(name, cfg)
         origins[name] = source.origin()
-        splits[name] = source.splits()
+        # a hub repo's card or file names may name splits too: each becomes a folder of `out`
+        splits[name] = [
+            check_path_name("split", s, f"{recipe.where}: source {name}") for s in source.splits()
+        ]
         order = {s: i for i, s in enumerate(splits[name])}
         partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
     if not partitions:
@@ -165,7 +216,6 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
         splits=splits,
         partitions=partitions,
     )
-    save_plan(out, plan)
     return plan
 
 
@@ -225,9 +275,10 @@ def _run(
     options: RunOptions,
     log: Log,
     early: EarlyStart | None = None,
+    read_checkpoint: Callable[[Partition], Checkpoint | None] | None = None,
 ) -> None:
     if options.client is not None:
-        _submit_and_wait(options.client, tasks, todo, checkpoints, plan, out, options, log)
+        _submit_and_wait(options.client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint)
         return
     with connect(
         workers=options.workers,
@@ -239,14 +290,17 @@ def _run(
         batch=options.batch,
         early=early,
     ) as client:
-        _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log)
+        _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint)
 
 
-def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) -> None:
+def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint=None) -> None:
     """Submit every task, then follow them: each finished one the moment it ends (a callback
     queue, constant cost per task however many there are), and the running ones by their
-    latest commit every POLL_SECONDS, for the progress line."""
+    latest commit every POLL_SECONDS, for the progress line (``read_checkpoint(part)``:
+    how to read one, default from the folder's run state)."""
     run_id = tasks[0].run_id
+    if read_checkpoint is None:
+        read_checkpoint = functools.partial(load_checkpoint, out)
     sizes = {p.key: p.size for p in plan.partitions}
     totals = [0, 0]  # input units done, tokens written: kept up to date, never re-summed
 
@@ -292,7 +346,7 @@ def _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log) 
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + POLL_SECONDS
                 for key in itertools.chain.from_iterable(client.processing().values()):
-                    if key in pending and (ck := load_checkpoint(out, pending[key][1])) is not None:
+                    if key in pending and (ck := read_checkpoint(pending[key][1])) is not None:
                         record(ck.key, ck)
             progress.update(*totals)
     except BaseException:
@@ -318,6 +372,25 @@ def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> C
 
 
 def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason: str, threads: int) -> Path:
+    finished = []
+    for part in plan.partitions:
+        ck = load_checkpoint(out, part)
+        if ck is None or not ck.complete:
+            raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
+        if not all((out / rec["path"]).exists() for rec in ck.closed):
+            finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
+        finished.append(ck)
+    doc = manifest_doc(recipe, plan, finished, encoder, reason, threads)
+    path = manifest.write(out, doc)
+    for stray in state_dir(out).glob("spool/*"):
+        stray.unlink(missing_ok=True)
+    return path
+
+
+def manifest_doc(
+    recipe: Recipe, plan: Plan, finished: list[Checkpoint], encoder: str, reason: str, threads: int
+) -> dict[str, Any]:
+    """The manifest of a run whose partitions all finished (``finished``: in plan order)."""
     shards: list[dict[str, Any]] = []
     sources: dict[str, Any] = {}
     for name, cfg in recipe.sources.items():
@@ -336,12 +409,7 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
                 for split in plan.splits[name]
             },
         }
-    for part in plan.partitions:
-        ck = load_checkpoint(out, part)
-        if ck is None or not ck.complete:
-            raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
-        if not all((out / rec["path"]).exists() for rec in ck.closed):
-            finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
+    for part, ck in zip(plan.partitions, finished, strict=True):
         stats = sources[part.source]["splits"][part.split]
         stats["documents"] += ck.documents
         stats["tokens"] += ck.tokens
@@ -363,19 +431,15 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
                     "idx_hash": rec["idx_hash"],
                 }
             )
-    doc = manifest.build(
+    return manifest.build(
         recipe=plan.recipe,
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings["dtype"],
         tokenizer=plan.tokenizer,
-        encoder={"name": encoder, "reason": reason, "threads": threads},
+        encoder=manifest_entry(encoder, reason, threads),
         sources=sources,
         shards=shards,
     )
-    path = manifest.write(out, doc)
-    for stray in state_dir(out).glob("spool/*"):
-        stray.unlink(missing_ok=True)
-    return path
 
 
 def _bytes_to_write(out: Path, plan: Plan, dtype: str) -> int:

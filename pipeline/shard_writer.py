@@ -241,6 +241,37 @@ def finalize(out_dir: Path, records: Iterable[ShardRecord]) -> None:
         fsync_dir(folder)
 
 
+def shard_problem(out_dir: Path, rec: ShardRecord, hashes: bool = True) -> str | None:
+    """What is wrong with a finished shard on disk against the record its checkpoint holds
+    (None if nothing): both files there (under their final or, renames pending, temporary
+    names), the .bin of the recorded size, and with ``hashes`` both files' content hashes.
+    Reads only; a rerun redoes a partition whose shard has a problem."""
+    bin_path = out_dir / rec.path
+    found = {}
+    for final in (bin_path, bin_path.with_suffix(".idx")):
+        path = final if final.exists() else _tmp_of(final)
+        if not path.exists():
+            return f"{final.relative_to(out_dir)} is missing"
+        found[final.suffix] = path
+    size = found[".bin"].stat().st_size
+    if size != rec.bytes:
+        return f"{rec.path} is {size} bytes, its checkpoint says {rec.bytes}"
+    if hashes:
+        for suffix, want in ((".bin", rec.hash), (".idx", rec.idx_hash)):
+            if file_hash(found[suffix]) != want:
+                return f"{bin_path.with_suffix(suffix).relative_to(out_dir)} differs from its checkpoint (content hash)"
+    return None
+
+
+def kept_problem(out_dir: Path, closed: list[dict], hashes: bool = True) -> str | None:
+    """The first shard of a checkpoint's ``closed`` list that does not match its record, as
+    text (None if all do): a manifest must never list a shard that is not what was written."""
+    for rec in closed:
+        if (problem := shard_problem(out_dir, ShardRecord(**rec), hashes)) is not None:
+            return problem
+    return None
+
+
 class ShardSequence:
     """A partition's shards, rotated at ``shard_tokens``; a document never spans two shards.
 

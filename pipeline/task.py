@@ -31,12 +31,14 @@ from pipeline.sources import build_source
 from pipeline.sources.base import Partition
 from pipeline.state import (
     Checkpoint,
+    checkpoint_path,
     current_run,
     load_checkpoint,
     partition_lock,
     save_checkpoint,
     spool_path,
 )
+from pipeline.store import is_url
 
 #: characters per encoded item (batch, or group of long-document pieces) per encoder thread
 ITEM_CHARS = 1 << 18
@@ -75,6 +77,10 @@ class Superseded(TokshardError):
 
 
 def run_partition(task: PartitionTask) -> dict[str, Any]:
+    if is_url(task.out):  # encoded locally, then uploaded (pipeline.store_run)
+        from pipeline.store_run import run_partition_in_store
+
+        return run_partition_in_store(task)
     out = Path(task.out)
     part = Partition.from_json(task.partition)
     with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
@@ -95,6 +101,16 @@ def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     last checkpoint (the driver calls this before it lists the shards in the manifest)."""
     with partition_lock(out, part):
         finalize(out, [ShardRecord(**r) for r in ckpt.closed])
+
+
+def forget_partition(out: Path, part: Partition) -> None:
+    """Delete a partition's checkpoint, shards and spool, so that the run redoes it whole."""
+    with partition_lock(out, part):
+        checkpoint_path(out, part).unlink(missing_ok=True)
+        spool_path(out, part).unlink(missing_ok=True)
+        stem = out / part.stem
+        for path in stem.parent.glob(f"{stem.name}-*"):
+            path.unlink(missing_ok=True)
 
 
 def _lock_wait(task: PartitionTask) -> float:

@@ -125,7 +125,7 @@ def _check_model(spec: dict[str, Any]) -> dict[str, Any]:
         raise NotEquivalent(f"model {model.get('type')} is not BPE")
     if spec.get("normalizer") is not None:
         kind = spec["normalizer"].get("type", "?")
-        raise NotEquivalent(f"normalizer {kind} changes the text before BPE; tiktoken has none")
+        raise NotEquivalent(f"normalizer {kind} changes the text before BPE; the fast back ends have none")
     for option, harmless in (
         ("dropout", (None, 0, 0.0)),
         ("continuing_subword_prefix", (None, "")),
@@ -258,6 +258,11 @@ class TiktokenEncoder:
         # With no special tokens tiktoken's special-token scan matches everywhere; skip it.
         core = encoding._core_bpe
         return lambda text: np.asarray(core.encode_ordinary(text), dtype=np.uint32)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        from pipeline.encoders import flat
+
+        return flat(self.encode_batch(texts))
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         if self._pool is None:

@@ -8,7 +8,6 @@ sha256, so a prepared folder says exactly which vocabulary made it.
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import json
 import os
@@ -47,6 +46,9 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def locate(spec: str, revision: str | None = None) -> Path:
     """Turn TOK into a local tokenizer.json (downloading a hub name through the hub cache)."""
+    from pipeline.store import refuse_url
+
+    refuse_url(spec, "tokenizer")
     path = Path(spec).expanduser()
     if path.is_file():
         return path
@@ -211,10 +213,9 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
     """Train a byte-level BPE (GPT-2 style) with EOS as its only special token."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    files = sorted({f for pattern in inputs for f in glob.glob(pattern, recursive=True)})
-    files = [f for f in files if os.path.isfile(f)]
-    if not files:
-        raise TokshardError(f"no files match {' '.join(inputs)}; check the --input pattern")
+    from pipeline.sources.files import expand
+
+    files = expand(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
     check_out_dir(out_dir)

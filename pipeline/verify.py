@@ -9,6 +9,7 @@ from pipeline import manifest as manifest_mod
 from pipeline.errors import TokshardError, VerifyError
 from pipeline.shard_reader import Shard
 from pipeline.shard_writer import file_hash
+from pipeline.store import is_url
 from pipeline.tokenizer import sha256_file
 
 
@@ -16,8 +17,13 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
     """All faults found (empty: the folder is exactly what its manifest says) and totals.
 
     A manifest that exists but cannot be read, or that points outside its folder, is a
-    fault too (VerifyError, exit 1); only a missing one is a usage error.
+    fault too (VerifyError, exit 1); only a missing one is a usage error. A URL is checked
+    in the store, shard by shard (`pipeline.store_run.verify_in_store`).
     """
+    if is_url(path):
+        from pipeline.store_run import verify_in_store
+
+        return verify_in_store(str(path), on_shard)
     found = manifest_mod.find(path)
     try:
         m = manifest_mod.load(found)

@@ -168,3 +168,11 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     if check and proc.returncode != 0:
         raise AssertionError(f"tokshard {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (moto_server on 127.0.0.1, a free port) for the object-store tests."""
+    from s3_support import session_server
+
+    yield from session_server()

@@ -82,6 +82,7 @@ def cluster(tmp_path_factory):
 def workload(tmp_path_factory, docs, tokenizer_path, dask_client):
     d = tmp_path_factory.mktemp("dask-cli-data")
     # one 8 MB partition: seconds of work left after its first commit, whatever the machine
+    # (with the reference encoder: fastokens encodes it in a fraction of a second)
     data = corpus(d / "in.jsonl", docs, copies=12)
     recipe = files_recipe(
         d / "r.toml",
@@ -90,6 +91,7 @@ def workload(tmp_path_factory, docs, tokenizer_path, dask_client):
         partition_bytes=64 << 20,
         shard_tokens=300_000,
         commit_seconds=0.2,
+        encoder="tokenizers",
     )
     return recipe, reference(recipe, d / "ref", dask_client).parent
 

@@ -1,5 +1,6 @@
-"""Encoder back ends: tiktoken built from tokenizer.json gives exactly `tokenizers`' ids, and
-`auto` takes it only where a check says so, falling back (or refusing) with the reason."""
+"""Encoder back ends: tiktoken and fastokens built from tokenizer.json give exactly
+`tokenizers`' ids, and `auto` takes the fastest only where a check says so, falling back (or
+refusing) with the reason."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from conftest import EOS, cli, plain_encode, run_prepare, stream_of, validate_ma
 
 from pipeline import manifest
 from pipeline.encode import LONG_DOC_CHARS
-from pipeline.encoder_check import TRICKY, as_list, show
-from pipeline.encoders import TokenizersEncoder, cached_encoder, choose, library_versions
+from pipeline.encoder_check import TRICKY, as_list, difference, fuzz, show, vocabulary_from_spec
+from pipeline.encoders import TokenizersEncoder, cached_encoder, choose, library_version, library_versions
 from pipeline.errors import TokshardError
-from pipeline.tiktoken_encoder import TiktokenEncoder
+from pipeline.fastokens_encoder import FastokensEncoder
+from pipeline.tiktoken_encoder import TiktokenEncoder, read_spec
+
+FAST = {"tiktoken": TiktokenEncoder, "fastokens": FastokensEncoder}
 
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -135,11 +139,58 @@ def shapes(tmp_path_factory, docs, tokenizer_path, gpt2_tokenizer_path) -> dict[
 SHAPES = ["trained", "gpt2", "llama3-split", "roberta-style", "tiktoken-converted"]
 
 
+@pytest.mark.parametrize("backend", FAST)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_fast_path_gives_tokenizers_ids_on_real_text_and_tricky_strings(shapes, docs, shape):
-    texts = [*docs[:60], *TRICKY]
-    fast = TiktokenEncoder(str(shapes[shape]))
+def test_fast_path_gives_tokenizers_ids_on_real_text_tricky_and_fuzz_strings(shapes, docs, shape, backend):
+    texts = [*docs[:60], *TRICKY, *fuzz()]
+    fast = FAST[backend](str(shapes[shape]))
     assert ids(fast, texts) == ids(TokenizersEncoder(str(shapes[shape])), texts)
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_flat_ids_are_the_batch_ids_joined(gpt2_tokenizer_path, docs, backend):
+    fast = FAST[backend](str(gpt2_tokenizer_path))
+    flat_ids, offsets = fast.encode_flat(docs[:30])
+    per_doc = ids(fast, docs[:30])
+    assert offsets.tolist() == np.cumsum([0, *map(len, per_doc)]).tolist()
+    assert flat_ids.tolist() == [i for d in per_doc for i in d]
+
+
+def gpt2_through_from_tiktoken(gpt2: Path, work: Path) -> FastokensEncoder:
+    """fastokens built by its own ``from_tiktoken`` route from GPT-2's ranks and split pattern:
+    the route the issue found inexact (it parts from `tokenizers` around U+180E)."""
+    import base64
+
+    import fastokens
+
+    conversion = TiktokenEncoder(str(gpt2)).conversion
+    ranks = work / "gpt2.tiktoken"
+    ranks.write_text(
+        "".join(
+            f"{base64.b64encode(b).decode()} {r}\n"
+            for b, r in sorted(conversion.ranks.items(), key=lambda kv: kv[1])
+        )
+    )
+    tok = fastokens.Tokenizer.from_tiktoken(
+        str(ranks), pattern=conversion.pattern, special_tokens=conversion.special_tokens
+    )
+    return FastokensEncoder.wrapping(tok)
+
+
+def test_the_check_refuses_fastokens_inexact_from_tiktoken_route_by_its_fuzz_set(
+    tmp_path, gpt2_tokenizer_path
+):
+    inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)
+    reference = TokenizersEncoder(str(gpt2_tokenizer_path))
+    vocab = vocabulary_from_spec(read_spec(gpt2_tokenizer_path))
+    found = difference(inexact, reference, vocab, [])
+    assert found and found.startswith("fastokens and tokenizers give different ids for ")
+    first = next(t for t in fuzz() if as_list(reference.encode_batch([t])[0]) != ids(inexact, [t])[0])
+    assert show(first) in found and "\u180e" in first
+    assert not any(
+        as_list(r) != f
+        for r, f in zip(reference.encode_batch(list(TRICKY)), ids(inexact, list(TRICKY)), strict=False)
+    )
 
 
 def test_gpt2_built_from_its_files_gives_openais_ids(gpt2_tokenizer_path):
@@ -161,12 +212,34 @@ def test_threads_do_not_change_the_ids(tokenizer_path, docs):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_auto_takes_tiktoken_for_every_byte_level_shape_and_says_why(shapes, docs, shape):
+def test_auto_takes_fastokens_for_every_byte_level_shape_and_says_why(shapes, docs, shape):
     name, reason = choose("auto", str(shapes[shape]), lambda: docs)
-    assert name == "tiktoken", reason
-    assert (
-        reason.startswith("auto: ") and "same ids as tokenizers" in reason and "first 64 documents" in reason
+    assert name == "fastokens", reason
+    assert reason.startswith("auto: byte-level BPE, and fastokens gave the same ids as tokenizers")
+    assert "fuzz strings" in reason and "first 64 documents" in reason
+
+
+@pytest.mark.parametrize("shape", ["gpt2", "tiktoken-converted"])
+def test_requesting_tiktoken_checks_tiktoken(shapes, docs, shape):
+    name, reason = choose("tiktoken", str(shapes[shape]), lambda: docs)
+    assert name == "tiktoken" and reason.startswith(
+        "requested with --encoder tiktoken: byte-level BPE, and tiktoken"
     )
+
+
+def test_auto_falls_back_to_tiktoken_where_fastokens_cannot_be_imported(
+    monkeypatch, gpt2_tokenizer_path, docs
+):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # what a platform without its wheel gives
+    name, reason = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
+    assert name == "tiktoken", reason
+    assert "fastokens not used, fastokens is not installed" in reason
+    with pytest.raises(
+        TokshardError, match="--encoder fastokens would change the ids: fastokens is not installed"
+    ):
+        choose("fastokens", str(gpt2_tokenizer_path), lambda: docs)
 
 
 def test_requesting_tokenizers_skips_the_check(tmp_path):
@@ -191,10 +264,11 @@ def test_ids_with_gaps_and_entries_no_merge_makes_still_match(
     junk = edited(gpt2_tokenizer_path, tmp_path / "junk.json", _with_unmerged_entry)
     texts = [*docs[:20], "<|gap|> hello world helloworld", " helloworld"]
     for path in (gap, junk):
-        name, reason = choose("auto", str(path), lambda: docs[:5])
-        assert name == "tiktoken", reason
-        assert ids(TiktokenEncoder(str(path)), texts) == ids(TokenizersEncoder(str(path)), texts)
-    assert "left out 1 vocabulary entries" in choose("auto", str(junk), lambda: [])[1]
+        for backend, encoder in FAST.items():
+            name, reason = choose(backend, str(path), lambda: docs[:5])
+            assert name == backend, reason
+            assert ids(encoder(str(path)), texts) == ids(TokenizersEncoder(str(path)), texts)
+    assert "left out 1 vocabulary entries" in choose("tiktoken", str(junk), lambda: [])[1]
 
 
 def _merges_out_of_id_order(spec):
@@ -227,6 +301,22 @@ def _bpe_with_unreachable_merge(path: Path) -> Path:
     return path
 
 
+def _tokenizer_of_kind(kind: str, path: Path, small: list[str], tokenizer_path: Path) -> Path:
+    from tokenizers import normalizers
+
+    if kind == "nfkc-normalizer":
+        return train(path, small, normalizer=normalizers.NFKC())
+    if kind in ("wordpiece", "unigram"):
+        return train(path, small, model=kind)
+    if kind == "bytes-missing":
+        return train(path, small, full_alphabet=False)
+    if kind == "merge-order":
+        return edited(tokenizer_path, path, _merges_out_of_id_order)
+    if kind == "plain-added-token":
+        return edited(tokenizer_path, path, _plain_added_token)
+    return _bpe_with_unreachable_merge(path)
+
+
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
@@ -234,31 +324,34 @@ def _bpe_with_unreachable_merge(path: Path) -> Path:
         ("wordpiece", "model WordPiece is not BPE"),
         ("unigram", "model Unigram is not BPE"),
         ("bytes-missing", "vocabulary lacks"),
+    ],
+)
+def test_auto_falls_back_to_tokenizers_and_names_the_reason(tmp_path, docs, tokenizer_path, kind, reason):
+    path = _tokenizer_of_kind(kind, tmp_path / "tokenizer.json", docs[:40], tokenizer_path)
+    name, why = choose("auto", str(path), lambda: docs[:40])
+    assert name == "tokenizers"
+    assert why.startswith("auto: fastokens not used, ") and "; tiktoken not used, " in why
+    assert why.count(reason) == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
         ("merge-order", "merge order is not id order"),
         ("plain-added-token", "added token 'hello world' is not special"),
         ("unreachable-merge", "tokenizers splits vocabulary entry"),
     ],
 )
-def test_auto_falls_back_to_tokenizers_and_names_the_reason(tmp_path, docs, tokenizer_path, kind, reason):
-    from tokenizers import normalizers
-
-    path = tmp_path / "tokenizer.json"
-    small = docs[:40]
-    if kind == "nfkc-normalizer":
-        train(path, small, normalizer=normalizers.NFKC())
-    elif kind in ("wordpiece", "unigram"):
-        train(path, small, model=kind)
-    elif kind == "bytes-missing":
-        train(path, small, full_alphabet=False)
-    elif kind == "merge-order":
-        edited(tokenizer_path, path, _merges_out_of_id_order)
-    elif kind == "plain-added-token":
-        edited(tokenizer_path, path, _plain_added_token)
-    else:
-        _bpe_with_unreachable_merge(path)
-    name, why = choose("auto", str(path), lambda: small)
-    assert name == "tokenizers"
-    assert why.startswith("auto: tiktoken not used, ") and reason in why
+def test_where_only_tiktoken_parts_from_tokenizers_auto_takes_fastokens(
+    tmp_path, docs, tokenizer_path, kind, reason
+):
+    path = _tokenizer_of_kind(kind, tmp_path / "tokenizer.json", docs[:40], tokenizer_path)
+    with pytest.raises(TokshardError, match=f"--encoder tiktoken would change the ids: .*{reason}"):
+        choose("tiktoken", str(path), lambda: docs[:40])
+    name, why = choose("auto", str(path), lambda: docs[:40])
+    assert name == "fastokens", why
+    texts = [*docs[:20], "hello world", "abc abcabc bc"]
+    assert ids(FastokensEncoder(str(path)), texts) == ids(TokenizersEncoder(str(path)), texts)
 
 
 def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing_string(tmp_path, docs):
@@ -314,22 +407,34 @@ def long_document(docs: list[str]) -> str:
     return "\n\n".join(parts)
 
 
-@pytest.mark.parametrize("encoder", ["tokenizers", "tiktoken"])
-def test_prepare_equals_the_reference_with_each_encoder(tmp_path, docs, tokenizer_path, dask_client, encoder):
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    return {
+        str(f.relative_to(out)): f.read_bytes()
+        for f in sorted(out.rglob("*"))
+        if f.suffix in (".bin", ".idx")
+    }
+
+
+def test_prepare_writes_byte_identical_shards_with_each_encoder(tmp_path, docs, tokenizer_path, dask_client):
     texts = [docs[0], f"a web page quoting {EOS} in its text", long_document(docs), *docs[1:]]
     data = write_jsonl(tmp_path / "in.jsonl", texts)
-    recipe = {
-        "tokenizer": str(tokenizer_path),
-        "encoder": encoder,
-        "shard_tokens": 200_000,
-        "sources": {"data": {"type": "files", "paths": [str(data)], "partition_bytes": 300_000}},
-    }
-    path = run_prepare(recipe, tmp_path / "out", dask_client)
-    m = manifest.load(path)
-    assert m.data["encoder"]["name"] == encoder
-    stream = stream_of(path)
-    assert np.array_equal(stream, plain_encode(tokenizer_path, texts))
-    assert int((stream == m.eos_id).sum()) == len(texts)
+    shards = {}
+    for encoder in ("tokenizers", "tiktoken", "fastokens"):
+        recipe = {
+            "tokenizer": str(tokenizer_path),
+            "encoder": encoder,
+            "shard_tokens": 200_000,
+            "sources": {"data": {"type": "files", "paths": [str(data)], "partition_bytes": 300_000}},
+        }
+        path = run_prepare(recipe, tmp_path / encoder, dask_client)
+        m = manifest.load(path)
+        assert m.data["encoder"]["name"] == encoder
+        shards[encoder] = shard_bytes(tmp_path / encoder)
+        stream = stream_of(path)
+        assert np.array_equal(stream, plain_encode(tokenizer_path, texts)), encoder
+        assert int((stream == m.eos_id).sum()) == len(texts)
+    assert len(shards["tokenizers"]) >= 4
+    assert shards["tiktoken"] == shards["tokenizers"] and shards["fastokens"] == shards["tokenizers"]
 
 
 def test_manifest_records_a_fallback_and_its_reason(tmp_path, docs, dask_client):
@@ -341,6 +446,7 @@ def test_manifest_records_a_fallback_and_its_reason(tmp_path, docs, dask_client)
     encoder = manifest.load(run_prepare(recipe, tmp_path / "out", dask_client)).data["encoder"]
     assert encoder["name"] == "tokenizers"
     assert "normalizer NFKC" in encoder["reason"]
+    assert (encoder["library"], encoder["version"]) == ("tokenizers", library_version("tokenizers"))
     assert np.array_equal(stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tok, docs[:10]))
 
 
@@ -348,9 +454,15 @@ def test_cli_logs_the_choice_and_threads_reach_the_manifest(tmp_path, docs, gpt2
     data = write_jsonl(tmp_path / "in.jsonl", docs[:30])
     proc = cli("prepare", "--input", str(data), "--tokenizer", str(gpt2_tokenizer_path),
                "--out", str(tmp_path / "out"), "--workers", "1", "--threads", "2", check=True)  # fmt: skip
-    assert "tokshard: encoder: tiktoken (auto: byte-level BPE" in proc.stderr
+    assert (
+        "tokshard: encoder: fastokens (auto: byte-level BPE, and fastokens gave the same ids" in proc.stderr
+    )
     data_ = validate_manifest(tmp_path / "out" / "manifest.json")
-    assert data_["encoder"]["name"] == "tiktoken" and data_["encoder"]["threads"] == 2
+    assert data_["encoder"]["name"] == "fastokens" and data_["encoder"]["threads"] == 2
+    assert (data_["encoder"]["library"], data_["encoder"]["version"]) == (
+        "fastokens",
+        library_version("fastokens"),
+    )
     assert np.array_equal(
         stream_of(tmp_path / "out" / "manifest.json"), plain_encode(gpt2_tokenizer_path, docs[:30])
     )

@@ -205,6 +205,28 @@ def test_wikitext_section_headings_stay_inside_their_article(mirror):
     assert all(d.startswith(" = ") for d in docs[1:]) and all(len(h) == 1 for h in top_level_headings)
 
 
+@pytest.mark.parametrize("row", [" = ", " = \n", " =  = \n"])
+def test_wikitext_a_row_of_only_equals_signs_is_no_title(tmp_path, row):
+    """A title has text between its signs: a bare ` = ` row stays inside the article it is in."""
+    repo = tmp_path / "Salesforce" / "wikitext"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(WIKITEXT_CARD)
+    rows = [
+        "",
+        " = Valkyria Chronicles = \n",
+        "",
+        " Senjou no Valkyria . \n",
+        row,
+        " It met with praise . \n",
+    ]
+    rows += [" = Tropical Storm Alpha = \n", "", " A storm formed . \n"]
+    for split in ("train", "validation", "test"):
+        write_parquet(repo / f"wikitext-103-raw-v1/{split}-00000-of-00001.parquet", {"text": rows})
+    docs = read_all(source("wikitext", tmp_path))["train"]
+    first = "".join(r if r.endswith("\n") else r + "\n" for r in rows[1:6])
+    assert docs == ["", first, " = Tropical Storm Alpha = \n\n A storm formed . \n"]
+
+
 def test_wikitext_article_crossing_two_files_is_read_whole_by_the_partition_where_it_starts(mirror):
     root, expected = mirror
     src = source("wikitext", root, partition_bytes=1)
@@ -361,6 +383,27 @@ def test_wrong_layout_names_the_file_and_the_missing_column(mirror):
     root, _ = mirror
     with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet: no column 'text' .*content"):
         source("hf", root, repo="acme/notes").origin()
+
+
+def test_a_mirror_file_with_a_flipped_page_is_named_when_read(tmp_path):
+    """Pages written with checksums are checked: a flipped byte is an error, never other text."""
+    repo = tmp_path / "acme" / "notes"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*\n---\n"
+    )
+    path = repo / "data/train-00000-of-00001.parquet"
+    path.parent.mkdir()
+    texts = [f"plain uncompressed text number {i}" for i in range(200)]
+    pq.write_table(
+        pa.table({"text": texts}), path, compression="none", use_dictionary=False, write_page_checksum=True
+    )
+    data = bytearray(path.read_bytes())
+    data[data.index(b"number 100")] ^= 0x01  # 'n' -> 'o': without the check, other text
+    path.write_bytes(bytes(data))
+    src = source("hf", tmp_path, repo="acme/notes")
+    with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet is not a readable parquet file"):
+        read_all(src)
 
 
 def test_half_copied_or_lfs_pointer_mirror_file_is_refused_before_any_work(tmp_path, mirror):

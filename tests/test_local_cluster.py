@@ -123,7 +123,7 @@ def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path
         r, tmp_path / "out", RunOptions(scheduler=dask_client.scheduler.address), log=lambda m: None
     )
     after = dask_client.run(_encoders_built)
-    assert manifest.load(path).data["encoder"]["name"] == "tiktoken"
+    assert manifest.load(path).data["encoder"]["name"] == "fastokens"
     # the warm-up built it on both workers, and every task found it ready
     assert {w: after[w] - built[w] for w in after} == {w: 1 for w in after}
 

@@ -8,9 +8,16 @@ import numpy as np
 import pytest
 from conftest import plain_encode, run_prepare, stream_of
 
-from pipeline.encode import DocumentEncoder, Spooled, byte_level_pre_tokenizer, pieces
+from pipeline.encode import DocumentEncoder, SpaceCuts, Spooled, byte_level_pre_tokenizer, pieces
 from pipeline.encoders import TokenizersEncoder
 from pipeline.sources.base import Record
+
+
+def general_cutter(tokenizer_path):
+    """The tokenizer's own pre-tokenizer: what cuts where `SpaceCuts` does not apply."""
+    from pipeline.tokenizer import load
+
+    return load(str(tokenizer_path)).pre_tokenizer.pre_tokenize_str
 
 
 def nasty_text(docs: list[str], seed: int, chars: int) -> str:
@@ -37,16 +44,67 @@ def nasty_text(docs: list[str], seed: int, chars: int) -> str:
     return "".join(parts)
 
 
+@pytest.mark.parametrize("space_cuts", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_pieces_encode_to_the_same_ids_as_the_whole(docs, tokenizer_path, seed):
+def test_pieces_encode_to_the_same_ids_as_the_whole(docs, tokenizer_path, seed, space_cuts):
     text = nasty_text(docs, seed, 600_000)
     pre = byte_level_pre_tokenizer(str(tokenizer_path))
+    assert isinstance(pre, SpaceCuts)
+    cutter = pre if space_cuts else general_cutter(tokenizer_path)
     enc = TokenizersEncoder(str(tokenizer_path))
-    cut = list(pieces([text[i : i + 50_000] for i in range(0, len(text), 50_000)], 20_000, pre))
+    cut = list(pieces([text[i : i + 50_000] for i in range(0, len(text), 50_000)], 20_000, cutter))
     assert len(cut) > 10
     assert "".join(cut) == text
     joined = [i for ids in enc.encode_batch(cut) for i in ids]
     assert joined == enc.encode_batch([text])[0]
+
+
+def test_space_cuts_are_exact_for_gpt2_and_the_llama3_pattern(docs, gpt2_tokenizer_path, tmp_path):
+    from test_encoders import LLAMA3_PATTERN, train
+
+    llama3 = train(tmp_path / "llama3" / "tokenizer.json", docs[:80], split=LLAMA3_PATTERN)
+    text = nasty_text(docs, 11, 400_000) + " 'quoted' don't \u0085 x\u180e y \u3000 z"
+    for path in (gpt2_tokenizer_path, llama3):
+        pre = byte_level_pre_tokenizer(str(path))
+        assert isinstance(pre, SpaceCuts), path
+        enc = TokenizersEncoder(str(path))
+        cut = list(pieces([text], 10_000, pre))
+        assert len(cut) > 20 and "".join(cut) == text
+        assert [i for ids in enc.encode_batch(cut) for i in ids] == enc.encode_batch([text])[0]
+
+
+def test_space_cuts_do_not_depend_on_how_the_text_arrives(docs, tokenizer_path):
+    text = nasty_text(docs, 4, 300_000)
+    pre = byte_level_pre_tokenizer(str(tokenizer_path))
+    whole = list(pieces([text], 8_000, pre))
+    for step in (1_000, 7_919, 65_536):
+        assert list(pieces([text[i : i + step] for i in range(0, len(text), step)], 8_000, pre)) == whole
+
+
+def test_an_unknown_split_pattern_gets_the_general_cutter(docs, tmp_path):
+    from test_encoders import train
+
+    tok = train(tmp_path / "tokenizer.json", docs[:40], split=r" ?\p{L}+| ?[^\s\p{L}]+|\s+")
+    assert callable(byte_level_pre_tokenizer(str(tok)))
+
+
+def test_a_plain_added_token_spanning_a_boundary_is_never_cut(tmp_path, tokenizer_path):
+    from test_encoders import _plain_added_token, edited
+
+    tok = edited(tokenizer_path, tmp_path / "tokenizer.json", _plain_added_token)  # "hello world"
+    assert byte_level_pre_tokenizer(str(tok)) is None
+    text = "hello world " * 5_000
+    enc = DocumentEncoder(
+        TokenizersEncoder(str(tok)),
+        eos_id=0,
+        dtype=np.dtype("<u2"),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tok)),
+        long_doc_chars=10_000,
+        piece_chars=1_000,
+    )
+    (item,) = enc.run([Record(text, {"i": 1}, "test")])
+    assert np.array_equal(item.tokens, plain_encode(tok, [text]))
 
 
 def test_a_word_longer_than_a_piece_is_kept_whole(tokenizer_path):
@@ -72,6 +130,26 @@ def test_long_document_spools_to_disk_and_matches_reference(tmp_path, docs, toke
     (item,) = enc.run([Record(text, {"i": 1}, "test")])
     assert isinstance(item, Spooled)
     assert np.array_equal(np.fromfile(item.path, dtype="<u2"), plain_encode(tokenizer_path, [text]))
+
+
+def test_long_document_through_fastokens_spools_the_reference_ids(tmp_path, docs, gpt2_tokenizer_path):
+    from pipeline.fastokens_encoder import FastokensEncoder
+
+    text = nasty_text(docs, 8, 400_000)
+    enc = DocumentEncoder(
+        FastokensEncoder(str(gpt2_tokenizer_path)),
+        eos_id=50256,
+        dtype=np.dtype("<u2"),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(gpt2_tokenizer_path)),
+        long_doc_chars=50_000,
+        piece_chars=8_000,
+        spool_tokens=10_000,
+        batch_chars=50_000,
+    )
+    items = list(enc.run([Record(text, {"i": 1}, "test")], commit_points=True))
+    assert isinstance(items[-1], Spooled) and len(items) > 3  # commit points inside the document
+    assert np.array_equal(np.fromfile(items[-1].path, dtype="<u2"), plain_encode(gpt2_tokenizer_path, [text]))
 
 
 def test_the_pre_tokenizer_is_loaded_only_when_a_long_document_comes(tmp_path, docs, tokenizer_path):

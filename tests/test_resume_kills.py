@@ -141,7 +141,9 @@ def test_a_kill_inside_a_long_document_resumes_inside_it(tmp_path, docs, tokeniz
         tmp_path / "r.toml", tokenizer_path, data, partition_bytes=1 << 30, commit_seconds=0.2
     )
     out = tmp_path / "out"
-    proc = start_prepare(recipe, out, "--workers", "1")
+    # the reference encoder: slow enough that a commit interval passes inside the document
+    # (fastokens encodes its 2 M characters in a fraction of one)
+    proc = start_prepare(recipe, out, "--workers", "1", "--encoder", "tokenizers")
     inside = wait_for(
         lambda: any(c["long"] for c in checkpoints(out)), 120, "a commit inside the long document", proc
     )

@@ -50,8 +50,8 @@ def docstring_documents(package: str) -> list[str]:
     return docs
 
 
-def corpus() -> dict[str, list[str]]:
-    return {name: [d for pkg in pkgs for d in docstring_documents(pkg)] for name, pkgs in SOURCES.items()}
+def corpus(sources: dict[str, tuple[str, ...]] = SOURCES) -> dict[str, list[str]]:
+    return {name: [d for pkg in pkgs for d in docstring_documents(pkg)] for name, pkgs in sources.items()}
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
@@ -77,15 +77,27 @@ def encode(tok: Tokenizer, docs: list[str], eos_id: int) -> tuple[np.ndarray, np
 
 
 def make_manifest(
-    out: Path, *, vocab_size: int = 1024, shard_tokens: int = 20_000, val_docs: int = 8
+    out: Path,
+    *,
+    vocab_size: int = 1024,
+    shard_tokens: int = 20_000,
+    val_docs: int = 8,
+    packages: dict[str, tuple[str, ...]] = SOURCES,
+    tokenizer_of: Path | None = None,
 ) -> Path:
     """Write shards + manifest.json under ``out``; the last ``val_docs`` documents of each
-    source form its ``validation`` split. Returns the manifest's path."""
+    source form its ``validation`` split. ``tokenizer_of`` reuses another manifest's tokenizer
+    (a corpus prepared later for the same run). Returns the manifest's path."""
     out.mkdir(parents=True, exist_ok=True)
-    texts = corpus()
-    tok = train_tokenizer([d for docs in texts.values() for d in docs], vocab_size)
+    texts = corpus(packages)
     tok_path = out / manifest_mod.TOKENIZER_NAME
-    tok.save(str(tok_path))
+    if tokenizer_of is not None:
+        tok_path.write_bytes(manifest_mod.load(tokenizer_of).tokenizer_path.read_bytes())
+        tok = Tokenizer.from_file(str(tok_path))
+        tok.encode_special_tokens = True
+    else:
+        tok = train_tokenizer([d for docs in texts.values() for d in docs], vocab_size)
+        tok.save(str(tok_path))
     eos_id = tok.token_to_id(EOS)
     shards, sources = [], {}
     for name, docs in texts.items():
@@ -106,7 +118,7 @@ def make_manifest(
             }
         sources[name] = {
             "type": "files",
-            "origin": {"stdlib_packages": list(SOURCES[name])},
+            "origin": {"stdlib_packages": list(packages[name])},
             "splits": splits,
         }
     recipe = {"sources": {name: {"type": "files"} for name in texts}}

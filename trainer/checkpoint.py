@@ -2,7 +2,9 @@
 
 Each save is a DeepSpeed checkpoint tag ``stepNNNNNNNN`` under ``--save DIR`` whose
 ``client_state["tokshard"]`` holds the trainer state: step, samples consumed, seed, per-source
-epochs, sequence length, mixture and the manifest's fingerprint. Rank 0 also writes the same
+epochs, sequence length, mixture, the manifest's fingerprint, the schedule's segments
+(``trainer.schedule``) and from which step each global batch size held (``batches``), which
+together map any step to its samples (``tokshard samples``). Rank 0 also writes the same
 dict to ``DIR/TAG/tokshard.json`` so a resume can check it before any process group or model
 exists (and people can read it).
 
@@ -74,21 +76,21 @@ def write_state(save_dir: Path, tag: str, state: dict[str, Any]) -> None:
     write_json(save_dir / tag / STATE_FILE, state)
 
 
-def check_compatible(saved: dict[str, Any], now: dict[str, Any], allow_data_change: bool) -> list[str]:
+def check_compatible(
+    saved: dict[str, Any], now: dict[str, Any], allow_data_change: bool, source_diffs: list[str] = ()
+) -> list[str]:
     """What differs between the checkpoint's data and this run's; an error unless allowed.
 
-    Returns the differences that were allowed, for the log."""
-    names = {
-        "manifest_fingerprint": "manifest",
-        "seq_len": "--seq-len",
-        "mix": "mixture (--mix)",
-        "train_split": "--train-split",
-    }
+    A changed mixture or added sources are not differences here: the schedule continues every
+    source (``trainer.schedule``). ``source_diffs`` are the sources whose content changed or that
+    are gone. Returns the differences that were allowed, for the log."""
+    names = {"seq_len": "--seq-len", "train_split": "--train-split"}
     diffs = [
         f"{label}: checkpoint {saved['data'].get(key)!r}, now {now['data'].get(key)!r}"
         for key, label in names.items()
         if saved["data"].get(key) != now["data"].get(key)
     ]
+    diffs += list(source_diffs)
     if diffs and not allow_data_change:
         raise TokshardError(
             "--resume: the checkpoint was trained on different data ("
@@ -246,3 +248,25 @@ def universal_tag(save_dir: Path, tag: str, world: int, rank: int, broadcast) ->
     if error:
         raise TokshardError(error)
     return target
+
+
+def batch_history(saved: dict[str, Any] | None, step: int, samples: int, global_batch: int) -> list[dict]:
+    """From which step (and sample) each global batch size held: maps any step to its positions.
+
+    A checkpoint without it had one global batch from step 0."""
+    if saved is None:
+        return [{"step": 0, "samples": 0, "global_batch": global_batch}]
+    history = list(
+        saved.get("batches") or [{"step": 0, "samples": 0, "global_batch": saved["train_batch_size"]}]
+    )
+    if history[-1]["global_batch"] != global_batch:
+        if history[-1]["step"] == step:
+            history.pop()
+        history.append({"step": step, "samples": samples, "global_batch": global_batch})
+    return history
+
+
+def step_start(batches: list[dict], step: int) -> tuple[int, int]:
+    """First position and global batch of optimizer step ``step`` (1-based, as metrics.jsonl)."""
+    entry = max((b for b in batches if b["step"] < step), key=lambda b: b["step"])
+    return entry["samples"] + (step - 1 - entry["step"]) * entry["global_batch"], entry["global_batch"]

@@ -97,7 +97,26 @@ def parser() -> argparse.ArgumentParser:
     )
     d = TrainArgs(manifest="")
     data = p.add_argument_group("data")
-    data.add_argument("--manifest", required=True, help="manifest.json, or the folder holding it")
+    data.add_argument(
+        "--manifest",
+        required=True,
+        action="append",
+        help="manifest.json, or the folder holding it, or its URL (s3://bucket/run/manifest.json: "
+        "shards then go through --data-cache); repeat it to train on the sources of several "
+        "prepared folders (one tokenizer, source names unique across them)",
+    )
+    data.add_argument(
+        "--data-cache",
+        metavar="DIR",
+        help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
+        "(default ~/.cache/tokshard/data)",
+    )
+    data.add_argument(
+        "--data-cache-limit",
+        metavar="SIZE",
+        help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
+        "maps are evicted (default: no limit)",
+    )
     data.add_argument(
         "--seq-len", type=positive, default=d.seq_len, help="tokens per sample (default %(default)s)"
     )
@@ -124,6 +143,18 @@ def parser() -> argparse.ArgumentParser:
         type=positive,
         help="embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of 64; "
         "an hf: config keeps its own)",
+    )
+    model.add_argument(
+        "--doc-mask",
+        action="store_true",
+        help="attention within documents (block-diagonal causal mask from the EOS in each window) and "
+        "position ids restarting at each document, as Megatron's reset_attention_mask + reset_position_ids",
+    )
+    model.add_argument(
+        "--eod-mask-loss",
+        action="store_true",
+        help="with --doc-mask: no loss where the input is EOS (predicting the next document's first token "
+        "across the boundary), as Megatron's eod_mask_loss; the loss is then that of each document alone",
     )
 
     run = p.add_argument_group("run")
@@ -195,7 +226,8 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--allow-data-change",
         action="store_true",
-        help="resume although manifest, mixture, split or seq-len differ from the checkpoint's",
+        help="resume although a source's content, the split or --seq-len differ from the checkpoint's "
+        "(a new --mix or added sources need no flag: every source continues where it stopped)",
     )
     out.add_argument(
         "--allow-batch-change",
@@ -224,6 +256,8 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> TrainArgs:
     ns = vars(parser().parse_args(argv))
     names = {f.name for f in fields(TrainArgs)}
+    if len(ns["manifest"]) == 1:
+        ns["manifest"] = ns["manifest"][0]
     return TrainArgs(**{k: v for k, v in ns.items() if k in names})
 
 

@@ -18,21 +18,28 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import DataError, TokshardError
-from pipeline.manifest import Manifest, ShardEntry
+from pipeline.manifest import Manifest, ShardEntry, content_hash
 from pipeline.shard_reader import DTYPES, HEADER, Shard, token_dtype
 
 
 class TokenStream:
     """The shards of one (source, split) read as one long array of tokens."""
 
-    def __init__(self, source: str, split: str, shards: list[ShardEntry], dtype: str) -> None:
+    def __init__(
+        self,
+        source: str,
+        split: str,
+        shards: list[ShardEntry],
+        dtype: str,
+        ready: Callable[[Path], None] | None = None,
+    ) -> None:
         if not shards:
             raise TokshardError(f"source {source!r} has no {split!r} shards")
         self.source = source
@@ -42,12 +49,17 @@ class TokenStream:
         ends = np.cumsum([s.tokens for s in shards], dtype=np.int64)
         self.starts = [0, *ends[:-1].tolist()]
         self.tokens = int(ends[-1])
+        #: what a resume compares: the shards' content hashes and token counts, not their paths
+        self.content = content_hash([[s.hash, s.tokens] for s in shards])
         self._arrays: dict[int, np.ndarray] = {}
+        self._ready = ready  # fetches a shard of a manifest URL into the cache before it is mapped
 
     def _array(self, i: int) -> np.ndarray:
         """Shard ``i`` as a plain ndarray view of its memory map (opened on first use)."""
         arr = self._arrays.get(i)
         if arr is None:
+            if self._ready is not None:
+                self._ready(self.paths[i])
             arr = self._arrays[i] = np.asarray(Shard(self.paths[i], self.dtype).tokens)
         return arr
 
@@ -75,14 +87,26 @@ class TokenStream:
 
 
 class WindowDataset:
-    """Windows of ``seq_len + 1`` tokens over several sources' streams of one split."""
+    """Windows of ``seq_len + 1`` tokens over several sources' streams of one split; the
+    sources may come from several manifests (names unique across them)."""
 
-    def __init__(self, manifest: Manifest, split: str, seq_len: int, sources: Iterable[str] | None = None):
+    def __init__(
+        self,
+        manifest: Manifest | Sequence[Manifest],
+        split: str,
+        seq_len: int,
+        sources: Iterable[str] | None = None,
+    ):
         self.split = split
         self.seq_len = seq_len
-        names = list(sources) if sources is not None else sources_with_split(manifest, split)
-        self.streams = [TokenStream(n, split, manifest.select(n, split), manifest.dtype) for n in names]
+        manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
+        owner = source_owners(manifests)
+        names = list(sources) if sources is not None else sources_with_split(manifests, split)
+        self.streams = [
+            TokenStream(n, split, owner[n].select(n, split), owner[n].dtype, owner[n].ready) for n in names
+        ]
         self.sources = names
+        self.owners = [owner[n] for n in names]
         self.windows = [(s.tokens - 1) // seq_len for s in self.streams]
         for stream, count in zip(self.streams, self.windows, strict=True):
             if count < 1:
@@ -103,8 +127,35 @@ class WindowDataset:
         return out
 
 
-def sources_with_split(manifest: Manifest, split: str) -> list[str]:
-    return [name for name in manifest.sources() if manifest.select(name, split)]
+def sources_with_split(manifest: Manifest | Sequence[Manifest], split: str) -> list[str]:
+    manifests = [manifest] if isinstance(manifest, Manifest) else manifest
+    return [name for m in manifests for name in m.sources() if m.select(name, split)]
+
+
+def source_owners(manifests: Sequence[Manifest]) -> dict[str, Manifest]:
+    """Source name -> the manifest holding it; one tokenizer and unique names across manifests,
+    since a window is read by name and its ids mean nothing under another tokenizer."""
+    owner: dict[str, Manifest] = {}
+    first = manifests[0]
+    for m in manifests:
+        tok, tok0 = m.data["tokenizer"], first.data["tokenizer"]
+        if (tok.get("sha256"), tok["vocab_size"], tok["eos_id"]) != (
+            tok0.get("sha256"),
+            tok0["vocab_size"],
+            tok0["eos_id"],
+        ):
+            raise TokshardError(
+                f"{m.path}: its tokenizer differs from {first.path}'s; every --manifest of a run must be "
+                "prepared with the same tokenizer"
+            )
+        for name in m.sources():
+            if name in owner:
+                raise TokshardError(
+                    f"source {name!r} is in both {owner[name].path} and {m.path}; source names must be "
+                    "unique across --manifest folders (rename one in its recipe)"
+                )
+            owner[name] = m
+    return owner
 
 
 @dataclass(frozen=True)
@@ -134,6 +185,8 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         )
     if not manifest.shards:
         raise DataError(f"{where}: the manifest lists no shards")
+    if manifest.ready is not None:  # a URL's shards: hash-checked by the data cache as they arrive
+        return
     itemsize = token_dtype(manifest.dtype).itemsize
     first_of_stream: set[tuple[str, str]] = set()
     for entry in manifest.shards:

@@ -11,8 +11,7 @@ import math
 import os
 import time
 import zlib
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,20 @@ import torch
 from pipeline import manifest as manifest_mod
 from pipeline.atomic import write_json
 from pipeline.errors import TokshardError
-from trainer import checkpoint, distributed, ds_config, models
-from trainer.data import WindowDataset, check_manifest, sources_with_split
+from pipeline.store import refuse_url
+from pipeline.store_cache import ShardFetcher
+from trainer import checkpoint, distributed, docmask, ds_config, models, remote
+from trainer.api import micro_batch_positions, token_shares, window_sources
+from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split
 from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.prefetch import Prefetcher
-from trainer.sampler import MixtureSampler, parse_mix, rank_positions
-
-DEFAULT_SEED = 1337
+from trainer.sampler import DEFAULT_SEED, parse_mix
+from trainer.schedule import Schedule, SourceInfo
 
 
 @dataclass
 class TrainArgs:
-    manifest: str
+    manifest: str | list[str]  # one manifest, or several whose sources train together
     deepspeed: str | None = None
     model: str = "gpt2-124m"
     vocab_size: int | None = None
@@ -57,6 +58,8 @@ class TrainArgs:
     log_samples: bool = False
     verify: bool = False
     prefetch: int = 4
+    data_cache: str | None = None
+    data_cache_limit: str | None = None
     global_batch: int | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None
@@ -64,6 +67,8 @@ class TrainArgs:
     warmup: int | None = None
     weight_decay: float | None = None
     grad_clip: float | None = None
+    doc_mask: bool = False
+    eod_mask_loss: bool = False
 
 
 @dataclass
@@ -80,22 +85,37 @@ class Plan:
     bf16_supported: bool
     seed: int
     dataset: WindowDataset
-    sampler: MixtureSampler
+    sampler: Schedule
     identity: dict[str, Any]
     save_dir: Path | None
     resume_tag: str | None
     saved_state: dict[str, Any] | None
     allowed_changes: list[str]
+    schedule_changes: list[str]
+    #: download the shards of manifest URLs into the data cache (empty: local manifests)
+    fetchers: list[ShardFetcher] = field(default_factory=list)
+
+
+def manifest_paths(manifest: str | list[str]) -> list[str]:
+    return [manifest] if isinstance(manifest, str) else list(manifest)
 
 
 def prepare(args: TrainArgs) -> Plan:
     """Every guard, in the order a user would want to hear about them."""
     if args.stop_at is not None and args.stop_at > args.steps:
         raise TokshardError(f"--stop-at {args.stop_at} is past --steps {args.steps}")
-    manifest = manifest_mod.load(args.manifest)
-    spec = models.resolve(args.model, args.vocab_size, manifest.vocab_size)
-    check_manifest(manifest, spec.limits, args.seq_len, verify=args.verify)
-    train_sources = sources_with_split(manifest, args.train_split)
+    refuse_url(args.save, "--save")  # checkpoints go to a (shared) filesystem
+    refuse_url(args.run_dir, "--run-dir")
+    check_doc_mask(args)
+    manifests, fetchers = remote.open_manifests(
+        manifest_paths(args.manifest), args.data_cache, args.data_cache_limit
+    )
+    manifest = manifests[0]
+    spec = models.resolve(args.model, args.vocab_size, max(m.vocab_size for m in manifests))
+    for m in manifests:
+        check_manifest(m, spec.limits, args.seq_len, verify=args.verify)
+    source_owners(manifests)
+    train_sources = sources_with_split(manifests, args.train_split)
     if not train_sources:
         raise TokshardError(
             f"{manifest.path}: no source has a {args.train_split!r} split (splits: "
@@ -103,14 +123,14 @@ def prepare(args: TrainArgs) -> Plan:
         )
     eval_sources: list[str] = []
     if args.eval_every:
-        eval_sources = sources_with_split(manifest, args.eval_split)
+        eval_sources = sources_with_split(manifests, args.eval_split)
         if not eval_sources:
             raise TokshardError(
                 f"{manifest.path}: no {args.eval_split!r} split to evaluate on (splits: "
                 f"{', '.join(manifest.splits())}); pass --eval-split NAME, or --eval-every 0 to train "
                 "without evaluation"
             )
-    weights = mixture(manifest, train_sources, args.train_split, args.mix)
+    given_mix = checked_mix(train_sources, args.train_split, args.mix)
     cuda = torch.cuda.is_available()
     bf16_supported = cuda and torch.cuda.is_bf16_supported()
     user_config = (
@@ -140,15 +160,24 @@ def prepare(args: TrainArgs) -> Plan:
             f"--save {save_dir} already holds checkpoints (latest: {checkpoint.latest_tag(save_dir)}); "
             "pass --resume to continue that run, or choose another --save"
         )
-    dataset = WindowDataset(manifest, args.train_split, args.seq_len, train_sources)
-    eval_set = WindowDataset(manifest, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
-    sampler = MixtureSampler(train_sources, dataset.windows, weights, seed)
-    identity = data_identity(args, manifest, sampler)
+    dataset = WindowDataset(manifests, args.train_split, args.seq_len, train_sources)
+    eval_set = WindowDataset(manifests, args.eval_split, args.seq_len, eval_sources) if eval_sources else None
+    infos = window_sources(dataset)
+    changes: list[str] = []
+    if saved is None:
+        sampler = Schedule.fresh(infos, given_mix or token_shares(dataset), seed)
+    else:
+        resumed = saved_schedule(saved, manifests, infos).continued(infos, given_mix, int(saved["samples"]))
+        sampler, changes = resumed.schedule, resumed.changes
+    identity = data_identity(args, manifests, sampler)
     if saved is not None:
-        allowed = checkpoint.check_compatible(saved, {"data": identity}, args.allow_data_change)
+        allowed = checkpoint.check_compatible(
+            saved, {"data": identity}, args.allow_data_change, resumed.data_changes
+        )
+    weights = sampler.weights()
     return Plan(
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
-        dataset, sampler, identity, save_dir, resume_tag, saved, allowed,
+        dataset, sampler, identity, save_dir, resume_tag, saved, allowed, changes, fetchers,
     )  # fmt: skip
 
 
@@ -203,13 +232,21 @@ def check_outputs(args: TrainArgs) -> None:
         checkpoint.check_writable_dir(Path(args.run_dir), "--run-dir")
 
 
-def mixture(
-    manifest: manifest_mod.Manifest, sources: list[str], split: str, mix: str | None
-) -> dict[str, float]:
-    """``--mix`` weights, or by default each source's share of the split's tokens."""
+def check_doc_mask(args: TrainArgs) -> None:
+    if args.eod_mask_loss and not args.doc_mask:
+        raise TokshardError("--eod-mask-loss goes with --doc-mask: pass both, or neither")
+    if args.doc_mask and args.model.startswith("hf:"):
+        raise TokshardError(
+            f"--doc-mask needs one of tokshard's own models ({', '.join(models.SIZES)}), not {args.model}; "
+            "drop --doc-mask or choose one of those"
+        )
+
+
+def checked_mix(sources: list[str], split: str, mix: str | None) -> dict[str, float] | None:
+    """``--mix`` weights (None when not given), naming only training sources."""
     given = parse_mix(mix)
     if given is None:
-        return {s: float(sum(e.tokens for e in manifest.select(s, split))) for s in sources}
+        return None
     unknown = sorted(set(given) - set(sources))
     if unknown:
         raise TokshardError(
@@ -219,27 +256,37 @@ def mixture(
     return {s: given.get(s, 0.0) for s in sources}
 
 
+def saved_schedule(
+    saved: dict[str, Any], manifests: list[manifest_mod.Manifest], now: list[SourceInfo]
+) -> Schedule:
+    """The checkpoint's schedule; a checkpoint from before schedules were saved had one
+    segment, its mix, over the sources of a manifest whose fingerprint it recorded."""
+    if "schedule" in saved:
+        return Schedule.from_json(saved["schedule"], int(saved["seed"]))
+    same = [m.fingerprint() for m in manifests] == [saved["data"].get("manifest_fingerprint")]
+    mix = saved["data"]["mix"]
+    known = {s.name: s for s in now}
+    infos = [
+        SourceInfo(n, known[n].windows, known[n].content if same else None)
+        if n in known
+        else SourceInfo(n, 1, None)
+        for n in mix
+    ]
+    return Schedule.fresh(infos, mix, int(saved["seed"]))
+
+
 def data_identity(
-    args: TrainArgs, manifest: manifest_mod.Manifest, sampler: MixtureSampler
+    args: TrainArgs, manifests: list[manifest_mod.Manifest], sampler: Schedule
 ) -> dict[str, Any]:
-    """What fixes the sample sequence; a resume must find the same (or be told it may differ)."""
+    """What fixes the sample sequence besides the schedule; a resume must find the same."""
+    one = len(manifests) == 1
     return {
-        "manifest_fingerprint": manifest.fingerprint(),
-        "manifest": str(manifest.path),
+        "manifest_fingerprint": manifests[0].fingerprint() if one else [m.fingerprint() for m in manifests],
+        "manifest": str(manifests[0].path) if one else [str(m.path) for m in manifests],
         "seq_len": args.seq_len,
         "mix": sampler.weights(),
         "train_split": args.train_split,
     }
-
-
-def positions_plan(
-    samples: int, first_step: int, last_step: int, global_batch: int, accum: int, micro: int, dist
-) -> Iterator[np.ndarray]:
-    """Micro-batch positions of this rank for steps ``first_step+1 .. last_step``."""
-    for _ in range(first_step, last_step):
-        for m in range(accum):
-            yield rank_positions(samples, m, dist.rank, dist.world, micro)
-        samples += global_batch
 
 
 def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
@@ -298,6 +345,8 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, in
     samples, step = int(state["samples"]), int(state["step"])
     for diff in plan.allowed_changes:
         log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
+    for change in plan.schedule_changes:
+        log.note(f"data schedule: {change}; every source continues from the samples it has given")
     if state["train_batch_size"] != engine.train_batch_size():
         log.note(
             f"global batch is {engine.train_batch_size()}, the checkpoint's was {state['train_batch_size']}: "
@@ -370,6 +419,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
             f"from {run_dir}: those steps are trained again"
         )
     samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
+    batches = checkpoint.batch_history(plan.saved_state, step, samples, global_batch)
     if dist.is_main:
         record = {
             "args": asdict(args),
@@ -390,16 +440,19 @@ def train(args: TrainArgs) -> dict[str, Any]:
         log.close()
         return {"step": step, "samples": samples}
 
+    if plan.fetchers:
+        remote.start_downloads(plan.fetchers, plan.dataset, plan.sampler, samples)
     prefetcher = Prefetcher(
         plan.dataset,
         plan.sampler,
-        positions_plan(samples, step, end, global_batch, accum, micro, dist),
+        micro_batch_positions(samples, end - step, global_batch, micro, dist.rank, dist.world),
         dist.device,
         depth=args.prefetch,
         keep_host=args.log_samples,
         vocab_size=plan.spec.limits.vocab_size,
     )
     eval_set = plan.eval_set
+    doc_eos = plan.manifest.eos_id if args.doc_mask else None
     # line-buffered: a kill -9 loses no line of a step before the checkpoint the resume starts from
     sample_log = (
         open(run_dir / f"samples-rank{dist.rank}.jsonl", "a", buffering=1) if args.log_samples else None
@@ -415,7 +468,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
     )
     try:
         if eval_set is not None and step == 0:  # the baseline every later evaluation is read against
-            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+            mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist, doc_eos)
             log.eval(step=0, loss=mean, split=args.eval_split, sources=by_source)
             t_begin = t_last = time.perf_counter()
         while step < end:
@@ -423,7 +476,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
             step_loss = torch.zeros((), device=dist.device)
             for m in range(accum):
                 batch = next(prefetcher)
-                loss = engine(batch.inputs, batch.targets)
+                loss = engine(*model_inputs(batch.inputs, batch.targets, args, plan.manifest.eos_id))
                 engine.backward(loss)
                 engine.step()
                 step_loss += loss.detach().float()
@@ -451,7 +504,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 t_last, wait_last, steps_since = time.perf_counter(), prefetcher.wait_s, 0
             if eval_set is not None and (step % args.eval_every == 0 or step == end):
                 t0 = time.perf_counter()
-                mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist)
+                mean, by_source = evaluate(engine, eval_set, args.eval_samples, micro, dist, doc_eos)
                 log.eval(step=step, loss=mean, split=args.eval_split, sources=by_source)
                 last["eval_loss"] = mean
                 t_last += time.perf_counter() - t0  # evaluation is not training time
@@ -459,15 +512,26 @@ def train(args: TrainArgs) -> dict[str, Any]:
                 step == end or (args.save_every and step % args.save_every == 0)
             ):
                 t0 = time.perf_counter()
-                save(engine, plan, dist, step, samples, global_batch, args.steps)
+                save(engine, plan, dist, step, samples, global_batch, batches, args.steps)
                 log.note(f"saved {plan.save_dir / checkpoint.tag_for(step)}")
                 t_last += time.perf_counter() - t0
     finally:
         prefetcher.close()
+        if plan.fetchers:
+            log.note(remote.report(plan.fetchers))
         if sample_log is not None:
             sample_log.close()
         log.close()
     return last
+
+
+def model_inputs(inputs: torch.Tensor, targets: torch.Tensor, args: TrainArgs, eos_id: int) -> tuple:
+    """The model's arguments: with --doc-mask also the document ids, and the targets
+    --eod-mask-loss leaves out."""
+    if not args.doc_mask:
+        return inputs, targets
+    doc_ids = docmask.document_ids(inputs, eos_id)
+    return inputs, docmask.loss_targets(inputs, targets, eos_id, args.eod_mask_loss), doc_ids
 
 
 def _reduce(loss: torch.Tensor, wait_frac: float, dist) -> tuple[float, float]:
@@ -500,9 +564,16 @@ def _log_samples(f, step: int, micro_step: int, rank: int, batch, sources: list[
 
 
 def save(
-    engine, plan: Plan, dist: distributed.Dist, step: int, samples: int, global_batch: int, total_steps: int
+    engine,
+    plan: Plan,
+    dist: distributed.Dist,
+    step: int,
+    samples: int,
+    global_batch: int,
+    batches: list[dict],
+    total_steps: int,
 ) -> None:
-    """A DeepSpeed checkpoint whose client_state carries the data position."""
+    """A DeepSpeed checkpoint whose client_state carries the data position and schedule."""
     tag = checkpoint.tag_for(step)
     state = {
         "step": step,
@@ -515,6 +586,8 @@ def save(
         "vocab_size": plan.spec.limits.vocab_size,
         "steps": total_steps,
         "data": plan.identity,
+        "schedule": plan.sampler.to_json(),
+        "batches": batches,
     }
     barrier = torch.distributed.barrier if dist.world > 1 else lambda: None
     checkpoint.save(engine, plan.save_dir, tag, state, dist.is_main, barrier)
@@ -531,7 +604,7 @@ def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:
 
 @torch.no_grad()
 def evaluate(
-    engine, dataset: WindowDataset, per_source: int, micro: int, dist
+    engine, dataset: WindowDataset, per_source: int, micro: int, dist, doc_eos: int | None = None
 ) -> tuple[float, dict[str, float]]:
     """Mean next-token loss over the evaluation windows (per source too). Every rank runs the
     same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs."""
@@ -548,7 +621,8 @@ def evaluate(
         src = np.array([padded[r][0] for r in rows])
         win = np.array([padded[r][1] for r in rows])
         tokens = torch.from_numpy(dataset.batch(src, win)).to(dist.device)
-        logits = engine(tokens[:, :-1])
+        doc_ids = None if doc_eos is None else docmask.document_ids(tokens[:, :-1], doc_eos)
+        logits = engine(tokens[:, :-1], None, doc_ids) if doc_ids is not None else engine(tokens[:, :-1])
         per_token = torch.nn.functional.cross_entropy(
             logits.float().transpose(1, 2), tokens[:, 1:], reduction="none"
         )

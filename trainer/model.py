@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer import docmask
+from trainer.docmask import Attend
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -56,13 +59,17 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attend: Attend | None = None) -> torch.Tensor:
+        """``attend``: attention within documents (``trainer.docmask``); default plain causal."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        if attend is not None:
+            y = attend(q, k, v)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -88,8 +95,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln_1(x)))
+    def forward(self, x: torch.Tensor, attend: Attend | None = None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln_1(x), attend))
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
@@ -118,17 +125,28 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits ``[B, T, vocab]``, or with ``targets`` the mean next-token cross-entropy."""
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits ``[B, T, vocab]``, or with ``targets`` the mean next-token cross-entropy over
+        the targets not ignored (-100). ``doc_ids`` (``--doc-mask``): attention within documents
+        and positions restarting at each (``trainer.docmask``)."""
         T = idx.size(1)
-        pos = torch.arange(T, device=idx.device)
+        attend = None
+        if doc_ids is None:
+            pos = torch.arange(T, device=idx.device)
+        else:
+            doc = docmask.layout(doc_ids, self.config.n_head)
+            pos, attend = doc.positions, doc.attend
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
-            x = block(x)
+            x = block(x, attend)
         logits = self.lm_head(self.ln_f(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        return F.cross_entropy(
+            logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=docmask.IGNORE
+        )
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())

@@ -29,6 +29,7 @@ import numpy as np
 from pipeline.errors import TokshardError
 
 PERIOD = 1 << 16
+DEFAULT_SEED = 1337
 _ROUNDS = 4
 _M64 = (1 << 64) - 1
 
@@ -111,13 +112,25 @@ class Draws:
 class MixtureSampler:
     """Position -> (source, window, epoch), deterministic in ``seed`` alone."""
 
-    def __init__(self, sources: list[str], windows: list[int], weights: dict[str, float], seed: int) -> None:
+    def __init__(
+        self,
+        sources: list[str],
+        windows: list[int],
+        weights: dict[str, float],
+        seed: int,
+        start: int = 0,
+        offsets: list[int] | None = None,
+    ) -> None:
+        """``start`` and ``offsets`` make this one segment of a ``trainer.schedule.Schedule``:
+        position ``start`` draws the sample after the ``offsets[s]`` already taken from each source."""
         unknown = set(weights) - set(sources)
         if unknown:
             raise TokshardError(f"--mix names {sorted(unknown)}, not training sources; have {sources}")
         self.sources = sources
         self.windows = np.array(windows, dtype=np.int64)
         self.seed = seed
+        self.start = int(start)
+        self.offsets = np.array(offsets if offsets is not None else [0] * len(sources), dtype=np.int64)
         q = quotas({s: weights.get(s, 0.0) for s in sources})
         self.quota = np.array([q.get(s, 0) for s in sources], dtype=np.int64)
         keys = np.concatenate([(np.arange(k) + 0.5) / k for k in self.quota if k])
@@ -147,9 +160,9 @@ class MixtureSampler:
 
     def occurrences(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each position: its source and how many samples of that source came before it."""
-        cycle, offset = np.divmod(positions, PERIOD)
+        cycle, offset = np.divmod(positions - self.start, PERIOD)
         src = self.pattern_source[offset]
-        return src, cycle * self.quota[src] + self.pattern_k[offset]
+        return src, self.offsets[src] + cycle * self.quota[src] + self.pattern_k[offset]
 
     def draw(self, positions: np.ndarray) -> Draws:
         positions = np.asarray(positions, dtype=np.int64)
@@ -172,9 +185,9 @@ class MixtureSampler:
 
     def consumed(self, position: int) -> np.ndarray:
         """Samples drawn from each source among positions ``[0, position)``."""
-        cycle, offset = divmod(int(position), PERIOD)
+        cycle, offset = divmod(int(position) - self.start, PERIOD)
         head = np.bincount(self.pattern_source[:offset], minlength=len(self.sources))
-        return cycle * self.quota + head
+        return self.offsets + cycle * self.quota + head
 
 
 def rank_positions(start: int, micro_step: int, rank: int, world: int, micro: int) -> np.ndarray:

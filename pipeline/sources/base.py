@@ -8,6 +8,7 @@ stores a cursor at a commit point can later resume the partition exactly there.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,29 @@ from typing import Any, ClassVar
 from pipeline.errors import TokshardError
 
 Cursor = dict[str, Any]
+
+#: a name that becomes a folder of the output (source, split): one plain path component
+_PATH_NAME = re.compile(r"\w[\w-]*")
+
+
+def check_path_name(what: str, name: Any, where: str) -> str:
+    """Refuse a source or split name that is not one plain path component ('', '.', '..',
+    'a/b', '../x' would write outside its folder or crash), before any work is done."""
+    if not isinstance(name, str) or not _PATH_NAME.fullmatch(name):
+        raise TokshardError(
+            f"{where}: {what} name {name!r} must be letters, digits, - or _ (it names a folder of the output)"
+        )
+    return name
+
+
+def check_globs(value: Any, what: str) -> list[str]:
+    """A glob or a list of globs, as the user wrote it, as a list of non-empty strings."""
+    globs = [value] if isinstance(value, str) else value
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+        raise TokshardError(
+            f'{what} must be a path/glob or a list of them, e.g. ["data/*.jsonl"], got {value!r}'
+        )
+    return list(globs)
 
 
 @dataclass(frozen=True)
@@ -108,3 +132,6 @@ class Source(ABC):
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:  # noqa: B027
         """Raise if the inputs changed since the run was planned (default: nothing to check)."""
+
+    def check_partitions_unchanged(self, partitions: list[Partition]) -> None:  # noqa: B027
+        """Raise if a planned partition's input changed since (default: nothing to check)."""

@@ -10,17 +10,21 @@ A .txt file is one document; a large one is streamed to the encoder in pieces.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import glob
 import gzip
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, ClassVar
 
 import orjson
+import xxhash
 
-from pipeline.errors import TokshardError
-from pipeline.sources.base import Cursor, Partition, Record, Source
+from pipeline.errors import DataError, TokshardError
+from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
@@ -34,6 +38,11 @@ AUTO_MIN_BYTES = 8 << 20
 AUTO_MAX_BYTES = 64 << 20
 AUTO_FEW = 8
 AUTO_SMALLEST = 1 << 20
+#: what a parquet file starts with (plain, or encrypted footer)
+PARQUET_MAGIC = (b"PAR1", b"PARE")
+#: bytes hashed at each end of an input file, and of a .jsonl range, to notice edits in place
+FILE_SAMPLE = 1 << 20
+RANGE_SAMPLE = 64 << 10
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
 _STREAM_CHUNK = 4 << 20
@@ -61,22 +70,62 @@ def open_binary(path: str) -> BinaryIO:
 
 
 def expand(patterns: list[str], base_dir: str) -> list[str]:
-    """Glob patterns (relative ones against base_dir) into a sorted, de-duplicated file list."""
-    import fsspec
-
+    """Shell-style globs (``*``, ``?``, ``[..]``, ``**``; relative ones against base_dir) into a
+    sorted file list in which each file appears once, however many patterns name it: local
+    paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file."""
     found: set[str] = set()
     for pattern in patterns:
-        if not is_url(pattern) and not os.path.isabs(os.path.expanduser(pattern)):
-            pattern = os.path.join(base_dir, pattern)
-        fs, _, paths = fsspec.get_fs_token_paths(os.path.expanduser(pattern))
-        matches = paths if any(c in pattern for c in "*?[") else [p for p in paths if fs.exists(p)]
-        if not matches:
-            raise TokshardError(f"no files match {pattern!r}; check the path or glob")
-        for p in matches:
-            if fs.isdir(p):
-                continue
-            found.add(fs.unstrip_protocol(p) if is_url(pattern) else p)
+        found.update(_url_matches(pattern) if is_url(pattern) else _local_matches(pattern, base_dir))
     return sorted(found)
+
+
+def _local_matches(pattern: str, base_dir: str) -> list[str]:
+    expanded = os.path.expanduser(pattern)
+    path = os.path.join(base_dir, expanded)
+    if os.path.isdir(path):
+        raise TokshardError(_directory_given(pattern))
+    if os.path.isfile(path):  # a file whose name holds [ or ? is itself, not a pattern
+        return [os.path.realpath(path)]
+    matches = (
+        glob.glob(os.path.join(glob.escape(base_dir), expanded), recursive=True)
+        if glob.has_magic(expanded)
+        else []
+    )
+    files = [os.path.realpath(m) for m in matches if os.path.isfile(m)]
+    if not files:
+        shown = pattern if os.path.isabs(expanded) or base_dir in ("", ".") else f"{pattern} (in {base_dir})"
+        raise TokshardError(_nothing_matches(shown, any(os.path.isdir(m) for m in matches)))
+    return files
+
+
+def _url_matches(pattern: str) -> list[str]:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(pattern)
+    if not glob.has_magic(path):
+        if fs.isdir(path):
+            raise TokshardError(_directory_given(pattern))
+        if not fs.exists(path):
+            raise TokshardError(_nothing_matches(pattern, False))
+        return [fs.unstrip_protocol(path)]
+    matches = fs.glob(path, detail=True)  # one listing says which are folders
+    files = [fs.unstrip_protocol(m) for m, info in matches.items() if info.get("type") != "directory"]
+    if not files:
+        raise TokshardError(_nothing_matches(pattern, bool(matches)))
+    return files
+
+
+def _directory_given(pattern: str) -> str:
+    folder = pattern.rstrip("/") or "/"
+    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*.jsonl' (quoted)"
+
+
+def _nothing_matches(pattern: str, only_directories: bool) -> str:
+    if only_directories:
+        return f"{pattern!r} matches only directories; name the files in them, e.g. '.../*.jsonl'"
+    if glob.has_magic(pattern):
+        return f"no files match {pattern!r}; check the path or glob"
+    return f"no files match {pattern!r} (no such file); check the path"
 
 
 def file_size(path: str) -> int:
@@ -89,15 +138,73 @@ def file_size(path: str) -> int:
 
 
 def stat_key(path: str) -> dict[str, Any]:
-    """What identifies a file's content cheaply (size and modification time)."""
+    """What identifies a file's content cheaply: size, modification time, and a hash of its
+    first and last MiB (an edit in place that keeps size and time still shows there, unless
+    it touches only the middle of a big file; the .jsonl ranges have samples of their own)."""
     if is_url(path):
         import fsspec
 
         fs, p = fsspec.core.url_to_fs(path)
         info = fs.info(p)
-        return {"path": path, "size": int(info["size"]), "mtime": str(info.get("mtime", ""))}
-    st = os.stat(path)
-    return {"path": path, "size": st.st_size, "mtime": st.st_mtime_ns}
+        size, mtime = int(info["size"]), str(info.get("mtime", ""))
+    else:
+        st = os.stat(path)
+        size, mtime = st.st_size, st.st_mtime_ns
+    return {"path": path, "size": size, "mtime": mtime, "sample": content_sample(path, 0, size, FILE_SAMPLE)}
+
+
+def content_sample(path: str, start: int, end: int, edge: int) -> str:
+    """xxh3 of the first and last ``edge`` bytes of ``path``'s bytes [start, end) (all of
+    them if fewer than 2 * edge): a check for edits in place at a bounded read."""
+    h = xxhash.xxh3_128()
+    with open_binary(path) as f:
+        f.seek(start)
+        if end - start <= 2 * edge:
+            h.update(f.read(end - start))
+        else:
+            h.update(f.read(edge))
+            f.seek(end - edge)
+            h.update(f.read(edge))
+    return h.hexdigest()
+
+
+def _stat_key_now(entry: dict[str, Any]) -> dict[str, Any]:
+    """A recorded input's `stat_key` as of now; a file gone is the user's to restore."""
+    try:
+        return stat_key(entry["path"])
+    except OSError as exc:
+        raise TokshardError(
+            f"input {entry['path']} is gone since this run started; restore it or use a new --out"
+        ) from exc
+
+
+def io_map(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``[fn(x) for x in items]`` on a few threads: each call is a small read (a stat, a
+    sample), which on object storage is a request's round trip, not work."""
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _range_sample(spec: dict[str, Any]) -> str:
+    return content_sample(spec["path"], spec["start"], spec["end"], RANGE_SAMPLE)
+
+
+def check_range_unchanged(path: str, spec: dict[str, Any]) -> None:
+    """A worker's check, when it starts or resumes a .jsonl range, that the range still holds
+    what was planned (a plan of an older tokshard has no sample: nothing to check)."""
+    if "sample" not in spec:
+        return
+    try:
+        sample = _range_sample(spec)
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: input file is gone; restore it and rerun") from exc
+    if sample != spec["sample"]:
+        raise DataError(
+            f"input {path} changed since this run started (bytes {spec['start']}-{spec['end']} differ); "
+            "restore it or start over with a new --out"
+        )
 
 
 class TextStream:
@@ -108,7 +215,7 @@ class TextStream:
         self.size = size
 
     def __iter__(self) -> Iterator[str]:
-        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")  # a BOM is no text
         with open_binary(self.path) as f:
             while chunk := f.read(_STREAM_CHUNK):
                 yield decoder.decode(chunk)
@@ -178,7 +285,13 @@ class FilesSource(Source):
             splits = {split: paths}
         if not isinstance(splits, dict) or not splits:
             raise TokshardError(f"{where}: [sources.{name}] splits must map split names to globs")
-        cfg["splits"] = {s: [p] if isinstance(p, str) else list(p) for s, p in splits.items()}
+        table = f"{where}: [sources.{name}]"
+        cfg["splits"] = {
+            check_path_name("split", s, table): check_globs(
+                p, f"{table} {'paths' if paths is not None else f'splits.{s}'}"
+            )
+            for s, p in splits.items()
+        }
         pb = cfg["partition_bytes"]
         if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < 4096):
             raise TokshardError(
@@ -196,22 +309,22 @@ class FilesSource(Source):
         return files
 
     def origin(self) -> dict[str, Any]:
-        return {"files": {split: [stat_key(f) for f in self.files(split)] for split in self.splits()}}
+        return {"files": {split: io_map(stat_key, self.files(split)) for split in self.splits()}}
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
         for split, entries in recorded_origin["files"].items():
-            for entry in entries:
-                try:
-                    now = stat_key(entry["path"])
-                except OSError as exc:
-                    raise TokshardError(
-                        f"input {entry['path']} is gone since this run started; restore it or use a new --out"
-                    ) from exc
-                if now != entry:
-                    raise TokshardError(
+            for entry, now in zip(entries, io_map(_stat_key_now, entries), strict=True):
+                if now != {**now, **entry}:  # a plan of an older tokshard has no sample
+                    raise DataError(
                         f"input {entry['path']} ({split}) changed since this run started "
-                        "(size or modification time); restore it or start over with a new --out"
+                        "(size, modification time or content); restore it or start over with a new --out"
                     )
+
+    def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
+        """Every planned .jsonl range still holds what was planned (its sampled ends), so that a
+        rerun never keeps shards of one version of a file beside shards of another."""
+        ranges = [p.spec for p in partitions if p.spec.get("kind") == ".jsonl"]
+        io_map(lambda spec: check_range_unchanged(spec["path"], spec), ranges)
 
     def partitions(self) -> list[Partition]:
         parts: list[Partition] = []
@@ -220,6 +333,9 @@ class FilesSource(Source):
             step = self.partition_bytes(files)
             for i, (key, size, spec) in enumerate(self._units(files, step)):
                 parts.append(Partition(self.name, split, i, key, size, spec))
+        ranges = [p.spec for p in parts if p.spec["kind"] == ".jsonl"]
+        for spec, sample in zip(ranges, io_map(_range_sample, ranges), strict=True):
+            spec["sample"] = sample
         return parts
 
     def partition_bytes(self, files: list[str]) -> int:
@@ -265,7 +381,9 @@ class FilesSource(Source):
         elif kind == ".parquet":
             import pyarrow.parquet as pq
 
-            with open_binary(path) as f:
+            with corrupt_parquet_is_one_line(path), open_binary(path) as f:
+                if f.read(4) not in PARQUET_MAGIC:  # pyarrow checks only the footer's
+                    raise OSError("no parquet magic number at its start")
                 meta = pq.ParquetFile(f).metadata
             group: list[int] = []
             group_bytes = 0
@@ -314,6 +432,7 @@ def _line_number(path: str, offset: int) -> int:
 
 def _read_jsonl_range(spec: dict[str, Any], field: str, cursor: Cursor | None) -> Iterator[Record]:
     path, start, end = spec["path"], spec["start"], spec["end"]
+    check_range_unchanged(path, spec)
     with open_binary(path) as f:
         if cursor is not None:
             pos = cursor["offset"]
@@ -329,20 +448,69 @@ def _read_jsonl_range(spec: dict[str, Any], field: str, cursor: Cursor | None) -
                 break
             line_start = pos
             pos += len(line)
-            if not line.strip():
+            if not line or line.isspace():  # (strip() would copy a long line to find out)
                 continue
             text, bad = json_text(line, field)
             where = f"{path}:{_line_number(path, line_start)}" if bad else path
             yield Record(text, {"offset": pos}, where, bad, pos - start)
 
 
+class ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a .zst file, frame after frame (skippable ones included).
+
+    zstandard's own readers take a file that ends inside a frame for a short, valid one
+    (a truncated download would lose its end silently), so this one decodes frame by frame
+    and raises `TruncatedInput` when the file ends before its last frame does."""
+
+    #: compressed bytes per step: a small step bounds the memory one step decompresses into
+    STEP = 1 << 16
+
+    def __init__(self, raw: BinaryIO) -> None:
+        import zstandard
+
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame: Any = None  # the decompressor of the frame being read, if any
+        self._leftover = b""  # compressed bytes after the frame that just ended
+        self._out = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._out:
+            chunk, self._leftover = self._leftover or self._raw.read(self.STEP), b""
+            if not chunk:
+                if self._frame is not None:
+                    raise TruncatedInput("the file ends inside a zstd frame (truncated?)")
+                return 0
+            if self._frame is None:
+                self._frame = self._dctx.decompressobj()
+            self._out = self._frame.decompress(chunk)
+            if self._frame.eof:
+                self._leftover, self._frame = self._frame.unused_data, None
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class TruncatedInput(EOFError):
+    """A compressed file ends before its compressed data does."""
+
+
 def _decompressed(path: str, kind: str) -> BinaryIO:
     raw = open_binary(path)
     if kind == ".jsonl.gz":
         return gzip.GzipFile(fileobj=raw)
-    import zstandard
-
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), 1 << 20)
+    return io.BufferedReader(ZstdFrames(raw), 1 << 20)
 
 
 def _read_jsonl_compressed(spec: dict[str, Any], field: str, cursor: Cursor | None) -> Iterator[Record]:
@@ -351,58 +519,80 @@ def _read_jsonl_compressed(spec: dict[str, Any], field: str, cursor: Cursor | No
     try:
         with _decompressed(path, spec["kind"]) as f:
             for lineno, line in enumerate(f, 1):
-                if lineno <= skip or not line.strip():
+                if lineno <= skip or not line or line.isspace():
                     continue
                 text, bad = json_text(line, field)
                 yield Record(text, {"line": lineno}, f"{path}:{lineno}", bad, _raw_pos(f))
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: input file is gone; restore it and rerun") from exc
     except (OSError, EOFError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise TokshardError(f"{path}: input file is gone; restore it and rerun") from exc
-        raise TokshardError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
+        raise DataError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
     except Exception as exc:
         if type(exc).__name__ == "ZstdError":
-            raise TokshardError(f"{path}: corrupt zstd file ({exc}); re-create it or remove it") from exc
+            raise DataError(f"{path}: corrupt zstd file ({exc}); re-create it or remove it") from exc
         raise
 
 
 def _raw_pos(f: Any) -> int:
     """Compressed bytes consumed so far (progress only; 0 if the stream does not say)."""
     try:
-        inner = f.fileobj if isinstance(f, gzip.GzipFile) else f.raw
-        return inner.tell()
+        return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.raw.tell()
     except (AttributeError, OSError, ValueError):
         return 0
 
 
+@contextlib.contextmanager
+def corrupt_parquet_is_one_line(path: str) -> Iterator[None]:
+    """pyarrow's errors for a damaged file (bad magic, a cut footer, a flipped page) become
+    one line that names the file."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: input file is gone; restore it and rerun") from exc
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: corrupt parquet file ({why}); re-create it or remove it") from exc
+
+
 def _read_parquet(spec: dict[str, Any], field: str, cursor: Cursor | None, size: int) -> Iterator[Record]:
+    path = spec["path"]
+    with corrupt_parquet_is_one_line(path), open_binary(path) as f:
+        yield from _parquet_records(f, spec, field, cursor, size)
+
+
+def _parquet_records(
+    f: BinaryIO, spec: dict[str, Any], field: str, cursor: Cursor | None, size: int
+) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = spec["path"]
     skip = cursor["row"] if cursor else 0
     total_rows = max(spec["rows"], 1)
-    with open_binary(path) as f:
-        pf = pq.ParquetFile(f)
-        if field not in pf.schema_arrow.names:
-            raise TokshardError(
-                f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); set text_field"
-            )
-        col_type = pf.schema_arrow.field(field).type
-        if not (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)):
-            raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
-        row = 0
-        for batch in pf.iter_batches(batch_size=1024, row_groups=spec["row_groups"], columns=[field]):
-            if row + batch.num_rows <= skip:
-                row += batch.num_rows
+    # pages written with checksums are checked: a flipped byte is an error, not other text
+    pf = pq.ParquetFile(f, page_checksum_verification=True)
+    if field not in pf.schema_arrow.names:
+        raise TokshardError(
+            f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); set text_field"
+        )
+    col_type = pf.schema_arrow.field(field).type
+    if not (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)):
+        raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
+    row = 0
+    for batch in pf.iter_batches(batch_size=1024, row_groups=spec["row_groups"], columns=[field]):
+        if row + batch.num_rows <= skip:
+            row += batch.num_rows
+            continue
+        values = batch.column(0).to_pylist()
+        for value in values:
+            row += 1
+            if row <= skip:
                 continue
-            values = batch.column(0).to_pylist()
-            for value in values:
-                row += 1
-                if row <= skip:
-                    continue
-                where = f"{path} row group {spec['row_groups'][0]}+, row {row}"
-                text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
-                yield Record(text, {"row": row}, where, bad, size * row // total_rows)
+            where = f"{path} row group {spec['row_groups'][0]}+, row {row}"
+            text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
+            yield Record(text, {"row": row}, where, bad, size * row // total_rows)
 
 
 def _read_txt(spec: dict[str, Any], cursor: Cursor | None) -> Iterator[Record]:
@@ -419,7 +609,7 @@ def _read_txt(spec: dict[str, Any], cursor: Cursor | None) -> Iterator[Record]:
         with open_binary(path) as f:
             data = f.read()
         try:
-            text, bad = data.decode("utf-8"), None
+            text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
         except UnicodeDecodeError:
             text, bad = None, "invalid UTF-8"
         yield Record(text, {"file": i + 1}, path, bad, done)

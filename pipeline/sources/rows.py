@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from pipeline.errors import TokshardError
-from pipeline.sources.base import Cursor, Partition, Record, Source
+from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 from pipeline.sources.hub import (
     FileLayout,
     Repo,
@@ -106,18 +106,19 @@ class HubSource(Source):
         splits = cfg["splits"]
         if isinstance(splits, str):
             splits = [splits]
-        if splits is not None and not (
-            isinstance(splits, list) and splits and all(isinstance(s, str) and s for s in splits)
-        ):
+        if splits is not None and not (isinstance(splits, list) and splits):
             raise TokshardError(f'{table} splits must be a list of split names, e.g. ["train"]')
-        cfg["splits"] = splits
+        cfg["splits"] = splits and [check_path_name("split", s, table) for s in splits]
         data_files = cfg["data_files"]
         if data_files is not None:
             if isinstance(data_files, str | list):
                 data_files = {"train": data_files}
             if not isinstance(data_files, dict) or not data_files:
                 raise TokshardError(f'{table} data_files must map splits to globs, e.g. {{train = "data/*"}}')
-            cfg["data_files"] = {s: [p] if isinstance(p, str) else list(p) for s, p in data_files.items()}
+            cfg["data_files"] = {
+                check_path_name("split", s, table): check_globs(p, f"{table} data_files.{s}")
+                for s, p in data_files.items()
+            }
         pb = cfg["partition_bytes"]
         if not isinstance(pb, int) or isinstance(pb, bool) or pb < 1:
             raise TokshardError(f"{table} partition_bytes must be a positive integer")
@@ -304,7 +305,7 @@ def _file_rows(repo: Repo, rel: str, file_first: int, begin: int, columns: tuple
 
     f = repo.open(rel)
     try:
-        pf = pq.ParquetFile(f)
+        pf = pq.ParquetFile(f, page_checksum_verification=True)  # a flipped byte: an error
     except Exception as exc:
         f.close()
         raise read_error(exc, repo, rel) from exc

@@ -21,8 +21,11 @@ ARTICLE_ROWS_LIMIT = 1 << 20
 
 
 def is_title(line: str) -> bool:
-    """True for a top-level heading row `` = Title = `` (not `` = = Section = = ``)."""
-    return line.startswith(" = ") and not line.startswith(" = = ") and line.rstrip().endswith(" =")
+    """True for a top-level heading row `` = Title = `` (not `` = = Section = = ``, and not a
+    row of only ``=`` signs such as `` = ``: a title has text between its signs)."""
+    if not (line.startswith(" = ") and not line.startswith(" = = ") and line.rstrip().endswith(" =")):
+        return False
+    return bool(line.strip()[1:-1].strip(" ="))
 
 
 def article_text(lines: list[str]) -> str:

@@ -1,0 +1,346 @@
+"""A node-local, hash-checked cache of the shards of a manifest URL (``train --manifest s3://...``).
+
+Layout under the cache folder (``--data-cache``, default ``$XDG_CACHE_HOME/tokshard/data``, i.e.
+``~/.cache/tokshard/data``)::
+
+    views/KEY/manifest.json            the manifest of one URL (KEY: a hash of the URL)
+    views/KEY/tokenizer.json           checked against the manifest's sha256
+    views/KEY/SRC/SPLIT/NAME.{bin,idx} shards at their paths in the manifest, so the view is an
+                                       ordinary prepared folder that the trainer memory-maps
+    views/KEY/SRC/SPLIT/NAME.bin.ok    the stat (size, mtime, inode) the file had when its hash
+                                       matched the manifest; its mtime is the shard's last use
+    views/KEY/SRC/SPLIT/NAME.bin.pin   shared-locked (flock) by every process that maps the shard
+
+A shard is downloaded to a temporary name, hashed while it arrives, checked against the
+manifest, and renamed into place, under an exclusive per-shard download lock: several ranks
+or jobs of a node fill one cache without a shard being fetched twice or read half-written.
+A cached file whose stat no longer matches its ``.ok`` record is hashed again before use; a
+wrong hash means it is fetched again. ``limit`` (``--data-cache-limit``) evicts the least
+recently used shards whose ``.pin`` no process holds.
+
+numpy-free: stdlib and xxhash, plus fsspec through `pipeline.store` on first download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import xxhash
+
+from pipeline import manifest as manifest_mod
+from pipeline.errors import TokshardError
+from pipeline.store import Store, is_url, parent
+
+HASH_NAME = "xxh3_128"
+_CHUNK = 1 << 23
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tokshard" / "data"
+
+
+def parse_size(text: str) -> int:
+    """``50GB``, ``200GiB``, ``1T``, ``123456``: bytes (decimal units, or binary with an i)."""
+    units = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    t = text.strip().upper().removesuffix("B")
+    binary = t.endswith("I")
+    t = t.removesuffix("I")
+    unit = t[-1:] if t[-1:] in units and t[-1:] else ""
+    number = t[: len(t) - len(unit)]
+    try:
+        value = float(number)
+    except ValueError:
+        raise TokshardError(f"--data-cache-limit {text!r}: expected a size such as 200GB or 50GiB") from None
+    scale = 1024 ** " KMGT".index(unit) if binary and unit else units[unit]
+    return int(value * scale)
+
+
+@dataclass
+class CacheStats:
+    downloaded: int = 0
+    downloaded_bytes: int = 0
+    cached: int = 0
+    refetched_corrupt: int = 0
+    evicted: int = 0
+    wait_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class DataCache:
+    """One process's handle on a node's shard cache (thread-safe)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, limit: int | None = None, log=None) -> None:
+        if root is not None and is_url(str(root)):
+            raise TokshardError(f"--data-cache {root} is a URL; it takes a local folder")
+        self.root = Path(root) if root is not None else default_cache_dir()
+        self.limit = limit
+        self.stats = CacheStats()
+        self.log = log or (lambda msg: print(f"tokshard: {msg}", file=sys.stderr, flush=True))
+        self._pins: dict[Path, int] = {}
+        self._locks: dict[Path, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._stores: dict[str, Store] = {}
+        try:
+            (self.root / "views").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TokshardError(f"cannot create the data cache {self.root}: {exc.strerror}") from exc
+
+    # --- manifest ------------------------------------------------------------------------
+
+    def open_manifest(self, url: str) -> manifest_mod.Manifest:
+        """The manifest of ``url`` (a manifest or its folder), in its local view folder."""
+        murl = url if url.endswith(".json") else url.rstrip("/") + "/" + manifest_mod.MANIFEST_NAME
+        store = Store(parent(murl))
+        store.check_reachable()
+        data = store.read_bytes(murl.rsplit("/", 1)[1])
+        if data is None:
+            raise TokshardError(f"no manifest at {murl} (is `tokshard prepare` still running?)")
+        view = self.root / "views" / hashlib.sha256(murl.encode()).hexdigest()[:16]
+        view.mkdir(parents=True, exist_ok=True)
+        _write_whole(view / manifest_mod.MANIFEST_NAME, data)
+        (view / "source.url").write_text(murl + "\n")
+        m = manifest_mod.load(view / manifest_mod.MANIFEST_NAME)
+        self._stores[str(view)] = store
+        tok = m.data["tokenizer"]
+        tok_path = m.tokenizer_path
+        if not (tok_path.is_file() and _sha256(tok_path) == tok["sha256"]):
+            raw = store.read_bytes(tok["path"])
+            if raw is None or hashlib.sha256(raw).hexdigest() != tok["sha256"]:
+                raise TokshardError(f"{store.where(tok['path'])} is missing or differs from the manifest")
+            _write_whole(tok_path, raw)
+        m.source_url = murl  # type: ignore[attr-defined]
+        return m
+
+    # --- shards --------------------------------------------------------------------------
+
+    def ensure(self, m: manifest_mod.Manifest, entry: manifest_mod.ShardEntry) -> None:
+        """Make ``entry``'s .bin and .idx local and hash-checked, and pin them for this process."""
+        with self._guard:
+            lock = self._locks.setdefault(entry.bin_path, threading.Lock())
+        with lock:
+            if entry.bin_path in self._pins:
+                return
+            began = time.perf_counter()
+            self._pin(entry.bin_path)
+            store = self._stores[str(m.folder)]
+            got = self._ensure_file(store, entry.idx_path, _idx_rel(entry.rel_path), entry.idx_hash, None)
+            got |= self._ensure_file(store, entry.bin_path, entry.rel_path, entry.hash, entry.bytes)
+            self.stats.wait_s += time.perf_counter() - began
+            if not got:
+                self.stats.cached += 1
+            elif self.limit is not None:
+                self.evict()
+
+    def _ensure_file(self, store: Store, path: Path, rel: str, want: str, size: int | None) -> bool:
+        """True if it had to be downloaded."""
+        if self._verified(path, want):
+            return False
+        with _flock(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+            if self._verified(path, want):  # another process fetched it while we waited
+                return False
+            self._download(store, path, rel, want, size)
+        return True
+
+    def _verified(self, path: Path, want: str) -> bool:
+        """The file is there with the manifest's hash (trusting an unchanged stat record)."""
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        ok = path.with_name(path.name + ".ok")
+        stamp = {"hash": want, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(ok.read_text()) == stamp:
+                os.utime(ok)  # last use, for eviction
+                return True
+        if _xxh_file(path) == want:
+            _write_whole(ok, json.dumps(stamp).encode())
+            return True
+        self.stats.refetched_corrupt += 1
+        self.log(f"cached {path} does not match the manifest's hash; fetching it again")
+        path.unlink(missing_ok=True)
+        return False
+
+    def _download(self, store: Store, path: Path, rel: str, want: str, size: int | None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        h = xxhash.xxh3_128()
+        n = 0
+        try:
+            with store.open_read(rel) as src, open(tmp, "wb") as dst:
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+                    dst.write(chunk)
+                    n += len(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())
+            got = f"{HASH_NAME}:{h.hexdigest()}"
+            if got != want or (size is not None and n != size):
+                raise TokshardError(
+                    f"{store.where(rel)} differs from its manifest ({n} bytes, hash {got}); "
+                    "the prepared data was changed: run `tokshard verify` on it"
+                )
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        st = path.stat()
+        stamp = {"hash": want, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        _write_whole(path.with_name(path.name + ".ok"), json.dumps(stamp).encode())
+        self.stats.downloaded += 1
+        self.stats.downloaded_bytes += n
+
+    def _pin(self, bin_path: Path) -> None:
+        pin = bin_path.with_name(bin_path.name + ".pin")
+        pin.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(pin, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._pins[bin_path] = fd
+
+    def close(self) -> None:
+        """Unpin everything (the process no longer maps these shards)."""
+        with self._guard:
+            for fd in self._pins.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pins.clear()
+
+    # --- eviction ------------------------------------------------------------------------
+
+    def usage(self) -> int:
+        return sum(p.stat().st_size for p in self._cached_files())
+
+    def _cached_files(self) -> Iterable[Path]:
+        for p in (self.root / "views").glob("*/**/*"):
+            if p.suffix in (".bin", ".idx") and p.is_file():
+                yield p
+
+    def evict(self) -> None:
+        """Delete least recently used shards nobody pins until the cache fits ``limit``."""
+        if self.limit is None:
+            return
+        bins = [p for p in self._cached_files() if p.suffix == ".bin"]
+        total = self.usage()
+        if total <= self.limit:
+            return
+
+        def last_use(p: Path) -> float:
+            with contextlib.suppress(OSError):
+                return p.with_name(p.name + ".ok").stat().st_mtime
+            return 0.0
+
+        for bin_path in sorted(bins, key=last_use):
+            if total <= self.limit:
+                return
+            pin = bin_path.with_name(bin_path.name + ".pin")
+            fd = os.open(pin, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a job maps it
+                idx = bin_path.with_suffix(".idx")
+                for p in (bin_path, idx):
+                    with contextlib.suppress(FileNotFoundError):
+                        total -= p.stat().st_size
+                        p.unlink()
+                    p.with_name(p.name + ".ok").unlink(missing_ok=True)
+                self.stats.evicted += 1
+            finally:
+                os.close(fd)
+
+
+class ShardFetcher:
+    """Downloads a manifest's shards ahead of use on a background thread, in a given order;
+    `ready(path)` (called by the dataset before it maps a shard) waits for that one."""
+
+    def __init__(self, cache: DataCache, m: manifest_mod.Manifest) -> None:
+        self.cache = cache
+        self.manifest = m
+        self.by_path = {e.bin_path: e for e in m.shards}
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, order: list[manifest_mod.ShardEntry]) -> None:
+        first = set(order)
+        rest = [e for e in self.manifest.shards if e not in first]
+        self._thread = threading.Thread(
+            target=self._run, args=([*order, *rest],), name="tokshard-shard-fetch", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, entries: list[manifest_mod.ShardEntry]) -> None:
+        try:
+            for entry in entries:
+                self.cache.ensure(self.manifest, entry)
+        except BaseException as exc:  # the training thread meets it at its next ready()
+            self._error = exc
+
+    def ready(self, bin_path: Path) -> None:
+        entry = self.by_path.get(Path(bin_path))
+        if entry is None:
+            return
+        if self._error is not None:
+            raise self._error
+        self.cache.ensure(self.manifest, entry)
+
+    def fetch_all(self) -> None:
+        for entry in self.manifest.shards:
+            self.cache.ensure(self.manifest, entry)
+
+
+def open_url_manifest(
+    url: str, cache_dir: str | None = None, limit: int | None = None
+) -> manifest_mod.Manifest:
+    """A manifest URL with every shard in the cache (for `inspect`): an ordinary local manifest."""
+    cache = DataCache(cache_dir, limit)
+    m = cache.open_manifest(url)
+    ShardFetcher(cache, m).fetch_all()
+    return m
+
+
+def _idx_rel(bin_rel: str) -> str:
+    return bin_rel[: -len(".bin")] + ".idx"
+
+
+@contextlib.contextmanager
+def _flock(path: Path, how: int):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, how)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Temporary name, then rename: another process reads the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _xxh_file(path: Path) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return f"{HASH_NAME}:{h.hexdigest()}"

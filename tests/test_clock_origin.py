@@ -1,0 +1,60 @@
+"""No code may assume where a clock starts: monotonic() and perf_counter() are seconds since
+boot on Linux, so a machine a minute old (CI, a fresh VM) reads small numbers.
+
+The tests that depend on those clocks run again here in a Linux time namespace whose
+monotonic and boot clocks are set back to about two seconds after boot, as on a freshly
+booted machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+#: the suite's tests of code that reads monotonic() or perf_counter(): progress lines, commit
+#: intervals, lock waits, status rates, the trainer's tokens/s and data-wait accounting
+CLOCK_TESTS = [
+    "tests/test_progress.py",
+    "tests/test_commit_points.py",
+    "tests/test_status.py",
+    "tests/test_trainer_prefetch.py",
+]
+
+
+def fresh_boot_command(argv: list[str]) -> list[str]:
+    """``argv`` under clocks that read about 2 s, via `unshare --time` (needs CAP_SYS_ADMIN)."""
+    up = int(float(Path("/proc/uptime").read_text().split()[0]))
+    back = max(0, up - 2)
+    return ["unshare", "--time", "--fork", f"--monotonic=-{back}", f"--boottime=-{back}", *argv]
+
+
+@pytest.fixture(scope="module")
+def time_namespace() -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed, so no time namespace can be made")
+    probe = subprocess.run(
+        fresh_boot_command([sys.executable, "-c", "import time; print(time.monotonic())"]),
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(
+            f"this machine does not permit a time namespace ({probe.stderr.strip()}); "
+            "it needs Linux 5.6+ and root or CAP_SYS_ADMIN"
+        )
+    assert float(probe.stdout) < 10, probe.stdout
+
+
+def test_clock_dependent_tests_pass_on_a_freshly_booted_machine(time_namespace):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLOCK_TESTS]
+    proc = subprocess.run(
+        fresh_boot_command(argv), capture_output=True, text=True, cwd=REPO, env=env, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

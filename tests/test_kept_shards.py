@@ -1,0 +1,105 @@
+"""A rerun publishes only shards that are what their checkpoints say, and says what it skipped.
+
+A finished folder whose manifest was removed, with one shard file deleted, cut or changed
+behind the run's back: the rerun must redo that partition (not list the damaged shard in a
+new manifest), and `tokshard status` must say beforehand that it will.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import cli, plain_encode, run_prepare, stream_of, write_jsonl
+
+from pipeline.verify import verify
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, docs, tokenizer_path, dask_client):
+    """A finished run of several partitions, kept pristine; each test works on a copy."""
+    d = tmp_path_factory.mktemp("kept")
+    write_jsonl(d / "in.jsonl", docs[:80])
+    raw = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "paths": [str(d / "in.jsonl")], "partition_bytes": 40_000}},
+    }
+    run_prepare(raw, d / "out", dask_client)
+    return d, raw
+
+
+@pytest.fixture
+def rerun_folder(finished, tmp_path):
+    d, raw = finished
+    out = tmp_path / "out"
+    shutil.copytree(d / "out", out)
+    (out / "manifest.json").unlink()
+    shards = sorted(out.glob("d/train/*.bin"))
+    assert len(shards) >= 3
+    return out, raw, shards[1]
+
+
+def flip_byte(path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    "deleted .idx": lambda shard: shard.with_suffix(".idx").unlink(),
+    "deleted .bin": lambda shard: shard.unlink(),
+    "flipped byte in .bin": flip_byte,
+    "flipped byte in .idx": lambda shard: flip_byte(shard.with_suffix(".idx")),
+    "cut .bin": lambda shard: shard.write_bytes(shard.read_bytes()[:-2]),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_rerun_redoes_a_kept_shard_that_differs_from_its_checkpoint(
+    rerun_folder, docs, tokenizer_path, dask_client, damage
+):
+    out, raw, shard = rerun_folder
+    DAMAGE[damage](shard)
+    path = run_prepare(raw, out, dask_client)
+    faults, _ = verify(path)
+    assert faults == []
+    assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, docs[:80]))
+
+
+def test_status_says_a_rerun_will_redo_the_damaged_partition(rerun_folder):
+    out, _, shard = rerun_folder
+    flip_byte(shard)
+    s = json.loads(cli("status", str(out), "--json", check=True).stdout)
+    assert s["rerun"].startswith("redo 1 partitions whose shards do not match their checkpoints")
+    assert f"{shard.name} differs from its checkpoint" in s["rerun"]
+    assert s["splits"]["d/train"]["pending"] == 1
+    text = cli("status", str(out), check=True).stdout
+    assert "a rerun would: redo 1 partitions whose shards do not match" in text
+
+
+def test_status_of_undamaged_kept_shards_says_only_the_manifest_is_left(rerun_folder):
+    out, _, _ = rerun_folder
+    s = json.loads(cli("status", str(out), "--json", check=True).stdout)
+    assert s["rerun"] == "write the manifest (all partitions are done)" and s["damaged"] == []
+
+
+# --- 16. skipped bad records are said, not only counted in the manifest ----------------------------
+
+
+def test_the_final_line_and_status_say_how_many_records_were_skipped_and_why(tmp_path, docs, tokenizer_path):
+    lines = [json.dumps({"text": d}) for d in docs[:10]]
+    lines[2] = '{"text": "unterminated'
+    lines[5] = '{"text": "unterminated too'
+    lines[7] = '{"body": "wrong field"}'
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    proc = cli(
+        "prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--out", "out",
+        "--on-bad-record", "skip", "--workers", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = "skipped 3 bad records (2 malformed JSON, 1 missing field 'text')"
+    assert proc.stdout.strip().splitlines()[-1].endswith(said), proc.stdout
+    status = cli("status", str(tmp_path / "out"), check=True).stdout
+    assert said in status

@@ -1,0 +1,354 @@
+"""Inputs nobody here wrote: the globs, paths and damaged files a user actually hands over.
+
+Every file is real: shell globs as typed (quoted) on the command line, ``./a`` beside ``a``,
+zstd and parquet files made by their own libraries and then cut or damaged the way a broken
+download or disk leaves them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from conftest import cli, plain_encode, run_prepare, stream_of, write_jsonl
+
+from pipeline import manifest
+from pipeline.errors import DataError, TokshardError
+from pipeline.sources.files import expand, iter_texts
+
+
+def one_error_line(proc) -> str:
+    """The single `tokshard: error:` line a failed command must end with (and no traceback)."""
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert lines and lines[-1].startswith("tokshard: error: "), proc.stderr
+    assert [line for line in lines if line.startswith("tokshard: error: ")] == lines[-1:], proc.stderr
+    return lines[-1]
+
+
+def files_recipe(tokenizer_path, paths, **settings) -> dict:
+    return {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "paths": [str(p) for p in paths]}},
+        **settings,
+    }
+
+
+@pytest.fixture
+def parts(tmp_path, docs):
+    """part-00001.jsonl .. part-00003.jsonl, and sub/part-00004.jsonl, of real text."""
+    for i in range(1, 4):
+        write_jsonl(tmp_path / f"part-0000{i}.jsonl", docs[10 * i : 10 * i + 10])
+    write_jsonl(tmp_path / "sub" / "part-00004.jsonl", docs[40:50])
+    return tmp_path
+
+
+# --- 2. globs as the shell writes them ---------------------------------------------------------
+
+
+def test_input_takes_a_bracket_glob_as_typed(parts, tokenizer_path):
+    proc = cli(
+        "prepare", "--input", "part-0000[12].jsonl", "--tokenizer", str(tokenizer_path),
+        "--out", "out", "--workers", "1", cwd=parts,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    files = manifest.load(parts / "out" / "manifest.json").data["sources"]["data"]["origin"]["files"]["train"]
+    assert [os.path.basename(f["path"]) for f in files] == ["part-00001.jsonl", "part-00002.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "names"),
+    [
+        ("part-0000?.jsonl", ["part-00001.jsonl", "part-00002.jsonl", "part-00003.jsonl"]),
+        ("part-0000[!1].jsonl", ["part-00002.jsonl", "part-00003.jsonl"]),
+        ("**/part-*.jsonl", ["part-00001.jsonl", "part-00002.jsonl", "part-00003.jsonl", "part-00004.jsonl"]),
+    ],
+)
+def test_question_mark_negated_bracket_and_double_star_expand_like_the_shell(parts, pattern, names):
+    assert [os.path.basename(f) for f in expand([pattern], str(parts))] == names
+
+
+def test_a_file_whose_name_holds_brackets_is_itself(tmp_path, docs):
+    write_jsonl(tmp_path / "dump[2024].jsonl", docs[:2])
+    assert expand(["dump[2024].jsonl"], str(tmp_path)) == [os.path.realpath(tmp_path / "dump[2024].jsonl")]
+
+
+def test_url_globs_expand_like_local_ones():
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for name in ("b/part-00001.jsonl", "b/part-00002.jsonl", "b/sub/part-00003.jsonl"):
+        fs.pipe(f"/globs/{name}", b'{"text": "x"}\n')
+    names = lambda pattern: [f.rsplit("/", 1)[1] for f in expand([f"memory://globs/{pattern}"], ".")]  # noqa: E731
+    assert (
+        names("b/part-0000[12].jsonl")
+        == names("b/part-0000?.jsonl")
+        == ["part-00001.jsonl", "part-00002.jsonl"]
+    )
+    assert names("b/**/*.jsonl") == ["part-00001.jsonl", "part-00002.jsonl", "part-00003.jsonl"]
+    with pytest.raises(TokshardError, match="memory://globs/b is a directory"):
+        expand(["memory://globs/b"], ".")
+    with pytest.raises(TokshardError, match=r"no files match 'memory://globs/b/part-9\.jsonl'"):
+        expand(["memory://globs/b/part-9.jsonl"], ".")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("part-0000[89].jsonl", "no files match 'part-0000[89].jsonl'"),
+        ("part-00009.jsonl", "no files match 'part-00009.jsonl' (no such file)"),
+    ],
+)
+def test_a_pattern_matching_nothing_or_a_missing_file_is_one_line(parts, tokenizer_path, pattern, says):
+    proc = cli("prepare", "--input", pattern, "--tokenizer", str(tokenizer_path), "--out", "o", cwd=parts)
+    assert proc.returncode == 2 and says in one_error_line(proc)
+
+
+# --- 3. one file named twice -----------------------------------------------------------------------
+
+
+def test_one_file_named_twice_is_read_once(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
+    write_jsonl(tmp_path / "a.jsonl", docs[:20])
+    monkeypatch.chdir(tmp_path)
+    recipe = files_recipe(tokenizer_path, ["a.jsonl", "./a.jsonl", str(tmp_path / "a.jsonl"), "a.*"])
+    out = run_prepare(recipe, tmp_path / "out", dask_client)
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:20]))
+
+
+def test_a_file_reached_through_a_symlinked_folder_is_one_file(tmp_path, docs):
+    write_jsonl(tmp_path / "data" / "a.jsonl", docs[:2])
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    found = expand(["data/a.jsonl", "link/*.jsonl"], str(tmp_path))
+    assert found == [os.path.realpath(tmp_path / "data" / "a.jsonl")]
+
+
+# --- 4. a truncated .jsonl.zst is a corrupt file, never a short one ----------------------------------
+
+
+def zstd_blocks(docs: list[str]) -> tuple[bytes, list[int]]:
+    """docs as one zstd frame of several blocks (as a streaming writer flushes them), and the
+    offsets where its blocks end."""
+    blob = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()
+    c = zstandard.ZstdCompressor(write_checksum=True).compressobj()
+    data, ends = b"", []
+    for start in range(0, len(blob), len(blob) // 6 + 1):
+        data += c.compress(blob[start : start + len(blob) // 6 + 1])
+        data += c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+        ends.append(len(data))
+    return data + c.flush(), ends
+
+
+@pytest.mark.parametrize("policy", ["error", "skip"])
+@pytest.mark.parametrize("cut", ["block boundary", "inside a block", "before the checksum"])
+def test_a_truncated_zstd_file_is_a_corrupt_file(tmp_path, docs, tokenizer_path, dask_client, policy, cut):
+    data, ends = zstd_blocks(docs[:60])
+    keep = {"block boundary": ends[2], "inside a block": ends[2] + 40, "before the checksum": len(data) - 4}[
+        cut
+    ]
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(data[:keep])
+    recipe = files_recipe(
+        tokenizer_path, [path], on_bad_record=policy, encoder="tokenizers"
+    )  # read by a worker
+    with pytest.raises(DataError, match=r"in\.jsonl\.zst: corrupt compressed file \(.*truncated"):
+        run_prepare(recipe, tmp_path / "out", dask_client)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_zstd_file_of_several_frames_is_read_to_its_end(tmp_path, docs, tokenizer_path, dask_client):
+    frames = [
+        zstandard.ZstdCompressor().compress(
+            "".join(json.dumps({"text": d}) + "\n" for d in docs[k : k + 10]).encode()
+        )
+        for k in range(0, 30, 10)
+    ]  # what `cat a.zst b.zst c.zst` or pzstd writes
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(b"".join(frames))
+    out = run_prepare(files_recipe(tokenizer_path, [path]), tmp_path / "out", dask_client)
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:30]))
+
+
+# --- 5. a corrupt parquet file is one line naming it ------------------------------------------------
+
+
+def parquet_bytes(docs: list[str], **options) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"text": docs}), sink, row_group_size=10, use_dictionary=False, **options)
+    return sink.getvalue()
+
+
+def damaged(data: bytes, how: str) -> bytes:
+    if how == "bad magic":
+        return b"XXXX" + data[4:]
+    if how == "bad end magic":
+        return data[:-4] + b"XXXX"
+    if how == "cut footer":
+        return data[: len(data) - 100]
+    # a flipped byte in the middle of the first column chunk (its data pages: no dictionary)
+    col = pq.read_metadata(pa.BufferReader(data)).row_group(0).column(0)
+    assert col.dictionary_page_offset is None
+    at = col.data_page_offset + col.total_compressed_size // 2
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+
+
+@pytest.mark.parametrize("how", ["bad magic", "bad end magic", "cut footer", "flipped page"])
+def test_a_corrupt_parquet_file_stops_prepare_with_one_line_naming_it(tmp_path, docs, tokenizer_path, how):
+    path = tmp_path / "in.parquet"
+    path.write_bytes(damaged(parquet_bytes(docs[:40], write_page_checksum=True), how))
+    proc = cli("prepare", "--input", str(path), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o"),
+               "--workers", "1")  # fmt: skip
+    line = one_error_line(proc)
+    assert proc.returncode == 1 and f"{path}: corrupt parquet file" in line
+
+
+@pytest.mark.parametrize("how", ["bad magic", "bad end magic", "cut footer", "flipped page"])
+def test_a_corrupt_parquet_file_stops_tokenizer_training_with_one_line(tmp_path, docs, how):
+    path = tmp_path / "in.parquet"
+    path.write_bytes(damaged(parquet_bytes(docs[:40], write_page_checksum=True), how))
+    proc = cli(
+        "tokenizer", "train", "--input", str(path), "--vocab-size", "300", "--out", str(tmp_path / "t")
+    )
+    assert proc.returncode == 1 and f"{path}: corrupt parquet file" in one_error_line(proc)
+
+
+def test_a_page_flipped_after_planning_is_named_by_the_worker(tmp_path, docs, tokenizer_path, dask_client):
+    """The footer is whole, so planning passes; the worker meets the damage as it reads. The
+    flipped bit turns one letter into another, so only the page's checksum can tell."""
+    data = bytearray(parquet_bytes(docs[:40], write_page_checksum=True, compression="none"))
+    data[data.index(docs[25][:40].encode()) + 5] ^= 0x01
+    path = tmp_path / "in.parquet"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"in\.parquet: corrupt parquet file"):
+        run_prepare(files_recipe(tokenizer_path, [path], encoder="tokenizers"), tmp_path / "out", dask_client)
+
+
+# --- 6. a directory given as --input ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["corpus", "corpus/"])
+def test_a_directory_as_input_says_so_and_suggests_a_glob(tmp_path, docs, tokenizer_path, given):
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", docs[:3])
+    proc = cli("prepare", "--input", given, "--tokenizer", str(tokenizer_path), "--out", "o", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "corpus is a directory" in line and "'corpus/*.jsonl'" in line
+
+
+def test_tokenizer_train_on_a_directory_says_so(tmp_path, docs):
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", docs[:3])
+    proc = cli("tokenizer", "train", "--input", "corpus", "--vocab-size", "300", "--out", "t", cwd=tmp_path)
+    assert "corpus is a directory" in one_error_line(proc)
+
+
+# --- 7. a BOM is no text, in .txt as in .jsonl -------------------------------------------------------
+
+
+def test_a_bom_is_stripped_from_txt_as_from_jsonl(tmp_path, docs):
+    (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbf" + docs[0].encode())
+    (tmp_path / "b.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"text": docs[0]}).encode() + b"\n")
+    assert (
+        list(iter_texts([str(tmp_path / "a.txt")]))
+        == list(iter_texts([str(tmp_path / "b.jsonl")]))
+        == [docs[0]]
+    )
+
+
+def test_a_bom_is_stripped_from_a_txt_streamed_in_pieces(tmp_path, monkeypatch):
+    from pipeline.sources import files
+
+    monkeypatch.setattr(files, "STREAM_TXT_BYTES", 16)  # this small file takes the large-file path
+    (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbf" + b"a longer text than sixteen bytes")
+    assert list(iter_texts([str(tmp_path / "a.txt")])) == ["a longer text than sixteen bytes"]
+
+
+# --- 10. an input edited in place, size and time kept ---------------------------------------------------
+
+
+def edit_in_place(path, at: int, new: bytes) -> None:
+    """Overwrite bytes at ``at``, keeping the file's size and modification time."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture
+def interrupted_big(tmp_path, docs, tokenizer_path, dask_client):
+    """A 3 MiB input whose run stopped at a bad record near its end: most ranges done."""
+    lines = [json.dumps({"text": d}) + "\n" for d in docs] * 3
+    blob = "".join(lines).encode()
+    while len(blob) < 3 << 20:
+        blob += blob
+    blob = blob[: blob.rindex(b"\n", 0, 3 << 20) + 1]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(blob + b'{"text": "broken\n')
+    recipe = files_recipe(tokenizer_path, [path])
+    recipe["sources"]["d"]["partition_bytes"] = 256 << 10
+    with pytest.raises(TokshardError, match="bad record"):
+        run_prepare(recipe, tmp_path / "out", dask_client)
+    return path, recipe
+
+
+def test_an_input_edited_in_place_is_refused_on_resume(tmp_path, interrupted_big, dask_client):
+    path, recipe = interrupted_big
+    edit_in_place(path, 10, b"X")  # in the first MiB
+    with pytest.raises(DataError, match=r"in\.jsonl .*changed since this run started"):
+        run_prepare(recipe, tmp_path / "out", dask_client)
+
+
+def test_an_edit_in_the_middle_of_a_big_input_is_refused_on_resume(tmp_path, interrupted_big, dask_client):
+    path, recipe = interrupted_big
+    edit_in_place(path, (6 << 18) + 10, b"X")  # 1.5 MiB in: outside the file's sampled ends
+    with pytest.raises(DataError, match=r"in\.jsonl changed since this run started \(bytes 1572864-"):
+        run_prepare(recipe, tmp_path / "out", dask_client)
+
+
+# --- 8. names that become paths ---------------------------------------------------------------------
+
+
+def test_a_split_that_climbs_out_of_out_is_refused_before_any_work(tmp_path, docs, tokenizer_path):
+    write_jsonl(tmp_path / "a.jsonl", docs[:3])
+    proc = cli(
+        "prepare", "--input", "a.jsonl", "--split", "../../../victim/data/train", "--tokenizer",
+        str(tokenizer_path), "--out", "runs/out", cwd=tmp_path,
+    )  # fmt: skip
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "split name '../../../victim/data/train' must be" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # not even --out was made
+
+
+@pytest.mark.parametrize("split", ["", ".", "..", "a/b", "../x", "-rf", "a\\b"])
+def test_a_recipe_split_key_that_is_no_folder_name_is_refused(tmp_path, tokenizer_path, split):
+    from pipeline import recipe
+
+    raw = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "splits": {split: ["*.jsonl"]}}},
+    }
+    with pytest.raises(TokshardError, match=r"split name .* must be letters, digits, - or _"):
+        recipe.from_dict(raw, "r.toml")
+
+
+@pytest.mark.parametrize("split", ["..", "a/b", ""])
+def test_a_hub_split_that_is_no_folder_name_is_refused(tokenizer_path, split):
+    from pipeline import recipe
+
+    for key, value in (("splits", [split]), ("data_files", {split: "data/*.parquet"})):
+        raw = {"tokenizer": str(tokenizer_path), "sources": {"h": {"type": "hf", "repo": "a/b", key: value}}}
+        with pytest.raises(TokshardError, match=r"split name .* must be letters, digits, - or _"):
+            recipe.from_dict(raw, "r.toml")
+
+
+@pytest.mark.parametrize("paths", [[1], [], 5, [""], ["a.jsonl", None], {"x": 1}])
+def test_paths_must_be_globs(tokenizer_path, paths):
+    from pipeline import recipe
+
+    raw = {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": paths}}}
+    with pytest.raises(TokshardError, match=r"\[sources\.d\] paths must be a path/glob or a list of them"):
+        recipe.from_dict(raw, "r.toml")

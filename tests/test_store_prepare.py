@@ -1,0 +1,255 @@
+"""`prepare`, `status`, `verify` and `inspect` with an s3:// URL, against a real S3 API server
+(moto_server on 127.0.0.1, started by the tests): every request travels over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import cli
+from resume_support import alive, corpus, dask_worker_pids, files_recipe, kill_group, reference, start_prepare
+from s3_support import free_port, moto_server
+
+from pipeline.store import Store
+from pipeline.store_run import LEASE_FILE, lease
+
+KILL_ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def store_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
+    """2 MB of real text in 7 partitions, small shards; and its local reference run."""
+    d = tmp_path_factory.mktemp("store")
+    data = corpus(d / "in.jsonl", docs, copies=3)
+    recipe = files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=300_000, shard_tokens=60_000)
+    ref = reference(recipe, d / "ref", dask_client)
+    return recipe, ref.parent
+
+
+def local_output(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and ".tokshard" not in p.parts
+    }
+
+
+def assert_same_as_local(server, bucket: str, prefix: str, ref: Path) -> None:
+    """Every .bin, .idx and the tokenizer byte for byte; the manifest's shard list equal."""
+    stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(".tokshard/")}
+    local = local_output(ref)
+    assert sorted(stored) == sorted(local)
+    for rel, data in local.items():
+        if rel == "manifest.json":
+            a, b = json.loads(data), json.loads(stored[rel])
+            assert a["shards"] == b["shards"] and a["totals"] == b["totals"] and a["sources"] == b["sources"]
+        else:
+            assert stored[rel] == data, rel
+
+
+def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_read_it(
+    s3_server, store_setup, tmp_path
+):
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    done = cli("prepare", str(recipe), "--out", url, "--workers", "2", cwd=tmp_path, check=True)
+    assert done.stdout.startswith(f"{url}/manifest.json: ")
+    assert_same_as_local(s3_server, bucket, "run", ref)
+    assert list(tmp_path.iterdir()) == [], "a URL made a local folder"
+    status = cli("status", url, cwd=tmp_path, check=True).stdout
+    assert "7 done, 0 partial, 0 pending" in status and "running: no" in status
+    verified = cli("verify", f"{url}/manifest.json", cwd=tmp_path, check=True).stdout
+    assert verified.startswith("OK: ")
+    inspected = cli("inspect", url, "--json", cwd=tmp_path, env={"XDG_CACHE_HOME": str(tmp_path / "c")})
+    report = json.loads(inspected.stdout)
+    assert (
+        report["manifest"] == url
+        and report["totals"] == json.loads((ref / "manifest.json").read_text())["totals"]
+    )
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_verify_of_a_url_finds_a_corrupted_object(s3_server, store_setup, tmp_path):
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    cli("prepare", str(recipe), "--out", url, "--workers", "2", check=True)
+    s3 = s3_server.client()
+    key = "run/text/train/00000-0000.bin"
+    data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[100] ^= 1
+    s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    proc = cli("verify", url, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "FAULT text/train/00000-0000.bin: .bin content hash differs from the manifest" in proc.stdout
+
+
+def scratch_pids() -> set[int]:
+    """Processes that have a partition in their local scratch folder right now."""
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / "tokshard-scratch"
+    return {int(p.name.split("-", 1)[0]) for p in root.glob("*-*") if p.name.split("-", 1)[0].isdigit()}
+
+
+def test_sigkill_at_random_moments_then_rerun_gives_identical_bytes(s3_server, store_setup):
+    recipe, ref = store_setup
+    seed = int(os.environ.get("TOKSHARD_KILL_SEED", random.randrange(1 << 31)))
+    print(f"TOKSHARD_KILL_SEED={seed}")
+    rng = random.Random(seed)
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    history = []
+    for _ in range(KILL_ROUNDS):
+        proc = start_prepare(recipe, url, "--workers", "2")
+        delay = rng.uniform(1.0, 10.0)
+        time.sleep(delay)
+        if proc.poll() is not None:
+            history.append(f"finished before the kill at {delay:.1f}s")
+            break
+        if rng.random() < 0.5:
+            kill_group(proc)
+            history.append(f"machine at {delay:.1f}s")
+        else:
+            workers = dask_worker_pids(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            deadline = time.monotonic() + 20
+            while any(map(alive, workers)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            history.append(f"driver at {delay:.1f}s")
+        if s3_server.objects(bucket, "run/.tokshard/run.json"):
+            s = cli("status", url, "--json", check=True)
+            assert json.loads(s.stdout)["running"] is None, history  # the dead run's lease is no bar
+    # the last run: one worker is killed while it encodes a partition; the run still finishes
+    proc = start_prepare(recipe, url, "--workers", "2")
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        busy = scratch_pids() & set(dask_worker_pids(proc.pid))
+        if busy:
+            os.kill(rng.choice(sorted(busy)), signal.SIGKILL)
+            history.append("one worker killed in the last run")
+            break
+        time.sleep(0.05)
+    _, stderr = proc.communicate(timeout=300)
+    print("\n".join(history))
+    assert proc.returncode == 0, f"seed {seed} {history}: {stderr}"
+    assert_same_as_local(s3_server, bucket, "run", ref)
+    assert cli("verify", url, check=True).stdout.startswith("OK: ")
+    assert not s3_server.objects(bucket, "run/.tokshard/lease.json"), "the lease outlived its run"
+
+
+def test_a_second_prepare_on_the_same_url_is_refused(s3_server, store_setup, tmp_path):
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    with lease(Store(url), "first-run", log=lambda m: None):  # this process is the running prepare
+        proc = cli("prepare", str(recipe), "--out", url, "--workers", "1", cwd=tmp_path)
+        running = json.loads(cli("status", url, "--json").stdout or "{}").get("running")
+    assert proc.returncode == 2, proc.stderr
+    assert re.fullmatch(
+        rf"tokshard: error: another `tokshard prepare` \(pid {os.getpid()} on \S+ since [^)]+\) is running "
+        rf"on {url}; wait for it to finish or stop it, then rerun .*",
+        proc.stderr.strip(),
+    ), proc.stderr
+    assert running is None or str(os.getpid()) in running  # no plan yet: status may refuse
+    assert not s3_server.objects(bucket, "run/manifest.json")
+
+
+def test_the_lease_of_a_dead_prepare_is_taken_over(s3_server, store_setup):
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    dead = {
+        "pid": 2**22 + 12345,
+        "host": os.uname().nodename,
+        "since": "then",
+        "time": time.time(),
+        "run": "old",
+    }
+    assert Store(url).create(LEASE_FILE, json.dumps(dead).encode())
+    proc = cli("prepare", str(recipe), "--out", url, "--workers", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "took over the lease of a dead run" in proc.stderr
+
+
+def _no_local_folder(cwd: Path) -> None:
+    assert not any(p.name.startswith(("s3:", "gs:")) for p in cwd.rglob("*")), list(cwd.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def denying_server():
+    """A second server that enforces IAM: unknown keys are refused (HTTP 403)."""
+    with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["unreachable endpoint", "missing credentials", "missing bucket", "access denied", "gs not installed"],
+)
+def test_store_errors_are_one_line(s3_server, denying_server, store_setup, tmp_path, case):
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url, env, expect = f"s3://{bucket}/run", {}, ""
+    if case == "unreachable endpoint":
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+        expect = rf"cannot reach http://127\.0\.0\.1:\d+ for {url}; check AWS_ENDPOINT_URL .*"
+    elif case == "missing credentials":
+        env = {
+            "AWS_ACCESS_KEY_ID": "",
+            "AWS_SECRET_ACCESS_KEY": "",
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+            "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        }
+        expect = rf"no credentials for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or .*"
+    elif case == "missing bucket":
+        url = "s3://no-such-bucket-here/run"
+        expect = rf"bucket no-such-bucket-here does not exist \({url}\); create it first"
+    elif case == "access denied":
+        env = {"AWS_ENDPOINT_URL": denying_server.endpoint}
+        expect = rf"access denied to {url} \(.*\); check the credentials and the bucket's permissions"
+    else:
+        try:
+            import gcsfs  # noqa: F401
+
+            pytest.skip("gcsfs is installed")
+        except ImportError:
+            pass
+        url = "gs://bucket/run"
+        expect = (
+            r"cannot open gs://bucket/run: the gs:// protocol is not installed; pip install tokshard\[gcs\]"
+        )
+    for args in (["prepare", str(recipe), "--out", url], ["status", url]):
+        proc = cli(*args, cwd=tmp_path, env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        line = proc.stderr.strip()
+        assert "\n" not in line and re.fullmatch(rf"tokshard: error: {expect}", line), line
+    _no_local_folder(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tokenizer", "train", "--input", "x.jsonl", "--vocab-size", "300", "--out", "s3://b/tok"],
+        ["demo", "--out", "s3://b/demo"],
+        ["plot", "s3://b/run"],
+        ["prepare", "s3://b/recipe.toml", "--out", "s3://b/run"],
+        ["prepare", "--input", "x.jsonl", "--tokenizer", "s3://b/tokenizer.json", "--out", "out"],
+        ["train", "--manifest", "m.json", "--save", "s3://b/ckpt"],
+    ],
+    ids=["tokenizer-out", "demo-out", "plot", "recipe", "tokenizer", "train-save"],
+)
+def test_a_url_where_only_a_local_path_works_is_refused_never_made_a_folder(tmp_path, args):
+    proc = cli(*args, cwd=tmp_path, env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"})
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(r"s3://b/\S+ is a URL; this option takes a local path", proc.stderr), proc.stderr
+    _no_local_folder(tmp_path)

@@ -1,0 +1,153 @@
+"""Training from an s3:// manifest through the node's data cache, against a real S3 API server
+(moto_server on 127.0.0.1, started by the tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli, run_prepare, write_jsonl
+
+from pipeline.shard_writer import file_hash
+from pipeline.store_cache import DataCache, ShardFetcher
+
+CONFIGS = REPO / "trainer" / "configs"
+
+
+@pytest.fixture(scope="module")
+def s3_manifest(s3_server, tmp_path_factory, docs, tokenizer_path, dask_client) -> str:
+    """A prepared run (train and validation splits, 8+ shards) uploaded to a bucket."""
+    d = tmp_path_factory.mktemp("s3train")
+    train = write_jsonl(d / "train.jsonl", docs[:150])
+    valid = write_jsonl(d / "valid.jsonl", docs[150:180])
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 25_000,
+        "sources": {
+            "text": {"type": "files", "splits": {"train": [str(train)], "validation": [str(valid)]}},
+        },
+    }
+    local = run_prepare(recipe, d / "run", dask_client).parent
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for p in sorted(local.rglob("*")):
+        if p.is_file() and ".tokshard" not in p.parts:
+            s3.put_object(Bucket=bucket, Key=f"run/{p.relative_to(local)}", Body=p.read_bytes())
+    return f"s3://{bucket}/run/manifest.json"
+
+
+def cache_note(stdout: str) -> str:
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("tokshard: data cache ")]
+    return line
+
+
+def cached_files(cache: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(cache)): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in cache.rglob("*")
+        if p.suffix in (".bin", ".idx")
+    }
+
+
+def test_train_from_an_s3_manifest_goes_through_the_cache_and_a_second_run_downloads_nothing(
+    s3_manifest, tmp_path
+):
+    cache = tmp_path / "cache"
+    common = ["train", "--manifest", s3_manifest, "--data-cache", str(cache)]
+    common += ["--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny", "--seq-len", "32"]
+    common += ["--steps", "2", "--micro-batch", "4", "--log-every", "1", "--eval-every", "2"]
+    first = cli(*common, "--run-dir", str(tmp_path / "r1"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    n_shards = len(json.loads((next(cache.glob("views/*/manifest.json"))).read_text())["shards"])
+    assert n_shards >= 8
+    assert f"{2 * n_shards} files downloaded" in cache_note(first.stdout)
+    before = cached_files(cache)
+    second = cli(*common, "--run-dir", str(tmp_path / "r2"), cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "0 files downloaded (0.0 MiB)" in cache_note(second.stdout)
+    assert cached_files(cache) == before, "a cached shard was replaced"
+    steps = [json.loads(x) for x in (tmp_path / "r2" / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "loss" in s] == [1, 2]
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3_manifest, tmp_path):
+    first = DataCache(tmp_path / "cache")
+    m = first.open_manifest(s3_manifest)
+    ShardFetcher(first, m).fetch_all()
+    first.close()
+    victim = m.shards[3]
+    data = bytearray(victim.bin_path.read_bytes())
+    data[10] ^= 0xFF
+    victim.bin_path.write_bytes(bytes(data))
+    again = DataCache(tmp_path / "cache", log=lambda msg: None)
+    m2 = again.open_manifest(s3_manifest)
+    ShardFetcher(again, m2).fetch_all()
+    assert (again.stats.refetched_corrupt, again.stats.downloaded) == (1, 1)
+    assert file_hash(victim.bin_path) == victim.hash
+
+
+def test_two_processes_fill_one_cache_at_once_each_shard_downloaded_once(s3_manifest, tmp_path, s3_server):
+    script = (
+        "import json, sys\n"
+        "from pipeline.store_cache import DataCache, ShardFetcher\n"
+        "c = DataCache(sys.argv[1]); m = c.open_manifest(sys.argv[2]); ShardFetcher(c, m).fetch_all()\n"
+        "print(json.dumps({'downloaded': c.stats.downloaded, 'cached': c.stats.cached}))\n"
+    )
+    env = {"PYTHONPATH": str(REPO), **s3_server.env, "PATH": "/usr/bin:/bin"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / "cache"), s3_manifest],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    check = DataCache(tmp_path / "cache")
+    m = check.open_manifest(s3_manifest)
+    assert sum(r["downloaded"] for r in results) == 2 * len(m.shards), results  # each file once
+    for entry in m.shards:
+        assert file_hash(entry.bin_path) == entry.hash and file_hash(entry.idx_path) == entry.idx_hash
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+def test_the_size_limit_evicts_least_recently_used_shards_that_no_job_maps(s3_manifest, tmp_path):
+    running = DataCache(tmp_path / "cache", limit=1)  # everything it fetched stays: it maps it
+    m = running.open_manifest(s3_manifest)
+    ShardFetcher(running, m).fetch_all()
+    assert running.stats.evicted == 0 and all(e.bin_path.exists() for e in m.shards)
+    one = m.shards[0].bytes + m.shards[0].idx_path.stat().st_size
+    later = DataCache(tmp_path / "cache", limit=one)
+    m2 = later.open_manifest(s3_manifest)
+    later.ensure(m2, m2.shards[0])  # cached: no download, so nothing to make room for
+    later.ensure(m2, m2.shards[-1])
+    assert later.stats.evicted == 0, "a shard the running job maps was evicted"
+    running.close()  # that job ended
+    later.evict()
+    kept = [e.rel_path for e in m2.shards if e.bin_path.exists()]
+    assert set(kept) <= {m2.shards[0].rel_path, m2.shards[-1].rel_path} and m2.shards[-1].rel_path in kept
+
+
+def test_the_trainers_data_path_imports_fsspec_only_for_a_url():
+    code = (
+        "import sys\n"
+        "import trainer.data, trainer.remote, pipeline.store_cache\n"
+        "assert 'fsspec' not in sys.modules, 'fsspec imported without a URL'\n"
+        "from pipeline.store import Store\n"
+        "Store('memory://x')\n"
+        "assert 'fsspec' in sys.modules\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr

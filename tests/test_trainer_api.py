@@ -1,0 +1,82 @@
+"""The public data API (`trainer.api`): no DeepSpeed, exact resume, and the example in
+docs/TRAINING.md runs as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+from tests.trainer_data import cached_manifest
+from trainer.api import TrainingSamples
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+def key(batch: dict) -> list[tuple]:
+    return list(zip(batch["positions"].tolist(), batch["sources"], batch["windows"].tolist(), strict=True))
+
+
+def test_importing_the_api_loads_no_deepspeed():
+    code = "import sys, trainer.api; assert 'deepspeed' not in sys.modules, 'deepspeed imported'"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0
+
+
+def test_state_dict_resumes_exactly_on_another_number_of_ranks(manifest):
+    """4 steps on 1 rank == 2 steps on 1 rank, then a JSON state, then 2 steps on 2 ranks."""
+    one = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=4, mix="stdlib=0.3,asyncio=0.7")
+    straight = [k for b in islice(iter(one), 8) for k in key(b)]  # 4 steps of 2 micro-steps
+    first = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=4, mix="stdlib=0.3,asyncio=0.7")
+    head = [k for b in islice(iter(first), 4) for k in key(b)]
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["samples"] == 16 and state["micro_step"] == 0
+    tail = []
+    for rank in range(2):
+        part = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=2, world=2, rank=rank)
+        part.load_state_dict(state)  # keeps the saved mix, since none is given
+        tail += [k for b in islice(iter(part), 4) for k in key(b)]  # 2 steps of 2 micro-steps each
+    assert sorted(head + tail) == sorted(straight)
+
+
+def test_a_state_saved_inside_a_step_refuses_another_layout(manifest):
+    data = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=2)
+    next(iter(data))
+    other = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=4)
+    with pytest.raises(Exception, match="inside an optimizer step"):
+        other.load_state_dict(data.state_dict())
+
+
+def test_the_training_md_example_trains_and_resumes(manifest, tmp_path):
+    doc = (ROOT / "docs" / "TRAINING.md").read_text()
+    section = doc.split("### Your own training loop", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    assert len(code.strip().splitlines()) <= 35
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MANIFEST": str(manifest), "OUT": str(tmp_path / "run")}
+
+    def run(extra: dict) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script)], env={**env, **extra}, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    out = run({})
+    assert out.count("step ") == 10 and "step 10 loss" in out
+    losses = [float(x) for x in re.findall(r"loss ([\d.]+)", out)]
+    assert losses[-1] < losses[0]
+    assert json.loads((tmp_path / "run" / "data.json").read_text())["samples"] == 160
+    assert run({}) == ""  # resumed at step 10 of 10: nothing left

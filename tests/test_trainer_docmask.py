@@ -1,0 +1,113 @@
+"""`--doc-mask`: attention within documents, positions restarting per document, and
+`--eod-mask-loss`; against Megatron's own masks and against training each document alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline import manifest as manifest_mod
+from pipeline.errors import TokshardError
+from tests.test_trainer_train import CONFIGS, SMALL, launch, metrics
+from tests.trainer_data import cached_manifest
+from trainer import cli, docmask
+from trainer.data import WindowDataset
+from trainer.model import GPT, GPTConfig
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def windows(manifest) -> tuple[torch.Tensor, int]:
+    """Real windows that cross at least two document boundaries, and the EOS id."""
+    m = manifest_mod.load(manifest)
+    data = WindowDataset(m, "train", SEQ)
+    rows = []
+    for w in range(data.windows[0]):
+        row = data.batch(np.array([0]), np.array([w]))[0]
+        if (row[:-1] == m.eos_id).sum() >= 2:
+            rows.append(row)
+        if len(rows) == 4:
+            break
+    return torch.from_numpy(np.stack(rows)), m.eos_id
+
+
+def test_positions_mask_and_loss_mask_are_megatrons(windows):
+    from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+
+    tokens, eos = windows
+    for row in tokens[:, :-1]:
+        mask, loss_mask, pos = _get_ltor_masks_and_position_ids(row.clone(), eos, True, True, True, True)
+        doc = docmask.document_ids(row[None], eos)
+        assert torch.equal(docmask.position_ids(doc)[0], pos)
+        assert torch.equal(docmask.dense_mask(doc)[0], ~mask)  # Megatron's True means "masked out"
+        kept = docmask.loss_targets(row[None], row[None], eos, eod_mask_loss=True)[0] != docmask.IGNORE
+        assert torch.equal(kept.float(), loss_mask)
+
+
+def tiny_model() -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=1024, block_size=SEQ))
+    return model.eval()
+
+
+def test_doc_mask_loss_equals_training_each_document_alone(windows):
+    tokens, eos = windows
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    model = tiny_model()
+    doc = docmask.document_ids(inputs, eos)
+    masked = docmask.loss_targets(inputs, targets, eos, eod_mask_loss=True)
+    with torch.no_grad():
+        together = model(inputs, masked, doc).item()
+        total, count = 0.0, 0
+        for r in range(len(inputs)):
+            for d in doc[r].unique().tolist():
+                span = (doc[r] == d).nonzero().flatten()  # one document, EOS included, alone
+                logits = model(inputs[r, span][None])
+                keep = masked[r, span] != docmask.IGNORE
+                if keep.any():
+                    ce = torch.nn.functional.cross_entropy(
+                        logits[0][keep].float(), targets[r, span][keep], reduction="sum"
+                    )
+                    total, count = total + ce.item(), count + int(keep.sum())
+        plain = model(inputs, targets).item()
+    assert together == pytest.approx(total / count, rel=1e-5)
+    assert abs(plain - together) > 1e-3  # without the mask the windows read across documents
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without")
+def test_flex_attention_path_equals_the_dense_mask(windows):
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    tokens, eos = windows
+    doc = docmask.document_ids(tokens[:, :-1], eos)
+    q, k, v = (torch.randn(len(tokens), 2, SEQ, 16) for _ in range(3))
+    dense = docmask.layout(doc, 2, flex=False).attend(q, k, v)
+    flex = docmask.layout(doc, 2, flex=True).attend(q, k, v)
+    assert torch.allclose(dense, flex, atol=1e-5)
+
+
+def test_train_with_doc_mask_runs_and_learns(manifest, tmp_path):
+    run = tmp_path / "run"
+    launch(
+        *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), *SMALL),
+        *("--seq-len", str(SEQ), "--micro-batch", "8", "--steps", "30", "--lr", "3e-3", "--warmup", "3"),
+        *("--doc-mask", "--eod-mask-loss", "--run-dir", str(run)),
+    )
+    losses = [t["loss"] for t in metrics(run)[0]]
+    assert len(losses) == 30 and losses[-1] < losses[0] - 1.0
+
+
+def test_doc_mask_flag_mistakes_are_refused(manifest):
+    base = ["--manifest", str(manifest), *SMALL]
+    with pytest.raises(TokshardError, match="--eod-mask-loss goes with --doc-mask"):
+        cli.main([*base, "--eod-mask-loss"])
+    with pytest.raises(TokshardError, match="--doc-mask needs one of tokshard's own models"):
+        cli.main([*base, "--doc-mask", "--model", "hf:opt-125m"])

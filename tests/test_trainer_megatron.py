@@ -1,0 +1,127 @@
+"""`tokshard megatron-args`: megatron-core's own BlendedMegatronDatasetBuilder and GPTDataset
+build training samples from what it prints, and every sample's tokens are ours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import manifest as manifest_mod
+from tests.conftest import cli
+from tests.trainer_data import cached_manifest
+from trainer.data import WindowDataset
+
+megatron = pytest.importorskip("megatron.core.datasets.blended_megatron_dataset_builder")
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+def documents_of(manifest: Path) -> dict[str, set[bytes]]:
+    """Each source's train documents (EOS included) as bytes, from our own stream."""
+    m = manifest_mod.load(manifest)
+    data = WindowDataset(m, "train", 8)
+    out = {}
+    for stream in data.streams:
+        tokens = stream.read(0, stream.tokens).astype(np.uint16)
+        ends = np.flatnonzero(tokens == m.eos_id) + 1
+        out[stream.source] = {tokens[a:b].tobytes() for a, b in zip([0, *ends[:-1]], ends, strict=True)}
+    return out
+
+
+def megatron_tokenizer(manifest: Path):
+    """The manifest's tokenizer.json behind Megatron's tokenizer interface (what GPTDataset asks of it)."""
+    from megatron.core.datasets.megatron_tokenizer import MegatronLegacyTokenizer
+    from tokenizers import Tokenizer
+
+    m = manifest_mod.load(manifest)
+    tok = Tokenizer.from_file(str(m.tokenizer_path))
+
+    class ManifestTokenizer(MegatronLegacyTokenizer):
+        def tokenize(self, text: str) -> np.ndarray:
+            return np.array(tok.encode(text, add_special_tokens=False).ids)
+
+        def detokenize(self, ids) -> str:
+            return tok.decode(list(ids), skip_special_tokens=False)
+
+        vocab = property(lambda self: tok.get_vocab())
+        inv_vocab = property(lambda self: {i: t for t, i in tok.get_vocab().items()})
+        vocab_size = property(lambda self: tok.get_vocab_size())
+        eod = property(lambda self: m.eos_id)
+
+    return ManifestTokenizer(str(m.tokenizer_path))
+
+
+def build_gpt_samples(blend_list: list[str], manifest: Path, cache: Path, n: int, seq: int):
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    config = GPTDatasetConfig(
+        random_seed=1234,
+        sequence_length=seq,
+        blend_per_split=[get_blend_from_list(blend_list), None, None],
+        tokenizer=megatron_tokenizer(manifest),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        path_to_cache=None,  # with a cache Megatron wants a process group
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [n, 0, 0], lambda: True, config).build()
+    return train
+
+
+def test_megatron_builds_samples_from_our_shards_and_every_token_is_ours(manifest, tmp_path):
+    out = cli("megatron-args", str(manifest), "--mix", "stdlib=0.25,asyncio=0.75")
+    assert out.returncode == 0, out.stderr
+    blend_list = out.stdout.split()
+    prefixes = blend_list[1::2]
+    assert all(Path(p + ".bin").is_file() and Path(p + ".idx").is_file() for p in prefixes)
+    m = manifest_mod.load(manifest)
+    by_source = {}
+    for w, p in zip(blend_list[::2], prefixes, strict=True):
+        source = Path(p).relative_to(m.folder.resolve()).parts[0]
+        by_source[source] = by_source.get(source, 0.0) + float(w)
+    assert by_source == pytest.approx({"stdlib": 0.25, "asyncio": 0.75})
+
+    seq = 64
+    train = build_gpt_samples(blend_list, manifest, tmp_path / "cache", n=200, seq=seq)
+    docs = documents_of(manifest)
+    all_docs = set().union(*docs.values())
+    checked = 0
+    for i in range(len(train)):
+        sample = train[i]
+        tokens = np.concatenate([sample["tokens"].numpy(), sample["labels"].numpy()[-1:]]).astype(np.uint16)
+        assert len(tokens) == seq + 1
+        pieces = np.split(tokens, np.flatnonzero(tokens == m.eos_id) + 1)
+        if len(pieces) == 1:  # inside one document
+            assert any(pieces[0].tobytes() in d for d in all_docs)
+            continue
+        assert all(p.tobytes() in all_docs for p in pieces[1:-1])  # documents wholly inside the sample
+        head, tail = pieces[0].tobytes(), pieces[-1].tobytes()
+        assert any(d.endswith(head) for d in all_docs) and any(d.startswith(tail) for d in all_docs)
+        checked += 1
+    assert checked >= 10  # samples that cross a document boundary were checked piece by piece
+
+
+def test_the_per_split_json_names_train_and_validation(manifest, tmp_path):
+    target = tmp_path / "blend.json"
+    out = cli("megatron-args", str(manifest), "--json", str(target))
+    assert out.returncode == 0, out.stderr
+    blend = json.loads(target.read_text())
+    assert blend["test"] is None
+    assert all("/train/" in p for p in blend["train"][1::2]) and all(
+        "/validation/" in p for p in blend["valid"][1::2]
+    )
+
+
+def test_an_unknown_split_is_one_line(manifest):
+    out = cli("megatron-args", str(manifest), "--split", "nope")
+    assert (
+        out.returncode == 2 and out.stderr.count("\n") == 1 and "no source has a 'nope' split" in out.stderr
+    )

@@ -1,0 +1,176 @@
+"""tokshard's data for any PyTorch loop: the very micro-batches `tokshard train` feeds a rank.
+
+``TrainingSamples`` is a ``torch.utils.data.IterableDataset`` with ``state_dict()`` and
+``load_state_dict()``. For a seed, mixture, global batch, micro-batch, world size and rank it
+yields the micro-batches ``tokshard train`` trains that rank on, in the same order (the loop
+itself draws its positions with ``micro_batch_positions`` below). The state is global (samples
+consumed and the schedule), so a run saved on 8 ranks resumes on 4, and ``load_state_dict``
+also accepts a ``tokshard train`` checkpoint's ``tokshard.json`` (``from_checkpoint``). A new
+``mix`` or added manifests at a resume continue every source where it stopped
+(``trainer.schedule``).
+
+Imports numpy, torch and tokshard's format contract only: no DeepSpeed. See docs/TRAINING.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline import manifest as manifest_mod
+from pipeline.errors import TokshardError
+from trainer.data import WindowDataset, sources_with_split
+from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
+from trainer.schedule import Schedule, SourceInfo
+
+
+def micro_batch_positions(
+    samples: int,
+    steps: int | None,
+    global_batch: int,
+    micro: int,
+    rank: int,
+    world: int,
+    first_micro: int = 0,
+) -> Iterator[np.ndarray]:
+    """Positions of ``rank``'s micro-batches for ``steps`` optimizer steps (None: forever) from
+    global position ``samples``: micro-step ``m`` takes ``rank_positions(samples, m, ...)``."""
+    accum = global_batch // (micro * world)
+    done = 0
+    while steps is None or done < steps:
+        for m in range(first_micro, accum):
+            yield rank_positions(samples, m, rank, world, micro)
+        first_micro = 0
+        samples += global_batch
+        done += 1
+
+
+def window_sources(dataset: WindowDataset) -> list[SourceInfo]:
+    """What the schedule keeps of each source: its window count and content hash."""
+    return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
+
+
+def token_shares(dataset: WindowDataset) -> dict[str, float]:
+    """The default mixture: each source's share of the split's tokens."""
+    return {s.source: float(s.tokens) for s in dataset.streams}
+
+
+class TrainingSamples(torch.utils.data.IterableDataset):
+    """Micro-batches ``{"inputs", "targets", "positions", "sources", "windows"}`` of one rank.
+
+    ``manifest``: a manifest path (or folder), or a list of them. ``mix``: ``{"src": w}`` or
+    ``"src=w,..."`` (default: by token count). ``global_batch`` must split into ``world`` ranks
+    of ``micro_batch``; the gradient accumulation is what remains, as in DeepSpeed.
+    """
+
+    def __init__(
+        self,
+        manifest: str | Path | list[str | Path],
+        *,
+        seq_len: int,
+        global_batch: int,
+        micro_batch: int,
+        rank: int = 0,
+        world: int = 1,
+        seed: int = DEFAULT_SEED,
+        mix: dict[str, float] | str | None = None,
+        split: str = "train",
+    ) -> None:
+        if global_batch % (micro_batch * world):
+            raise TokshardError(
+                f"global batch {global_batch} is not a multiple of micro-batch {micro_batch} x {world} ranks"
+            )
+        if not 0 <= rank < world:
+            raise TokshardError(f"rank {rank} is not in a world of {world}")
+        paths = manifest if isinstance(manifest, list) else [manifest]
+        manifests = [manifest_mod.load(p) for p in paths]
+        self.dataset = WindowDataset(manifests, split, seq_len, sources_with_split(manifests, split))
+        self.seq_len, self.global_batch, self.micro = seq_len, global_batch, micro_batch
+        self.rank, self.world, self.seed, self.split = rank, world, seed, split
+        self._mix = parse_mix(mix) if isinstance(mix, str) else mix
+        self.schedule = Schedule.fresh(
+            window_sources(self.dataset), self._mix or token_shares(self.dataset), seed
+        )
+        self.samples = 0  # global position of the current optimizer step's first sample
+        self.micro_step = 0  # this rank's next micro-step within that step
+
+    @property
+    def accum(self) -> int:
+        return self.global_batch // (self.micro * self.world)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for positions in micro_batch_positions(
+            self.samples, None, self.global_batch, self.micro, self.rank, self.world, self.micro_step
+        ):
+            draws = self.schedule.draw(positions)
+            tokens = torch.from_numpy(self.dataset.batch(draws.sources, draws.windows))
+            self.micro_step += 1
+            if self.micro_step == self.accum:
+                self.samples, self.micro_step = self.samples + self.global_batch, 0
+            yield {
+                "inputs": tokens[:, :-1],
+                "targets": tokens[:, 1:],
+                "positions": draws.positions,
+                "sources": [self.schedule.sources[s] for s in draws.sources.tolist()],
+                "windows": draws.windows,
+            }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resume needs; JSON-serializable, and the same on every rank at a step boundary."""
+        return {
+            "samples": self.samples,
+            "micro_step": self.micro_step,
+            "world": self.world,
+            "micro_batch": self.micro,
+            "global_batch": self.global_batch,
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "train_split": self.split,
+            "schedule": self.schedule.to_json(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (ours, or a ``tokshard train`` checkpoint's tokshard.json), with
+        this object's world, rank and batch sizes; this object's ``mix``, if given, applies from here."""
+        split = state.get("train_split", state.get("data", {}).get("train_split"))
+        seq_len = state.get("seq_len", state.get("data", {}).get("seq_len"))
+        if (split, seq_len) != (self.split, self.seq_len):
+            raise TokshardError(
+                f"the state is for split {split!r} and seq-len {seq_len}, this data is {self.split!r} "
+                f"and {self.seq_len}"
+            )
+        micro_step = int(state.get("micro_step", 0))
+        layout = (self.world, self.micro, self.global_batch)
+        if micro_step and (state.get("world"), state.get("micro_batch"), state.get("global_batch")) != layout:
+            raise TokshardError(
+                "the state was saved inside an optimizer step; resume it with the same world, micro-batch and "
+                "global batch, or save at a step boundary (micro_step 0) to change them"
+            )
+        saved = Schedule.from_json(state["schedule"], int(state["seed"]))
+        resumed = saved.continued(window_sources(self.dataset), self._mix, int(state["samples"]))
+        if resumed.data_changes:
+            raise TokshardError(
+                "the data changed since the state was saved: " + "; ".join(resumed.data_changes)
+            )
+        self.schedule, self.seed = resumed.schedule, int(state["seed"])
+        self.samples, self.micro_step = int(state["samples"]), micro_step
+
+    @classmethod
+    def from_checkpoint(cls, save_dir: str | Path, tag: str | None = None, **kwargs: Any) -> TrainingSamples:
+        """The samples a ``tokshard train --resume`` from ``save_dir`` would train on next."""
+        save_dir = Path(save_dir)
+        tag = tag or (save_dir / "latest").read_text().strip()
+        state = json.loads((save_dir / tag / "tokshard.json").read_text())
+        data = state["data"]
+        kwargs.setdefault("seq_len", data["seq_len"])
+        kwargs.setdefault("split", data["train_split"])
+        kwargs.setdefault("global_batch", state["train_batch_size"])
+        kwargs.setdefault("manifest", data["manifest"])
+        samples = cls(seed=state["seed"], **kwargs)
+        samples.load_state_dict(state)
+        return samples

@@ -1,0 +1,84 @@
+"""Training from a manifest URL (``--manifest s3://bucket/run/manifest.json``).
+
+The manifest and tokenizer are read into the node's data cache (`pipeline.store_cache`), whose
+view folder is an ordinary prepared folder; each shard is downloaded there, hash-checked,
+before the dataset memory-maps it. A background thread fetches shards in the order the
+sampler first needs them from the run's start position, so the first step waits only for the
+shards of the first batches, and later steps find theirs already local. fsspec is imported
+only here and only for a URL (through `pipeline.store`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import manifest as manifest_mod
+from pipeline.store import is_url
+from pipeline.store_cache import DataCache, ShardFetcher, parse_size
+
+#: positions looked at to find the order in which the first epoch touches the shards
+ORDER_LOOKAHEAD = 1 << 16
+
+
+def open_manifests(
+    specs: list[str], cache_dir: str | None, cache_limit: str | None
+) -> tuple[list[manifest_mod.Manifest], list[ShardFetcher]]:
+    """Local manifests as they are; URLs' manifests in the (one) data cache, each with a fetcher."""
+    manifests, fetchers = [], []
+    cache = None
+    for spec in specs:
+        if not is_url(spec):
+            manifests.append(manifest_mod.load(spec))
+            continue
+        if cache is None:
+            limit = parse_size(cache_limit) if cache_limit else None
+            cache = DataCache(cache_dir, limit, log=_say)
+        m = cache.open_manifest(spec)
+        fetcher = ShardFetcher(cache, m)
+        m.ready = fetcher.ready
+        manifests.append(m)
+        fetchers.append(fetcher)
+    return manifests, fetchers
+
+
+def open_manifest(
+    spec: str, cache_dir: str | None, cache_limit: str | None
+) -> tuple[manifest_mod.Manifest, ShardFetcher | None]:
+    """One manifest (local, or a URL with its fetcher)."""
+    (m,), fetchers = open_manifests([spec], cache_dir, cache_limit)
+    return m, (fetchers[0] if fetchers else None)
+
+
+def _say(msg: str) -> None:
+    print(f"tokshard: {msg}", file=sys.stderr, flush=True)
+
+
+def start_downloads(fetchers: list[ShardFetcher], dataset, sampler, first_position: int) -> None:
+    """Fetch in the order the sampler reaches the shards from ``first_position`` on."""
+    owner = {path: f for f in fetchers for path in f.by_path}
+    order: dict[Path, None] = {}
+    positions = np.arange(first_position, first_position + ORDER_LOOKAHEAD, dtype=np.int64)
+    draws = sampler.draw(positions)
+    for s, w in zip(draws.sources.tolist(), draws.windows.tolist(), strict=True):
+        stream = dataset.streams[s]
+        start = w * dataset.seq_len
+        i = bisect.bisect_right(stream.starts, start) - 1
+        order.setdefault(stream.paths[i])
+        if i + 1 < len(stream.paths) and start + dataset.seq_len + 1 > stream.starts[i + 1]:
+            order.setdefault(stream.paths[i + 1])
+    for f in fetchers:
+        f.start([f.by_path[p] for p in order if owner.get(p) is f])
+
+
+def report(fetchers: list[ShardFetcher]) -> str:
+    cache = fetchers[0].cache
+    s = cache.stats
+    return (
+        f"data cache {cache.root}: {s.downloaded} files downloaded "
+        f"({s.downloaded_bytes / 2**20:.1f} MiB), {s.cached} shards found cached, "
+        f"{s.refetched_corrupt} corrupt ones fetched again, {s.evicted} evicted"
+    )

@@ -1,0 +1,231 @@
+"""``tokshard samples RUN_DIR --steps A-B``: which samples each optimizer step trained on.
+
+Nothing is logged during training for this: the checkpoint's schedule (segments of weights and
+per-source offsets, ``trainer.schedule``), the seed and the global batch of each stretch of
+steps map any step to its positions, positions to (source, epoch, window), and a window to the
+documents it covers through the shards' Megatron ``.idx`` lengths. ``--decode`` adds the text,
+decoded with the manifest's tokenizer. Steps count from 1, as ``metrics.jsonl`` counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import manifest as manifest_mod
+from pipeline.errors import TokshardError
+from pipeline.shard_reader import read_index
+from trainer import checkpoint
+from trainer.data import WindowDataset
+from trainer.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a global batch is split: ``world`` ranks of ``micro`` samples per micro-step."""
+
+    world: int
+    micro: int
+
+
+class RunData:
+    """A run's checkpointed data position: schedule, seed, batches, manifests, seq-len, split."""
+
+    def __init__(self, run_dir: str | Path, manifests: list[str] | None = None) -> None:
+        self.save_dir = find_save_dir(Path(run_dir))
+        self.tag, self.state = checkpoint.read_state(self.save_dir)
+        data = self.state["data"]
+        if "schedule" not in self.state:
+            raise TokshardError(
+                f"{self.save_dir / self.tag}: the checkpoint has no schedule (written by an older tokshard); "
+                "resume it once with this version to record one"
+            )
+        self.seq_len = int(data["seq_len"])
+        self.split = data["train_split"]
+        recorded = data["manifest"] if isinstance(data["manifest"], list) else [data["manifest"]]
+        self.manifest_paths = manifests or recorded
+        self.schedule = Schedule.from_json(self.state["schedule"], int(self.state["seed"]))
+        self.batches = self.state.get("batches") or [
+            {"step": 0, "samples": 0, "global_batch": self.state["train_batch_size"]}
+        ]
+        self._doc_ends: dict[str, np.ndarray] = {}
+
+    @cached_property
+    def dataset(self) -> WindowDataset:
+        manifests = [manifest_mod.load(p) for p in self.manifest_paths]
+        return WindowDataset(manifests, self.split, self.seq_len, self.schedule.sources)
+
+    def doc_ends(self, source: int) -> np.ndarray:
+        """Cumulative document ends (EOS included) of a source's stream, from its .idx files."""
+        name = self.schedule.sources[source]
+        if name not in self._doc_ends:
+            stream = self.dataset.streams[source]
+            lengths = [read_index(Path(p).with_suffix(".idx")).lengths for p in stream.paths]
+            self._doc_ends[name] = np.cumsum(np.concatenate(lengths), dtype=np.int64)
+        return self._doc_ends[name]
+
+    def step_positions(self, step: int) -> np.ndarray:
+        start, global_batch = checkpoint.step_start(self.batches, step)
+        return np.arange(start, start + global_batch, dtype=np.int64)
+
+    def records(self, step: int, layout: Layout | None = None, decode=None) -> Iterator[dict[str, Any]]:
+        """One dict per sample of optimizer step ``step``, in position order."""
+        positions = self.step_positions(step)
+        draws = self.schedule.draw(positions)
+        first = int(positions[0])
+        for pos, src, epoch, window in zip(
+            positions.tolist(),
+            draws.sources.tolist(),
+            draws.epochs.tolist(),
+            draws.windows.tolist(),
+            strict=True,
+        ):
+            lo = window * self.seq_len
+            hi = lo + self.seq_len + 1
+            rec: dict[str, Any] = {
+                "step": step,
+                "position": pos,
+                "source": self.schedule.sources[src],
+                "epoch": epoch,
+                "window": window,
+                "tokens": [lo, hi],
+                "documents": self.documents(src, lo, hi),
+            }
+            if layout is not None:
+                rec.update(rank_and_micro(pos - first, layout))
+            if decode is not None:
+                rec["text"] = decode(self.dataset.streams[src].read(lo, hi - lo).tolist())
+            yield rec
+
+    def documents(self, source: int, lo: int, hi: int) -> list[dict[str, int]]:
+        """The documents tokens ``[lo, hi)`` of a source's stream cover: id (0-based within the
+        source and split) and the token range inside that document."""
+        ends = self.doc_ends(source)
+        first = int(np.searchsorted(ends, lo, side="right"))
+        last = int(np.searchsorted(ends, hi - 1, side="right"))
+        out = []
+        for d in range(first, min(last, len(ends) - 1) + 1):
+            start = int(ends[d - 1]) if d else 0
+            out.append({"id": d, "from": max(lo, start) - start, "to": min(hi, int(ends[d])) - start})
+        return out
+
+
+def rank_and_micro(offset: int, layout: Layout) -> dict[str, int]:
+    """Inverse of ``sampler.rank_positions``: who trained the ``offset``-th sample of a step."""
+    per_micro_step = layout.micro * layout.world
+    within = offset % per_micro_step
+    return {"rank": within % layout.world, "micro": offset // per_micro_step, "row": within // layout.world}
+
+
+def find_save_dir(run_dir: Path) -> Path:
+    """The folder with the checkpoints: RUN_DIR itself, or the --save its run.json names."""
+    if (run_dir / "latest").is_file():
+        return run_dir
+    run_json = run_dir / "run.json"
+    if run_json.is_file():
+        save = json.loads(run_json.read_text()).get("args", {}).get("save")
+        if save and (Path(save) / "latest").is_file():
+            return Path(save)
+    raise TokshardError(
+        f"samples: {run_dir} holds no checkpoint ('latest') and its run.json names none; "
+        "pass the run's --save folder"
+    )
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``41237`` or ``100-120`` (inclusive, 1-based)."""
+    lo, sep, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP or FIRST-LAST, got {text!r}") from None
+    if a < 1 or b < a:
+        raise argparse.ArgumentTypeError(f"steps count from 1 and FIRST <= LAST, got {text!r}")
+    return a, b
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise TokshardError(f"samples: {message} (see `tokshard samples --help`)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="tokshard samples",
+        description="Which samples each optimizer step trained on, computed from the checkpointed "
+        "schedule (nothing is logged during training).",
+        epilog="example:\n  tokshard samples ckpt --steps 41237 --decode | less",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run's --save folder (or a --run-dir naming it)")
+    p.add_argument(
+        "--steps", required=True, type=parse_steps, metavar="A-B", help="a step or a range, 1-based"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per sample")
+    p.add_argument("--decode", action="store_true", help="add each sample's text (the manifest's tokenizer)")
+    p.add_argument("--world", type=int, metavar="N", help="name the rank and micro-step for N ranks")
+    p.add_argument(
+        "--micro-batch", type=int, metavar="M", help="samples per rank per micro-step (with --world)"
+    )
+    p.add_argument(
+        "--manifest",
+        action="append",
+        help="where the manifests are now (default: the paths the run recorded)",
+    )
+    return p
+
+
+def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
+    if args.world is None:
+        return None
+    micro = args.micro_batch or global_batch // args.world
+    if args.world < 1 or micro < 1 or global_batch % (args.world * micro):
+        raise TokshardError(
+            f"samples: a global batch of {global_batch} does not split into --world {args.world} ranks of "
+            f"--micro-batch {micro}; give sizes whose product divides it"
+        )
+    return Layout(args.world, micro)
+
+
+def tokenizer_decoder(run: RunData):
+    from tokenizers import Tokenizer
+
+    path = manifest_mod.load(run.manifest_paths[0]).tokenizer_path
+    tok = Tokenizer.from_file(str(path))
+    return lambda ids: tok.decode(ids, skip_special_tokens=False)
+
+
+def describe(rec: dict[str, Any]) -> str:
+    docs = " ".join(f"{d['id']}[{d['from']}:{d['to']}]" for d in rec["documents"])
+    where = f" rank {rec['rank']} micro {rec['micro']}" if "rank" in rec else ""
+    line = (
+        f"step {rec['step']}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
+        f"| position {rec['position']} | documents {docs}"
+    )
+    if "text" in rec:
+        line += "\n" + "\n".join("    " + t for t in rec["text"].splitlines()) + "\n"
+    return line
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    run = RunData(args.run_dir, args.manifest)
+    decode = tokenizer_decoder(run) if args.decode else None
+    first, last = args.steps
+    for step in range(first, last + 1):
+        layout = layout_for(args, checkpoint.step_start(run.batches, step)[1])
+        for rec in run.records(step, layout, decode):
+            print(json.dumps(rec) if args.json else describe(rec))
+    sys.stdout.flush()
+    return 0
