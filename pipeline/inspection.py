@@ -8,15 +8,36 @@ from typing import Any
 import numpy as np
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.shard_reader import Shard
+from pipeline.format.errors import DataError
+from pipeline.format.shard_reader import Shard, ShardFormatError
 from pipeline.format.store import is_url
 from pipeline.format.store_cache import open_url_manifest
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
     """Tokens per document (EOS excluded), read from the .idx files only."""
-    parts = [Shard(e.bin_path, m.dtype).index.lengths for e in m.select(source, split)]
+    parts = [_index(e.bin_path, m.dtype).lengths for e in m.select(source, split)]
     return (np.concatenate(parts) - 1) if parts else np.zeros(0, dtype=np.int32)
+
+
+def _index(bin_path: Path, dtype: str):
+    """A shard's parsed .idx; a missing or damaged one is one line naming it (exit 1)."""
+    try:
+        return Shard(bin_path, dtype).index
+    except (OSError, ShardFormatError) as exc:
+        raise _damaged(bin_path.with_suffix(".idx"), exc) from exc
+
+
+def _first_document(bin_path: Path, dtype: str) -> np.ndarray:
+    try:
+        return np.array(Shard(bin_path, dtype).document(0)[:-1])
+    except (OSError, ValueError, IndexError) as exc:  # missing, empty or short .bin
+        raise _damaged(bin_path, exc) from exc
+
+
+def _damaged(path: Path, exc: Exception) -> DataError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).removeprefix(f"{path}: ")
+    return DataError(f"{path}: {reason}; run `tokshard verify` to see every fault, re-run `tokshard prepare`")
 
 
 def load_any(path: str | Path) -> manifest_mod.Manifest:
@@ -49,7 +70,7 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
                     "max": int(lengths.max()),
                 }
                 first = m.select(source, split)[0]
-                ids = Shard(first.bin_path, m.dtype).document(0)[:-1]
+                ids = _first_document(first.bin_path, m.dtype)
                 if tok is None:
                     from pipeline.encoding.tokenizer import load
 

@@ -18,7 +18,7 @@ from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.store import is_url, refuse_url
-from pipeline.format.usage import OneLineParser, positive_int
+from pipeline.format.usage import OneLineParser, file_arg, folder_arg, positive_int
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
 from tokshard.demo import SIZES
@@ -86,7 +86,9 @@ def _add_prepare(sub) -> None:
         help="ad hoc: bytes of input per Dask task (default auto: 8 to 64 MiB, at least 8 tasks per split)",
     )
     p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
-    p.add_argument("--out", metavar="DIR", help="output folder (shards, manifest.json, run state)")
+    p.add_argument(
+        "--out", metavar="DIR", type=folder_arg, help="output folder (shards, manifest.json, run state)"
+    )
     p.add_argument("--workers", type=positive_int, help="local Dask worker processes (default: one per core)")
     p.add_argument("--threads", type=positive_int, help="encoder threads per worker process (default 1)")
     p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
@@ -111,7 +113,9 @@ def _add_prepare(sub) -> None:
         choices=BAD_RECORD_POLICIES,
         help="stop at a bad record (default) or skip and count it",
     )
-    p.add_argument("--mirror", metavar="DIR", help="local copy of the recipe's hub repo (same layout)")
+    p.add_argument(
+        "--mirror", metavar="DIR", type=folder_arg, help="local copy of the recipe's hub repo (same layout)"
+    )
     _add_batch_options(p)
 
 
@@ -133,7 +137,7 @@ def _add_tokenizer(sub) -> None:
         "--input", action="append", required=True, metavar="GLOB", help="training files (repeatable)"
     )
     t.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
-    t.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json")
+    t.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
     t.add_argument("--eos", default="<|endoftext|>", help="the EOS token's text")
 
 
@@ -144,7 +148,7 @@ def _add_status(sub) -> None:
         "what a prepare folder has done, is doing, and what a rerun would do",
         "tokshard status data/wt103",
     )
-    p.add_argument("dir", help="the --out folder of a prepare run")
+    p.add_argument("dir", type=folder_arg, help="the --out folder of a prepare run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -173,6 +177,7 @@ def _add_inspect(sub) -> None:
     p.add_argument(
         "--plot-file",
         metavar="PNG",
+        type=file_arg,
         help="where --plot writes (default: doc_lengths.png beside the manifest); implies --plot",
     )
 
@@ -214,7 +219,9 @@ def _add_plot(sub) -> None:
     p.add_argument(
         "run_dir", metavar="RUN_DIR", help="a run's --run-dir (or --save) folder, or its metrics.jsonl"
     )
-    p.add_argument("--out", metavar="PNG", help="where to write the PNG (default: RUN_DIR/report.png)")
+    p.add_argument(
+        "--out", metavar="PNG", type=file_arg, help="where to write the PNG (default: RUN_DIR/report.png)"
+    )
     p.add_argument("--title", help="the figure's title (default: the run folder)")
 
 
@@ -228,7 +235,13 @@ def _add_demo(sub) -> None:
         "Exits 1 if the validation loss did not fall (the report says by how much).",
         "tokshard demo --out demo-out   # then open demo-out/report.png and demo-out/summary.md",
     )
-    p.add_argument("--out", metavar="DIR", default="demo-out", help="folder for everything the demo makes")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=folder_arg,
+        default="demo-out",
+        help="folder for everything the demo makes",
+    )
     p.add_argument(
         "--size",
         choices=list(SIZES),
@@ -255,7 +268,9 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--job-extra", action="append", metavar="DIRECTIVE", help="extra #SBATCH/#PBS directive (repeatable)"
     )
-    g.add_argument("--local-directory", metavar="DIR", help="node-local scratch for Dask workers")
+    g.add_argument(
+        "--local-directory", metavar="DIR", type=folder_arg, help="node-local scratch for Dask workers"
+    )
     g.add_argument(
         "--print-job-script", action="store_true", help="print the job script and exit (submits nothing)"
     )

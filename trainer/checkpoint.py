@@ -8,6 +8,14 @@ together map any step to its samples (``tokshard samples``). Rank 0 also writes 
 dict to ``DIR/TAG/tokshard.json`` so a resume can check it before any process group or model
 exists (and people can read it).
 
+A save is atomic: DeepSpeed writes into ``TAG.partial``, rank 0 renames it to ``TAG`` and only
+then points ``latest`` at it (a temporary file renamed over it). A kill or a full disk at any
+moment leaves ``latest`` naming a whole checkpoint; a failed save removes its partial folder.
+
+A resume checks, before any model exists, that the model (name and embedding rows) and the
+global batch are the checkpoint's: another model cannot load its weights, another batch would
+change how many samples each step trains on (``--allow-batch-change`` accepts that).
+
 Changing the number of data-parallel ranks: the sample sequence is global (see
 ``trainer.sampler``), so only DeepSpeed's partitioned optimizer state is in the way. When the
 checkpoint holds a different number of partitions than there are ranks now, rank 0 converts
@@ -18,17 +26,23 @@ that with ``"checkpoint": {"load_universal": true}``.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.atomic import write_json
+from pipeline.format.atomic import disk_error, fsync_dir, write_bytes, write_json
 from pipeline.format.errors import TokshardError
 
 STATE_FILE = "tokshard.json"
 CLIENT_KEY = "tokshard"
+PARTIAL = ".partial"
+#: less free space than this after a failed torch.save: the disk ran full
+FULL_BELOW = 1 << 20
 _PARTITION = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
 
 
@@ -84,6 +98,116 @@ def check_compatible(
             + "); resuming would not continue its sample sequence. Pass --allow-data-change to resume anyway"
         )
     return diffs
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """``path`` is (or can become) a folder this process can write: checked before any work, so
+    ``--save`` on a file, a read-only filesystem or under /proc is one line, not a traceback
+    at the first save."""
+    if path.exists() and not path.is_dir():
+        raise TokshardError(
+            f"{flag} {path} is a file, not a folder; choose a folder (it is created if missing)"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".tokshard-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TokshardError(
+            f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
+        ) from exc
+
+
+def check_model(saved: dict[str, Any], name: str, vocab_size: int) -> None:
+    """The checkpoint's weights fit this model: same ``--model`` and embedding rows."""
+    was_name, was_vocab = saved.get("model"), saved.get("vocab_size")
+    if (was_name is not None and was_name != name) or (was_vocab is not None and was_vocab != vocab_size):
+        raise TokshardError(
+            f"--resume: the checkpoint holds model {was_name} with {was_vocab or '?'} embedding rows, this run "
+            f"builds {name} with {vocab_size}; resume with --model {was_name}"
+            + (f" --vocab-size {was_vocab}" if was_vocab else "")
+            + ", or start a new run in another --save"
+        )
+
+
+def check_batch(saved: dict[str, Any], global_batch: int, how: str, allow: bool) -> None:
+    """The global batch is the checkpoint's, unless ``--allow-batch-change`` says otherwise."""
+    was = saved.get("train_batch_size")
+    if was is None or was == global_batch or allow:
+        return
+    raise TokshardError(
+        f"--resume: the global batch would be {global_batch} ({how}), the checkpoint's is {was}: each step "
+        f"would train on another number of samples; pass --global-batch {was} to keep it, or "
+        "--allow-batch-change to change it"
+    )
+
+
+def save(
+    engine, save_dir: Path, tag: str, state: dict[str, Any], is_main: bool, barrier: Callable[[], None]
+) -> None:
+    """A DeepSpeed checkpoint, published whole or not at all (see the module's docstring)."""
+    partial = save_dir / (tag + PARTIAL)
+    try:
+        if is_main:
+            for stale in save_dir.glob(f"*{PARTIAL}"):  # a save that a kill interrupted
+                shutil.rmtree(stale, ignore_errors=True)
+            partial.mkdir(parents=True)
+            write_state(save_dir, partial.name, state)
+        barrier()
+        engine.save_checkpoint(
+            str(save_dir), tag=partial.name, client_state={CLIENT_KEY: state}, save_latest=False
+        )
+        if is_main:
+            publish(save_dir, partial, save_dir / tag)
+    except (OSError, RuntimeError, TokshardError) as exc:
+        error = save_error(exc, save_dir, tag)  # before the cleanup frees the space it ran out of
+        if is_main:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise error from exc
+    barrier()
+
+
+def publish(save_dir: Path, partial: Path, final: Path) -> None:
+    """Rename the finished checkpoint into place, then point ``latest`` at it (both durable)."""
+    for f in partial.iterdir():  # DeepSpeed does not fsync what torch.save wrote
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(partial)
+    old = final.with_name(final.name + ".old")
+    if final.exists():  # saved once by a run that died before naming it 'latest'
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(partial, final)
+    fsync_dir(save_dir)
+    write_bytes(save_dir / "latest", final.name.encode())
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
+    """One line for a checkpoint that could not be written: where, why, what is still there."""
+    latest = latest_tag(save_dir)
+    kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
+    if isinstance(exc, OSError):
+        reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
+    elif isinstance(exc, TokshardError):
+        reason = str(exc).split(";")[0]
+    else:  # torch.save reports a full disk as "unexpected pos ..." or "file write failed"
+        free = shutil.disk_usage(save_dir).free if save_dir.is_dir() else None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if free is not None and free < FULL_BELOW:
+            reason = f"disk full writing {save_dir / tag} ({free / 2**20:.1f} MiB free)"
+        else:
+            where = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+            reason = f"cannot write {save_dir / tag} ({first}; {where})"
+    return TokshardError(
+        f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space or choose "
+        "another --save, then --resume"
+    )
 
 
 def partitions(tag_dir: Path) -> int:

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import fields
 
-from pipeline.format.usage import OneLineParser, positive_int
+from pipeline.format.usage import OneLineParser, file_arg, folder_arg, positive_int
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -28,8 +29,40 @@ examples:
 """
 
 
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
 def non_negative(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A learning rate: a finite number above 0 (``--lr -1`` would train backwards)."""
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _finite(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
     return value
@@ -74,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument("--train-split", default=d.train_split, help="split to train on (default %(default)s)")
     data.add_argument(
         "--seed",
-        type=int,
+        type=non_negative,
         help=f"sample order and model init (default {DEFAULT_SEED}; a resume keeps the checkpoint's)",
     )
     data.add_argument("--verify", action="store_true", help="re-hash every shard before training")
@@ -86,7 +119,12 @@ def parser() -> argparse.ArgumentParser:
         "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
         "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
-    model.add_argument("--vocab-size", type=positive_int, help="embedding rows (default: the model's)")
+    model.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        help="embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of 64; "
+        "an hf: config keeps its own)",
+    )
     model.add_argument(
         "--doc-mask",
         action="store_true",
@@ -104,6 +142,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--deepspeed",
         metavar="DS.json",
+        type=file_arg,
         help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
     )
     run.add_argument(
@@ -128,10 +167,12 @@ def parser() -> argparse.ArgumentParser:
         help="samples per rank per micro-step (fills 'auto'; overrides the config)",
     )
     run.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
-    run.add_argument("--lr", type=float, help="peak learning rate (default 6e-4)")
+    run.add_argument("--lr", type=positive_float, help="peak learning rate (default 6e-4)")
     run.add_argument("--warmup", type=non_negative, help="warmup steps (default min(100, steps/10))")
-    run.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
-    run.add_argument("--grad-clip", type=float, help="gradient clipping norm (default 1.0)")
+    run.add_argument("--weight-decay", type=non_negative_float, help="AdamW weight decay (default 0.1)")
+    run.add_argument(
+        "--grad-clip", type=non_negative_float, help="gradient clipping norm (default 1.0; 0: no clipping)"
+    )
     run.add_argument(
         "--prefetch",
         type=positive_int,
@@ -155,7 +196,12 @@ def parser() -> argparse.ArgumentParser:
     )
 
     out = p.add_argument_group("checkpoints and logs")
-    out.add_argument("--save", metavar="DIR", help="DeepSpeed checkpoints go here (with the data position)")
+    out.add_argument(
+        "--save",
+        metavar="DIR",
+        type=folder_arg,
+        help="DeepSpeed checkpoints go here (with the data position)",
+    )
     out.add_argument(
         "--save-every",
         type=non_negative,
@@ -169,7 +215,17 @@ def parser() -> argparse.ArgumentParser:
         help="resume although a source's content, the split or --seq-len differ from the checkpoint's "
         "(a new --mix or added sources need no flag: every source continues where it stopped)",
     )
-    out.add_argument("--run-dir", help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)")
+    out.add_argument(
+        "--allow-batch-change",
+        action="store_true",
+        help="resume although the global batch (samples per step) differs from the checkpoint's",
+    )
+    out.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        type=folder_arg,
+        help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)",
+    )
     out.add_argument(
         "--log-every", type=positive_int, default=d.log_every, help="log every N steps (default %(default)s)"
     )

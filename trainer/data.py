@@ -7,20 +7,24 @@ per shard (the size check) and nothing per token or per document. Window ``i`` i
 ``stream[i * seq_len : i * seq_len + seq_len + 1]`` (inputs plus the next-token targets, as
 nanoGPT reads them); a window may run across a shard boundary.
 
-``check_manifest`` is the trainer's guard: dtype, vocabulary against the model, and shard
-sizes (stat only), or with ``verify=True`` also the content hashes and ``.idx``/``.bin`` agreement.
+``check_manifest`` is the trainer's guard: the manifest's own checksum (a hand edit after
+``prepare`` is refused), dtype, vocabulary against the model, and shard sizes (stat only), or with
+``verify=True`` also the content hashes and ``.idx``/``.bin`` agreement. ``check_ids`` guards
+each batch: an id the embedding has no row for is named, never an ``IndexError`` (or, on a GPU,
+a device-side assert).
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.manifest import Manifest, ShardEntry, content_hash
 from pipeline.format.shard_reader import (
     DTYPES,
@@ -79,6 +83,10 @@ class TokenStream:
             out[done : done + take] = arr[lo : lo + take]
             done += take
             i += 1
+
+    def shard_at(self, position: int) -> Path:
+        """The .bin holding the token at ``position`` of the stream."""
+        return self.paths[bisect.bisect_right(self.starts, position) - 1]
 
     def read(self, start: int, n: int) -> np.ndarray:
         out = np.empty(n, dtype=np.int64)
@@ -170,8 +178,8 @@ class ModelLimits:
 def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify: bool = False) -> None:
     """Refuse data the model cannot train on, before any process group or model exists."""
     where = manifest.path
-    if manifest.dtype not in DTYPES:
-        raise TokshardError(f"{where}: dtype {manifest.dtype!r} is not one of {sorted(DTYPES)}")
+    check_sealed(manifest)
+    check_unique_shards(manifest)
     if manifest.vocab_size > limits.vocab_size:
         need = -(-manifest.vocab_size // 64) * 64
         raise TokshardError(
@@ -184,7 +192,7 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
             f"use --seq-len {limits.max_seq_len} or less"
         )
     if not manifest.shards:
-        raise TokshardError(f"{where}: the manifest lists no shards")
+        raise DataError(f"{where}: the manifest lists no shards")
     if manifest.ready is not None:  # a URL's shards: hash-checked by the data cache as they arrive
         return
     itemsize = token_dtype(manifest.dtype).itemsize
@@ -198,25 +206,65 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         verify_shards(manifest)
 
 
+def check_sealed(manifest: Manifest) -> None:
+    """The manifest is the one ``prepare`` wrote: its checksum over its own content matches.
+
+    Costs one hash of a small JSON document. A hand edit (a shard listed twice, a split
+    renamed) would change what is trained on while every shard still checks out."""
+    if not manifest.checksum_ok():
+        raise DataError(
+            f"{manifest.path}: edited after `tokshard prepare` wrote it (its checksum does not match its "
+            f"content); re-run prepare, or run `tokshard verify {manifest.path}` to see what else differs"
+        )
+
+
+def check_unique_shards(manifest: Manifest) -> None:
+    """Each shard is listed once: twice would train on its tokens twice per epoch."""
+    seen: set[str] = set()
+    for entry in manifest.shards:
+        key = os.path.normpath(entry.rel_path)
+        if key in seen:
+            raise DataError(
+                f"{manifest.path}: shard {entry.rel_path} is listed twice; the manifest is damaged, "
+                "re-run `tokshard prepare`"
+            )
+        seen.add(key)
+
+
+def check_ids(tokens: np.ndarray, vocab_size: int, dataset: WindowDataset, sources, windows) -> None:
+    """Every id in a gathered batch has an embedding row; else name the shard it came from."""
+    if not tokens.size or int(tokens.max()) < vocab_size:
+        return
+    row = int(np.argmax(tokens.max(axis=1) >= vocab_size))
+    col = int(np.argmax(tokens[row] >= vocab_size))
+    stream = dataset.streams[int(sources[row])]
+    shard = stream.shard_at(int(windows[row]) * dataset.seq_len + col)
+    raise DataError(
+        f"{shard}: token id {int(tokens[row, col])} is beyond the model's {vocab_size} embedding rows; the "
+        "shard does not come from this manifest's tokenizer or was changed after prepare "
+        "(`tokshard verify` tells), re-run `tokshard prepare`"
+    )
+
+
 def check_shard_size(entry: ShardEntry, dtype: str, itemsize: int) -> None:
     if entry.bytes != entry.tokens * itemsize:
-        raise TokshardError(
+        raise DataError(
             f"{entry.bin_path}: manifest says {entry.tokens} tokens in {entry.bytes} bytes, which is not "
             f"{dtype}; the manifest is damaged, re-run `tokshard prepare`"
         )
     try:
         size = entry.bin_path.stat().st_size
     except OSError as exc:
-        raise TokshardError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
+        raise DataError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
     if size == entry.bytes:
         return
     for other, (np_dtype, _) in DTYPES.items():
         if other != dtype and size == entry.tokens * np_dtype.itemsize:
-            raise TokshardError(
+            raise DataError(
                 f"{entry.bin_path}: holds {other} tokens but the manifest says {dtype}; "
                 "the shards and manifest come from different runs, re-run `tokshard prepare`"
             )
-    raise TokshardError(
+    raise DataError(
         f"{entry.bin_path}: {size} bytes on disk, the manifest says {entry.bytes}; the shard was changed "
         "or truncated after prepare, re-run `tokshard prepare` (or `tokshard verify` to see all faults)"
     )
@@ -227,12 +275,12 @@ def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
     try:
         code = read_dtype_code(entry.idx_path)
     except OSError as exc:
-        raise TokshardError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
+        raise DataError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
     except ShardFormatError as exc:
-        raise TokshardError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`") from exc
+        raise DataError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`") from exc
     if code != DTYPES[dtype][1]:
         found = dtype_named_by(code) or f"code {code}"
-        raise TokshardError(
+        raise DataError(
             f"{entry.idx_path}: index says {found} tokens but the manifest says {dtype}; "
             "the shards and manifest come from different runs, re-run `tokshard prepare`"
         )
@@ -243,4 +291,4 @@ def verify_shards(manifest: Manifest) -> None:
     `tokshard verify`, stopping at the first fault)."""
     fault = first_fault(manifest)
     if fault:
-        raise TokshardError(f"{fault}; re-run `tokshard prepare`")
+        raise DataError(f"{fault}; re-run `tokshard prepare`")

@@ -7,6 +7,10 @@ config spells out win over command-line defaults; a flag given explicitly wins o
 Without ``--deepspeed`` the config is ``configs/zero0-fp32.json``: ZeRO 0, AdamW, warmup + cosine,
 gradient clipping 1.0, bf16 on GPUs that have it and fp32 elsewhere.
 
+A config without an ``"optimizer"`` block gets the default's AdamW (and its warmup + cosine
+schedule if it names no scheduler), as the Transformers integration gives its own to such configs; ``check``
+refuses a ZeRO stage, optimizer or scheduler DeepSpeed does not have, naming the file.
+
 Adam/AdamW without optimizer offload runs as torch's AdamW (fused on GPUs) unless the config
 says ``"torch_adam": false``: same algorithm, no JIT build of DeepSpeed's FusedAdam. With
 ``offload_optimizer`` DeepSpeed's CPUAdam is used, as DeepSpeed requires.
@@ -74,6 +78,54 @@ def default_config(bf16: bool | str) -> dict[str, Any]:
     return cfg
 
 
+def check(cfg: dict[str, Any], where: str) -> None:
+    """Refuse, by name, what DeepSpeed would only refuse with a traceback deep in initialize."""
+    zero = cfg.get("zero_optimization")
+    if zero is not None and not isinstance(zero, dict):
+        raise TokshardError(f"{where}: zero_optimization must be an object, not {zero!r}")
+    stage = (zero or {}).get("stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise TokshardError(f"{where}: ZeRO stage {stage!r} does not exist; use 0, 1, 2 or 3")
+    for block, known in (("optimizer", _known_optimizer), ("scheduler", _known_scheduler)):
+        section = cfg.get(block)
+        if section is None:
+            continue
+        kind = section.get("type") if isinstance(section, dict) else None
+        if not isinstance(kind, str) or not known(kind):
+            raise TokshardError(
+                f"{where}: {block} type {kind!r} is not one DeepSpeed knows (e.g. "
+                f"{'AdamW, Adam, Lamb, Lion, or a torch.optim class' if block == 'optimizer' else 'WarmupCosineLR, WarmupLR, WarmupDecayLR, OneCycle'})"
+            )
+        params = section.get("params", {})
+        if not isinstance(params, dict):
+            raise TokshardError(f"{where}: {block} params must be an object, not {params!r}")
+
+
+def _known_optimizer(kind: str) -> bool:
+    import torch
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    return kind.lower() in DEEPSPEED_OPTIMIZERS or isinstance(getattr(torch.optim, kind, None), type)
+
+
+def _known_scheduler(kind: str) -> bool:
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    return kind in lr_schedules.VALID_LR_SCHEDULES or isinstance(
+        getattr(torch.optim.lr_scheduler, kind, None), type
+    )
+
+
+def missing_blocks(user: dict[str, Any]) -> list[str]:
+    """The blocks ``resolve`` takes from ``default_config``: a config that leaves the optimizer
+    to us gets our recipe (AdamW, and warmup + cosine unless it names a scheduler); one that
+    names its optimizer but no scheduler keeps DeepSpeed's meaning, a constant learning rate."""
+    if "optimizer" in user:
+        return []
+    return ["optimizer"] + ([] if "scheduler" in user else ["scheduler"])
+
+
 def precision(cfg: dict[str, Any]) -> str:
     fp16 = _enabled(cfg.get("fp16"))
     bf16 = _enabled(cfg.get("bf16")) or _enabled(cfg.get("bfloat16"))
@@ -114,6 +166,9 @@ def resolve(
 ) -> dict[str, Any]:
     """A complete config for ``deepspeed.initialize``: batch sizes consistent, no ``auto`` left."""
     cfg = copy.deepcopy(user)
+    defaults = default_config(bf16=False)
+    for block in missing_blocks(user):
+        cfg[block] = defaults[block]
     micro, accum, total = _batch(cfg, knobs, world)
     cfg["train_micro_batch_size_per_gpu"] = micro
     cfg["gradient_accumulation_steps"] = accum

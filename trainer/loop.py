@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,7 @@ from pipeline.format.store_cache import ShardFetcher
 from trainer import checkpoint, distributed, docmask, ds_config, models, remote
 from trainer.api import micro_batch_positions, token_shares, window_sources
 from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split
-from trainer.metrics import MetricsLog
+from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.prefetch import Prefetcher
 from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.schedule import Schedule, SourceInfo
@@ -50,6 +51,7 @@ class TrainArgs:
     save_every: int = 0
     resume: bool = False
     allow_data_change: bool = False
+    allow_batch_change: bool = False
     seed: int | None = None
     run_dir: str | None = None
     log_every: int = 10
@@ -109,7 +111,7 @@ def prepare(args: TrainArgs) -> Plan:
         manifest_paths(args.manifest), args.data_cache, args.data_cache_limit
     )
     manifest = manifests[0]
-    spec = models.resolve(args.model, args.vocab_size)
+    spec = models.resolve(args.model, args.vocab_size, max(m.vocab_size for m in manifests))
     for m in manifests:
         check_manifest(m, spec.limits, args.seq_len, verify=args.verify)
     source_owners(manifests)
@@ -134,8 +136,10 @@ def prepare(args: TrainArgs) -> Plan:
     user_config = (
         ds_config.read(args.deepspeed) if args.deepspeed else ds_config.default_config(bf16=bf16_supported)
     )
+    ds_config.check(user_config, config_name(args))
     ds_config.check_precision(user_config, cuda, bf16_supported)
     save_dir = Path(args.save) if args.save else None
+    check_outputs(args)
     seed = args.seed if args.seed is not None else DEFAULT_SEED
     resume_tag = saved = None
     allowed: list[str] = []
@@ -143,6 +147,8 @@ def prepare(args: TrainArgs) -> Plan:
         if save_dir is None:
             raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
         resume_tag, saved = checkpoint.read_state(save_dir)
+        checkpoint.check_model(saved, spec.name, spec.limits.vocab_size)
+        check_resumed_batch(args, user_config, spec, saved, launched_world(), cuda, bf16_supported)
         if args.seed is not None and args.seed != saved["seed"]:
             raise TokshardError(
                 f"--seed {args.seed} differs from the checkpoint's {saved['seed']}: the seed fixes the sample "
@@ -173,6 +179,57 @@ def prepare(args: TrainArgs) -> Plan:
         manifest, spec, train_sources, eval_set, weights, user_config, cuda, bf16_supported, seed,
         dataset, sampler, identity, save_dir, resume_tag, saved, allowed, changes, fetchers,
     )  # fmt: skip
+
+
+def knobs_of(args: TrainArgs) -> ds_config.Knobs:
+    return ds_config.Knobs(
+        steps=args.steps,
+        global_batch=args.global_batch,
+        micro_batch=args.micro_batch,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup=args.warmup,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip,
+    )
+
+
+def launched_world() -> int:
+    """The number of ranks the launcher started (before any process group exists)."""
+    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
+def check_resumed_batch(
+    args: TrainArgs, user_config: dict[str, Any], spec: models.ModelSpec, saved: dict[str, Any],
+    world: int, cuda: bool, bf16_supported: bool,
+) -> None:  # fmt: skip
+    """A resume keeps the checkpoint's global batch unless --allow-batch-change: the config is
+    resolved for the launched ranks here, so a change is refused before any start-up."""
+    config = ds_config.resolve(
+        user_config, knobs_of(args), world=world, cuda=cuda, bf16_supported=bf16_supported,
+        hidden_size=spec.hidden_size,
+    )  # fmt: skip
+    how = (
+        f"micro-batch {config['train_micro_batch_size_per_gpu']} x accumulation "
+        f"{config['gradient_accumulation_steps']} x {world} ranks"
+    )
+    checkpoint.check_batch(saved, config["train_batch_size"], how, args.allow_batch_change)
+
+
+def config_name(args: TrainArgs) -> str:
+    """How messages name the DeepSpeed config."""
+    return f"--deepspeed {args.deepspeed}" if args.deepspeed else "the default DeepSpeed config"
+
+
+def check_outputs(args: TrainArgs) -> None:
+    """--save and --run-dir are folders this process can write (before any work)."""
+    if args.save:
+        checkpoint.check_writable_dir(Path(args.save), "--save")
+    if args.run_dir:
+        checkpoint.check_writable_dir(Path(args.run_dir), "--run-dir")
 
 
 def check_doc_mask(args: TrainArgs) -> None:
@@ -242,19 +299,9 @@ def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
         UNIVERSAL_CHECKPOINT_VERSION_VALUE,
     )
 
-    knobs = ds_config.Knobs(
-        steps=args.steps,
-        global_batch=args.global_batch,
-        micro_batch=args.micro_batch,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        warmup=args.warmup,
-        weight_decay=args.weight_decay,
-        grad_clip=args.grad_clip,
-    )
     config = ds_config.resolve(
         plan.user_config,
-        knobs,
+        knobs_of(args),
         world=dist.world,
         cuda=plan.cuda,
         bf16_supported=plan.bf16_supported,
@@ -274,13 +321,24 @@ def build_engine(plan: Plan, args: TrainArgs, dist: distributed.Dist):
     info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
     setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
     params = [p for p in model.parameters() if p.requires_grad]
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    engine = initialize(deepspeed, model, params, config, config_name(args))
     return engine, config, load_tag
+
+
+def initialize(deepspeed, model, params, config: dict[str, Any], where: str):
+    """``deepspeed.initialize``; a config DeepSpeed refuses (its pydantic checks, an optimizer
+    or scheduler parameter it does not take) is one line naming the config."""
+    try:
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise TokshardError(f"{where}: DeepSpeed refuses this config ({detail})") from exc
+    return engine
 
 
 def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, int]:
     """Load the checkpoint; returns (samples consumed, step)."""
-    _, client = engine.load_checkpoint(str(plan.save_dir), tag=load_tag)
+    client = load(engine, plan.save_dir, load_tag)
     if client is None or checkpoint.CLIENT_KEY not in client:
         raise TokshardError(f"--resume: {plan.save_dir / load_tag} holds no tokshard data position")
     state = client[checkpoint.CLIENT_KEY]
@@ -298,6 +356,41 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> tuple[int, in
     return samples, step
 
 
+def load(engine, save_dir: Path, tag: str) -> dict[str, Any] | None:
+    """The checkpoint's weights into ``engine``; weights of another shape are one line (a
+    checkpoint older than the model check in ``checkpoint.check_model`` gets here)."""
+    try:
+        _, client = engine.load_checkpoint(str(save_dir), tag=tag)
+    except RuntimeError as exc:
+        text = str(exc)
+        if "size mismatch" not in text and "key(s) in state_dict" not in text:
+            raise
+        first = next((ln.strip() for ln in text.splitlines() if "size mismatch" in ln), text.splitlines()[0])
+        raise TokshardError(
+            f"--resume: {save_dir / tag} holds another model's weights ({first[:200]}); resume with the "
+            "--model and --vocab-size it was trained with, or start a new run in another --save"
+        ) from exc
+    return client
+
+
+def start_notes(plan: Plan, args: TrainArgs) -> list[str]:
+    """What tokshard chose for the user, said once at the start of the log."""
+    notes = [f"model {plan.spec.name}: {plan.spec.vocab_note}"] if plan.spec.vocab_note else []
+    was_steps = (plan.saved_state or {}).get("steps")
+    if was_steps is not None and was_steps != args.steps:
+        notes.append(
+            f"--steps {args.steps}, the checkpoint's run was scheduled for {was_steps}: the learning rate "
+            f"follows the schedule to step {args.steps} from here"
+        )
+    missing = ds_config.missing_blocks(plan.user_config)
+    if missing:
+        notes.append(
+            f"{config_name(args)} has no {' or '.join(repr(b) for b in missing)} block: using tokshard's "
+            f"default ({', '.join({'optimizer': 'AdamW', 'scheduler': 'warmup + cosine'}[b] for b in missing)})"
+        )
+    return notes
+
+
 def train(args: TrainArgs) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     plan = prepare(args)
@@ -307,7 +400,19 @@ def train(args: TrainArgs) -> dict[str, Any]:
     accum = engine.gradient_accumulation_steps()
     global_batch = engine.train_batch_size()
     run_dir = _run_dir(args, dist)
+    dropped = (
+        cut_back_logs(run_dir, int(plan.saved_state["step"])) if plan.saved_state and dist.is_main else 0
+    )
+    if dist.world > 1:
+        torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
     log = MetricsLog(run_dir, dist.is_main, args.steps)
+    for note in start_notes(plan, args):
+        log.note(note)
+    if dropped:
+        log.note(
+            f"cut {dropped} log lines written after step {plan.saved_state['step']} (the checkpoint's) "
+            f"from {run_dir}: those steps are trained again"
+        )
     samples, step = restore(engine, plan, load_tag, log) if load_tag else (0, 0)
     batches = checkpoint.batch_history(plan.saved_state, step, samples, global_batch)
     if dist.is_main:
@@ -327,8 +432,12 @@ def train(args: TrainArgs) -> dict[str, Any]:
         dist.device,
         depth=args.prefetch,
         keep_host=args.log_samples,
+        vocab_size=plan.spec.limits.vocab_size,
     )
-    sample_log = open(run_dir / f"samples-rank{dist.rank}.jsonl", "a") if args.log_samples else None
+    # line-buffered: a kill -9 loses no line of a step before the checkpoint the resume starts from
+    sample_log = (
+        open(run_dir / f"samples-rank{dist.rank}.jsonl", "a", buffering=1) if args.log_samples else None
+    )
     run = Steps(
         engine, plan, args, dist, prefetcher, log, sample_log, step, samples, end, global_batch, batches
     )
@@ -361,7 +470,7 @@ def _run_dir(args: TrainArgs, dist: distributed.Dist) -> Path:
         or args.save
         or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.check_writable_dir(run_dir, "--run-dir")
     return run_dir
 
 
@@ -480,7 +589,16 @@ class Steps:
         if save_dir is None or not (self.step == self.end or (every and self.step % every == 0)):
             return
         t0 = time.perf_counter()
-        save(self.engine, self.plan, self.dist, self.step, self.samples, self.global_batch, self.batches)
+        save(
+            self.engine,
+            self.plan,
+            self.dist,
+            self.step,
+            self.samples,
+            self.global_batch,
+            self.batches,
+            self.args.steps,
+        )
         self.log.note(f"saved {save_dir / checkpoint.tag_for(self.step)}")
         self.t_last += time.perf_counter() - t0
 
@@ -539,6 +657,7 @@ def save(
     samples: int,
     global_batch: int,
     batches: list[dict],
+    total_steps: int,
 ) -> None:
     """A DeepSpeed checkpoint whose client_state carries the data position and schedule."""
     tag = checkpoint.tag_for(step)
@@ -550,14 +669,14 @@ def save(
         "world_size": dist.world,
         "train_batch_size": global_batch,
         "model": plan.spec.name,
+        "vocab_size": plan.spec.limits.vocab_size,
+        "steps": total_steps,
         "data": plan.identity,
         "schedule": plan.sampler.to_json(),
         "batches": batches,
     }
-    if dist.is_main:  # before DeepSpeed writes 'latest': a tag 'latest' names always has its state
-        (plan.save_dir / tag).mkdir(parents=True, exist_ok=True)
-        checkpoint.write_state(plan.save_dir, tag, state)
-    engine.save_checkpoint(str(plan.save_dir), tag=tag, client_state={checkpoint.CLIENT_KEY: state})
+    barrier = torch.distributed.barrier if dist.world > 1 else lambda: None
+    checkpoint.save(engine, plan.save_dir, tag, state, dist.is_main, barrier)
 
 
 def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:

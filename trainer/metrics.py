@@ -1,6 +1,8 @@
 """The run's record: ``RUN_DIR/metrics.jsonl`` (one JSON object per line) and console lines.
 
-Written by rank 0 only, appended to (a resumed run continues the same file). ``tokshard plot``
+Written by rank 0 only, appended to (a resumed run continues the same file). A resume first
+cuts the file back to the checkpoint's step (``cut_back_logs``): the lines a killed run wrote
+after its last checkpoint are trained again, so the log reads as one run. ``tokshard plot``
 reads it. Keys:
 
 training line (every ``--log-every`` steps, and the last step)
@@ -25,7 +27,41 @@ import math
 from pathlib import Path
 from typing import Any, TextIO
 
+from pipeline.format.atomic import disk_error, write_bytes
+
 METRICS_FILE = "metrics.jsonl"
+SAMPLES_GLOB = "samples-rank*.jsonl"
+
+
+def cut_back_logs(run_dir: Path, step: int) -> int:
+    """Drop, from metrics.jsonl and the samples-rank*.jsonl files, every line after ``step``
+    (and a last line a kill cut short); returns how many lines went. Each file is replaced
+    atomically, so a kill now loses nothing that was kept."""
+    dropped = 0
+    for path in [run_dir / METRICS_FILE, *sorted(run_dir.glob(SAMPLES_GLOB))]:
+        if path.is_file():
+            dropped += _cut_back(path, step)
+    return dropped
+
+
+def _cut_back(path: Path, step: int) -> int:
+    lines = path.read_bytes().splitlines(keepends=True)
+    keep = [line for line in lines if _keep(line, step)]
+    if len(keep) != len(lines):
+        write_bytes(path, b"".join(keep))
+    return len(lines) - len(keep)
+
+
+def _keep(line: bytes, step: int) -> bool:
+    """A whole JSON line of a step up to ``step`` (or of no step at all) stays."""
+    if not line.endswith(b"\n"):
+        return False  # cut short by the kill
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    at = record.get("step") if isinstance(record, dict) else None
+    return not isinstance(at, int) or at <= step
 
 
 class MetricsLog:
@@ -38,8 +74,11 @@ class MetricsLog:
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(json.dumps(record) + "\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk mid-run: one line, the checkpoints are kept
+                raise disk_error(exc, self.path) from exc
 
     def _say(self, line: str) -> None:
         if self.enabled:

@@ -2,8 +2,9 @@
 
 ``tiny`` is for tests; ``gpt2-124m`` is GPT-2 small; ``opt-125m`` and ``opt-350m`` have the
 shapes of Meta's OPT models (layers, width, heads, FFN, ReLU, 2048 positions). They are
-shapes for training from scratch, not loaders of published weights. Any Transformers causal
-LM can be trained instead (``trainer.models``), built from its config without weights.
+shapes for training from scratch, not loaders of published weights; their ``vocab_size`` is
+only the default when no tokenizer is known (``tokshard train`` sizes the embedding from the
+manifest, ``trainer.models.resolve``). Any Transformers causal LM can be trained instead (``trainer.models``), built from its config without weights.
 """
 
 from __future__ import annotations

@@ -27,6 +27,10 @@ HF_PREFIX = "hf:"
 SHIPPED = Path(__file__).resolve().parent / "configs" / "models"
 
 
+#: embeddings are padded to a multiple of this (as Megatron-LM and nanoGPT pad GPT-2's 50257 to 50304)
+VOCAB_MULTIPLE = 64
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -34,6 +38,7 @@ class ModelSpec:
     hidden_size: int
     n_layer: int
     hf_config: Any = None  # a transformers PretrainedConfig for hf: models
+    vocab_note: str = ""  # where the embedding size came from, for the log
 
     def build(self) -> nn.Module:
         """The module DeepSpeed trains: ``forward(idx, targets) -> loss``."""
@@ -44,8 +49,18 @@ class ModelSpec:
         return CausalLMWithLoss(AutoModelForCausalLM.from_config(self.hf_config))
 
 
-def resolve(name: str, vocab_size: int | None = None) -> ModelSpec:
-    """Look a model up by name without building it; ``vocab_size`` overrides its embedding."""
+def padded_vocab(vocab_size: int) -> int:
+    """``vocab_size`` rounded up to a multiple of ``VOCAB_MULTIPLE`` (faster matmuls, same ids)."""
+    return -(-vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
+def resolve(name: str, vocab_size: int | None = None, tokenizer_vocab: int | None = None) -> ModelSpec:
+    """Look a model up by name without building it.
+
+    ``vocab_size`` (``--vocab-size``) sets the embedding. Otherwise our GPT shapes, trained
+    from scratch, follow the tokenizer (``tokenizer_vocab``, the manifest's, padded to a
+    multiple of 64), while an ``hf:`` config keeps the vocabulary it fixes (a tokenizer larger
+    than it is refused by the manifest guard)."""
     if name.startswith(HF_PREFIX):
         return _hf_spec(name[len(HF_PREFIX) :], vocab_size)
     if name not in SIZES:
@@ -53,8 +68,14 @@ def resolve(name: str, vocab_size: int | None = None) -> ModelSpec:
             f"unknown --model {name!r}: use one of {', '.join(SIZES)} or hf:CONFIG "
             "(a Transformers config: hub name, folder or config.json)"
         )
+    note = f"--vocab-size {vocab_size}" if vocab_size else ""
+    if not vocab_size and tokenizer_vocab:
+        vocab_size = padded_vocab(tokenizer_vocab)
+        note = f"the tokenizer's {tokenizer_vocab} ids, padded to a multiple of {VOCAB_MULTIPLE}"
     cfg = gpt_config(name, vocab_size)
-    return ModelSpec(name, ModelLimits(name, cfg.vocab_size, cfg.block_size), cfg.n_embd, cfg.n_layer)
+    note = f"embedding of {cfg.vocab_size} rows ({note or 'the model default'})"
+    limits = ModelLimits(name, cfg.vocab_size, cfg.block_size)
+    return ModelSpec(name, limits, cfg.n_embd, cfg.n_layer, vocab_note=note)
 
 
 def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
@@ -78,7 +99,10 @@ def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     name = f"{HF_PREFIX}{source}"
     limits = ModelLimits(name, int(config.vocab_size), int(positions or 1 << 30))
-    return ModelSpec(name, limits, int(hidden or 0), int(layers or 0), hf_config=config)
+    note = (
+        f"embedding of {config.vocab_size} rows ({'--vocab-size' if vocab_size else 'fixed by the config'})"
+    )
+    return ModelSpec(name, limits, int(hidden or 0), int(layers or 0), hf_config=config, vocab_note=note)
 
 
 def _first(config: Any, *names: str) -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trainer.data import WindowDataset
+from trainer.data import WindowDataset, check_ids
 from trainer.sampler import Draws, MixtureSampler
 
 
@@ -45,6 +45,7 @@ class Prefetcher:
         device: torch.device,
         depth: int = 4,
         keep_host: bool = False,
+        vocab_size: int | None = None,
     ) -> None:
         self.dataset = dataset
         self.sampler = sampler
@@ -52,6 +53,7 @@ class Prefetcher:
         self.device = device
         self.cuda = device.type == "cuda"
         self.keep_host = keep_host
+        self.vocab_size = vocab_size  # when given, every batch's ids are checked against it
         self.wait_s = 0.0
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
@@ -83,6 +85,8 @@ class Prefetcher:
             for positions in self.plan:
                 draws = self.sampler.draw(positions)
                 tokens, host = self._gather(draws)
+                if self.vocab_size is not None:
+                    check_ids(host, self.vocab_size, self.dataset, draws.sources, draws.windows)
                 item = Batch(tokens[:, :-1], tokens[:, 1:], draws, host)
                 while not self._stop.is_set():
                     try:

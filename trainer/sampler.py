@@ -208,5 +208,7 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
             weight = -1.0
         if not sep or not name.strip() or not weight > 0 or not math.isfinite(weight):
             raise TokshardError(f"--mix: {part!r} is not SOURCE=WEIGHT with a positive weight")
+        if name.strip() in out:
+            raise TokshardError(f"--mix: {name.strip()!r} is given twice; give each source once")
         out[name.strip()] = weight
     return out

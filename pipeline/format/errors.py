@@ -15,12 +15,12 @@ class TokshardError(Exception):
 
 class DataError(TokshardError):
     """An input or output file holds bad data (corrupt, truncated, changed): exit 1, as for any
-    fault in the data rather than in the command line."""
+    fault in the data rather than in the command line. Usage mistakes (flags, paths of the
+    wrong kind, configs) keep exit 2, so a script can tell "fix the command" from "fix or
+    re-make the data"."""
 
     exit_code = 1
 
 
-class VerifyError(TokshardError):
+class VerifyError(DataError):
     """Data on disk does not match its manifest (exit 1, like a failed check)."""
-
-    exit_code = 1

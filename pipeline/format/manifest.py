@@ -3,7 +3,8 @@
 The manifest is written last and atomically beside the shards; every path in it is
 relative to it, so a prepared folder can be copied anywhere. Its JSON Schema is
 ``manifests/schema.json`` (keep the two in step; ``FORMAT`` is the version both carry).
-Stdlib only, so a GPU node reads manifests without the pipeline's dependencies.
+Standard library and the shard format only, so a GPU node reads manifests without the
+pipeline's dependencies.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.format.atomic import write_json
-from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.errors import DataError, TokshardError, VerifyError
 from pipeline.format.shard_writer import ShardRecord
+from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"
@@ -145,25 +147,71 @@ def find(path: str | os.PathLike) -> Path:
 
 
 def load(path: str | os.PathLike) -> Manifest:
-    """Read and sanity-check a manifest; a wrong format version is refused by name."""
+    """Read and sanity-check a manifest; a wrong format version is refused by name.
+
+    A manifest that is there but damaged (not JSON, a field of the wrong type, an unknown
+    dtype) is bad data: exit 1, one line naming the file and the field."""
     p = find(path)
     try:
         data = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokshardError(f"{p}: not a readable manifest ({exc})") from exc
+        raise DataError(f"{p}: not a readable manifest ({exc})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else None
-        raise TokshardError(
+        raise DataError(
             f"{p}: manifest format {found!r}, this tokshard reads format {FORMAT}; "
             "re-run `tokshard prepare` with this version"
         )
     for key in ("dtype", "tokenizer", "sources", "shards", "totals"):
         if key not in data:
-            raise TokshardError(f"{p}: manifest lacks {key!r}; it is damaged, re-run prepare")
+            raise DataError(f"{p}: manifest lacks {key!r}; it is damaged, re-run prepare")
+    check_fields(p, data)
     try:
         return Manifest(p, data)
     except (KeyError, TypeError) as exc:
-        raise TokshardError(f"{p}: manifest entry lacks {exc}; it is damaged, re-run prepare") from exc
+        raise DataError(f"{p}: manifest entry lacks {exc}; it is damaged, re-run prepare") from exc
+
+
+_SHARD_COUNTS = ("tokens", "documents", "bytes")
+_SHARD_TEXTS = ("path", "source", "split", "hash", "idx_hash")
+
+
+def check_fields(p: Path, data: dict[str, Any]) -> None:
+    """The fields every reader computes with have the type they need (a hand edit may not)."""
+
+    def damaged(where: str, what: str) -> DataError:
+        return DataError(f"{p}: {where} {what}; the manifest is damaged, re-run `tokshard prepare`")
+
+    if data["dtype"] not in TOKEN_DTYPES:
+        raise damaged("'dtype'", f"is {data['dtype']!r}, not one of {', '.join(TOKEN_DTYPES)}")
+    tok = data["tokenizer"]
+    if not isinstance(tok, dict):
+        raise damaged("'tokenizer'", "is not an object")
+    for key in ("vocab_size", "eos_id"):
+        if not _count(tok.get(key)):
+            raise damaged(f"tokenizer {key!r}", f"is {tok.get(key)!r}, not a whole number")
+    if tok["eos_id"] >= tok["vocab_size"]:
+        raise damaged("tokenizer 'eos_id'", f"{tok['eos_id']} is not below vocab_size {tok['vocab_size']}")
+    if not isinstance(data["sources"], dict):
+        raise damaged("'sources'", "is not an object")
+    if not isinstance(data["shards"], list):
+        raise damaged("'shards'", "is not a list")
+    for i, shard in enumerate(data["shards"]):
+        if not isinstance(shard, dict):
+            raise damaged(f"shard {i}", "is not an object")
+        for key in _SHARD_COUNTS:
+            if not _count(shard.get(key)):
+                raise damaged(f"shard {i} {key!r}", f"is {shard.get(key)!r}, not a whole number")
+        for key in _SHARD_TEXTS:
+            if not isinstance(shard.get(key), str) or not shard[key]:
+                raise damaged(f"shard {i} {key!r}", f"is {shard.get(key)!r}, not a name")
+    totals = data["totals"]
+    if not isinstance(totals, dict) or not all(_count(v) for v in totals.values()):
+        raise damaged("'totals'", f"is {totals!r}, not whole numbers")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def empty_split_stats() -> dict[str, Any]:

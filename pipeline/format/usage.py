@@ -1,11 +1,14 @@
 """The argparse pieces both command lines share (`tokshard ...` and ``python -m trainer``):
-a usage mistake becomes one `TokshardError` line, and whole numbers >= 1 are checked once."""
+a usage mistake becomes one `TokshardError` line (an empty argument too), and whole numbers
+>= 1, folders and files are checked once."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.store import is_url
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -14,6 +17,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         command = self.prog.removeprefix("tokshard").strip()
         raise TokshardError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        empty = empty_option(self, ns)
+        if empty:
+            self.error(f"argument {empty}: must not be empty")
+        return ns, rest
 
 
 def positive_int(text: str) -> int:
@@ -25,3 +35,31 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer (expected a number >= 1), got {value}")
     return value
+
+
+def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> str | None:
+    """The first of ``parser``'s arguments given as an empty (or blank) string, by its name.
+
+    ``--out ""`` or ``--split " "`` is never a usable path or name; a parser refuses it at once,
+    as a usage error, instead of a later stage failing on it."""
+    for action in parser._actions:
+        value = getattr(namespace, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            return "/".join(action.option_strings) or action.metavar or action.dest
+    return None
+
+
+def folder_arg(text: str) -> str:
+    """An argparse type for a folder a command writes or reads: an existing file is refused at
+    once (exit 2), not when the command gets to it. URLs pass unchanged."""
+    if text.strip() and not is_url(text) and os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file; this names a folder")
+    return text
+
+
+def file_arg(text: str) -> str:
+    """An argparse type for a file: an existing folder is refused at once (exit 2)."""
+    if text.strip() and not is_url(text) and os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder; this names a file")
+    return text

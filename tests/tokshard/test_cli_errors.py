@@ -5,6 +5,9 @@ process, as a user would run it."""
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+from pathlib import Path
 
 import pytest
 from support import cli, write_jsonl
@@ -145,3 +148,217 @@ def test_a_mistake_is_one_line_and_a_nonzero_exit(files, argv, says):
 def test_a_mistake_in_a_recipe_names_the_file(files):
     proc = cli("prepare", files["bad_key"], "--out", str(files["root"] / "o8"))
     assert files["bad_key"] in proc.stderr
+
+
+# --- every flag of every command, with the mistakes people make (issue 15, item 17) ---
+#
+# The commands and flags come from the parsers themselves, so a command or flag added later is
+# swept too. Mistakes: an empty value, a word for a number, a negative number, an unknown
+# choice, a file where a folder (metavar ...DIR) is expected and a folder where a file (PNG,
+# DS.json) is. All are usage errors: exit 2 and one line naming the flag.
+
+
+def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    parsers = dict(subparsers(build_parser()))
+    parsers[("train",)] = train_parser()
+    return {words: p for words, p in parsers.items() if not any(
+        isinstance(a, argparse._SubParsersAction) for a in p._actions)}  # fmt: skip
+
+
+def takes_value(action: argparse.Action) -> bool:
+    return (
+        action.nargs != 0
+        and action.help != argparse.SUPPRESS
+        and not isinstance(
+            action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction
+        )
+    )
+
+
+def is_number(action: argparse.Action) -> bool:
+    try:
+        return action.type is not None and isinstance(action.type("7"), int | float)
+    except (argparse.ArgumentTypeError, ValueError, TypeError):
+        return False
+
+
+def name_of(action: argparse.Action) -> str:
+    return "/".join(action.option_strings) or action.metavar or action.dest
+
+
+def harmless(action: argparse.Action, root: Path) -> str:
+    """A value that passes parsing, for the flags a mistake needs beside it."""
+    if is_number(action):
+        return "300"
+    if action.choices:
+        return next(iter(action.choices))
+    return str(root / "placeholder-that-does-not-exist")
+
+
+def base_args(parser: argparse.ArgumentParser, skip: argparse.Action, root: Path) -> list[str]:
+    args: list[str] = []
+    for action in parser._actions:
+        if action is skip or not takes_value(action):
+            continue
+        if not action.option_strings and action.nargs is None:
+            args.append(harmless(action, root))
+        elif action.required:
+            args += [action.option_strings[0], harmless(action, root)]
+    return args
+
+
+def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
+    """(what kind of mistake, the value) for one flag."""
+    cases = [("empty", "")]
+    if is_number(action):
+        cases += [("a word", "seven"), ("negative", "-1")]
+    if action.choices:
+        cases.append(("unknown choice", "no-such-choice"))
+    metavar = str(action.metavar or "")
+    if metavar.endswith("DIR"):
+        cases.append(("a file for a folder", str(root / "a-file")))
+    if metavar in ("PNG", "DS.json") or metavar.endswith("FILE"):
+        cases.append(("a folder for a file", str(root)))
+    return cases
+
+
+def sweep(root: Path) -> list[tuple[list[str], str, str]]:
+    cases = []
+    for words, parser in sorted(all_parsers().items()):
+        for action in parser._actions:
+            if not takes_value(action):
+                continue
+            for kind, value in mistakes(action, root):
+                base = base_args(parser, action, root)
+                given = [action.option_strings[0], value] if action.option_strings else [value]
+                cases.append(([*words, *base, *given], name_of(action), kind))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def sweep_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sweep")
+    (root / "a-file").write_text("x")
+    return root
+
+
+def test_the_sweep_covers_every_command_and_flag(sweep_root):
+    cases = sweep(sweep_root)
+    swept = {
+        (tuple(argv[: len(w)]), name)
+        for argv, name, _ in cases
+        for w in all_parsers()
+        if argv[: len(w)] == list(w)
+    }
+    for words, parser in all_parsers().items():
+        for action in parser._actions:
+            if takes_value(action):
+                assert (words, name_of(action)) in swept
+    assert len(cases) > 100
+
+
+def test_every_flag_refuses_each_typical_mistake_in_one_line_with_exit_2(sweep_root, capsys):
+    from tokshard.cli import main
+
+    failures = []
+    for argv, name, kind in sweep(sweep_root):
+        try:
+            code = main(argv)
+        except BaseException as exc:
+            failures.append(f"tokshard {' '.join(argv)} ({kind}): raised {exc!r}")
+            continue
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        if (
+            code != 2
+            or len(lines) != 1
+            or not lines[0].startswith("tokshard: error: ")
+            or not (name in lines[0] or (argv[-1] and argv[-1] in lines[0]))  # the flag or its value
+        ):
+            failures.append(f"tokshard {' '.join(argv)} ({kind}): exit {code}, stderr {err.strip()!r}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    ("mix", "says"),
+    [
+        ("stdlib=1,wiki=2", "--mix names wiki"),
+        ("stdlib=1,stdlib=2", "--mix: 'stdlib' is given twice"),
+        ("stdlib", "--mix: 'stdlib' is not SOURCE=WEIGHT"),
+        ("stdlib=-1", "--mix: 'stdlib=-1' is not SOURCE=WEIGHT with a positive weight"),
+        ("stdlib=0,asyncio=0", "is not SOURCE=WEIGHT with a positive weight"),
+    ],
+    ids=["unknown-name", "duplicate-key", "no-weight", "negative", "zero"],
+)
+def test_mix_mistakes_are_one_line_and_exit_2(tmp_path_factory, capsys, mix, says):
+    from support import cached_manifest
+
+    from tokshard.cli import main
+
+    manifest = cached_manifest(tmp_path_factory)
+    code = main(
+        [
+            "train",
+            "--manifest",
+            str(manifest),
+            "--model",
+            "tiny",
+            "--seq-len",
+            "32",
+            "--steps",
+            "1",
+            "--mix",
+            mix,
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and says in err, err
+
+
+# --- damaged data is exit 1 in every command that reads it ---
+
+
+def damaged_copy(manifest: Path, where: Path, change) -> Path:
+    shutil.copytree(manifest.parent, where)
+    change(where)
+    return where / "manifest.json"
+
+
+def set_field(path_in_manifest, value):
+    def change(folder: Path) -> None:
+        data = json.loads((folder / "manifest.json").read_text())
+        target = data
+        for key in path_in_manifest[:-1]:
+            target = target[key]
+        target[path_in_manifest[-1]] = value
+        (folder / "manifest.json").write_text(json.dumps(data))
+
+    return change
+
+
+def first_idx(folder: Path) -> Path:
+    return sorted(folder.rglob("*.idx"))[0]
+
+
+DATA_FAULTS = [
+    (["verify"], set_field(["shards", 0, "tokens"], "many"), "shard 0 'tokens' is 'many', not a whole number"),
+    (["verify"], set_field(["dtype"], "int7"), "'dtype' is 'int7', not one of uint16, uint32"),
+    (["inspect"], set_field(["shards", 0, "documents"], "12x"), "shard 0 'documents' is '12x'"),
+    (["inspect"], lambda f: first_idx(f).unlink(), ".idx: No such file or directory; run `tokshard verify`"),
+    (["inspect"], lambda f: first_idx(f).write_bytes(first_idx(f).read_bytes()[:20]), ".idx: index is truncated (20 bytes)"),
+    (["train", "--model", "tiny", "--seq-len", "32", "--steps", "1", "--manifest"], set_field(["shards", 1, "split"], "renamed"),
+     "edited after `tokshard prepare` wrote it"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("command", "change", "says"), DATA_FAULTS, ids=[
+    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-truncated-idx", "train-edited"])  # fmt: skip
+def test_damaged_data_is_one_line_and_exit_1(tmp_path, tmp_path_factory, command, change, says):
+    from support import cached_manifest
+
+    path = damaged_copy(cached_manifest(tmp_path_factory), tmp_path / "m", change)
+    proc = cli(*command, str(path))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and lines[-1].startswith("tokshard: error: "), proc.stderr
+    assert says in lines[-1]

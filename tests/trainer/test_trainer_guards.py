@@ -1,0 +1,197 @@
+"""What `tokshard train` refuses before any process group or model exists: each a user
+mistake or damaged data that used to train anyway or end in a traceback (issue 15).
+
+In-process (``trainer.cli.main``): every refusal here happens before DeepSpeed starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import cached_manifest
+
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.errors import DataError, TokshardError
+from trainer import cli, ds_config, models
+
+SMALL = ["--model", "tiny", "--seq-len", "32", "--steps", "1", "--log-every", "1", "--eval-samples", "8"]
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+def copy_of(manifest: Path, where: Path) -> Path:
+    shutil.copytree(manifest.parent, where)
+    return where / manifest.name
+
+
+def edit(path: Path, change, reseal: bool = False) -> None:
+    """Change manifest.json by hand, keeping its old checksum (or sealing it anew)."""
+    data = json.loads(path.read_text())
+    change(data)
+    if reseal:
+        manifest_mod.write(path.parent, {k: v for k, v in data.items() if k != "checksum"})
+    else:
+        path.write_text(json.dumps(data, indent=1))
+
+
+# --- item 11: the embedding follows the tokenizer ---
+
+
+def test_a_gpt2_sized_tokenizer_gets_a_padded_embedding_by_default():
+    spec = models.resolve("tiny", None, tokenizer_vocab=50257)
+    assert spec.limits.vocab_size == 50304
+    assert "the tokenizer's 50257 ids, padded to a multiple of 64" in spec.vocab_note
+    assert models.resolve("gpt2-124m", None, tokenizer_vocab=1000).limits.vocab_size == 1024
+
+
+def test_vocab_size_still_overrides_the_tokenizer():
+    spec = models.resolve("tiny", 4096, tokenizer_vocab=50257)
+    assert spec.limits.vocab_size == 4096 and "--vocab-size 4096" in spec.vocab_note
+
+
+def test_an_hf_config_keeps_its_vocabulary_and_refuses_a_larger_tokenizer(manifest, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.OPTConfig(
+        vocab_size=512, hidden_size=32, num_hidden_layers=1, ffn_dim=64, num_attention_heads=2,
+        max_position_embeddings=64, word_embed_proj_dim=32,
+    )  # fmt: skip
+    cfg.save_pretrained(tmp_path / "opt")
+    assert models.resolve(f"hf:{tmp_path / 'opt'}", None, tokenizer_vocab=100).limits.vocab_size == 512
+    with pytest.raises(
+        TokshardError, match=r"1024 ids but model hf:.* embeds only 512; pass --vocab-size 1024"
+    ):
+        cli.main(["--manifest", str(manifest), *SMALL, "--model", f"hf:{tmp_path / 'opt'}"])
+
+
+# --- item 12: the manifest's own checksum ---
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["shards"].append(dict(d["shards"][0])),
+        lambda d: [s.update(split="train2") for s in d["shards"] if s["split"] == "validation"],
+    ],
+    ids=["shard-listed-twice", "split-renamed"],
+)
+def test_a_manifest_edited_after_prepare_is_refused(manifest, tmp_path, change):
+    path = copy_of(manifest, tmp_path / "m")
+    edit(path, change)
+    with pytest.raises(DataError, match=r"manifest.json: edited after `tokshard prepare` wrote it"):
+        cli.main(["--manifest", str(path), *SMALL, "--verify"])
+    with pytest.raises(DataError, match="edited after"):
+        cli.main(["--manifest", str(path), *SMALL])  # without --verify too: it costs nothing
+
+
+def test_a_shard_listed_twice_is_refused_even_with_a_resealed_checksum(manifest, tmp_path):
+    path = copy_of(manifest, tmp_path / "m")
+    edit(path, lambda d: d["shards"].append(dict(d["shards"][0])), reseal=True)
+    with pytest.raises(DataError, match=r"shard stdlib/train/00000.*\.bin is listed twice"):
+        cli.main(["--manifest", str(path), *SMALL])
+
+
+# --- item 15: settings and paths that used to end in a traceback ---
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"zero_optimization": {"stage": 4}}, r"ZeRO stage 4 does not exist; use 0, 1, 2 or 3"),
+        ({"zero_optimization": {"stage": "2"}}, r"ZeRO stage '2' does not exist"),
+        (
+            {"optimizer": {"type": "AdamWW", "params": {}}},
+            r"optimizer type 'AdamWW' is not one DeepSpeed knows",
+        ),
+        ({"optimizer": {"params": {"lr": 1e-3}}}, r"optimizer type None is not one DeepSpeed knows"),
+        ({"scheduler": {"type": "Cosine"}}, r"scheduler type 'Cosine' is not one DeepSpeed knows"),
+    ],
+    ids=["stage-4", "stage-string", "optimizer-typo", "optimizer-no-type", "scheduler-unknown"],
+)
+def test_an_invalid_deepspeed_config_is_one_line_naming_the_file(manifest, tmp_path, config, says):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(config))
+    with pytest.raises(TokshardError, match=rf"--deepspeed {ds}: {says}"):
+        cli.main(["--manifest", str(manifest), *SMALL, "--deepspeed", str(ds)])
+
+
+def test_a_config_without_an_optimizer_gets_the_default_adamw():
+    user = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"}
+    assert ds_config.missing_blocks(user) == ["optimizer", "scheduler"]
+    cfg = ds_config.resolve(user, ds_config.Knobs(steps=10, lr=1e-3), world=1, cuda=False,
+                            bf16_supported=False, hidden_size=64)  # fmt: skip
+    assert cfg["optimizer"]["type"] == "AdamW" and cfg["optimizer"]["params"]["lr"] == 1e-3
+    assert (
+        cfg["scheduler"]["type"] == "WarmupCosineLR" and cfg["scheduler"]["params"]["total_num_steps"] == 10
+    )
+    assert cfg["train_batch_size"] == 8
+    # a config that names its optimizer but no scheduler keeps DeepSpeed's meaning: a constant lr
+    own = {"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}
+    assert ds_config.missing_blocks(own) == []
+    assert "scheduler" not in ds_config.resolve(own, ds_config.Knobs(steps=10), world=1, cuda=False,
+                                                bf16_supported=False, hidden_size=64)  # fmt: skip
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(path, options) a small tmpfs, unmounted afterwards (needs root; skipped otherwise)."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, options: str) -> Path:
+        path.mkdir(parents=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}); needs root")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_save_on_a_file_is_refused(manifest, tmp_path):
+    (tmp_path / "ckpt").write_text("not a folder")
+    with pytest.raises(
+        TokshardError, match=rf"argument --save: {tmp_path / 'ckpt'} is a file; this names a folder"
+    ):
+        cli.main(["--manifest", str(manifest), *SMALL, "--save", str(tmp_path / "ckpt")])
+    with pytest.raises(
+        TokshardError, match=rf"argument --run-dir: {tmp_path / 'ckpt'} is a file; this names a folder"
+    ):
+        cli.main(["--manifest", str(manifest), *SMALL, "--run-dir", str(tmp_path / "ckpt")])
+
+
+def test_save_on_a_read_only_filesystem_or_under_proc_is_refused(manifest, tmp_path, tmpfs):
+    ro = tmpfs(tmp_path / "ro", "ro,size=1m")
+    with pytest.raises(
+        TokshardError, match=rf"--save {ro / 'ckpt'}: cannot write there \(Read-only file system\)"
+    ):
+        cli.main(["--manifest", str(manifest), *SMALL, "--save", str(ro / "ckpt")])
+    with pytest.raises(TokshardError, match=r"--save /proc/tokshard-ckpt: cannot write there \(.*\); choose"):
+        cli.main(["--manifest", str(manifest), *SMALL, "--save", "/proc/tokshard-ckpt"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--lr", "-1", "--lr: must be above 0, not -1"),
+        ("--lr", "0", "--lr: must be above 0, not 0"),
+        ("--lr", "nan", "--lr: must be a finite number, not nan"),
+        ("--weight-decay", "-0.1", "--weight-decay: must be 0 or more"),
+        ("--grad-clip", "inf", "--grad-clip: must be a finite number"),
+        ("--seed", "-3", "--seed: must be 0 or more"),
+        ("--steps", "ten", "--steps: expected a whole number, got 'ten'"),
+    ],
+)
+def test_a_bad_number_is_a_usage_error(manifest, flag, value, says):
+    with pytest.raises(TokshardError, match=f"train: argument {says}") as info:
+        cli.main(["--manifest", str(manifest), *SMALL, flag, value])
+    assert info.value.exit_code == 2

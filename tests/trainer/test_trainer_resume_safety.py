@@ -1,0 +1,264 @@
+"""Resume and save under real faults: kill -9 mid-run, a full disk during a checkpoint, a
+changed batch or model, damaged data mid-run (issue 15). Real DeepSpeed engines on CPU (gloo,
+fp32, torch's AdamW via the default config), each a `python -m trainer` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import REPO, cached_manifest, make_manifest
+
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.errors import TokshardError
+from trainer import cli
+
+ROOT = REPO
+SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--micro-batch", "2"]
+
+
+def trainer_cmd(*args: str) -> tuple[list[str], dict[str, str]]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+    }
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return [sys.executable, "-m", "trainer", *args], env
+
+
+def train(*args: str, code: int = 0) -> subprocess.CompletedProcess:
+    """Run the trainer as a user does; it must exit with ``code``."""
+    cmd, env = trainer_cmd(*args)
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == code, f"{' '.join(cmd)}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return done
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    """A failure's stderr ends in exactly one error line and holds no traceback."""
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("tokshard: error: ")]
+    assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[-3000:]
+    return errors[0]
+
+
+def steps_in(path: Path) -> list[int]:
+    return [json.loads(x)["step"] for x in path.read_text().splitlines() if '"loss"' in x or '"micro"' in x]
+
+
+def latest(save: Path) -> str | None:
+    return (save / "latest").read_text().strip() if (save / "latest").is_file() else None
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+# --- item 11 (and the config without an optimizer of item 15), on a tokenizer larger than tiny's 2048 ---
+
+
+@pytest.fixture(scope="module")
+def wide_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    root = tmp_path_factory.mktemp("wide")
+    m = make_manifest(root / "data", vocab_size=3000)
+    ds = root / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"}))
+    run = root / "run"
+    done = train("--manifest", str(m), *SMALL, "--deepspeed", str(ds), "--steps", "2", "--run-dir", str(run))
+    return run, done
+
+
+def test_a_tiny_model_trains_on_a_tokenizer_larger_than_its_default_vocabulary(wide_run):
+    run, done = wide_run
+    assert (
+        "model tiny: embedding of 3008 rows (the tokenizer's 3000 ids, padded to a multiple of 64)"
+        in done.stdout
+    )
+    assert steps_in(run / "metrics.jsonl") == [1, 2]
+
+
+def test_a_deepspeed_config_without_an_optimizer_gets_adamw(wide_run):
+    run, done = wide_run
+    assert (
+        "has no 'optimizer' or 'scheduler' block: using tokshard's default (AdamW, warmup + cosine)"
+        in done.stdout
+    )
+    config = json.loads((run / "run.json").read_text())["deepspeed_config"]
+    assert config["optimizer"]["type"] == "AdamW" and config["optimizer"]["params"]["torch_adam"] is True
+    assert config["scheduler"]["type"] == "WarmupCosineLR"
+
+
+# --- item 13: kill -9, then --resume: the logs read as one run ---
+
+
+def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path):
+    save = tmp_path / "ck"
+    args = ["--manifest", str(manifest), *SMALL, "--steps", "100000", "--save", str(save)]
+    cmd, env = trainer_cmd(*args, "--save-every", "3", "--log-samples")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            tag = latest(save)
+            logged = steps_in(save / "metrics.jsonl") if (save / "metrics.jsonl").is_file() else []
+            if tag and logged and logged[-1] >= int(tag.removeprefix("step")) + 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        os.kill(proc.pid, signal.SIGKILL)  # the training process itself: no launcher in between
+    finally:
+        proc.kill()
+        proc.wait()
+    checkpoint_step = int(latest(save).removeprefix("step"))
+    killed_at = steps_in(save / "metrics.jsonl")[-1]
+    assert killed_at > checkpoint_step  # steps the resume will train again were logged
+    stop = killed_at + 2
+    done = train(*args, "--resume", "--stop-at", str(stop), "--log-samples")
+    assert f"written after step {checkpoint_step} (the checkpoint's)" in done.stdout
+    assert steps_in(save / "metrics.jsonl") == list(range(1, stop + 1))
+    assert steps_in(save / "samples-rank0.jsonl") == list(range(1, stop + 1))
+    samples = [json.loads(x)["samples"] for x in (save / "metrics.jsonl").read_text().splitlines()]
+    assert samples == [2 * s for s in range(1, stop + 1)]
+
+
+# --- item 14 and the model half of item 15: what a resume must keep ---
+
+
+@pytest.fixture(scope="module")
+def halfway(manifest, tmp_path_factory) -> Path:
+    """A checkpoint at step 2 of 4, global batch 2."""
+    save = tmp_path_factory.mktemp("halfway") / "ck"
+    train("--manifest", str(manifest), *SMALL, "--steps", "4", "--stop-at", "2", "--save", str(save))
+    return save
+
+
+def resume_args(manifest: Path, save: Path) -> list[str]:
+    return ["--manifest", str(manifest), *SMALL, "--steps", "4", "--save", str(save), "--resume"]
+
+
+def test_resume_with_another_global_batch_is_refused(manifest, halfway):
+    with pytest.raises(
+        TokshardError,
+        match=r"global batch would be 4 \(micro-batch 2 x accumulation 2 x 1 ranks\), the checkpoint's is 2.*"
+        r"pass --global-batch 2 to keep it, or --allow-batch-change",
+    ):
+        cli.main([*resume_args(manifest, halfway), "--global-batch", "4"])
+
+
+def test_resume_with_another_global_batch_runs_when_allowed(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    done = train(*resume_args(manifest, save), "--global-batch", "4", "--allow-batch-change")
+    assert "global batch is 4, the checkpoint's was 2" in done.stdout
+    state = json.loads((save / "step00000004" / "tokshard.json").read_text())
+    assert state["samples"] == 2 * 2 + 2 * 4 and state["train_batch_size"] == 4
+
+
+def test_resume_with_another_vocabulary_or_model_is_refused(manifest, halfway):
+    with pytest.raises(TokshardError, match=r"checkpoint holds model tiny with 1024 embedding rows, this run builds "
+                       r"tiny with 2048; resume with --model tiny --vocab-size 1024"):  # fmt: skip
+        cli.main([*resume_args(manifest, halfway), "--vocab-size", "2048"])
+    with pytest.raises(TokshardError, match=r"holds model tiny .* this run builds gpt2-124m"):
+        cli.main([*resume_args(manifest, halfway), "--model", "gpt2-124m"])
+
+
+def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, halfway, tmp_path):
+    """A checkpoint from before the model was recorded: DeepSpeed's size mismatch, one line."""
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    state_file = save / "step00000002" / "tokshard.json"
+    state = json.loads(state_file.read_text())
+    del state["vocab_size"]
+    state_file.write_text(json.dumps(state))
+    line = one_error_line(train(*resume_args(manifest, save), "--vocab-size", "2048", code=2))
+    assert f"--resume: {save / 'step00000002'} holds another model's weights (size mismatch" in line
+    assert line.endswith(
+        "resume with the --model and --vocab-size it was trained with, or start a new run in another --save"
+    )
+
+
+# --- item 15: a full disk during a checkpoint leaves none half written ---
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}); needs root")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_during_a_save_keeps_the_last_whole_checkpoint(manifest, small_disk):
+    save = small_disk / "ck"
+    args = ["--manifest", str(manifest), *SMALL, "--steps", "4", "--save", str(save)]
+    train(*args, "--stop-at", "2")
+    size = sum(f.stat().st_size for f in (save / "step00000002").rglob("*") if f.is_file())
+    free = shutil.disk_usage(small_disk).free
+    (small_disk / "filler").write_bytes(b"\0" * (free - size // 2))  # room for half a checkpoint
+    line = one_error_line(train(*args, "--resume", code=2))
+    assert line.startswith(
+        f"tokshard: error: checkpoint not saved: disk full writing {save / 'step00000004'} ("
+    )
+    assert "nothing of it was kept and the last whole checkpoint, step00000002, is kept" in line
+    assert latest(save) == "step00000002"
+    assert sorted(p.name for p in save.iterdir() if p.is_dir()) == ["step00000002"]  # no partial folder
+    (small_disk / "filler").unlink()
+    done = train(*args, "--resume")
+    assert "resumed step00000002 at step 2" in done.stdout and latest(save) == "step00000004"
+
+
+# --- item 15: ids the embedding has no row for (a hand-edited, re-sealed manifest) ---
+
+
+def test_ids_beyond_the_models_vocabulary_are_one_line_naming_the_shard(manifest, tmp_path):
+    shutil.copytree(manifest.parent, tmp_path / "m")
+    data = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    data["tokenizer"]["vocab_size"] = 256  # the ids in the shards go up to 1023
+    manifest_mod.write(tmp_path / "m", {k: v for k, v in data.items() if k != "checksum"})
+    done = train(
+        "--manifest", str(tmp_path / "m"), *SMALL, "--steps", "2", "--run-dir", str(tmp_path / "r"), code=1
+    )
+    line = one_error_line(done)
+    assert f"{tmp_path / 'm'}/" in line and ".bin: token id " in line
+    assert "is beyond the model's 256 embedding rows" in line
+
+
+def test_a_config_deepspeed_refuses_is_one_line_naming_it(manifest, tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betass": [0.9, 0.95]}}}))
+    done = train("--manifest", str(manifest), *SMALL, "--deepspeed", str(ds), "--steps", "1",
+                 "--run-dir", str(tmp_path / "r"), code=2)  # fmt: skip
+    line = one_error_line(done)
+    assert f"--deepspeed {ds}: DeepSpeed refuses this config (" in line and "betass" in line
+
+
+def test_resume_with_other_steps_says_the_schedule_changes(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    args = [
+        "--manifest",
+        str(manifest),
+        *SMALL,
+        "--steps",
+        "6",
+        "--stop-at",
+        "3",
+        "--save",
+        str(save),
+        "--resume",
+    ]
+    done = train(*args)
+    assert (
+        "--steps 6, the checkpoint's run was scheduled for 4: the learning rate follows the schedule"
+        in done.stdout
+    )
