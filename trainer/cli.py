@@ -89,6 +89,7 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--data-cache",
         metavar="DIR",
+        type=folder_arg,
         help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
         "(default ~/.cache/tokshard/data)",
     )
