@@ -137,3 +137,17 @@ def check_model(spec: dict[str, Any]) -> dict[str, Any]:
 def merge_pairs(merges: list[Any]) -> list[tuple[str, str]]:
     """Merges as pairs, whether the file spells them "a b" (older) or ["a", "b"]."""
     return [tuple(m.split(" ", 1)) if isinstance(m, str) else (m[0], m[1]) for m in merges]
+
+
+def check_fast_shape(spec: dict[str, Any]) -> None:
+    """The rules every fast back end needs of a parsed tokenizer.json (those of tiktoken's
+    conversion, minus the ones about tiktoken's own merge order); `NotEquivalent` naming the
+    first one broken."""
+    vocab = check_model(spec).get("vocab") or {}
+    pattern_of(spec.get("pre_tokenizer"))
+    missing = [b for ch, b in byte_decoder().items() if ch not in vocab]
+    if missing:
+        raise NotEquivalent(
+            f"vocabulary lacks {len(missing)} of the 256 bytes (first 0x{min(missing):02x}); "
+            "tokenizers drops such bytes, the fast back ends cannot"
+        )

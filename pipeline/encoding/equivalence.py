@@ -27,14 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
-from pipeline.encoding.byte_level import (
-    NotEquivalent,
-    byte_decoder,
-    check_model,
-    merge_pairs,
-    pattern_of,
-    to_bytes,
-)
+from pipeline.encoding.byte_level import check_fast_shape, merge_pairs, to_bytes
 from pipeline.encoding.tokenizer import read_spec
 from pipeline.format.errors import TokshardError
 
@@ -286,14 +279,7 @@ def byte_level_spec(tokenizer_path: str) -> dict:
     ends on (the rules tiktoken's conversion states, minus those about tiktoken's own merge
     order); `NotEquivalent` naming the rule otherwise."""
     spec = read_spec(tokenizer_path)
-    vocab = check_model(spec).get("vocab") or {}
-    pattern_of(spec.get("pre_tokenizer"))
-    missing = [b for ch, b in byte_decoder().items() if ch not in vocab]
-    if missing:
-        raise NotEquivalent(
-            f"vocabulary lacks {len(missing)} of the 256 bytes (first 0x{min(missing):02x}); "
-            "tokenizers drops such bytes, the fast back ends cannot"
-        )
+    check_fast_shape(spec)
     return spec
 
 
