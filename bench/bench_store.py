@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "bench"))
+# the repository before tests/, whose mirrored pipeline/ folders would shadow the package
+sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests")]
 
 from corpus import gpt2_tokenizer  # noqa: E402
 from support import moto_server  # noqa: E402
@@ -42,6 +43,23 @@ def head_corpus(src: Path, mb: int, out: Path) -> Path:
             g.write(line)
             written += len(line)
     return out
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def children_cpu_seconds() -> float:
+    """CPU of every finished child of this process (each `tokshard` and its Dask workers)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def shard_hashes(manifest_text: str) -> list[str]:
+    return [s["hash"] for s in json.loads(manifest_text)["shards"]]
 
 
 def tokshard(args: list[str], env: dict[str, str]) -> float:
@@ -125,11 +143,27 @@ def main() -> None:
         env = server.env
         bucket = server.new_bucket()
         common = ["--input", str(data), "--tokenizer", str(tok), "--workers", "2"]
-        local_s, s3_s = [], []
+        server_proc = psutil.Process(server.proc.pid)
+        local_s, s3_s, identical = [], [], []
         for r in range(a.rounds):
+            cpu0 = children_cpu_seconds()
             local_s.append(tokshard(["prepare", *common, "--out", str(work / f"local{r}")], env))
+            cpu1, server0 = children_cpu_seconds(), cpu_seconds(server_proc)
             s3_s.append(tokshard(["prepare", *common, "--out", f"s3://{bucket}/run{r}"], env))
-            print(f"round {r}: local {local_s[-1]:.1f} s, s3 {s3_s[-1]:.1f} s", flush=True)
+            cpu2, server1 = children_cpu_seconds(), cpu_seconds(server_proc)
+            s3_manifest = (
+                server.client().get_object(Bucket=bucket, Key=f"run{r}/manifest.json")["Body"].read()
+            )
+            identical.append(
+                shard_hashes((work / f"local{r}/manifest.json").read_text())
+                == shard_hashes(s3_manifest.decode())
+            )
+            print(
+                f"round {r}: local {local_s[-1]:.1f} s ({cpu1 - cpu0:.1f} s CPU), s3 {s3_s[-1]:.1f} s "
+                f"({cpu2 - cpu1:.1f} s CPU in tokshard, {server1 - server0:.1f} s in the S3 server); "
+                f"shards identical: {identical[-1]}",
+                flush=True,
+            )
         url = f"s3://{bucket}/run0/manifest.json"
         os.environ.update(env)
         local_m = str(work / "local0/manifest.json")

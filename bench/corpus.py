@@ -4,7 +4,9 @@ Prose: the Linux kernel's Documentation (about 40 MB of .rst/.txt, package
 linux-source-6.1) and CPython's documentation sources (about 12 MB, python3.11-doc).
 One document per file, in sorted path order, written as JSON lines. Larger corpora repeat
 that set in full passes (real text, but repeated: fine for throughput and memory, noted
-in RESULTS.md). The GPT-2 tokenizer is built from OpenAI's encoder.json and vocab.bpe,
+in RESULTS.md), or with --no-repeat go on with the kernel's own C sources (.c and .h,
+about 1 GB), so that no document appears twice and an encoder's word cache is not
+flattered. The GPT-2 tokenizer is built from OpenAI's encoder.json and vocab.bpe,
 committed under tests/data/gpt2 (MIT). Every benchmark takes its data from here.
 
     python bench/corpus.py --mb 50 --out /work/bench-data/corpus-50.jsonl
@@ -60,31 +62,50 @@ def kernel_docs() -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix in (".rst", ".txt") and p.is_file())
 
 
+def kernel_sources_root() -> Path:
+    """The kernel's C sources (.c and .h), extracted once."""
+    root = CACHE / "kernel-sources"
+    if not root.exists():
+        tmp = CACHE / "kernel-sources.tmp"
+        with tarfile.open(kernel_tarball()) as tar:
+            members = [m for m in tar if m.isfile() and m.name.endswith((".c", ".h"))]
+            tar.extractall(tmp, members=members, filter="data")
+        tmp.rename(root)
+    return root
+
+
+def kernel_sources() -> list[Path]:
+    return sorted(p for p in kernel_sources_root().rglob("*") if p.suffix in (".c", ".h") and p.is_file())
+
+
 def python_docs() -> list[Path]:
     root = _debian_package("python3.11-doc")
     return sorted(root.rglob("_sources/**/*.txt"))
 
 
-def documents() -> list[str]:
+def documents(paths: list[Path]) -> list[str]:
     texts = []
-    for path in kernel_docs() + python_docs():
+    for path in paths:
         text = path.read_bytes().decode("utf-8", errors="replace")
         if text.strip():
             texts.append(text)
     return texts
 
 
-def write_corpus(out: Path, megabytes: int) -> Path:
+def write_corpus(out: Path, megabytes: int, repeat: bool = True) -> Path:
     """JSON lines of real documents, at least ``megabytes`` MB of text (cached by name)."""
     if out.exists():
         return out
-    docs = documents()
+    paths = kernel_docs() + python_docs()
+    docs = documents(paths if repeat else paths + kernel_sources())
     target = megabytes * 1_000_000
     tmp = out.with_suffix(".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with open(tmp, "w") as f:
         while written < target:
+            if not repeat and written:
+                raise SystemExit(f"--no-repeat: only {written / 1e6:.0f} MB of distinct text; ask for less")
             for doc in docs:
                 f.write(json.dumps({"text": doc}) + "\n")
                 written += len(doc.encode())
@@ -109,5 +130,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--no-repeat", action="store_true", help="fill with the kernel's C sources, never repeat")
     args = ap.parse_args()
-    print(write_corpus(args.out, args.mb))
+    print(write_corpus(args.out, args.mb, repeat=not args.no_repeat))
