@@ -100,25 +100,6 @@ def check_compatible(
     return diffs
 
 
-def check_writable_dir(path: Path, flag: str) -> None:
-    """``path`` is (or can become) a folder this process can write: checked before any work, so
-    ``--save`` on a file, a read-only filesystem or under /proc is one line, not a traceback
-    at the first save."""
-    if path.exists() and not path.is_dir():
-        raise TokshardError(
-            f"{flag} {path} is a file, not a folder; choose a folder (it is created if missing)"
-        )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".tokshard-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise TokshardError(
-            f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
-        ) from exc
-
-
 def check_model(saved: dict[str, Any], name: str, vocab_size: int) -> None:
     """The checkpoint's weights fit this model: same ``--model`` and embedding rows."""
     was_name, was_vocab = saved.get("model"), saved.get("vocab_size")

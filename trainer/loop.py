@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.atomic import write_json
+from pipeline.format.atomic import check_writable_dir, write_json
 from pipeline.format.errors import TokshardError
 from pipeline.format.store import refuse_url
 from pipeline.format.store_cache import ShardFetcher
@@ -227,9 +227,9 @@ def config_name(args: TrainArgs) -> str:
 def check_outputs(args: TrainArgs) -> None:
     """--save and --run-dir are folders this process can write (before any work)."""
     if args.save:
-        checkpoint.check_writable_dir(Path(args.save), "--save")
+        check_writable_dir(Path(args.save), "--save")
     if args.run_dir:
-        checkpoint.check_writable_dir(Path(args.run_dir), "--run-dir")
+        check_writable_dir(Path(args.run_dir), "--run-dir")
 
 
 def check_doc_mask(args: TrainArgs) -> None:
@@ -470,7 +470,7 @@ def _run_dir(args: TrainArgs, dist: distributed.Dist) -> Path:
         or args.save
         or distributed.broadcast(f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}" if dist.is_main else None)
     )
-    checkpoint.check_writable_dir(run_dir, "--run-dir")
+    check_writable_dir(run_dir, "--run-dir")
     return run_dir
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from pipeline.encoding import byte_level
+from pipeline.format.atomic import check_writable_dir
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
 from pipeline.format.token_dtypes import TOKEN_DTYPES
@@ -208,7 +209,7 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
     files = expand(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
-    check_out_dir(out_dir)
+    check_writable_dir(out_dir, "--out")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -230,21 +231,6 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
             f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
         ) from exc
     return dest
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """--out is a folder we can write, checked before the (long) training."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise TokshardError(f"--out {out_dir} is a file; --out names a folder for {TOKENIZER_FILE}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".tokshard-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise TokshardError(
-            f"--out {out_dir}: cannot write there ({exc.strerror or exc}); choose a writable folder"
-        ) from exc
 
 
 def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:

@@ -110,3 +110,22 @@ def disk_error(exc: OSError, path: str | os.PathLike, needed: int | None = None)
     if exc.errno in UNWRITABLE_ERRNOS:
         return TokshardError(f"cannot write {path}: {exc.strerror}; choose a writable --out")
     return TokshardError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """``path`` is (or can become) a folder this process can write: checked before any work, so
+    ``--save`` or ``--out`` on a file, a read-only filesystem or under /proc is one line, not a traceback
+    at the first save."""
+    if path.exists() and not path.is_dir():
+        raise TokshardError(
+            f"{flag} {path} is a file, not a folder; choose a folder (it is created if missing)"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".tokshard-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TokshardError(
+            f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
+        ) from exc

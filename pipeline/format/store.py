@@ -105,23 +105,19 @@ class Store:
 
     def create(self, rel: str, data: bytes) -> bool:
         """Write only if no object has the name (S3 ``If-None-Match: *``); False if one does."""
-        with errors(self.where(rel)):
-            try:
-                self.fs.pipe_file(self.full(rel), data, mode="create")
-            except FileExistsError:
-                return False
-            except OSError as exc:
-                if _precondition_failed(exc):
-                    return False
-                raise
-            return True
+        return self._write_if(rel, data, (FileExistsError,), mode="create")
 
     def replace_if(self, rel: str, data: bytes, etag: str) -> bool:
         """Overwrite only if the object is still the version ``etag`` (S3 ``If-Match``)."""
+        return self._write_if(rel, data, (FileExistsError, FileNotFoundError), IfMatch=etag)
+
+    def _write_if(self, rel: str, data: bytes, lost: tuple[type[OSError], ...], **condition: str) -> bool:
+        """A conditional PUT: False where the condition failed (``lost``, or a 412 from the
+        store), any other error raised as one line."""
         with errors(self.where(rel)):
             try:
-                self.fs.pipe_file(self.full(rel), data, IfMatch=etag)
-            except (FileExistsError, FileNotFoundError):
+                self.fs.pipe_file(self.full(rel), data, **condition)
+            except lost:
                 return False
             except OSError as exc:
                 if _precondition_failed(exc):

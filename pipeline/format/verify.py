@@ -38,16 +38,31 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
             faults.append(f"{m.tokenizer_path}: tokenizer differs from the one the shards were made with")
     except OSError as exc:
         faults.append(f"{m.tokenizer_path}: {exc.strerror}")
+    shard_faults, totals = check_shards(
+        m, str(m.path), lambda entry: check_shard(entry, m.dtype, m.eos_id), on_shard
+    )
+    return faults + shard_faults, totals
+
+
+def check_shards(
+    m: manifest_mod.Manifest,
+    where: str,
+    check_one: Callable[[manifest_mod.ShardEntry], list[str]],
+    on_shard: Callable[[int, int], None] | None = None,
+) -> tuple[list[str], dict]:
+    """Every shard's faults (``check_one`` finds them, wherever the shard lives) and the totals
+    the shard list adds up to, which must be the manifest's own (``where`` names it)."""
+    faults: list[str] = []
     totals = {"tokens": 0, "documents": 0, "bytes": 0, "shards": len(m.shards)}
     for i, entry in enumerate(m.shards):
-        faults += check_shard(entry, m.dtype, m.eos_id)
+        faults += check_one(entry)
         totals["tokens"] += entry.tokens
         totals["documents"] += entry.documents
         totals["bytes"] += entry.bytes
         if on_shard:
             on_shard(i + 1, len(m.shards))
     if totals != m.data["totals"]:
-        faults.append(f"{m.path}: totals {m.data['totals']} disagree with the shard list {totals}")
+        faults.append(f"{where}: totals {m.data['totals']} disagree with the shard list {totals}")
     return faults, totals
 
 

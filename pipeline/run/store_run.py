@@ -44,7 +44,7 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
 from pipeline.format.errors import TokshardError, VerifyError
 from pipeline.format.store import Store, join, parent
-from pipeline.format.verify import check_shard
+from pipeline.format.verify import check_shard, check_shards
 from pipeline.recipe import Recipe
 from pipeline.run import driver as runner
 from pipeline.run.state import STATE_DIR, Checkpoint, Plan
@@ -435,20 +435,13 @@ def verify_in_store(url: str, on_shard: Callable[[int, int], None] | None = None
         tok = store.read_bytes(m.data["tokenizer"]["path"])
         if tok is None or hashlib.sha256(tok).hexdigest() != m.data["tokenizer"]["sha256"]:
             faults.append(f"{store.where(m.data['tokenizer']['path'])}: tokenizer missing or changed")
-        totals = {"tokens": 0, "documents": 0, "bytes": 0, "shards": len(m.shards)}
-        for i, entry in enumerate(m.shards):
-            faults += _check_stored_shard(store, entry, m, check_shard)
-            totals["tokens"] += entry.tokens
-            totals["documents"] += entry.documents
-            totals["bytes"] += entry.bytes
-            if on_shard:
-                on_shard(i + 1, len(m.shards))
-        if totals != m.data["totals"]:
-            faults.append(f"{murl}: totals {m.data['totals']} disagree with the shard list {totals}")
-    return faults, totals
+        shard_faults, totals = check_shards(
+            m, murl, lambda entry: _check_stored_shard(store, entry, m), on_shard
+        )
+    return faults + shard_faults, totals
 
 
-def _check_stored_shard(store: Store, entry: manifest_mod.ShardEntry, m, check_shard) -> list[str]:
+def _check_stored_shard(store: Store, entry: manifest_mod.ShardEntry, m: manifest_mod.Manifest) -> list[str]:
     idx_rel = entry.rel_path[: -len(".bin")] + ".idx"
     for rel, local in ((entry.rel_path, entry.bin_path), (idx_rel, entry.idx_path)):
         if not store.exists(rel):

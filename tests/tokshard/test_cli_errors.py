@@ -112,6 +112,7 @@ MISTAKES = [
     (["tokenizer", "train", "--input", "{root}/nothing/*", "--vocab-size", "512", "--out", "{root}/t"], "no files match"),
     (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "10", "--out", "{root}/t"], "out of range"),
     (["tokenizer", "train", "--input", "{corpus}"], "required: --vocab-size, --out"),
+    (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "512", "--out", "{root}/a-file"], "is a file; this names a folder"),
     # status
     (["status", "{root}/nowhere"], "is not a folder"),
     (["status", "{root}/empty-run"], "holds no tokshard run"),

@@ -55,6 +55,18 @@ def edit_manifest(out: Path) -> None:
     path.write_text(json.dumps(doc, indent=1))
 
 
+def resealed_totals(out: Path) -> None:
+    """A manifest whose own checksum holds but whose totals are not its shards' sum (what a
+    tool that edits manifests and re-seals them could write)."""
+    from pipeline.format import manifest
+
+    path = out / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc.pop("checksum")
+    doc["totals"]["tokens"] += 1
+    path.write_text(json.dumps(manifest.sealed(doc), indent=1))
+
+
 @pytest.mark.parametrize(
     ("damage", "expected"),
     [
@@ -64,8 +76,17 @@ def edit_manifest(out: Path) -> None:
         (remove(".bin"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.bin is missing"),
         (remove(".idx"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.idx is missing"),
         (edit_manifest, r"FAULT .*manifest\.json: manifest was edited after prepare wrote it"),
+        (resealed_totals, r"FAULT .*manifest\.json: totals .* disagree with the shard list"),
     ],
-    ids=["flipped-byte", "truncated-bin", "truncated-idx", "missing-bin", "missing-idx", "edited-manifest"],
+    ids=[
+        "flipped-byte",
+        "truncated-bin",
+        "truncated-idx",
+        "missing-bin",
+        "missing-idx",
+        "edited-manifest",
+        "resealed-totals",
+    ],
 )
 def test_damage_is_found_named_and_exits_1(prepared, tmp_path, damage, expected):
     out = tmp_path / "out"
