@@ -17,8 +17,8 @@ from typing import Any
 from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import is_url, refuse_url
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, positive_int
+from pipeline.format.store import checked_location, is_url, refuse_url
+from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
 from tokshard.demo import SIZES
@@ -70,11 +70,14 @@ def _add_prepare(sub) -> None:
         "tokshard prepare manifests/wikitext-103.toml --out data/wt103 --workers 8\n"
         "  tokshard prepare --input 'corpus/*.jsonl.zst' --tokenizer tok/ --out data/mine",
     )
-    p.add_argument("recipe", nargs="?", help="recipe TOML (a path, or the name of a bundled one)")
+    p.add_argument(
+        "recipe", nargs="?", type=path_arg, help="recipe TOML (a path, or the name of a bundled one)"
+    )
     p.add_argument(
         "--input",
         action="append",
         metavar="GLOB",
+        type=path_arg,
         help="ad hoc: local or fsspec files instead of a recipe (repeatable)",
     )
     p.add_argument("--text-field", default="text", help="ad hoc: JSON/parquet field holding the text")
@@ -85,7 +88,9 @@ def _add_prepare(sub) -> None:
         type=positive_int,
         help="ad hoc: bytes of input per Dask task (default auto: 8 to 64 MiB, at least 8 tasks per split)",
     )
-    p.add_argument("--tokenizer", metavar="TOK", help="tokenizer.json, a folder with one, or a hub name")
+    p.add_argument(
+        "--tokenizer", metavar="TOK", type=path_arg, help="tokenizer.json, a folder with one, or a hub name"
+    )
     p.add_argument(
         "--out", metavar="DIR", type=folder_arg, help="output folder (shards, manifest.json, run state)"
     )
@@ -134,7 +139,12 @@ def _add_tokenizer(sub) -> None:
         "tokshard tokenizer train --input 'corpus/*.jsonl' --vocab-size 32000 --out tok/",
     )
     t.add_argument(
-        "--input", action="append", required=True, metavar="GLOB", help="training files (repeatable)"
+        "--input",
+        action="append",
+        required=True,
+        metavar="GLOB",
+        type=path_arg,
+        help="training files (repeatable)",
     )
     t.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
     t.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
@@ -159,7 +169,7 @@ def _add_verify(sub) -> None:
         "re-hash every shard and check .idx against .bin; exit 1 on any fault",
         "tokshard verify data/wt103/manifest.json",
     )
-    p.add_argument("manifest", help="manifest.json or its folder")
+    p.add_argument("manifest", type=path_arg, help="manifest.json or its folder")
 
 
 def _add_inspect(sub) -> None:
@@ -169,7 +179,7 @@ def _add_inspect(sub) -> None:
         "counts per source and split, document-length stats, a decoded sample",
         "tokshard inspect data/wt103",
     )
-    p.add_argument("manifest", help="manifest.json or its folder")
+    p.add_argument("manifest", type=path_arg, help="manifest.json or its folder")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--plot", action="store_true", help="also draw a histogram of document lengths per source (PNG)"
@@ -217,7 +227,10 @@ def _add_plot(sub) -> None:
         "tokshard plot ckpt            # writes ckpt/report.png",
     )
     p.add_argument(
-        "run_dir", metavar="RUN_DIR", help="a run's --run-dir (or --save) folder, or its metrics.jsonl"
+        "run_dir",
+        metavar="RUN_DIR",
+        type=path_arg,
+        help="a run's --run-dir (or --save) folder, or its metrics.jsonl",
     )
     p.add_argument(
         "--out", metavar="PNG", type=file_arg, help="where to write the PNG (default: RUN_DIR/report.png)"
@@ -368,6 +381,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    out = checked_location(out)  # a recipe's out = "..." has not been through argparse
     refuse_url(args.local_directory, "--local-directory")
     started = time.monotonic()
     options = RunOptions(

@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import fields
 
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, positive_int
+from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -82,6 +82,7 @@ def parser() -> argparse.ArgumentParser:
         "--manifest",
         required=True,
         action="append",
+        type=path_arg,
         help="manifest.json, or the folder holding it, or its URL (s3://bucket/run/manifest.json: "
         "shards then go through --data-cache); repeat it to train on the sources of several "
         "prepared folders (one tokenizer, source names unique across them)",

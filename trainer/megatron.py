@@ -17,7 +17,7 @@ from pathlib import Path
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
-from pipeline.format.usage import OneLineParser
+from pipeline.format.usage import OneLineParser, file_arg, path_arg
 from trainer.data import source_owners, sources_with_split
 from trainer.sampler import parse_mix
 
@@ -57,7 +57,11 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "manifest", nargs="+", metavar="MANIFEST", help="manifest.json or its folder (several allowed)"
+        "manifest",
+        nargs="+",
+        metavar="MANIFEST",
+        type=path_arg,
+        help="manifest.json or its folder (several allowed)",
     )
     p.add_argument("--split", default="train", help="the split to train on (default %(default)s)")
     p.add_argument(
@@ -65,7 +69,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mix", metavar="SRC=W,...", help="weights per source (default: by token count)")
     p.add_argument(
-        "--json", metavar="FILE", help="write {train, valid, test} blend lists here instead of printing"
+        "--json",
+        metavar="FILE",
+        type=file_arg,
+        help="write {train, valid, test} blend lists here instead of printing",
     )
     return p
 

@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import read_index
-from pipeline.format.usage import OneLineParser
+from pipeline.format.usage import OneLineParser, folder_arg, path_arg
 from trainer import checkpoint
 from trainer.data import WindowDataset
 from trainer.schedule import Schedule
@@ -161,7 +161,12 @@ def parser() -> argparse.ArgumentParser:
         epilog="example:\n  tokshard samples ckpt --steps 41237 --decode | less",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run's --save folder (or a --run-dir naming it)")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=folder_arg,
+        help="the run's --save folder (or a --run-dir naming it)",
+    )
     p.add_argument(
         "--steps", required=True, type=parse_steps, metavar="A-B", help="a step or a range, 1-based"
     )
@@ -174,6 +179,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--manifest",
         action="append",
+        type=path_arg,
         help="where the manifests are now (default: the paths the run recorded)",
     )
     return p

@@ -27,6 +27,68 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
+#: fsspec protocols a user may type; ``s3:/b/x`` or ``s3:b/x`` with one of these is a mistyped
+#: URL, never a local folder named ``s3:``
+KNOWN_PROTOCOLS = frozenset(
+    {
+        "s3",
+        "s3a",
+        "gs",
+        "gcs",
+        "az",
+        "abfs",
+        "abfss",
+        "adl",
+        "oci",
+        "r2",
+        "hf",
+        "http",
+        "https",
+        "ftp",
+        "sftp",
+    }
+    | {"hdfs", "webhdfs", "file", "memory"}
+)
+#: protocols that cannot be written to: refused as a prepare's --out
+READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
+_MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
+def location_problem(text: str) -> str | None:
+    """Why ``text`` can be neither a local path nor a usable URL as written, or None.
+
+    Caught where a path or URL enters (argparse types, recipe paths, `Store`): a URL typed
+    with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names no
+    bucket, and a ``file://`` URL is a local path in disguise."""
+    m = _URL.match(text)
+    if m:
+        scheme, rest = m.group(1).lower(), text[m.end() :]
+        if scheme == "file":
+            return f"{text} is a file:// URL; give the local path itself ({rest or '/'})"
+        if not rest.strip("/"):
+            return f"{text} names no bucket or location; write {scheme}://BUCKET/PATH"
+        return None
+    m = _MISTYPED.match(text)
+    if m and m.group(1).lower() in KNOWN_PROTOCOLS:
+        return f"{text} looks like a URL with a slash missing; write {m.group(1).lower()}://{text[m.end() :].lstrip('/')}"
+    return None
+
+
+def normalized(text: str) -> str:
+    """``text`` with a URL's scheme in lower case (``S3://b`` is ``s3://b``: schemes ignore
+    case, fsspec's protocol names do not); anything else unchanged."""
+    m = _URL.match(text)
+    return m.group(1).lower() + text[len(m.group(1)) :] if m else text
+
+
+def checked_location(text: str) -> str:
+    """``text`` normalized, or a one-line TokshardError saying why it cannot be used."""
+    problem = location_problem(text)
+    if problem:
+        raise TokshardError(problem)
+    return normalized(text)
+
+
 def is_url(path: str | os.PathLike | None) -> bool:
     """True for ``scheme://...`` (two letters or more: ``C:\\`` stays a path); file:// too."""
     return isinstance(path, str) and bool(_URL.match(path))
@@ -55,7 +117,7 @@ class Store:
     """One folder of an object store; paths given to its methods are relative to it."""
 
     def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
+        self.url = checked_location(url).rstrip("/")
         with errors(self.url):
             import fsspec
 
@@ -194,6 +256,7 @@ def errors(url: str) -> Iterator[None]:
 def store_error(exc: BaseException, url: str) -> TokshardError:
     name = type(exc).__name__
     text = str(exc)
+    first = text.splitlines()[0] if text else name
     chain = f"{name} {text} {type(exc.__cause__).__name__ if exc.__cause__ else ''} {exc.__cause__ or ''}"
     if isinstance(exc, ImportError):
         return _missing_protocol(url, exc)
@@ -212,15 +275,17 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
     if (
         "EndpointConnectionError" in chain
         or "Could not connect" in chain
+        or "Cannot connect to host" in chain
         or "ConnectTimeout" in chain
-        or "ClientConnectorError" in chain
+        or "ClientConnector" in chain
         or isinstance(exc, ConnectionError | TimeoutError)
     ):
+        if protocol(url) not in ("s3", "s3a"):
+            return TokshardError(f"cannot reach {url} ({first[:120]}); check the URL and the network")
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the store's endpoint"
         return TokshardError(
             f"cannot reach {endpoint} for {url}; check AWS_ENDPOINT_URL (or ~/.aws) and the network"
         )
     if isinstance(exc, FileNotFoundError):
         return TokshardError(f"{url} does not exist")
-    first = text.splitlines()[0] if text else name
     return TokshardError(f"store error on {url}: {name}: {first[:200]}")

@@ -8,7 +8,7 @@ import argparse
 import os
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import is_url
+from pipeline.format.store import is_url, location_problem, normalized
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -50,16 +50,28 @@ def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace)
     return None
 
 
+def path_arg(text: str) -> str:
+    """An argparse type for a local path or a URL: a mistyped URL (``s3:/b``), one with no
+    bucket (``s3://``) or a ``file://`` one is refused at once (exit 2); a URL's scheme is
+    lower-cased."""
+    problem = location_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return normalized(text)
+
+
 def folder_arg(text: str) -> str:
-    """An argparse type for a folder a command writes or reads: an existing file is refused at
-    once (exit 2), not when the command gets to it. URLs pass unchanged."""
+    """`path_arg` for a folder a command writes or reads: an existing file is refused at once
+    (exit 2), not when the command gets to it."""
+    text = path_arg(text)
     if text.strip() and not is_url(text) and os.path.exists(text) and not os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text} is a file; this names a folder")
     return text
 
 
 def file_arg(text: str) -> str:
-    """An argparse type for a file: an existing folder is refused at once (exit 2)."""
+    """`path_arg` for a file: an existing folder is refused at once (exit 2)."""
+    text = path_arg(text)
     if text.strip() and not is_url(text) and os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text} is a folder; this names a file")
     return text

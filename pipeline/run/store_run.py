@@ -43,7 +43,7 @@ from pipeline.encoding.selection import choose, likely_choice
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
 from pipeline.format.errors import TokshardError, VerifyError
-from pipeline.format.store import Store, join, parent
+from pipeline.format.store import READ_ONLY_PROTOCOLS, Store, join, parent, protocol
 from pipeline.format.verify import check_shard, check_shards
 from pipeline.recipe import Recipe
 from pipeline.run import driver as runner
@@ -218,6 +218,11 @@ def _renew(store: Store, run_id: str, since: str, stop: threading.Event, log: Lo
 
 def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
     """`pipeline.run.driver.prepare` for a store URL; returns the manifest's URL."""
+    if protocol(url) in READ_ONLY_PROTOCOLS:
+        raise TokshardError(
+            f"--out {url}: {protocol(url)}:// cannot be written to; "
+            "give a folder or a store URL such as s3://BUCKET/PATH"
+        )
     run = StoreRun(url)
     run.store.check_reachable()
     run_id = uuid.uuid4().hex[:12]

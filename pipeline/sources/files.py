@@ -24,7 +24,8 @@ import orjson
 import xxhash
 
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.format.store import is_url
+from pipeline.format.store import checked_location, is_url
+from pipeline.format.store import errors as store_errors
 from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
@@ -62,7 +63,8 @@ def open_binary(path: str) -> BinaryIO:
     if is_url(path):
         import fsspec
 
-        return fsspec.open(path, "rb").open()
+        with store_errors(path):
+            return fsspec.open(path, "rb").open()
     return open(path, "rb", buffering=1 << 20)
 
 
@@ -71,8 +73,12 @@ def expand(patterns: list[str], base_dir: str) -> list[str]:
     sorted file list in which each file appears once, however many patterns name it: local
     paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file."""
     found: set[str] = set()
-    for pattern in patterns:
-        found.update(_url_matches(pattern) if is_url(pattern) else _local_matches(pattern, base_dir))
+    for pattern in map(checked_location, patterns):  # a recipe's paths skip argparse's check
+        if is_url(pattern):
+            with store_errors(pattern):
+                found.update(_url_matches(pattern))
+        else:
+            found.update(_local_matches(pattern, base_dir))
     return sorted(found)
 
 
@@ -129,8 +135,9 @@ def file_size(path: str) -> int:
     if is_url(path):
         import fsspec
 
-        fs, p = fsspec.core.url_to_fs(path)
-        return int(fs.size(p))
+        with store_errors(path):
+            fs, p = fsspec.core.url_to_fs(path)
+            return int(fs.size(p))
     return os.path.getsize(path)
 
 
@@ -141,8 +148,9 @@ def stat_key(path: str) -> dict[str, Any]:
     if is_url(path):
         import fsspec
 
-        fs, p = fsspec.core.url_to_fs(path)
-        info = fs.info(p)
+        with store_errors(path):
+            fs, p = fsspec.core.url_to_fs(path)
+            info = fs.info(p)
         size, mtime = int(info["size"]), str(info.get("mtime", ""))
     else:
         st = os.stat(path)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support import cli, write_jsonl
 
+from pipeline.format.usage import file_arg, folder_arg, path_arg
 from tokshard.cli import build_parser
 from trainer.cli import parser as train_parser
 
@@ -85,6 +86,11 @@ def files(tmp_path_factory, tokenizer_path):
         ),
         "bad_tok": recipe("bad-tok", f'tokenizer = "{root}/no/tokenizer.json"\n{good_source}'),
         "bad_toml": recipe("bad-toml", "tokenizer = \n"),
+        "url_path": recipe(
+            "url-path",
+            f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = "files"\npaths = ["s3:/b/x.jsonl"]\n',
+        ),
+        "url_out": recipe("url-out", f'tokenizer = "{tokenizer_path}"\nout = "S3:b/run"\n{good_source}'),
     }
 
 
@@ -108,6 +114,10 @@ MISTAKES = [
     (["prepare", "--input", "{corpus}", "--tokenizer", "{root}/no/tok.json", "--out", "{root}/o7"], "no tokenizer at"),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}"], "no output folder"),
     (["prepare", "--workers", "0", "{bad_key}"], "expected a number >= 1"),
+    (["prepare", "{url_path}", "--out", "{root}/o9"], "s3:/b/x.jsonl looks like a URL with a slash missing; write s3://b/x.jsonl"),
+    (["prepare", "{url_out}"], "S3:b/run looks like a URL with a slash missing; write s3://b/run"),
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "http://127.0.0.1:1/x"], "http:// cannot be written to"),
+    (["prepare", "--input", "http://127.0.0.1:1/a.jsonl", "--tokenizer", "{tok}", "--out", "{root}/o10"], "cannot reach http://127.0.0.1:1/a.jsonl"),
     # tokenizer train
     (["tokenizer", "train", "--input", "{root}/nothing/*", "--vocab-size", "512", "--out", "{root}/t"], "no files match"),
     (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "10", "--out", "{root}/t"], "out of range"),
@@ -160,8 +170,12 @@ def test_a_mistake_in_a_recipe_names_the_file(files):
 
 
 def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    from trainer import megatron, samples
+
     parsers = dict(subparsers(build_parser()))
     parsers[("train",)] = train_parser()
+    parsers[("samples",)] = samples.parser()
+    parsers[("megatron-args",)] = megatron.parser()
     return {words: p for words, p in parsers.items() if not any(
         isinstance(a, argparse._SubParsersAction) for a in p._actions)}  # fmt: skip
 
@@ -183,6 +197,29 @@ def is_number(action: argparse.Action) -> bool:
         return False
 
 
+LOCATION_TYPES = (path_arg, folder_arg, file_arg)
+#: how a flag that takes a path or URL shows itself in --help
+LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "DS.json", "RUN_DIR", "MANIFEST")
+
+
+def takes_a_location(action: argparse.Action) -> bool:
+    return action.type in LOCATION_TYPES
+
+
+def test_every_flag_that_takes_a_path_checks_it_as_one():
+    """A path flag without `path_arg` (or `folder_arg`, `file_arg`) would take ``s3:/b`` for a
+    local folder named ``s3:``: each one is typed, so the sweep below tries those mistakes."""
+    untyped = [
+        f"tokshard {' '.join(words)} {name_of(a)}"
+        for words, parser in all_parsers().items()
+        for a in parser._actions
+        if takes_value(a)
+        and not takes_a_location(a)
+        and (str(a.metavar or "") in LOCATION_METAVARS or a.dest in ("manifest", "recipe", "dir", "run_dir"))
+    ]
+    assert not untyped
+
+
 def name_of(action: argparse.Action) -> str:
     return "/".join(action.option_strings) or action.metavar or action.dest
 
@@ -193,7 +230,13 @@ def harmless(action: argparse.Action, root: Path) -> str:
         return "300"
     if action.choices:
         return next(iter(action.choices))
-    return str(root / "placeholder-that-does-not-exist")
+    placeholder = str(root / "placeholder-that-does-not-exist")
+    try:
+        if action.type is not None:
+            action.type(placeholder)
+    except (argparse.ArgumentTypeError, ValueError, TypeError):
+        return "1"  # a step range, say
+    return placeholder
 
 
 def base_args(parser: argparse.ArgumentParser, skip: argparse.Action, root: Path) -> list[str]:
@@ -201,7 +244,7 @@ def base_args(parser: argparse.ArgumentParser, skip: argparse.Action, root: Path
     for action in parser._actions:
         if action is skip or not takes_value(action):
             continue
-        if not action.option_strings and action.nargs is None:
+        if not action.option_strings and action.nargs in (None, "+"):
             args.append(harmless(action, root))
         elif action.required:
             args += [action.option_strings[0], harmless(action, root)]
@@ -215,6 +258,12 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
         cases += [("a word", "seven"), ("negative", "-1")]
     if action.choices:
         cases.append(("unknown choice", "no-such-choice"))
+    if takes_a_location(action):
+        cases += [
+            ("a URL with a slash missing", "s3:/bucket/x"),
+            ("a URL naming no bucket", "s3://"),
+            ("a file:// URL", f"file://{root}/x"),
+        ]
     metavar = str(action.metavar or "")
     if metavar.endswith("DIR"):
         cases.append(("a file for a folder", str(root / "a-file")))

@@ -85,6 +85,20 @@ def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_
     assert not (tmp_path / "s3:").exists()
 
 
+def test_an_upper_case_scheme_is_the_same_store(s3_server, store_setup, tmp_path):
+    """``S3://`` is ``s3://`` (URL schemes ignore case): never "protocol not installed", never a
+    local folder."""
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    done = cli(
+        "prepare", str(recipe), "--out", f"S3://{bucket}/up", "--workers", "2", cwd=tmp_path, check=True
+    )
+    assert done.stdout.startswith(f"s3://{bucket}/up/manifest.json: ")
+    assert_same_as_local(s3_server, bucket, "up", ref)
+    assert cli("verify", f"S3://{bucket}/up", cwd=tmp_path, check=True).stdout.startswith("OK: ")
+    _no_local_folder(tmp_path)
+
+
 def test_verify_of_a_url_finds_a_corrupted_object(s3_server, store_setup, tmp_path):
     recipe, _ = store_setup
     bucket = s3_server.new_bucket()
