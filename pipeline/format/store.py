@@ -76,9 +76,10 @@ def location_problem(text: str) -> str | None:
 
 def normalized(text: str) -> str:
     """``text`` with a URL's scheme in lower case (``S3://b`` is ``s3://b``: schemes ignore
-    case, fsspec's protocol names do not); anything else unchanged."""
+    case, fsspec's protocol names do not), or a local path with ``~`` expanded (the shell
+    leaves ``--out=~/x``, a quoted ``'~/x'`` and a recipe's ``"~/x"`` alone)."""
     m = _URL.match(text)
-    return m.group(1).lower() + text[len(m.group(1)) :] if m else text
+    return m.group(1).lower() + text[len(m.group(1)) :] if m else os.path.expanduser(text)
 
 
 def checked_location(text: str) -> str:

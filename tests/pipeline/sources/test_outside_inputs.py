@@ -113,6 +113,21 @@ def test_a_pattern_matching_nothing_or_a_missing_file_is_one_line(parts, tokeniz
 # --- 3. one file named twice -----------------------------------------------------------------------
 
 
+def test_a_tilde_the_shell_left_alone_is_the_home_folder(parts, tokenizer_path, tmp_path_factory):
+    """``--out=~/x`` and a quoted ``'~/x'`` reach us unexpanded: they name the home folder,
+    never a folder called ``~`` in the working directory."""
+    home = tmp_path_factory.mktemp("home")
+    env = {"HOME": str(home)}
+    proc = cli(
+        "prepare", "--input", "part-00001.jsonl", "--tokenizer", str(tokenizer_path),
+        "--out=~/runs/a", "--workers", "1", cwd=parts, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "runs" / "a" / "manifest.json").is_file()
+    assert cli("verify", "~/runs/a", cwd=parts, env=env).returncode == 0
+    assert not (parts / "~").exists()
+
+
 def test_one_file_named_twice_is_read_once(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
     write_jsonl(tmp_path / "a.jsonl", docs[:20])
     monkeypatch.chdir(tmp_path)
