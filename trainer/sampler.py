@@ -82,11 +82,13 @@ class FeistelPermutation:
 
 def quotas(weights: dict[str, float], period: int = PERIOD) -> dict[str, int]:
     """Integer shares of ``period`` proportional to ``weights`` (largest remainder, >= 1 each)."""
-    total = float(sum(weights.values()))
-    if total <= 0 or any(w < 0 for w in weights.values()):
+    if not any(w > 0 for w in weights.values()) or any(w < 0 for w in weights.values()):
         raise TokshardError(f"mixture weights must be positive: {weights}")
+    top = max(weights.values())  # scaled first: huge weights (1e308 each) must not sum to inf
+    scaled = {n: w / top for n, w in weights.items()}
+    total = sum(scaled.values())
     names = [n for n, w in weights.items() if w > 0]
-    exact = {n: weights[n] / total * period for n in names}
+    exact = {n: scaled[n] / total * period for n in names}
     q = {n: max(1, int(exact[n])) for n in names}
     by_remainder = sorted(names, key=lambda n: (exact[n] - int(exact[n]), n), reverse=True)
     i = 0

@@ -31,6 +31,13 @@ def test_quotas_sum_to_the_period_and_keep_tiny_sources():
     assert abs(q["big"] / q["mid"] - 10 / 3) < 1e-3
 
 
+def test_weights_whose_sum_overflows_keep_their_ratio():
+    """``--mix a=1.5e308,b=1e308`` is 60/40: the sum of the weights (inf) must not flatten it."""
+    q = quotas({"a": 1.5e308, "b": 1e308})
+    assert sum(q.values()) == PERIOD
+    assert q == quotas({"a": 3.0, "b": 2.0})
+
+
 def sampler(weights=None, seed=0):
     names = ["a", "b", "c"]
     windows = [1000, 37, 5000]
