@@ -145,7 +145,11 @@ def source_owners(manifests: Sequence[Manifest]) -> dict[str, Manifest]:
     since a window is read by name and its ids mean nothing under another tokenizer."""
     owner: dict[str, Manifest] = {}
     first = manifests[0]
+    seen: set[Path] = set()
     for m in manifests:
+        if Path(m.path).resolve() in seen:  # `a`, `./a` and `a/manifest.json` are one manifest
+            raise TokshardError(f"{m.path} is given twice as --manifest; give each prepared folder once")
+        seen.add(Path(m.path).resolve())
         tok, tok0 = m.data["tokenizer"], first.data["tokenizer"]
         if (tok.get("sha256"), tok["vocab_size"], tok["eos_id"]) != (
             tok0.get("sha256"),

@@ -195,3 +195,26 @@ def test_a_bad_number_is_a_usage_error(manifest, flag, value, says):
     with pytest.raises(TokshardError, match=f"train: argument {says}") as info:
         cli.main(["--manifest", str(manifest), *SMALL, flag, value])
     assert info.value.exit_code == 2
+
+
+# --- several --manifest folders ---
+
+
+def test_one_manifest_given_twice_is_refused(manifest, monkeypatch):
+    monkeypatch.chdir(manifest.parent.parent)
+    again = f"./{manifest.parent.name}"  # the folder, relative, beside the file's absolute path
+    with pytest.raises(TokshardError, match=r"is given twice as --manifest; give each prepared folder once"):
+        cli.main(["--manifest", str(manifest), "--manifest", again, *SMALL])
+
+
+def test_two_folders_holding_one_source_name_are_refused(manifest, tmp_path):
+    other = copy_of(manifest, tmp_path / "copy")
+    with pytest.raises(TokshardError, match=r"source '\w+' is in both .* source names must be unique"):
+        cli.main(["--manifest", str(manifest), "--manifest", str(other), *SMALL])
+
+
+def test_folders_made_with_different_tokenizers_are_refused(manifest, tmp_path):
+    other = copy_of(manifest, tmp_path / "other-tok")
+    edit(other, lambda d: d["tokenizer"].update(sha256="0" * 64), reseal=True)
+    with pytest.raises(TokshardError, match=r"its tokenizer differs from .*; every --manifest of a run"):
+        cli.main(["--manifest", str(manifest), "--manifest", str(other), *SMALL])
