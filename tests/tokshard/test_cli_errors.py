@@ -307,9 +307,15 @@ def test_the_sweep_covers_every_command_and_flag(sweep_root):
     assert len(cases) > 100
 
 
-def test_every_flag_refuses_each_typical_mistake_in_one_line_with_exit_2(sweep_root, capsys):
+def test_every_flag_refuses_each_typical_mistake_in_one_line_with_exit_2(sweep_root, capsys, monkeypatch):
+    """...and leaves nothing behind: each refused command runs in an empty folder that must
+    stay empty (a mistyped URL once became a folder named ``s3:`` there), and creates none of
+    the paths it was given."""
     from tokshard.cli import main
 
+    cwd = sweep_root / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     failures = []
     for argv, name, kind in sweep(sweep_root):
         try:
@@ -326,6 +332,14 @@ def test_every_flag_refuses_each_typical_mistake_in_one_line_with_exit_2(sweep_r
             or not (name in lines[0] or (argv[-1] and argv[-1] in lines[0]))  # the flag or its value
         ):
             failures.append(f"tokshard {' '.join(argv)} ({kind}): exit {code}, stderr {err.strip()!r}")
+        left = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*"))
+        left += sorted(p.name for p in sweep_root.iterdir() if p.name not in ("a-file", "cwd"))
+        if left:
+            failures.append(f"tokshard {' '.join(argv)} ({kind}): left {left} in the working folder")
+            for p in sweep_root.iterdir():
+                if p.name != "a-file":
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+            cwd.mkdir()
     assert not failures, "\n".join(failures)
 
 
