@@ -25,7 +25,7 @@ from pipeline.encoding.backend import library_versions
 from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError, disk_error
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_writer import kept_problem
 from pipeline.recipe import Recipe, describe_changes
 from pipeline.run.cluster import EarlyStart, connect
@@ -389,6 +389,7 @@ def manifest_doc(
     recipe: Recipe, plan: Plan, finished: list[Checkpoint], encoder: str, reason: str, threads: int
 ) -> dict[str, Any]:
     """The manifest of a run whose partitions all finished (``finished``: in plan order)."""
+    refuse_empty_run(recipe, finished)
     shards: list[dict[str, Any]] = []
     sources: dict[str, Any] = {
         name: {
@@ -410,6 +411,19 @@ def manifest_doc(
         encoder=manifest_entry(encoder, reason, threads),
         sources=sources,
         shards=shards,
+    )
+
+
+def refuse_empty_run(recipe: Recipe, finished: list[Checkpoint]) -> None:
+    """A run that found no text at all is a mistake (an empty file, the wrong --text-field
+    with --on-bad-record skip), not a corpus: say so instead of publishing an empty manifest."""
+    if any(ck.tokens for ck in finished):
+        return
+    empty = sum(ck.dropped_empty for ck in finished)
+    bad = sum(sum(ck.skipped.values()) for ck in finished)
+    raise DataError(
+        f"{recipe.where}: the inputs hold no text to encode ({empty} empty documents, {bad} bad "
+        "records skipped); check the input files and --text-field (no manifest was written)"
     )
 
 

@@ -128,6 +128,35 @@ def test_a_tilde_the_shell_left_alone_is_the_home_folder(parts, tokenizer_path, 
     assert not (parts / "~").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "extra", "says"),
+    [
+        ("empty.jsonl", b"", [], "(0 empty documents, 0 bad records skipped)"),
+        ("blank.jsonl", b"\n \n\t\n", [], "(0 empty documents, 0 bad records skipped)"),
+        ("empty.txt", b"", [], "(1 empty documents, 0 bad records skipped)"),
+        (
+            "other-field.jsonl",
+            b'{"content": "x"}\n' * 3,
+            ["--on-bad-record", "skip"],
+            "3 bad records skipped",
+        ),
+    ],
+    ids=["empty-jsonl", "blank-lines", "empty-txt", "wrong-field-skipped"],
+)
+def test_inputs_with_no_text_at_all_are_an_error_not_an_empty_manifest(
+    tmp_path, tokenizer_path, name, content, extra, says
+):
+    (tmp_path / name).write_bytes(content)
+    proc = cli(
+        "prepare", "--input", name, "--tokenizer", str(tokenizer_path), "--out", "out",
+        "--workers", "1", *extra, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    line = one_error_line(proc)
+    assert "the inputs hold no text to encode" in line and says in line, line
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_one_file_named_twice_is_read_once(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
     write_jsonl(tmp_path / "a.jsonl", docs[:20])
     monkeypatch.chdir(tmp_path)
