@@ -28,7 +28,8 @@ EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
 #: fsspec protocols a user may type; ``s3:/b/x`` or ``s3:b/x`` with one of these is a mistyped
-#: URL, never a local folder named ``s3:``
+#: URL, never a local folder named ``s3:`` (not ``hf``: ``--model hf:NAME`` is tokshard's own
+#: spelling, not a URL)
 KNOWN_PROTOCOLS = frozenset(
     {
         "s3",
@@ -41,7 +42,6 @@ KNOWN_PROTOCOLS = frozenset(
         "adl",
         "oci",
         "r2",
-        "hf",
         "http",
         "https",
         "ftp",
