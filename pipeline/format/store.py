@@ -31,24 +31,8 @@ EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 #: URL, never a local folder named ``s3:`` (not ``hf``: ``--model hf:NAME`` is tokshard's own
 #: spelling, not a URL)
 KNOWN_PROTOCOLS = frozenset(
-    {
-        "s3",
-        "s3a",
-        "gs",
-        "gcs",
-        "az",
-        "abfs",
-        "abfss",
-        "adl",
-        "oci",
-        "r2",
-        "http",
-        "https",
-        "ftp",
-        "sftp",
-    }
-    | {"hdfs", "webhdfs", "file", "memory"}
-)
+    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "r2"}
+) | frozenset({"http", "https", "ftp", "sftp", "hdfs", "webhdfs", "file", "memory"})
 #: protocols that cannot be written to: refused as a prepare's --out
 READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")

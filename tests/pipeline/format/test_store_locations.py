@@ -21,6 +21,7 @@ from pipeline.format.store import checked_location, location_problem, normalized
         "gs://b",
         "hf://datasets/x/y",
         "a:b",
+        "hf:opt-125m",
     ],
 )
 def test_paths_and_urls_as_typed_pass(text):
