@@ -28,7 +28,18 @@ from pipeline.format.store import checked_location, is_url
 from pipeline.format.store import errors as store_errors
 from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 
-SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
+#: file name endings (in any case) and the reader each gets; a .json file is read as JSON Lines,
+#: as `datasets` reads it and as corpora ship it (C4's ``c4-train.00000-of-01024.json.gz``)
+SUFFIXES = {
+    ".jsonl": ".jsonl",
+    ".jsonl.gz": ".jsonl.gz",
+    ".jsonl.zst": ".jsonl.zst",
+    ".json": ".jsonl",
+    ".json.gz": ".jsonl.gz",
+    ".json.zst": ".jsonl.zst",
+    ".parquet": ".parquet",
+    ".txt": ".txt",
+}
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
 #: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of AUTO_SMALLEST or more) so a small split
 #: still spreads over a few workers. It depends on the input alone, never on the workers, so
@@ -51,12 +62,33 @@ _STREAM_CHUNK = 4 << 20
 
 
 def kind_of(path: str) -> str:
-    for suffix in SUFFIXES:
-        if path.endswith(suffix):
-            return suffix
+    name = path.lower()
+    for suffix, kind in SUFFIXES.items():
+        if name.endswith(suffix):
+            return kind
     raise TokshardError(
         f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
     )
+
+
+def check_json_lines(path: str) -> None:
+    """A .json file may be one JSON array instead of JSON Lines: say so by name at planning,
+    not as a "malformed JSON" record at its line 1 (or, skipping bad records, no text at all)."""
+    if not path.lower().endswith((".json", ".json.gz", ".json.zst")):
+        return
+    kind = kind_of(path)
+    try:
+        with open_binary(path) if kind == ".jsonl" else _decompressed(path, kind) as f:
+            head = f.read(4096).lstrip()
+    except (OSError, EOFError, ValueError):
+        return  # a damaged file is named, with its fault, when it is read
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:].lstrip()
+    if head.startswith(b"["):
+        raise DataError(
+            f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
+            "(e.g. with jq -c '.[]') and name the converted file"
+        )
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -311,6 +343,7 @@ class FilesSource(Source):
         files = expand(self.config["splits"][split], self.config["base_dir"])
         for f in files:
             kind_of(f)
+            check_json_lines(f)
         return files
 
     def origin(self) -> dict[str, Any]:
@@ -624,6 +657,7 @@ def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
     """Every good document of these files in order (for tokenizer training and tools)."""
     source = FilesSource("input", {"text_field": field})
     for path in files:
+        check_json_lines(path)
         for key, size, spec in source._units([path], step=1 << 62):
             part = Partition("input", "train", 0, key, size, spec)
             for rec in source.read(part, None):

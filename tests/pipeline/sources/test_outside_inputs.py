@@ -157,6 +157,46 @@ def test_inputs_with_no_text_at_all_are_an_error_not_an_empty_manifest(
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize(
+    "name", ["B.JSONL", "c.json", "c4-train.00000-of-01024.json.gz", "d.JSONL.ZST", "e.Json.Zst"]
+)
+def test_suffixes_in_any_case_and_json_files_read_as_json_lines(
+    tmp_path, docs, tokenizer_path, dask_client, name
+):
+    """C4 ships JSON Lines as ``.json.gz``, `datasets` reads ``.json`` as JSON Lines, and a
+    file name's case is the user's: each gives the shards of the same text as ``a.jsonl``."""
+    lines = write_jsonl(tmp_path / "a.jsonl", docs[:30]).read_bytes()
+    data = lines
+    if name.lower().endswith(".gz"):
+        import gzip
+
+        data = gzip.compress(lines)
+    elif name.lower().endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(lines)
+    (tmp_path / name).write_bytes(data)
+    hashes = []
+    for given in ("a.jsonl", name):
+        out = run_prepare(
+            files_recipe(tokenizer_path, [tmp_path / given]), tmp_path / f"out-{given}", dask_client
+        )
+        hashes.append([s.hash for s in manifest.load(out).shards])
+    assert hashes[0] and hashes[0] == hashes[1]
+
+
+@pytest.mark.parametrize("name", ["array.json", "array.json.gz"])
+def test_a_json_file_holding_one_array_is_named_not_read_line_by_line(tmp_path, tokenizer_path, name):
+    text = json.dumps([{"text": "one"}, {"text": "two"}], indent=1).encode()
+    if name.endswith(".gz"):
+        import gzip
+
+        text = gzip.compress(text)
+    (tmp_path / name).write_bytes(text)
+    proc = cli("prepare", "--input", name, "--tokenizer", str(tokenizer_path), "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{name} holds one JSON array, not JSON Lines (one object per line)" in one_error_line(proc)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_one_file_named_twice_is_read_once(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
     write_jsonl(tmp_path / "a.jsonl", docs[:20])
     monkeypatch.chdir(tmp_path)
