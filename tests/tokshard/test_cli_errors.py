@@ -65,6 +65,7 @@ def files(tmp_path_factory, tokenizer_path):
     (root / "not-a-demo").mkdir()
     (root / "not-a-demo" / "keep.txt").write_text("mine")
     (root / "a-file").write_text("x")
+    (root / "data.csv").write_text("text\nhello\n")
     (root / "bad-manifest").mkdir()
     (root / "bad-manifest" / "manifest.json").write_text("{not json")
     (root / "metrics-run").mkdir()
@@ -114,6 +115,7 @@ MISTAKES = [
     (["prepare", "--input", "{corpus}", "--tokenizer", "{root}/no/tok.json", "--out", "{root}/o7"], "no tokenizer at"),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}"], "no output folder"),
     (["prepare", "--workers", "0", "{bad_key}"], "expected a number >= 1"),
+    (["prepare", "--input", "{root}/data.csv", "--tokenizer", "{tok}", "--out", "{root}/o11"], "data.csv: unsupported file type; use one of .jsonl, "),
     (["prepare", "{url_path}", "--out", "{root}/o9"], "s3:/b/x.jsonl looks like a URL with a slash missing; write s3://b/x.jsonl"),
     (["prepare", "{url_out}"], "S3:b/run looks like a URL with a slash missing; write s3://b/run"),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "http://127.0.0.1:1/x"], "http:// cannot be written to"),
