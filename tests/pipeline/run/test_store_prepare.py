@@ -23,8 +23,10 @@ from support import (
     moto_server,
     reference,
     start_prepare,
+    write_jsonl,
 )
 
+from pipeline.format import manifest
 from pipeline.format.store import Store
 from pipeline.run.store_run import LEASE_FILE, lease
 
@@ -276,3 +278,35 @@ def test_a_url_where_only_a_local_path_works_is_refused_never_made_a_folder(tmp_
     assert proc.returncode == 2, proc.stderr
     assert re.search(r"s3://b/\S+ is a URL; this option takes a local path", proc.stderr), proc.stderr
     _no_local_folder(tmp_path)
+
+
+def test_inputs_read_from_s3_give_the_shards_of_the_same_local_files(
+    s3_server, docs, tokenizer_path, tmp_path
+):
+    """``--input 's3://bucket/in/*'`` (a glob over objects, plain and gzipped JSON Lines) reads
+    over HTTP what the local files hold; an object changed before a resume is refused."""
+    import gzip
+
+    local = tmp_path / "in"
+    plain = write_jsonl(local / "a.jsonl", docs[:40])
+    (local / "b.jsonl.gz").write_bytes(
+        gzip.compress(write_jsonl(tmp_path / "b.jsonl", docs[40:80]).read_bytes())
+    )
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for path in (plain, local / "b.jsonl.gz"):
+        s3.put_object(Bucket=bucket, Key=f"in/{path.name}", Body=path.read_bytes())
+    common = ["--tokenizer", str(tokenizer_path), "--workers", "2", "--partition-bytes", "20000"]
+    cli("prepare", "--input", f"s3://{bucket}/in/*", "--out", "from-s3", *common, cwd=tmp_path, check=True)
+    cli("prepare", "--input", str(local / "*"), "--out", "from-disk", *common, cwd=tmp_path, check=True)
+    shards = [
+        [s.hash for s in manifest.load(tmp_path / o / "manifest.json").shards]
+        for o in ("from-s3", "from-disk")
+    ]
+    assert len(shards[0]) > 2 and shards[0] == shards[1]
+
+    s3.put_object(Bucket=bucket, Key="in/a.jsonl", Body=plain.read_bytes() + b'{"text": "added"}\n')
+    (tmp_path / "from-s3" / "manifest.json").unlink()
+    proc = cli("prepare", "--input", f"s3://{bucket}/in/*", "--out", "from-s3", *common, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"input s3://{bucket}/in/a.jsonl (train) changed since this run started" in proc.stderr
