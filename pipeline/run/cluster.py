@@ -234,6 +234,14 @@ def _join(scheduler: str):
     """A client of a running scheduler (``tcp://HOST:PORT`` or a scheduler file)."""
     from distributed import Client
 
+    if "://" not in scheduler:
+        scheduler = os.path.expanduser(scheduler)  # quoted, or --scheduler=~/...: not the shell's
+    looks_like_a_file = "://" not in scheduler and (scheduler.endswith(".json") or os.sep in scheduler)
+    if looks_like_a_file and not os.path.isfile(scheduler):
+        raise TokshardError(
+            f"--scheduler {scheduler}: no scheduler file there; give the file that "
+            "`dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
+        )
     try:
         if os.path.isfile(scheduler):  # a scheduler file (`dask scheduler --scheduler-file`)
             return Client(scheduler_file=scheduler, timeout="15s")

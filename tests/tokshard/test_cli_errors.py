@@ -116,6 +116,7 @@ MISTAKES = [
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}"], "no output folder"),
     (["prepare", "--workers", "0", "{bad_key}"], "expected a number >= 1"),
     (["prepare", "--input", "{root}/data.csv", "--tokenizer", "{tok}", "--out", "{root}/o11"], "data.csv: unsupported file type; use one of .jsonl, "),
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/o12", "--scheduler", "{root}/sched.json"], "no scheduler file there"),
     (["prepare", "{url_path}", "--out", "{root}/o9"], "s3:/b/x.jsonl looks like a URL with a slash missing; write s3://b/x.jsonl"),
     (["prepare", "{url_out}"], "S3:b/run looks like a URL with a slash missing; write s3://b/run"),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "http://127.0.0.1:1/x"], "http:// cannot be written to"),
