@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.store import checked_location, is_url, refuse_url
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int
+from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
 from tokshard.demo import SIZES
@@ -96,7 +97,13 @@ def _add_prepare(sub) -> None:
     )
     p.add_argument("--workers", type=positive_int, help="local Dask worker processes (default: one per core)")
     p.add_argument("--threads", type=positive_int, help="encoder threads per worker process (default 1)")
-    p.add_argument("--memory-limit", help="memory limit per local worker, e.g. 2GiB (default: auto)")
+    p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        type=memory_limit_arg,
+        help="memory limit per local worker: a size (2GiB), a fraction of this machine's memory (0.5), "
+        "or 0 for none (default: auto)",
+    )
     p.add_argument(
         "--dashboard",
         action="store_true",
@@ -149,6 +156,30 @@ def _add_tokenizer(sub) -> None:
     t.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
     t.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
     t.add_argument("--eos", default="<|endoftext|>", help="the EOS token's text")
+
+
+def memory_limit_arg(text: str) -> str:
+    """Dask's forms of a worker memory limit, checked before any worker starts (Dask's own
+    errors come from inside the worker processes): ``auto``, 0 (none), a fraction of the
+    machine's memory (0.5), or a size (2GiB, a byte count)."""
+    value = text.strip().lower()
+    if value in ("auto", "0"):
+        return text
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    try:
+        if number is None:
+            return size_arg(text)
+    except argparse.ArgumentTypeError:
+        pass
+    else:
+        if math.isfinite(number) and number > 0:
+            return text
+    raise argparse.ArgumentTypeError(
+        f"expected auto, 0 (no limit), a fraction such as 0.5 or a size such as 2GiB, got {text!r}"
+    )
 
 
 def _add_status(sub) -> None:

@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import fields
 
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int
+from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -97,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--data-cache-limit",
         metavar="SIZE",
+        type=size_arg,
         help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
         "maps are evicted (default: no limit)",
     )

@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import sys
 import threading
@@ -50,7 +51,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "tokshard" / "data"
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, flag: str = "--data-cache-limit") -> int:
     """``50GB``, ``200GiB``, ``1T``, ``123456``: bytes (decimal units, or binary with an i)."""
     units = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
     t = text.strip().upper().removesuffix("B")
@@ -61,7 +62,9 @@ def parse_size(text: str) -> int:
     try:
         value = float(number)
     except ValueError:
-        raise TokshardError(f"--data-cache-limit {text!r}: expected a size such as 200GB or 50GiB") from None
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise TokshardError(f"{flag} {text!r}: expected a size above 0, such as 200GB or 50GiB")
     scale = 1024 ** " KMGT".index(unit) if binary and unit else units[unit]
     return int(value * scale)
 

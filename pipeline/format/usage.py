@@ -50,6 +50,20 @@ def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace)
     return None
 
 
+def size_arg(text: str) -> str:
+    """An argparse type for a size (``500GB``, ``50GiB``, a byte count): refused at once (exit 2)
+    unless it reads as one above 0."""
+    from pipeline.format.store_cache import parse_size
+
+    try:
+        parse_size(text)
+    except TokshardError:
+        raise argparse.ArgumentTypeError(
+            f"expected a size above 0, such as 200GB or 50GiB, got {text!r}"
+        ) from None
+    return text
+
+
 def path_arg(text: str) -> str:
     """An argparse type for a local path or a URL: a mistyped URL (``s3:/b``), one with no
     bucket (``s3://``) or a ``file://`` one is refused at once (exit 2); a URL's scheme is

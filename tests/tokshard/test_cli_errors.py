@@ -268,6 +268,8 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a file:// URL", f"file://{root}/x"),
         ]
     metavar = str(action.metavar or "")
+    if metavar == "SIZE":
+        cases += [("a word", "lots"), ("negative", "-1GB")]
     if metavar.endswith("DIR"):
         cases.append(("a file for a folder", str(root / "a-file")))
     if metavar in ("PNG", "DS.json") or metavar.endswith("FILE"):
