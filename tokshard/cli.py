@@ -414,6 +414,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
     out = checked_location(out)  # a recipe's out = "..." has not been through argparse
     refuse_url(args.local_directory, "--local-directory")
+    if not (args.scheduler or args.cluster):
+        from pipeline.run.cluster import check_local_workers
+
+        check_local_workers(args.workers)
     started = time.monotonic()
     options = RunOptions(
         workers=args.workers,
@@ -552,9 +556,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.run.cluster import check_local_workers
     from tokshard import demo
 
     refuse_url(args.out, "--out")
+    check_local_workers(args.workers)
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))
     if not summary["learned"]:

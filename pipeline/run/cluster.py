@@ -215,6 +215,23 @@ class EarlyStart:
                     cluster.close()
 
 
+#: local worker processes per CPU beyond which --workers is taken for a typo: each worker
+#: encodes on one core, so more only add memory (a few hundred MiB each) and contention
+WORKERS_PER_CPU = 4
+
+
+def check_local_workers(workers: int | None) -> None:
+    """Refuse a local --workers far beyond this machine's CPUs before any process starts (a
+    typed 1000 for 10 would start a thousand Python processes)."""
+    cpus = os.cpu_count() or 1
+    if workers and workers > WORKERS_PER_CPU * cpus:
+        raise TokshardError(
+            f"--workers {workers} is more than {WORKERS_PER_CPU} per CPU on this machine ({cpus} CPUs); "
+            f"each local worker encodes on one core: use at most {WORKERS_PER_CPU * cpus}, or a cluster "
+            "(--scheduler, --cluster) for more"
+        )
+
+
 def _start(
     workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None, dashboard: bool
 ):

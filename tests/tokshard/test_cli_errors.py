@@ -115,6 +115,8 @@ MISTAKES = [
     (["prepare", "--input", "{corpus}", "--tokenizer", "{root}/no/tok.json", "--out", "{root}/o7"], "no tokenizer at"),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}"], "no output folder"),
     (["prepare", "--workers", "0", "{bad_key}"], "expected a number >= 1"),
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/o13", "--workers", "100000"], "is more than 4 per CPU on this machine"),
+    (["demo", "--out", "{root}/d2", "--workers", "100000"], "is more than 4 per CPU on this machine"),
     (["prepare", "--input", "{root}/data.csv", "--tokenizer", "{tok}", "--out", "{root}/o11"], "data.csv: unsupported file type; use one of .jsonl, "),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/o12", "--scheduler", "{root}/sched.json"], "no scheduler file there"),
     (["prepare", "{url_path}", "--out", "{root}/o9"], "s3:/b/x.jsonl looks like a URL with a slash missing; write s3://b/x.jsonl"),
