@@ -7,6 +7,7 @@ anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -167,13 +168,9 @@ def memory_limit_arg(text: str) -> str:
         return text
     try:
         number = float(value)
-    except ValueError:
-        number = None
-    try:
-        if number is None:
+    except ValueError:  # a size with a unit, or a word
+        with contextlib.suppress(argparse.ArgumentTypeError):
             return size_arg(text)
-    except argparse.ArgumentTypeError:
-        pass
     else:
         if math.isfinite(number) and number > 0:
             return text

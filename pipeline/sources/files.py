@@ -80,8 +80,8 @@ def check_json_lines(path: str) -> None:
     try:
         with open_binary(path) if kind == ".jsonl" else _decompressed(path, kind) as f:
             head = f.read(4096).lstrip()
-    except (OSError, EOFError, ValueError):
-        return  # a damaged file is named, with its fault, when it is read
+    except Exception:  # a damaged file is named, with its fault, when it is read
+        return
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:].lstrip()
     if head.startswith(b"["):
