@@ -31,7 +31,7 @@ from pipeline.encoding.documents import (
 )
 from pipeline.encoding.selection import cached_encoder
 from pipeline.format.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_reader import token_dtype
 from pipeline.format.shard_writer import ShardSequence, finalize
 from pipeline.run.state import (
@@ -236,7 +236,7 @@ class PartitionRun:
         if isinstance(item, Bad):
             if self.task.on_bad_record == "error":
                 self.commit()
-                raise TokshardError(
+                raise DataError(
                     f"{item.where}: bad record ({item.reason}); fix it, or rerun with "
                     "--on-bad-record skip (work done so far is kept)"
                 )

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import plain_encode, run_prepare, stream_of
+from support import cli, plain_encode, run_prepare, stream_of
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
@@ -47,6 +47,20 @@ def test_bad_record_stops_with_file_line_and_reason(tmp_path, tokenizer_path, da
         run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
     assert f"in.jsonl:2: bad record ({reason})" in str(err.value)
     assert "--on-bad-record skip" in str(err.value)
+
+
+def test_a_bad_record_is_a_data_error_exit_1_in_one_line(tmp_path, tokenizer_path):
+    """Like a corrupt gzip or parquet file: the data is at fault, not the command line."""
+    jsonl_with(tmp_path, BAD_LINES["malformed JSON"])
+    proc = cli(
+        "prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--out", "out", cwd=tmp_path
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr
+    assert (
+        lines[-1].startswith("tokshard: error: ") and "in.jsonl:2: bad record (malformed JSON)" in lines[-1]
+    )
 
 
 def test_skip_counts_each_reason_in_the_manifest(tmp_path, tokenizer_path, dask_client):
