@@ -20,6 +20,8 @@ SOURCE_TYPES: dict[str, type[Source]] = {
 def source_class(type_name: Any, name: str, where: str) -> type[Source]:
     if type_name not in SOURCE_TYPES:
         known = ", ".join(sorted(SOURCE_TYPES))
+        if type_name is None:
+            raise TokshardError(f'{where}: [sources.{name}] has no type; add type = "..." (one of {known})')
         raise TokshardError(f"{where}: [sources.{name}] has unknown type {type_name!r}; known types: {known}")
     return SOURCE_TYPES[type_name]
 
