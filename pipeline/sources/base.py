@@ -93,6 +93,8 @@ class Source(ABC):
     required: ClassVar[tuple[str, ...]] = ()
     #: keys that say where to read from, not what: changing them does not change the output
     location_keys: ClassVar[frozenset[str]] = frozenset()
+    #: keys with a text default that also take another type (``partition_bytes = "auto"`` or 1000000)
+    mixed_type_keys: ClassVar[frozenset[str]] = frozenset({"partition_bytes"})
 
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         self.name = name
@@ -111,6 +113,12 @@ class Source(ABC):
         missing = [k for k in cls.required if k not in raw]
         if missing:
             raise TokshardError(f"{where}: [sources.{name}] needs {missing[0]!r} (type {cls.type!r})")
+        for key, value in raw.items():
+            text_key = isinstance(cls.defaults.get(key), str) and key not in cls.mixed_type_keys
+            if text_key and (not isinstance(value, str) or not value.strip()):
+                raise TokshardError(
+                    f"{where}: [sources.{name}] {key} must be a non-empty string, got {value!r}"
+                )
         cfg = {"type": cls.type, **cls.defaults, **raw}
         return cfg
 

@@ -86,6 +86,7 @@ def files(tmp_path_factory, tokenizer_path):
             "bad-source", f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = "wikitxt"\n'
         ),
         "no_type": recipe("no-type", f'tokenizer = "{tokenizer_path}"\n[sources.x]\npaths = ["{corpus}"]\n'),
+        "int_field": recipe("int-field", f'tokenizer = "{tokenizer_path}"\n{good_source}text_field = 5\n'),
         "bad_tok": recipe("bad-tok", f'tokenizer = "{root}/no/tokenizer.json"\n{good_source}'),
         "bad_toml": recipe("bad-toml", "tokenizer = \n"),
         "url_path": recipe(
@@ -110,6 +111,7 @@ MISTAKES = [
     (["prepare", "{root}/missing.toml", "--out", "{root}/o1"], "does not exist"),
     (["prepare", "{bad_key}", "--out", "{root}/o2"], "unknown setting 'tokenizr'"),
     (["prepare", "{bad_source}", "--out", "{root}/o3"], "wikitxt"),
+    (["prepare", "{int_field}", "--out", "{root}/o15"], "[sources.mine] text_field must be a non-empty string, got 5"),
     (["prepare", "{no_type}", "--out", "{root}/o14"], '[sources.x] has no type; add type = "..." (one of bookcorpus'),
     (["prepare", "{bad_tok}", "--out", "{root}/o4"], "no tokenizer at"),
     (["prepare", "{bad_toml}", "--out", "{root}/o5"], "not valid TOML"),
