@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import read_index
-from pipeline.format.usage import OneLineParser, folder_arg, path_arg
+from pipeline.format.usage import OneLineParser, folder_arg, path_arg, positive_int
 from trainer import checkpoint
 from trainer.data import WindowDataset
 from trainer.schedule import Schedule
@@ -172,9 +172,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="one JSON object per sample")
     p.add_argument("--decode", action="store_true", help="add each sample's text (the manifest's tokenizer)")
-    p.add_argument("--world", type=int, metavar="N", help="name the rank and micro-step for N ranks")
+    p.add_argument("--world", type=positive_int, metavar="N", help="name the rank and micro-step for N ranks")
     p.add_argument(
-        "--micro-batch", type=int, metavar="M", help="samples per rank per micro-step (with --world)"
+        "--micro-batch", type=positive_int, metavar="M", help="samples per rank per micro-step (with --world)"
     )
     p.add_argument(
         "--manifest",

@@ -93,8 +93,8 @@ class Source(ABC):
     required: ClassVar[tuple[str, ...]] = ()
     #: keys that say where to read from, not what: changing them does not change the output
     location_keys: ClassVar[frozenset[str]] = frozenset()
-    #: keys with a text default that also take another type (``partition_bytes = "auto"`` or 1000000)
-    mixed_type_keys: ClassVar[frozenset[str]] = frozenset({"partition_bytes"})
+    #: keys with a text default that also take another type (checked by the source itself)
+    mixed_type_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         self.name = name

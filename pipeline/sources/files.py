@@ -307,6 +307,7 @@ class FilesSource(Source):
         "base_dir": ".",
     }
     location_keys = frozenset({"base_dir"})
+    mixed_type_keys = frozenset({"partition_bytes"})  # "auto" or a number of bytes
 
     @classmethod
     def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
