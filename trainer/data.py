@@ -147,9 +147,10 @@ def source_owners(manifests: Sequence[Manifest]) -> dict[str, Manifest]:
     first = manifests[0]
     seen: set[Path] = set()
     for m in manifests:
-        if Path(m.path).resolve() in seen:  # `a`, `./a` and `a/manifest.json` are one manifest
+        where = Path(m.path).resolve()  # `a`, `./a` and `a/manifest.json` are one manifest
+        if where in seen:
             raise TokshardError(f"{m.path} is given twice as --manifest; give each prepared folder once")
-        seen.add(Path(m.path).resolve())
+        seen.add(where)
         tok, tok0 = m.data["tokenizer"], first.data["tokenizer"]
         if (tok.get("sha256"), tok["vocab_size"], tok["eos_id"]) != (
             tok0.get("sha256"),

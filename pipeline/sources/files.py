@@ -344,7 +344,6 @@ class FilesSource(Source):
         files = expand(self.config["splits"][split], self.config["base_dir"])
         for f in files:
             kind_of(f)
-            check_json_lines(f)
         return files
 
     def origin(self) -> dict[str, Any]:
@@ -392,6 +391,7 @@ class FilesSource(Source):
         txt_bytes = 0
         for path in files:
             kind = kind_of(path)
+            check_json_lines(path)
             if kind == ".txt":
                 size = file_size(path)
                 if txt and txt_bytes + size > step:
@@ -658,7 +658,6 @@ def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
     """Every good document of these files in order (for tokenizer training and tools)."""
     source = FilesSource("input", {"text_field": field})
     for path in files:
-        check_json_lines(path)
         for key, size, spec in source._units([path], step=1 << 62):
             part = Partition("input", "train", 0, key, size, spec)
             for rec in source.read(part, None):
