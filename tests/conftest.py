@@ -15,6 +15,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from support import EOS, REPO, english_documents
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory) -> Path:
+    """The suite's own ~/.cache (XDG_CACHE_HOME), shared by its tests as by a user's runs:
+    nothing is written to the real one, and no earlier session's kept checks count."""
+    folder = tmp_path_factory.mktemp("xdg-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def docs() -> list[str]:
     return english_documents()

@@ -635,3 +635,27 @@ def s3_session_server() -> Iterator[S3Server]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def gpt2_through_from_tiktoken(gpt2: Path, work: Path):
+    """fastokens built by its own ``from_tiktoken`` route from GPT-2's ranks and split pattern:
+    the route the issue found inexact (it parts from `tokenizers` around U+180E)."""
+    import base64
+
+    import fastokens
+
+    from pipeline.encoding.fastokens_backend import FastokensEncoder
+    from pipeline.encoding.tiktoken_backend import TiktokenEncoder
+
+    conversion = TiktokenEncoder(str(gpt2)).conversion
+    ranks = work / "gpt2.tiktoken"
+    ranks.write_text(
+        "".join(
+            f"{base64.b64encode(b).decode()} {r}\n"
+            for b, r in sorted(conversion.ranks.items(), key=lambda kv: kv[1])
+        )
+    )
+    tok = fastokens.Tokenizer.from_tiktoken(
+        str(ranks), pattern=conversion.pattern, special_tokens=conversion.special_tokens
+    )
+    return FastokensEncoder.wrapping(tok)

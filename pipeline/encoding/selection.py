@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from functools import lru_cache
 
-from pipeline.encoding import BACKEND_NAMES
+from pipeline.encoding import BACKEND_NAMES, check_cache
 from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_version, library_versions
 from pipeline.encoding.byte_level import NotEquivalent
 from pipeline.encoding.equivalence import (
@@ -21,9 +21,10 @@ from pipeline.encoding.equivalence import (
     Verdict,
     Vocabulary,
     byte_level_spec,
-    difference,
-    probes,
+    first_difference,
     show,
+    static_difference,
+    static_summary,
     vocabulary_from_spec,
     vocabulary_of,
 )
@@ -111,40 +112,51 @@ def manifest_entry(name: str, reason: str, threads: int) -> dict[str, object]:
             "version": library_version(library) or "unknown"}  # fmt: skip
 
 
-def _build(candidate: str, tokenizer_path: str) -> tuple[object, Vocabulary] | Verdict:
-    """The candidate back end and its vocabulary, or a verdict saying why it cannot be used."""
+def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vocabulary]] | Verdict:
+    """The candidate back end and how to list its vocabulary (only the static comparisons need
+    it, and reading it costs a quarter of a second for 50k entries), or a verdict saying why
+    the candidate cannot be used."""
     try:
         if candidate == "fastokens":
             if not available():
                 return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
             spec = byte_level_spec(tokenizer_path)
-            return FastokensEncoder(tokenizer_path, confirm=False), vocabulary_from_spec(spec)
+            return FastokensEncoder(tokenizer_path, confirm=False), lambda: vocabulary_from_spec(spec)
         fast = TiktokenEncoder(tokenizer_path, confirm=False)
-        return fast, vocabulary_of(fast.conversion)
+        return fast, lambda: vocabulary_of(fast.conversion)
     except NotEquivalent as exc:
         return Verdict(False, str(exc))
     except TokshardError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a layout we do not know
-        return Verdict(
-            False, f"its BPE section has a layout tokshard does not know ({type(exc).__name__}: {exc})"
-        )
+        return _unknown_layout(exc)
     except Exception as exc:
         return Verdict(False, f"{candidate} cannot read this tokenizer ({type(exc).__name__}: {exc})")
 
 
+def _unknown_layout(exc: Exception) -> Verdict:
+    return Verdict(
+        False, f"its BPE section has a layout tokshard does not know ({type(exc).__name__}: {exc})"
+    )
+
+
 def check(tokenizer_path: str, samples: Callable[[], list[str]], candidate: str = "tiktoken") -> Verdict:
-    """Can this run use ``candidate``? Structural rules first, then the comparisons above."""
+    """Can this run use ``candidate``? Structural rules first, then the comparisons above (the
+    static ones once per tokenizer, libraries and code: see `check_cache`), then the run's
+    first documents, always."""
     built = _build(candidate, tokenizer_path)
     if isinstance(built, Verdict):
         return built
-    fast, vocab = built
+    fast, vocabulary = built
     reference = TokenizersEncoder(tokenizer_path)
+    static = _static_check(candidate, tokenizer_path, fast, reference, vocabulary)
+    if isinstance(static, Verdict):
+        return static
     docs = [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
     try:
-        found = difference(fast, reference, vocab, docs)
+        found = first_difference(docs, reference.encode_batch, fast.encode_batch, candidate)
     except Exception as exc:
-        found = f"{candidate} failed where tokenizers did not ({type(exc).__name__}: {exc})"
+        found = _failed(candidate, exc)
     if found:
         return Verdict(False, found)
     left_out = getattr(getattr(fast, "conversion", None), "unreachable", None)
@@ -155,7 +167,34 @@ def check(tokenizer_path: str, samples: Callable[[], list[str]], candidate: str 
     )
     return Verdict(
         True,
-        f"byte-level BPE, and {candidate} gave the same ids as tokenizers on all "
-        f"{len(vocab.merged):,} merged tokens, {len(probes(vocab)):,} built-in and fuzz strings "
+        f"byte-level BPE, and {candidate} gave the same ids as tokenizers on {static} "
         f"and the run's first {len(docs)} documents{note}",
     )
+
+
+def _static_check(
+    candidate: str, tokenizer_path: str, fast, reference, vocabulary: Callable[[], Vocabulary]
+) -> str | Verdict:
+    """What the run-independent comparisons covered (run now, or a pass `check_cache` kept),
+    or the verdict that refuses the candidate."""
+    key = check_cache.key_parts(candidate, tokenizer_path)
+    kept = check_cache.passed(key)
+    if kept is not None:
+        return f"{kept} (a pass kept in {check_cache.cache_dir()} for this tokenizer and these libraries)"
+    try:
+        vocab = vocabulary()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return _unknown_layout(exc)
+    try:
+        found = static_difference(fast, reference, vocab)
+    except Exception as exc:
+        found = _failed(candidate, exc)
+    if found:
+        return Verdict(False, found)
+    summary = static_summary(vocab)
+    check_cache.remember(key, summary)
+    return summary
+
+
+def _failed(candidate: str, exc: Exception) -> str:
+    return f"{candidate} failed where tokenizers did not ({type(exc).__name__}: {exc})"

@@ -46,9 +46,14 @@ HASH_NAME = "xxh3_128"
 _CHUNK = 1 << 23
 
 
-def default_cache_dir() -> Path:
+def cache_root() -> Path:
+    """tokshard's folder of per-user caches: ``$XDG_CACHE_HOME/tokshard`` (``~/.cache/tokshard``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tokshard" / "data"
+    return Path(base) / "tokshard"
+
+
+def default_cache_dir() -> Path:
+    return cache_root() / "data"
 
 
 def parse_size(text: str, flag: str = "--data-cache-limit") -> int:

@@ -14,6 +14,7 @@ from support import (
     LLAMA3_PATTERN,
     cli,
     edited,
+    gpt2_through_from_tiktoken,
     plain_added_token,
     plain_encode,
     run_prepare,
@@ -105,27 +106,6 @@ def test_flat_ids_are_the_batch_ids_joined(gpt2_tokenizer_path, docs, backend):
     per_doc = ids(fast, docs[:30])
     assert offsets.tolist() == np.cumsum([0, *map(len, per_doc)]).tolist()
     assert flat_ids.tolist() == [i for d in per_doc for i in d]
-
-
-def gpt2_through_from_tiktoken(gpt2: Path, work: Path) -> FastokensEncoder:
-    """fastokens built by its own ``from_tiktoken`` route from GPT-2's ranks and split pattern:
-    the route the issue found inexact (it parts from `tokenizers` around U+180E)."""
-    import base64
-
-    import fastokens
-
-    conversion = TiktokenEncoder(str(gpt2)).conversion
-    ranks = work / "gpt2.tiktoken"
-    ranks.write_text(
-        "".join(
-            f"{base64.b64encode(b).decode()} {r}\n"
-            for b, r in sorted(conversion.ranks.items(), key=lambda kv: kv[1])
-        )
-    )
-    tok = fastokens.Tokenizer.from_tiktoken(
-        str(ranks), pattern=conversion.pattern, special_tokens=conversion.special_tokens
-    )
-    return FastokensEncoder.wrapping(tok)
 
 
 def test_the_check_refuses_fastokens_inexact_from_tiktoken_route_by_its_fuzz_set(

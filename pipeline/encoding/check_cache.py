@@ -1,0 +1,112 @@
+"""Passed equivalence checks, kept between runs so a run does not redo the static half.
+
+The static half of the check (every merge-made token, the built-in and fuzz strings) depends
+only on the tokenizer's bytes, the encoder libraries, the machine's kind and the code that
+builds the back ends and the probes. For GPT-2's vocabulary it is most of the driver's
+start-up (bench/RESULTS.md, "Start-up"), paid again by every `prepare` of the same tokenizer.
+A pass is kept under that exact key; the run's own first documents are still compared on
+every run. Only passes are kept: a refusal is rechecked, and names its string afresh.
+
+Anything that changes the key (a new library version, an edited tokenizer, a tokshard
+upgrade) checks in full again. Entries live in ``$XDG_CACHE_HOME/tokshard/checks`` (by
+default ``~/.cache/tokshard/checks``); deleting the folder is always safe. A cache that
+cannot be read or written only costs the full check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from pipeline.encoding.backend import library_versions
+from pipeline.format.store_cache import cache_root
+
+FOLDER = "checks"
+
+
+def cache_dir() -> Path:
+    return cache_root() / FOLDER
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str | None:
+    """The encoding package's own source: the probes, the back ends' builds, the comparisons.
+    None where the source cannot be read (nothing is kept then)."""
+    digest = hashlib.sha256()
+    files = sorted(Path(__file__).parent.glob("*.py"))
+    if not files:
+        return None
+    try:
+        for path in files:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def key_parts(candidate: str, tokenizer_path: str) -> dict[str, object] | None:
+    """Everything a passed static check depends on (None: it cannot be keyed)."""
+    code = code_digest()
+    try:
+        tokenizer = hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+    if code is None:
+        return None
+    return {
+        "candidate": candidate,
+        "tokenizer_sha256": tokenizer,
+        "libraries": [list(v) for v in library_versions()],
+        "machine": f"{sys.platform}-{platform.machine()}",
+        "code_sha256": code,
+    }
+
+
+def _entry_path(parts: dict[str, object]) -> Path:
+    name = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+    return cache_dir() / f"{name}.json"
+
+
+def passed(parts: dict[str, object] | None) -> str | None:
+    """What the kept pass said (the static half's summary), or None: not kept, unreadable, or
+    kept for other parts."""
+    if parts is None:
+        return None
+    try:
+        entry = json.loads(_entry_path(parts).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("parts") != parts:
+        return None
+    summary = entry.get("summary")
+    return summary if isinstance(summary, str) and summary else None
+
+
+def remember(parts: dict[str, object] | None, summary: str) -> None:
+    """Keep a pass (best effort: a read-only or full disk only means the next run checks again)."""
+    if parts is None:
+        return
+    path = _entry_path(parts)
+    entry = {
+        "parts": parts,
+        "summary": summary,
+        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry, f, indent=1)
+            os.replace(tmp, path)  # a reader sees the old entry or the whole new one
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)

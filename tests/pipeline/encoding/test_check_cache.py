@@ -1,0 +1,125 @@
+"""A passed static equivalence check is kept per tokenizer, libraries and code: a second run
+skips it, still compares its own first documents, and anything the key names checks again."""
+
+from __future__ import annotations
+
+import pytest
+from support import gpt2_through_from_tiktoken
+
+from pipeline.encoding import check_cache, selection
+from pipeline.encoding.selection import choose
+
+KEPT = "a pass kept in"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "tokshard" / check_cache.FOLDER
+
+
+@pytest.fixture
+def static_runs(monkeypatch) -> list[str]:
+    """The candidates whose static comparisons ran (the real ones still run)."""
+    ran: list[str] = []
+    real = selection.static_difference
+
+    def counted(fast, reference, vocab, every_token=True):
+        ran.append(fast.name)
+        return real(fast, reference, vocab, every_token)
+
+    monkeypatch.setattr(selection, "static_difference", counted)
+    return ran
+
+
+def test_a_second_check_of_the_same_tokenizer_reuses_the_kept_pass(
+    cache, static_runs, gpt2_tokenizer_path, docs
+):
+    first = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
+    second = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
+    assert first[0] == second[0] == "fastokens"
+    assert static_runs == ["fastokens"]
+    assert KEPT not in first[1] and f"{KEPT} {cache}" in second[1]
+    assert "50,000 merged tokens" in second[1] and "first 64 documents" in second[1]
+    assert len(list(cache.glob("*.json"))) == 1
+
+
+def test_a_kept_pass_still_compares_the_run_s_own_documents(
+    cache, gpt2_tokenizer_path, docs, tmp_path, monkeypatch
+):
+    choose("fastokens", str(gpt2_tokenizer_path), lambda: docs)
+    inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)  # parts around U+180E
+    monkeypatch.setattr(selection, "FastokensEncoder", lambda *a, **k: inexact)
+    with_mongolian = ["a document with a vowel separator \u180ehere", *docs]
+    name, reason = choose("auto", str(gpt2_tokenizer_path), lambda: with_mongolian)
+    assert name == "tiktoken"
+    assert "fastokens not used, fastokens and tokenizers give different ids for 'a document" in reason
+
+
+def test_a_changed_tokenizer_file_is_checked_in_full(cache, static_runs, tokenizer_path, tmp_path, docs):
+    copy = tmp_path / "tokenizer.json"
+    copy.write_bytes(tokenizer_path.read_bytes())
+    choose("fastokens", str(copy), lambda: docs)
+    copy.write_bytes(tokenizer_path.read_bytes().rstrip() + b"\n\n")  # same tokenizer, other bytes
+    choose("fastokens", str(copy), lambda: docs)
+    assert static_runs == ["fastokens", "fastokens"]
+
+
+@pytest.mark.parametrize("change", ["libraries", "code", "candidate"])
+def test_other_libraries_code_or_back_end_are_checked_in_full(
+    cache, static_runs, tokenizer_path, docs, monkeypatch, change
+):
+    choose("fastokens", str(tokenizer_path), lambda: docs)
+    if change == "libraries":
+        monkeypatch.setattr(check_cache, "library_versions", lambda: (("fastokens", "9.9.9"),))
+    elif change == "code":
+        monkeypatch.setattr(check_cache, "code_digest", lambda: "0" * 64)
+    choose("tiktoken" if change == "candidate" else "fastokens", str(tokenizer_path), lambda: docs)
+    assert len(static_runs) == 2
+
+
+def test_an_edited_encoding_module_changes_the_key(tmp_path, monkeypatch):
+    for name, text in (("a.py", "x = 1\n"), ("b.py", "y = 2\n")):
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(check_cache, "__file__", str(tmp_path / "check_cache.py"))
+    check_cache.code_digest.cache_clear()
+    before = check_cache.code_digest()
+    (tmp_path / "b.py").write_text("y = 3\n")
+    check_cache.code_digest.cache_clear()
+    try:
+        assert check_cache.code_digest() != before
+    finally:
+        monkeypatch.undo()
+        check_cache.code_digest.cache_clear()
+
+
+@pytest.mark.parametrize("damage", ["not json", "[]", '{"parts": {}, "summary": "all"}', ""])
+def test_a_damaged_entry_is_ignored_and_rewritten(cache, static_runs, tokenizer_path, docs, damage):
+    choose("fastokens", str(tokenizer_path), lambda: docs)
+    (entry,) = cache.glob("*.json")
+    entry.write_text(damage)
+    name, reason = choose("fastokens", str(tokenizer_path), lambda: docs)
+    assert name == "fastokens" and KEPT not in reason
+    assert len(static_runs) == 2
+    assert KEPT in choose("fastokens", str(tokenizer_path), lambda: docs)[1]
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_full_check(
+    tmp_path, monkeypatch, static_runs, tokenizer_path, docs
+):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    for _ in range(2):
+        assert choose("fastokens", str(tokenizer_path), lambda: docs)[0] == "fastokens"
+    assert len(static_runs) == 2
+
+
+def test_a_refusal_is_not_kept(cache, gpt2_tokenizer_path, docs, tmp_path, monkeypatch):
+    inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)
+    monkeypatch.setattr(selection, "FastokensEncoder", lambda *a, **k: inexact)
+    name, reason = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
+    assert name == "tiktoken" and "fastokens not used" in reason
+    assert [p.name for p in cache.glob("*.json")] == [
+        check_cache._entry_path(check_cache.key_parts("tiktoken", str(gpt2_tokenizer_path))).name
+    ]
