@@ -30,7 +30,9 @@ With ``--native``, instead: the default `prepare` (auto, which takes fastokens) 
 ``--encoder tiktoken``, side by side in each round, with fastokens' own one-thread ceiling
 (texts in memory, the flat-buffer call `prepare` makes, in `prepare`'s 1 MB batches), and
 the same text joined into documents of ``--long-mb`` MB each, through the default `prepare`
-(long documents against ordinary ones, same text).
+(long documents against ordinary ones, same text). Every `prepare` finds the static half of
+its equivalence check kept from an earlier run (`pipeline.encoding.check_cache`), as every run
+after a tokenizer's first does; bench_startup.py measures the first run's extra cost.
 
     python bench/kernel_corpus.py                       # once: corpus + 50k BPE
     python bench/bench_encoders.py --workers 2 --repeats 3
@@ -307,6 +309,10 @@ def native(args, texts: list[str]) -> None:
     long_args.corpus = long_corpus(texts, args.work / f"long-{args.long_mb}mb.jsonl", args.long_mb)
     long_args.work = args.work / "long"
     long_args.work.mkdir(exist_ok=True)
+    for name in ("fastokens", "tiktoken"):  # every timed run then finds its check kept, as a
+        started = time.perf_counter()  # user's runs after a tokenizer's first do (ENCODERS.md)
+        choose(name, str(args.tokenizer), lambda: texts[:64])
+        print(f"{name} check (kept for the runs below): {time.perf_counter() - started:.2f} s")
     rows = []
     for rep in range(args.repeats):
         ceiling = fastokens_ceiling(texts, args.tokenizer)
