@@ -3,11 +3,12 @@
 Ordinary documents are grouped into batches of about ``batch_chars`` characters for
 ``encode_batch``. A document longer than ``long_doc_chars`` (or a streamed .txt file) is
 cut into pieces *only at pre-tokenizer boundaries*, where BPE merges never reach across,
-so the pieces' ids joined are exactly the ids of the whole document. Its tokens go to a
-spool file as they come, so even a 500 MB document never sits in memory whole, and after
-each group of pieces a `LongProgress` says how far into the document the spool reaches:
-the task can commit there, and a resume skips that many characters and appends to the
-spool (a cut at a pre-token boundary is exact, wherever the next pieces fall). Without a
+so the pieces' ids joined are exactly the ids of the whole document. Its tokens are held
+in memory up to ``SPOOL_TOKENS`` and beyond that go to a spool file as they come, so even a
+500 MB document never sits in memory whole. After each group of pieces a `LongProgress`
+says how far into the document the encoding reaches: the task can commit there (the held
+tokens then go to the spool first), and a resume skips that many characters and appends to
+the spool (a cut at a pre-token boundary is exact, wherever the next pieces fall). Without a
 usable pre-tokenizer a long document is encoded whole and redone whole after a crash.
 """
 
@@ -30,7 +31,8 @@ BATCH_CHARS = 1 << 20
 BATCH_DOCS = 8192
 LONG_DOC_CHARS = 1 << 20
 PIECE_CHARS = 1 << 18
-SPOOL_TOKENS = 1 << 22
+#: a long document's tokens held in memory before they go to its spool file (16 MB as uint16)
+SPOOL_TOKENS = 1 << 23
 #: a cut is only trusted this far from the end of the text the pre-tokenizer saw
 MARGIN = 1 << 12
 #: how much text before a cut is re-pre-tokenized to prove the cut harmless
@@ -233,7 +235,9 @@ class DocumentEncoder:
         self.long_doc_chars = long_doc_chars
         self.piece_chars = piece_chars
         self.spool_tokens = spool_tokens
-        self._spool = None
+        self._spool = None  # the open spool file of the long document under way, if any
+        self._held: list[np.ndarray] = []  # its tokens not in the spool (yet)
+        self._held_tokens = 0
         self._commit_points = False
 
     @functools.cached_property
@@ -243,10 +247,32 @@ class DocumentEncoder:
         return self._load_pre_tokenizer()
 
     def sync_spool(self) -> None:
-        """Make the spool durable up to the last `LongProgress` (before a commit records it)."""
-        if self._spool is not None and not self._spool.closed:
+        """Make the spool durable up to the last `LongProgress` (before a commit records it):
+        tokens still held in memory go to the spool first, since the commit points into it."""
+        if self._held:
+            self._spill()
+        if self._spool is not None:
             self._spool.flush()
             os.fsync(self._spool.fileno())
+
+    def _keep(self, arr: np.ndarray) -> None:
+        """A long document's next tokens: into the spool once it is open, else held in memory
+        up to ``spool_tokens``."""
+        if self._spool is not None:
+            self._spool.write(arr.data)
+            return
+        self._held.append(arr)
+        self._held_tokens += len(arr)
+        if self._held_tokens > self.spool_tokens:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Move the held tokens to a new spool file, which takes the document's tokens from now on."""
+        if self._spool is None:
+            self._open_spool(0)
+        for arr in self._held:
+            self._spool.write(arr.data)
+        self._held, self._held_tokens = [], 0
 
     def run(
         self, records: Iterable[Record], resume: LongProgress | None = None, commit_points: bool = False
@@ -310,7 +336,10 @@ class DocumentEncoder:
     def _long(
         self, text: str | TextStream, rec: Record, resume: LongProgress | None
     ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
-        """Encode one long document piece by piece into the spool, reporting commit points."""
+        """Encode one long document piece by piece, reporting commit points. Its tokens stay in
+        memory up to ``spool_tokens`` and go to the spool file beyond that, or once a commit
+        points into the document (`sync_spool`): a document of a few MB is written once, to
+        its shard, not to the spool and then copied."""
         if isinstance(text, str) and isinstance(self.pre_tokenize, SpaceCuts):
             chunks: Iterable[str] = [text]  # space cuts slice it once per piece, no copy of it
         elif isinstance(text, str):
@@ -322,36 +351,30 @@ class DocumentEncoder:
         if not exact_cuts or not self._spool_holds(resume):
             resume = None
         chars, total, any_text = (resume.chars, resume.tokens, resume.any_text) if resume else (0, 0, False)
+        self._held, self._held_tokens = [], 0
+        if resume is not None:  # its committed tokens are in the spool: the rest follows them
+            self._open_spool(total)
         if exact_cuts:
             parts: Iterable[str] = pieces(_skip_chars(chunks, chars), self.piece_chars, self.pre_tokenize)
-            spool = self._open_spool(total)
         else:  # no exact cut points: encode whole (memory grows with it)
             parts = ["".join(chunks)]
-            spool = None
-        held: list[np.ndarray] = []
         try:
             for group in _grouped(parts, self.batch_chars):
                 any_text = any_text or any(not s.isspace() for s in group)
                 arr = self.encoder.encode_flat(group)[0].astype(self.dtype)
                 total += len(arr)
-                if spool is not None:
-                    spool.write(arr.data)
-                else:
-                    held.append(arr)
-                    if total > self.spool_tokens:
-                        spool = self._open_spool(0)
-                        for a in held:
-                            spool.write(a.data)
-                        held = []
+                self._keep(arr)
                 if exact_cuts and self._commit_points:
                     chars += sum(len(s) for s in group)
                     yield LongProgress(chars, total, any_text)
         except UnicodeDecodeError:
             any_text = None
+        spool, held = self._spool, self._held
+        self._spool, self._held, self._held_tokens = None, [], 0
         eos = np.array([self.eos_id], dtype=self.dtype)
-        if any_text and spool is not None:
-            spool.write(eos.tobytes())
         if spool is not None:
+            if any_text:
+                spool.write(eos.tobytes())
             # No fsync here: a durable checkpoint points into the spool only up to what the
             # commit that wrote it synced (`sync_spool`), and the caller copies the spool into
             # its shard and commits that (fsync) before deleting it. Syncing the whole spool

@@ -120,11 +120,11 @@ class ShardWriter:
 
     def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append whole documents: ``tokens`` already holds each one's trailing EOS."""
-        data = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        data = np.ascontiguousarray(tokens, dtype=self.dtype).data  # no copy of the tokens
         try:
             self._bin.write(data)
         except OSError as exc:
-            raise disk_error(exc, self.bin_path, len(data)) from exc
+            raise disk_error(exc, self.bin_path, data.nbytes) from exc
         self._hash.update(data)
         self._lengths.append(np.asarray(lengths, dtype="<i4"))
         self.tokens += len(tokens)

@@ -48,7 +48,7 @@ from pipeline.run.worker_task import (
     warm_up,
 )
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition, check_path_name
+from pipeline.sources.base import Partition, check_path_name, check_read_once
 
 Log = Callable[[str], None]
 
@@ -187,8 +187,12 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
     origins: dict[str, dict[str, Any]] = {}
     splits: dict[str, list[str]] = {}
     partitions: list[Partition] = []
-    for name, cfg in recipe.sources.items():
-        source = build_source(name, cfg)
+    sources = {name: build_source(name, cfg) for name, cfg in recipe.sources.items()}
+    check_read_once(
+        {(name, split): files for name, s in sources.items() for split, files in s.named_inputs().items()},
+        recipe.where,
+    )
+    for name, source in sources.items():
         origins[name] = source.origin()
         # a hub repo's card or file names may name splits too: each becomes a folder of `out`
         splits[name] = [

@@ -206,8 +206,8 @@ class PartitionRun:
                     ckpt.long = item
                 else:
                     self._add(item)
-                    if self.spool.exists():  # a long document ended: no checkpoint may point into it
-                        ckpt.long = None
+                    ckpt.long = None  # a whole document: any long one has ended
+                    if self.spool.exists():  # ... from its spool: no checkpoint may point into it
                         self.commit()
                         clock.committed()
                         self.spool.unlink()

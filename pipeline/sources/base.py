@@ -138,8 +138,32 @@ class Source(ABC):
     def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
         """Yield the partition's documents in order, starting after ``cursor`` if given."""
 
+    def named_inputs(self) -> dict[str, list[str]]:
+        """The input files the recipe itself names, per split, which `check_read_once` holds to
+        one split each (default: none; a hub dataset's layout is its publisher's, and some
+        publish one file as two splits on purpose)."""
+        return {}
+
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:  # noqa: B027
         """Raise if the inputs changed since the run was planned (default: nothing to check)."""
 
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:  # noqa: B027
         """Raise if a planned partition's input changed since (default: nothing to check)."""
+
+
+def check_read_once(named: dict[tuple[str, str], list[str]], where: str) -> None:
+    """Refuse an input file named under two splits or two sources (``named``: (source, split)
+    -> files): a file in train and validation leaks evaluation text into training, and one in
+    two sources is trained on twice. A glob such as ``data/*.jsonl`` beside ``data/val.jsonl``
+    is the usual way in."""
+    first: dict[str, tuple[str, str]] = {}
+    for (source, split), paths in named.items():
+        for path in paths:
+            seen = first.setdefault(path, (source, split))
+            if seen != (source, split):
+                a, b = (f"split {seen[1]} of source {seen[0]}", f"split {split} of source {source}")
+                raise TokshardError(
+                    f"{where}: input {path} is named by both {a} and {b}; list each file under one "
+                    "split and source only (narrow the glob that matches both), or the same text is "
+                    "read twice (into validation and training, or twice into training)"
+                )

@@ -346,6 +346,9 @@ class FilesSource(Source):
             kind_of(f)
         return files
 
+    def named_inputs(self) -> dict[str, list[str]]:
+        return {split: self.files(split) for split in self.splits()}
+
     def origin(self) -> dict[str, Any]:
         return {"files": {split: io_map(stat_key, self.files(split)) for split in self.splits()}}
 

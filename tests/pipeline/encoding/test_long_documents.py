@@ -9,7 +9,14 @@ import pytest
 from support import plain_encode, run_prepare, stream_of
 
 from pipeline.encoding.backend import TokenizersEncoder
-from pipeline.encoding.documents import DocumentEncoder, SpaceCuts, Spooled, byte_level_pre_tokenizer, pieces
+from pipeline.encoding.documents import (
+    Batch,
+    DocumentEncoder,
+    SpaceCuts,
+    Spooled,
+    byte_level_pre_tokenizer,
+    pieces,
+)
 from pipeline.sources.base import Record
 
 
@@ -172,7 +179,7 @@ def test_the_pre_tokenizer_is_loaded_only_when_a_long_document_comes(tmp_path, d
     assert list(enc.run(short)) and loads == []
     long_text = nasty_text(docs, 5, 120_000)
     for _ in range(2):
-        assert isinstance(list(enc.run([Record(long_text, {"i": 99}, "test")]))[-1], Spooled)
+        assert isinstance(list(enc.run([Record(long_text, {"i": 99}, "test")]))[-1], Batch)  # held in memory
     assert loads == [1]
 
 

@@ -12,7 +12,13 @@ import pytest
 from support import REPO, plain_encode
 
 from pipeline.encoding.backend import TokenizersEncoder
-from pipeline.encoding.documents import DocumentEncoder, LongProgress, Spooled, byte_level_pre_tokenizer
+from pipeline.encoding.documents import (
+    Batch,
+    DocumentEncoder,
+    LongProgress,
+    Spooled,
+    byte_level_pre_tokenizer,
+)
 from pipeline.format.content_hash import file_hash
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import ShardRecord, ShardSequence
@@ -109,6 +115,68 @@ def test_long_document_resumes_inside_itself_from_a_commit_point(tmp_path, docs,
     *progress, done = list(resumed)
     assert isinstance(done, Spooled) and all(p.chars > point.chars for p in progress)
     assert np.array_equal(np.fromfile(done.path, dtype="<u2"), plain_encode(tokenizer_path, [text]))
+
+
+def test_a_held_long_document_spills_to_the_spool_only_when_a_commit_points_into_it(
+    tmp_path, docs, tokenizer_path
+):
+    text = "\n\n".join(docs[:60])
+    spool = tmp_path / "doc.spool"
+    held = long_encoder(tokenizer_path, spool)
+    *progress, done = list(held.run([Record(text, {"i": 1}, "test")], commit_points=True))
+    assert len(progress) > 2 and isinstance(done, Batch) and not spool.exists()
+    assert np.array_equal(done.tokens, plain_encode(tokenizer_path, [text]))
+    spilled = long_encoder(tokenizer_path, spool)
+    items = spilled.run([Record(text, {"i": 1}, "test")], commit_points=True)
+    point = next(items)
+    spilled.sync_spool()
+    assert spool.stat().st_size == point.tokens * 2
+    *_, done = list(items)
+    assert isinstance(done, Spooled)
+    assert np.array_equal(np.fromfile(done.path, dtype="<u2"), plain_encode(tokenizer_path, [text]))
+
+
+def test_no_checkpoint_after_a_long_document_points_into_the_next_one(
+    tmp_path, docs, tokenizer_path, monkeypatch
+):
+    from distributed import Client, LocalCluster
+    from support import run_prepare, stream_of, write_jsonl
+
+    from pipeline.encoding.documents import LONG_DOC_CHARS
+    from pipeline.run import worker_task
+
+    def of_chars(parts: list[str], n: int) -> str:
+        body = "\n\n".join(parts)
+        return (body * (1 + n // len(body)))[:n]
+
+    first = of_chars(docs, LONG_DOC_CHARS * 13 // 10)  # both long, the second shorter
+    second = of_chars(docs[::-1], LONG_DOC_CHARS * 11 // 10)
+    texts = [first, second, docs[0]]
+    write_jsonl(tmp_path / "long.jsonl", texts)
+    saved = []
+    real = worker_task.save_checkpoint
+
+    def recording(out, part, ckpt):
+        saved.append((ckpt.documents, ckpt.long.chars if ckpt.long else None))
+        real(out, part, ckpt)
+
+    monkeypatch.setattr(worker_task, "save_checkpoint", recording)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "commit_seconds": 0.001,  # a commit after every item: between the two documents too
+        "sources": {
+            "d": {"type": "files", "paths": [str(tmp_path / "long.jsonl")], "partition_bytes": 1 << 30}
+        },
+    }
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c,
+        Client(c) as cl,
+    ):
+        out = run_prepare(recipe, tmp_path / "out", cl)
+    assert any(documents == 1 for documents, _ in saved)
+    # a resume skips ``long`` characters of the document at the checkpoint's cursor
+    assert all(chars is None or chars <= len(texts[documents]) for documents, chars in saved), saved
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, texts))
 
 
 def test_a_partition_held_by_another_process_is_waited_for_then_named(tmp_path):

@@ -205,6 +205,56 @@ def test_one_file_named_twice_is_read_once(tmp_path, docs, tokenizer_path, dask_
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:20]))
 
 
+def test_a_glob_that_also_matches_the_validation_file_is_refused_before_any_work(
+    tmp_path, docs, tokenizer_path
+):
+    for name, part in (("train-1", docs[:5]), ("train-2", docs[5:10]), ("val", docs[10:12])):
+        write_jsonl(tmp_path / "data" / f"{name}.jsonl", part)
+    (tmp_path / "r.toml").write_text(
+        f'tokenizer = "{tokenizer_path}"\n'
+        "[sources.web]\n"
+        'type = "files"\n'
+        'splits = { train = ["data/*.jsonl"], validation = ["./data/val.jsonl"] }\n'
+    )
+    proc = cli("prepare", "r.toml", "--out", "out", "--workers", "1", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2
+    assert f"input {tmp_path / 'data' / 'val.jsonl'} is named by both split train of source web " in line
+    assert "and split validation of source web; list each file under one split" in line
+    assert not list((tmp_path / "out").rglob("*.bin*")) and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_one_file_in_two_sources_is_refused(tmp_path, docs, tokenizer_path, monkeypatch):
+    from pipeline import recipe
+    from pipeline.run.driver import prepare
+
+    write_jsonl(tmp_path / "a.jsonl", docs[:5])
+    monkeypatch.chdir(tmp_path)
+    raw = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {
+            "x": {"type": "files", "paths": ["a.jsonl"]},
+            "y": {"type": "files", "paths": ["*.jsonl"]},
+        },
+    }
+    with pytest.raises(
+        TokshardError, match=r"named by both split train of source x and split train of source y"
+    ):
+        prepare(recipe.from_dict(raw, "r.toml"), tmp_path / "out")
+
+
+def test_disjoint_splits_of_one_folder_are_fine(tmp_path, docs, tokenizer_path, dask_client):
+    write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
+    write_jsonl(tmp_path / "val.jsonl", docs[5:7])
+    raw = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "splits": {"train": [str(tmp_path / "train-*.jsonl")],
+                                                       "validation": [str(tmp_path / "val.jsonl")]}}},
+    }  # fmt: skip
+    out = run_prepare(raw, tmp_path / "out", dask_client)
+    assert np.array_equal(stream_of(out, split="validation"), plain_encode(tokenizer_path, docs[5:7]))
+
+
 def test_a_file_reached_through_a_symlinked_folder_is_one_file(tmp_path, docs):
     write_jsonl(tmp_path / "data" / "a.jsonl", docs[:2])
     (tmp_path / "link").symlink_to(tmp_path / "data")
