@@ -53,6 +53,17 @@ class Batch:
 
 
 @dataclass
+class Held:
+    """One long document whose tokens (EOS included) are still in memory, in the pieces they
+    were encoded in: written to the shard one by one, never joined into one more copy."""
+
+    parts: list[np.ndarray]
+    tokens: int
+    cursor: Cursor
+    progress: int
+
+
+@dataclass
 class Spooled:
     """One very long document, its tokens (EOS included) in a file."""
 
@@ -208,7 +219,7 @@ def _space_pieces(chunks: Iterable[str], piece_chars: int) -> Iterator[str]:
 
 
 class DocumentEncoder:
-    """Turns a partition's records into `Batch`, `Spooled`, `Bad` and `LongProgress` items.
+    """Turns a partition's records into `Batch`, `Held`, `Spooled`, `Bad` and `LongProgress` items.
 
     The spool file is left in place when a long document ends: the caller deletes it once
     no checkpoint points into it any more.
@@ -276,7 +287,7 @@ class DocumentEncoder:
 
     def run(
         self, records: Iterable[Record], resume: LongProgress | None = None, commit_points: bool = False
-    ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
+    ) -> Iterator[Batch | Held | Spooled | Bad | LongProgress]:
         """Encode records in order. With ``commit_points``, long documents also yield
         `LongProgress`; ``resume`` continues the long document the first record is."""
         self._commit_points = commit_points
@@ -335,7 +346,7 @@ class DocumentEncoder:
 
     def _long(
         self, text: str | TextStream, rec: Record, resume: LongProgress | None
-    ) -> Iterator[Batch | Spooled | Bad | LongProgress]:
+    ) -> Iterator[Batch | Held | Spooled | Bad | LongProgress]:
         """Encode one long document piece by piece, reporting commit points. Its tokens stay in
         memory up to ``spool_tokens`` and go to the spool file beyond that, or once a commit
         points into the document (`sync_spool`): a document of a few MB is written once, to
@@ -386,8 +397,7 @@ class DocumentEncoder:
             empty = np.zeros(0, self.dtype)
             yield Batch(empty, np.zeros(0, np.int32), rec.cursor, rec.progress, dropped_empty=1)
         elif spool is None:
-            tokens = np.concatenate([*held, eos])
-            yield Batch(tokens, np.array([len(tokens)], np.int32), rec.cursor, rec.progress)
+            yield Held([*held, eos], total + 1, rec.cursor, rec.progress)
         else:
             yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress)
 

@@ -120,25 +120,32 @@ class ShardWriter:
 
     def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append whole documents: ``tokens`` already holds each one's trailing EOS."""
-        data = np.ascontiguousarray(tokens, dtype=self.dtype).data  # no copy of the tokens
-        try:
-            self._bin.write(data)
-        except OSError as exc:
-            raise disk_error(exc, self.bin_path, data.nbytes) from exc
-        self._hash.update(data)
+        self._write(np.ascontiguousarray(tokens, dtype=self.dtype).data)  # no copy of the tokens
         self._lengths.append(np.asarray(lengths, dtype="<i4"))
         self.tokens += len(tokens)
         self.documents += len(lengths)
+
+    def append_parts(self, parts: list[np.ndarray]) -> None:
+        """Append one document given in pieces (its trailing EOS in the last)."""
+        for part in parts:
+            self._write(np.ascontiguousarray(part, dtype=self.dtype).data)
+        self._one_document(sum(len(part) for part in parts))
 
     def append_file(self, path: Path, n_tokens: int) -> None:
         """Append one document spooled to disk (too large to hold in memory)."""
         with open(path, "rb") as src:
             while chunk := src.read(READ_CHUNK):
-                try:
-                    self._bin.write(chunk)
-                except OSError as exc:
-                    raise disk_error(exc, self.bin_path, len(chunk)) from exc
-                self._hash.update(chunk)
+                self._write(chunk)
+        self._one_document(n_tokens)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        try:
+            self._bin.write(data)
+        except OSError as exc:
+            raise disk_error(exc, self.bin_path, memoryview(data).nbytes) from exc
+        self._hash.update(data)
+
+    def _one_document(self, n_tokens: int) -> None:
         self._lengths.append(np.array([n_tokens], dtype="<i4"))
         self.tokens += n_tokens
         self.documents += 1
@@ -324,9 +331,18 @@ class ShardSequence:
             doc += take
 
     def add_spooled(self, path: Path, n_tokens: int) -> None:
+        self._make_room(n_tokens)
+        self.current.append_file(path, n_tokens)
+
+    def add_parts(self, parts: list[np.ndarray], n_tokens: int) -> None:
+        """Append one document given in pieces (EOS in the last), as `add` would whole."""
+        self._make_room(n_tokens)
+        self.current.append_parts(parts)
+
+    def _make_room(self, n_tokens: int) -> None:
+        """A new shard unless the document fits (or the shard is empty: it then gets its own)."""
         if self.current.tokens and n_tokens > self.shard_tokens - self.current.tokens:
             self._rotate()
-        self.current.append_file(path, n_tokens)
 
     def _rotate(self) -> None:
         self._seal_current()

@@ -25,6 +25,7 @@ from pipeline.encoding.documents import (
     Bad,
     Batch,
     DocumentEncoder,
+    Held,
     LongProgress,
     Spooled,
     byte_level_pre_tokenizer,
@@ -231,7 +232,7 @@ class PartitionRun:
         self.shards.finalize()
         return ckpt
 
-    def _add(self, item: Batch | Spooled | Bad) -> None:
+    def _add(self, item: Batch | Held | Spooled | Bad) -> None:
         ckpt = self.ckpt
         if isinstance(item, Bad):
             if self.task.on_bad_record == "error":
@@ -241,8 +242,11 @@ class PartitionRun:
                     "--on-bad-record skip (work done so far is kept)"
                 )
             ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
-        elif isinstance(item, Spooled):
-            self.shards.add_spooled(item.path, item.tokens)
+        elif isinstance(item, Spooled | Held):
+            if isinstance(item, Spooled):
+                self.shards.add_spooled(item.path, item.tokens)
+            else:
+                self.shards.add_parts(item.parts, item.tokens)
             ckpt.documents += 1
             ckpt.tokens += item.tokens
         else:

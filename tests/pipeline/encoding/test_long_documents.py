@@ -10,8 +10,8 @@ from support import plain_encode, run_prepare, stream_of
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.documents import (
-    Batch,
     DocumentEncoder,
+    Held,
     SpaceCuts,
     Spooled,
     byte_level_pre_tokenizer,
@@ -110,8 +110,9 @@ def test_aplain_added_token_spanning_a_boundary_is_never_cut(tmp_path, tokenizer
         long_doc_chars=10_000,
         piece_chars=1_000,
     )
-    (item,) = enc.run([Record(text, {"i": 1}, "test")])
-    assert np.array_equal(item.tokens, plain_encode(tok, [text]))
+    (item,) = enc.run([Record(text, {"i": 1}, "test")])  # encoded whole, without cuts
+    assert isinstance(item, Held) and len(item.parts) == 2  # its ids, then EOS
+    assert np.array_equal(np.concatenate(item.parts), plain_encode(tok, [text]))
 
 
 def test_a_word_longer_than_a_piece_is_kept_whole(tokenizer_path):
@@ -179,7 +180,7 @@ def test_the_pre_tokenizer_is_loaded_only_when_a_long_document_comes(tmp_path, d
     assert list(enc.run(short)) and loads == []
     long_text = nasty_text(docs, 5, 120_000)
     for _ in range(2):
-        assert isinstance(list(enc.run([Record(long_text, {"i": 99}, "test")]))[-1], Batch)  # held in memory
+        assert isinstance(list(enc.run([Record(long_text, {"i": 99}, "test")]))[-1], Held)  # held in memory
     assert loads == [1]
 
 

@@ -72,6 +72,25 @@ def test_sequence_rotates_without_splitting_a_document(tmp_path):
     assert [r.path for r in records] == [f"src/train/00000-{i:04d}.bin" for i in range(3)]
 
 
+@pytest.mark.parametrize("how", ["parts", "spooled"])
+def test_a_document_in_pieces_or_a_spool_file_is_written_as_the_same_document_whole(tmp_path, how):
+    docs = [[1] * 4, [2] * 4, list(range(100, 120)), [4] * 2]
+    whole = ShardSequence(tmp_path / "whole", "s/t/0", "uint16", shard_tokens=10)
+    whole.add(*docs_to_stream(docs))
+    pieces = ShardSequence(tmp_path / how, "s/t/0", "uint16", shard_tokens=10)
+    pieces.add(*docs_to_stream(docs[:2]))
+    big = np.array([*docs[2], EOS], np.uint16)
+    if how == "parts":
+        pieces.add_parts([big[:7], big[7:19], big[19:]], len(big))
+    else:
+        (tmp_path / "spool").write_bytes(big.tobytes())
+        pieces.add_spooled(tmp_path / "spool", len(big))
+    pieces.add(*docs_to_stream(docs[3:]))
+    assert [(r.tokens, r.documents, r.hash, r.idx_hash) for r in pieces.finish()] == [
+        (r.tokens, r.documents, r.hash, r.idx_hash) for r in whole.finish()
+    ]
+
+
 def test_resume_from_commit_truncates_uncommitted_tokens(tmp_path):
     seq = ShardSequence(tmp_path, "p", "uint16", shard_tokens=1000)
     seq.add(*docs_to_stream([[1, 2, 3]]))

@@ -13,8 +13,8 @@ from support import REPO, plain_encode
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.documents import (
-    Batch,
     DocumentEncoder,
+    Held,
     LongProgress,
     Spooled,
     byte_level_pre_tokenizer,
@@ -124,8 +124,8 @@ def test_a_held_long_document_spills_to_the_spool_only_when_a_commit_points_into
     spool = tmp_path / "doc.spool"
     held = long_encoder(tokenizer_path, spool)
     *progress, done = list(held.run([Record(text, {"i": 1}, "test")], commit_points=True))
-    assert len(progress) > 2 and isinstance(done, Batch) and not spool.exists()
-    assert np.array_equal(done.tokens, plain_encode(tokenizer_path, [text]))
+    assert len(progress) > 2 and isinstance(done, Held) and not spool.exists()
+    assert np.array_equal(np.concatenate(done.parts), plain_encode(tokenizer_path, [text]))
     spilled = long_encoder(tokenizer_path, spool)
     items = spilled.run([Record(text, {"i": 1}, "test")], commit_points=True)
     point = next(items)

@@ -133,6 +133,52 @@ def test_one_big_file_spreads_over_several_partitions(tmp_path, docs, tokenizer_
         assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, docs))
 
 
+def test_partitions_that_start_inside_lines_longer_than_a_scan_read_each_document_once(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    long_one = "\n\n".join(docs[:40])  # JSON-escaped: far over the 256 KiB scan buffer
+    texts = [docs[50], long_one, docs[51], docs[52], long_one[::-1], docs[53]]
+    data = write_jsonl(tmp_path / "long-lines.jsonl", texts)
+    path = run_prepare(
+        files_recipe(tokenizer_path, [data], source={"partition_bytes": 70_000}),
+        tmp_path / "out",
+        dask_client,
+    )
+    assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, texts))
+
+
+@pytest.mark.parametrize(
+    ("content", "offset", "after"),
+    [
+        (b"ab\ncd\n", 0, 3),  # mid-line: past its newline
+        (b"ab\ncd\n", 2, 3),  # on the newline itself
+        (b"ab\ncd\n", 3, 6),  # on the second line's first byte: past its newline
+        (b"ab\ncd", 3, 5),  # no newline to the end
+        (b"x" * 700_000 + b"\ny\n", 5, 700_001),  # beyond several reads of the buffer
+    ],
+)
+def test_the_next_line_start_is_found_without_reading_the_line(tmp_path, content, offset, after):
+    from pipeline.sources.files import _after_newline
+
+    (tmp_path / "f").write_bytes(content)
+    with open(tmp_path / "f", "rb") as f:
+        assert _after_newline(f, offset) == after
+
+
+@pytest.mark.parametrize("head", [16, 1 << 20])
+def test_lines_longer_than_the_first_read_come_back_whole_and_in_order(tmp_path, head):
+    from pipeline.sources.files import _read_line
+
+    lines = [b"a\n", b"b" * 2_500_000 + b"\n", b"\n", b"c" * 40 + b"\n", b"d" * 17]  # the last unended
+    (tmp_path / "f").write_bytes(b"".join(lines))
+    got, pos = [], 0
+    with open(tmp_path / "f", "rb") as f:
+        while line := _read_line(f, pos, head):
+            got.append(line)
+            pos += len(line)
+    assert got == lines
+
+
 def test_special_token_text_inside_a_document_is_ordinary_text(tmp_path, tokenizer_path, dask_client):
     docs = [f"a web page quoting {EOS} in its text", f"{EOS}", "plain"]
     data = write_jsonl(tmp_path / "in.jsonl", docs)
