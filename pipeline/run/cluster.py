@@ -76,7 +76,7 @@ def batch_cluster(spec: BatchJobs, threads: int):
         "walltime": spec.walltime,
         "local_directory": spec.local_directory,
         "job_name": "tokshard",
-        "job_script_prologue": [f"export {k}={v}" for k, v in worker_env(threads).items()],
+        "job_script_prologue": [f"export {k}={v}" for k, v in {**MALLOC_ENV, **worker_env(threads)}.items()],
     }
     if spec.job_extra:
         kwargs["job_extra_directives"] = list(spec.job_extra)
@@ -105,6 +105,15 @@ def job_script(spec: BatchJobs, threads: int) -> str:
         return cluster.job_script()
     finally:
         cluster.close()
+
+
+#: glibc's allocator in each worker process, set before it starts: a worker allocates and frees
+#: buffers of 1-40 MB all the time (lines read, texts, encoder output, a long document's ids).
+#: Dask sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, and glibc serves such sizes by mmap, so each
+#: one came back as fresh pages to fault in: a third of the workers' CPU time was the kernel's
+#: (bench/RESULTS.md, "Allocator"). Kept in the heap, freed memory is reused; a worker's peak
+#: RSS grows by tens of MiB. Values already in the environment win.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
 def worker_env(threads: int) -> dict[str, str]:
@@ -276,6 +285,7 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
     the workers' event loops also wake less often, which the encoder feels on a small
     node: Dask's statistical profiler (only the dashboard shows it) sampled every thread's
     stack each 10 ms, 3% of a worker's CPU; its event-loop tick, every 20 ms, 1.5%."""
+    import dask
     from distributed import LocalCluster
 
     quiet = (
@@ -283,15 +293,17 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
         if dashboard
         else {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "100ms"}
     )
-    return LocalCluster(
-        n_workers=n,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit=memory_limit or "auto",
-        dashboard_address=":0",  # any free port, for the dashboard or just /health
-        scheduler_kwargs={"dashboard": dashboard},
-        # a task's error reaches the driver, which reports it once (one line for a user error)
-        silence_logs=logging.CRITICAL,
-        env=worker_env(threads),
-        config=quiet,  # the workers' Dask config: this on top of ours
-    )
+    before_spawn = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in MALLOC_ENV.items()}
+    with dask.config.set(before_spawn):  # the nannies live in this process and read it here
+        return LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=memory_limit or "auto",
+            dashboard_address=":0",  # any free port, for the dashboard or just /health
+            scheduler_kwargs={"dashboard": dashboard},
+            # a task's error reaches the driver, which reports it once (one line for a user error)
+            silence_logs=logging.CRITICAL,
+            env=worker_env(threads),
+            config=quiet,  # the workers' Dask config: this on top of ours
+        )

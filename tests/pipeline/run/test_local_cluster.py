@@ -102,6 +102,27 @@ def test_local_workers_serve_the_dashboard_and_feed_it_only_when_asked(asked, st
     assert _settle(before) == set()
 
 
+def _allocator_env() -> tuple[str | None, str | None]:
+    import os
+
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+@pytest.mark.parametrize("users", [None, "131072"])
+def test_local_workers_start_with_the_allocator_kept_in_the_heap_unless_the_user_says(
+    users, before, monkeypatch
+):
+    if users is None:
+        monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    else:
+        monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", users)  # set before the process started, as by a user
+    cluster, client = EarlyStart(1, None, threads=1, memory_limit=None).take()
+    with cluster, client:
+        (seen,) = client.run(_allocator_env).values()
+    assert seen == (str(64 << 20), users or str(256 << 20))
+    assert _settle(before) == set()
+
+
 def _encoders_built(dask_worker) -> int:
     from pipeline.encoding.selection import cached_encoder
 
