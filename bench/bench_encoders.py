@@ -65,6 +65,7 @@ from pipeline.encoding.selection import choose  # noqa: E402
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
 from pipeline.format import manifest  # noqa: E402
 from pipeline.run import cluster  # noqa: E402
+from pipeline.run.cluster import MALLOC_ENV  # noqa: E402
 from pipeline.run.state import load_checkpoint, load_plan  # noqa: E402
 
 DATA = Path("/work/bench-data/fast")
@@ -263,10 +264,20 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
 
 def fastokens_ceiling(corpus: Path, tokenizer: Path) -> dict:
     """fastokens on one thread, texts in memory, in the ~1 MB batches `prepare` encodes, in a
-    fresh process as each worker is: in a process that has encoded before (an earlier round,
-    the check) the same measurement ran up to 1.4x faster (bench/RESULTS.md)."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_fastokens_pass, (str(corpus), str(tokenizer)))
+    fresh process with a worker's allocator settings (`pipeline.run.cluster.MALLOC_ENV`), as
+    each worker is: in a process that has encoded before (an earlier round, the check) the same
+    measurement ran up to 1.4x faster (bench/RESULTS.md)."""
+    saved = {k: os.environ.get(k) for k in MALLOC_ENV}
+    os.environ.update({k: os.environ.get(k) or v for k, v in MALLOC_ENV.items()})  # a worker's allocator
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(_fastokens_pass, (str(corpus), str(tokenizer)))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
 
 
 def _fastokens_pass(corpus: str, tokenizer: str) -> dict:
