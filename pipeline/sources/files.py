@@ -310,6 +310,10 @@ class FilesSource(Source):
     location_keys = frozenset({"base_dir"})
     mixed_type_keys = frozenset({"partition_bytes"})  # "auto" or a number of bytes
 
+    def __init__(self, name: str, config: dict[str, Any]) -> None:
+        super().__init__(name, config)
+        self._listed: dict[str, list[str]] = {}
+
     @classmethod
     def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
         cfg = super().normalize(name, raw, where)
@@ -342,10 +346,14 @@ class FilesSource(Source):
         return list(self.config["splits"])
 
     def files(self, split: str) -> list[str]:
-        files = expand(self.config["splits"][split], self.config["base_dir"])
-        for f in files:
-            kind_of(f)
-        return files
+        """The split's files, listed once per source object (a plan asks for them three times:
+        the read-once check, the origin and the partitions; for a bucket each is a listing)."""
+        if split not in self._listed:
+            files = expand(self.config["splits"][split], self.config["base_dir"])
+            for f in files:
+                kind_of(f)
+            self._listed[split] = files
+        return list(self._listed[split])
 
     def named_inputs(self) -> dict[str, list[str]]:
         return {split: self.files(split) for split in self.splits()}

@@ -243,6 +243,34 @@ def test_one_file_in_two_sources_is_refused(tmp_path, docs, tokenizer_path, monk
         prepare(recipe.from_dict(raw, "r.toml"), tmp_path / "out")
 
 
+def test_planning_lists_each_split_s_files_once(tmp_path, docs, tokenizer_path, monkeypatch):
+    from pipeline import recipe
+    from pipeline.encoding import tokenizer
+    from pipeline.run.driver import make_plan
+    from pipeline.sources import files
+
+    write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
+    write_jsonl(tmp_path / "val.jsonl", docs[5:7])
+    listings = []
+    real = files.expand
+    monkeypatch.setattr(
+        files, "expand", lambda patterns, base: listings.append(patterns) or real(patterns, base)
+    )
+    raw = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "splits": {"train": [str(tmp_path / "train-*.jsonl")],
+                                                       "validation": [str(tmp_path / "val.jsonl")]}}},
+    }  # fmt: skip
+    r = recipe.from_dict(raw, "r.toml")
+    _, tok = tokenizer.resolve(str(tokenizer_path), r.settings.eos_token, r.settings.dtype)
+    plan = make_plan(r, tok, lambda msg: None)
+    assert len(plan.partitions) == 2
+    assert sorted(map(tuple, listings)) == [
+        (str(tmp_path / "train-*.jsonl"),),
+        (str(tmp_path / "val.jsonl"),),
+    ]
+
+
 def test_disjoint_splits_of_one_folder_are_fine(tmp_path, docs, tokenizer_path, dask_client):
     write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
     write_jsonl(tmp_path / "val.jsonl", docs[5:7])
