@@ -206,8 +206,33 @@ def check_fields(p: Path, data: dict[str, Any]) -> None:
             if not isinstance(shard.get(key), str) or not shard[key]:
                 raise damaged(f"shard {i} {key!r}", f"is {shard.get(key)!r}, not a name")
     totals = data["totals"]
-    if not isinstance(totals, dict) or not all(_count(v) for v in totals.values()):
-        raise damaged("'totals'", f"is {totals!r}, not whole numbers")
+    if not isinstance(totals, dict) or not all(_count(totals.get(k)) for k in _TOTALS):
+        raise damaged("'totals'", f"is {totals!r}, not whole numbers of {', '.join(_TOTALS)}")
+    for name, source in data["sources"].items():
+        _check_source(name, source, damaged)
+
+
+_TOTALS = ("tokens", "documents", "shards", "bytes")
+
+
+def _check_source(name: str, source: Any, damaged: Callable[[str, str], DataError]) -> None:
+    """One ``sources`` entry: its type and, per split, the counts `empty_split_stats` lists."""
+    if not isinstance(source, dict) or not isinstance(source.get("type"), str):
+        raise damaged(f"source {name!r}", "has no 'type' name")
+    splits = source.get("splits")
+    if not isinstance(splits, dict):
+        raise damaged(f"source {name!r} 'splits'", f"is {splits!r}, not an object")
+    for split, stats in splits.items():
+        where = f"source {name!r} split {split!r}"
+        if not isinstance(stats, dict):
+            raise damaged(where, f"is {stats!r}, not an object of counts")
+        for key, empty in empty_split_stats().items():
+            value = stats.get(key)
+            if isinstance(empty, dict):
+                if not isinstance(value, dict) or not all(_count(v) for v in value.values()):
+                    raise damaged(f"{where} {key!r}", f"is {value!r}, not counts by reason")
+            elif not _count(value):
+                raise damaged(f"{where} {key!r}", f"is {value!r}, not a whole number")
 
 
 def _count(value: Any) -> bool:

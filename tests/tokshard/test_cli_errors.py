@@ -430,11 +430,16 @@ DATA_FAULTS = [
     (["inspect"], lambda f: first_idx(f).write_bytes(first_idx(f).read_bytes()[:20]), ".idx: index is truncated (20 bytes)"),
     (["train", "--model", "tiny", "--seq-len", "32", "--steps", "1", "--manifest"], set_field(["shards", 1, "split"], "renamed"),
      "edited after `tokshard prepare` wrote it"),
+    (["inspect"], set_field(["sources", "stdlib", "splits"], None), "source 'stdlib' 'splits' is None, not an object"),
+    (["inspect"], set_field(["sources", "stdlib", "splits", "train", "skipped"], "x"),
+     "source 'stdlib' split 'train' 'skipped' is 'x', not counts by reason"),
+    (["verify"], set_field(["totals"], {"tokens": 1}), "'totals' is {'tokens': 1}, not whole numbers of tokens"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("command", "change", "says"), DATA_FAULTS, ids=[
-    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-truncated-idx", "train-edited"])  # fmt: skip
+    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-truncated-idx", "train-edited",
+    "inspect-no-splits", "inspect-skipped", "verify-totals"])  # fmt: skip
 def test_damaged_data_is_one_line_and_exit_1(tmp_path, tmp_path_factory, command, change, says):
     from support import cached_manifest
 
