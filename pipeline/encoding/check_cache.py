@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeline.encoding.backend import library_versions
+from pipeline.format.content_hash import sha256_file
 from pipeline.format.store_cache import cache_root
 
 FOLDER = "checks"
@@ -56,7 +57,7 @@ def key_parts(candidate: str, tokenizer_path: str) -> dict[str, object] | None:
     """Everything a passed static check depends on (None: it cannot be keyed)."""
     code = code_digest()
     try:
-        tokenizer = hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()
+        tokenizer = sha256_file(tokenizer_path)
     except OSError:
         return None
     if code is None:

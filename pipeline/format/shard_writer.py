@@ -334,9 +334,9 @@ class ShardSequence:
         self._make_room(n_tokens)
         self.current.append_file(path, n_tokens)
 
-    def add_parts(self, parts: list[np.ndarray], n_tokens: int) -> None:
+    def add_parts(self, parts: list[np.ndarray]) -> None:
         """Append one document given in pieces (EOS in the last), as `add` would whole."""
-        self._make_room(n_tokens)
+        self._make_room(sum(len(part) for part in parts))
         self.current.append_parts(parts)
 
     def _make_room(self, n_tokens: int) -> None:

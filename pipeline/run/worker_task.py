@@ -246,7 +246,7 @@ class PartitionRun:
             if isinstance(item, Spooled):
                 self.shards.add_spooled(item.path, item.tokens)
             else:
-                self.shards.add_parts(item.parts, item.tokens)
+                self.shards.add_parts(item.parts)
             ckpt.documents += 1
             ckpt.tokens += item.tokens
         else:

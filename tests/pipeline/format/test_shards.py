@@ -81,7 +81,7 @@ def test_a_document_in_pieces_or_a_spool_file_is_written_as_the_same_document_wh
     pieces.add(*docs_to_stream(docs[:2]))
     big = np.array([*docs[2], EOS], np.uint16)
     if how == "parts":
-        pieces.add_parts([big[:7], big[7:19], big[19:]], len(big))
+        pieces.add_parts([big[:7], big[7:19], big[19:]])
     else:
         (tmp_path / "spool").write_bytes(big.tobytes())
         pieces.add_spooled(tmp_path / "spool", len(big))
