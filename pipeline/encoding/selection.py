@@ -38,6 +38,10 @@ FAST = ("fastokens", "tiktoken")
 #: what ``--encoder`` accepts (`pipeline.encoding.BACKEND_NAMES`, and `auto`)
 NAMES = ("auto", *BACKEND_NAMES)
 
+#: ``elsewhere(name, texts)``: the ids back end ``name`` gives ``texts`` where a copy of it is
+#: already built (a warm worker), or None where none is
+Elsewhere = Callable[[str, list[str]], list | None]
+
 
 def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
     # The driver compared the encoders before the run; a worker with the same libraries
@@ -66,10 +70,16 @@ def cached_encoder(
     return BACKENDS[name](path, threads, checked_with)
 
 
-def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]) -> tuple[str, str]:
+def choose(
+    requested: str,
+    tokenizer_path: str,
+    samples: Callable[[], list[str]],
+    elsewhere: Elsewhere | None = None,
+) -> tuple[str, str]:
     """Pick the back end for a run and say why (the reason goes into the log and manifest).
 
-    ``samples`` returns the run's first documents, read only if a check needs them (once).
+    ``samples`` returns the run's first documents, read only if a check needs them (once);
+    ``elsewhere`` encodes them where the candidate is built already (see `check`).
     `auto` takes the fastest back end in `FAST` that `pipeline.encoding.equivalence` finds gives
     the same ids as `tokenizers`, else `tokenizers`; asking for a fast one where it does
     not is an error that names the reason.
@@ -83,7 +93,7 @@ def choose(requested: str, tokenizer_path: str, samples: Callable[[], list[str]]
     samples = functools.cache(samples)
     refused: list[str] = []
     for name in FAST if requested == "auto" else (requested,):
-        verdict = check(tokenizer_path, samples, name)
+        verdict = check(tokenizer_path, samples, name, elsewhere)
         if verdict.equivalent:
             how = "auto" if requested == "auto" else f"requested with --encoder {name}"
             passed_over = "".join(f"; {r}" for r in refused)
@@ -140,47 +150,89 @@ def _unknown_layout(exc: Exception) -> Verdict:
     )
 
 
-def check(tokenizer_path: str, samples: Callable[[], list[str]], candidate: str = "tiktoken") -> Verdict:
+def check(
+    tokenizer_path: str,
+    samples: Callable[[], list[str]],
+    candidate: str = "tiktoken",
+    elsewhere: Elsewhere | None = None,
+) -> Verdict:
     """Can this run use ``candidate``? Structural rules first, then the comparisons above (the
     static ones once per tokenizer, libraries and code: see `check_cache`), then the run's
-    first documents, always."""
+    first documents, always.
+
+    With the static half kept (which stands for the structural rules too: same tokenizer
+    bytes, same code), the documents need only the candidate's ids for them, and ``elsewhere``
+    may have those from a worker that built the candidate for the run already. The driver then
+    builds no copy of its own while the workers boot (bench/RESULTS.md, "Start-up"). Those ids
+    come from the library that encodes the run; failing to get them only means the candidate
+    is built here."""
+    key = check_cache.key_parts(candidate, tokenizer_path)
+    kept = check_cache.passed(key)
+    if kept is not None and elsewhere is not None:
+        docs = _documents(samples)
+        want = _ids(TokenizersEncoder(tokenizer_path), docs, candidate)  # while the workers boot
+        got = _ids_elsewhere(elsewhere, candidate, docs)
+        if got is not None:
+            return _documents_verdict(candidate, _kept_text(kept), docs, want, got)
     built = _build(candidate, tokenizer_path)
     if isinstance(built, Verdict):
         return built
     fast, vocabulary = built
     reference = TokenizersEncoder(tokenizer_path)
-    static = _static_check(candidate, tokenizer_path, fast, reference, vocabulary)
+    static = (
+        _kept_text(kept) if kept is not None else _static_check(key, candidate, fast, reference, vocabulary)
+    )
     if isinstance(static, Verdict):
         return static
-    docs = [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
+    docs = _documents(samples)
+    want, got = _ids(reference, docs, candidate), _ids(fast, docs, candidate)
+    return _documents_verdict(candidate, static, docs, want, got)
+
+
+def _documents(samples: Callable[[], list[str]]) -> list[str]:
+    return [d[:SAMPLE_DOC_CHARS] for d in samples()[:SAMPLE_DOCS]]
+
+
+def _ids(encoder, docs: list[str], candidate: str) -> list | Verdict:
     try:
-        found = first_difference(docs, reference.encode_batch, fast.encode_batch, candidate)
+        return encoder.encode_batch(docs)
     except Exception as exc:
-        found = _failed(candidate, exc)
+        return Verdict(False, _failed(candidate, exc))
+
+
+def _ids_elsewhere(elsewhere: Elsewhere, candidate: str, docs: list[str]) -> list | None:
+    try:
+        return elsewhere(candidate, docs)
+    except Exception:  # a worker lost, a timeout: the check builds the candidate here instead
+        return None
+
+
+def _documents_verdict(
+    candidate: str, static: str, docs: list[str], want: list | Verdict, got: list | Verdict
+) -> Verdict:
+    """The verdict once the static half passed: the run's documents decide."""
+    for failed in (want, got):
+        if isinstance(failed, Verdict):
+            return failed
+    found = first_difference(docs, lambda _: want, lambda _: got, candidate)
     if found:
         return Verdict(False, found)
-    left_out = getattr(getattr(fast, "conversion", None), "unreachable", None)
-    note = (
-        f"; left out {len(left_out)} vocabulary entries no merge makes ({show(left_out[0], 20)})"
-        if left_out
-        else ""
-    )
     return Verdict(
         True,
         f"byte-level BPE, and {candidate} gave the same ids as tokenizers on {static} "
-        f"and the run's first {len(docs)} documents{note}",
+        f"and the run's first {len(docs)} documents",
     )
 
 
+def _kept_text(kept: str) -> str:
+    return f"{kept} (a pass kept in {check_cache.cache_dir()} for this tokenizer and these libraries)"
+
+
 def _static_check(
-    candidate: str, tokenizer_path: str, fast, reference, vocabulary: Callable[[], Vocabulary]
+    key: dict[str, object] | None, candidate: str, fast, reference, vocabulary: Callable[[], Vocabulary]
 ) -> str | Verdict:
-    """What the run-independent comparisons covered (run now, or a pass `check_cache` kept),
-    or the verdict that refuses the candidate."""
-    key = check_cache.key_parts(candidate, tokenizer_path)
-    kept = check_cache.passed(key)
-    if kept is not None:
-        return f"{kept} (a pass kept in {check_cache.cache_dir()} for this tokenizer and these libraries)"
+    """What the run-independent comparisons covered, kept for the next run under ``key``, or
+    the verdict that refuses the candidate."""
     try:
         vocab = vocabulary()
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -191,9 +243,17 @@ def _static_check(
         found = _failed(candidate, exc)
     if found:
         return Verdict(False, found)
-    summary = static_summary(vocab)
+    summary = static_summary(vocab) + _left_out(fast)
     check_cache.remember(key, summary)
     return summary
+
+
+def _left_out(fast) -> str:
+    """Vocabulary entries the candidate was built without (tiktoken's ranks), said in the reason."""
+    left_out = getattr(getattr(fast, "conversion", None), "unreachable", None)
+    if not left_out:
+        return ""
+    return f"; left out {len(left_out)} vocabulary entries no merge makes ({show(left_out[0], 20)})"
 
 
 def _failed(candidate: str, exc: Exception) -> str:

@@ -180,6 +180,8 @@ class EarlyStart:
         memory_limit: str | None,
         dashboard: bool = False,
     ) -> None:
+        #: the run's own worker processes (not a shared scheduler's, which may be busy for long)
+        self.local = scheduler is None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokshard-workers")
         self._ready: Future = self._pool.submit(_start, workers, scheduler, threads, memory_limit, dashboard)
         self._taken = False
@@ -204,6 +206,17 @@ class EarlyStart:
                 wait(futures, timeout=WARM_UP_SECONDS)
 
         self._pool.submit(run_everywhere)
+
+    def run_on_one(self, fn: Callable[..., object], *args: object) -> object:
+        """``fn(*args)`` as a task on any one worker once they are up, and its result; raises
+        whatever went wrong, a wait past WARM_UP_SECONDS included. On a worker's one task
+        thread, like `warm`: what either builds there, the other finds."""
+        client = self._ready.result()[1]
+        future = client.submit(fn, *args, pure=False)
+        try:
+            return future.result(timeout=WARM_UP_SECONDS)
+        finally:
+            future.release()
 
     def take(self) -> tuple[object | None, object]:
         """(local cluster or None, client), once ready and warm; the caller owns and closes both.

@@ -42,6 +42,7 @@ from pipeline.run.state import (
 )
 from pipeline.run.worker_task import (
     PartitionTask,
+    encode_texts,
     finish_complete,
     forget_partition,
     run_partition,
@@ -98,11 +99,12 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
         early = _early_workers(options, settings.threads) if todo else None
         try:
-            if early is not None:  # the encoder `auto` most likely picks, built while we check it
-                likely = likely_choice(settings.encoder)
-                early.warm(warm_up, *_encoder_args(out, plan, likely, settings.threads))
-            encoder, reason = choose(
-                settings.encoder, str(out / tokenizer.TOKENIZER_FILE), lambda: _samples(plan, recipe)
+            encoder, reason = choose_while_warming(
+                early,
+                settings.encoder,
+                lambda name: _encoder_args(out, plan, name, settings.threads),
+                str(out / tokenizer.TOKENIZER_FILE),
+                lambda: _samples(plan, recipe),
             )
             log(f"encoder: {encoder} ({reason})")
             if todo:
@@ -142,6 +144,30 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
     if options.client is not None or options.batch is not None:
         return None
     return EarlyStart(options.workers, options.scheduler, threads, options.memory_limit, options.dashboard)
+
+
+def choose_while_warming(
+    early: EarlyStart | None,
+    requested: str,
+    encoder_args: Callable[[str], tuple[Any, ...]],
+    tokenizer_path: str,
+    samples: Callable[[], list[str]],
+    warm: Callable[..., None] = warm_up,
+) -> tuple[str, str]:
+    """`choose` the back end while the booting workers build the one it most likely picks
+    (``encoder_args(name)``: what a worker builds it from; ``warm``: how). With the run's own
+    workers, the check's last comparison runs on one of their copies instead of a new one here."""
+    if early is None:
+        return choose(requested, tokenizer_path, samples)
+    likely = encoder_args(likely_choice(requested))
+    early.warm(warm, *likely)
+
+    def on_a_worker(name: str, texts: list[str]) -> list | None:
+        if name != likely[0] or not early.local:
+            return None
+        return early.run_on_one(encode_texts, texts, *likely)
+
+    return choose(requested, tokenizer_path, samples, on_a_worker)
 
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:

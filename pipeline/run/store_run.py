@@ -39,7 +39,6 @@ from typing import Any
 
 from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
-from pipeline.encoding.selection import choose, likely_choice
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
 from pipeline.format.errors import TokshardError, VerifyError
@@ -250,10 +249,14 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
         worker_tok = _local_tokenizer(run.store, tok.sha256)
         early = runner._early_workers(options, settings.threads) if todo else None
         try:
-            if early is not None:  # workers boot and build the likely encoder while we check it
-                likely = likely_choice(settings.encoder)
-                early.warm(warm_up, *_worker_encoder_args(worker_tok, plan, likely, settings.threads))
-            encoder, reason = choose(settings.encoder, str(local_tok), lambda: runner._samples(plan, recipe))
+            encoder, reason = runner.choose_while_warming(
+                early,
+                settings.encoder,
+                lambda name: _worker_encoder_args(worker_tok, plan, name, settings.threads),
+                str(local_tok),
+                lambda: runner._samples(plan, recipe),
+                warm_up,
+            )
             log(f"encoder: {encoder} ({reason})")
             if todo:
                 done = len(plan.partitions) - len(todo)

@@ -79,6 +79,12 @@ def warm_up(*encoder_args: Any) -> None:
         cached_encoder(*encoder_args)
 
 
+def encode_texts(texts: list[str], *encoder_args: Any) -> list[Any]:
+    """This worker's encoder's ids for ``texts``: the last comparison of the driver's check
+    (`pipeline.encoding.selection.check`) runs on the copy the run itself will use."""
+    return cached_encoder(*encoder_args).encode_batch(texts)
+
+
 class Superseded(TokshardError):
     """A newer `prepare` took over the folder; this orphaned task stopped at a commit."""
 

@@ -118,3 +118,74 @@ def test_a_refusal_is_not_kept(cache, gpt2_tokenizer_path, docs, tmp_path, monke
     assert [p.name for p in cache.glob("*.json")] == [
         check_cache._entry_path(check_cache.key_parts("tiktoken", str(gpt2_tokenizer_path))).name
     ]
+
+
+@pytest.fixture
+def driver_builds(monkeypatch) -> list[str]:
+    """The fastokens copies the check built in this process (the real ones)."""
+    built: list[str] = []
+    real = selection.FastokensEncoder
+
+    def counted(path, *args, **kwargs):
+        built.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(selection, "FastokensEncoder", counted)
+    return built
+
+
+def _asked(encoder, asked: list[list[str]]):
+    """An ``elsewhere`` that encodes with ``encoder`` (a worker's copy) and notes what it was asked."""
+
+    def elsewhere(name: str, texts: list[str]):
+        asked.append(list(texts))
+        return encoder.encode_batch(texts)
+
+    return elsewhere
+
+
+def test_with_a_kept_pass_the_documents_are_encoded_where_the_candidate_is_built(
+    cache, gpt2_tokenizer_path, docs, driver_builds
+):
+    path = str(gpt2_tokenizer_path)
+    choose("fastokens", path, lambda: docs)
+    workers_copy = selection.FastokensEncoder(path, confirm=False)
+    driver_builds.clear()
+    asked: list[list[str]] = []
+    name, reason = choose("auto", path, lambda: docs, _asked(workers_copy, asked))
+    assert name == "fastokens" and KEPT in reason and "first 64 documents" in reason
+    assert driver_builds == [] and len(asked) == 1 and len(asked[0]) == 64
+
+
+def test_ids_from_elsewhere_that_differ_refuse_the_candidate(
+    cache, gpt2_tokenizer_path, docs, tmp_path, driver_builds
+):
+    path = str(gpt2_tokenizer_path)
+    choose("fastokens", path, lambda: docs)
+    inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)  # parts around U+180E
+    with_mongolian = ["a document with a vowel separator \u180ehere", *docs]
+    name, reason = choose("auto", path, lambda: with_mongolian, _asked(inexact, []))
+    assert name == "tiktoken"
+    assert "fastokens not used, fastokens and tokenizers give different ids for 'a document" in reason
+
+
+def test_when_elsewhere_fails_the_candidate_is_built_here(cache, gpt2_tokenizer_path, docs, driver_builds):
+    path = str(gpt2_tokenizer_path)
+    choose("fastokens", path, lambda: docs)
+    driver_builds.clear()
+
+    def lost(name: str, texts: list[str]):
+        raise TimeoutError("no worker answered")
+
+    assert choose("auto", path, lambda: docs, lost)[0] == "fastokens"
+    assert driver_builds == [path]
+
+
+def test_without_a_kept_pass_the_check_runs_here_in_full(
+    cache, static_runs, gpt2_tokenizer_path, docs, driver_builds
+):
+    asked: list[list[str]] = []
+    workers_copy = selection.FastokensEncoder(str(gpt2_tokenizer_path), confirm=False)
+    driver_builds.clear()
+    assert choose("auto", str(gpt2_tokenizer_path), lambda: docs, _asked(workers_copy, asked))[0] == "fastokens"
+    assert asked == [] and static_runs == ["fastokens"] and len(driver_builds) == 1

@@ -149,6 +149,27 @@ def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path
     assert {w: after[w] - built[w] for w in after} == {w: 1 for w in after}
 
 
+def test_with_a_kept_check_the_driver_compares_a_worker_s_copy_and_builds_none(
+    tmp_path, docs, before, monkeypatch
+):
+    from pipeline.encoding import selection
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the driver's cache only
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:100])
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40])
+    selection.choose("fastokens", str(tok), lambda: docs)  # an earlier run's pass, kept
+    built: list[str] = []
+    monkeypatch.setattr(selection, "FastokensEncoder", lambda path, *a, **k: built.append(path))
+    r = recipe.from_dict(
+        {"tokenizer": str(tok), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
+    )
+    path = prepare(r, tmp_path / "out", RunOptions(workers=1), log=lambda m: None)
+    entry = manifest.load(path).data["encoder"]
+    assert entry["name"] == "fastokens" and "a pass kept in" in entry["reason"]
+    assert built == []
+    assert _settle(before) == set()
+
+
 def test_a_busy_worker_holds_the_run_back_only_briefly(dask_client, monkeypatch):
     from pipeline.run import cluster
 
