@@ -187,5 +187,7 @@ def test_without_a_kept_pass_the_check_runs_here_in_full(
     asked: list[list[str]] = []
     workers_copy = selection.FastokensEncoder(str(gpt2_tokenizer_path), confirm=False)
     driver_builds.clear()
-    assert choose("auto", str(gpt2_tokenizer_path), lambda: docs, _asked(workers_copy, asked))[0] == "fastokens"
+    assert (
+        choose("auto", str(gpt2_tokenizer_path), lambda: docs, _asked(workers_copy, asked))[0] == "fastokens"
+    )
     assert asked == [] and static_runs == ["fastokens"] and len(driver_builds) == 1
