@@ -50,17 +50,22 @@ def set_threads(threads: int) -> None:
     os.environ["FASTOKENS_BPE_THREADS"] = str(threads)
 
 
+def file_text(path: str) -> str:
+    try:
+        return read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise unreadable(path, exc) from exc
+
+
 def encoding_part(path: str) -> str:
     """The tokenizer.json's text without the parts encoding never runs here (post-processor,
-    decoder): fastokens refuses some it cannot run (RoBERTa's ``RobertaProcessing``), and we
-    never add special tokens or decode. Text, because ``from_json_str`` takes the file's own
-    JSON: the vocabulary, merges, pre-tokenizer and added tokens pass through unchanged."""
+    decoder), for the files whose own text fastokens refuses for one of those (RoBERTa's
+    ``RobertaProcessing``): we never add special tokens or decode. Text, because
+    ``from_json_str`` takes JSON: the vocabulary, merges, pre-tokenizer and added tokens pass
+    through unchanged."""
     spec = read_spec(path)
     if spec.get("post_processor") is None and spec.get("decoder") is None:
-        try:
-            return read_bytes(path).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise unreadable(path, exc) from exc
+        return file_text(path)
     spec["post_processor"] = None
     spec["decoder"] = None
     return orjson.dumps(spec).decode("utf-8")
@@ -75,7 +80,11 @@ class FastokensEncoder:
         set_threads(threads)
         import fastokens
 
-        self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(path))
+        text = file_text(path)  # as it is, most often: parsing and rewriting it costs each worker's start
+        try:
+            self.tokenizer = fastokens.Tokenizer.from_json_str(text)
+        except ValueError:  # a part encoding never runs that fastokens cannot build
+            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(path))
         if confirm:
             confirm_builtin(path, self)
 
