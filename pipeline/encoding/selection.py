@@ -163,7 +163,8 @@ def check(
     With the static half kept (which stands for the structural rules too: same tokenizer
     bytes, same code), the documents need only the candidate's ids for them, and ``elsewhere``
     may have those from a worker that built the candidate for the run already. The driver then
-    builds no copy of its own while the workers boot (bench/RESULTS.md, "Start-up"). Those ids
+    builds no copy of its own while the workers boot (bench/RESULTS.md, "590 MB, the check's
+    documents on a worker"). Those ids
     come from the library that encodes the run; failing to get them only means the candidate
     is built here."""
     key = check_cache.key_parts(candidate, tokenizer_path)
