@@ -64,8 +64,6 @@ def encoding_part(path: str) -> str:
     ``from_json_str`` takes JSON: the vocabulary, merges, pre-tokenizer and added tokens pass
     through unchanged."""
     spec = read_spec(path)
-    if spec.get("post_processor") is None and spec.get("decoder") is None:
-        return file_text(path)
     spec["post_processor"] = None
     spec["decoder"] = None
     return orjson.dumps(spec).decode("utf-8")

@@ -163,11 +163,9 @@ def choose_while_warming(
     early.warm(warm, *likely)
 
     def on_a_worker(name: str, texts: list[str]) -> list | None:
-        if name != likely[0] or not early.local:
-            return None
-        return early.run_on_one(encode_texts, texts, *likely)
+        return early.run_on_one(encode_texts, texts, *likely) if name == likely[0] else None
 
-    return choose(requested, tokenizer_path, samples, on_a_worker)
+    return choose(requested, tokenizer_path, samples, on_a_worker if early.local else None)
 
 
 def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
