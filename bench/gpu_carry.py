@@ -13,12 +13,19 @@ name is carried twice (two versions stop the whole install there).
     python bench/gpu_carry.py text                   # bench/data/gpu/text.jsonl.gz (real prose)
     python bench/gpu_carry.py check                  # is .whl/ complete for the image?
     python bench/gpu_carry.py install-test           # install .whl/ for cp312 into a temp dir and import it
+
+``check`` reads only the carried wheels' own requirements; tokshard's own imports are checked by
+``ImageGuard``, which gpu_check.sh's CPU dry run installs in every process it starts
+(bench/image_guard/sitecustomize.py): there, tokshard's code can import only what the image
+has or what is carried, as on the device.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.abc
+import importlib.metadata
 import json
 import os
 import shutil
@@ -53,6 +60,7 @@ CARRIED = {
     "typing-inspection": "0.4.5",
     "typing-extensions": "4.16.0",
     "hjson": "3.1.0",
+    "orjson": "3.13.0",  # tokshard's own: the manifest step reads tokenizer.json with it
 }
 #: the device's interpreter: CPython 3.12 on x86-64 Linux (glibc 2.39 on Ubuntu 24.04)
 PYTHON = "3.12"
@@ -154,6 +162,66 @@ def problems(wheel_dir: Path, device: dict[str, Version | None]) -> list[str]:
     return found
 
 
+#: top-level packages of this repository: what ImageGuard treats as tokshard's own code
+OWN_PACKAGES = ("pipeline", "trainer", "tokshard", "bench")
+
+
+class ImageGuard(importlib.abc.MetaPathFinder):
+    """Refuses an import made by tokshard's own code of a package that is neither on the GPU
+    image nor carried, so the CPU dry run fails where the device would (the first device call
+    found ``orjson`` missing). Imports made by third-party code are left alone: their own
+    requirements are ``check``'s, and the image's versions of them differ from this venv's."""
+
+    def __init__(self, allowed: set[str]) -> None:
+        self.allowed = allowed
+        self._owners: dict[str, list[str]] | None = None
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if "." in name or name in sys.stdlib_module_names or name in OWN_PACKAGES:
+            return None
+        importer = own_importer()
+        if importer is None:
+            return None
+        if self._owners is None:
+            self._owners = importlib.metadata.packages_distributions()
+        dists = self._owners.get(name, [])
+        if not dists or any(canonicalize_name(d) in self.allowed for d in dists):
+            return None
+        raise ModuleNotFoundError(
+            f"{importer} imports {name} ({', '.join(sorted(set(dists)))}), which the GPU image lacks "
+            "(bench/gpu_device_packages.txt): add it to CARRIED in bench/gpu_carry.py",
+            name=name,
+        )
+
+
+def own_importer() -> str | None:
+    """The repository file whose import statement is running, or None for anyone else's."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not (file.startswith("<frozen") or f"{os.sep}importlib{os.sep}" in file):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return None
+    file = Path(frame.f_code.co_filename)
+    if not file.is_absolute() or "site-packages" in file.parts:
+        return None
+    try:
+        rel = file.resolve().relative_to(ROOT)
+    except ValueError:
+        return None
+    return str(rel) if rel.parts[0] in OWN_PACKAGES else None
+
+
+def install_image_guard(device_packages: Path = DEVICE_PACKAGES) -> ImageGuard:
+    """Put an ImageGuard first on ``sys.meta_path``: the image's packages and the carried ones pass."""
+    allowed = {*read_device_packages(device_packages), *map(canonicalize_name, CARRIED), DEEPSPEED}
+    guard = ImageGuard(allowed)
+    sys.meta_path.insert(0, guard)
+    return guard
+
+
 def pip(*args: str, python: str = sys.executable) -> None:
     subprocess.run([python, "-m", "pip", *args], check=True)
 
@@ -217,7 +285,15 @@ def find_python312() -> str | None:
 
 
 #: modules of the carried wheels that import without torch (deepspeed itself needs torch)
-IMPORTS = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions", "hjson")
+IMPORTS = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "typing_extensions",
+    "hjson",
+    "orjson",
+)
 
 
 def install_test(wheel_dir: Path) -> None:

@@ -91,6 +91,9 @@ else
     NEO=(--model "hf:$WORK/neo-small.json" --deepspeed "$WORK/neo-fp32.json" --steps 2 --seq-len 64)
     LIMITS=(wheels=60 env=60 manifest=60 probe=90 train=90 nanogpt=90 loader=60 starved=90
             zero3-opt=90 cpu-adam=300 zero2-neo=120)
+    # every process imports as on the image: tokshard's code may use only the image's packages and
+    # the carried ones (bench/gpu_carry.py ImageGuard; the first device call found orjson missing)
+    export PYTHONPATH=$REPO/bench/image_guard:$PYTHONPATH
     # CPUAdam: the extensions folder as usual (the test suite's offload test builds it once)
 fi
 

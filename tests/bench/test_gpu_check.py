@@ -204,3 +204,47 @@ def test_device_list_names_what_the_image_lacks():
     """deepspeed and pydantic are not on the image (that is why they travel); torch is."""
     names = gpu_carry.read_device_packages()
     assert "torch" in names and "deepspeed" not in names and "pydantic" not in names
+
+
+# ---------------------------------------------------------------- the image guard of the dry run
+
+
+def run_guarded(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter started as the dry run starts each of its processes."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'bench' / 'image_guard'}{os.pathsep}{REPO}"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_guard_refuses_our_import_of_a_package_the_image_lacks():
+    """zstandard is not on the image: our lazy import of it fails as it would on the device."""
+    proc = run_guarded(
+        "import io\nfrom pipeline.sources.files import ZstdFrames\n"
+        "try:\n    ZstdFrames(io.BytesIO(b''))\nexcept ModuleNotFoundError as e:\n    print(e)"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "pipeline/sources/files.py imports zstandard (zstandard), which the GPU image lacks "
+        "(bench/gpu_device_packages.txt): add it to CARRIED in bench/gpu_carry.py"
+    )
+
+
+def test_guard_lets_carried_and_image_packages_and_others_imports_through():
+    """orjson is carried and numpy is on the image; dask is imported here by no file of ours."""
+    proc = run_guarded("import pipeline.encoding.tokenizer, pipeline.format.manifest, dask\nprint('ok')")
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
+
+
+def test_guard_would_have_caught_the_missing_orjson():
+    """The first device call failed on orjson: with it not carried, the import fails here too."""
+    proc = run_guarded(
+        "import sys\n"
+        "(guard,) = [f for f in sys.meta_path if type(f).__name__ == 'ImageGuard']\n"
+        "guard.allowed.discard('orjson')\n"
+        "sys.modules.pop('orjson', None)\n"
+        "import pipeline.encoding.tokenizer"
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: pipeline/encoding/tokenizer.py imports orjson (orjson), which the GPU "
+        "image lacks (bench/gpu_device_packages.txt): add it to CARRIED in bench/gpu_carry.py"
+    )
