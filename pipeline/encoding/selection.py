@@ -164,14 +164,15 @@ def check(
     bytes, same code), the documents need only the candidate's ids for them, and ``elsewhere``
     may have those from a worker that built the candidate for the run already. The driver then
     builds no copy of its own while the workers boot (bench/RESULTS.md, "590 MB, the check's
-    documents on a worker"). Those ids
-    come from the library that encodes the run; failing to get them only means the candidate
-    is built here."""
+    documents on a worker"). Those ids come from the library that encodes the run; failing to
+    get them only means the candidate is built here."""
     key = check_cache.key_parts(candidate, tokenizer_path)
     kept = check_cache.passed(key)
+    reference = functools.cache(lambda: TokenizersEncoder(tokenizer_path))
+    want = None  # the reference's ids for the documents, once computed
     if kept is not None and elsewhere is not None:
         docs = _documents(samples)
-        want = _ids(TokenizersEncoder(tokenizer_path), docs, candidate)  # while the workers boot
+        want = _ids(reference(), docs, candidate)  # while the workers boot
         got = _ids_elsewhere(elsewhere, candidate, docs)
         if got is not None:
             return _documents_verdict(candidate, _kept_text(kept), docs, want, got)
@@ -179,15 +180,15 @@ def check(
     if isinstance(built, Verdict):
         return built
     fast, vocabulary = built
-    reference = TokenizersEncoder(tokenizer_path)
     static = (
-        _kept_text(kept) if kept is not None else _static_check(key, candidate, fast, reference, vocabulary)
+        _kept_text(kept) if kept is not None else _static_check(key, candidate, fast, reference(), vocabulary)
     )
     if isinstance(static, Verdict):
         return static
     docs = _documents(samples)
-    want, got = _ids(reference, docs, candidate), _ids(fast, docs, candidate)
-    return _documents_verdict(candidate, static, docs, want, got)
+    if want is None:
+        want = _ids(reference(), docs, candidate)
+    return _documents_verdict(candidate, static, docs, want, _ids(fast, docs, candidate))
 
 
 def _documents(samples: Callable[[], list[str]]) -> list[str]:
