@@ -4,8 +4,8 @@ Ordinary documents are grouped into batches of about ``batch_chars`` characters 
 ``encode_batch``. A document longer than ``long_doc_chars`` (or a streamed .txt file) is
 cut into pieces *only at pre-tokenizer boundaries*, where BPE merges never reach across,
 so the pieces' ids joined are exactly the ids of the whole document. Its tokens are held
-in memory up to ``SPOOL_TOKENS`` and beyond that go to a spool file as they come, so even a
-500 MB document never sits in memory whole. After each group of pieces a `LongProgress`
+in memory up to ``SPOOL_BYTES`` and beyond that go to a spool file as they come, so even a
+500 MB document's tokens never sit in memory whole. After each group of pieces a `LongProgress`
 says how far into the document the encoding reaches: the task can commit there (the held
 tokens then go to the spool first), and a resume skips that many characters and appends to
 the spool (a cut at a pre-token boundary is exact, wherever the next pieces fall). Without a
@@ -31,8 +31,12 @@ BATCH_CHARS = 1 << 20
 BATCH_DOCS = 8192
 LONG_DOC_CHARS = 1 << 20
 PIECE_CHARS = 1 << 18
-#: a long document's tokens held in memory before they go to its spool file (16 MB as uint16)
-SPOOL_TOKENS = 1 << 23
+#: a long document's tokens held in memory before they go to its spool file. Below it the
+#: tokens are written once, to the shard; above it they are written to the spool, read back
+#: and written again, with a commit (fsync) for each such document. A JSON-line document is in
+#: memory whole anyway, as text of about the same size: 64 MiB of uint16 covers documents of
+#: 30-50 MB of text (bench/RESULTS.md, "Native encoder": 9 MB documents of code reach 19M tokens).
+SPOOL_BYTES = 64 << 20
 #: a cut is only trusted this far from the end of the text the pre-tokenizer saw
 MARGIN = 1 << 12
 #: how much text before a cut is re-pre-tokenized to prove the cut harmless
@@ -235,7 +239,7 @@ class DocumentEncoder:
         batch_chars: int = BATCH_CHARS,
         long_doc_chars: int = LONG_DOC_CHARS,
         piece_chars: int = PIECE_CHARS,
-        spool_tokens: int = SPOOL_TOKENS,
+        spool_tokens: int | None = None,
     ) -> None:
         self.encoder = encoder
         self.eos_id = eos_id
@@ -245,7 +249,7 @@ class DocumentEncoder:
         self.batch_chars = batch_chars
         self.long_doc_chars = long_doc_chars
         self.piece_chars = piece_chars
-        self.spool_tokens = spool_tokens
+        self.spool_tokens = SPOOL_BYTES // np.dtype(dtype).itemsize if spool_tokens is None else spool_tokens
         self._spool = None  # the open spool file of the long document under way, if any
         self._held: list[np.ndarray] = []  # its tokens not in the spool (yet)
         self._held_tokens = 0

@@ -10,6 +10,7 @@ from support import plain_encode, run_prepare, stream_of
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.documents import (
+    SPOOL_BYTES,
     DocumentEncoder,
     Held,
     SpaceCuts,
@@ -197,3 +198,15 @@ def test_big_txt_document_streams_through_prepare(tmp_path, docs, tokenizer_path
     }
     out = run_prepare(recipe, tmp_path / "out", dask_client)
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, [text, docs[0]]))
+
+
+@pytest.mark.parametrize("dtype", ["<u2", "<u4"])
+def test_the_tokens_held_before_spooling_are_bounded_in_bytes(tmp_path, tokenizer_path, dtype):
+    enc = DocumentEncoder(
+        TokenizersEncoder(str(tokenizer_path)),
+        eos_id=0,
+        dtype=np.dtype(dtype),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tokenizer_path)),
+    )
+    assert enc.spool_tokens * np.dtype(dtype).itemsize == SPOOL_BYTES
