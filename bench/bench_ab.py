@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from checkout import compile_bytecode  # bench/, beside this script
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -82,6 +84,7 @@ def main() -> None:
         sides = {f"before ({args.before})": worktree(args.before, work), "after": args.after.resolve()}
         try:
             for checkout in sides.values():
+                compile_bytecode(checkout)  # both as .ci/setup leaves an install
                 run_once(checkout, command, work)
             runs: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
             for rnd in range(args.rounds):

@@ -6,7 +6,9 @@ Three configurations, alternated within each round so the machine's drift loads 
   check kept from an earlier run of the same tokenizer (`pipeline.encoding.check_cache`): what
   every `prepare` but a tokenizer's first one on a machine pays;
 * ``cold``: the same with an empty cache (a fresh ``XDG_CACHE_HOME``): the first run;
-* ``tiktoken``: ``--encoder tiktoken`` (its check is kept too).
+* ``tiktoken``: ``--encoder tiktoken`` (its check is kept too);
+* ``uncompiled``: ``kept`` without tokshard's bytecode (PYTHONDONTWRITEBYTECODE=1 and a copy
+  of the packages without it), as every run was before .ci/setup compiled them.
 
 Each is one fresh ``python -m tokshard.cli prepare --workers N`` booting its own local workers;
 wall time, and CPU time of the CLI and its workers (their rusage once they exit).
@@ -31,11 +33,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-CONFIGS = ("kept", "cold", "tiktoken")
+from checkout import compile_bytecode, uncompiled_copy  # noqa: E402  (bench/, beside this script)
+
+CONFIGS = ("kept", "cold", "tiktoken", "uncompiled")
 
 
 def run_once(config: str, args, data: Path, work: Path, kept_cache: Path) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the whole tree) of one prepare."""
+    code = REPO
+    if config == "uncompiled":
+        code = uncompiled_copy(REPO, work / "uncompiled")
     out = work / f"out-{config}"
     shutil.rmtree(out, ignore_errors=True)
     cache = kept_cache if config != "cold" else Path(tempfile.mkdtemp(dir=work, prefix="cold-cache-"))
@@ -44,7 +51,9 @@ def run_once(config: str, args, data: Path, work: Path, kept_cache: Path) -> tup
         str(args.tokenizer), "--out", str(out), "--workers", str(args.workers),
         "--encoder", "tiktoken" if config == "tiktoken" else "auto",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}
+    env = {**os.environ, "PYTHONPATH": str(code), "XDG_CACHE_HOME": str(cache)}
+    if config == "uncompiled":
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -68,6 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     from support import english_documents, write_jsonl
 
+    compile_bytecode(REPO)
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     data = write_jsonl(args.work / "small.jsonl", english_documents(args.docs))
