@@ -60,6 +60,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from checkout import compile_bytecode  # noqa: E402  (bench/, beside this script)
+
 from pipeline.encoding.backend import TokenizersEncoder  # noqa: E402
 from pipeline.encoding.selection import choose  # noqa: E402
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
@@ -254,6 +256,7 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
     ]  # fmt: skip
     if partition_bytes:  # 0: the default, partition_bytes = "auto"
         cmd += ["--partition-bytes", str(partition_bytes)]
+    os.sync()  # the runs before wrote up to a GB: not this run's writeback to wait behind
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     wall = time.perf_counter() - started
@@ -387,6 +390,12 @@ def native(args, texts: list[str]) -> None:
             f"{r['steady_vs_ceil']:.2f} | {r['long_vs_ordinary']:.2f}, {r['long_steady_vs_ordinary']:.2f} | "
             f"{r['rss']:.0f} MiB | {'yes' if r['identical'] else 'NO'} |"
         )
+    # a one-thread ceiling alone on the machine moves more from round to round than the runs do
+    auto, ceil = statistics.median(r["auto"] for r in rows), statistics.median(r["ceil"] for r in rows)
+    print(
+        f"\nmedians over the rounds: default `prepare` {auto / 1e6:.2f} M tok/s, fastokens 1 thread x {w} "
+        f"{ceil / 1e6:.2f} M tok/s: whole / ceiling {auto / ceil:.2f}"
+    )
 
 
 def main() -> None:
@@ -418,6 +427,7 @@ def main() -> None:
     ap.add_argument("--long-mb", type=int, default=9, help="--native: size of each long document")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    compile_bytecode(REPO)  # each `prepare` below runs tokshard as .ci/setup installs it
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["FASTOKENS_BPE_THREADS"] = "1"
 
