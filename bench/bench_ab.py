@@ -36,6 +36,7 @@ def run_once(checkout: Path, command: list[str], work: Path) -> tuple[float, flo
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, "-m", "tokshard.cli", *[str(out) if a == "OUT" else a for a in command]]
     env = {**os.environ, "PYTHONPATH": str(checkout)}
+    os.sync()  # the run before wrote its shards: not this run's writeback to wait behind
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     proc = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True)
