@@ -3,10 +3,13 @@
 Where this machine sets PYTHONDONTWRITEBYTECODE, a module without bytecode is compiled in
 every process that imports it; a benchmark that forgot to compile would charge each run's
 driver and workers for it (bench/RESULTS.md, "Native encoder").
+
+    python bench/checkout.py [CHECKOUT]    # compile it, e.g. after editing, before a bench
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -29,3 +32,9 @@ def uncompiled_copy(root: Path, dest: Path) -> Path:
     for package in PACKAGES:
         shutil.copytree(root / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkout", type=Path, nargs="?", default=Path(__file__).resolve().parent.parent)
+    print(compile_bytecode(ap.parse_args().checkout.resolve()))
