@@ -1,6 +1,6 @@
 """The fixed cost of a `prepare`: a 100-document run, as a user types it, whole process tree.
 
-Three configurations, alternated within each round so the machine's drift loads them alike:
+Four configurations, alternated within each round so the machine's drift loads them alike:
 
 * ``kept``: the default encoder (auto, which takes fastokens) with the static equivalence
   check kept from an earlier run of the same tokenizer (`pipeline.encoding.check_cache`): what
