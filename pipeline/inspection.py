@@ -10,8 +10,8 @@ import numpy as np
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError
 from pipeline.format.shard_reader import Shard, ShardFormatError
-from pipeline.format.store import is_url
-from pipeline.format.store_cache import open_url_manifest
+from pipeline.storage.data_cache import open_url_manifest
+from pipeline.storage.locations import is_url
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:

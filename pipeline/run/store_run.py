@@ -3,7 +3,7 @@
 The store holds the same layout as a local folder: ``manifest.json``, ``tokenizer.json``,
 ``SRC/SPLIT/NNNNN-SSSS.{bin,idx}`` and the run state under ``.tokshard/`` (``run.json``, the
 plan; ``parts/SRC/SPLIT/NNNNN.json``, one per *finished* partition; ``lease.json``, the run
-lock). Everything goes through `pipeline.format.store`.
+lock). Everything goes through `pipeline.storage.object_store`.
 
 A worker encodes its partition into a private local scratch folder with the ordinary
 filesystem code (commit points, long documents and all), uploads each finished shard (the
@@ -42,7 +42,6 @@ from pipeline.encoding.backend import library_versions
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
 from pipeline.format.errors import TokshardError, VerifyError
-from pipeline.format.store import READ_ONLY_PROTOCOLS, Store, join, parent, protocol
 from pipeline.format.verify import check_shard, check_shards
 from pipeline.recipe import Recipe
 from pipeline.run import driver as runner
@@ -50,6 +49,8 @@ from pipeline.run.state import STATE_DIR, Checkpoint, Plan
 from pipeline.run.worker_task import Superseded, run_partition
 from pipeline.run.worker_task import warm_up as build
 from pipeline.sources.base import Partition
+from pipeline.storage.locations import READ_ONLY_PROTOCOLS, join, parent, protocol
+from pipeline.storage.object_store import ObjectStore as Store
 
 LEASE_FILE = f"{STATE_DIR}/lease.json"
 PLAN_FILE = f"{STATE_DIR}/run.json"

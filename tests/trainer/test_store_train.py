@@ -12,7 +12,7 @@ import pytest
 from support import REPO, cli, run_prepare, write_jsonl
 
 from pipeline.format.content_hash import file_hash
-from pipeline.format.store_cache import DataCache, ShardFetcher
+from pipeline.storage.data_cache import DataCache, ShardFetcher
 
 CONFIGS = REPO / "trainer" / "configs"
 
@@ -93,7 +93,7 @@ def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3_manifest, tmp
 def test_two_processes_fill_one_cache_at_once_each_shard_downloaded_once(s3_manifest, tmp_path, s3_server):
     script = (
         "import json, sys\n"
-        "from pipeline.format.store_cache import DataCache, ShardFetcher\n"
+        "from pipeline.storage.data_cache import DataCache, ShardFetcher\n"
         "c = DataCache(sys.argv[1]); m = c.open_manifest(sys.argv[2]); ShardFetcher(c, m).fetch_all()\n"
         "print(json.dumps({'downloaded': c.stats.downloaded, 'cached': c.stats.cached}))\n"
     )
@@ -141,10 +141,10 @@ def test_the_size_limit_evicts_least_recently_used_shards_that_no_job_maps(s3_ma
 def test_the_trainers_data_path_imports_fsspec_only_for_a_url():
     code = (
         "import sys\n"
-        "import trainer.data, trainer.remote, pipeline.format.store_cache\n"
+        "import trainer.data, trainer.remote, pipeline.storage.data_cache\n"
         "assert 'fsspec' not in sys.modules, 'fsspec imported without a URL'\n"
-        "from pipeline.format.store import Store\n"
-        "Store('memory://x')\n"
+        "from pipeline.storage.object_store import ObjectStore\n"
+        "ObjectStore('memory://x')\n"
         "assert 'fsspec' in sys.modules\n"
     )
     proc = subprocess.run(

@@ -27,8 +27,8 @@ from support import (
 )
 
 from pipeline.format import manifest
-from pipeline.format.store import Store
 from pipeline.run.store_run import LEASE_FILE, lease
+from pipeline.storage.object_store import ObjectStore
 
 KILL_ROUNDS = 3
 
@@ -175,7 +175,7 @@ def test_a_second_prepare_on_the_same_url_is_refused(s3_server, store_setup, tmp
     recipe, _ = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
-    with lease(Store(url), "first-run", log=lambda m: None):  # this process is the running prepare
+    with lease(ObjectStore(url), "first-run", log=lambda m: None):  # this process is the running prepare
         proc = cli("prepare", str(recipe), "--out", url, "--workers", "1", cwd=tmp_path)
         running = json.loads(cli("status", url, "--json").stdout or "{}").get("running")
     assert proc.returncode == 2, proc.stderr
@@ -199,7 +199,7 @@ def test_the_lease_of_a_dead_prepare_is_taken_over(s3_server, store_setup):
         "time": time.time(),
         "run": "old",
     }
-    assert Store(url).create(LEASE_FILE, json.dumps(dead).encode())
+    assert ObjectStore(url).create(LEASE_FILE, json.dumps(dead).encode())
     proc = cli("prepare", str(recipe), "--out", url, "--workers", "1")
     assert proc.returncode == 0, proc.stderr
     assert "took over the lease of a dead run" in proc.stderr

@@ -40,7 +40,8 @@ import xxhash
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import Store, is_url, parent
+from pipeline.storage.locations import is_url, parent
+from pipeline.storage.object_store import ObjectStore
 
 HASH_NAME = "xxh3_128"
 _CHUNK = 1 << 23
@@ -98,7 +99,7 @@ class DataCache:
         self._pins: dict[Path, int] = {}
         self._locks: dict[Path, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._stores: dict[str, Store] = {}
+        self._stores: dict[str, ObjectStore] = {}
         try:
             (self.root / "views").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -109,7 +110,7 @@ class DataCache:
     def open_manifest(self, url: str) -> manifest_mod.Manifest:
         """The manifest of ``url`` (a manifest or its folder), in its local view folder."""
         murl = url if url.endswith(".json") else url.rstrip("/") + "/" + manifest_mod.MANIFEST_NAME
-        store = Store(parent(murl))
+        store = ObjectStore(parent(murl))
         store.check_reachable()
         data = store.read_bytes(murl.rsplit("/", 1)[1])
         if data is None:
@@ -150,7 +151,7 @@ class DataCache:
             elif self.limit is not None:
                 self.evict()
 
-    def _ensure_file(self, store: Store, path: Path, rel: str, want: str, size: int | None) -> bool:
+    def _ensure_file(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> bool:
         """True if it had to be downloaded."""
         if self._verified(path, want):
             return False
@@ -180,7 +181,7 @@ class DataCache:
         path.unlink(missing_ok=True)
         return False
 
-    def _download(self, store: Store, path: Path, rel: str, want: str, size: int | None) -> None:
+    def _download(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         h = xxhash.xxh3_128()
