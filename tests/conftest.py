@@ -78,3 +78,16 @@ def s3_server():
     from support import s3_session_server
 
     yield from s3_session_server()
+
+
+@pytest.fixture(scope="session")
+def store_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
+    """A recipe of 2 MB of real text in 7 partitions, small shards, and the folder of its local
+    reference run (what every run of it into a store must equal)."""
+    from support import corpus, files_recipe, reference
+
+    d = tmp_path_factory.mktemp("store")
+    data = corpus(d / "in.jsonl", docs, copies=3)
+    recipe = files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=300_000, shard_tokens=60_000)
+    ref = reference(recipe, d / "ref", dask_client)
+    return recipe, ref.parent

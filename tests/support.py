@@ -41,7 +41,7 @@ from pipeline import recipe as recipe_mod
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.shard_writer import ShardSequence
 from pipeline.run.driver import RunOptions, prepare
-from pipeline.run.state import STATE_DIR
+from pipeline.run.run_state import STATE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 EOS = "<|endoftext|>"
@@ -635,6 +635,29 @@ def s3_session_server() -> Iterator[S3Server]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def local_output(folder: Path) -> dict[str, bytes]:
+    """Every file a reader of a prepared folder sees (its run state left out), by name."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and STATE_DIR not in p.parts
+    }
+
+
+def assert_same_as_local(server: S3Server, bucket: str, prefix: str, ref: Path) -> None:
+    """Every .bin, .idx and the tokenizer in the store byte for byte those of the local run
+    ``ref``; the manifest's shard list, totals and sources equal."""
+    stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(f"{STATE_DIR}/")}
+    local = local_output(ref)
+    assert sorted(stored) == sorted(local)
+    for rel, data in local.items():
+        if rel == "manifest.json":
+            a, b = json.loads(data), json.loads(stored[rel])
+            assert a["shards"] == b["shards"] and a["totals"] == b["totals"] and a["sources"] == b["sources"]
+        else:
+            assert stored[rel] == data, rel
 
 
 def gpt2_through_from_tiktoken(gpt2: Path, work: Path):

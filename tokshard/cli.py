@@ -22,7 +22,7 @@ from pipeline.format.errors import TokshardError
 from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
-from pipeline.storage.locations import checked_location, is_url, refuse_url
+from pipeline.storage.locations import is_url, refuse_url
 from tokshard.demo import SIZES
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
@@ -396,7 +396,7 @@ def _recipe_path(name: str) -> Path:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from pipeline.run.driver import RunOptions, prepare
-    from pipeline.run.progress import stderr_log
+    from pipeline.run.open_state import open_run_state
 
     batch = _batch_jobs(args)
     if args.print_job_script:
@@ -409,7 +409,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
-    out = checked_location(out)  # a recipe's out = "..." has not been through argparse
+    state = open_run_state(out)  # a recipe's out = "..." has not been through argparse: checked here
     refuse_url(args.local_directory, "--local-directory")
     if not (args.scheduler or args.cluster):
         from pipeline.run.cluster import check_local_workers
@@ -423,29 +423,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         dashboard=args.dashboard,
         batch=batch,
     )
-    if is_url(out):
-        from pipeline.run.store_run import prepare_in_store
-
-        path: Path | str = prepare_in_store(recipe, out, options, stderr_log)
-    else:
-        path = prepare(recipe, Path(out), options)
-    print(_prepared_line(path, time.monotonic() - started))
+    path = prepare(recipe, state, options)
+    print(_prepared_line(path, state.manifest_doc() or {}, time.monotonic() - started))
     return 0
 
 
-def _prepared_line(path: Path | str, seconds: float) -> str:
+def _prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str:
     """The final line: where the manifest is, what it holds, and what was skipped."""
     from pipeline.run.status import skipped_text
 
-    if is_url(path):
-        from pipeline.run.store_run import StoreRun
-        from pipeline.storage.locations import parent
-
-        data = StoreRun(parent(str(path))).manifest_doc() or {}
-    else:
-        from pipeline.format import manifest
-
-        data = manifest.load(path).data
     totals = data["totals"]
     skipped: dict[str, int] = {}
     for src in data["sources"].values():
@@ -510,10 +496,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if is_url(args.manifest):  # each shard downloaded, checked like a local one, deleted
-        from pipeline.run.store_run import verify_in_store as verify
-    else:
-        from pipeline.format.verify import verify
+    from pipeline.storage.verify_place import verify
 
     faults, totals = verify(args.manifest)
     for fault in faults:

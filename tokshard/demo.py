@@ -297,12 +297,12 @@ def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
 
 def encode_rate(folder: DemoFolder) -> dict[str, float]:
     """Encoding throughput from the partitions' own records (kept across reruns)."""
-    from pipeline.run.state import load_checkpoint, load_plan
+    from pipeline.run.open_state import open_run_state
 
-    plan = load_plan(folder.data)
+    state = open_run_state(folder.data)
+    plan = state.load_plan()
     tokens = busy = 0.0
-    for part in plan.partitions if plan else []:
-        ck = load_checkpoint(folder.data, part)
+    for ck in state.load_checkpoints(plan).values() if plan else []:
         if ck is not None:
             tokens += ck.tokens
             busy += ck.busy_seconds

@@ -42,6 +42,7 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import is_url, parent
 from pipeline.storage.object_store import ObjectStore
+from pipeline.storage.places import open_manifest_place
 
 HASH_NAME = "xxh3_128"
 _CHUNK = 1 << 23
@@ -309,12 +310,14 @@ class ShardFetcher:
             self.cache.ensure(self.manifest, entry)
 
 
-def open_url_manifest(
-    url: str, cache_dir: str | None = None, limit: int | None = None
-) -> manifest_mod.Manifest:
-    """A manifest URL with every shard in the cache (for `inspect`): an ordinary local manifest."""
-    cache = DataCache(cache_dir, limit)
-    m = cache.open_manifest(url)
+def load_manifest(location: str | os.PathLike, cache_dir: str | None = None) -> manifest_mod.Manifest:
+    """A manifest wherever it is (for `inspect`): a local one as it is, a URL's in the node's
+    cache with every shard fetched, so either reads as an ordinary local manifest."""
+    place, name = open_manifest_place(location)
+    if place.local_root is not None:
+        return manifest_mod.load(location)
+    cache = DataCache(cache_dir)
+    m = cache.open_manifest(place.where(name))
     ShardFetcher(cache, m).fetch_all()
     return m
 

@@ -26,6 +26,9 @@ class LocalFolder(Place):
         self.local_root = Path(root)
         self.url = str(root)
 
+    def check_reachable(self) -> None:
+        """A local folder is always reachable (whether it exists is the caller's question)."""
+
     def path(self, rel: str) -> Path:
         return self.local_root / rel if rel else self.local_root
 

@@ -25,6 +25,10 @@ class Place(ABC):
     #: the folder on this machine's filesystem, or None for an object store
     local_root: Path | None = None
 
+    @abstractmethod
+    def check_reachable(self) -> None:
+        """Fail now, in one line, if the place cannot be reached (endpoint, credentials, bucket)."""
+
     def where(self, rel: str = "") -> str:
         """How messages name ``rel`` (a path or URL)."""
         return f"{self.url.rstrip('/')}/{rel.lstrip('/')}" if rel else self.url

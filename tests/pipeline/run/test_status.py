@@ -13,7 +13,7 @@ from support import cli
 from pipeline import recipe
 from pipeline.format.errors import TokshardError
 from pipeline.run.driver import RunOptions, prepare
-from pipeline.run.state import run_lock
+from pipeline.run.folder_layout import run_lock
 
 
 @pytest.fixture(scope="module")

@@ -14,54 +14,21 @@ from pathlib import Path
 import pytest
 from support import (
     alive,
+    assert_same_as_local,
     cli,
-    corpus,
     dask_worker_pids,
-    files_recipe,
     free_port,
     kill_group,
     moto_server,
-    reference,
     start_prepare,
     write_jsonl,
 )
 
 from pipeline.format import manifest
-from pipeline.run.store_run import LEASE_FILE, lease
+from pipeline.run.store_state import LEASE_FILE, lease
 from pipeline.storage.object_store import ObjectStore
 
 KILL_ROUNDS = 3
-
-
-@pytest.fixture(scope="module")
-def store_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
-    """2 MB of real text in 7 partitions, small shards; and its local reference run."""
-    d = tmp_path_factory.mktemp("store")
-    data = corpus(d / "in.jsonl", docs, copies=3)
-    recipe = files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=300_000, shard_tokens=60_000)
-    ref = reference(recipe, d / "ref", dask_client)
-    return recipe, ref.parent
-
-
-def local_output(folder: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(folder)): p.read_bytes()
-        for p in folder.rglob("*")
-        if p.is_file() and ".tokshard" not in p.parts
-    }
-
-
-def assert_same_as_local(server, bucket: str, prefix: str, ref: Path) -> None:
-    """Every .bin, .idx and the tokenizer byte for byte; the manifest's shard list equal."""
-    stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(".tokshard/")}
-    local = local_output(ref)
-    assert sorted(stored) == sorted(local)
-    for rel, data in local.items():
-        if rel == "manifest.json":
-            a, b = json.loads(data), json.loads(stored[rel])
-            assert a["shards"] == b["shards"] and a["totals"] == b["totals"] and a["sources"] == b["sources"]
-        else:
-            assert stored[rel] == data, rel
 
 
 def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_read_it(
