@@ -21,6 +21,11 @@ from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import EXTRAS, checked_location, protocol
 from pipeline.storage.place import Place
 
+#: every read sees what other processes wrote: no listing cache (fsspec's would answer "no such
+#: object" for one written after its folder was listed) and a filesystem object of its own (not one
+#: a long-lived worker cached with an earlier run's credentials)
+READ_PAST_CACHES = {"use_listings_cache": False, "skip_instance_cache": True}
+
 
 class ObjectStore(Place):
     """One folder (key prefix) of an object store; names given to its methods are relative to it."""
@@ -31,7 +36,7 @@ class ObjectStore(Place):
             import fsspec
 
             try:
-                self.fs, self.root = fsspec.core.url_to_fs(self.url)
+                self.fs, self.root = fsspec.core.url_to_fs(self.url, **READ_PAST_CACHES)
             except (ImportError, ValueError) as exc:
                 raise _missing_protocol(self.url, exc) from exc
         self.root = self.root.rstrip("/")
