@@ -38,6 +38,7 @@ from typing import Any
 from pipeline.format.atomic import write_bytes, write_json
 from pipeline.format.errors import TokshardError, VerifyError
 from pipeline.run import progress
+from pipeline.storage.ownership import claim_folder
 from trainer.ds_config import AUTO, default_config
 
 Log = Callable[[str], None]
@@ -149,8 +150,7 @@ def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
     """The demo folder, refusing one that holds something else or a demo of another size."""
     if out.exists() and not out.is_dir():
         raise TokshardError(f"--out {out} is a file; choose a folder for the demo")
-    if out.is_dir() and any(out.iterdir()) and not (out / DEMO_FILE).exists():
-        raise TokshardError(f"--out {out} is not empty and holds no demo; choose a new or empty folder")
+    claim_folder(out, "--out", "the demo", DEMO_FILE)
     folder = DemoFolder(out)
     record = folder.record()
     if record and record.get("size") != size_name:

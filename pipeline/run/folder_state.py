@@ -19,10 +19,11 @@ from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import kept_problem
 from pipeline.run import folder_layout
 from pipeline.run.records import Checkpoint, Holder, Plan
-from pipeline.run.run_state import HeldRun, Log, RunState
+from pipeline.run.run_state import OWN_MARKER, HeldRun, Log, RunState
 from pipeline.run.worker_task import run_partition, warm_up
 from pipeline.sources.base import Partition
 from pipeline.storage.local_folder import LocalFolder
+from pipeline.storage.ownership import claim_folder
 
 #: threads hashing kept shards at a rerun's start (the work is mostly reading)
 HASH_THREADS = 4
@@ -47,6 +48,7 @@ class FolderState(RunState):
     def open_for_writing(self) -> None:
         if self.out.exists() and not self.out.is_dir():
             raise TokshardError(f"output {self.out} is a file, not a folder; choose another --out")
+        claim_folder(self.place, "--out", "prepare", OWN_MARKER)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -34,6 +34,8 @@ from pipeline.storage.place import Place
 
 STATE_DIR = ".tokshard"
 PLAN_FILE = f"{STATE_DIR}/run.json"
+#: the entry that makes an output location a prepare's own (`pipeline.storage.ownership`)
+OWN_MARKER = f"{STATE_DIR}/"
 
 Log = Callable[[str], None]
 
@@ -72,7 +74,8 @@ class RunState(ABC):
 
     @abstractmethod
     def open_for_writing(self) -> None:
-        """Check, before anything is written, that a prepare may write here; make the folder."""
+        """Check, before anything is written, that a prepare may write here (a new or empty
+        location, or one holding its own run state); make the folder."""
 
     @abstractmethod
     def check_readable(self) -> None:

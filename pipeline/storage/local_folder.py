@@ -70,9 +70,10 @@ class LocalFolder(Place):
 
     def names(self) -> list[str]:
         try:
-            return sorted(os.listdir(self.local_root))
+            entries = list(os.scandir(self.local_root))
         except (FileNotFoundError, NotADirectoryError):
             return []
+        return sorted(e.name + ("/" if e.is_dir() else "") for e in entries)
 
     def upload(self, local: str | os.PathLike, rel: str) -> None:
         path = self.path(rel)

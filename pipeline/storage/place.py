@@ -51,7 +51,8 @@ class Place(ABC):
 
     @abstractmethod
     def names(self) -> list[str]:
-        """The folder's own entries (files and subfolders, one level), sorted; [] if it is missing."""
+        """The folder's own entries, one level, sorted, a subfolder's with a trailing ``/``;
+        [] if the folder is missing or empty."""
 
     @abstractmethod
     def upload(self, local: str | os.PathLike, rel: str) -> None:
