@@ -10,7 +10,9 @@ import argparse
 import contextlib
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -367,11 +369,23 @@ TRAINER_COMMANDS: dict[str, Callable[[], Callable[[list[str]], int]]] = {
 }
 
 
+class Terminated(BaseException):
+    """SIGTERM as an exception of the main thread: the command stops as on Ctrl-C (workers
+    closed, committed work kept) and says so in one line, where the default would end it
+    without a word. A BaseException, so that no ``except Exception`` on the way swallows it."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] and argv[0] in TRAINER_COMMANDS:
             return TRAINER_COMMANDS[argv[0]]()(argv[1:])
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except TokshardError as exc:
@@ -380,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tokshard: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except Terminated:
+        print("tokshard: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr)
+        return 128 + signal.SIGTERM
 
 
 def _recipe_path(name: str) -> Path:
@@ -480,8 +497,10 @@ def _recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
 
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from pipeline.encoding.tokenizer import train
+    from pipeline.storage.ownership import claim_folder
 
     refuse_url(args.out, "--out")
+    claim_folder(args.out, "--out", "tokenizer train")
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
     return 0
