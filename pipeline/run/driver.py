@@ -98,7 +98,7 @@ def prepare(
                 )
                 encoder_args = _encoder_args(state, plan, encoder, settings.threads)
                 tasks = [_task(recipe, state, plan, p, run_id, encoder_args) for p in todo]
-                _run(tasks, todo, checkpoints, plan, state, options, log, held, early)
+                _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
         finally:
             if early is not None:
                 early.discard()
@@ -262,49 +262,44 @@ def _task(
     )
 
 
-def _run(
-    tasks: list[PartitionTask],
-    todo: list[Partition],
-    checkpoints: dict[str, Checkpoint | None],
-    plan: Plan,
-    state: RunState,
-    options: RunOptions,
-    log: Log,
-    held: HeldRun,
-    early: EarlyStart | None = None,
-) -> None:
+@dataclass
+class Submission:
+    """What the driver follows while the tasks run: each task's partition, every partition's
+    latest checkpoint (updated as tasks commit and end), and where to report progress."""
+
+    tasks: list[PartitionTask]
+    todo: list[Partition]
+    checkpoints: dict[str, Checkpoint | None]
+    plan: Plan
+    state: RunState
+    held: HeldRun
+
+
+def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | None = None) -> None:
     """Run the tasks on the cluster (each is ``state.work`` on a worker)."""
     if options.client is not None:
-        _submit_and_wait(options.client, tasks, todo, checkpoints, plan, state, options, held)
+        _submit_and_wait(options.client, sub, options)
         return
     with connect(
         workers=options.workers,
         scheduler=options.scheduler,
-        threads=tasks[0].threads,
+        threads=sub.tasks[0].threads,
         memory_limit=options.memory_limit,
         dashboard=options.dashboard,
         log=log,
         batch=options.batch,
         early=early,
     ) as client:
-        _submit_and_wait(client, tasks, todo, checkpoints, plan, state, options, held)
+        _submit_and_wait(client, sub, options)
 
 
-def _submit_and_wait(
-    client,
-    tasks: list[PartitionTask],
-    todo: list[Partition],
-    checkpoints: dict[str, Checkpoint | None],
-    plan: Plan,
-    state: RunState,
-    options: RunOptions,
-    held: HeldRun,
-) -> None:
+def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
     """Submit every task, then follow them: each finished one the moment it ends (a callback
     queue, constant cost per task however many there are), and the running ones by their
     latest commit every ``state.poll_seconds``, for the progress line and for `status`
     (``held.report``)."""
-    run_id = tasks[0].run_id
+    checkpoints, plan, state = sub.checkpoints, sub.plan, sub.state
+    run_id = sub.tasks[0].run_id
     sizes = {p.key: p.size for p in plan.partitions}
     totals = [0, 0]  # input units done, tokens written: kept up to date, never re-summed
 
@@ -330,7 +325,7 @@ def _submit_and_wait(
     )
     finished: queue.SimpleQueue = queue.SimpleQueue()
     pending: dict[str, tuple[Any, Partition]] = {}
-    for task, part in zip(tasks, todo, strict=True):
+    for task, part in zip(sub.tasks, sub.todo, strict=True):
         key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
         # largest first: the last task to start is a small one, so workers finish together
         fut = client.submit(state.work, task, key=key, retries=0, priority=part.size)
@@ -346,13 +341,13 @@ def _submit_and_wait(
                 for fut in ended:
                     if fut.key in pending:
                         _, part = pending.pop(fut.key)
-                        record(part.key, _checkpoint_of(fut, part, state, plan, tasks[0].dtype))
+                        record(part.key, _checkpoint_of(fut, part, state, plan, sub.tasks[0].dtype))
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + state.poll_seconds
                 for key in itertools.chain.from_iterable(client.processing().values()):
                     if key in pending and (ck := state.read_progress(pending[key][1])) is not None:
                         record(ck.key, ck)
-                held.report(progress.rate(), progress.eta())
+                sub.held.report(progress.rate(), progress.eta())
             progress.update(*totals)
     except BaseException:
         client.cancel([fut for fut, _ in pending.values()])

@@ -116,8 +116,10 @@ class RunLock:
         self._last = time.monotonic()
 
     def report(self, tokens_per_s: float, eta_s: float | None) -> None:
-        """Record the driver's rate and ETA for `tokshard status` (at most every few seconds)."""
-        if time.monotonic() - self._last < HOLDER_UPDATE_SECONDS:
+        """Record the driver's rate and ETA for `tokshard status`: the first rate at once, then
+        at most every `HOLDER_UPDATE_SECONDS`."""
+        first = not self.holder.tokens_per_s and tokens_per_s > 0
+        if not first and time.monotonic() - self._last < HOLDER_UPDATE_SECONDS:
             return
         self._last = time.monotonic()
         self.holder = self.holder.updated(tokens_per_s=tokens_per_s, eta_s=eta_s)

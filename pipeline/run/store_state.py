@@ -41,19 +41,23 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import TokshardError
 from pipeline.run.records import Checkpoint, Holder, Plan
-from pipeline.run.run_state import STATE_DIR, HeldRun, Log, RunState, checkpoint_rel
+from pipeline.run.run_state import OWN_MARKER, STATE_DIR, HeldRun, Log, RunState, checkpoint_rel
 from pipeline.run.worker_task import PartitionTask, Superseded, run_partition, warm_up
 from pipeline.sources.base import Partition
 from pipeline.storage.locations import READ_ONLY_PROTOCOLS, join, protocol
 from pipeline.storage.object_store import ObjectStore
+from pipeline.storage.ownership import claim_folder
 
 LEASE_FILE = f"{STATE_DIR}/lease.json"
 PROGRESS_DIR = f"{STATE_DIR}/progress"
 #: a lease not renewed for this long belongs to a dead run (on another host)
 LEASE_SECONDS = 90.0
 LEASE_RENEW = 15.0
-#: least seconds between two progress records of one running partition
+#: least seconds between two progress records of one running partition (and between two
+#: writes of the driver's rate into its lease)
 PROGRESS_SECONDS = 5.0
+#: how often the driver reads the running partitions' progress records
+POLL_SECONDS = 2.0
 _SCRATCH = "tokshard-scratch"
 
 
@@ -178,22 +182,33 @@ class Lease:
     def __init__(self, store: ObjectStore, holder: Holder, log: Log) -> None:
         self.store, self.holder, self.log = store, holder, log
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._written = time.monotonic()
         self._thread = threading.Thread(target=self._renew_until_stopped, daemon=True)
 
     def report(self, tokens_per_s: float, eta_s: float | None) -> None:
-        """Written with the next renewal."""
+        """Written with the next renewal, brought forward: the first rate at once, later ones
+        at most every `PROGRESS_SECONDS`."""
+        first = not self.holder.tokens_per_s and tokens_per_s > 0
         self.holder = dataclasses.replace(self.holder, tokens_per_s=tokens_per_s, eta_s=eta_s)
+        if first or time.monotonic() - self._written >= PROGRESS_SECONDS:
+            self._wake.set()
 
     def _renew_until_stopped(self) -> None:
-        while not self._stop.wait(LEASE_RENEW):
+        while True:
+            self._wake.wait(LEASE_RENEW)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 found = self.store.etag(LEASE_FILE)
                 current = Holder.parse(found[0]) if found else None
-                if current is None or current.run != self.holder.run:
+                if found is None or current is None or current.run != self.holder.run:
                     self.log(f"lost the lease on {self.store.url} to another prepare; stop this one")
                     return
                 self.holder = self.holder.updated()
                 self.store.replace_if(LEASE_FILE, self.holder.to_bytes(), found[1])
+                self._written = time.monotonic()
             except TokshardError as exc:  # a blip: the next renewal tries again
                 self.log(f"could not renew the lease on {self.store.url}: {exc}")
 
@@ -202,6 +217,7 @@ class Lease:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=LEASE_RENEW)
         with contextlib.suppress(TokshardError):
             current = Holder.parse(self.store.read_bytes(LEASE_FILE) or b"")
@@ -257,7 +273,7 @@ class StoreState(RunState):
     """The run state of one prepare URL, read and written through the store."""
 
     resumes_partials = False
-    poll_seconds = PROGRESS_SECONDS
+    poll_seconds = POLL_SECONDS
     work = staticmethod(run_partition_in_store)
     warm = staticmethod(warm_up_if_present)
 
@@ -276,6 +292,7 @@ class StoreState(RunState):
                 "give a folder or a store URL such as s3://BUCKET/PATH"
             )
         self.place.check_reachable()
+        claim_folder(self.place, "--out", "prepare", OWN_MARKER)
 
     def check_readable(self) -> None:
         self.place.check_reachable()

@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from support import cli
+from support import cli, corpus, files_recipe, start_prepare
 
 from pipeline import recipe
 from pipeline.format.errors import TokshardError
@@ -58,3 +58,37 @@ def test_status_names_the_run_holding_the_lock_with_rate_and_eta(interrupted):
     assert f"running: pid {os.getpid()} on " in text
     assert re.search(r"running: .*; [\d.]+[kMGT]? tok/s, ETA \d+:\d\d:\d\d", text), text
     assert f"a rerun would: be refused while pid {os.getpid()}" in text
+
+
+def running_rates(proc, where: str) -> list[float]:
+    """`tokshard status --json` read over and over while ``proc`` runs: the rates it showed
+    while a run held the output and its input was not all done."""
+    rates = []
+    while proc.poll() is None:
+        got = cli("status", where, "--json")
+        if got.returncode == 0:
+            s = json.loads(got.stdout)
+            if s["running"] and s["progress"] < 1:
+                rates.append(s["tokens_per_s"])
+    return rates
+
+
+@pytest.fixture(scope="module")
+def many_partitions(tmp_path_factory, docs, tokenizer_path):
+    """A recipe of 2 MB of real text in 100 small partitions: each is done long before its
+    first commit point, so a running prepare has no partial checkpoint most of the time."""
+    d = tmp_path_factory.mktemp("many")
+    data = corpus(d / "in.jsonl", docs, copies=3)
+    return files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=20_000)
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["folder", "store"])
+def test_status_shows_the_rate_of_a_run_that_progresses(many_partitions, tmp_path, s3_server, store):
+    """The rate `status` shows is the driver's own, recorded with its lock or lease (each
+    partition's commits alone would show 0 tok/s here)."""
+    where = f"s3://{s3_server.new_bucket()}/run" if store else str(tmp_path / "out")
+    proc = start_prepare(many_partitions, where, "--workers", "2")
+    rates = running_rates(proc, where)
+    _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert len(rates) >= 3 and rates[-1] > 0, rates

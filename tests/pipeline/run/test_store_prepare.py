@@ -155,21 +155,39 @@ def test_a_second_prepare_on_the_same_url_is_refused(s3_server, store_setup, tmp
     assert not s3_server.objects(bucket, "run/manifest.json")
 
 
-def test_the_lease_of_a_dead_prepare_is_taken_over(s3_server, store_setup):
+@pytest.mark.parametrize(
+    ("lease", "named"),
+    [
+        ("a dead pid on this host", r"pid 4206639 on \S+ since then, last renewed \d+ s ago"),
+        ("another host, not renewed", r"pid 7 on elsewhere since then, last renewed \d+ s ago"),
+        ("an unreadable record", r"its lease record was unreadable"),
+    ],
+)
+def test_the_lease_of_a_dead_prepare_is_taken_over_and_named(s3_server, store_setup, lease, named):
+    """Whatever the dead run left in its lease, the message names it as far as it can be
+    read, never as "pid None on None"."""
     recipe, _ = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
-    dead = {
-        "pid": 2**22 + 12345,
-        "host": os.uname().nodename,
-        "since": "then",
-        "time": time.time(),
-        "run": "old",
-    }
-    assert ObjectStore(url).create(LEASE_FILE, json.dumps(dead).encode())
+    if lease == "an unreadable record":
+        body = b'{"pid": '
+    else:
+        here = lease == "a dead pid on this host"
+        body = json.dumps(
+            {
+                "pid": 2**22 + 12335 if here else 7,
+                "host": os.uname().nodename if here else "elsewhere",
+                "since": "then",
+                "time": time.time() - (0 if here else 600),
+                "run": "old",
+            }
+        ).encode()
+    assert ObjectStore(url).create(LEASE_FILE, body)
+    assert json.loads(cli("status", url, "--json").stdout or "{}").get("running") is None
     proc = cli("prepare", str(recipe), "--out", url, "--workers", "1")
     assert proc.returncode == 0, proc.stderr
-    assert "took over the lease of a dead run" in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "took over the lease" in ln]
+    assert re.fullmatch(rf"tokshard: took over the lease of a dead run \({named}\)", line), line
 
 
 def _no_local_folder(cwd: Path) -> None:
