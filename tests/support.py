@@ -637,6 +637,26 @@ def s3_session_server() -> Iterator[S3Server]:
                     os.environ[k] = v
 
 
+def upload_folder(server: S3Server, folder: Path, bucket: str, prefix: str) -> None:
+    """Put every file of a prepared folder (its run state left out) under ``prefix``."""
+    s3 = server.client()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and STATE_DIR not in p.parts:
+            s3.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(folder)}", Body=p.read_bytes())
+
+
+def copy_run(server: S3Server, manifest_url: str) -> str:
+    """A copy of a stored run in a bucket of its own (for a test that changes what is stored);
+    the copy's manifest URL."""
+    bucket, key = manifest_url.removeprefix("s3://").split("/", 1)
+    prefix = key.rsplit("/", 1)[0]
+    new = server.new_bucket()
+    s3 = server.client()
+    for rel, data in server.objects(bucket, prefix).items():
+        s3.put_object(Bucket=new, Key=f"{prefix}/{rel}", Body=data)
+    return f"s3://{new}/{key}"
+
+
 def local_output(folder: Path) -> dict[str, bytes]:
     """Every file a reader of a prepared folder sees (its run state left out), by name."""
     return {

@@ -76,9 +76,4 @@ def start_downloads(fetchers: list[ShardFetcher], dataset, sampler, first_positi
 
 def report(fetchers: list[ShardFetcher]) -> str:
     cache = fetchers[0].cache
-    s = cache.stats
-    return (
-        f"data cache {cache.root}: {s.downloaded} files downloaded "
-        f"({s.downloaded_bytes / 2**20:.1f} MiB), {s.cached} shards found cached, "
-        f"{s.refetched_corrupt} corrupt ones fetched again, {s.evicted} evicted"
-    )
+    return cache.stats.summary(cache.root)

@@ -119,16 +119,24 @@ class ObjectStore(Place):
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[Any]:
-        with errors(self.where(rel)), self.fs.open(self.full(rel), "rb", block_size=1 << 23) as f:
-            yield f
+        """The object opened for reading; its failures (not the caller's) become one line."""
+        where = self.where(rel)
+        with errors(where):
+            f = self.fs.open(self.full(rel), "rb", block_size=1 << 23)
+        with f:
+            yield _Reading(f, where)
 
     def names(self) -> list[str]:
         with errors(self.url):
             try:
-                found = self.fs.ls(self.root, detail=False, refresh=True)
+                found = self.fs.ls(self.root, detail=True, refresh=True)
             except FileNotFoundError:
                 return []
-        return sorted(name.rstrip("/").rsplit("/", 1)[-1] for name in found)
+        return sorted(
+            info["name"].rstrip("/").rsplit("/", 1)[-1] + ("/" if info.get("type") == "directory" else "")
+            for info in found
+            if info["name"].rstrip("/") != self.root
+        )
 
     def list(self, prefix: str = "") -> dict[str, int]:
         """Every object under ``prefix`` (recursively): relative name -> size in bytes."""
@@ -143,6 +151,17 @@ class ObjectStore(Place):
     def delete(self, rel: str) -> None:
         with errors(self.where(rel)), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))
+
+
+class _Reading:
+    """An object being read, whose read failures are said as one line naming it."""
+
+    def __init__(self, f: Any, where: str) -> None:
+        self._f, self._where = f, where
+
+    def read(self, size: int = -1) -> bytes:
+        with errors(self._where):
+            return self._f.read(size)
 
 
 def _precondition_failed(exc: BaseException) -> bool:

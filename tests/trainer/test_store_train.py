@@ -8,35 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from support import REPO, cli, run_prepare, write_jsonl
+from support import REPO, cli
 
 from pipeline.format.content_hash import file_hash
 from pipeline.storage.data_cache import DataCache, ShardFetcher
 
 CONFIGS = REPO / "trainer" / "configs"
-
-
-@pytest.fixture(scope="module")
-def s3_manifest(s3_server, tmp_path_factory, docs, tokenizer_path, dask_client) -> str:
-    """A prepared run (train and validation splits, 8+ shards) uploaded to a bucket."""
-    d = tmp_path_factory.mktemp("s3train")
-    train = write_jsonl(d / "train.jsonl", docs[:150])
-    valid = write_jsonl(d / "valid.jsonl", docs[150:180])
-    recipe = {
-        "tokenizer": str(tokenizer_path),
-        "shard_tokens": 25_000,
-        "sources": {
-            "text": {"type": "files", "splits": {"train": [str(train)], "validation": [str(valid)]}},
-        },
-    }
-    local = run_prepare(recipe, d / "run", dask_client).parent
-    bucket = s3_server.new_bucket()
-    s3 = s3_server.client()
-    for p in sorted(local.rglob("*")):
-        if p.is_file() and ".tokshard" not in p.parts:
-            s3.put_object(Bucket=bucket, Key=f"run/{p.relative_to(local)}", Body=p.read_bytes())
-    return f"s3://{bucket}/run/manifest.json"
 
 
 def cache_note(stdout: str) -> str:
