@@ -185,6 +185,24 @@ def test_storage_needs_only_the_contract_xxhash_and_fsspec_inside_functions():
         assert third_party(imported_names(files[name])) <= allowed | STORAGE_LAZY.get(name, set()), name
 
 
+#: the modules that know which kind of place a run lives in (a folder or an object store)
+PLACE_KINDS = {
+    "pipeline.run.folder_state",
+    "pipeline.run.folder_layout",
+    "pipeline.run.store_state",
+    "pipeline.storage.local_folder",
+    "pipeline.storage.object_store",
+}
+
+
+def test_the_driver_status_and_commands_reach_a_run_only_through_the_run_state_seam():
+    """One driver over one interface: which implementation a run gets is chosen once
+    (`pipeline.run.open_state`), and nothing that drives or reports a run names one."""
+    inside = import_graph()
+    for user in ("pipeline.run.driver", "pipeline.run.status", "tokshard.cli", "tokshard.demo"):
+        assert not inside[user] & PLACE_KINDS, (user, sorted(inside[user] & PLACE_KINDS))
+
+
 def test_the_graph_sees_imports_inside_functions(tmp_path):
     path = tmp_path / "lazy.py"
     path.write_text(

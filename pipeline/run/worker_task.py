@@ -181,8 +181,8 @@ class PartitionRun:
             token_dtype(task.dtype),
             self.spool,
             functools.partial(_pre_tokenizer, task.tokenizer_path, task.tokenizer_sha256),
-            # about 0.3 s of work per item and thread: fine-grained commit points, and no
-            # slower than bigger batches (encode_batch's cost is per character)
+            # small items per thread: fine-grained commit points, and no slower than bigger
+            # batches (encode_batch's cost is per character)
             batch_chars=ITEM_CHARS * max(1, task.threads),
         )
         self.shards = ShardSequence(
