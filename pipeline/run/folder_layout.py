@@ -177,10 +177,21 @@ def lock_holder(out: Path) -> Holder | None:
     try:
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
-        return read_holder(path) or Holder()
+        return _settled_holder(path)
     finally:
         os.close(fd)
     return None
+
+
+def _settled_holder(path: Path, tries: int = 5) -> Holder:
+    """The held lock's record, read again if it was caught being rewritten (the holder writes
+    its progress into it in place, so a read may land in the middle of a write)."""
+    for _ in range(tries):
+        holder = read_holder(path)
+        if holder is not None:
+            return holder
+        time.sleep(0.01)
+    return Holder()
 
 
 def partition_lock_path(out: Path, part: Partition) -> Path:
