@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from support import cli, write_jsonl
 
-from pipeline.format.usage import file_arg, folder_arg, path_arg
 from tokshard.cli import build_parser
-from trainer.cli import parser as train_parser
+from tokshard.commands.train import parser as train_parser
+from tokshard.usage import file_arg, folder_arg, path_arg
 
 COMMANDS = [
     ["demo"],
@@ -180,7 +180,8 @@ def test_a_mistake_in_a_recipe_names_the_file(files):
 
 
 def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
-    from trainer import megatron, samples
+    from tokshard.commands import megatron_args as megatron
+    from tokshard.commands import samples
 
     parsers = dict(subparsers(build_parser()))
     parsers[("train",)] = train_parser()

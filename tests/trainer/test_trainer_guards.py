@@ -1,7 +1,7 @@
 """What `tokshard train` refuses before any process group or model exists: each a user
 mistake or damaged data that used to train anyway or end in a traceback (issue 15).
 
-In-process (``trainer.cli.main``): every refusal here happens before DeepSpeed starts."""
+In-process (``tokshard.commands.train.main``): every refusal here happens before DeepSpeed starts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from support import cached_manifest
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
-from trainer import cli, ds_config, models
+from tokshard.commands import train as cli
+from trainer import ds_config, models
 
 SMALL = ["--model", "tiny", "--seq-len", "32", "--steps", "1", "--log-every", "1", "--eval-samples", "8"]
 

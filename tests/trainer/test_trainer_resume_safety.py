@@ -18,7 +18,7 @@ from support import REPO, cached_manifest, make_manifest
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from trainer import cli
+from tokshard.commands import train as cli
 
 ROOT = REPO
 SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--micro-batch", "2"]

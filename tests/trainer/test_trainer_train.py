@@ -28,7 +28,7 @@ from support import (
 )
 
 from pipeline.format.errors import TokshardError
-from trainer import cli
+from tokshard.commands import train as cli
 
 
 @pytest.fixture(scope="module")

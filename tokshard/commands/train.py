@@ -1,17 +1,26 @@
-"""``tokshard train``: point a DeepSpeed trainer at a manifest.
+"""``tokshard train``: its options, and the run they start (``trainer.loop``).
 
 ``main(argv)`` is what ``tokshard train ...`` dispatches to, and what ``python -m trainer``,
-``deepspeed --module trainer`` and ``torchrun -m trainer`` run.
+``deepspeed --module trainer`` and ``torchrun -m trainer`` run (``trainer/__main__.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import fields
 
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
+from tokshard.usage import (
+    OneLineParser,
+    file_arg,
+    folder_arg,
+    non_negative,
+    non_negative_float,
+    path_arg,
+    positive_float,
+    positive_int,
+    size_arg,
+)
 from trainer.loop import DEFAULT_SEED, TrainArgs
 from trainer.model import SIZES
 
@@ -27,45 +36,6 @@ examples:
   # continue after a crash or a time limit: the exact next samples, any number of ranks
   deepspeed --num_gpus 4 --module trainer --manifest out/manifest.json --save ckpt --resume
 """
-
-
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-
-
-def non_negative(text: str) -> int:
-    value = _whole(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return value
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A learning rate: a finite number above 0 (``--lr -1`` would train backwards)."""
-    value = _finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _finite(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return value
 
 
 def parser() -> argparse.ArgumentParser:

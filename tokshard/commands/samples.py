@@ -1,0 +1,106 @@
+"""``tokshard samples RUN_DIR --steps A-B``: its options and output (``trainer.samples`` computes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.errors import TokshardError
+from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
+from trainer import checkpoint
+from trainer.samples import Layout, RunData
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``41237`` or ``100-120`` (inclusive, 1-based)."""
+    lo, sep, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP or FIRST-LAST, got {text!r}") from None
+    if a < 1 or b < a:
+        raise argparse.ArgumentTypeError(f"steps count from 1 and FIRST <= LAST, got {text!r}")
+    return a, b
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="tokshard samples",
+        description="Which samples each optimizer step trained on, computed from the checkpointed "
+        "schedule (nothing is logged during training).",
+        epilog="example:\n  tokshard samples ckpt --steps 41237 --decode | less",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=folder_arg,
+        help="the run's --save folder (or a --run-dir naming it)",
+    )
+    p.add_argument(
+        "--steps", required=True, type=parse_steps, metavar="A-B", help="a step or a range, 1-based"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per sample")
+    p.add_argument("--decode", action="store_true", help="add each sample's text (the manifest's tokenizer)")
+    p.add_argument("--world", type=positive_int, metavar="N", help="name the rank and micro-step for N ranks")
+    p.add_argument(
+        "--micro-batch", type=positive_int, metavar="M", help="samples per rank per micro-step (with --world)"
+    )
+    p.add_argument(
+        "--manifest",
+        action="append",
+        type=path_arg,
+        help="where the manifests are now (default: the paths the run recorded)",
+    )
+    return p
+
+
+def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
+    if args.world is None:
+        return None
+    micro = args.micro_batch or global_batch // args.world
+    if args.world < 1 or micro < 1 or global_batch % (args.world * micro):
+        raise TokshardError(
+            f"samples: a global batch of {global_batch} does not split into --world {args.world} ranks of "
+            f"--micro-batch {micro}; give sizes whose product divides it"
+        )
+    return Layout(args.world, micro)
+
+
+def tokenizer_decoder(run: RunData):
+    from tokenizers import Tokenizer
+
+    path = manifest_mod.load(run.manifest_paths[0]).tokenizer_path
+    tok = Tokenizer.from_file(str(path))
+    return lambda ids: tok.decode(ids, skip_special_tokens=False)
+
+
+def describe(rec: dict[str, Any]) -> str:
+    docs = " ".join(f"{d['id']}[{d['from']}:{d['to']}]" for d in rec["documents"])
+    where = f" rank {rec['rank']} micro {rec['micro']}" if "rank" in rec else ""
+    line = (
+        f"step {rec['step']}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
+        f"| position {rec['position']} | documents {docs}"
+    )
+    if "text" in rec:
+        line += "\n" + "\n".join("    " + t for t in rec["text"].splitlines()) + "\n"
+    return line
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    run = RunData(args.run_dir, args.manifest)
+    decode = tokenizer_decoder(run) if args.decode else None
+    first, last = args.steps
+    for step in range(first, last + 1):
+        layout = layout_for(args, checkpoint.step_start(run.batches, step)[1])
+        for rec in run.records(step, layout, decode):
+            print(json.dumps(rec) if args.json else describe(rec))
+    sys.stdout.flush()
+    return 0
