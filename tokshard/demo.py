@@ -327,12 +327,11 @@ def train_args(folder: DemoFolder, size: DemoSize, resume: bool) -> list[str]:
 
 def trained_step(folder: DemoFolder) -> int:
     """The step of the newest checkpoint (0: none yet)."""
-    from trainer import checkpoint
+    from trainer.checkpoint.state import latest_tag, read_state
 
-    if checkpoint.latest_tag(folder.run) is None:
+    if latest_tag(folder.run) is None:
         return 0
-    _, state = checkpoint.read_state(folder.run)
-    return int(state["step"])
+    return read_state(folder.run)[1].step
 
 
 def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:

@@ -36,6 +36,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def launched_world() -> int:
+    """The number of ranks the launcher started, read before any process group exists."""
+    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
 def single_process_env() -> None:
     """Give a process started without a launcher the environment of a world of one."""
     if "RANK" in os.environ or any(k in os.environ for k in _MPI_ENV):

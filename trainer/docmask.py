@@ -50,6 +50,22 @@ def loss_targets(
     return targets.masked_fill(inputs == eos_id, IGNORE) if eod_mask_loss else targets
 
 
+@dataclass(frozen=True)
+class ModelInputs:
+    """The model's arguments for a batch: with ``--doc-mask`` also each token's document id,
+    and the targets ``--eod-mask-loss`` leaves out. Built once per run."""
+
+    #: the EOS that separates documents (None: plain windows, no ``--doc-mask``)
+    eos_id: int | None = None
+    eod_mask_loss: bool = False
+
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.eos_id is None:
+            return inputs, targets
+        doc_ids = document_ids(inputs, self.eos_id)
+        return inputs, loss_targets(inputs, targets, self.eos_id, self.eod_mask_loss), doc_ids
+
+
 def dense_mask(doc_ids: torch.Tensor) -> torch.Tensor:
     """``[B, 1, T, T]`` boolean: True where query ``i`` may attend key ``j`` (causal, same document)."""
     T = doc_ids.size(1)

@@ -22,8 +22,9 @@ import numpy as np
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import read_index
-from trainer import checkpoint
+from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import WindowDataset
+from trainer.run_folders import RUN_FILE, recorded_save
 from trainer.schedule import Schedule
 
 
@@ -40,21 +41,16 @@ class RunData:
 
     def __init__(self, run_dir: str | Path, manifests: list[str] | None = None) -> None:
         self.save_dir = find_save_dir(Path(run_dir))
-        self.tag, self.state = checkpoint.read_state(self.save_dir)
-        data = self.state["data"]
-        if "schedule" not in self.state:
+        self.tag, self.state = read_state(self.save_dir)
+        if self.state.schedule is None:
             raise TokshardError(
                 f"{self.save_dir / self.tag}: the checkpoint has no schedule (written by an older tokshard); "
                 "resume it once with this version to record one"
             )
-        self.seq_len = int(data["seq_len"])
-        self.split = data["train_split"]
-        recorded = data["manifest"] if isinstance(data["manifest"], list) else [data["manifest"]]
-        self.manifest_paths = manifests or recorded
-        self.schedule = Schedule.from_json(self.state["schedule"], int(self.state["seed"]))
-        self.batches = self.state.get("batches") or [
-            {"step": 0, "samples": 0, "global_batch": self.state["train_batch_size"]}
-        ]
+        self.schedule: Schedule = self.state.schedule
+        self.seq_len = self.state.data.seq_len
+        self.split = self.state.data.train_split
+        self.manifest_paths = manifests or list(self.state.data.manifests)
         self._doc_ends: dict[str, np.ndarray] = {}
 
     @cached_property
@@ -72,7 +68,7 @@ class RunData:
         return self._doc_ends[name]
 
     def step_positions(self, step: int) -> np.ndarray:
-        start, global_batch = checkpoint.step_start(self.batches, step)
+        start, global_batch = self.state.step_start(step)
         return np.arange(start, start + global_batch, dtype=np.int64)
 
     def records(self, step: int, layout: Layout | None = None, decode=None) -> Iterator[dict[str, Any]]:
@@ -126,12 +122,12 @@ def rank_and_micro(offset: int, layout: Layout) -> dict[str, int]:
 
 def find_save_dir(run_dir: Path) -> Path:
     """The folder with the checkpoints: RUN_DIR itself, or the --save its run.json names."""
-    if (run_dir / "latest").is_file():
+    if latest_tag(run_dir):
         return run_dir
-    run_json = run_dir / "run.json"
+    run_json = run_dir / RUN_FILE
     if run_json.is_file():
-        save = json.loads(run_json.read_text()).get("args", {}).get("save")
-        if save and (Path(save) / "latest").is_file():
+        save = recorded_save(json.loads(run_json.read_text()))
+        if save and latest_tag(Path(save)):
             return Path(save)
     raise TokshardError(
         f"samples: {run_dir} holds no checkpoint ('latest') and its run.json names none; "

@@ -10,7 +10,6 @@ from typing import Any
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
-from trainer import checkpoint
 from trainer.samples import Layout, RunData
 
 
@@ -99,7 +98,7 @@ def main(argv: list[str]) -> int:
     decode = tokenizer_decoder(run) if args.decode else None
     first, last = args.steps
     for step in range(first, last + 1):
-        layout = layout_for(args, checkpoint.step_start(run.batches, step)[1])
+        layout = layout_for(args, run.state.step_start(step)[1])
         for rec in run.records(step, layout, decode):
             print(json.dumps(rec) if args.json else describe(rec))
     sys.stdout.flush()

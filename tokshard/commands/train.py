@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 
 from tokshard.usage import (
     OneLineParser,
@@ -21,8 +20,18 @@ from tokshard.usage import (
     positive_int,
     size_arg,
 )
-from trainer.loop import DEFAULT_SEED, TrainArgs
+from trainer.ds_config import DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
 from trainer.model import SIZES
+from trainer.sampler import DEFAULT_SEED, parse_mix
+from trainer.settings import (
+    CheckpointSettings,
+    DataSettings,
+    EvalSettings,
+    LogSettings,
+    ModelSettings,
+    OptimSettings,
+    TrainSettings,
+)
 
 EXAMPLES = """\
 examples:
@@ -46,9 +55,19 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d = TrainArgs(manifest="")
-    data = p.add_argument_group("data")
-    data.add_argument(
+    _data_options(p.add_argument_group("data"))
+    _model_options(p.add_argument_group("model"))
+    _run_options(p.add_argument_group("run"))
+    _eval_options(p.add_argument_group("evaluation"))
+    _output_options(p.add_argument_group("checkpoints and logs"))
+    # the deepspeed launcher and torch.distributed.launch pass this; LOCAL_RANK in the environment says the same
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def _data_options(g) -> None:
+    d = DataSettings(manifests=())
+    g.add_argument(
         "--manifest",
         required=True,
         action="append",
@@ -57,167 +76,219 @@ def parser() -> argparse.ArgumentParser:
         "shards then go through --data-cache); repeat it to train on the sources of several "
         "prepared folders (one tokenizer, source names unique across them)",
     )
-    data.add_argument(
+    g.add_argument(
         "--data-cache",
         metavar="DIR",
         type=folder_arg,
         help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
         "(default ~/.cache/tokshard/data)",
     )
-    data.add_argument(
+    g.add_argument(
         "--data-cache-limit",
         metavar="SIZE",
         type=size_arg,
         help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
         "maps are evicted (default: no limit)",
     )
-    data.add_argument(
+    g.add_argument(
         "--seq-len", type=positive_int, default=d.seq_len, help="tokens per sample (default %(default)s)"
     )
-    data.add_argument(
-        "--mix", metavar="SRC=W,...", help="mixture weights per source (default: by token count)"
+    g.add_argument(
+        "--mix",
+        metavar="SRC=W,...",
+        help="mixture weights per source; a source left out is not trained (default: by token count)",
     )
-    data.add_argument("--train-split", default=d.train_split, help="split to train on (default %(default)s)")
-    data.add_argument(
+    g.add_argument("--train-split", default=d.train_split, help="split to train on (default %(default)s)")
+    g.add_argument(
         "--seed",
         type=non_negative,
         help=f"sample order and model init (default {DEFAULT_SEED}; a resume keeps the checkpoint's)",
     )
-    data.add_argument("--verify", action="store_true", help="re-hash every shard before training")
+    g.add_argument("--verify", action="store_true", help="re-hash every shard before training")
 
-    model = p.add_argument_group("model")
-    model.add_argument(
-        "--model", default=d.model,
+
+def _model_options(g) -> None:
+    d = ModelSettings()
+    g.add_argument(
+        "--model", default=d.name,
         help=f"{', '.join(SIZES)}, or hf:CONFIG for a Transformers causal LM built from a config "
         "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
         "needs tokshard[transformers]) (default %(default)s)",
     )  # fmt: skip
-    model.add_argument(
+    g.add_argument(
         "--vocab-size",
         type=positive_int,
         help="embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of 64; "
         "an hf: config keeps its own)",
     )
-    model.add_argument(
+    g.add_argument(
         "--doc-mask",
         action="store_true",
         help="attention within documents (block-diagonal causal mask from the EOS in each window) and "
         "position ids restarting at each document, as Megatron's reset_attention_mask + reset_position_ids",
     )
-    model.add_argument(
+    g.add_argument(
         "--eod-mask-loss",
         action="store_true",
         help="with --doc-mask: no loss where the input is EOS (predicting the next document's first token "
         "across the boundary), as Megatron's eod_mask_loss; the loss is then that of each document alone",
     )
 
-    run = p.add_argument_group("run")
-    run.add_argument(
+
+def _run_options(g) -> None:
+    d = OptimSettings()
+    g.add_argument(
         "--deepspeed",
         metavar="DS.json",
         type=file_arg,
         help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
     )
-    run.add_argument(
+    g.add_argument(
         "--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)"
     )
-    run.add_argument(
+    g.add_argument(
         "--stop-at",
         type=positive_int,
         metavar="STEP",
         help="stop (and save) at this step, e.g. before a job's time limit; the schedule "
         "still runs to --steps",
     )
-    run.add_argument(
+    g.add_argument(
         "--global-batch",
         type=positive_int,
         help="samples per optimizer step over all ranks (train_batch_size; keep it when the number of "
         "ranks changes)",
     )
-    run.add_argument(
+    g.add_argument(
         "--micro-batch",
         type=positive_int,
         help="samples per rank per micro-step (fills 'auto'; overrides the config)",
     )
-    run.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
-    run.add_argument("--lr", type=positive_float, help="peak learning rate (default 6e-4)")
-    run.add_argument("--warmup", type=non_negative, help="warmup steps (default min(100, steps/10))")
-    run.add_argument("--weight-decay", type=non_negative_float, help="AdamW weight decay (default 0.1)")
-    run.add_argument(
-        "--grad-clip", type=non_negative_float, help="gradient clipping norm (default 1.0; 0: no clipping)"
+    g.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
+    g.add_argument("--lr", type=positive_float, help=f"peak learning rate (default {DEFAULT_LR:g})")
+    g.add_argument(
+        "--warmup", type=non_negative, help="warmup steps (default min(100, steps/10); 0: no warmup)"
     )
-    run.add_argument(
+    g.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        help=f"AdamW weight decay (default {DEFAULT_WEIGHT_DECAY:g})",
+    )
+    g.add_argument(
+        "--grad-clip",
+        type=non_negative_float,
+        help=f"gradient clipping norm (default {DEFAULT_GRAD_CLIP:g}; 0: no clipping)",
+    )
+    g.add_argument(
         "--prefetch",
         type=positive_int,
-        default=d.prefetch,
+        default=DataSettings(manifests=()).prefetch,
         help="batches prepared ahead (default %(default)s)",
     )
 
-    ev = p.add_argument_group("evaluation")
-    ev.add_argument(
+
+def _eval_options(g) -> None:
+    d = EvalSettings()
+    g.add_argument(
         "--eval-every",
         type=non_negative,
-        default=d.eval_every,
-        help="evaluate at step 0, every N steps and at the end (default 0: never)",
+        default=d.every,
+        help="evaluate at step 0, every N steps and at the end (default %(default)s: never)",
     )
-    ev.add_argument("--eval-split", default=d.eval_split, help="split to evaluate (default %(default)s)")
-    ev.add_argument(
+    g.add_argument("--eval-split", default=d.split, help="split to evaluate (default %(default)s)")
+    g.add_argument(
         "--eval-samples",
         type=positive_int,
-        default=d.eval_samples,
+        default=d.samples,
         help="windows per source to evaluate (default %(default)s)",
     )
 
-    out = p.add_argument_group("checkpoints and logs")
-    out.add_argument(
+
+def _output_options(g) -> None:
+    d, log = CheckpointSettings(), LogSettings()
+    g.add_argument(
         "--save",
         metavar="DIR",
         type=folder_arg,
         help="DeepSpeed checkpoints go here (with the data position)",
     )
-    out.add_argument(
+    g.add_argument(
         "--save-every",
         type=non_negative,
-        default=d.save_every,
+        default=d.every,
         help="save every N steps (always at the end when --save is given)",
     )
-    out.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --save")
-    out.add_argument(
+    g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --save")
+    g.add_argument(
         "--allow-data-change",
         action="store_true",
         help="resume although a source's content, the split or --seq-len differ from the checkpoint's "
         "(a new --mix or added sources need no flag: every source continues where it stopped)",
     )
-    out.add_argument(
+    g.add_argument(
         "--allow-batch-change",
         action="store_true",
         help="resume although the global batch (samples per step) differs from the checkpoint's",
     )
-    out.add_argument(
+    g.add_argument(
         "--run-dir",
         metavar="DIR",
         type=folder_arg,
         help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)",
     )
-    out.add_argument(
-        "--log-every", type=positive_int, default=d.log_every, help="log every N steps (default %(default)s)"
+    g.add_argument(
+        "--log-every", type=positive_int, default=log.every, help="log every N steps (default %(default)s)"
     )
-    out.add_argument(
+    g.add_argument(
         "--log-samples",
         action="store_true",
         help="write each rank's sample positions, windows and checksums to RUN_DIR/samples-rankR.jsonl",
     )
-    # the deepspeed launcher and torch.distributed.launch pass this; LOCAL_RANK in the environment says the same
-    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    return p
 
 
-def parse(argv: list[str]) -> TrainArgs:
-    ns = vars(parser().parse_args(argv))
-    names = {f.name for f in fields(TrainArgs)}
-    if len(ns["manifest"]) == 1:
-        ns["manifest"] = ns["manifest"][0]
-    return TrainArgs(**{k: v for k, v in ns.items() if k in names})
+def settings_from(ns: argparse.Namespace) -> TrainSettings:
+    """The run's settings, each component's from its options."""
+    return TrainSettings(
+        data=DataSettings(
+            manifests=tuple(ns.manifest),
+            seq_len=ns.seq_len,
+            mix=parse_mix(ns.mix),
+            train_split=ns.train_split,
+            seed=ns.seed,
+            verify=ns.verify,
+            prefetch=ns.prefetch,
+            cache=ns.data_cache,
+            cache_limit=ns.data_cache_limit,
+        ),
+        model=ModelSettings(
+            name=ns.model, vocab_size=ns.vocab_size, doc_mask=ns.doc_mask, eod_mask_loss=ns.eod_mask_loss
+        ),
+        optim=OptimSettings(
+            deepspeed=ns.deepspeed,
+            steps=ns.steps,
+            global_batch=ns.global_batch,
+            micro_batch=ns.micro_batch,
+            grad_accum=ns.grad_accum,
+            lr=ns.lr,
+            warmup=ns.warmup,
+            weight_decay=ns.weight_decay,
+            grad_clip=ns.grad_clip,
+        ),
+        eval=EvalSettings(every=ns.eval_every, split=ns.eval_split, samples=ns.eval_samples),
+        checkpoint=CheckpointSettings(
+            save=ns.save,
+            every=ns.save_every,
+            resume=ns.resume,
+            allow_data_change=ns.allow_data_change,
+            allow_batch_change=ns.allow_batch_change,
+        ),
+        log=LogSettings(run_dir=ns.run_dir, every=ns.log_every, samples=ns.log_samples),
+        stop_at=ns.stop_at,
+    )
+
+
+def parse(argv: list[str]) -> TrainSettings:
+    return settings_from(parser().parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.loop import train
 
     try:
-        args = parse(sys.argv[1:] if argv is None else argv)
+        settings = parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    train(args)
+    train(settings)
     return 0
