@@ -122,15 +122,24 @@ def prepare(settings: TrainSettings) -> Plan:
     else:
         schedule, point = resumed_schedule(settings, manifests, dataset, mix, *saved)
     data = DataPlan(
-        tuple(manifests),
-        dataset,
-        eval_set,
-        schedule,
-        data_state(settings.data, manifests, schedule),
-        tuple(fetchers),
+        manifests=tuple(manifests),
+        dataset=dataset,
+        eval_set=eval_set,
+        schedule=schedule,
+        state=data_state(settings.data, manifests, schedule),
+        fetchers=tuple(fetchers),
     )
     inputs = ModelInputs(data.eos_id if settings.model.doc_mask else None, settings.model.eod_mask_loss)
-    return Plan(settings, spec, inputs, data, engine, seed, cuda, point)
+    return Plan(
+        settings=settings,
+        model=spec,
+        inputs=inputs,
+        data=data,
+        engine=engine,
+        seed=seed,
+        cuda=cuda,
+        resume=point,
+    )
 
 
 def saved_checkpoint(
