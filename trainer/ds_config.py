@@ -319,8 +319,24 @@ def _scheduler(cfg: dict[str, Any], optim: OptimSettings) -> None:
         params["warmup_num_steps"] = optim.warmup_steps()
     if optim.lr is not None and "warmup_max_lr" in params:
         params["warmup_max_lr"] = optim.lr
-    if sched.get("type") == "WarmupCosineLR" and params.get("warmup_num_steps") == 0:
-        params["warmup_num_steps"] = 1  # DeepSpeed's cosine schedule needs at least one
+    if params.get("warmup_num_steps") == 0:
+        _no_warmup(sched["type"], params)
+
+
+#: DeepSpeed's schedules that warm up: warmup_num_steps must be at least 1 there
+_WARMUP_SCHEDULES = ("WarmupCosineLR", "WarmupLR", "WarmupDecayLR")
+
+
+def _no_warmup(kind: str, params: dict[str, Any]) -> None:
+    """``--warmup 0`` (or a config's ``warmup_num_steps: 0``) means no warmup: DeepSpeed takes
+    at least one warmup step, so that step starts where the warmup ends (the full rate)."""
+    if kind not in _WARMUP_SCHEDULES:
+        return
+    params["warmup_num_steps"] = 1
+    if kind == "WarmupCosineLR":
+        params["warmup_min_ratio"] = 1.0
+    elif "warmup_max_lr" in params:
+        params["warmup_min_lr"] = params["warmup_max_lr"]
 
 
 def _zero(cfg: dict[str, Any], hidden: int) -> None:

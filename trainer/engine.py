@@ -44,6 +44,7 @@ def build_engine(plan: Plan, dist: distributed.Dist) -> tuple[Any, dict[str, Any
     setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
     params = [p for p in model.parameters() if p.requires_grad]
     engine = initialize(deepspeed, model, params, config, plan.engine.name)
+    start_schedule(engine)
     return engine, config, load_tag
 
 
@@ -56,3 +57,16 @@ def initialize(deepspeed, model, params, config: dict[str, Any], where: str):
         detail = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise TokshardError(f"{where}: DeepSpeed refuses this config ({detail})") from exc
     return engine
+
+
+def start_schedule(engine) -> None:
+    """Start DeepSpeed's learning-rate schedule at its iteration 0.
+
+    DeepSpeed's own schedules (``deepspeed.runtime.lr_schedules``) begin before iteration 0,
+    at a rate of 0 or their minimum, and step after each optimizer step: the first step
+    would train at that rate and the second at iteration 0's. Started at iteration 0, step k
+    trains at iteration k - 1's rate, as torch's schedulers do, so no warmup means the full
+    rate from step 1. A resume loads the schedule's own position over this one."""
+    schedule = getattr(engine, "lr_scheduler", None)
+    if getattr(schedule, "last_batch_iteration", None) == -1:
+        schedule.step(0)

@@ -189,6 +189,7 @@ class Steps:
         self.t_begin = self.t_last = time.perf_counter()
         self.wait_last, self.steps_since = 0.0, 0
         self.step_loss = torch.zeros((), device=dist.device)
+        self.step_lr = 0.0
         self.last: dict[str, Any] = {}
         #: with --doc-mask, evaluation also attends within documents only
         self.doc_eos = plan.inputs.eos_id
@@ -203,6 +204,7 @@ class Steps:
         """One optimizer step: ``accum`` micro-batches forward and backward."""
         engine, inputs = self.engine, self.plan.inputs
         engine.train()
+        self.step_lr = float(engine.get_lr()[0])  # the rate this step's optimizer step applies
         step_loss = torch.zeros((), device=self.dist.device)
         for m in range(self.accum):
             batch = next(self.batches)
@@ -231,7 +233,7 @@ class Steps:
         self.last = {
             "step": self.step,
             "loss": loss_value,
-            "lr": float(self.engine.get_lr()[0]),
+            "lr": self.step_lr,
             "tokens_per_s": self.tokens_per_step * self.steps_since / (now - self.t_last),
             "samples": self.samples,
             "data_wait_frac": wait_frac,

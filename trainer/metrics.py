@@ -8,7 +8,7 @@ reads it. Keys:
 training line (every ``--log-every`` steps, and the last step)
     ``step``            optimizer steps done (DeepSpeed's global step)
     ``loss``            mean training loss over the step's samples, averaged over ranks
-    ``lr``              learning rate after the step
+    ``lr``              the learning rate the step's optimizer step applied
     ``tokens_per_s``    trained tokens per second, all ranks, over the steps since the last line
     ``samples``         samples consumed since the run began (the data position)
     ``data_wait_frac``  share of wall time the loop waited for a batch since the last line

@@ -90,6 +90,38 @@ def test_transformers_opt_from_config_under_zero3(manifest, tmp_path):
     assert len(metrics(run)[0]) == 2
 
 
+# --- the learning rate: each step's line logs the rate that step applied ---
+
+
+def test_the_logged_lr_is_the_rate_each_step_applied_and_warmup_0_starts_at_the_peak(manifest, tmp_path):
+    """The default schedule (linear warmup, cosine to 0.1 of the peak over --steps): with two
+    warmup steps, step 1 applies a rate of 0 (its weights stay the initial ones) and step 2
+    half the peak; with --warmup 0 step 1 applies the peak."""
+    from trainer import models
+    from trainer.sampler import DEFAULT_SEED
+
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--lr", "1e-3"]
+    launch(*common, "--warmup", "2", "--save", str(tmp_path / "w2"), "--save-every", "1")
+    launch(*common, "--warmup", "0", "--run-dir", str(tmp_path / "w0"))
+    peak, end = 1e-3, 1e-4
+    assert [t["lr"] for t in metrics(tmp_path / "w2")[0]] == pytest.approx(
+        [0, peak / 2, (peak + end) / 2, end]
+    )
+    assert [t["lr"] for t in metrics(tmp_path / "w0")[0]] == pytest.approx(
+        [peak, peak, (peak + end) / 2, end]
+    )
+    torch.manual_seed(DEFAULT_SEED)
+    initial = models.resolve("tiny", None, 1024).build().state_dict()
+    after_step_1 = torch.load(
+        tmp_path / "w2" / "step00000001" / "mp_rank_00_model_states.pt", weights_only=False
+    )
+    assert all(torch.equal(after_step_1["module"][k], v) for k, v in initial.items())
+    after_step_2 = torch.load(
+        tmp_path / "w2" / "step00000002" / "mp_rank_00_model_states.pt", weights_only=False
+    )
+    assert not all(torch.equal(after_step_2["module"][k], v) for k, v in initial.items())
+
+
 # --- exact resume: the same samples whether or not the run was interrupted, on 1 or 2 ranks ---
 
 RESUME_STEPS = 6
