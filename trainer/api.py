@@ -27,7 +27,7 @@ from trainer.checkpoint import resume
 from trainer.checkpoint.state import TrainerState, read_state, read_tag
 from trainer.data import WindowDataset, sources_with_split
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
-from trainer.schedule import Schedule, SourceInfo
+from trainer.schedule import Schedule, token_shares, window_sources
 
 
 def micro_batch_positions(
@@ -49,16 +49,6 @@ def micro_batch_positions(
         first_micro = 0
         samples += global_batch
         done += 1
-
-
-def window_sources(dataset: WindowDataset) -> list[SourceInfo]:
-    """What the schedule keeps of each source: its window count and content hash."""
-    return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
-
-
-def token_shares(dataset: WindowDataset) -> dict[str, float]:
-    """The default mixture: each source's share of the split's tokens."""
-    return {s.source: float(s.tokens) for s in dataset.streams}
 
 
 class TrainingSamples(torch.utils.data.IterableDataset):

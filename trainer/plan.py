@@ -15,7 +15,6 @@ import torch
 from pipeline.format.manifest import Manifest
 from pipeline.format.store_cache import ShardFetcher
 from trainer import distributed, ds_config, guards, models, remote
-from trainer.api import token_shares, window_sources
 from trainer.checkpoint import resume, state
 from trainer.checkpoint.state import DataState, TrainerState
 from trainer.data import WindowDataset, check_manifest, source_owners
@@ -23,7 +22,7 @@ from trainer.docmask import ModelInputs
 from trainer.ds_config import EngineConfig
 from trainer.run_folders import check_outputs
 from trainer.sampler import DEFAULT_SEED
-from trainer.schedule import Schedule
+from trainer.schedule import Schedule, token_shares, window_sources
 from trainer.settings import DataSettings, TrainSettings
 
 

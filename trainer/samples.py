@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_reader import read_index
 from trainer.checkpoint.state import latest_tag, read_state
-from trainer.data import WindowDataset
+from trainer.data import WindowDataset, sources_with_split
 from trainer.run_folders import RUN_FILE, recorded_save
-from trainer.schedule import Schedule
+from trainer.schedule import Schedule, window_sources
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,39 @@ class RunData:
         self.seq_len = self.state.data.seq_len
         self.split = self.state.data.train_split
         self.manifest_paths = manifests or list(self.state.data.manifests)
+        self.given = bool(manifests)
         self._doc_ends: dict[str, np.ndarray] = {}
 
     @cached_property
     def dataset(self) -> WindowDataset:
-        manifests = [manifest_mod.load(p) for p in self.manifest_paths]
-        return WindowDataset(manifests, self.split, self.seq_len, self.schedule.sources)
+        """The run's windows, on manifests holding exactly the data it trained on: the checks
+        ``train --resume`` makes (``Schedule.changed_sources``), so no step shows other documents."""
+        where = "pass --manifest with the manifests the run trained on"
+        try:
+            manifests = [manifest_mod.load(p) for p in self.manifest_paths]
+        except TokshardError as exc:
+            raise type(exc)(f"samples: {exc}" + ("" if self.given else f"; {where}")) from exc
+        held = sources_with_split(manifests, self.split)
+        missing = [s for s in self.schedule.sources if s not in held]
+        if missing:
+            raise DataError(
+                f"samples: the run trained on {', '.join(repr(s) for s in missing)}, which "
+                f"{', '.join(self.manifest_paths)} hold no {self.split!r} split of (their sources: "
+                f"{', '.join(held) or 'none'}); {where}"
+            )
+        dataset = WindowDataset(manifests, self.split, self.seq_len, self.schedule.sources)
+        changes = self.schedule.changed_sources(window_sources(dataset), self.schedule.sources)
+        if changes:
+            raise DataError(
+                f"samples: the manifests hold other data than the run trained on ({'; '.join(changes)}); "
+                f"its samples there would be other documents, as `train --resume` refuses too; {where}"
+            )
+        return dataset
+
+    @property
+    def trained_to(self) -> int:
+        """The last step the checkpoint records as trained."""
+        return self.state.step
 
     def doc_ends(self, source: int) -> np.ndarray:
         """Cumulative document ends (EOS included) of a source's stream, from its .idx files."""
@@ -87,6 +114,7 @@ class RunData:
             hi = lo + self.seq_len + 1
             rec: dict[str, Any] = {
                 "step": step,
+                "trained": step <= self.trained_to,
                 "position": pos,
                 "source": self.schedule.sources[src],
                 "epoch": epoch,

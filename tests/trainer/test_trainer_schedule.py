@@ -98,10 +98,10 @@ def test_a_checkpoint_from_before_schedules_resumes_as_one_segment(tmp_path_fact
     from support import cached_manifest
 
     from pipeline.format import manifest as manifest_mod
-    from trainer.api import window_sources
     from trainer.checkpoint.resume import saved_schedule
     from trainer.checkpoint.state import TrainerState
     from trainer.data import WindowDataset
+    from trainer.schedule import window_sources
 
     m = manifest_mod.load(cached_manifest(tmp_path_factory))
     now = window_sources(WindowDataset(m, "train", 32))

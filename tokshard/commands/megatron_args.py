@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from pathlib import Path
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
+from tokshard.pipes import reader_gone
 from tokshard.usage import OneLineParser, file_arg, path_arg
 from trainer.megatron import blend
 from trainer.sampler import parse_mix
@@ -18,7 +21,9 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="tokshard megatron-args",
         description="Print Megatron-LM's --data-path (weight prefix pairs, one per shard) for prepared "
-        "shards, or write the per-split blend JSON for --per-split-data-args-path.",
+        "shards, or write the per-split blend JSON for --per-split-data-args-path. A path the shell would "
+        "split (spaces, quotes) is printed shell-quoted: paste the line, or eval it; $(...) does not "
+        "unquote, so for such paths use --json.",
         epilog="examples:\n"
         "  pretrain_gpt.py ... --data-path $(tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3)\n"
         "  tokshard megatron-args out/manifest.json --json blend.json   # --per-split-data-args-path blend.json",
@@ -58,13 +63,36 @@ def main(argv: list[str]) -> int:
         raise TokshardError(
             f"megatron-args: no source has a {args.split!r} split (splits: {', '.join(splits)})"
         )
-    if args.json:
-        valid = blend(manifests, args.valid_split, None)
-        # Megatron reads a null split as "no data"; an empty list it cannot unpack
-        write_json(Path(args.json), {"train": train, "valid": valid or None, "test": None})
-        print(
-            f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards", file=sys.stderr
-        )
-    else:
-        print(" ".join(train))
+    try:
+        if args.json:
+            valid = blend(manifests, args.valid_split, None)
+            write_blend(Path(args.json), {"train": train, "valid": valid or None, "test": None})
+            print(
+                f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards",
+                file=sys.stderr,
+            )
+        else:
+            print(shlex.join(train))
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
     return 0
+
+
+#: the keys of the per-split blend file (Megatron reads a null split as "no data")
+BLEND_KEYS = {"train", "valid", "test"}
+
+
+def write_blend(path: Path, doc: dict) -> None:
+    """Write the blend to ``path``, replacing only a blend file written before."""
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not (isinstance(old, dict) and set(old) == BLEND_KEYS):
+            raise TokshardError(
+                f"--json {path} exists and is not a blend file megatron-args wrote, so it is kept; "
+                "choose another --json"
+            )
+    write_json(path, doc)

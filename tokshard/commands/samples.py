@@ -9,6 +9,7 @@ from typing import Any
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
+from tokshard.pipes import reader_gone
 from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
 from trainer.samples import Layout, RunData
 
@@ -80,13 +81,24 @@ def tokenizer_decoder(run: RunData):
 def describe(rec: dict[str, Any]) -> str:
     docs = " ".join(f"{d['id']}[{d['from']}:{d['to']}]" for d in rec["documents"])
     where = f" rank {rec['rank']} micro {rec['micro']}" if "rank" in rec else ""
+    untrained = "" if rec["trained"] else " (not trained)"
     line = (
-        f"step {rec['step']}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
+        f"step {rec['step']}{untrained}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
         f"| position {rec['position']} | documents {docs}"
     )
     if "text" in rec:
         line += "\n" + "\n".join("    " + t for t in rec["text"].splitlines()) + "\n"
     return line
+
+
+def untrained_note(run: RunData, first: int, last: int) -> str:
+    """What to say of asked steps after the checkpoint's: the run never recorded them trained."""
+    lo = max(first, run.trained_to + 1)
+    steps = f"step {lo} comes" if lo == last else f"steps {lo}-{last} come"
+    return (
+        f"{steps} after the checkpoint ({run.tag}, step {run.trained_to}): not trained as far as the run "
+        "recorded; shown as a --resume with the same settings would train them"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -97,9 +109,14 @@ def main(argv: list[str]) -> int:
     run = RunData(args.run_dir, args.manifest)
     decode = tokenizer_decoder(run) if args.decode else None
     first, last = args.steps
-    for step in range(first, last + 1):
-        layout = layout_for(args, run.state.step_start(step)[1])
-        for rec in run.records(step, layout, decode):
-            print(json.dumps(rec) if args.json else describe(rec))
-    sys.stdout.flush()
+    if last > run.trained_to:
+        print(f"tokshard: samples: {untrained_note(run, first, last)}", file=sys.stderr, flush=True)
+    try:
+        for step in range(first, last + 1):
+            layout = layout_for(args, run.state.step_start(step)[1])
+            for rec in run.records(step, layout, decode):
+                print(json.dumps(rec) if args.json else describe(rec))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
     return 0
