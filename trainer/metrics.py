@@ -32,6 +32,36 @@ from pipeline.format.atomic import disk_error, write_bytes
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_GLOB = "samples-rank*.jsonl"
 
+#: a training line's keys and what each holds (a number: an int or a float)
+TRAIN_LINE = {
+    "step": int,
+    "loss": float,
+    "lr": float,
+    "tokens_per_s": float,
+    "samples": int,
+    "data_wait_frac": float,
+    "elapsed_s": float,
+}
+#: an evaluation line's
+EVAL_LINE = {"step": int, "eval_loss": float, "eval_ppl": float, "split": str, "sources": dict}
+
+
+def line_kind(record: Any) -> str | None:
+    """``"train"`` or ``"eval"`` for a line as ``MetricsLog`` writes it; None for anything else
+    (a line another tool wrote, a field of another type)."""
+    for kind, keys in (("train", TRAIN_LINE), ("eval", EVAL_LINE)):
+        if isinstance(record, dict) and all(_holds(record.get(k), t) for k, t in keys.items()):
+            return kind
+    return None
+
+
+def _holds(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return False
+    if kind is float:
+        return isinstance(value, int | float)
+    return isinstance(value, kind)
+
 
 def cut_back_logs(run_dir: Path, step: int) -> int:
     """Drop, from metrics.jsonl and the samples-rank*.jsonl files, every line after ``step``

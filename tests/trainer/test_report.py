@@ -86,3 +86,18 @@ def test_plot_replaces_its_own_figure_but_no_other_file(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert f"{target} exists and is not a figure tokshard wrote, so it is kept" in proc.stderr
         assert target.read_bytes() == what
+
+
+def test_plot_skips_lines_another_tool_wrote_and_counts_them(tmp_path):
+    """A line with a training line's step but not its fields (another tool's, or a field of
+    another type) is skipped and counted, never a traceback."""
+    from support import cli
+
+    log_run(tmp_path, range(0, 6), loss0=8.0)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(
+            '{"step": 3, "loss": "high"}\n{"step": 4, "loss": 1.0}\n{"step": 7, "eval_loss": null}\n[1, 2]\n'
+        )
+    proc = cli("plot", str(tmp_path))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "5 steps" in proc.stdout and "4 unreadable line(s) skipped" in proc.stdout

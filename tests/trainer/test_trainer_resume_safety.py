@@ -186,6 +186,28 @@ def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, 
     )
 
 
+# --- issue 29: a damaged checkpoint is one line naming what to do ---
+
+
+def test_a_resume_from_a_cut_short_model_state_file_is_one_line(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    states = save / "step00000002" / "mp_rank_00_model_states.pt"
+    states.write_bytes(states.read_bytes()[: states.stat().st_size // 2])
+    line = one_error_line(train(*resume_args(manifest, save), code=1))
+    assert f"--resume: {save / 'step00000002'} cannot be loaded (mp_rank_00_model_states.pt cut short" in line
+    assert line.endswith(f"{save} holds no other checkpoint: start a new run in another --save")
+
+
+def test_latest_naming_a_checkpoint_that_is_gone_names_the_ones_there(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    (save / "latest").write_text("step00000009")
+    with pytest.raises(TokshardError, match=r"names step00000009, which is not in .*write its name "
+                       r"\(step00000002\) into .*latest"):  # fmt: skip
+        cli.main(resume_args(manifest, save))
+
+
 # --- item 15: a full disk during a checkpoint leaves none half written ---
 
 

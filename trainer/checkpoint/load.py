@@ -9,13 +9,15 @@ rank loads that with ``"checkpoint": {"load_universal": true}``.
 
 from __future__ import annotations
 
+import pickle
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-from pipeline.format.errors import TokshardError
-from trainer.checkpoint.state import CLIENT_KEY, TrainerState
+from pipeline.format.errors import DataError, TokshardError
+from trainer.checkpoint.state import CLIENT_KEY, TrainerState, other_checkpoints
 
 _PARTITION = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
 UNIVERSAL = "_universal"
@@ -70,12 +72,27 @@ def load_into(engine, save_dir: Path, tag: str) -> TrainerState:
     except RuntimeError as exc:
         text = str(exc)
         if "size mismatch" not in text and "key(s) in state_dict" not in text:
-            raise
+            raise damaged(save_dir, tag, exc) from exc
         first = next((ln.strip() for ln in text.splitlines() if "size mismatch" in ln), text.splitlines()[0])
         raise TokshardError(
             f"--resume: {save_dir / tag} holds another model's weights ({first[:200]}); resume with the "
             "--model and --vocab-size it was trained with, or start a new run in another --save"
         ) from exc
+    except (OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
+        raise damaged(save_dir, tag, exc) from exc
     if client is None or CLIENT_KEY not in client:
-        raise TokshardError(f"--resume: {save_dir / tag} holds no tokshard data position")
+        raise DataError(
+            f"--resume: {save_dir / tag} holds no tokshard data position; {other_checkpoints(save_dir, tag)}"
+        )
     return TrainerState.from_json(client[CLIENT_KEY])
+
+
+def damaged(save_dir: Path, tag: str, exc: BaseException) -> DataError:
+    """One line for a checkpoint whose weights or optimizer state cannot be read: which files
+    are cut short (a torch file is a zip archive, its directory at the end), what to do."""
+    folder = save_dir / tag
+    cut = sorted(p.name for p in folder.glob("*.pt") if not zipfile.is_zipfile(p))
+    what = f"{', '.join(cut)} cut short or damaged" if cut else " ".join(str(exc).split())[:200]
+    return DataError(
+        f"--resume: {folder} cannot be loaded ({what}); {other_checkpoints(save_dir, tag.removesuffix(UNIVERSAL))}"
+    )

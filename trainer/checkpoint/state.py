@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.atomic import write_json
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from trainer.schedule import Schedule
 
 STATE_FILE = "tokshard.json"
@@ -192,13 +192,26 @@ def read_state(save_dir: Path) -> tuple[str, TrainerState]:
 def read_tag(save_dir: Path, tag: str) -> TrainerState:
     """The trainer state of checkpoint ``tag``."""
     path = state_path(save_dir, tag)
+    if not path.parent.is_dir():
+        raise DataError(
+            f"--resume: {save_dir / LATEST} names {tag}, which is not in {save_dir}; "
+            f"{other_checkpoints(save_dir, tag)}"
+        )
     try:
         return TrainerState.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise TokshardError(
+        raise DataError(
             f"--resume: {path} is missing or damaged, so the data position is unknown; "
-            "resume from another tag or start fresh"
+            f"{other_checkpoints(save_dir, tag)}"
         ) from exc
+
+
+def other_checkpoints(save_dir: Path, tag: str) -> str:
+    """What to do when checkpoint ``tag`` cannot be resumed: point ``latest`` at another one."""
+    others = [t for t in saved_tags(save_dir) if t != tag]
+    if others:
+        return f"to resume from an earlier one, write its name ({', '.join(others[-3:])}) into {save_dir / LATEST}"
+    return f"{save_dir} holds no other checkpoint: start a new run in another --save"
 
 
 def write_state(save_dir: Path, tag: str, state: TrainerState) -> None:
