@@ -10,7 +10,7 @@ alone. ``tests/test_trainer_docmask.py`` checks both against Megatron's own mask
 
 Attention: PyTorch's ``scaled_dot_product_attention`` with a boolean ``[B, 1, T, T]`` mask
 (everywhere), or FlexAttention with a block mask that skips whole blocks outside the diagonal
-(on CUDA, where ``torch.nn.attention.flex_attention`` exists). Cost: bench/RESULTS.md.
+(on CUDA, where ``torch.nn.attention.flex_attention`` exists).
 """
 
 from __future__ import annotations

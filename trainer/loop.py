@@ -115,6 +115,7 @@ def start_notes(plan: Plan) -> list[str]:
             f"--steps {settings.optim.steps}, the checkpoint's run was scheduled for {was_steps}: the "
             f"learning rate follows the schedule to step {settings.optim.steps} from here"
         )
+    notes += data_notes(plan)
     missing = plan.engine.defaults_taken()
     if missing:
         defaults = {"optimizer": "AdamW", "scheduler": "warmup + cosine"}
@@ -122,6 +123,31 @@ def start_notes(plan: Plan) -> list[str]:
             f"{plan.engine.name} has no {' or '.join(repr(b) for b in missing)} block: using tokshard's "
             f"default ({', '.join(defaults[b] for b in missing)})"
         )
+    return notes
+
+
+def data_notes(plan: Plan) -> list[str]:
+    """Training sources the run leaves aside: at weight 0, or without an evaluation split."""
+    settings, data = plan.settings, plan.data
+    notes = []
+    unweighted = [s for s in data.train_sources if s not in data.schedule.weights()]
+    if unweighted:
+        names = ", ".join(repr(s) for s in unweighted)
+        if plan.resume is None:
+            notes.append(f"--mix gives no weight to {names}: not trained")
+        else:
+            why = "not in --mix" if settings.data.mix is not None else "the checkpoint's mix gives none"
+            notes.append(
+                f"{names} kept at weight 0 ({why}): not trained from here; a later --mix that weighs "
+                "them continues each where it stopped"
+            )
+    if data.eval_set is not None:
+        unevaluated = [s for s in data.train_sources if s not in data.eval_set.sources]
+        if unevaluated:
+            notes.append(
+                f"evaluation on {settings.eval.split!r} leaves out {', '.join(repr(s) for s in unevaluated)} "
+                f"(no {settings.eval.split!r} split); evaluated: {', '.join(data.eval_set.sources)}"
+            )
     return notes
 
 

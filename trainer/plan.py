@@ -117,15 +117,15 @@ def prepare(settings: TrainSettings) -> Plan:
     )
     if saved is None:
         schedule = Schedule.fresh(window_sources(dataset), mix or token_shares(dataset), seed)
-        point = None
+        state, point = data_state(settings.data, manifests, schedule), None
     else:
-        schedule, point = resumed_schedule(settings, manifests, dataset, mix, *saved)
+        schedule, state, point = resumed_schedule(settings, manifests, dataset, mix, *saved)
     data = DataPlan(
         manifests=tuple(manifests),
         dataset=dataset,
         eval_set=eval_set,
         schedule=schedule,
-        state=data_state(settings.data, manifests, schedule),
+        state=state,
         fetchers=tuple(fetchers),
     )
     inputs = ModelInputs(data.eos_id if settings.model.doc_mask else None, settings.model.eod_mask_loss)
@@ -162,7 +162,7 @@ def resumed_schedule(
     mix: dict[str, float] | None,
     tag: str,
     saved: TrainerState,
-) -> tuple[Schedule, ResumePoint]:
+) -> tuple[Schedule, DataState, ResumePoint]:
     """The checkpoint's schedule continued on this run's sources and mix; a data change is
     refused unless ``--allow-data-change``."""
     infos = window_sources(dataset)
@@ -172,7 +172,7 @@ def resumed_schedule(
         saved.data, now, settings.checkpoint.allow_data_change, resumed.data_changes
     )
     point = ResumePoint(Path(settings.checkpoint.save), tag, saved, tuple(allowed), tuple(resumed.changes))
-    return resumed.schedule, point
+    return resumed.schedule, now, point
 
 
 def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule) -> DataState:

@@ -130,6 +130,43 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
     assert samples == [2 * s for s in range(1, stop + 1)]
 
 
+# --- issue 29, item 8: Ctrl-C and SIGTERM say how to continue ---
+
+
+@pytest.mark.parametrize(("signum", "said", "code"), [(signal.SIGINT, "interrupted", 130),
+                                                      (signal.SIGTERM, "stopped by SIGTERM", 143)])  # fmt: skip
+def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_path, signum, said, code):
+    save = tmp_path / "ck"
+    args = [
+        "--manifest",
+        str(manifest),
+        *SMALL,
+        "--steps",
+        "100000",
+        "--save",
+        str(save),
+        "--save-every",
+        "2",
+    ]
+    cmd, env = trainer_cmd(*args)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while latest(save) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        proc.send_signal(signum)  # Ctrl-C at a terminal sends SIGINT; a job's time limit SIGTERM
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == code and "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"tokshard: train {said}; the last checkpoint is {save}/step")
+    assert last.endswith(": rerun it with --resume to continue from there")
+
+
 # --- item 14 and the model half of item 15: what a resume must keep ---
 
 
@@ -234,6 +271,7 @@ def test_a_full_disk_during_a_save_keeps_the_last_whole_checkpoint(manifest, sma
         f"tokshard: error: checkpoint not saved: disk full writing {save / 'step00000004'} ("
     )
     assert "nothing of it was kept and the last whole checkpoint, step00000002, is kept" in line
+    assert line.endswith("free space there, then rerun with --resume to continue from step00000002")
     assert latest(save) == "step00000002"
     assert sorted(p.name for p in save.iterdir() if p.is_dir()) == ["step00000002"]  # no partial folder
     (small_disk / "filler").unlink()

@@ -7,7 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+from pathlib import Path
 
 from tokshard.usage import (
     OneLineParser,
@@ -291,13 +295,38 @@ def parse(argv: list[str]) -> TrainSettings:
     return settings_from(parser().parse_args(argv))
 
 
+class Terminated(BaseException):
+    """SIGTERM (a job's time limit, ``kill``): unwinds the run as Ctrl-C does."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``tokshard train``; TokshardError propagates (the caller prints it as one line)."""
+    """Run ``tokshard train``; TokshardError propagates (the caller prints it as one line).
+    Ctrl-C and SIGTERM end in one line saying where the run can continue from."""
+    from trainer.checkpoint.state import how_to_continue
     from trainer.loop import train
 
     try:
         settings = parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    train(settings)
+    main_thread = threading.current_thread() is threading.main_thread()  # where signals are handled
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    try:
+        train(settings)
+    except (KeyboardInterrupt, Terminated) as stop:
+        what, code = ("stopped by SIGTERM", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
+        if os.environ.get("RANK", "0") == "0":  # one line per run, not per rank
+            print(
+                f"tokshard: train {what}; {how_to_continue(save, settings.checkpoint.resume)}",
+                file=sys.stderr,
+            )
+        return code
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return 0

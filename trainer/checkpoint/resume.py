@@ -23,12 +23,7 @@ def check_compatible(
 
     ``source_diffs`` are the sources whose content changed or that are gone
     (``Schedule.changed_sources``). Returns the differences that were allowed, for the log."""
-    fields = (
-        ("--seq-len", saved.seq_len, now.seq_len),
-        ("--train-split", saved.train_split, now.train_split),
-    )
-    diffs = [f"{label}: checkpoint {was!r}, now {is_!r}" for label, was, is_ in fields if was != is_]
-    diffs += list(source_diffs)
+    diffs = saved.differences(now) + list(source_diffs)
     if diffs and not allow_data_change:
         raise TokshardError(
             "--resume: the checkpoint was trained on different data ("

@@ -70,6 +70,7 @@ def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
     """One line for a checkpoint that could not be written: where, why, what is still there."""
     latest = latest_tag(save_dir)
     kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
+    then = f"rerun with --resume to continue from {latest}" if latest else "run again"
     if isinstance(exc, OSError):
         reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
     elif isinstance(exc, TokshardError):
@@ -83,6 +84,5 @@ def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
             where = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
             reason = f"cannot write {save_dir / tag} ({first}; {where})"
     return TokshardError(
-        f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space or choose "
-        "another --save, then --resume"
+        f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space there, then {then}"
     )

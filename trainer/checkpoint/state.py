@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import DataError, TokshardError
@@ -59,6 +59,18 @@ class DataState:
     train_split: str
     #: the weights in force (the schedule's last segment)
     mix: dict[str, float]
+
+    #: the fields a resume must find unchanged, and the option that sets each
+    KEPT: ClassVar[dict[str, str]] = {"seq_len": "--seq-len", "train_split": "--train-split"}
+
+    def differences(self, now: DataState) -> list[str]:
+        """What ``now`` changes of what a resume must keep (a changed mix is not one: the
+        schedule continues every source)."""
+        return [
+            f"{flag}: checkpoint {getattr(self, key)!r}, now {getattr(now, key)!r}"
+            for key, flag in self.KEPT.items()
+            if getattr(self, key) != getattr(now, key)
+        ]
 
     def to_json(self) -> dict[str, Any]:
         one = len(self.manifests) == 1
@@ -216,3 +228,14 @@ def other_checkpoints(save_dir: Path, tag: str) -> str:
 
 def write_state(save_dir: Path, tag: str, state: TrainerState) -> None:
     write_json(state_path(save_dir, tag), state.to_json())
+
+
+def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
+    """What a stopped run's last line says: where it can continue from, and how."""
+    if save_dir is None:
+        return "nothing was saved (no --save)"
+    latest = latest_tag(save_dir)
+    if latest is None:
+        return f"no checkpoint was saved in {save_dir}, so there is nothing to resume"
+    how = "rerun the same command" if resumed else "rerun it with --resume"
+    return f"the last checkpoint is {save_dir / latest}: {how} to continue from there"
