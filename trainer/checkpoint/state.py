@@ -236,6 +236,9 @@ def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
         return "nothing was saved (no --save)"
     latest = latest_tag(save_dir)
     if latest is None:
-        return f"no checkpoint was saved in {save_dir}, so there is nothing to resume"
+        return (
+            f"no checkpoint was saved in {save_dir}, so there is nothing to resume; start again in another "
+            "--save, or empty this one"
+        )
     how = "rerun the same command" if resumed else "rerun it with --resume"
     return f"the last checkpoint is {save_dir / latest}: {how} to continue from there"
