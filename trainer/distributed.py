@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,9 @@ def init(cuda: bool) -> Dist:
     from deepspeed.utils import logger
 
     logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
+    for handler in logger.handlers:  # DeepSpeed's diagnostics to stderr: stdout is the run's console
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
     if not cuda:
         # the shared-memory all-reduce is a JIT-compiled extension (a minute) that gloo does not need
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False

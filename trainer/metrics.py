@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.format.atomic import disk_error, write_bytes
+from trainer.console import reader_gone
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_GLOB = "samples-rank*.jsonl"
@@ -111,8 +112,13 @@ class MetricsLog:
                 raise disk_error(exc, self.path) from exc
 
     def _say(self, line: str) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        try:
             print(line, file=self._out, flush=True)
+        except BrokenPipeError:  # the console's reader quit: the run goes on, metrics.jsonl is its record
+            if self._out is None:
+                reader_gone()
 
     def train(
         self,

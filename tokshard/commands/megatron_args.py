@@ -11,8 +11,8 @@ from pathlib import Path
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
-from tokshard.pipes import reader_gone
 from tokshard.usage import OneLineParser, file_arg, path_arg
+from trainer.console import reader_gone
 from trainer.megatron import blend
 from trainer.sampler import parse_mix
 

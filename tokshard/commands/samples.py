@@ -9,8 +9,8 @@ from typing import Any
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from tokshard.pipes import reader_gone
 from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
+from trainer.console import reader_gone
 from trainer.samples import Layout, RunData
 
 
