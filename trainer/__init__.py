@@ -8,7 +8,8 @@ change it), ``prefetch`` (batches ahead of the loop), ``model``/``models`` (GPT 
 Transformers), ``docmask`` (``--doc-mask``), ``ds_config`` (DeepSpeed JSON, resolved once),
 ``engine`` (the DeepSpeed engine), ``checkpoint/`` (the trainer state in checkpoints: record,
 save, resume checks, load), ``loop`` (the steps), ``evaluate``, ``metrics`` (metrics.jsonl),
-``run_folders`` (``--save`` and the run folder), ``report``/``figures`` (``tokshard plot``),
+``run_folders`` (``--save`` and the run folder), ``console`` (stdout, whose reader may quit),
+``report``/``figures`` (``tokshard plot``),
 ``api`` (the trainer's batches for any PyTorch loop, no DeepSpeed), ``samples`` (which samples
 a step trained on), ``megatron`` (Megatron-LM's data blend).
 From ``pipeline/`` it imports the format contract (``pipeline.format``) and storage, nothing
