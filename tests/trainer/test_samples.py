@@ -87,3 +87,11 @@ def test_a_reader_that_quits_early_ends_samples_quietly(run, reads):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_decode_without_the_manifests_tokenizer_is_one_line(run, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(run["data"], copy)
+    (copy / "tokenizer.json").unlink()
+    line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--decode", "--manifest", str(copy)), 1)
+    assert f"samples --decode: cannot read the manifest's tokenizer {copy / 'tokenizer.json'}" in line

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
 from trainer.console import reader_gone
 from trainer.samples import Layout, RunData
@@ -71,10 +71,17 @@ def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
 
 
 def tokenizer_decoder(run: RunData):
+    """``--decode``: the manifest's tokenizer.json (copied beside it by prepare)."""
     from tokenizers import Tokenizer
 
     path = manifest_mod.load(run.manifest_paths[0]).tokenizer_path
-    tok = Tokenizer.from_file(str(path))
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a missing or unreadable file
+        raise DataError(
+            f"samples --decode: cannot read the manifest's tokenizer {path} ({exc}); put the tokenizer.json "
+            "that prepared the data there, or drop --decode"
+        ) from exc
     return lambda ids: tok.decode(ids, skip_special_tokens=False)
 
 
