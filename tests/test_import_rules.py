@@ -127,13 +127,40 @@ def test_no_pipeline_module_imports_the_trainer_or_the_application():
     assert not edges(inside, "pipeline", lambda b: b.startswith(("trainer", "tokshard")))
 
 
-def test_the_trainer_imports_only_the_format_contract_from_the_pipeline():
+#: the trainer's door for launchers that start a module by name (``deepspeed --module trainer``):
+#: it runs the application layer's ``train`` command, so it is held to the application's rules
+LAUNCHER_DOOR = "trainer.__main__"
+#: where storage lives (local folder or object store), which both sides may import
+STORAGE = "pipeline.storage"
+
+
+def test_the_trainer_imports_only_the_format_contract_and_storage_from_the_pipeline():
     inside = import_graph()
 
     def forbidden(b: str) -> bool:
-        return (b.startswith("pipeline") and not b.startswith(CONTRACT)) or b.startswith("tokshard")
+        allowed = b.startswith((CONTRACT, STORAGE))
+        return (b.startswith("pipeline") and not allowed) or b.startswith("tokshard")
 
-    assert not edges(inside, "trainer", forbidden)
+    assert not {(a, b) for a, b in edges(inside, "trainer", forbidden) if a != LAUNCHER_DOOR}
+
+
+def test_the_launcher_door_only_runs_the_train_command():
+    """``python -m trainer`` is ``tokshard train``; nothing of the trainer imports the door."""
+    inside = import_graph()
+    assert inside[LAUNCHER_DOOR] == {"tokshard.cli"}
+    assert not [a for a, targets in inside.items() if LAUNCHER_DOOR in targets]
+
+
+def test_the_trainer_parses_no_command_line():
+    """Options and their parsing are the application layer's (``tokshard/commands/``): the
+    trainer library takes typed settings."""
+    files = module_files()
+    parsing = sorted(
+        name
+        for name, path in files.items()
+        if name.split(".")[0] == "trainer" and name != LAUNCHER_DOOR and "argparse" in imported_names(path)
+    )
+    assert not parsing
 
 
 #: pipeline's stages, each allowed to import only those before it

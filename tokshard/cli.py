@@ -20,10 +20,10 @@ from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.store import checked_location, is_url, refuse_url
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
 from tokshard.demo import SIZES
+from tokshard.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -342,24 +342,24 @@ def _batch_jobs(args: argparse.Namespace):
 
 
 def _train_main() -> Callable[[list[str]], int]:
-    from trainer.cli import main
+    from tokshard.commands.train import main
 
     return main
 
 
 def _samples_main() -> Callable[[list[str]], int]:
-    from trainer.samples import main
+    from tokshard.commands.samples import main
 
     return main
 
 
 def _megatron_main() -> Callable[[list[str]], int]:
-    from trainer.megatron import main
+    from tokshard.commands.megatron_args import main
 
     return main
 
 
-#: commands the trainer parses itself (its modules load torch: only when asked for)
+#: commands with their own parsers (tokshard/commands/; they load torch: only when asked for)
 TRAINER_COMMANDS: dict[str, Callable[[], Callable[[list[str]], int]]] = {
     "train": _train_main,
     "samples": _samples_main,
