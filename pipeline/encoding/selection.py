@@ -21,6 +21,7 @@ from pipeline.encoding.equivalence import (
     Verdict,
     Vocabulary,
     byte_level_spec,
+    confirm_builtin,
     first_difference,
     show,
     static_difference,
@@ -29,6 +30,7 @@ from pipeline.encoding.equivalence import (
     vocabulary_of,
 )
 from pipeline.encoding.fastokens_backend import FastokensEncoder, available
+from pipeline.encoding.routing import RoutedEncoder, describe, fastokens_class
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
 
@@ -48,8 +50,21 @@ def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str
     # would repeat that for nothing (a quarter of a second), one with others must redo it.
     confirm = checked_with != library_versions()
     if name == "fastokens":
-        return FastokensEncoder(path, threads, confirm=confirm)
+        fast = routed_fastokens(path, threads)
+        if confirm:
+            confirm_builtin(path, fast)
+        return fast
     return TiktokenEncoder(path, threads, confirm=confirm)
+
+
+def routed_fastokens(path: str, threads: int = 1) -> Encoder:
+    """fastokens, with the documents of its proven class (`pipeline.encoding.routing`) sent to
+    `tokenizers`; fastokens alone where that class is empty or none is proven."""
+    fast = FastokensEncoder(path, threads, confirm=False)
+    route = fastokens_class(path)
+    if not route:
+        return fast
+    return RoutedEncoder(fast, lambda: TokenizersEncoder(path, threads), route)
 
 
 BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
@@ -97,7 +112,7 @@ def choose(
         if verdict.equivalent:
             how = "auto" if requested == "auto" else f"requested with --encoder {name}"
             passed_over = "".join(f"; {r}" for r in refused)
-            return name, f"{how}: {verdict.reason}{passed_over}"
+            return name, f"{how}: {verdict.reason}{routing_note(name, tokenizer_path)}{passed_over}"
         if requested != "auto":
             raise TokshardError(
                 f"--encoder {name} would change the ids: {verdict.reason}; "
@@ -115,11 +130,29 @@ def likely_choice(requested: str) -> str:
     return "fastokens" if available() else "tiktoken"
 
 
-def manifest_entry(name: str, reason: str, threads: int) -> dict[str, object]:
-    """The manifest's ``encoder`` entry: which back end, why, and the library that ran it."""
+def manifest_entry(
+    name: str, reason: str, threads: int, tokenizer_path: str, routed_documents: int
+) -> dict[str, object]:
+    """The manifest's ``encoder`` entry: which back end, why, the library that ran it, and for
+    fastokens the class of documents it sent to `tokenizers` and how many there were."""
     library = "tokenizers" if name == "tokenizers" else name
-    return {"name": name, "reason": reason, "threads": threads, "library": library,
-            "version": library_version(library) or "unknown"}  # fmt: skip
+    entry: dict[str, object] = {"name": name, "reason": reason, "threads": threads, "library": library,
+                                "version": library_version(library) or "unknown"}  # fmt: skip
+    route = fastokens_class(tokenizer_path) if name == "fastokens" else None
+    if route:
+        entry["routed"] = {"class": describe(route), "to": "tokenizers", "documents": routed_documents}
+    return entry
+
+
+def routing_note(name: str, tokenizer_path: str) -> str:
+    """What the reason adds where fastokens routes a class of documents to `tokenizers`."""
+    route = fastokens_class(tokenizer_path) if name == "fastokens" else None
+    if not route:
+        return ""
+    return (
+        f"; documents holding {describe(route)} go to tokenizers (fastokens' regex engine "
+        "parts from it on that class alone, proven over every code point)"
+    )
 
 
 def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vocabulary]] | Verdict:
@@ -131,7 +164,7 @@ def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vo
             if not available():
                 return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
             spec = byte_level_spec(tokenizer_path)
-            return FastokensEncoder(tokenizer_path, confirm=False), lambda: vocabulary_from_spec(spec)
+            return routed_fastokens(tokenizer_path), lambda: vocabulary_from_spec(spec)
         fast = TiktokenEncoder(tokenizer_path, confirm=False)
         return fast, lambda: vocabulary_of(fast.conversion)
     except NotEquivalent as exc:

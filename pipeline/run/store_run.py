@@ -229,7 +229,7 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
         local = Path(staging)
         settings = recipe.settings
         src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
-        recipe.tokenizer_sha256 = tok.sha256
+        recipe.pin_tokenizer(tok)
         plan = run.load_plan()
         if plan is None:
             plan = runner.make_plan(recipe, tok, log)
@@ -287,7 +287,7 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
             if early is not None:
                 early.discard()
         finished = _finished_checkpoints(run, plan)
-        doc = runner.manifest_doc(recipe, plan, finished, encoder, reason, settings.threads)
+        doc = runner.manifest_doc(recipe, plan, finished, encoder, reason, settings.threads, str(local_tok))
         run.store.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(manifest_mod.sealed(doc)))
         log(f"wrote {manifest_url}")
         return manifest_url
