@@ -167,3 +167,34 @@ def check_fast_shape(spec: dict[str, Any]) -> None:
             f"vocabulary lacks {len(missing)} of the 256 bytes (first 0x{min(missing):02x}); "
             "tokenizers drops such bytes, the fast back ends cannot"
         )
+
+
+#: the normalizer of a SentencePiece-style BPE as Llama 2 and Mistral ship it: a "▁" before the
+#: text, and every space made one (no pre-tokenizer: the model sees the whole text)
+SENTENCEPIECE_NORMALIZER = {
+    "type": "Sequence",
+    "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+    ],
+}
+
+
+def is_sentencepiece_bpe(spec: dict[str, Any]) -> bool:
+    """A SentencePiece-style BPE with byte fallback in Llama 2's shape (the one other shape a
+    fast back end, fastokens, is checked on)."""
+    model = spec.get("model") or {}
+    return (
+        model.get("type") == "BPE"
+        and spec.get("normalizer") == SENTENCEPIECE_NORMALIZER
+        and spec.get("pre_tokenizer") is None
+        and model.get("byte_fallback") is True
+        and model.get("dropout") in (None, 0, 0.0)
+        and not model.get("continuing_subword_prefix")
+        and not model.get("end_of_word_suffix")
+    )
+
+
+def sentencepiece_text(token: str) -> str:
+    """The text a SentencePiece-style vocabulary entry stands for (its "▁" are spaces)."""
+    return token.replace("\u2581", " ")

@@ -20,8 +20,8 @@ from pipeline.encoding.equivalence import (
     SAMPLE_DOCS,
     Verdict,
     Vocabulary,
-    byte_level_spec,
     confirm_builtin,
+    fastokens_spec,
     first_difference,
     show,
     static_difference,
@@ -163,7 +163,7 @@ def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vo
         if candidate == "fastokens":
             if not available():
                 return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
-            spec = byte_level_spec(tokenizer_path)
+            spec, _ = fastokens_spec(tokenizer_path)
             return routed_fastokens(tokenizer_path), lambda: vocabulary_from_spec(spec)
         fast = TiktokenEncoder(tokenizer_path, confirm=False)
         return fast, lambda: vocabulary_of(fast.conversion)
@@ -208,7 +208,7 @@ def check(
         want = _ids(reference(), docs, candidate)  # while the workers boot
         got = _ids_elsewhere(elsewhere, candidate, docs)
         if got is not None:
-            return _documents_verdict(candidate, _kept_text(kept), docs, want, got)
+            return _documents_verdict(candidate, tokenizer_path, _kept_text(kept), docs, want, got)
     built = _build(candidate, tokenizer_path)
     if isinstance(built, Verdict):
         return built
@@ -221,7 +221,7 @@ def check(
     docs = _documents(samples)
     if want is None:
         want = _ids(reference(), docs, candidate)
-    return _documents_verdict(candidate, static, docs, want, _ids(fast, docs, candidate))
+    return _documents_verdict(candidate, tokenizer_path, static, docs, want, _ids(fast, docs, candidate))
 
 
 def _documents(samples: Callable[[], list[str]]) -> list[str]:
@@ -243,7 +243,12 @@ def _ids_elsewhere(elsewhere: Elsewhere, candidate: str, docs: list[str]) -> lis
 
 
 def _documents_verdict(
-    candidate: str, static: str, docs: list[str], want: list | Verdict, got: list | Verdict
+    candidate: str,
+    tokenizer_path: str,
+    static: str,
+    docs: list[str],
+    want: list | Verdict,
+    got: list | Verdict,
 ) -> Verdict:
     """The verdict once the static half passed: the run's documents decide."""
     for failed in (want, got):
@@ -254,9 +259,19 @@ def _documents_verdict(
         return Verdict(False, found)
     return Verdict(
         True,
-        f"byte-level BPE, and {candidate} gave the same ids as tokenizers on {static} "
+        f"{_shape(candidate, tokenizer_path)}, and {candidate} gave the same ids as tokenizers on {static} "
         f"and the run's first {len(docs)} documents",
     )
+
+
+def _shape(candidate: str, tokenizer_path: str) -> str:
+    """The shape the candidate was checked on, as the reason names it."""
+    if candidate == "fastokens":
+        try:
+            return fastokens_spec(tokenizer_path)[1]
+        except NotEquivalent:
+            pass
+    return "byte-level BPE"
 
 
 def _kept_text(kept: str) -> str:
