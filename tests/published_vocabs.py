@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from pipeline.encoding.byte_level import LLAMA3_PATTERN
+
 REPO = Path(__file__).resolve().parent.parent
 VOCABS = Path(os.environ.get("TOKSHARD_VOCABS", REPO / ".vocabs"))
 
@@ -45,11 +47,6 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "llama3-tokenizer-js": ("1.2.0", "51084690c7239708a3eb6adead1173bfd61b1f4d31cb0b8487e12ba466346ff0"),
 }
 NAMES = ("cl100k_base", "o200k_base", "llama3")
-#: Llama 3's split pattern, as Meta's tokenizer.json spells it
-LLAMA3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 EOS = {"cl100k_base": "<|endoftext|>", "o200k_base": "<|endoftext|>", "llama3": "<|end_of_text|>"}
 
 

@@ -90,23 +90,33 @@ def has_id_gaps(spec: dict[str, Any]) -> bool:
     return isinstance(vocab, dict) and bool(vocab) and max(vocab.values()) + 1 != len(vocab)
 
 
+def rewritten_text(path: str) -> str:
+    """The text fastokens is built from where the file's own is known not to do (`encoding_part`
+    for a vocabulary whose ids leave gaps), else "" (the file as it is)."""
+    spec = read_spec(path)
+    return encoding_part(spec) if has_id_gaps(spec) else ""
+
+
 class FastokensEncoder:
     """fastokens on a tokenizer.json: `tokenizers`' ids where the check says so, flat arrays out."""
 
     name = LIBRARY
 
-    def __init__(self, path: str, threads: int = 1, confirm: bool = True) -> None:
+    def __init__(
+        self, path: str, threads: int = 1, confirm: bool = True, rewritten: str | None = None
+    ) -> None:
+        """``rewritten``: `rewritten_text`'s answer for this file, where the caller has it."""
         set_threads(threads)
         import fastokens
 
-        spec = read_spec(path)
+        if rewritten is None:
+            rewritten = rewritten_text(path)
         # as it is, most often: rewriting it costs each worker's start, and a refusal costs a
         # whole build (1.5 s for a 200k vocabulary), so a file known to need it is rewritten first
-        text = encoding_part(spec) if has_id_gaps(spec) else file_text(path)
         try:
-            self.tokenizer = fastokens.Tokenizer.from_json_str(text)
+            self.tokenizer = fastokens.Tokenizer.from_json_str(rewritten or file_text(path))
         except ValueError:  # a part encoding never runs that fastokens cannot build
-            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(spec))
+            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(read_spec(path)))
         if confirm:
             confirm_builtin(path, self)
 

@@ -9,6 +9,7 @@ imports this module.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -29,7 +30,7 @@ from pipeline.encoding.equivalence import (
     vocabulary_from_spec,
     vocabulary_of,
 )
-from pipeline.encoding.fastokens_backend import FastokensEncoder, available
+from pipeline.encoding.fastokens_backend import FastokensEncoder, available, rewritten_text
 from pipeline.encoding.routing import RoutedEncoder, describe, fastokens_class
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
@@ -60,8 +61,12 @@ def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str
 def routed_fastokens(path: str, threads: int = 1) -> Encoder:
     """fastokens, with the documents of its proven class (`pipeline.encoding.routing`) sent to
     `tokenizers`; fastokens alone where that class is empty or none is proven."""
-    fast = FastokensEncoder(path, threads, confirm=False)
-    route = fastokens_class(path)
+    # what both derive from the file alone, kept for the run's workers on this machine
+    rewritten = check_cache.derived(
+        check_cache.key_parts("fastokens-text", path), lambda: rewritten_text(path)
+    )
+    fast = FastokensEncoder(path, threads, confirm=False, rewritten=rewritten)
+    route = _routed_class(path)
     if not route:
         return fast
     return RoutedEncoder(fast, lambda: TokenizersEncoder(path, threads), route)
@@ -130,6 +135,22 @@ def likely_choice(requested: str) -> str:
     return "fastokens" if available() else "tiktoken"
 
 
+def _routed_class(path: str) -> frozenset[int] | None:
+    """`routing.fastokens_class`, kept beside the checks for the run's workers on this machine
+    (`check_cache.derived`; an entry that does not read as a class is made again)."""
+
+    def make() -> str:
+        found = fastokens_class(path)
+        return json.dumps(None if found is None else sorted(found))
+
+    parts = check_cache.key_parts("fastokens-class", path)
+    try:
+        kept = json.loads(check_cache.derived(parts, make))
+    except ValueError:
+        kept = json.loads(make())
+    return None if kept is None else frozenset(int(c) for c in kept)
+
+
 def manifest_entry(
     name: str, reason: str, threads: int, tokenizer_path: str, routed_documents: int
 ) -> dict[str, object]:
@@ -138,7 +159,7 @@ def manifest_entry(
     library = "tokenizers" if name == "tokenizers" else name
     entry: dict[str, object] = {"name": name, "reason": reason, "threads": threads, "library": library,
                                 "version": library_version(library) or "unknown"}  # fmt: skip
-    route = fastokens_class(tokenizer_path) if name == "fastokens" else None
+    route = _routed_class(tokenizer_path) if name == "fastokens" else None
     if route:
         entry["routed"] = {"class": describe(route), "to": "tokenizers", "documents": routed_documents}
     return entry
@@ -146,7 +167,7 @@ def manifest_entry(
 
 def routing_note(name: str, tokenizer_path: str) -> str:
     """What the reason adds where fastokens routes a class of documents to `tokenizers`."""
-    route = fastokens_class(tokenizer_path) if name == "fastokens" else None
+    route = _routed_class(tokenizer_path) if name == "fastokens" else None
     if not route:
         return ""
     return (
