@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.encoding.byte_level import LLAMA3_PATTERN
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,11 +109,10 @@ def _llama3_strings() -> tuple[list[str], list[tuple[int, int]], list[str]]:
     vocab_b64 = re.search(r'llama_vocab_base64 = "([^"]*)"', data).group(1)
     merges_b64 = re.search(r'llama_merges_binary = "([^"]*)"', data).group(1)
     vocab = base64.b64decode(vocab_b64).decode("utf-8").split("\n")
-    raw = base64.b64decode(merges_b64)
-    bits = int.from_bytes(raw, "big")
-    total = len(raw) * 8
-    count = total // 17
-    ids = [(bits >> (total - 17 * (i + 1))) & 0x1FFFF for i in range(count)]
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(merges_b64), np.uint8))  # 17 bits an id
+    count = len(bits) // 17
+    weights = 1 << np.arange(16, -1, -1, dtype=np.int64)
+    ids = (bits[: count * 17].reshape(count, 17).astype(np.int64) * weights).sum(axis=1).tolist()
     merges = list(zip(ids[0::2], ids[1::2], strict=False))
     code = (src / "llama3-tokenizer.js").read_text(encoding="utf-8")
     block = code[code.index("const llama3SpecialTokens = [") :]

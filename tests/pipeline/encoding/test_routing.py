@@ -144,3 +144,13 @@ def test_prepare_with_o200k_writes_uint32_tiktokens_ids_and_counts_the_routed_do
     want = [i for d in docs for i in (*ref.encode_ordinary(d), m.eos_id)]
     assert m.eos_id == ref._special_tokens[EOS[name]]
     assert got.tolist() == want
+    # uint32 end to end: the trainer's windows and Megatron-LM's reader see the same ids
+    from trainer.data import WindowDataset
+
+    windows = WindowDataset(m, "train", seq_len=64)
+    rows = windows.batch(np.zeros(3, np.int64), np.arange(3))
+    assert rows.tolist() == [want[i * 64 : i * 64 + 65] for i in range(3)]
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    first = m.shards[0]
+    ds = indexed.IndexedDataset(str(first.bin_path)[: -len(".bin")], mmap=True)
+    assert [int(i) for d in range(len(ds)) for i in ds[d]] == want[: first.tokens]
