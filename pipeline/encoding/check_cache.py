@@ -27,7 +27,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
+from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
+from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.store_cache import cache_root
 
@@ -136,3 +138,21 @@ def derived(parts: dict[str, object] | None, make: Callable[[], str]) -> str:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     return text
+
+
+def resolve_tokenizer(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:
+    """`tokenizer.resolve`, its facts (ids, EOS and how it was found, dtype) kept under the
+    tokenizer's content and this code: a later run of a 200k vocabulary then starts its workers
+    without first loading the tokenizer (about a second and a half); the check loads it while
+    they boot. A refusal is never kept."""
+    src = tokenizer.locate(spec)
+
+    def inspect() -> str:
+        return json.dumps(tokenizer.inspect_file(src, spec, eos_token, dtype).to_json())
+
+    parts = key_parts(f"facts|{eos_token}|{dtype}", str(src))
+    try:
+        facts = json.loads(derived(parts, inspect))
+        return src, TokenizerInfo(**{**facts, "origin": spec})
+    except (ValueError, TypeError):  # an entry that does not read as the facts: find them again
+        return src, tokenizer.inspect_file(src, spec, eos_token, dtype)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.encoding import tokenizer
+from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
@@ -85,7 +85,7 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         if leftovers:
             log(f"removed {len(leftovers)} temporary files of interrupted writes")
         settings = recipe.settings
-        src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
+        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
         recipe.pin_tokenizer(tok)
         plan = _load_or_make_plan(recipe, out, tok, log)
         tokenizer.install(src, tok, out)

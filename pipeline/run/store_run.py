@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.encoding import tokenizer
+from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
@@ -228,7 +228,7 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
     with lease(run.store, run_id, log), tempfile.TemporaryDirectory(prefix="tokshard-driver-") as staging:
         local = Path(staging)
         settings = recipe.settings
-        src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
+        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
         recipe.pin_tokenizer(tok)
         plan = run.load_plan()
         if plan is None:

@@ -211,3 +211,24 @@ def test_what_fastokens_is_built_from_is_derived_once_and_a_damaged_entry_is_mad
     assert again.route == first.route == frozenset({0x180E})
     texts = ["hello world", "a\u180eb 've", "日本語"]
     assert [list(x) for x in again.encode_batch(texts)] == [list(x) for x in first.encode_batch(texts)]
+
+
+def test_a_tokenizers_facts_are_kept_and_a_refusal_is_not(cache, gpt2_tokenizer_path, monkeypatch):
+    """A later run finds the ids, EOS and dtype of the same tokenizer without loading it; a
+    refusal (uint16 asked for ids past it) is found afresh each time."""
+    from published_vocabs import tokenizer_json
+
+    from pipeline.encoding import tokenizer
+    from pipeline.format.errors import TokshardError
+
+    first = check_cache.resolve_tokenizer(str(gpt2_tokenizer_path), None, "auto")
+    for _ in range(2):
+        with pytest.raises(TokshardError, match="does not fit uint16"):
+            check_cache.resolve_tokenizer(str(tokenizer_json("cl100k_base")), None, "uint16")
+
+    def not_again(*args):
+        raise AssertionError("inspected again")
+
+    monkeypatch.setattr(tokenizer, "inspect_file", not_again)
+    assert check_cache.resolve_tokenizer(str(gpt2_tokenizer_path), None, "auto") == first
+    assert first[1].eos_id == 50256 and first[1].dtype == "uint16"
