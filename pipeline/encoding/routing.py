@@ -23,7 +23,6 @@ import numpy as np
 from pipeline.encoding.backend import flat, library_versions
 from pipeline.encoding.byte_level import (
     CL100K_PATTERN,
-    GPT2_PATTERN,
     LLAMA3_PATTERN,
     O200K_PATTERN,
     NotEquivalent,
@@ -32,12 +31,11 @@ from pipeline.encoding.byte_level import (
 from pipeline.encoding.tokenizer import read_spec
 
 #: (fastokens version, tokenizers version, split pattern) -> the code points on which they part
-#: (none for Llama 3's and GPT-2's patterns, which fastokens splits without a regex engine)
+#: (none for Llama 3's pattern, which fastokens splits without a regex engine)
 PROVEN: dict[tuple[str, str, str], frozenset[int]] = {
     ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset({0x180E}),
     ("0.3.5", "0.23.3", O200K_PATTERN): frozenset({0x180E}),
     ("0.3.5", "0.23.3", LLAMA3_PATTERN): frozenset(),
-    ("0.3.5", "0.23.3", GPT2_PATTERN): frozenset(),
 }
 
 #: one code point ``c`` in every context the patterns tell apart
