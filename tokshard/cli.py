@@ -117,7 +117,9 @@ def _add_prepare(sub) -> None:
         help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
     )
     p.add_argument("--encoder", choices=ENCODERS, help="encoder back end (default auto)")
-    p.add_argument("--dtype", choices=DTYPES, help="token dtype (uint32 for vocabularies > 65,536)")
+    p.add_argument(
+        "--dtype", choices=DTYPES, help="token dtype (default auto: uint16 where every id fits, else uint32)"
+    )
     p.add_argument(
         "--shard-tokens", type=positive_int, help="at most this many tokens per shard (default 2^27)"
     )
@@ -452,9 +454,17 @@ def _prepared_line(path: Path | str, seconds: float) -> str:
         for split in src["splits"].values():
             for reason, n in split.get("skipped", {}).items():
                 skipped[reason] = skipped.get(reason, 0) + n
+    routed = data.get("encoder", {}).get("routed")
+    routed_text = (
+        f"; {routed['documents']:,} documents holding {routed['class']} encoded by {routed['to']}"
+        if routed
+        else ""
+    )
     return (
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
+        f"{totals['shards']} shards ({seconds:.1f} s)"
+        + (f"; {skipped_text(skipped)}" if skipped else "")
+        + routed_text
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.encoding import tokenizer
+from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
@@ -85,8 +85,8 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
         if leftovers:
             log(f"removed {len(leftovers)} temporary files of interrupted writes")
         settings = recipe.settings
-        src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
-        recipe.tokenizer_sha256 = tok.sha256
+        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
+        recipe.pin_tokenizer(tok)
         plan = _load_or_make_plan(recipe, out, tok, log)
         tokenizer.install(src, tok, out)
         done_manifest = _complete_manifest(out, plan)
@@ -406,7 +406,7 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
         if not all((out / rec.path).exists() for rec in ck.closed):
             finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
         finished.append(ck)
-    doc = manifest_doc(recipe, plan, finished, encoder, reason, threads)
+    doc = manifest_doc(recipe, plan, finished, encoder, reason, threads, str(out / tokenizer.TOKENIZER_FILE))
     path = manifest.write(out, doc)
     for stray in state_dir(out).glob("spool/*"):
         stray.unlink(missing_ok=True)
@@ -414,7 +414,13 @@ def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason:
 
 
 def manifest_doc(
-    recipe: Recipe, plan: Plan, finished: list[Checkpoint], encoder: str, reason: str, threads: int
+    recipe: Recipe,
+    plan: Plan,
+    finished: list[Checkpoint],
+    encoder: str,
+    reason: str,
+    threads: int,
+    tokenizer_path: str,
 ) -> dict[str, Any]:
     """The manifest of a run whose partitions all finished (``finished``: in plan order)."""
     refuse_empty_run(recipe, finished)
@@ -436,7 +442,7 @@ def manifest_doc(
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings.dtype,
         tokenizer=plan.tokenizer,
-        encoder=manifest_entry(encoder, reason, threads),
+        encoder=manifest_entry(encoder, reason, threads, tokenizer_path, sum(ck.routed for ck in finished)),
         sources=sources,
         shards=shards,
     )

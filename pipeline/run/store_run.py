@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.encoding import tokenizer
+from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError, json_bytes
@@ -228,8 +228,8 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
     with lease(run.store, run_id, log), tempfile.TemporaryDirectory(prefix="tokshard-driver-") as staging:
         local = Path(staging)
         settings = recipe.settings
-        src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
-        recipe.tokenizer_sha256 = tok.sha256
+        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
+        recipe.pin_tokenizer(tok)
         plan = run.load_plan()
         if plan is None:
             plan = runner.make_plan(recipe, tok, log)
@@ -287,7 +287,7 @@ def prepare_in_store(recipe: Recipe, url: str, options: Any, log: Log) -> str:
             if early is not None:
                 early.discard()
         finished = _finished_checkpoints(run, plan)
-        doc = runner.manifest_doc(recipe, plan, finished, encoder, reason, settings.threads)
+        doc = runner.manifest_doc(recipe, plan, finished, encoder, reason, settings.threads, str(local_tok))
         run.store.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(manifest_mod.sealed(doc)))
         log(f"wrote {manifest_url}")
         return manifest_url
