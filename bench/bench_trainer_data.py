@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -136,18 +137,19 @@ STARTUP_CODE = """
 import json, sys, time
 t0 = time.perf_counter()
 from pipeline.format import manifest as manifest_mod
-from trainer.loop import TrainArgs, prepare
+from trainer.plan import prepare
+from trainer.settings import DataSettings, ModelSettings, TrainSettings
 t_import = time.perf_counter() - t0
 import numpy as np
 t0 = time.perf_counter()
 m = manifest_mod.load(sys.argv[1])
 t_load = time.perf_counter() - t0
 t0 = time.perf_counter()
-plan = prepare(TrainArgs(manifest=sys.argv[1], model="opt-125m", seq_len=2048))
+plan = prepare(TrainSettings(DataSettings((sys.argv[1],), seq_len=2048), ModelSettings("opt-125m")))
 t_prepare = time.perf_counter() - t0
 t0 = time.perf_counter()
-d = plan.sampler.draw(np.arange(8))
-plan.dataset.batch(d.sources, d.windows)
+d = plan.data.schedule.draw(np.arange(8))
+plan.data.dataset.batch(d.sources, d.windows)
 t_first = time.perf_counter() - t0
 print(json.dumps({"shards": len(m.shards), "tokens": sum(s.tokens for s in m.shards),
                   "import_s": t_import, "manifest_load_s": t_load,
@@ -156,7 +158,7 @@ print(json.dumps({"shards": len(m.shards), "tokens": sum(s.tokens for s in m.sha
 
 
 def bench_startup(manifest: Path) -> dict:
-    """In a fresh process: manifest load; ``trainer.loop.prepare`` (every guard incl. one stat per
+    """In a fresh process: manifest load; ``trainer.plan.prepare`` (every guard incl. one stat per
     shard, dataset, sampler); first batch. Python/torch import time is reported apart."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = []
@@ -183,7 +185,7 @@ def bench_train(manifest: Path, run_dir: Path, steps: int = 300) -> dict:
            "--seq-len", "256", "--micro-batch", "8", "--steps", str(steps),
            "--log-every", "10", "--run-dir", str(run_dir)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run writes only into a folder of its own
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -236,7 +238,6 @@ def main() -> None:
         small_vocab = synth_manifest(args.data / "trainer-1gib-vocab2048", tokens=2**29, shard_tokens=1 << 27,
                                      doc_len=(50, 4000), vocab=2048)  # fmt: skip
         run_dir = args.data / "trainer-cpu-run"
-        run_dir.mkdir(parents=True, exist_ok=True)
         results["train"] = r = bench_train(small_vocab, run_dir)
         print(
             f"| CPU run, tiny model, 8 x 256 tokens per step, {r['steps']} steps | data wait mean {100 * r['data_wait_frac_mean']:.3f}%, max "

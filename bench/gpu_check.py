@@ -101,21 +101,26 @@ def build_manifest(text: Path, out: Path, validation_every: int = 20, threads: i
 
 
 def train_args(a: argparse.Namespace, micro: int, steps: int):
-    """The TrainArgs ``tokshard train`` would get from the same flags."""
-    from trainer.loop import TrainArgs
+    """The settings ``tokshard train`` would get from the same flags."""
+    from trainer.settings import DataSettings, LogSettings, ModelSettings, OptimSettings, TrainSettings
 
-    return TrainArgs(manifest=a.manifest, model=a.model, vocab_size=a.vocab_size, seq_len=a.seq_len,
-                     steps=steps, micro_batch=micro, deepspeed=a.deepspeed, log_every=1)  # fmt: skip
+    return TrainSettings(
+        data=DataSettings(manifests=(a.manifest,), seq_len=a.seq_len),
+        model=ModelSettings(name=a.model, vocab_size=a.vocab_size),
+        optim=OptimSettings(deepspeed=a.deepspeed, steps=steps, micro_batch=micro),
+        log=LogSettings(every=1),
+    )
 
 
-def engine_for(args):
-    """The engine ``tokshard train`` builds for ``args`` (same guards, config and model)."""
+def engine_for(settings):
+    """The engine ``tokshard train`` builds for ``settings`` (same guards, config and model)."""
     from trainer import distributed
-    from trainer.loop import build_engine, prepare
+    from trainer.engine import build_engine
+    from trainer.plan import prepare
 
-    plan = prepare(args)
+    plan = prepare(settings)
     dist = distributed.init(plan.cuda)
-    engine, config, _ = build_engine(plan, args, dist)
+    engine, config, _ = build_engine(plan, dist)
     return plan, dist, engine, config
 
 
@@ -136,7 +141,7 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
 
     candidates = [int(x) for x in a.candidates.split(",")]
     plan, dist, engine, _ = engine_for(train_args(a, candidates[0], a.steps))
-    vocab = plan.spec.limits.vocab_size
+    vocab = plan.model.limits.vocab_size
     rows = []
     for micro in candidates:
         try:

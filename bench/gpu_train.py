@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_trainer_data import synth_manifest, warm_page_cache  # noqa: E402
-from trainer.loop import TrainArgs, train  # noqa: E402
+from trainer.loop import train  # noqa: E402
 from trainer.model import GPT, gpt_config  # noqa: E402
+from trainer.settings import DataSettings, LogSettings, ModelSettings, OptimSettings, TrainSettings  # noqa: E402
 
 #: dense bf16 tensor-core peak, TFLOP/s (vendor data sheets, no sparsity)
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0}
@@ -71,22 +73,24 @@ def main() -> None:
         synth_manifest(manifest.parent, tokens=2**28, shard_tokens=1 << 27, doc_len=(50, 4000))
     if rank == 0:
         warm_page_cache(manifest)
-    run_dir = args.data / "run"
-    if rank == 0 and (run_dir / "metrics.jsonl").exists():
-        (run_dir / "metrics.jsonl").unlink()
+    # one folder per launch (the launcher's port is the same on every rank): a fresh run writes
+    # only into a folder of its own
+    run_dir = args.data / f"run-{os.environ.get('MASTER_PORT', 'local')}"
+    if rank == 0:
+        shutil.rmtree(run_dir, ignore_errors=True)
     while not manifest.is_file():  # other ranks wait for rank 0 to synthesize it
         time.sleep(1)
     train(
-        TrainArgs(
-            manifest=str(manifest),
-            deepspeed=args.deepspeed,
-            model=args.model,
-            seq_len=args.seq_len,
-            steps=args.steps,
-            micro_batch=args.micro_batch,
-            grad_accum=args.grad_accum,
-            log_every=10,
-            run_dir=str(run_dir),
+        TrainSettings(
+            data=DataSettings(manifests=(str(manifest),), seq_len=args.seq_len),
+            model=ModelSettings(name=args.model),
+            optim=OptimSettings(
+                deepspeed=args.deepspeed,
+                steps=args.steps,
+                micro_batch=args.micro_batch,
+                grad_accum=args.grad_accum,
+            ),
+            log=LogSettings(run_dir=str(run_dir), every=10),
         )
     )
     if rank != 0:

@@ -4,7 +4,7 @@ A recipe has top-level settings and one ``[sources.NAME]`` table per source::
 
     tokenizer = "gpt2"            # TOK: tokenizer.json, folder, or hub name
     out = "data/wikitext-103"     # default output folder (--out wins)
-    dtype = "uint16"              # or "uint32" for vocabularies over 65,536
+    dtype = "auto"                # uint16 where every id fits, else uint32 (or name one)
     shard_tokens = 134217728      # at most this many tokens per shard (2^27)
 
     [sources.wiki]
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.encoding import BACKEND_NAMES
+from pipeline.encoding.tokenizer import AUTO_DTYPE, TokenizerInfo
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import content_hash
 from pipeline.format.token_dtypes import TOKEN_DTYPES
@@ -32,7 +33,7 @@ from pipeline.format.token_dtypes import TOKEN_DTYPES
 DEFAULT_SHARD_TOKENS = 1 << 27
 
 #: each set of choices, defined once: the recipe checks against it, the CLI offers it
-DTYPES: tuple[str, ...] = tuple(TOKEN_DTYPES)
+DTYPES: tuple[str, ...] = (AUTO_DTYPE, *TOKEN_DTYPES)
 ENCODERS: tuple[str, ...] = ("auto", *BACKEND_NAMES)
 BAD_RECORD_POLICIES: tuple[str, ...] = ("error", "skip")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -48,7 +49,8 @@ class Settings:
 
     # these decide the output (its identity: hashed, and compared on resume)
     tokenizer: str
-    dtype: str = "uint16"
+    #: `AUTO_DTYPE` until `Recipe.pin_tokenizer` puts the dtype it chose in its place
+    dtype: str = AUTO_DTYPE
     shard_tokens: int = DEFAULT_SHARD_TOKENS
     eos_token: str | None = None
     # these only decide how a run goes; changing them between reruns is fine
@@ -82,6 +84,12 @@ class Recipe:
         out["tokenizer_sha256"] = self.tokenizer_sha256
         out["sources"] = self.sources
         return out
+
+    def pin_tokenizer(self, info: TokenizerInfo) -> None:
+        """Fix what the run's tokenizer decides: its content hash, and the dtype ``auto`` chose
+        (so the identity holds the dtype written: a run started as ``uint16`` resumes as ``auto``)."""
+        self.tokenizer_sha256 = info.sha256
+        self.settings = replace(self.settings, dtype=info.dtype)
 
     def identity(self) -> dict[str, Any]:
         """Everything that decides the output bytes, and nothing else."""

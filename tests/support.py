@@ -38,6 +38,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from pipeline import recipe as recipe_mod
+from pipeline.encoding.byte_level import LLAMA3_PATTERN  # noqa: F401  (tests import it from here)
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.shard_writer import ShardSequence
 from pipeline.run.driver import RunOptions, prepare
@@ -150,12 +151,6 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     if check and proc.returncode != 0:
         raise AssertionError(f"tokshard {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
-
-
-LLAMA3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 
 
 def train_tokenizer_json(

@@ -16,9 +16,6 @@ PACKAGES = ("pipeline", "trainer", "tokshard")
 CONTRACT = "pipeline.format"
 #: what the format contract may import from outside the project
 CONTRACT_THIRD_PARTY = {"numpy", "xxhash"}
-#: the argparse helpers still sit in the contract's folder and use storage's location checks;
-#: their move out of pipeline/format/ belongs to the trainer's side of the redesign
-CONTRACT_PENDING_MOVE = {"pipeline.format.usage"}
 STORAGE = "pipeline.storage"
 #: what the storage package may import from outside the project: xxhash at load, and fsspec
 #: inside functions only (when a location is a URL), so a node reading local shards never loads it
@@ -132,6 +129,11 @@ def test_no_pipeline_module_imports_the_trainer_or_the_application():
     assert not edges(inside, "pipeline", lambda b: b.startswith(("trainer", "tokshard")))
 
 
+#: the trainer's door for launchers that start a module by name (``deepspeed --module trainer``):
+#: it runs the application layer's ``train`` command, so it is held to the application's rules
+LAUNCHER_DOOR = "trainer.__main__"
+
+
 def test_the_trainer_imports_only_the_format_contract_and_storage_from_the_pipeline():
     inside = import_graph()
 
@@ -139,7 +141,26 @@ def test_the_trainer_imports_only_the_format_contract_and_storage_from_the_pipel
         shared = b.startswith((CONTRACT, STORAGE)) or b == "pipeline"
         return (b.startswith("pipeline") and not shared) or b.startswith("tokshard")
 
-    assert not edges(inside, "trainer", forbidden)
+    assert not {(a, b) for a, b in edges(inside, "trainer", forbidden) if a != LAUNCHER_DOOR}
+
+
+def test_the_launcher_door_only_runs_the_train_command():
+    """``python -m trainer`` is ``tokshard train``; nothing of the trainer imports the door."""
+    inside = import_graph()
+    assert inside[LAUNCHER_DOOR] == {"tokshard.cli"}
+    assert not [a for a, targets in inside.items() if LAUNCHER_DOOR in targets]
+
+
+def test_the_trainer_parses_no_command_line():
+    """Options and their parsing are the application layer's (``tokshard/commands/``): the
+    trainer library takes typed settings."""
+    files = module_files()
+    parsing = sorted(
+        name
+        for name, path in files.items()
+        if name.split(".")[0] == "trainer" and name != LAUNCHER_DOOR and "argparse" in imported_names(path)
+    )
+    assert not parsing
 
 
 #: pipeline's stages, each allowed to import only those before it
@@ -159,14 +180,13 @@ def test_each_pipeline_stage_imports_only_earlier_stages():
         for b in targets
         if stage(a) and stage(b) and stage(a) != stage(b) and STAGES.index(stage(b)) > STAGES.index(stage(a))
     }
-    assert not wrong - {(a, b) for a, b in wrong if a in CONTRACT_PENDING_MOVE}
+    assert not wrong
 
 
 def test_the_format_contract_needs_only_numpy_xxhash_and_the_standard_library():
     inside = import_graph()
     files = module_files()
-    roots = {name for name in inside if name.startswith(CONTRACT) and name not in CONTRACT_PENDING_MOVE}
-    contract = closure(inside, roots)
+    contract = closure(inside, {name for name in inside if name.startswith(CONTRACT)})
     assert all(name == "pipeline" or name.startswith(CONTRACT) for name in contract), sorted(contract)
     for name in contract:
         assert third_party(imported_names(files[name])) <= CONTRACT_THIRD_PARTY, name

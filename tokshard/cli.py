@@ -21,11 +21,11 @@ from typing import Any
 from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
-from pipeline.format.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
 from pipeline.storage.locations import is_url, refuse_url
 from tokshard.demo import SIZES
+from tokshard.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -119,7 +119,9 @@ def _add_prepare(sub) -> None:
         help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
     )
     p.add_argument("--encoder", choices=ENCODERS, help="encoder back end (default auto)")
-    p.add_argument("--dtype", choices=DTYPES, help="token dtype (uint32 for vocabularies > 65,536)")
+    p.add_argument(
+        "--dtype", choices=DTYPES, help="token dtype (default auto: uint16 where every id fits, else uint32)"
+    )
     p.add_argument(
         "--shard-tokens", type=positive_int, help="at most this many tokens per shard (default 2^27)"
     )
@@ -344,24 +346,24 @@ def _batch_jobs(args: argparse.Namespace):
 
 
 def _train_main() -> Callable[[list[str]], int]:
-    from trainer.cli import main
+    from tokshard.commands.train import main
 
     return main
 
 
 def _samples_main() -> Callable[[list[str]], int]:
-    from trainer.samples import main
+    from tokshard.commands.samples import main
 
     return main
 
 
 def _megatron_main() -> Callable[[list[str]], int]:
-    from trainer.megatron import main
+    from tokshard.commands.megatron_args import main
 
     return main
 
 
-#: commands the trainer parses itself (its modules load torch: only when asked for)
+#: commands with their own parsers (tokshard/commands/; they load torch: only when asked for)
 TRAINER_COMMANDS: dict[str, Callable[[], Callable[[list[str]], int]]] = {
     "train": _train_main,
     "samples": _samples_main,
@@ -455,9 +457,17 @@ def _prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> st
         for split in src["splits"].values():
             for reason, n in split.get("skipped", {}).items():
                 skipped[reason] = skipped.get(reason, 0) + n
+    routed = data.get("encoder", {}).get("routed")
+    routed_text = (
+        f"; {routed['documents']:,} documents holding {routed['class']} encoded by {routed['to']}"
+        if routed
+        else ""
+    )
     return (
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)" + (f"; {skipped_text(skipped)}" if skipped else "")
+        f"{totals['shards']} shards ({seconds:.1f} s)"
+        + (f"; {skipped_text(skipped)}" if skipped else "")
+        + routed_text
     )
 
 

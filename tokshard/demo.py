@@ -48,6 +48,7 @@ MIRROR = "hub-mirror"
 RECIPE = "recipe.toml"
 DATA = "data"
 RUN = "run"
+TRAIN_LOG = "train.log"
 REPORT_PNG = "report.png"
 LENGTHS_PNG = "doc_lengths.png"
 DS_CONFIG = "deepspeed.json"
@@ -130,6 +131,12 @@ class DemoFolder:
     @property
     def run(self) -> Path:
         return self.root / RUN
+
+    @property
+    def train_log(self) -> Path:
+        """The trainer's whole output, every attempt appended (beside ``run``, which the
+        trainer's own files fill)."""
+        return self.root / TRAIN_LOG
 
     def record(self) -> dict[str, Any]:
         path = self.root / DEMO_FILE
@@ -327,23 +334,25 @@ def train_args(folder: DemoFolder, size: DemoSize, resume: bool) -> list[str]:
 
 def trained_step(folder: DemoFolder) -> int:
     """The step of the newest checkpoint (0: none yet)."""
-    from trainer import checkpoint
+    from trainer.checkpoint.state import latest_tag, read_state
 
-    if checkpoint.latest_tag(folder.run) is None:
+    if latest_tag(folder.run) is None:
         return 0
-    _, state = checkpoint.read_state(folder.run)
-    return int(state["step"])
+    return read_state(folder.run)[1].step
 
 
 def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     """``python -m trainer`` as a single-process DeepSpeed run, its console lines echoed.
 
     A child process keeps DeepSpeed's process group and globals out of this one. Its full
-    output goes to ``run/train.log``; the step and eval lines are shown as they come.
+    output goes to ``train.log``; the step and eval lines are shown as they come. Without a
+    checkpoint the run starts over: what an earlier attempt left in ``run`` (its record,
+    nothing to resume) goes first, since a new run writes only into an empty folder.
     """
     resume = trained_step(folder) > 0
     write_json(folder.root / DS_CONFIG, default_config(bf16=AUTO))
-    folder.run.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        shutil.rmtree(folder.run, ignore_errors=True)
     root = str(Path(__file__).resolve().parent.parent)
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
@@ -353,7 +362,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     cmd = [sys.executable, "-m", "trainer", *train_args(folder, size, resume)]
     shown = re.compile(r"^(step|eval|tokshard)")
     last_error = ""
-    with open(folder.run / "train.log", "a") as logfile:
+    with open(folder.train_log, "a") as logfile:
         logfile.write(f"$ {' '.join(cmd)}\n")
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
@@ -368,7 +377,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
         code = proc.wait()
     if code != 0:
         why = last_error or f"exit status {code}"
-        raise TokshardError(f"training failed ({why}); the full log is {folder.run / 'train.log'}")
+        raise TokshardError(f"training failed ({why}); the full log is {folder.train_log}")
 
 
 # --- the whole demo ------------------------------------------------------------------------

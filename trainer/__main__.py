@@ -1,21 +1,15 @@
-"""``python -m trainer``, ``deepspeed --module trainer``, ``torchrun -m trainer``: tokshard train."""
+"""``python -m trainer``, ``deepspeed --module trainer``, ``torchrun -m trainer``: `tokshard train`.
+
+Launchers start a module by name, so the trainer's package carries this door; what it runs is
+the application layer's ``train`` command (``tokshard/commands/train.py``), with the same
+one-line errors as ``tokshard train``.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from pipeline.format.errors import TokshardError
-
-
-def run() -> int:
-    from trainer.cli import main
-
-    try:
-        return main(sys.argv[1:])
-    except TokshardError as exc:
-        print(f"tokshard: error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
-
+from tokshard.cli import main
 
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(main(["train", *sys.argv[1:]]))

@@ -14,7 +14,6 @@ Imports numpy, torch and tokshard's format contract only: no DeepSpeed. See docs
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,11 @@ import torch
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
+from trainer.checkpoint import resume
+from trainer.checkpoint.state import TrainerState, read_state, read_tag
 from trainer.data import WindowDataset, sources_with_split
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
-from trainer.schedule import Schedule, SourceInfo
+from trainer.schedule import Schedule, token_shares, window_sources
 
 
 def micro_batch_positions(
@@ -48,16 +49,6 @@ def micro_batch_positions(
         first_micro = 0
         samples += global_batch
         done += 1
-
-
-def window_sources(dataset: WindowDataset) -> list[SourceInfo]:
-    """What the schedule keeps of each source: its window count and content hash."""
-    return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
-
-
-def token_shares(dataset: WindowDataset) -> dict[str, float]:
-    """The default mixture: each source's share of the split's tokens."""
-    return {s.source: float(s.tokens) for s in dataset.streams}
 
 
 class TrainingSamples(torch.utils.data.IterableDataset):
@@ -88,8 +79,10 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         if not 0 <= rank < world:
             raise TokshardError(f"rank {rank} is not in a world of {world}")
         paths = manifest if isinstance(manifest, list) else [manifest]
-        manifests = [manifest_mod.load(p) for p in paths]
-        self.dataset = WindowDataset(manifests, split, seq_len, sources_with_split(manifests, split))
+        self.manifests = [manifest_mod.load(p) for p in paths]
+        self.dataset = WindowDataset(
+            self.manifests, split, seq_len, sources_with_split(self.manifests, split)
+        )
         self.seq_len, self.global_batch, self.micro = seq_len, global_batch, micro_batch
         self.rank, self.world, self.seed, self.split = rank, world, seed, split
         self._mix = parse_mix(mix) if isinstance(mix, str) else mix
@@ -137,40 +130,47 @@ class TrainingSamples(torch.utils.data.IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (ours, or a ``tokshard train`` checkpoint's tokshard.json), with
         this object's world, rank and batch sizes; this object's ``mix``, if given, applies from here."""
-        split = state.get("train_split", state.get("data", {}).get("train_split"))
-        seq_len = state.get("seq_len", state.get("data", {}).get("seq_len"))
+        if "data" in state:  # a checkpoint's: at a step boundary, any layout
+            checkpoint = TrainerState.from_json(state)
+            split, seq_len = checkpoint.data.train_split, checkpoint.data.seq_len
+            seed, samples, micro_step = checkpoint.seed, checkpoint.samples, 0
+            saved = resume.saved_schedule(checkpoint, self.manifests, window_sources(self.dataset))
+        else:
+            split, seq_len = state["train_split"], state["seq_len"]
+            seed, samples, micro_step = (
+                int(state["seed"]),
+                int(state["samples"]),
+                int(state.get("micro_step", 0)),
+            )
+            saved = Schedule.from_json(state["schedule"], seed)
         if (split, seq_len) != (self.split, self.seq_len):
             raise TokshardError(
                 f"the state is for split {split!r} and seq-len {seq_len}, this data is {self.split!r} "
                 f"and {self.seq_len}"
             )
-        micro_step = int(state.get("micro_step", 0))
         layout = (self.world, self.micro, self.global_batch)
         if micro_step and (state.get("world"), state.get("micro_batch"), state.get("global_batch")) != layout:
             raise TokshardError(
                 "the state was saved inside an optimizer step; resume it with the same world, micro-batch and "
                 "global batch, or save at a step boundary (micro_step 0) to change them"
             )
-        saved = Schedule.from_json(state["schedule"], int(state["seed"]))
-        resumed = saved.continued(window_sources(self.dataset), self._mix, int(state["samples"]))
+        resumed = saved.continued(window_sources(self.dataset), self._mix, samples)
         if resumed.data_changes:
             raise TokshardError(
                 "the data changed since the state was saved: " + "; ".join(resumed.data_changes)
             )
-        self.schedule, self.seed = resumed.schedule, int(state["seed"])
-        self.samples, self.micro_step = int(state["samples"]), micro_step
+        self.schedule, self.seed = resumed.schedule, seed
+        self.samples, self.micro_step = samples, micro_step
 
     @classmethod
     def from_checkpoint(cls, save_dir: str | Path, tag: str | None = None, **kwargs: Any) -> TrainingSamples:
         """The samples a ``tokshard train --resume`` from ``save_dir`` would train on next."""
         save_dir = Path(save_dir)
-        tag = tag or (save_dir / "latest").read_text().strip()
-        state = json.loads((save_dir / tag / "tokshard.json").read_text())
-        data = state["data"]
-        kwargs.setdefault("seq_len", data["seq_len"])
-        kwargs.setdefault("split", data["train_split"])
-        kwargs.setdefault("global_batch", state["train_batch_size"])
-        kwargs.setdefault("manifest", data["manifest"])
-        samples = cls(seed=state["seed"], **kwargs)
-        samples.load_state_dict(state)
+        tag, checkpoint = (tag, read_tag(save_dir, tag)) if tag else read_state(save_dir)
+        kwargs.setdefault("seq_len", checkpoint.data.seq_len)
+        kwargs.setdefault("split", checkpoint.data.train_split)
+        kwargs.setdefault("global_batch", checkpoint.train_batch_size)
+        kwargs.setdefault("manifest", list(checkpoint.data.manifests))
+        samples = cls(seed=checkpoint.seed, **kwargs)
+        samples.load_state_dict(checkpoint.to_json())
         return samples

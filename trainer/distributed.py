@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def launched_world() -> int:
+    """The number of ranks the launcher started, read before any process group exists."""
+    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
 def single_process_env() -> None:
     """Give a process started without a launcher the environment of a world of one."""
     if "RANK" in os.environ or any(k in os.environ for k in _MPI_ENV):
@@ -51,6 +60,9 @@ def init(cuda: bool) -> Dist:
     from deepspeed.utils import logger
 
     logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
+    for handler in logger.handlers:  # DeepSpeed's diagnostics to stderr: stdout is the run's console
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
     if not cuda:
         # the shared-memory all-reduce is a JIT-compiled extension (a minute) that gloo does not need
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False

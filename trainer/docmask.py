@@ -10,7 +10,7 @@ alone. ``tests/test_trainer_docmask.py`` checks both against Megatron's own mask
 
 Attention: PyTorch's ``scaled_dot_product_attention`` with a boolean ``[B, 1, T, T]`` mask
 (everywhere), or FlexAttention with a block mask that skips whole blocks outside the diagonal
-(on CUDA, where ``torch.nn.attention.flex_attention`` exists). Cost: bench/RESULTS.md.
+(on CUDA, where ``torch.nn.attention.flex_attention`` exists).
 """
 
 from __future__ import annotations
@@ -48,6 +48,22 @@ def loss_targets(
 ) -> torch.Tensor:
     """Targets with the cross-document predictions ignored when ``eod_mask_loss``."""
     return targets.masked_fill(inputs == eos_id, IGNORE) if eod_mask_loss else targets
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """The model's arguments for a batch: with ``--doc-mask`` also each token's document id,
+    and the targets ``--eod-mask-loss`` leaves out. Built once per run."""
+
+    #: the EOS that separates documents (None: plain windows, no ``--doc-mask``)
+    eos_id: int | None = None
+    eod_mask_loss: bool = False
+
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.eos_id is None:
+            return inputs, targets
+        doc_ids = document_ids(inputs, self.eos_id)
+        return inputs, loss_targets(inputs, targets, self.eos_id, self.eod_mask_loss), doc_ids
 
 
 def dense_mask(doc_ids: torch.Tensor) -> torch.Tensor:

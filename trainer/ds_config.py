@@ -25,26 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+from trainer.settings import OptimSettings
 
 AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """Command-line values for the config: ``None`` means "not given on the command line"."""
-
-    steps: int
-    global_batch: int | None = None
-    micro_batch: int | None = None
-    grad_accum: int | None = None
-    lr: float | None = None
-    warmup: int | None = None
-    weight_decay: float | None = None
-    grad_clip: float | None = None
-
-    def warmup_steps(self) -> int:
-        return self.warmup if self.warmup is not None else max(1, min(100, self.steps // 10))
-
 
 DEFAULT_MICRO_BATCH = 8
 DEFAULT_LR = 6e-4
@@ -157,7 +140,7 @@ def check_precision(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> No
 
 def resolve(
     user: dict[str, Any],
-    knobs: Knobs,
+    optim: OptimSettings,
     *,
     world: int,
     cuda: bool,
@@ -169,17 +152,17 @@ def resolve(
     defaults = default_config(bf16=False)
     for block in missing_blocks(user):
         cfg[block] = defaults[block]
-    micro, accum, total = _batch(cfg, knobs, world)
+    micro, accum, total = _batch(cfg, optim, world)
     cfg["train_micro_batch_size_per_gpu"] = micro
     cfg["gradient_accumulation_steps"] = accum
     cfg["train_batch_size"] = total
-    if knobs.grad_clip is not None or cfg.get("gradient_clipping") == AUTO:
-        cfg["gradient_clipping"] = knobs.grad_clip if knobs.grad_clip is not None else DEFAULT_GRAD_CLIP
+    if optim.grad_clip is not None or cfg.get("gradient_clipping") == AUTO:
+        cfg["gradient_clipping"] = optim.grad_clip if optim.grad_clip is not None else DEFAULT_GRAD_CLIP
     for key, value in (("fp16", False), ("bf16", cuda and bf16_supported)):
         if isinstance(cfg.get(key), dict) and cfg[key].get("enabled") == AUTO:
             cfg[key]["enabled"] = value
-    _optimizer(cfg, knobs, cuda)
-    _scheduler(cfg, knobs)
+    _optimizer(cfg, optim, cuda)
+    _scheduler(cfg, optim)
     _zero(cfg, hidden_size)
     cfg.setdefault("steps_per_print", 1 << 30)  # we log every step ourselves
     leftover = list(_autos(cfg))
@@ -191,6 +174,61 @@ def resolve(
     return cfg
 
 
+@dataclass(frozen=True)
+class EngineConfig:
+    """A run's DeepSpeed config, resolved once, for the ranks the launcher started."""
+
+    #: complete: batch sizes consistent, no ``auto`` left
+    resolved: dict[str, Any]
+    #: as the user wrote it (or tokshard's default)
+    user: dict[str, Any]
+    #: how messages name it (``--deepspeed FILE`` or the default)
+    name: str
+    world: int
+
+    @property
+    def micro_batch(self) -> int:
+        return self.resolved["train_micro_batch_size_per_gpu"]
+
+    @property
+    def grad_accum(self) -> int:
+        return self.resolved["gradient_accumulation_steps"]
+
+    @property
+    def global_batch(self) -> int:
+        return self.resolved["train_batch_size"]
+
+    @property
+    def precision(self) -> str:
+        return precision(self.resolved)
+
+    @property
+    def zero_stage(self) -> int:
+        return (self.resolved.get("zero_optimization") or {}).get("stage", 0)
+
+    def batch_layout(self) -> str:
+        """The global batch as DeepSpeed splits it, for messages."""
+        return f"micro-batch {self.micro_batch} x accumulation {self.grad_accum} x {self.world} ranks"
+
+    def defaults_taken(self) -> list[str]:
+        """The blocks the user's config left to tokshard's default."""
+        return missing_blocks(self.user)
+
+
+def settle(
+    optim: OptimSettings, *, world: int, cuda: bool, bf16_supported: bool, hidden_size: int
+) -> EngineConfig:
+    """Read (``optim.deepspeed``, or the default), check and resolve the DeepSpeed config for
+    ``world`` ranks: every refusal before any process group or model exists."""
+    user = read(optim.deepspeed) if optim.deepspeed else default_config(bf16=bf16_supported)
+    check(user, optim.config_name)
+    check_precision(user, cuda, bf16_supported)
+    resolved = resolve(
+        user, optim, world=world, cuda=cuda, bf16_supported=bf16_supported, hidden_size=hidden_size
+    )
+    return EngineConfig(resolved, user, optim.config_name, world)
+
+
 def _positive_int(cfg: dict[str, Any], key: str) -> int | None:
     value = cfg.get(key)
     if value is None or value == AUTO:
@@ -200,11 +238,11 @@ def _positive_int(cfg: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def _batch(cfg: dict[str, Any], knobs: Knobs, world: int) -> tuple[int, int, int]:
+def _batch(cfg: dict[str, Any], optim: OptimSettings, world: int) -> tuple[int, int, int]:
     """DeepSpeed's rule: train_batch_size = micro * accumulation * data-parallel ranks."""
-    total = knobs.global_batch or _positive_int(cfg, "train_batch_size")
-    micro = knobs.micro_batch or _positive_int(cfg, "train_micro_batch_size_per_gpu")
-    accum = knobs.grad_accum or _positive_int(cfg, "gradient_accumulation_steps")
+    total = optim.global_batch or _positive_int(cfg, "train_batch_size")
+    micro = optim.micro_batch or _positive_int(cfg, "train_micro_batch_size_per_gpu")
+    accum = optim.grad_accum or _positive_int(cfg, "gradient_accumulation_steps")
     if total is not None:
         if micro is None and accum is None:
             accum = 1
@@ -232,24 +270,24 @@ def _batch(cfg: dict[str, Any], knobs: Knobs, world: int) -> tuple[int, int, int
     return micro, accum, micro * accum * world
 
 
-def _optimizer(cfg: dict[str, Any], knobs: Knobs, cuda: bool) -> None:
+def _optimizer(cfg: dict[str, Any], optim: OptimSettings, cuda: bool) -> None:
     opt = cfg.get("optimizer")
     if opt is None:
         return
     params = opt.setdefault("params", {})
     fill = {
-        "lr": knobs.lr if knobs.lr is not None else DEFAULT_LR,
+        "lr": optim.lr if optim.lr is not None else DEFAULT_LR,
         "betas": DEFAULT_BETAS,
         "eps": 1e-8,
-        "weight_decay": knobs.weight_decay if knobs.weight_decay is not None else DEFAULT_WEIGHT_DECAY,
+        "weight_decay": optim.weight_decay if optim.weight_decay is not None else DEFAULT_WEIGHT_DECAY,
     }
     for key, value in fill.items():
         if params.get(key) == AUTO:
             params[key] = value
-    if knobs.lr is not None:
-        params["lr"] = knobs.lr
-    if knobs.weight_decay is not None:
-        params["weight_decay"] = knobs.weight_decay
+    if optim.lr is not None:
+        params["lr"] = optim.lr
+    if optim.weight_decay is not None:
+        params["weight_decay"] = optim.weight_decay
     offload = (cfg.get("zero_optimization") or {}).get("offload_optimizer") or {}
     offloaded = offload.get("device") in ("cpu", "nvme") or (cfg.get("zero_optimization") or {}).get(
         "cpu_offload"
@@ -262,27 +300,43 @@ def _optimizer(cfg: dict[str, Any], knobs: Knobs, cuda: bool) -> None:
             params.setdefault("fused", True)
 
 
-def _scheduler(cfg: dict[str, Any], knobs: Knobs) -> None:
+def _scheduler(cfg: dict[str, Any], optim: OptimSettings) -> None:
     sched = cfg.get("scheduler")
     if sched is None:
         return
     params = sched.setdefault("params", {})
-    lr = knobs.lr if knobs.lr is not None else (cfg.get("optimizer") or {}).get("params", {}).get("lr")
+    lr = optim.lr if optim.lr is not None else (cfg.get("optimizer") or {}).get("params", {}).get("lr")
     fill = {
-        "total_num_steps": knobs.steps,
-        "warmup_num_steps": knobs.warmup_steps(),
+        "total_num_steps": optim.steps,
+        "warmup_num_steps": optim.warmup_steps(),
         "warmup_min_lr": 0,
         "warmup_max_lr": lr if lr is not None else DEFAULT_LR,
     }
     for key, value in fill.items():
         if params.get(key) == AUTO:
             params[key] = value
-    if knobs.warmup is not None and "warmup_num_steps" in params:
-        params["warmup_num_steps"] = knobs.warmup_steps()
-    if knobs.lr is not None and "warmup_max_lr" in params:
-        params["warmup_max_lr"] = knobs.lr
-    if sched.get("type") == "WarmupCosineLR" and params.get("warmup_num_steps") == 0:
-        params["warmup_num_steps"] = 1  # DeepSpeed's cosine schedule needs at least one
+    if optim.warmup is not None and "warmup_num_steps" in params:
+        params["warmup_num_steps"] = optim.warmup_steps()
+    if optim.lr is not None and "warmup_max_lr" in params:
+        params["warmup_max_lr"] = optim.lr
+    if params.get("warmup_num_steps") == 0:
+        _no_warmup(sched["type"], params)
+
+
+#: DeepSpeed's schedules that warm up: warmup_num_steps must be at least 1 there
+_WARMUP_SCHEDULES = ("WarmupCosineLR", "WarmupLR", "WarmupDecayLR")
+
+
+def _no_warmup(kind: str, params: dict[str, Any]) -> None:
+    """``--warmup 0`` (or a config's ``warmup_num_steps: 0``) means no warmup: DeepSpeed takes
+    at least one warmup step, so that step starts where the warmup ends (the full rate)."""
+    if kind not in _WARMUP_SCHEDULES:
+        return
+    params["warmup_num_steps"] = 1
+    if kind == "WarmupCosineLR":
+        params["warmup_min_ratio"] = 1.0
+    elif "warmup_max_lr" in params:
+        params["warmup_min_lr"] = params["warmup_max_lr"]
 
 
 def _zero(cfg: dict[str, Any], hidden: int) -> None:

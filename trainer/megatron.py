@@ -1,4 +1,4 @@
-"""``tokshard megatron-args MANIFEST``: Megatron-LM's ``--data-path`` for our shards.
+"""Megatron-LM's ``--data-path`` blend for our shards (``tokshard megatron-args``).
 
 Every shard pair is a Megatron ``MMapIndexedDataset`` (``NAME.bin`` + ``NAME.idx``, see
 ``pipeline.format.shard_reader``), so Megatron-LM, Megatron-DeepSpeed and GPT-NeoX read it as one
@@ -6,20 +6,14 @@ dataset whose prefix is the path without ``.bin``. A source's weight (``--mix``,
 of the split's tokens, as ``tokshard train`` defaults) is spread over its shards by their token
 counts, so Megatron's blend draws each source in the asked proportion. ``--json FILE`` writes the
 per-split blend that ``--per-split-data-args-path`` reads (``train``/``valid``/``test`` lists).
+The command's options are in ``tokshard/commands/megatron_args.py``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
-from pipeline.format.usage import OneLineParser, file_arg, path_arg
 from trainer.data import source_owners, sources_with_split
-from trainer.sampler import parse_mix
 
 
 def blend(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, float] | None) -> list[str]:
@@ -44,59 +38,3 @@ def blend(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, flo
             if share > 0 and e.tokens:
                 out += [repr(share * e.tokens / tokens[s]), str(e.bin_path.resolve().with_suffix(""))]
     return out
-
-
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="tokshard megatron-args",
-        description="Print Megatron-LM's --data-path (weight prefix pairs, one per shard) for prepared "
-        "shards, or write the per-split blend JSON for --per-split-data-args-path.",
-        epilog="examples:\n"
-        "  pretrain_gpt.py ... --data-path $(tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3)\n"
-        "  tokshard megatron-args out/manifest.json --json blend.json   # --per-split-data-args-path blend.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "manifest",
-        nargs="+",
-        metavar="MANIFEST",
-        type=path_arg,
-        help="manifest.json or its folder (several allowed)",
-    )
-    p.add_argument("--split", default="train", help="the split to train on (default %(default)s)")
-    p.add_argument(
-        "--valid-split", default="validation", help="the split for 'valid' in --json (default %(default)s)"
-    )
-    p.add_argument("--mix", metavar="SRC=W,...", help="weights per source (default: by token count)")
-    p.add_argument(
-        "--json",
-        metavar="FILE",
-        type=file_arg,
-        help="write {train, valid, test} blend lists here instead of printing",
-    )
-    return p
-
-
-def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    manifests = [manifest_mod.load(p) for p in args.manifest]
-    mix = parse_mix(args.mix)
-    train = blend(manifests, args.split, mix)
-    if not train:
-        splits = sorted({s for m in manifests for s in m.splits()})
-        raise TokshardError(
-            f"megatron-args: no source has a {args.split!r} split (splits: {', '.join(splits)})"
-        )
-    if args.json:
-        valid = blend(manifests, args.valid_split, None)
-        # Megatron reads a null split as "no data"; an empty list it cannot unpack
-        write_json(Path(args.json), {"train": train, "valid": valid or None, "test": None})
-        print(
-            f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards", file=sys.stderr
-        )
-    else:
-        print(" ".join(train))
-    return 0

@@ -8,7 +8,7 @@ reads it. Keys:
 training line (every ``--log-every`` steps, and the last step)
     ``step``            optimizer steps done (DeepSpeed's global step)
     ``loss``            mean training loss over the step's samples, averaged over ranks
-    ``lr``              learning rate after the step
+    ``lr``              the learning rate the step's optimizer step applied
     ``tokens_per_s``    trained tokens per second, all ranks, over the steps since the last line
     ``samples``         samples consumed since the run began (the data position)
     ``data_wait_frac``  share of wall time the loop waited for a batch since the last line
@@ -28,9 +28,40 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.format.atomic import disk_error, write_bytes
+from trainer.console import reader_gone
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_GLOB = "samples-rank*.jsonl"
+
+#: a training line's keys and what each holds (a number: an int or a float)
+TRAIN_LINE = {
+    "step": int,
+    "loss": float,
+    "lr": float,
+    "tokens_per_s": float,
+    "samples": int,
+    "data_wait_frac": float,
+    "elapsed_s": float,
+}
+#: an evaluation line's
+EVAL_LINE = {"step": int, "eval_loss": float, "eval_ppl": float, "split": str, "sources": dict}
+
+
+def line_kind(record: Any) -> str | None:
+    """``"train"`` or ``"eval"`` for a line as ``MetricsLog`` writes it; None for anything else
+    (a line another tool wrote, a field of another type)."""
+    for kind, keys in (("train", TRAIN_LINE), ("eval", EVAL_LINE)):
+        if isinstance(record, dict) and all(_holds(record.get(k), t) for k, t in keys.items()):
+            return kind
+    return None
+
+
+def _holds(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return False
+    if kind is float:
+        return isinstance(value, int | float)
+    return isinstance(value, kind)
 
 
 def cut_back_logs(run_dir: Path, step: int) -> int:
@@ -81,8 +112,13 @@ class MetricsLog:
                 raise disk_error(exc, self.path) from exc
 
     def _say(self, line: str) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        try:
             print(line, file=self._out, flush=True)
+        except BrokenPipeError:  # the console's reader quit: the run goes on, metrics.jsonl is its record
+            if self._out is None:
+                reader_gone()
 
     def train(
         self,

@@ -6,7 +6,8 @@ second, and the share of time the loop waited for data.
 
 A resumed run appends to the same file and logs again the steps after its checkpoint; for
 each step the line written last is the one that counts (the run that carried on from there).
-A line cut short by a kill is skipped and counted.
+A line cut short by a kill, or one another tool wrote (not a training or evaluation line with
+its fields), is skipped and counted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from pipeline.format.errors import TokshardError
 from trainer.figures import figure, save_png
-from trainer.metrics import METRICS_FILE
+from trainer.metrics import METRICS_FILE, line_kind
 
 REPORT_FILE = "report.png"
 
@@ -60,14 +61,14 @@ def load(run_dir: str | Path) -> Metrics:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            unreadable += 1
-            continue
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            unreadable += 1
-        elif "eval_loss" in record:
+            record = None
+        kind = line_kind(record)
+        if kind == "eval":
             evals[record["step"]] = record
-        elif "loss" in record:
+        elif kind == "train":
             train[record["step"]] = record
+        else:  # cut short by a kill, or not a line tokshard train wrote
+            unreadable += 1
     if not train and not evals:
         raise TokshardError(
             f"{path} has no training or evaluation lines yet; plot it once the run has logged"

@@ -6,8 +6,9 @@ permutation of its windows for the current epoch of that source:
 
 * Mixture: weights become integer quotas ``q_s`` summing to ``PERIOD``; one period of the
   schedule is the Webster (Sainte-Lague) merge of the sequences ``(k + 1/2) / q_s``, so any
-  run of ``W`` consecutive positions draws within about one sample of ``W * q_s / PERIOD``
-  from each source (weights hold over every window of steps, not only on average).
+  run of ``W`` consecutive positions draws within ``1 + m * q_s / PERIOD`` samples (``m``
+  sources; about one) of ``W * q_s / PERIOD`` from each source: weights hold over every window
+  of steps, not only on average.
 * Order: the ``k``-th sample of source ``s`` is window ``perm(k mod n_s)`` of epoch
   ``k // n_s``, where ``perm`` is a keyed Feistel permutation of ``range(n_s)`` (cycle
   walking), keyed by (seed, source name, epoch): O(1) memory and O(1) time per sample, so a 100-billion-token source needs no
@@ -208,6 +209,11 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
             weight = float(value)
         except ValueError:
             weight = -1.0
+        if sep and name.strip() and weight == 0:
+            raise TokshardError(
+                f"--mix: {part!r} gives {name.strip()} no weight; to train without a source, leave it out "
+                "of --mix (every source --mix does not name is left out)"
+            )
         if not sep or not name.strip() or not weight > 0 or not math.isfinite(weight):
             raise TokshardError(f"--mix: {part!r} is not SOURCE=WEIGHT with a positive weight")
         if name.strip() in out:

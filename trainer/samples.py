@@ -1,17 +1,16 @@
-"""``tokshard samples RUN_DIR --steps A-B``: which samples each optimizer step trained on.
+"""Which samples each optimizer step trained on, from a run's checkpoint (``tokshard samples``).
 
 Nothing is logged during training for this: the checkpoint's schedule (segments of weights and
 per-source offsets, ``trainer.schedule``), the seed and the global batch of each stretch of
 steps map any step to its positions, positions to (source, epoch, window), and a window to the
 documents it covers through the shards' Megatron ``.idx`` lengths. ``--decode`` adds the text,
 decoded with the manifest's tokenizer. Steps count from 1, as ``metrics.jsonl`` counts them.
+The command's options are in ``tokshard/commands/samples.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,12 +20,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_reader import read_index
-from pipeline.format.usage import OneLineParser, folder_arg, path_arg, positive_int
-from trainer import checkpoint
-from trainer.data import WindowDataset
-from trainer.schedule import Schedule
+from trainer.checkpoint.state import latest_tag, read_state
+from trainer.data import WindowDataset, sources_with_split
+from trainer.run_folders import RUN_FILE, recorded_save
+from trainer.schedule import Schedule, window_sources
 
 
 @dataclass(frozen=True)
@@ -42,27 +41,49 @@ class RunData:
 
     def __init__(self, run_dir: str | Path, manifests: list[str] | None = None) -> None:
         self.save_dir = find_save_dir(Path(run_dir))
-        self.tag, self.state = checkpoint.read_state(self.save_dir)
-        data = self.state["data"]
-        if "schedule" not in self.state:
+        self.tag, self.state = read_state(self.save_dir)
+        if self.state.schedule is None:
             raise TokshardError(
                 f"{self.save_dir / self.tag}: the checkpoint has no schedule (written by an older tokshard); "
                 "resume it once with this version to record one"
             )
-        self.seq_len = int(data["seq_len"])
-        self.split = data["train_split"]
-        recorded = data["manifest"] if isinstance(data["manifest"], list) else [data["manifest"]]
-        self.manifest_paths = manifests or recorded
-        self.schedule = Schedule.from_json(self.state["schedule"], int(self.state["seed"]))
-        self.batches = self.state.get("batches") or [
-            {"step": 0, "samples": 0, "global_batch": self.state["train_batch_size"]}
-        ]
+        self.schedule: Schedule = self.state.schedule
+        self.seq_len = self.state.data.seq_len
+        self.split = self.state.data.train_split
+        self.manifest_paths = manifests or list(self.state.data.manifests)
+        self.given = bool(manifests)
         self._doc_ends: dict[str, np.ndarray] = {}
 
     @cached_property
     def dataset(self) -> WindowDataset:
-        manifests = [manifest_mod.load(p) for p in self.manifest_paths]
-        return WindowDataset(manifests, self.split, self.seq_len, self.schedule.sources)
+        """The run's windows, on manifests holding exactly the data it trained on: the checks
+        ``train --resume`` makes (``Schedule.changed_sources``), so no step shows other documents."""
+        where = "pass --manifest with the manifests the run trained on"
+        try:
+            manifests = [manifest_mod.load(p) for p in self.manifest_paths]
+        except TokshardError as exc:
+            raise type(exc)(f"samples: {exc}" + ("" if self.given else f"; {where}")) from exc
+        held = sources_with_split(manifests, self.split)
+        missing = [s for s in self.schedule.sources if s not in held]
+        if missing:
+            raise DataError(
+                f"samples: the run trained on {', '.join(repr(s) for s in missing)}, which "
+                f"{', '.join(self.manifest_paths)} hold no {self.split!r} split of (their sources: "
+                f"{', '.join(held) or 'none'}); {where}"
+            )
+        dataset = WindowDataset(manifests, self.split, self.seq_len, self.schedule.sources)
+        changes = self.schedule.changed_sources(window_sources(dataset), self.schedule.sources)
+        if changes:
+            raise DataError(
+                f"samples: the manifests hold other data than the run trained on ({'; '.join(changes)}); "
+                f"its samples there would be other documents, as `train --resume` refuses too; {where}"
+            )
+        return dataset
+
+    @property
+    def trained_to(self) -> int:
+        """The last step the checkpoint records as trained."""
+        return self.state.step
 
     def doc_ends(self, source: int) -> np.ndarray:
         """Cumulative document ends (EOS included) of a source's stream, from its .idx files."""
@@ -74,7 +95,7 @@ class RunData:
         return self._doc_ends[name]
 
     def step_positions(self, step: int) -> np.ndarray:
-        start, global_batch = checkpoint.step_start(self.batches, step)
+        start, global_batch = self.state.step_start(step)
         return np.arange(start, start + global_batch, dtype=np.int64)
 
     def records(self, step: int, layout: Layout | None = None, decode=None) -> Iterator[dict[str, Any]]:
@@ -93,6 +114,7 @@ class RunData:
             hi = lo + self.seq_len + 1
             rec: dict[str, Any] = {
                 "step": step,
+                "trained": step <= self.trained_to,
                 "position": pos,
                 "source": self.schedule.sources[src],
                 "epoch": epoch,
@@ -128,106 +150,14 @@ def rank_and_micro(offset: int, layout: Layout) -> dict[str, int]:
 
 def find_save_dir(run_dir: Path) -> Path:
     """The folder with the checkpoints: RUN_DIR itself, or the --save its run.json names."""
-    if (run_dir / "latest").is_file():
+    if latest_tag(run_dir):
         return run_dir
-    run_json = run_dir / "run.json"
+    run_json = run_dir / RUN_FILE
     if run_json.is_file():
-        save = json.loads(run_json.read_text()).get("args", {}).get("save")
-        if save and (Path(save) / "latest").is_file():
+        save = recorded_save(json.loads(run_json.read_text()))
+        if save and latest_tag(Path(save)):
             return Path(save)
     raise TokshardError(
         f"samples: {run_dir} holds no checkpoint ('latest') and its run.json names none; "
         "pass the run's --save folder"
     )
-
-
-def parse_steps(text: str) -> tuple[int, int]:
-    """``41237`` or ``100-120`` (inclusive, 1-based)."""
-    lo, sep, hi = text.partition("-")
-    try:
-        a, b = int(lo), int(hi) if sep else int(lo)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected STEP or FIRST-LAST, got {text!r}") from None
-    if a < 1 or b < a:
-        raise argparse.ArgumentTypeError(f"steps count from 1 and FIRST <= LAST, got {text!r}")
-    return a, b
-
-
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="tokshard samples",
-        description="Which samples each optimizer step trained on, computed from the checkpointed "
-        "schedule (nothing is logged during training).",
-        epilog="example:\n  tokshard samples ckpt --steps 41237 --decode | less",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "run_dir",
-        metavar="RUN_DIR",
-        type=folder_arg,
-        help="the run's --save folder (or a --run-dir naming it)",
-    )
-    p.add_argument(
-        "--steps", required=True, type=parse_steps, metavar="A-B", help="a step or a range, 1-based"
-    )
-    p.add_argument("--json", action="store_true", help="one JSON object per sample")
-    p.add_argument("--decode", action="store_true", help="add each sample's text (the manifest's tokenizer)")
-    p.add_argument("--world", type=positive_int, metavar="N", help="name the rank and micro-step for N ranks")
-    p.add_argument(
-        "--micro-batch", type=positive_int, metavar="M", help="samples per rank per micro-step (with --world)"
-    )
-    p.add_argument(
-        "--manifest",
-        action="append",
-        type=path_arg,
-        help="where the manifests are now (default: the paths the run recorded)",
-    )
-    return p
-
-
-def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
-    if args.world is None:
-        return None
-    micro = args.micro_batch or global_batch // args.world
-    if args.world < 1 or micro < 1 or global_batch % (args.world * micro):
-        raise TokshardError(
-            f"samples: a global batch of {global_batch} does not split into --world {args.world} ranks of "
-            f"--micro-batch {micro}; give sizes whose product divides it"
-        )
-    return Layout(args.world, micro)
-
-
-def tokenizer_decoder(run: RunData):
-    from tokenizers import Tokenizer
-
-    path = manifest_mod.load(run.manifest_paths[0]).tokenizer_path
-    tok = Tokenizer.from_file(str(path))
-    return lambda ids: tok.decode(ids, skip_special_tokens=False)
-
-
-def describe(rec: dict[str, Any]) -> str:
-    docs = " ".join(f"{d['id']}[{d['from']}:{d['to']}]" for d in rec["documents"])
-    where = f" rank {rec['rank']} micro {rec['micro']}" if "rank" in rec else ""
-    line = (
-        f"step {rec['step']}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
-        f"| position {rec['position']} | documents {docs}"
-    )
-    if "text" in rec:
-        line += "\n" + "\n".join("    " + t for t in rec["text"].splitlines()) + "\n"
-    return line
-
-
-def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    run = RunData(args.run_dir, args.manifest)
-    decode = tokenizer_decoder(run) if args.decode else None
-    first, last = args.steps
-    for step in range(first, last + 1):
-        layout = layout_for(args, checkpoint.step_start(run.batches, step)[1])
-        for rec in run.records(step, layout, decode):
-            print(json.dumps(rec) if args.json else describe(rec))
-    sys.stdout.flush()
-    return 0

@@ -10,16 +10,19 @@ whatever the weights before and after. A run that never changes its mix has one 
 position 0, which is ``MixtureSampler`` unchanged: steps before a change keep their samples.
 
 The schedule travels in the checkpoint (``to_json``/``from_json``) with each source's window
-count and content hash, which is what a resume compares to refuse other data changes.
+count and content hash, which is what a resume (and ``tokshard samples``) compares to refuse
+other data (``changed_sources``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.format.errors import TokshardError
+from trainer.data import WindowDataset
 from trainer.sampler import PERIOD, Draws, MixtureSampler, quotas
 
 
@@ -119,21 +122,31 @@ class Schedule:
         infos = [SourceInfo(n, int(v["windows"]), v.get("content")) for n, v in d["sources"].items()]
         return cls(infos, [Segment.from_json(g) for g in d["segments"]], seed)
 
-    def continued(self, now: list[SourceInfo], weights: dict[str, float] | None, position: int) -> Resumed:
-        """This (saved) schedule continued at ``position`` on the sources ``now`` has, with
-        ``weights`` (None: keep the saved mix). A new segment starts at ``position`` when the
-        weights or the sources changed; every source keeps its offset, a new one starts at 0."""
+    def changed_sources(self, now: list[SourceInfo], needed: Iterable[str]) -> list[str]:
+        """How the sources ``now`` differ from the ones this schedule was saved with: a source
+        whose windows or content changed, or one of ``needed`` gone. A resume refuses these
+        unless ``--allow-data-change``; ``tokshard samples`` refuses them (its windows would be
+        other documents)."""
         saved = {s.name: s for s in self.infos}
         current = {s.name: s for s in now}
-        data_changes = [
+        changes = [
             f"source {n!r}: its shards in the manifest differ from the checkpoint's (windows "
             f"{saved[n].windows} -> {current[n].windows}, content {saved[n].content} -> {current[n].content})"
             for n in current
             if n in saved
             and (saved[n].windows != current[n].windows or saved[n].content != current[n].content)
         ]
-        gone = [n for n in self.segments[-1].quotas if n not in current]
-        data_changes += [f"source {n!r} is not in the manifests any more" for n in gone]
+        return changes + [
+            f"source {n!r} is not in the manifests any more" for n in needed if n not in current
+        ]
+
+    def continued(self, now: list[SourceInfo], weights: dict[str, float] | None, position: int) -> Resumed:
+        """This (saved) schedule continued at ``position`` on the sources ``now`` has, with
+        ``weights`` (None: keep the saved mix). A new segment starts at ``position`` when the
+        weights or the sources changed; every source keeps its offset, a new one starts at 0."""
+        saved = {s.name: s for s in self.infos}
+        current = {s.name: s for s in now}
+        data_changes = self.changed_sources(now, self.segments[-1].quotas)
         added = [n for n in current if n not in saved]
         if weights is None:
             if added:
@@ -157,3 +170,13 @@ class Schedule:
             changes.append(f"mixture {old} -> {new} from sample {position:,}")
         changes += [f"source {n!r} added, from its first window" for n in added]
         return Resumed(Schedule(infos, segments, self.seed), changes, data_changes)
+
+
+def window_sources(dataset: WindowDataset) -> list[SourceInfo]:
+    """What the schedule keeps of each source: its window count and content hash."""
+    return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
+
+
+def token_shares(dataset: WindowDataset) -> dict[str, float]:
+    """The default mixture: each source's share of the split's tokens."""
+    return {s.source: float(s.tokens) for s in dataset.streams}

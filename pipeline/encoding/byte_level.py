@@ -17,6 +17,22 @@ from pipeline.format.errors import TokshardError
 
 #: GPT-2's split pattern as `tokenizers`' ByteLevel(use_regex=True) spells it.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: Llama 3's split pattern, as its tokenizer.json spells it
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+#: OpenAI's cl100k_base (GPT-4) and o200k_base (GPT-4o) patterns, as their tiktoken files spell them
+CL100K_PATTERN = (
+    r"('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)"
+    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_O200K_CONTRACTIONS = r"('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)?"
+O200K_PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _O200K_CONTRACTIONS
+    + r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _O200K_CONTRACTIONS
+    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)  # fmt: skip
 
 
 class NotEquivalent(TokshardError):
@@ -151,3 +167,34 @@ def check_fast_shape(spec: dict[str, Any]) -> None:
             f"vocabulary lacks {len(missing)} of the 256 bytes (first 0x{min(missing):02x}); "
             "tokenizers drops such bytes, the fast back ends cannot"
         )
+
+
+#: the normalizer of a SentencePiece-style BPE as Llama 2 and Mistral ship it: a "▁" before the
+#: text, and every space made one (no pre-tokenizer: the model sees the whole text)
+SENTENCEPIECE_NORMALIZER = {
+    "type": "Sequence",
+    "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+    ],
+}
+
+
+def is_sentencepiece_bpe(spec: dict[str, Any]) -> bool:
+    """A SentencePiece-style BPE with byte fallback in Llama 2's shape (the one other shape a
+    fast back end, fastokens, is checked on)."""
+    model = spec.get("model") or {}
+    return (
+        model.get("type") == "BPE"
+        and spec.get("normalizer") == SENTENCEPIECE_NORMALIZER
+        and spec.get("pre_tokenizer") is None
+        and model.get("byte_fallback") is True
+        and model.get("dropout") in (None, 0, 0.0)
+        and not model.get("continuing_subword_prefix")
+        and not model.get("end_of_word_suffix")
+    )
+
+
+def sentencepiece_text(token: str) -> str:
+    """The text a SentencePiece-style vocabulary entry stands for (its "▁" are spaces)."""
+    return token.replace("\u2581", " ")

@@ -23,10 +23,13 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
+from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
+from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
 from pipeline.storage.data_cache import cache_root
 
@@ -111,3 +114,45 @@ def remember(parts: dict[str, object] | None, summary: str) -> None:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+def derived(parts: dict[str, object] | None, make: Callable[[], str]) -> str:
+    """A text this code derives from the tokenizer's bytes alone (``parts`` from `key_parts`,
+    with the kind of text as its candidate): read from the cache where kept, else made and
+    kept. A worker's start on a 200k vocabulary otherwise parses its 13 MB file again (half a
+    second) to find the same answers the driver found. Any failure only means making it."""
+    if parts is None:
+        return make()
+    path = cache_dir() / "derived" / _entry_path(parts).name.replace(".json", ".txt")
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        return path.read_text(encoding="utf-8")
+    text = make()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    return text
+
+
+def resolve_tokenizer(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:
+    """`tokenizer.resolve`, its facts (ids, EOS and how it was found, dtype) kept under the
+    tokenizer's content and this code: a later run of a 200k vocabulary then starts its workers
+    without first loading the tokenizer (about a second and a half); the check loads it while
+    they boot. A refusal is never kept."""
+    src = tokenizer.locate(spec)
+
+    def inspect() -> str:
+        return json.dumps(tokenizer.inspect_file(src, spec, eos_token, dtype).to_json())
+
+    parts = key_parts(f"facts|{eos_token}|{dtype}", str(src))
+    try:
+        facts = json.loads(derived(parts, inspect))
+        return src, TokenizerInfo(**{**facts, "origin": spec})
+    except (ValueError, TypeError):  # an entry that does not read as the facts: find them again
+        return src, tokenizer.inspect_file(src, spec, eos_token, dtype)

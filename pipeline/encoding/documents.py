@@ -23,7 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.encoding.backend import Encoder
-from pipeline.encoding.byte_level import GPT2_PATTERN, NotEquivalent, pattern_of
+from pipeline.encoding.byte_level import (
+    CL100K_PATTERN,
+    GPT2_PATTERN,
+    LLAMA3_PATTERN,
+    O200K_PATTERN,
+    NotEquivalent,
+    pattern_of,
+)
+from pipeline.encoding.routing import routed_count
+from pipeline.format.errors import DataError
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files import TextStream
 
@@ -54,6 +63,8 @@ class Batch:
     cursor: Cursor | None
     progress: int
     dropped_empty: int = 0
+    #: of its documents, how many the encoder routed to the reference (`routing.RoutedEncoder`)
+    routed: int = 0
 
 
 @dataclass
@@ -65,6 +76,7 @@ class Held:
     tokens: int
     cursor: Cursor
     progress: int
+    routed: int = 0
 
 
 @dataclass
@@ -75,6 +87,7 @@ class Spooled:
     tokens: int
     cursor: Cursor
     progress: int
+    routed: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,7 @@ class Bad:
 @dataclass
 class _Pending:
     texts: list[str] = field(default_factory=list)
+    wheres: list[str] = field(default_factory=list)
     chars: int = 0
     dropped: int = 0
     cursor: Cursor | None = None
@@ -142,14 +156,10 @@ def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> 
 #: Split patterns in which no pre-token holds a character no engine calls white space
 #: followed by U+0020 (a space only ever starts a pre-token or sits in an all-whitespace one),
 #: with no look-behind, and whose look-aheads (``(?!\\S)``) see a space there as the end of
-#: the text: GPT-2's (ByteLevel's own) and the Llama-3 / cl100k one. In them every such
+#: the text: GPT-2's (ByteLevel's own), Llama 3's, cl100k_base's and o200k_base's. In them every such
 #: "word character, space" position is a pre-token boundary of the whole text, and the text
 #: before it pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
-SPACE_CUT_PATTERNS = (
-    GPT2_PATTERN,
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
-)
+SPACE_CUT_PATTERNS = (GPT2_PATTERN, LLAMA3_PATTERN, CL100K_PATTERN, O200K_PATTERN)
 _ASCII_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
@@ -311,6 +321,7 @@ class DocumentEncoder:
                     pending.dropped += 1
                 else:
                     pending.texts.append(text)
+                    pending.wheres.append(rec.where)
                     pending.chars += len(text)
                 pending.cursor, pending.progress = rec.cursor, rec.progress
                 if pending.chars >= self.batch_chars or len(pending.texts) >= BATCH_DOCS:
@@ -328,8 +339,12 @@ class DocumentEncoder:
     def _flush(self, p: _Pending) -> Batch:
         """Each document's ids and its EOS in one array, from the encoder's flat ids in one
         masked copy (no Python int per token, no loop per document)."""
+        routed_before = routed_count(self.encoder)
         if p.texts:
             ids, offsets = self.encoder.encode_flat(p.texts)
+            self._refuse_eos_from_text(
+                ids, lambda at: p.wheres[int(np.searchsorted(offsets, at, "right")) - 1]
+            )
         else:
             ids, offsets = np.zeros(0, np.uint32), np.zeros(1, np.int64)
         count = len(offsets) - 1
@@ -346,7 +361,20 @@ class DocumentEncoder:
             cursor=p.cursor,
             progress=p.progress,
             dropped_empty=p.dropped,
+            routed=routed_count(self.encoder) - routed_before,
         )
+
+    def _refuse_eos_from_text(self, ids: np.ndarray, where: Callable[[int], str]) -> None:
+        """The EOS id comes only from the pipeline's separators: a document whose text encoded
+        to it (a tokenizer whose EOS text reaches it in a way `tokenizer.find_eos` could not
+        rule out) stops the run before that id is written, naming the document."""
+        hits = np.flatnonzero(ids == self.eos_id)
+        if len(hits):
+            raise DataError(
+                f"{where(int(hits[0]))}: the document's text encodes to the EOS id {self.eos_id}, which "
+                "only the pipeline's separators may write; name another eos_token, or leave this "
+                "document out"
+            )
 
     def _long(
         self, text: str | TextStream, rec: Record, resume: LongProgress | None
@@ -373,10 +401,13 @@ class DocumentEncoder:
             parts: Iterable[str] = pieces(_skip_chars(chunks, chars), self.piece_chars, self.pre_tokenize)
         else:  # no exact cut points: encode whole (memory grows with it)
             parts = ["".join(chunks)]
+        routed_before = routed_count(self.encoder)
         try:
             for group in _grouped(parts, self.batch_chars):
                 any_text = any_text or any(not s.isspace() for s in group)
-                arr = self.encoder.encode_flat(group)[0].astype(self.dtype)
+                ids = self.encoder.encode_flat(group)[0]
+                self._refuse_eos_from_text(ids, lambda _: rec.where)
+                arr = ids.astype(self.dtype)
                 total += len(arr)
                 self._keep(arr)
                 if exact_cuts and self._commit_points:
@@ -395,15 +426,16 @@ class DocumentEncoder:
             # its shard and commits that (fsync) before deleting it. Syncing the whole spool
             # too doubled a long document's disk writes (bench/RESULTS.md, run Q).
             spool.close()
+        routed = int(routed_count(self.encoder) > routed_before)  # the document, once
         if any_text is None:
             yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
         elif not any_text:
             empty = np.zeros(0, self.dtype)
             yield Batch(empty, np.zeros(0, np.int32), rec.cursor, rec.progress, dropped_empty=1)
         elif spool is None:
-            yield Held([*held, eos], total + 1, rec.cursor, rec.progress)
+            yield Held([*held, eos], total + 1, rec.cursor, rec.progress, routed)
         else:
-            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress)
+            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress, routed)
 
     def _spool_holds(self, resume: LongProgress | None) -> bool:
         """A resume point is usable only if the spool still has its tokens."""

@@ -27,7 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
-from pipeline.encoding.byte_level import check_fast_shape, merge_pairs, to_bytes
+from pipeline.encoding.byte_level import (
+    check_fast_shape,
+    is_sentencepiece_bpe,
+    merge_pairs,
+    sentencepiece_text,
+    to_bytes,
+)
 from pipeline.encoding.tokenizer import read_spec
 from pipeline.format.errors import TokshardError
 
@@ -210,11 +216,13 @@ def merged_token_difference(tokenizer, merged: dict[int, str]) -> str | None:
 @dataclass(frozen=True)
 class Vocabulary:
     """What the probes need of a tokenizer: its special tokens' text, its entries as bytes,
-    and the tokens its merges make (byte-level strings, by id)."""
+    the tokens its merges make (byte-level strings, by id), and where they are not byte-level
+    strings (a SentencePiece-style vocabulary), the text each merged token stands for."""
 
     specials: tuple[str, ...]
     pieces: tuple[bytes, ...]
     merged: dict[int, str]
+    merged_text: dict[int, str] | None = None
 
 
 def vocabulary_of(conversion) -> Vocabulary:
@@ -226,6 +234,8 @@ def vocabulary_from_spec(spec: dict) -> Vocabulary:
     """The vocabulary as the tokenizer.json states it (for back ends that read it themselves)."""
     model = spec.get("model") or {}
     vocab: dict[str, int] = model.get("vocab") or {}
+    if is_sentencepiece_bpe(spec):
+        return _sentencepiece_vocabulary(spec, vocab)
     pieces = []
     for token in vocab:
         try:
@@ -237,16 +247,28 @@ def vocabulary_from_spec(spec: dict) -> Vocabulary:
     return Vocabulary(specials, tuple(sorted(pieces)), merged)
 
 
+def _sentencepiece_vocabulary(spec: dict, vocab: dict[str, int]) -> Vocabulary:
+    merged = {
+        vocab[a + b]: a + b for a, b in merge_pairs(spec["model"].get("merges") or []) if a + b in vocab
+    }
+    specials = tuple(t["content"] for t in spec.get("added_tokens") or [] if t.get("special"))
+    pieces = tuple(sorted({sentencepiece_text(t).encode("utf-8") for t in vocab if t not in specials}))
+    return Vocabulary(specials, pieces, merged, {tid: sentencepiece_text(t) for tid, t in merged.items()})
+
+
 def probes(vocab: Vocabulary) -> list[str]:
     """The built-in strings for one tokenizer: TRICKY, its special tokens' text, blends, fuzz."""
     return [*TRICKY, *special_texts(list(vocab.specials)), *blends(vocab.pieces), *fuzz()]
 
 
-def merged_texts(merged: dict[int, str], per_line: int = 256) -> list[str]:
+def merged_texts(vocab: Vocabulary, per_line: int = 256) -> list[str]:
     """Every merge-made token that is whole UTF-8 text, one per line, ``per_line`` to a string
     (a string per token would cost `tokenizers` more in per-call overhead than in BPE)."""
+    if vocab.merged_text is not None:
+        return ["\n".join(t for _, t in sorted(vocab.merged_text.items())[i : i + per_line])
+                for i in range(0, len(vocab.merged_text), per_line)]  # fmt: skip
     texts = []
-    for _, token in sorted(merged.items()):
+    for _, token in sorted(vocab.merged.items()):
         try:
             texts.append(to_bytes(token).decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
@@ -262,9 +284,7 @@ def static_difference(fast, reference, vocab: Vocabulary, every_token: bool = Tr
         if name == "tiktoken":
             found = merged_token_difference(reference.tokenizer, vocab.merged)
         else:
-            found = first_difference(
-                merged_texts(vocab.merged), reference.encode_batch, fast.encode_batch, name
-            )
+            found = first_difference(merged_texts(vocab), reference.encode_batch, fast.encode_batch, name)
         if found:
             return found
     return first_difference(probes(vocab), reference.encode_batch, fast.encode_batch, name)
@@ -292,6 +312,17 @@ def byte_level_spec(tokenizer_path: str) -> dict:
     spec = read_spec(tokenizer_path)
     check_fast_shape(spec)
     return spec
+
+
+def fastokens_spec(tokenizer_path: str) -> tuple[dict, str]:
+    """The parsed tokenizer.json and its shape, if fastokens is checked on that shape: a
+    byte-level BPE (`byte_level_spec`), or a SentencePiece-style BPE in Llama 2's shape;
+    `NotEquivalent` naming the byte-level rule broken otherwise."""
+    spec = read_spec(tokenizer_path)
+    if is_sentencepiece_bpe(spec):
+        return spec, "SentencePiece-style BPE with byte fallback"
+    check_fast_shape(spec)
+    return spec, "byte-level BPE"
 
 
 def confirm_builtin(tokenizer_path: str, fast) -> None:

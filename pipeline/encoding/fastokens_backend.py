@@ -17,10 +17,12 @@ import itertools
 import os
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
+from typing import Any
 
 import numpy as np
 import orjson
 
+from pipeline.encoding.byte_level import merge_pairs
 from pipeline.encoding.equivalence import confirm_builtin
 from pipeline.encoding.tokenizer import read_bytes, read_spec, unreadable
 
@@ -57,16 +59,42 @@ def file_text(path: str) -> str:
         raise unreadable(path, exc) from exc
 
 
-def encoding_part(path: str) -> str:
-    """The tokenizer.json's text without the parts encoding never runs here (post-processor,
-    decoder), for the files whose own text fastokens refuses for one of those (RoBERTa's
-    ``RobertaProcessing``): we never add special tokens or decode. Text, because
-    ``from_json_str`` takes JSON: the vocabulary, merges, pre-tokenizer and added tokens pass
-    through unchanged."""
+def encoding_part(spec: dict[str, Any]) -> str:
+    """The tokenizer.json's text as fastokens can build it, for the files whose own text it
+    refuses: without the parts encoding never runs here (post-processor, decoder; RoBERTa's
+    ``RobertaProcessing``), since we never add special tokens or decode; and without the model's
+    vocabulary entries that are special added tokens no merge makes where they leave gaps in
+    its ids (cl100k_base's and o200k_base's, kept there at their published ids), since fastokens
+    wants the ids without gaps. Text encodes to such an entry only where a whole pre-token equals it
+    (``ignore_merges``), so the check's special-token probes see any difference this makes.
+    Text, because ``from_json_str`` takes JSON: merges, pre-tokenizer and added tokens pass
+    through unchanged. ``spec`` (shared, see `read_spec`) is left as it was."""
+    part = {**spec, "post_processor": None, "decoder": None}
+    model = spec.get("model") or {}
+    vocab = model.get("vocab")
+    if model.get("type") == "BPE" and isinstance(vocab, dict):
+        specials = {t.get("content") for t in spec.get("added_tokens") or [] if t.get("special")}
+        in_vocab = {t for t in specials & vocab.keys() if len(t) > 1}
+        if in_vocab:
+            made = {a + b for a, b in merge_pairs(model.get("merges") or [])}
+            left_out = in_vocab - made
+            kept = {t: i for t, i in vocab.items() if t not in left_out}
+            if not has_id_gaps({"model": {"vocab": kept}}):  # only where that closes the gaps
+                part["model"] = {**model, "vocab": kept}
+    return orjson.dumps(part).decode("utf-8")
+
+
+def has_id_gaps(spec: dict[str, Any]) -> bool:
+    """Do the model's vocabulary ids leave gaps (which fastokens refuses)?"""
+    vocab = (spec.get("model") or {}).get("vocab")
+    return isinstance(vocab, dict) and bool(vocab) and max(vocab.values()) + 1 != len(vocab)
+
+
+def rewritten_text(path: str) -> str:
+    """The text fastokens is built from where the file's own is known not to do (`encoding_part`
+    for a vocabulary whose ids leave gaps), else "" (the file as it is)."""
     spec = read_spec(path)
-    spec["post_processor"] = None
-    spec["decoder"] = None
-    return orjson.dumps(spec).decode("utf-8")
+    return encoding_part(spec) if has_id_gaps(spec) else ""
 
 
 class FastokensEncoder:
@@ -74,15 +102,21 @@ class FastokensEncoder:
 
     name = LIBRARY
 
-    def __init__(self, path: str, threads: int = 1, confirm: bool = True) -> None:
+    def __init__(
+        self, path: str, threads: int = 1, confirm: bool = True, rewritten: str | None = None
+    ) -> None:
+        """``rewritten``: `rewritten_text`'s answer for this file, where the caller has it."""
         set_threads(threads)
         import fastokens
 
-        text = file_text(path)  # as it is, most often: parsing and rewriting it costs each worker's start
+        if rewritten is None:
+            rewritten = rewritten_text(path)
+        # as it is, most often: rewriting it costs each worker's start, and a refusal costs a
+        # whole build (1.5 s for a 200k vocabulary), so a file known to need it is rewritten first
         try:
-            self.tokenizer = fastokens.Tokenizer.from_json_str(text)
+            self.tokenizer = fastokens.Tokenizer.from_json_str(rewritten or file_text(path))
         except ValueError:  # a part encoding never runs that fastokens cannot build
-            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(path))
+            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(read_spec(path)))
         if confirm:
             confirm_builtin(path, self)
 

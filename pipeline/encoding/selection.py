@@ -9,6 +9,7 @@ imports this module.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -20,7 +21,8 @@ from pipeline.encoding.equivalence import (
     SAMPLE_DOCS,
     Verdict,
     Vocabulary,
-    byte_level_spec,
+    confirm_builtin,
+    fastokens_spec,
     first_difference,
     show,
     static_difference,
@@ -28,7 +30,8 @@ from pipeline.encoding.equivalence import (
     vocabulary_from_spec,
     vocabulary_of,
 )
-from pipeline.encoding.fastokens_backend import FastokensEncoder, available
+from pipeline.encoding.fastokens_backend import FastokensEncoder, available, rewritten_text
+from pipeline.encoding.routing import RoutedEncoder, describe, fastokens_class
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
 
@@ -48,8 +51,25 @@ def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str
     # would repeat that for nothing (a quarter of a second), one with others must redo it.
     confirm = checked_with != library_versions()
     if name == "fastokens":
-        return FastokensEncoder(path, threads, confirm=confirm)
+        fast = routed_fastokens(path, threads)
+        if confirm:
+            confirm_builtin(path, fast)
+        return fast
     return TiktokenEncoder(path, threads, confirm=confirm)
+
+
+def routed_fastokens(path: str, threads: int = 1) -> Encoder:
+    """fastokens, with the documents of its proven class (`pipeline.encoding.routing`) sent to
+    `tokenizers`; fastokens alone where that class is empty or none is proven."""
+    # what both derive from the file alone, kept for the run's workers on this machine
+    rewritten = check_cache.derived(
+        check_cache.key_parts("fastokens-text", path), lambda: rewritten_text(path)
+    )
+    fast = FastokensEncoder(path, threads, confirm=False, rewritten=rewritten)
+    route = _routed_class(path)
+    if not route:
+        return fast
+    return RoutedEncoder(fast, lambda: TokenizersEncoder(path, threads), route)
 
 
 BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
@@ -97,7 +117,7 @@ def choose(
         if verdict.equivalent:
             how = "auto" if requested == "auto" else f"requested with --encoder {name}"
             passed_over = "".join(f"; {r}" for r in refused)
-            return name, f"{how}: {verdict.reason}{passed_over}"
+            return name, f"{how}: {verdict.reason}{routing_note(name, tokenizer_path)}{passed_over}"
         if requested != "auto":
             raise TokshardError(
                 f"--encoder {name} would change the ids: {verdict.reason}; "
@@ -115,11 +135,45 @@ def likely_choice(requested: str) -> str:
     return "fastokens" if available() else "tiktoken"
 
 
-def manifest_entry(name: str, reason: str, threads: int) -> dict[str, object]:
-    """The manifest's ``encoder`` entry: which back end, why, and the library that ran it."""
+def _routed_class(path: str) -> frozenset[int] | None:
+    """`routing.fastokens_class`, kept beside the checks for the run's workers on this machine
+    (`check_cache.derived`; an entry that does not read as a class is made again)."""
+
+    def make() -> str:
+        found = fastokens_class(path)
+        return json.dumps(None if found is None else sorted(found))
+
+    parts = check_cache.key_parts("fastokens-class", path)
+    try:
+        kept = json.loads(check_cache.derived(parts, make))
+    except ValueError:
+        kept = json.loads(make())
+    return None if kept is None else frozenset(int(c) for c in kept)
+
+
+def manifest_entry(
+    name: str, reason: str, threads: int, tokenizer_path: str, routed_documents: int
+) -> dict[str, object]:
+    """The manifest's ``encoder`` entry: which back end, why, the library that ran it, and for
+    fastokens the class of documents it sent to `tokenizers` and how many there were."""
     library = "tokenizers" if name == "tokenizers" else name
-    return {"name": name, "reason": reason, "threads": threads, "library": library,
-            "version": library_version(library) or "unknown"}  # fmt: skip
+    entry: dict[str, object] = {"name": name, "reason": reason, "threads": threads, "library": library,
+                                "version": library_version(library) or "unknown"}  # fmt: skip
+    route = _routed_class(tokenizer_path) if name == "fastokens" else None
+    if route:
+        entry["routed"] = {"class": describe(route), "to": "tokenizers", "documents": routed_documents}
+    return entry
+
+
+def routing_note(name: str, tokenizer_path: str) -> str:
+    """What the reason adds where fastokens routes a class of documents to `tokenizers`."""
+    route = _routed_class(tokenizer_path) if name == "fastokens" else None
+    if not route:
+        return ""
+    return (
+        f"; documents holding {describe(route)} go to tokenizers (fastokens' regex engine "
+        "parts from it on that class alone, proven over every code point)"
+    )
 
 
 def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vocabulary]] | Verdict:
@@ -130,8 +184,8 @@ def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vo
         if candidate == "fastokens":
             if not available():
                 return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
-            spec = byte_level_spec(tokenizer_path)
-            return FastokensEncoder(tokenizer_path, confirm=False), lambda: vocabulary_from_spec(spec)
+            spec, _ = fastokens_spec(tokenizer_path)
+            return routed_fastokens(tokenizer_path), lambda: vocabulary_from_spec(spec)
         fast = TiktokenEncoder(tokenizer_path, confirm=False)
         return fast, lambda: vocabulary_of(fast.conversion)
     except NotEquivalent as exc:
@@ -175,7 +229,7 @@ def check(
         want = _ids(reference(), docs, candidate)  # while the workers boot
         got = _ids_elsewhere(elsewhere, candidate, docs)
         if got is not None:
-            return _documents_verdict(candidate, _kept_text(kept), docs, want, got)
+            return _documents_verdict(candidate, tokenizer_path, _kept_text(kept), docs, want, got)
     built = _build(candidate, tokenizer_path)
     if isinstance(built, Verdict):
         return built
@@ -188,7 +242,7 @@ def check(
     docs = _documents(samples)
     if want is None:
         want = _ids(reference(), docs, candidate)
-    return _documents_verdict(candidate, static, docs, want, _ids(fast, docs, candidate))
+    return _documents_verdict(candidate, tokenizer_path, static, docs, want, _ids(fast, docs, candidate))
 
 
 def _documents(samples: Callable[[], list[str]]) -> list[str]:
@@ -210,7 +264,12 @@ def _ids_elsewhere(elsewhere: Elsewhere, candidate: str, docs: list[str]) -> lis
 
 
 def _documents_verdict(
-    candidate: str, static: str, docs: list[str], want: list | Verdict, got: list | Verdict
+    candidate: str,
+    tokenizer_path: str,
+    static: str,
+    docs: list[str],
+    want: list | Verdict,
+    got: list | Verdict,
 ) -> Verdict:
     """The verdict once the static half passed: the run's documents decide."""
     for failed in (want, got):
@@ -221,9 +280,19 @@ def _documents_verdict(
         return Verdict(False, found)
     return Verdict(
         True,
-        f"byte-level BPE, and {candidate} gave the same ids as tokenizers on {static} "
+        f"{_shape(candidate, tokenizer_path)}, and {candidate} gave the same ids as tokenizers on {static} "
         f"and the run's first {len(docs)} documents",
     )
+
+
+def _shape(candidate: str, tokenizer_path: str) -> str:
+    """The shape the candidate was checked on, as the reason names it."""
+    if candidate == "fastokens":
+        try:
+            return fastokens_spec(tokenizer_path)[1]
+        except NotEquivalent:
+            pass
+    return "byte-level BPE"
 
 
 def _kept_text(kept: str) -> str:

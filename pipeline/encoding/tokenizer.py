@@ -41,6 +41,11 @@ class TokenizerInfo:
     eos_id: int
     eos_token: str
     origin: str
+    #: the token dtype the run writes, and why (``--dtype auto`` decides from ``vocab_size``)
+    dtype: str = "uint16"
+    dtype_reason: str = ""
+    #: how the EOS was found, and why no document's text encodes to its id
+    eos_found: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,11 +136,48 @@ def _parsed(content: _Content):
     from tokenizers import Tokenizer
 
     try:
-        tok = Tokenizer.from_str(content.data.decode("utf-8"))
+        text = content.data.decode("utf-8")
+        tok = Tokenizer.from_str(text)
     except Exception as exc:  # tokenizers raises a bare Exception for parse errors
         raise unreadable(content.path, exc) from exc
+    unreachable = special_pieces_out_of_reach(text)
+    if unreachable is not None:
+        tok = Tokenizer.from_str(unreachable)
     tok.encode_special_tokens = True
     return tok
+
+
+#: how far below every other piece a special token's Unigram piece is put (see below)
+OUT_OF_REACH = 1e4
+
+
+def special_pieces_out_of_reach(text: str) -> str | None:
+    """A Unigram tokenizer.json in which no special token's piece is ever chosen for text (None
+    where nothing changes: any other model, or no special token among its pieces).
+
+    With ``encode_special_tokens`` `tokenizers` hands special-token text to the model like any
+    other text, and a Unigram model then picks the special token's own piece (T5's ``</s>``,
+    score 0, the best there is): a literal ``</s>`` in a document would become the EOS id.
+    Each such piece gets a score far below every other one, which only a span of characters
+    with no other piece can still reach; ids, and every other piece's score, stay as they were
+    (the unknown-character penalty moves by a constant for every segmentation, so no other
+    choice changes). `DocumentEncoder` still checks every batch, so a span that reaches one
+    anyway stops the run instead of writing the EOS id from text."""
+    if '"Unigram"' not in text:
+        return None
+    spec = orjson.loads(text)
+    model = spec.get("model") or {}
+    if model.get("type") != "Unigram":
+        return None
+    specials = {t.get("content") for t in spec.get("added_tokens") or [] if t.get("special")}
+    pieces = model.get("vocab") or []
+    hits = [i for i, (piece, _) in enumerate(pieces) if piece in specials and i != model.get("unk_id")]
+    if not hits:
+        return None
+    floor = min(score for _, score in pieces) - OUT_OF_REACH
+    for i in hits:
+        pieces[i] = [pieces[i][0], floor]
+    return orjson.dumps(spec).decode("utf-8")
 
 
 def max_id(tok) -> int:
@@ -143,32 +185,95 @@ def max_id(tok) -> int:
     return max(vocab.values()) if vocab else -1
 
 
-def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, str]:
+def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, str, str]:
+    """The EOS id and spelling, and how it was found; a one-line refusal where document text
+    could encode to it (the EOS id must come only from the pipeline's own separators)."""
     names = (eos_token,) if eos_token else EOS_CANDIDATES
     for name in names:
         tid = tok.token_to_id(name)
         if tid is not None:
-            return tid, name
+            how = "named by eos_token" if eos_token else "the first of the usual EOS spellings it has"
+            return tid, name, f"{how}; {eos_kind(tok, name, tid, path)}"
     wanted = repr(eos_token) if eos_token else "any of " + ", ".join(EOS_CANDIDATES)
     raise TokshardError(f"{path} has no EOS token ({wanted}); set eos_token in the recipe")
 
 
-def check_dtype(vocab_size: int, dtype: str, where: str) -> None:
-    """Refuse before any work if an id could not be stored: never truncate silently."""
-    if dtype == "uint16" and vocab_size > UINT16_LIMIT:
+def eos_kind(tok, name: str, tid: int, path: str | os.PathLike) -> str:
+    """Why document text never encodes to the EOS (as the manifest says it), or a refusal."""
+    added = {t.content: t for t in tok.get_added_tokens_decoder().values()}
+    token = added.get(name)
+    if token is not None and not token.special:
         raise TokshardError(
-            f"{where}: ids go up to {vocab_size - 1}, which does not fit uint16; "
-            'pass --dtype uint32 (or dtype = "uint32" in the recipe)'
+            f"{path}: its EOS {name!r} is an added token not marked special, so tokenizers cuts "
+            f"it out of document text and a literal {name!r} would become the EOS id; mark it "
+            '"special": true in the tokenizer.json, or name a special token with eos_token'
         )
-    if dtype not in TOKEN_DTYPES:
-        raise TokshardError(f"dtype {dtype!r} is not supported; use {' or '.join(TOKEN_DTYPES)}")
+    model = type(tok.model).__name__
+    reached = whole_word_reaches(tok, name, tid, path)
+    if reached:
+        raise TokshardError(
+            f"{path}: its EOS {name!r} is an entry of the {model} vocabulary that document text "
+            f"reaches ({reached}), so a literal {name!r} would become the EOS id; name another "
+            "eos_token, or use a tokenizer whose EOS is a special token outside its vocabulary"
+        )
+    if token is None:
+        return f"an entry of the {model} vocabulary no text reaches (no merge makes it)"
+    if model == "Unigram" and tok.model.token_to_id(name) == tid:
+        return "a special token; its piece is put out of reach of text (see special_pieces_out_of_reach)"
+    return "a special token; its text inside a document is encoded as ordinary text"
+
+
+def whole_word_reaches(tok, name: str, tid: int, path: str | os.PathLike) -> str | None:
+    """How text could reach the EOS as a vocabulary entry of a WordLevel, WordPiece or BPE
+    model (None: it cannot, or the model is Unigram, handled by its scores): a whole word equal
+    to it where the model maps whole words (WordLevel, WordPiece, BPE with ``ignore_merges``)
+    and the pre-tokenizer keeps it one word, or a merge that makes it."""
+    from tokenizers import models
+
+    model = tok.model
+    if model.token_to_id(name) != tid or isinstance(model, models.Unigram):
+        return None
+    spec = read_spec(path) if isinstance(model, models.BPE) else {}
+    bpe = spec.get("model") or {}
+    if bpe and any(a + b == name for a, b in byte_level.merge_pairs(bpe.get("merges") or [])):
+        return "a merge makes it"
+    whole = isinstance(model, models.WordLevel | models.WordPiece) or bool(bpe.get("ignore_merges"))
+    pre = tok.pre_tokenizer
+    words = [w for w, _ in pre.pre_tokenize_str(name)] if pre is not None else [name]
+    if whole and len(words) == 1:
+        return "the pre-tokenizer keeps it one word, which the model maps whole"
+    return None
+
+
+#: the dtype setting that lets the tokenizer decide
+AUTO_DTYPE = "auto"
+
+
+def choose_dtype(vocab_size: int, requested: str, where: str) -> tuple[str, str]:
+    """The token dtype for a tokenizer whose ids are below ``vocab_size`` (added tokens
+    counted), and why: for ``auto`` uint16 where every id fits, else uint32. A dtype asked for
+    that cannot hold every id is refused before any work: never truncate silently."""
+    largest = vocab_size - 1
+    if requested == AUTO_DTYPE:
+        if vocab_size <= UINT16_LIMIT:
+            return "uint16", f"auto: every id fits uint16 (the largest is {largest})"
+        return "uint32", f"auto: ids go up to {largest}, which does not fit uint16"
+    if requested not in TOKEN_DTYPES:
+        choices = " or ".join((AUTO_DTYPE, *TOKEN_DTYPES))
+        raise TokshardError(f"dtype {requested!r} is not supported; use {choices}")
+    if requested == "uint16" and vocab_size > UINT16_LIMIT:
+        raise TokshardError(
+            f"{where}: ids go up to {largest}, which does not fit uint16; "
+            'pass --dtype auto or uint32 (or dtype = "auto" in the recipe)'
+        )
+    return requested, f"requested with --dtype {requested}"
 
 
 def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> TokenizerInfo:
     tok = load(path)
     vocab_size = max_id(tok) + 1
-    check_dtype(vocab_size, dtype, f"tokenizer {origin}")
-    eos_id, eos_name = find_eos(tok, eos_token, path)
+    chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
+    eos_id, eos_name, eos_found = find_eos(tok, eos_token, path)
     return TokenizerInfo(
         path=TOKENIZER_FILE,
         sha256=sha256_file(path),
@@ -176,6 +281,9 @@ def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> 
         eos_id=eos_id,
         eos_token=eos_name,
         origin=origin,
+        dtype=chosen,
+        dtype_reason=why,
+        eos_found=eos_found,
     )
 
 
@@ -260,12 +368,20 @@ def _training_texts(files: list[str]):
 
 
 def read_spec(path: str | Path) -> dict[str, Any]:
-    """The parsed tokenizer.json: by orjson (a quarter of `json`'s 0.06 s for GPT-2's, on
-    every worker's start), by `json` where orjson refuses a file `json` may still read."""
+    """The parsed tokenizer.json, parsed once per process and content (a 200k vocabulary's
+    file takes half a second to parse, and a worker's start asks for it several times):
+    shared, so never changed by a caller."""
     data = read_bytes(path)
+    return _spec(_Content(hashlib.sha256(data).hexdigest(), data, str(path)))
+
+
+@functools.lru_cache(maxsize=2)
+def _spec(content: _Content) -> dict[str, Any]:
+    """By orjson (a quarter of `json`'s time), by `json` where orjson refuses a file `json`
+    may still read."""
     with contextlib.suppress(orjson.JSONDecodeError):
-        return orjson.loads(data)
+        return orjson.loads(content.data)
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(content.data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise unreadable(path, exc) from exc
+        raise unreadable(content.path, exc) from exc

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.encoding import tokenizer
+from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
@@ -69,8 +69,8 @@ def prepare(
         if leftovers:
             log(f"removed {leftovers} temporary files of interrupted writes")
         settings = recipe.settings
-        src, tok = tokenizer.resolve(settings.tokenizer, settings.eos_token, settings.dtype)
-        recipe.tokenizer_sha256 = tok.sha256
+        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
+        recipe.pin_tokenizer(tok)
         plan = _load_or_make_plan(recipe, state, tok, log)
         tokenizer_path = state.install_tokenizer(src, tok)
         if _is_complete(state, plan):
@@ -102,7 +102,8 @@ def prepare(
         finally:
             if early is not None:
                 early.discard()
-        doc = manifest_doc(recipe, plan, state.finished_checkpoints(plan), encoder, reason, settings.threads)
+        finished = state.finished_checkpoints(plan)
+        doc = manifest_doc(recipe, plan, finished, encoder, reason, settings.threads, str(tokenizer_path))
         path = state.write_manifest(doc)
         log(f"wrote {path}")
         return path
@@ -372,7 +373,13 @@ def _checkpoint_of(fut, part: Partition, state: RunState, plan: Plan, dtype: str
 
 
 def manifest_doc(
-    recipe: Recipe, plan: Plan, finished: list[Checkpoint], encoder: str, reason: str, threads: int
+    recipe: Recipe,
+    plan: Plan,
+    finished: list[Checkpoint],
+    encoder: str,
+    reason: str,
+    threads: int,
+    tokenizer_path: str,
 ) -> dict[str, Any]:
     """The manifest of a run whose partitions all finished (``finished``: in plan order)."""
     refuse_empty_run(recipe, finished)
@@ -394,7 +401,7 @@ def manifest_doc(
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings.dtype,
         tokenizer=plan.tokenizer,
-        encoder=manifest_entry(encoder, reason, threads),
+        encoder=manifest_entry(encoder, reason, threads, tokenizer_path, sum(ck.routed for ck in finished)),
         sources=sources,
         shards=shards,
     )

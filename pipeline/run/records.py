@@ -73,6 +73,8 @@ class Checkpoint:
     tokens: int = 0
     dropped_empty: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    #: documents the encoder sent to the reference (fastokens' routed class)
+    routed: int = 0
     progress: int = 0
     closed: list[ShardRecord] = field(default_factory=list)
     open: OpenShard | None = None

@@ -248,11 +248,13 @@ class PartitionRun:
                 self.shards.add_parts(item.parts)
             ckpt.documents += 1
             ckpt.tokens += item.tokens
+            ckpt.routed += item.routed
         else:
             self.shards.add(item.tokens, item.lengths)
             ckpt.documents += len(item.lengths)
             ckpt.tokens += len(item.tokens)
             ckpt.dropped_empty += item.dropped_empty
+            ckpt.routed += item.routed
         ckpt.cursor, ckpt.progress = item.cursor, item.progress
 
     def commit(self) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from support import cli, write_jsonl
 
-from pipeline.format.usage import file_arg, folder_arg, path_arg
 from tokshard.cli import build_parser
-from trainer.cli import parser as train_parser
+from tokshard.commands.train import parser as train_parser
+from tokshard.usage import file_arg, folder_arg, path_arg
 
 COMMANDS = [
     ["demo"],
@@ -180,7 +180,8 @@ def test_a_mistake_in_a_recipe_names_the_file(files):
 
 
 def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
-    from trainer import megatron, samples
+    from tokshard.commands import megatron_args as megatron
+    from tokshard.commands import samples
 
     parsers = dict(subparsers(build_parser()))
     parsers[("train",)] = train_parser()
@@ -368,7 +369,10 @@ def test_every_flag_refuses_each_typical_mistake_in_one_line_with_exit_2(sweep_r
         ("stdlib=1,stdlib=2", "--mix: 'stdlib' is given twice"),
         ("stdlib", "--mix: 'stdlib' is not SOURCE=WEIGHT"),
         ("stdlib=-1", "--mix: 'stdlib=-1' is not SOURCE=WEIGHT with a positive weight"),
-        ("stdlib=0,asyncio=0", "is not SOURCE=WEIGHT with a positive weight"),
+        (
+            "stdlib=0,asyncio=1",
+            "--mix: 'stdlib=0' gives stdlib no weight; to train without a source, leave it out",
+        ),
     ],
     ids=["unknown-name", "duplicate-key", "no-weight", "negative", "zero"],
 )

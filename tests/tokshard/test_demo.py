@@ -194,7 +194,7 @@ def test_interrupted_training_continues_from_its_last_checkpoint(demo, copy, tmp
     proc = run_demo(copy, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     step = int(tags[-2].removeprefix("step"))
-    assert f"resumed {tags[-2]} at step {step}" in (run / "train.log").read_text()
+    assert f"resumed {tags[-2]} at step {step}" in (out / "train.log").read_text()
     assert (run / "latest").read_text().strip() == tags[-1]
     assert mtimes(prepared_files(out)) == kept
     resumed_eval = json.loads((out / "summary.json").read_text())["training"]["last_eval_loss"]

@@ -23,7 +23,7 @@ import pytest
 from support import REPO
 
 from tokshard.cli import build_parser
-from trainer.cli import parse as parse_train
+from tokshard.commands.train import parse as parse_train
 
 README = (REPO / "README.md").read_text()
 

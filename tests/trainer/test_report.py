@@ -67,3 +67,37 @@ def test_a_run_without_evaluation_plots_its_training_lines(tmp_path):
     assert n["first_eval_loss"] is None and n["steps"] == 10
     assert Path(n["png"]) == tmp_path / "report.png"
     assert "validation" not in describe(n)
+
+
+def test_plot_replaces_its_own_figure_but_no_other_file(tmp_path):
+    """`tokshard plot --out` naming the run's metrics, or a PNG another program wrote, is one
+    line and the file is kept; the run's own report.png is redrawn."""
+    from support import cli
+
+    log_run(tmp_path, range(0, 6), loss0=8.0)
+    metrics = (tmp_path / "metrics.jsonl").read_bytes()
+    for _ in range(2):  # drawn, then drawn again over its own
+        assert cli("plot", str(tmp_path)).returncode == 0
+    foreign = tmp_path / "mine.png"
+    Image.new("RGB", (4, 4)).save(foreign)
+    kept = foreign.read_bytes()
+    for target, what in ((tmp_path / "metrics.jsonl", metrics), (foreign, kept)):
+        proc = cli("plot", str(tmp_path), "--out", str(target))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"{target} exists and is not a figure tokshard wrote, so it is kept" in proc.stderr
+        assert target.read_bytes() == what
+
+
+def test_plot_skips_lines_another_tool_wrote_and_counts_them(tmp_path):
+    """A line with a training line's step but not its fields (another tool's, or a field of
+    another type) is skipped and counted, never a traceback."""
+    from support import cli
+
+    log_run(tmp_path, range(0, 6), loss0=8.0)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(
+            '{"step": 3, "loss": "high"}\n{"step": 4, "loss": 1.0}\n{"step": 7, "eval_loss": null}\n[1, 2]\n'
+        )
+    proc = cli("plot", str(tmp_path))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "5 steps" in proc.stdout and "4 unreadable line(s) skipped" in proc.stdout

@@ -9,14 +9,14 @@ from support import CONFIGS
 
 from pipeline.format.errors import TokshardError
 from trainer import ds_config
-from trainer.ds_config import Knobs
+from trainer.settings import OptimSettings
 
 EXAMPLES = sorted(CONFIGS.glob("*.json"))
 
 
 def resolve(cfg, world=1, cuda=False, **knobs):
     return ds_config.resolve(
-        cfg, Knobs(steps=100, **knobs), world=world, cuda=cuda, bf16_supported=cuda, hidden_size=64
+        cfg, OptimSettings(steps=100, **knobs), world=world, cuda=cuda, bf16_supported=cuda, hidden_size=64
     )
 
 

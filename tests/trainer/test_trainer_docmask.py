@@ -12,7 +12,8 @@ from support import CONFIGS, SMALL, cached_manifest, launch, metrics
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from trainer import cli, docmask
+from tokshard.commands import train as cli
+from trainer import docmask
 from trainer.data import WindowDataset
 from trainer.model import GPT, GPTConfig
 

@@ -1,7 +1,7 @@
 """What `tokshard train` refuses before any process group or model exists: each a user
 mistake or damaged data that used to train anyway or end in a traceback (issue 15).
 
-In-process (``trainer.cli.main``): every refusal here happens before DeepSpeed starts."""
+In-process (``tokshard.commands.train.main``): every refusal here happens before DeepSpeed starts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from support import cached_manifest
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
-from trainer import cli, ds_config, models
+from tokshard.commands import train as cli
+from trainer import ds_config, models
+from trainer.settings import OptimSettings
 
 SMALL = ["--model", "tiny", "--seq-len", "32", "--steps", "1", "--log-every", "1", "--eval-samples", "8"]
 
@@ -123,7 +125,7 @@ def test_an_invalid_deepspeed_config_is_one_line_naming_the_file(manifest, tmp_p
 def test_a_config_without_an_optimizer_gets_the_default_adamw():
     user = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"}
     assert ds_config.missing_blocks(user) == ["optimizer", "scheduler"]
-    cfg = ds_config.resolve(user, ds_config.Knobs(steps=10, lr=1e-3), world=1, cuda=False,
+    cfg = ds_config.resolve(user, OptimSettings(steps=10, lr=1e-3), world=1, cuda=False,
                             bf16_supported=False, hidden_size=64)  # fmt: skip
     assert cfg["optimizer"]["type"] == "AdamW" and cfg["optimizer"]["params"]["lr"] == 1e-3
     assert (
@@ -133,7 +135,7 @@ def test_a_config_without_an_optimizer_gets_the_default_adamw():
     # a config that names its optimizer but no scheduler keeps DeepSpeed's meaning: a constant lr
     own = {"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}
     assert ds_config.missing_blocks(own) == []
-    assert "scheduler" not in ds_config.resolve(own, ds_config.Knobs(steps=10), world=1, cuda=False,
+    assert "scheduler" not in ds_config.resolve(own, OptimSettings(steps=10), world=1, cuda=False,
                                                 bf16_supported=False, hidden_size=64)  # fmt: skip
 
 

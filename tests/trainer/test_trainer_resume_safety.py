@@ -18,7 +18,7 @@ from support import REPO, cached_manifest, make_manifest
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from trainer import cli
+from tokshard.commands import train as cli
 
 ROOT = REPO
 SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--micro-batch", "2"]
@@ -130,6 +130,43 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
     assert samples == [2 * s for s in range(1, stop + 1)]
 
 
+# --- issue 29, item 8: Ctrl-C and SIGTERM say how to continue ---
+
+
+@pytest.mark.parametrize(("signum", "said", "code"), [(signal.SIGINT, "interrupted", 130),
+                                                      (signal.SIGTERM, "stopped by SIGTERM", 143)])  # fmt: skip
+def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_path, signum, said, code):
+    save = tmp_path / "ck"
+    args = [
+        "--manifest",
+        str(manifest),
+        *SMALL,
+        "--steps",
+        "100000",
+        "--save",
+        str(save),
+        "--save-every",
+        "2",
+    ]
+    cmd, env = trainer_cmd(*args)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while latest(save) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        proc.send_signal(signum)  # Ctrl-C at a terminal sends SIGINT; a job's time limit SIGTERM
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == code and "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"tokshard: train {said}; the last checkpoint is {save}/step")
+    assert last.endswith(": rerun it with --resume to continue from there")
+
+
 # --- item 14 and the model half of item 15: what a resume must keep ---
 
 
@@ -186,6 +223,28 @@ def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, 
     )
 
 
+# --- issue 29: a damaged checkpoint is one line naming what to do ---
+
+
+def test_a_resume_from_a_cut_short_model_state_file_is_one_line(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    states = save / "step00000002" / "mp_rank_00_model_states.pt"
+    states.write_bytes(states.read_bytes()[: states.stat().st_size // 2])
+    line = one_error_line(train(*resume_args(manifest, save), code=1))
+    assert f"--resume: {save / 'step00000002'} cannot be loaded (mp_rank_00_model_states.pt cut short" in line
+    assert line.endswith(f"{save} holds no other checkpoint: start a new run in another --save")
+
+
+def test_latest_naming_a_checkpoint_that_is_gone_names_the_ones_there(manifest, halfway, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway, save)
+    (save / "latest").write_text("step00000009")
+    with pytest.raises(TokshardError, match=r"names step00000009, which is not in .*write its name "
+                       r"\(step00000002\) into .*latest"):  # fmt: skip
+        cli.main(resume_args(manifest, save))
+
+
 # --- item 15: a full disk during a checkpoint leaves none half written ---
 
 
@@ -212,6 +271,7 @@ def test_a_full_disk_during_a_save_keeps_the_last_whole_checkpoint(manifest, sma
         f"tokshard: error: checkpoint not saved: disk full writing {save / 'step00000004'} ("
     )
     assert "nothing of it was kept and the last whole checkpoint, step00000002, is kept" in line
+    assert line.endswith("free space there, then rerun with --resume to continue from step00000002")
     assert latest(save) == "step00000002"
     assert sorted(p.name for p in save.iterdir() if p.is_dir()) == ["step00000002"]  # no partial folder
     (small_disk / "filler").unlink()

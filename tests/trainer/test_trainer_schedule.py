@@ -98,18 +98,22 @@ def test_a_checkpoint_from_before_schedules_resumes_as_one_segment(tmp_path_fact
     from support import cached_manifest
 
     from pipeline.format import manifest as manifest_mod
-    from trainer.api import window_sources
+    from trainer.checkpoint.resume import saved_schedule
+    from trainer.checkpoint.state import TrainerState
     from trainer.data import WindowDataset
-    from trainer.loop import saved_schedule
+    from trainer.schedule import window_sources
 
     m = manifest_mod.load(cached_manifest(tmp_path_factory))
     now = window_sources(WindowDataset(m, "train", 32))
     mix = {"stdlib": 0.25, "asyncio": 0.75}
-    saved = {"seed": 5, "samples": 64, "data": {"mix": mix, "manifest_fingerprint": m.fingerprint()}}
+    data = {"manifest_fingerprint": m.fingerprint(), "manifest": str(m.path), "seq_len": 32, "mix": mix,
+            "train_split": "train"}  # fmt: skip
+    older = {"step": 8, "samples": 64, "seed": 5, "world_size": 1, "train_batch_size": 8, "data": data}
+    saved = TrainerState.from_json(older)
     old = saved_schedule(saved, [m], now)
     resumed = old.continued(now, None, 64)
     assert not resumed.data_changes and not resumed.changes
     fresh = Schedule.fresh(now, mix, seed=5)
     assert draws(resumed.schedule, 0, 500) == draws(fresh, 0, 500)
-    other = {**saved, "data": {**saved["data"], "manifest_fingerprint": "sha256:else"}}
+    other = TrainerState.from_json({**older, "data": {**data, "manifest_fingerprint": "sha256:else"}})
     assert saved_schedule(other, [m], now).continued(now, None, 64).data_changes

@@ -164,3 +164,26 @@ def test_the_public_api_reproduces_the_trainer_across_a_resume_and_a_rank_change
                 b = next(it)
                 got[step] += zip(b["positions"].tolist(), b["sources"], b["windows"].tolist(), strict=True)
     assert {k: sorted(v) for k, v in got.items()} == {k: m[k] for k in range(BEFORE + 1, AFTER + 1)}
+
+
+def test_sources_left_aside_are_said(tmp_path_factory, tmp_path):
+    """A source at weight 0 (left out of --mix, kept so at a resume) and one without the
+    evaluation split are named at the start, never left aside unsaid (issue 29, item 8)."""
+    data = tmp_path / "data"
+    shutil.copytree(cached_manifest(tmp_path_factory).parent, data)
+    doc = json.loads((data / "manifest.json").read_text())
+    doc["shards"] = [s for s in doc["shards"] if (s["source"], s["split"]) != ("asyncio", "validation")]
+    del doc["sources"]["asyncio"]["splits"]["validation"]
+    manifest_mod.write(data, {k: v for k, v in doc.items() if k != "checksum"})
+    common = ["--manifest", str(data), *BATCH, *SMALL, "--steps", "2", "--save", str(tmp_path / "ck")]
+    first = launch(*common, "--mix", "stdlib=1", "--eval-every", "1", "--stop-at", "1").stdout
+    assert "tokshard: --mix gives no weight to 'asyncio': not trained" in first
+    assert (
+        "tokshard: evaluation on 'validation' leaves out 'asyncio' (no 'validation' split); evaluated: stdlib"
+        in first
+    )
+    resumed = launch(*common, "--resume").stdout
+    assert (
+        "tokshard: 'asyncio' kept at weight 0 (the checkpoint's mix gives none): not trained from here"
+        in resumed
+    )

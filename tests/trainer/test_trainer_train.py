@@ -28,7 +28,7 @@ from support import (
 )
 
 from pipeline.format.errors import TokshardError
-from trainer import cli
+from tokshard.commands import train as cli
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,52 @@ def test_transformers_opt_from_config_under_zero3(manifest, tmp_path):
     )
     assert "ZeRO 3" in out.stdout
     assert len(metrics(run)[0]) == 2
+
+
+# --- the learning rate: each step's line logs the rate that step applied ---
+
+
+def test_the_logged_lr_is_the_rate_each_step_applied_and_warmup_0_starts_at_the_peak(manifest, tmp_path):
+    """The default schedule (linear warmup, cosine to 0.1 of the peak over --steps): with two
+    warmup steps, step 1 applies a rate of 0 (its weights stay the initial ones) and step 2
+    half the peak; with --warmup 0 step 1 applies the peak."""
+    from trainer import models
+    from trainer.sampler import DEFAULT_SEED
+
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--lr", "1e-3"]
+    launch(*common, "--warmup", "2", "--save", str(tmp_path / "w2"), "--save-every", "1")
+    launch(*common, "--warmup", "0", "--run-dir", str(tmp_path / "w0"))
+    peak, end = 1e-3, 1e-4
+    assert [t["lr"] for t in metrics(tmp_path / "w2")[0]] == pytest.approx(
+        [0, peak / 2, (peak + end) / 2, end]
+    )
+    assert [t["lr"] for t in metrics(tmp_path / "w0")[0]] == pytest.approx(
+        [peak, peak, (peak + end) / 2, end]
+    )
+    torch.manual_seed(DEFAULT_SEED)
+    initial = models.resolve("tiny", None, 1024).build().state_dict()
+    after_step_1 = torch.load(
+        tmp_path / "w2" / "step00000001" / "mp_rank_00_model_states.pt", weights_only=False
+    )
+    assert all(torch.equal(after_step_1["module"][k], v) for k, v in initial.items())
+    after_step_2 = torch.load(
+        tmp_path / "w2" / "step00000002" / "mp_rank_00_model_states.pt", weights_only=False
+    )
+    assert not all(torch.equal(after_step_2["module"][k], v) for k, v in initial.items())
+
+
+def test_a_console_reader_that_quits_leaves_the_run_training(manifest, tmp_path):
+    """`tokshard train ... | head`: the run goes on to its last step, its record complete."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trainer", "--manifest", str(manifest), *SMALL, "--micro-batch", "2",
+           "--steps", "30", "--run-dir", str(run)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=240) == 0 and "Traceback" not in err, err[-3000:]
+    assert [t["step"] for t in metrics(run)[0]] == list(range(1, 31))
 
 
 # --- exact resume: the same samples whether or not the run was interrupted, on 1 or 2 ranks ---

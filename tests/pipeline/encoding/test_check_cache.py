@@ -191,3 +191,44 @@ def test_without_a_kept_pass_the_check_runs_here_in_full(
         choose("auto", str(gpt2_tokenizer_path), lambda: docs, _asked(workers_copy, asked))[0] == "fastokens"
     )
     assert asked == [] and static_runs == ["fastokens"] and len(driver_builds) == 1
+
+
+def test_what_fastokens_is_built_from_is_derived_once_and_a_damaged_entry_is_made_again(cache):
+    """A worker's start on a 200k vocabulary reads the rewritten file and the routed class the
+    driver derived, instead of parsing the file again; an entry that does not read as a class
+    is made again, and the encoder is the same either way."""
+    from published_vocabs import tokenizer_json
+
+    path = str(tokenizer_json("o200k_base"))
+    first = selection.routed_fastokens(path)
+    kept = sorted((cache / "derived").glob("*.txt"))
+    assert len(kept) == 2  # the rewritten text (ids without gaps) and the class
+    assert {p.read_text()[:1] for p in kept} == {"[", "{"}
+    for p in kept:
+        if p.read_text().startswith("["):
+            p.write_text("not a class")
+    again = selection.routed_fastokens(path)
+    assert again.route == first.route == frozenset({0x180E})
+    texts = ["hello world", "a\u180eb 've", "日本語"]
+    assert [list(x) for x in again.encode_batch(texts)] == [list(x) for x in first.encode_batch(texts)]
+
+
+def test_a_tokenizers_facts_are_kept_and_a_refusal_is_not(cache, gpt2_tokenizer_path, monkeypatch):
+    """A later run finds the ids, EOS and dtype of the same tokenizer without loading it; a
+    refusal (uint16 asked for ids past it) is found afresh each time."""
+    from published_vocabs import tokenizer_json
+
+    from pipeline.encoding import tokenizer
+    from pipeline.format.errors import TokshardError
+
+    first = check_cache.resolve_tokenizer(str(gpt2_tokenizer_path), None, "auto")
+    for _ in range(2):
+        with pytest.raises(TokshardError, match="does not fit uint16"):
+            check_cache.resolve_tokenizer(str(tokenizer_json("cl100k_base")), None, "uint16")
+
+    def not_again(*args):
+        raise AssertionError("inspected again")
+
+    monkeypatch.setattr(tokenizer, "inspect_file", not_again)
+    assert check_cache.resolve_tokenizer(str(gpt2_tokenizer_path), None, "auto") == first
+    assert first[1].eos_id == 50256 and first[1].dtype == "uint16"

@@ -94,29 +94,53 @@ def big_vocab_tokenizer(path, size: int):
     return path
 
 
-def test_vocabulary_over_uint16_is_refused_before_any_work(tmp_path):
+def test_uint16_asked_for_a_vocabulary_past_it_is_refused_before_any_work(tmp_path):
     tok = big_vocab_tokenizer(tmp_path / "big.json", 70_000)
     data = write_jsonl(tmp_path / "a.jsonl", ["hello"])
-    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "out"))
+    out = tmp_path / "out"
+    proc = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(out), "--dtype", "uint16"
+    )
     assert proc.returncode == 2
-    assert "does not fit uint16" in proc.stderr and "--dtype uint32" in proc.stderr
-    assert not (tmp_path / "out" / ".tokshard" / "run.json").exists()
+    assert "does not fit uint16" in proc.stderr and "--dtype auto or uint32" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (out / ".tokshard" / "run.json").exists()
 
 
-def test_uint32_when_asked_stores_ids_past_65535(tmp_path, dask_client):
+def test_auto_dtype_stores_ids_past_65535_as_uint32_and_says_why(tmp_path, dask_client):
+    """The default dtype takes uint32 where an id (an added token's too) passes 65,535: the
+    shards hold every id whole, the .idx says int32 (Megatron's code 4), the manifest says why."""
     tok = big_vocab_tokenizer(tmp_path / "big.json", 70_000)
     data = write_jsonl(tmp_path / "a.jsonl", ["hello world", "again"])
-    recipe = {
-        "tokenizer": str(tok),
-        "dtype": "uint32",
-        "sources": {"d": {"type": "files", "paths": [str(data)]}},
-    }
+    recipe = {"tokenizer": str(tok), "sources": {"d": {"type": "files", "paths": [str(data)]}}}
     path = run_prepare(recipe, tmp_path / "out", dask_client)
     m = manifest.load(path)
     assert m.dtype == "uint32" and m.eos_id == 69_999
+    assert m.data["tokenizer"]["dtype_reason"] == "auto: ids go up to 69999, which does not fit uint16"
     tokens = np.fromfile(m.shards[0].bin_path, dtype="<u4")
     assert tokens[-1] == 69_999
     assert read_index(m.shards[0].idx_path).dtype_code == 4
+
+
+def test_auto_dtype_keeps_uint16_where_every_id_fits(tmp_path, tokenizer_path, dask_client):
+    data = write_jsonl(tmp_path / "a.jsonl", ["hello world"])
+    recipe = {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}
+    m = manifest.load(run_prepare(recipe, tmp_path / "out", dask_client))
+    assert m.dtype == "uint16" and m.data["tokenizer"]["dtype_reason"].startswith(
+        "auto: every id fits uint16"
+    )
+    assert read_index(m.shards[0].idx_path).dtype_code == 8
+
+
+def test_a_run_started_as_uint16_resumes_under_the_auto_default(tmp_path, tokenizer_path, dask_client):
+    """The identity holds the dtype auto chose, so a folder begun with dtype uint16 is the
+    same recipe under the default (older runs resume after the default changed)."""
+    data = write_jsonl(tmp_path / "a.jsonl", ["hello world", "again"])
+    sources = {"d": {"type": "files", "paths": [str(data)]}}
+    first = run_prepare({"tokenizer": str(tokenizer_path), "dtype": "uint16", "sources": sources},
+                        tmp_path / "out", dask_client)  # fmt: skip
+    again = run_prepare({"tokenizer": str(tokenizer_path), "sources": sources}, tmp_path / "out", dask_client)
+    assert again == first and manifest.load(again).dtype == "uint16"
 
 
 def test_a_tokenizer_is_parsed_once_per_content(tmp_path, tokenizer_path):

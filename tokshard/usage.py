@@ -1,10 +1,11 @@
-"""The argparse pieces both command lines share (`tokshard ...` and ``python -m trainer``):
-a usage mistake becomes one `TokshardError` line (an empty argument too), and whole numbers
->= 1, folders and files are checked once."""
+"""The argparse pieces every `tokshard` command shares: a usage mistake becomes one
+`TokshardError` line (an empty argument too), and numbers, sizes, folders and files are
+checked once, as argparse types, before a command does any work."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from pipeline.format.errors import TokshardError
@@ -26,14 +27,52 @@ class OneLineParser(argparse.ArgumentParser):
         return ns, rest
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer (expected a number >= 1), got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    """An argparse type: a whole number >= 0 (a count where 0 means "never" or "none")."""
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (a learning rate: ``--lr -1`` would train backwards)."""
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
     return value
 
 

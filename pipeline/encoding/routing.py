@@ -1,0 +1,153 @@
+"""Where fastokens parts from `tokenizers`, bounded to a class of characters, and the encoder
+that sends only the documents holding one of them to the reference.
+
+fastokens runs most split patterns on another regex engine than `tokenizers` (PCRE2 against
+Oniguruma); the two agree on the Unicode classes these patterns use (``\\p{L}``, ``\\p{N}``,
+``\\p{Lu}``, ``\\p{M}``, ...) but for ``\\s``: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as
+white space, which Unicode stopped doing in 6.3. So a document holding U+180E may split
+differently, and one without it splits the same. `disagreeing_code_points` finds that class
+by comparing the two on every code point in the contexts the patterns tell apart (letters of
+both cases, digits, spaces, tabs, newlines, contractions); `PROVEN` holds what it found for the
+published patterns and these library versions, which tests/pipeline/encoding/test_routing.py
+proves again, exhaustively. Where no class is proven, nothing is routed and the check decides
+as before (a difference refuses fastokens for the run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from pipeline.encoding.backend import flat, library_versions
+from pipeline.encoding.byte_level import (
+    CL100K_PATTERN,
+    LLAMA3_PATTERN,
+    O200K_PATTERN,
+    NotEquivalent,
+    pattern_of,
+)
+from pipeline.encoding.tokenizer import read_spec
+
+#: (fastokens version, tokenizers version, split pattern) -> the code points on which they part
+#: (none for Llama 3's pattern, which fastokens splits without a regex engine)
+PROVEN: dict[tuple[str, str, str], frozenset[int]] = {
+    ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset({0x180E}),
+    ("0.3.5", "0.23.3", O200K_PATTERN): frozenset({0x180E}),
+    ("0.3.5", "0.23.3", LLAMA3_PATTERN): frozenset(),
+}
+
+#: one code point ``c`` in every context the patterns tell apart
+CONTEXT = "a{c}a {c}1{c} 'll{c}'s {c}{c}\n{c} A{c}b {c}'VE\t{c}\r\n"
+#: code points compared per string (a difference is then narrowed down to its code point)
+CHUNK = 256
+
+
+def proven_class(pattern: str | None, versions: dict[str, str]) -> frozenset[int] | None:
+    """The proven class for this split pattern and these library versions, None if none is."""
+    if pattern is None:
+        return None
+    return PROVEN.get((versions.get("fastokens", ""), versions.get("tokenizers", ""), pattern))
+
+
+def fastokens_class(tokenizer_path: str) -> frozenset[int] | None:
+    """The proven class of a byte-level tokenizer.json for the installed libraries (None: none
+    is proven, or it is not a byte-level BPE with one split pattern)."""
+    try:
+        pattern = pattern_of(read_spec(tokenizer_path).get("pre_tokenizer"))
+    except NotEquivalent:
+        return None
+    return proven_class(pattern, dict(library_versions()))
+
+
+def every_code_point() -> list[int]:
+    """Every Unicode scalar value (no surrogates: they cannot be in a document's text)."""
+    return [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+
+
+def in_context(code_points: Sequence[int]) -> str:
+    return "".join(CONTEXT.format(c=chr(c)) for c in code_points)
+
+
+EncodeBatch = Callable[[list[str]], Sequence[Sequence[int]]]
+
+
+def disagreeing_code_points(
+    fast: EncodeBatch, reference: EncodeBatch, code_points: Sequence[int] | None = None
+) -> list[int]:
+    """Every code point on which ``fast`` and ``reference`` give different ids in `CONTEXT`."""
+    cps = list(every_code_point() if code_points is None else code_points)
+    chunks = [cps[i : i + CHUNK] for i in range(0, len(cps), CHUNK)]
+    texts = [in_context(chunk) for chunk in chunks]
+    found = []
+    for chunk, want, got in zip(chunks, reference(texts), fast(texts), strict=True):
+        if _ids(want) == _ids(got):
+            continue
+        alone = [in_context([c]) for c in chunk]
+        found += [
+            c for c, w, g in zip(chunk, reference(alone), fast(alone), strict=True) if _ids(w) != _ids(g)
+        ]
+    return found
+
+
+def _ids(ids: Sequence[int]) -> list[int]:
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+
+
+def describe(code_points: frozenset[int]) -> str:
+    """The class as the manifest and the log name it, e.g. ``U+180E``."""
+    return ", ".join(f"U+{c:04X}" for c in sorted(code_points))
+
+
+class RoutedEncoder:
+    """The fast encoder for every text without a character of ``route``, the reference
+    (built at the first such text) for those with one; ``routed`` counts the latter."""
+
+    def __init__(self, fast, reference: Callable[[], object], route: frozenset[int]) -> None:
+        self.name = fast.name
+        self.fast = fast
+        self.route = route
+        self._reference_factory = reference
+        self._reference = None
+        self._finds = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(route)) + "]").search
+        self.routed = 0
+
+    @property
+    def reference(self):
+        if self._reference is None:
+            self._reference = self._reference_factory()
+        return self._reference
+
+    def _split(self, texts: list[str]) -> list[int]:
+        finds = self._finds
+        return [i for i, text in enumerate(texts) if finds(text)]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        routed = self._split(texts)
+        if not routed:
+            return self.fast.encode_flat(texts)
+        return flat(self._encode_routed(texts, routed))
+
+    def encode_batch(self, texts: list[str]) -> list:
+        routed = self._split(texts)
+        if not routed:
+            return list(self.fast.encode_batch(texts))
+        return self._encode_routed(texts, routed)
+
+    def _encode_routed(self, texts: list[str], routed: list[int]) -> list:
+        self.routed += len(routed)
+        marked = set(routed)
+        rest = [i for i in range(len(texts)) if i not in marked]
+        out: list = [None] * len(texts)
+        for i, ids in zip(rest, self.fast.encode_batch([texts[i] for i in rest]), strict=True):
+            out[i] = ids
+        for i, ids in zip(routed, self.reference.encode_batch([texts[i] for i in routed]), strict=True):
+            out[i] = ids
+        return out
+
+
+def routed_count(encoder) -> int:
+    """How many texts an encoder has routed to the reference so far (0 for any but a
+    `RoutedEncoder`)."""
+    return encoder.routed if isinstance(encoder, RoutedEncoder) else 0

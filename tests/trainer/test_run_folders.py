@@ -1,0 +1,86 @@
+"""What `tokshard train` writes into (issue 29, item 1): a fresh run only into an empty folder
+or one it makes, a resume only into its own; anything else is one line saying what is there
+and what to do, and nothing there is touched. Each run is a real `tokshard train` process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from support import SMALL, cached_manifest, cli, launch, metrics
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return cached_manifest(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def halfway(manifest, tmp_path_factory) -> dict[str, Path]:
+    """A run of 4 steps stopped at step 2: checkpoints in ``save``, its record in ``run``."""
+    root = tmp_path_factory.mktemp("folders")
+    save, run = root / "ck", root / "run"
+    launch(*train_args(manifest), "--stop-at", "2", "--save", str(save), "--run-dir", str(run))
+    return {"save": save, "run": run}
+
+
+def train_args(manifest: Path) -> list[str]:
+    return ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4"]
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(*args: str) -> str:
+    """`tokshard train ARGS` ends in exactly one error line, exit 2, no traceback."""
+    proc = cli("train", *args)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tokshard: error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_fresh_run_into_another_runs_folder_is_refused_and_its_record_kept(manifest, halfway, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(halfway["run"], run)
+    before = contents(run)
+    line = refused(*train_args(manifest), "--run-dir", str(run))
+    assert f"--run-dir {run} holds the record of another run (metrics.jsonl, run.json)" in line
+    assert line.endswith("choose another --run-dir, or pass --resume with the --save of that run")
+    assert contents(run) == before
+
+
+def test_a_fresh_run_into_a_folder_of_other_files_is_refused(manifest, tmp_path):
+    save = tmp_path / "ck"
+    save.mkdir()
+    (save / "notes.txt").write_text("mine")
+    line = refused(*train_args(manifest), "--save", str(save))
+    assert f"--save {save} is not empty (it holds notes.txt)" in line
+    assert contents(save) == {"notes.txt": b"mine"}
+
+
+def test_a_save_folder_of_a_run_that_saved_no_checkpoint_says_there_is_nothing_to_resume(
+    manifest, halfway, tmp_path
+):
+    save = tmp_path / "ck"
+    shutil.copytree(halfway["run"], save)  # a run's record, killed before its first save
+    line = refused(*train_args(manifest), "--save", str(save))
+    assert "holds the record of a run that saved no checkpoint (metrics.jsonl, run.json)" in line
+    assert "nothing to resume" in line
+
+
+def test_a_resume_logs_into_its_own_run_folder_and_refuses_another_runs(manifest, halfway, tmp_path):
+    other = tmp_path / "other"
+    launch(*train_args(manifest), "--steps", "1", "--run-dir", str(other))
+    before = contents(other)
+    resume = [*train_args(manifest), "--save", str(halfway["save"]), "--resume"]
+    line = refused(*resume, "--run-dir", str(other))
+    assert f"--run-dir {other} holds the record of another run" in line and "not this run's" in line
+    assert contents(other) == before
+    launch(*resume, "--run-dir", str(halfway["run"]))
+    assert [t["step"] for t in metrics(halfway["run"])[0]] == [1, 2, 3, 4]
+    assert json.loads((halfway["run"] / "run.json").read_text())["start_step"] == 2

@@ -1,0 +1,97 @@
+"""`tokshard samples` shows only what the run trained on (issue 29, item 3): manifests holding
+other data under the run's source names, a folder prepared again, or manifests without the
+run's sources are one line, as `train --resume` refuses the same change; steps after the
+checkpoint are said to be untrained; a reader that quits early ends it quietly (item 6).
+Each command is a real `tokshard` process against a real checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO, SMALL, cached_manifest, cli, launch, make_manifest
+
+EXTRA = {"extra": ("collections", "ctypes", "idlelib", "pydoc_data", "wsgiref")}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict[str, Path]:
+    """A 6-step run stopped at step 4, trained on a copy of the test manifest."""
+    root = tmp_path_factory.mktemp("samples")
+    data = root / "data"
+    shutil.copytree(cached_manifest(tmp_path_factory).parent, data)
+    save = root / "ck"
+    launch("--manifest", str(data), *SMALL, "--micro-batch", "2", "--steps", "6", "--stop-at", "4",
+           "--save", str(save))  # fmt: skip
+    return {"root": root, "data": data, "save": save}
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr.strip()
+
+
+def test_other_data_under_the_runs_source_names_is_refused(run, tmp_path):
+    tokenizer = run["data"] / "manifest.json"
+    other = make_manifest(tmp_path / "other", shard_tokens=30_000, tokenizer_of=tokenizer)  # other shards
+    line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--manifest", str(other)), 1)
+    assert (
+        "samples: the manifests hold other data than the run trained on (source 'stdlib': its shards" in line
+    )
+    assert "as `train --resume` refuses too; pass --manifest with the manifests the run trained on" in line
+
+
+def test_a_folder_prepared_again_is_refused_and_the_data_where_it_is_now_is_shown(run, tmp_path):
+    kept = tmp_path / "kept"
+    shutil.move(run["data"], kept)
+    try:
+        make_manifest(run["data"], shard_tokens=30_000, tokenizer_of=kept / "manifest.json")  # prepared again
+        line = one_line(cli("samples", str(run["save"]), "--steps", "1"), 1)
+        assert "the manifests hold other data than the run trained on" in line
+        moved = cli("samples", str(run["save"]), "--steps", "1", "--manifest", str(kept))
+        assert moved.returncode == 0 and moved.stderr == "" and moved.stdout.startswith("step 1 |")
+    finally:
+        shutil.rmtree(run["data"])
+        shutil.move(kept, run["data"])
+
+
+def test_manifests_without_the_runs_sources_are_one_line(run, tmp_path):
+    other = make_manifest(tmp_path / "extra", packages=EXTRA, tokenizer_of=run["data"] / "manifest.json")
+    line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--manifest", str(other)), 1)
+    assert "samples: the run trained on 'stdlib', 'asyncio', which" in line
+    assert "(their sources: extra); pass --manifest with the manifests the run trained on" in line
+
+
+def test_steps_after_the_checkpoint_are_said_to_be_untrained(run):
+    proc = cli("samples", str(run["save"]), "--steps", "3-6", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "steps 5-6 come after the checkpoint (step00000004, step 4): not trained" in proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert {(r["step"], r["trained"]) for r in records} == {(3, True), (4, True), (5, False), (6, False)}
+    text = cli("samples", str(run["save"]), "--steps", "4-5").stdout
+    assert "step 4 |" in text and "step 5 (not trained) |" in text
+
+
+@pytest.mark.parametrize("reads", [0, 1], ids=["reader-gone-at-once", "head-1"])
+def test_a_reader_that_quits_early_ends_samples_quietly(run, reads):
+    cmd = [sys.executable, "-m", "tokshard.cli", "samples", str(run["save"]), "--steps", "1-3000", "--decode"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(reads):
+        assert proc.stdout.readline().startswith(b"step 1 |")
+    proc.stdout.close()  # as `head` does once it has its lines, or a pager on q
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_decode_without_the_manifests_tokenizer_is_one_line(run, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(run["data"], copy)
+    (copy / "tokenizer.json").unlink()
+    line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--decode", "--manifest", str(copy)), 1)
+    assert f"samples --decode: cannot read the manifest's tokenizer {copy / 'tokenizer.json'}" in line

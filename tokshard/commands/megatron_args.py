@@ -1,0 +1,98 @@
+"""``tokshard megatron-args MANIFEST``: its options and output (``trainer.megatron`` computes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.atomic import write_json
+from pipeline.format.errors import TokshardError
+from tokshard.usage import OneLineParser, file_arg, path_arg
+from trainer.console import reader_gone
+from trainer.megatron import blend
+from trainer.sampler import parse_mix
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="tokshard megatron-args",
+        description="Print Megatron-LM's --data-path (weight prefix pairs, one per shard) for prepared "
+        "shards, or write the per-split blend JSON for --per-split-data-args-path. A path the shell would "
+        "split (spaces, quotes) is printed shell-quoted: paste the line, or eval it; $(...) does not "
+        "unquote, so for such paths use --json.",
+        epilog="examples:\n"
+        "  pretrain_gpt.py ... --data-path $(tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3)\n"
+        "  tokshard megatron-args out/manifest.json --json blend.json   # --per-split-data-args-path blend.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "manifest",
+        nargs="+",
+        metavar="MANIFEST",
+        type=path_arg,
+        help="manifest.json or its folder (several allowed)",
+    )
+    p.add_argument("--split", default="train", help="the split to train on (default %(default)s)")
+    p.add_argument(
+        "--valid-split", default="validation", help="the split for 'valid' in --json (default %(default)s)"
+    )
+    p.add_argument("--mix", metavar="SRC=W,...", help="weights per source (default: by token count)")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        type=file_arg,
+        help="write {train, valid, test} blend lists here instead of printing",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    manifests = [manifest_mod.load(p) for p in args.manifest]
+    mix = parse_mix(args.mix)
+    train = blend(manifests, args.split, mix)
+    if not train:
+        splits = sorted({s for m in manifests for s in m.splits()})
+        raise TokshardError(
+            f"megatron-args: no source has a {args.split!r} split (splits: {', '.join(splits)})"
+        )
+    try:
+        if args.json:
+            valid = blend(manifests, args.valid_split, None)
+            write_blend(Path(args.json), {"train": train, "valid": valid or None, "test": None})
+            print(
+                f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards",
+                file=sys.stderr,
+            )
+        else:
+            print(shlex.join(train))
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
+    return 0
+
+
+#: the keys of the per-split blend file (Megatron reads a null split as "no data")
+BLEND_KEYS = {"train", "valid", "test"}
+
+
+def write_blend(path: Path, doc: dict) -> None:
+    """Write the blend to ``path``, replacing only a blend file written before."""
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not (isinstance(old, dict) and set(old) == BLEND_KEYS):
+            raise TokshardError(
+                f"--json {path} exists and is not a blend file megatron-args wrote, so it is kept; "
+                "choose another --json"
+            )
+    write_json(path, doc)

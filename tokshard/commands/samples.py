@@ -1,0 +1,129 @@
+"""``tokshard samples RUN_DIR --steps A-B``: its options and output (``trainer.samples`` computes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.errors import DataError, TokshardError
+from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
+from trainer.console import reader_gone
+from trainer.samples import Layout, RunData
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``41237`` or ``100-120`` (inclusive, 1-based)."""
+    lo, sep, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP or FIRST-LAST, got {text!r}") from None
+    if a < 1 or b < a:
+        raise argparse.ArgumentTypeError(f"steps count from 1 and FIRST <= LAST, got {text!r}")
+    return a, b
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="tokshard samples",
+        description="Which samples each optimizer step trained on, computed from the checkpointed "
+        "schedule (nothing is logged during training).",
+        epilog="example:\n  tokshard samples ckpt --steps 41237 --decode | less",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=folder_arg,
+        help="the run's --save folder (or a --run-dir naming it)",
+    )
+    p.add_argument(
+        "--steps", required=True, type=parse_steps, metavar="A-B", help="a step or a range, 1-based"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per sample")
+    p.add_argument("--decode", action="store_true", help="add each sample's text (the manifest's tokenizer)")
+    p.add_argument("--world", type=positive_int, metavar="N", help="name the rank and micro-step for N ranks")
+    p.add_argument(
+        "--micro-batch", type=positive_int, metavar="M", help="samples per rank per micro-step (with --world)"
+    )
+    p.add_argument(
+        "--manifest",
+        action="append",
+        type=path_arg,
+        help="where the manifests are now (default: the paths the run recorded)",
+    )
+    return p
+
+
+def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
+    if args.world is None:
+        return None
+    micro = args.micro_batch or global_batch // args.world
+    if args.world < 1 or micro < 1 or global_batch % (args.world * micro):
+        raise TokshardError(
+            f"samples: a global batch of {global_batch} does not split into --world {args.world} ranks of "
+            f"--micro-batch {micro}; give sizes whose product divides it"
+        )
+    return Layout(args.world, micro)
+
+
+def tokenizer_decoder(run: RunData):
+    """``--decode``: the manifest's tokenizer.json (copied beside it by prepare)."""
+    from tokenizers import Tokenizer
+
+    path = manifest_mod.load(run.manifest_paths[0]).tokenizer_path
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a missing or unreadable file
+        raise DataError(
+            f"samples --decode: cannot read the manifest's tokenizer {path} ({exc}); put the tokenizer.json "
+            "that prepared the data there, or drop --decode"
+        ) from exc
+    return lambda ids: tok.decode(ids, skip_special_tokens=False)
+
+
+def describe(rec: dict[str, Any]) -> str:
+    docs = " ".join(f"{d['id']}[{d['from']}:{d['to']}]" for d in rec["documents"])
+    where = f" rank {rec['rank']} micro {rec['micro']}" if "rank" in rec else ""
+    untrained = "" if rec["trained"] else " (not trained)"
+    line = (
+        f"step {rec['step']}{untrained}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
+        f"| position {rec['position']} | documents {docs}"
+    )
+    if "text" in rec:
+        line += "\n" + "\n".join("    " + t for t in rec["text"].splitlines()) + "\n"
+    return line
+
+
+def untrained_note(run: RunData, first: int, last: int) -> str:
+    """What to say of asked steps after the checkpoint's: the run never recorded them trained."""
+    lo = max(first, run.trained_to + 1)
+    steps = f"step {lo} comes" if lo == last else f"steps {lo}-{last} come"
+    return (
+        f"{steps} after the checkpoint ({run.tag}, step {run.trained_to}): not trained as far as the run "
+        "recorded; shown as a --resume with the same settings would train them"
+    )
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    run = RunData(args.run_dir, args.manifest)
+    decode = tokenizer_decoder(run) if args.decode else None
+    first, last = args.steps
+    if last > run.trained_to:
+        print(f"tokshard: samples: {untrained_note(run, first, last)}", file=sys.stderr, flush=True)
+    try:
+        for step in range(first, last + 1):
+            layout = layout_for(args, run.state.step_start(step)[1])
+            for rec in run.records(step, layout, decode):
+                print(json.dumps(rec) if args.json else describe(rec))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
+    return 0

@@ -1,0 +1,332 @@
+"""``tokshard train``: its options, and the run they start (``trainer.loop``).
+
+``main(argv)`` is what ``tokshard train ...`` dispatches to, and what ``python -m trainer``,
+``deepspeed --module trainer`` and ``torchrun -m trainer`` run (``trainer/__main__.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from tokshard.usage import (
+    OneLineParser,
+    file_arg,
+    folder_arg,
+    non_negative,
+    non_negative_float,
+    path_arg,
+    positive_float,
+    positive_int,
+    size_arg,
+)
+from trainer.ds_config import DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
+from trainer.model import SIZES
+from trainer.sampler import DEFAULT_SEED, parse_mix
+from trainer.settings import (
+    CheckpointSettings,
+    DataSettings,
+    EvalSettings,
+    LogSettings,
+    ModelSettings,
+    OptimSettings,
+    TrainSettings,
+)
+
+EXAMPLES = """\
+examples:
+  # one process (CPU, or one GPU)
+  tokshard train --manifest out/manifest.json --model gpt2-124m --steps 2000 --save ckpt
+  # one node, 8 GPUs, a DeepSpeed config
+  deepspeed --num_gpus 8 --module trainer --manifest out/manifest.json \\
+      --deepspeed trainer/configs/zero2-bf16.json --save ckpt --eval-every 200
+  # torchrun works the same way
+  torchrun --nproc_per_node 8 -m trainer --manifest out/manifest.json --save ckpt
+  # continue after a crash or a time limit: the exact next samples, any number of ranks
+  deepspeed --num_gpus 4 --module trainer --manifest out/manifest.json --save ckpt --resume
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="tokshard train",
+        description="Train a GPT-style model with DeepSpeed on a prepared manifest; batches are "
+        "memory-mapped from the shards and prepared ahead on a background thread.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _data_options(p.add_argument_group("data"))
+    _model_options(p.add_argument_group("model"))
+    _run_options(p.add_argument_group("run"))
+    _eval_options(p.add_argument_group("evaluation"))
+    _output_options(p.add_argument_group("checkpoints and logs"))
+    # the deepspeed launcher and torch.distributed.launch pass this; LOCAL_RANK in the environment says the same
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def _data_options(g) -> None:
+    d = DataSettings(manifests=())
+    g.add_argument(
+        "--manifest",
+        required=True,
+        action="append",
+        type=path_arg,
+        help="manifest.json, or the folder holding it, or its URL (s3://bucket/run/manifest.json: "
+        "shards then go through --data-cache); repeat it to train on the sources of several "
+        "prepared folders (one tokenizer, source names unique across them)",
+    )
+    g.add_argument(
+        "--data-cache",
+        metavar="DIR",
+        type=folder_arg,
+        help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
+        "(default ~/.cache/tokshard/data)",
+    )
+    g.add_argument(
+        "--data-cache-limit",
+        metavar="SIZE",
+        type=size_arg,
+        help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
+        "maps are evicted (default: no limit)",
+    )
+    g.add_argument(
+        "--seq-len", type=positive_int, default=d.seq_len, help="tokens per sample (default %(default)s)"
+    )
+    g.add_argument(
+        "--mix",
+        metavar="SRC=W,...",
+        help="mixture weights per source; a source left out is not trained (default: by token count)",
+    )
+    g.add_argument("--train-split", default=d.train_split, help="split to train on (default %(default)s)")
+    g.add_argument(
+        "--seed",
+        type=non_negative,
+        help=f"sample order and model init (default {DEFAULT_SEED}; a resume keeps the checkpoint's)",
+    )
+    g.add_argument("--verify", action="store_true", help="re-hash every shard before training")
+
+
+def _model_options(g) -> None:
+    d = ModelSettings()
+    g.add_argument(
+        "--model", default=d.name,
+        help=f"{', '.join(SIZES)}, or hf:CONFIG for a Transformers causal LM built from a config "
+        "(hub name, folder, config.json, or one shipped: hf:opt-125m, hf:opt-350m, hf:gpt-neo-2.7b; "
+        "needs tokshard[transformers]) (default %(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        help="embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of 64; "
+        "an hf: config keeps its own)",
+    )
+    g.add_argument(
+        "--doc-mask",
+        action="store_true",
+        help="attention within documents (block-diagonal causal mask from the EOS in each window) and "
+        "position ids restarting at each document, as Megatron's reset_attention_mask + reset_position_ids",
+    )
+    g.add_argument(
+        "--eod-mask-loss",
+        action="store_true",
+        help="with --doc-mask: no loss where the input is EOS (predicting the next document's first token "
+        "across the boundary), as Megatron's eod_mask_loss; the loss is then that of each document alone",
+    )
+
+
+def _run_options(g) -> None:
+    d = OptimSettings()
+    g.add_argument(
+        "--deepspeed",
+        metavar="DS.json",
+        type=file_arg,
+        help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
+    )
+    g.add_argument(
+        "--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)"
+    )
+    g.add_argument(
+        "--stop-at",
+        type=positive_int,
+        metavar="STEP",
+        help="stop (and save) at this step, e.g. before a job's time limit; the schedule "
+        "still runs to --steps",
+    )
+    g.add_argument(
+        "--global-batch",
+        type=positive_int,
+        help="samples per optimizer step over all ranks (train_batch_size; keep it when the number of "
+        "ranks changes)",
+    )
+    g.add_argument(
+        "--micro-batch",
+        type=positive_int,
+        help="samples per rank per micro-step (fills 'auto'; overrides the config)",
+    )
+    g.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
+    g.add_argument("--lr", type=positive_float, help=f"peak learning rate (default {DEFAULT_LR:g})")
+    g.add_argument(
+        "--warmup", type=non_negative, help="warmup steps (default min(100, steps/10); 0: no warmup)"
+    )
+    g.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        help=f"AdamW weight decay (default {DEFAULT_WEIGHT_DECAY:g})",
+    )
+    g.add_argument(
+        "--grad-clip",
+        type=non_negative_float,
+        help=f"gradient clipping norm (default {DEFAULT_GRAD_CLIP:g}; 0: no clipping)",
+    )
+    g.add_argument(
+        "--prefetch",
+        type=positive_int,
+        default=DataSettings(manifests=()).prefetch,
+        help="batches prepared ahead (default %(default)s)",
+    )
+
+
+def _eval_options(g) -> None:
+    d = EvalSettings()
+    g.add_argument(
+        "--eval-every",
+        type=non_negative,
+        default=d.every,
+        help="evaluate at step 0, every N steps and at the end (default %(default)s: never)",
+    )
+    g.add_argument("--eval-split", default=d.split, help="split to evaluate (default %(default)s)")
+    g.add_argument(
+        "--eval-samples",
+        type=positive_int,
+        default=d.samples,
+        help="windows per source to evaluate (default %(default)s)",
+    )
+
+
+def _output_options(g) -> None:
+    d, log = CheckpointSettings(), LogSettings()
+    g.add_argument(
+        "--save",
+        metavar="DIR",
+        type=folder_arg,
+        help="DeepSpeed checkpoints go here (with the data position)",
+    )
+    g.add_argument(
+        "--save-every",
+        type=non_negative,
+        default=d.every,
+        help="save every N steps (always at the end when --save is given)",
+    )
+    g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --save")
+    g.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="resume although a source's content, the split or --seq-len differ from the checkpoint's "
+        "(a new --mix or added sources need no flag: every source continues where it stopped)",
+    )
+    g.add_argument(
+        "--allow-batch-change",
+        action="store_true",
+        help="resume although the global batch (samples per step) differs from the checkpoint's",
+    )
+    g.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        type=folder_arg,
+        help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)",
+    )
+    g.add_argument(
+        "--log-every", type=positive_int, default=log.every, help="log every N steps (default %(default)s)"
+    )
+    g.add_argument(
+        "--log-samples",
+        action="store_true",
+        help="write each rank's sample positions, windows and checksums to RUN_DIR/samples-rankR.jsonl",
+    )
+
+
+def settings_from(ns: argparse.Namespace) -> TrainSettings:
+    """The run's settings, each component's from its options."""
+    return TrainSettings(
+        data=DataSettings(
+            manifests=tuple(ns.manifest),
+            seq_len=ns.seq_len,
+            mix=parse_mix(ns.mix),
+            train_split=ns.train_split,
+            seed=ns.seed,
+            verify=ns.verify,
+            prefetch=ns.prefetch,
+            cache=ns.data_cache,
+            cache_limit=ns.data_cache_limit,
+        ),
+        model=ModelSettings(
+            name=ns.model, vocab_size=ns.vocab_size, doc_mask=ns.doc_mask, eod_mask_loss=ns.eod_mask_loss
+        ),
+        optim=OptimSettings(
+            deepspeed=ns.deepspeed,
+            steps=ns.steps,
+            global_batch=ns.global_batch,
+            micro_batch=ns.micro_batch,
+            grad_accum=ns.grad_accum,
+            lr=ns.lr,
+            warmup=ns.warmup,
+            weight_decay=ns.weight_decay,
+            grad_clip=ns.grad_clip,
+        ),
+        eval=EvalSettings(every=ns.eval_every, split=ns.eval_split, samples=ns.eval_samples),
+        checkpoint=CheckpointSettings(
+            save=ns.save,
+            every=ns.save_every,
+            resume=ns.resume,
+            allow_data_change=ns.allow_data_change,
+            allow_batch_change=ns.allow_batch_change,
+        ),
+        log=LogSettings(run_dir=ns.run_dir, every=ns.log_every, samples=ns.log_samples),
+        stop_at=ns.stop_at,
+    )
+
+
+def parse(argv: list[str]) -> TrainSettings:
+    return settings_from(parser().parse_args(argv))
+
+
+class Terminated(BaseException):
+    """SIGTERM (a job's time limit, ``kill``): unwinds the run as Ctrl-C does."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``tokshard train``; TokshardError propagates (the caller prints it as one line).
+    Ctrl-C and SIGTERM end in one line saying where the run can continue from."""
+    from trainer.checkpoint.state import how_to_continue
+    from trainer.loop import train
+
+    try:
+        settings = parse(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    main_thread = threading.current_thread() is threading.main_thread()  # where signals are handled
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    try:
+        train(settings)
+    except (KeyboardInterrupt, Terminated) as stop:
+        what, code = ("stopped by SIGTERM", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
+        if os.environ.get("RANK", "0") == "0":  # one line per run, not per rank
+            print(
+                f"tokshard: train {what}; {how_to_continue(save, settings.checkpoint.resume)}",
+                file=sys.stderr,
+            )
+        return code
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    return 0

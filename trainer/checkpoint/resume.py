@@ -1,0 +1,84 @@
+"""What a resume must keep, checked before any process group or model exists.
+
+The model (name and embedding rows) and the global batch are the checkpoint's: another model
+cannot load its weights, another batch would change how many samples each step trains on
+(``--allow-batch-change`` accepts that). The data: the sequence length, the split and every
+source's content are the checkpoint's (``--allow-data-change`` accepts a change); a new mix
+or added sources need no flag, since the schedule continues every source where it stopped
+(``trainer.schedule``).
+"""
+
+from __future__ import annotations
+
+from pipeline.format.errors import TokshardError
+from pipeline.format.manifest import Manifest
+from trainer.checkpoint.state import DataState, TrainerState
+from trainer.schedule import Schedule, SourceInfo
+
+
+def check_compatible(
+    saved: DataState, now: DataState, allow_data_change: bool, source_diffs: list[str] = ()
+) -> list[str]:
+    """What differs between the checkpoint's data and this run's; an error unless allowed.
+
+    ``source_diffs`` are the sources whose content changed or that are gone
+    (``Schedule.changed_sources``). Returns the differences that were allowed, for the log."""
+    diffs = saved.differences(now) + list(source_diffs)
+    if diffs and not allow_data_change:
+        raise TokshardError(
+            "--resume: the checkpoint was trained on different data ("
+            + "; ".join(diffs)
+            + "); resuming would not continue its sample sequence. Pass --allow-data-change to resume anyway"
+        )
+    return diffs
+
+
+def check_model(saved: TrainerState, name: str, vocab_size: int) -> None:
+    """The checkpoint's weights fit this model: same ``--model`` and embedding rows."""
+    was_name, was_vocab = saved.model, saved.vocab_size
+    if (was_name is not None and was_name != name) or (was_vocab is not None and was_vocab != vocab_size):
+        raise TokshardError(
+            f"--resume: the checkpoint holds model {was_name} with {was_vocab or '?'} embedding rows, this run "
+            f"builds {name} with {vocab_size}; resume with --model {was_name}"
+            + (f" --vocab-size {was_vocab}" if was_vocab else "")
+            + ", or start a new run in another --save"
+        )
+
+
+def check_batch(saved: TrainerState, global_batch: int, how: str, allow: bool) -> None:
+    """The global batch is the checkpoint's, unless ``--allow-batch-change`` says otherwise."""
+    was = saved.train_batch_size
+    if was == global_batch or allow:
+        return
+    raise TokshardError(
+        f"--resume: the global batch would be {global_batch} ({how}), the checkpoint's is {was}: each step "
+        f"would train on another number of samples; pass --global-batch {was} to keep it, or "
+        "--allow-batch-change to change it"
+    )
+
+
+def check_seed(saved: TrainerState, seed: int | None) -> int:
+    """The run's seed: the checkpoint's (a ``--seed`` that differs is refused)."""
+    if seed is not None and seed != saved.seed:
+        raise TokshardError(
+            f"--seed {seed} differs from the checkpoint's {saved.seed}: the seed fixes the sample "
+            "order, so a resume keeps it; drop --seed"
+        )
+    return saved.seed
+
+
+def saved_schedule(saved: TrainerState, manifests: list[Manifest], now: list[SourceInfo]) -> Schedule:
+    """The checkpoint's schedule; a checkpoint from before schedules were saved had one
+    segment, its mix, over the sources of a manifest whose fingerprint it recorded."""
+    if saved.schedule is not None:
+        return saved.schedule
+    same = [m.fingerprint() for m in manifests] == list(saved.data.fingerprints)
+    mix = saved.data.mix
+    known = {s.name: s for s in now}
+    infos = [
+        SourceInfo(n, known[n].windows, known[n].content if same else None)
+        if n in known
+        else SourceInfo(n, 1, None)
+        for n in mix
+    ]
+    return Schedule.fresh(infos, mix, saved.seed)

@@ -1,0 +1,88 @@
+"""Saving a checkpoint atomically: DeepSpeed's files and the trainer's state, whole or not at all.
+
+DeepSpeed writes into ``TAG.partial``; rank 0 renames it to ``TAG`` and only then points
+``latest`` at it (a temporary file renamed over it). A kill or a full disk at any moment
+leaves ``latest`` naming a whole checkpoint; a failed save removes its partial folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.format.atomic import disk_error, fsync_dir, write_bytes
+from pipeline.format.errors import TokshardError
+from trainer.checkpoint.state import CLIENT_KEY, LATEST, TrainerState, latest_tag, write_state
+
+PARTIAL = ".partial"
+#: less free space than this after a failed torch.save: the disk ran full
+FULL_BELOW = 1 << 20
+
+
+def write_checkpoint(
+    engine, save_dir: Path, tag: str, state: TrainerState, is_main: bool, barrier: Callable[[], None]
+) -> None:
+    """A DeepSpeed checkpoint, published whole or not at all (see the module's docstring)."""
+    partial = save_dir / (tag + PARTIAL)
+    try:
+        if is_main:
+            for stale in save_dir.glob(f"*{PARTIAL}"):  # a save that a kill interrupted
+                shutil.rmtree(stale, ignore_errors=True)
+            partial.mkdir(parents=True)
+            write_state(save_dir, partial.name, state)
+        barrier()
+        engine.save_checkpoint(
+            str(save_dir), tag=partial.name, client_state={CLIENT_KEY: state.to_json()}, save_latest=False
+        )
+        if is_main:
+            publish(save_dir, partial, save_dir / tag)
+    except (OSError, RuntimeError, TokshardError) as exc:
+        error = save_error(exc, save_dir, tag)  # before the cleanup frees the space it ran out of
+        if is_main:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise error from exc
+    barrier()
+
+
+def publish(save_dir: Path, partial: Path, final: Path) -> None:
+    """Rename the finished checkpoint into place, then point ``latest`` at it (both durable)."""
+    for f in partial.iterdir():  # DeepSpeed does not fsync what torch.save wrote
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(partial)
+    old = final.with_name(final.name + ".old")
+    if final.exists():  # saved once by a run that died before naming it 'latest'
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(partial, final)
+    fsync_dir(save_dir)
+    write_bytes(save_dir / LATEST, final.name.encode())
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
+    """One line for a checkpoint that could not be written: where, why, what is still there."""
+    latest = latest_tag(save_dir)
+    kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
+    then = f"rerun with --resume to continue from {latest}" if latest else "run again"
+    if isinstance(exc, OSError):
+        reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
+    elif isinstance(exc, TokshardError):
+        reason = str(exc).split(";")[0]
+    else:  # torch.save reports a full disk as "unexpected pos ..." or "file write failed"
+        free = shutil.disk_usage(save_dir).free if save_dir.is_dir() else None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if free is not None and free < FULL_BELOW:
+            reason = f"disk full writing {save_dir / tag} ({free / 2**20:.1f} MiB free)"
+        else:
+            where = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+            reason = f"cannot write {save_dir / tag} ({first}; {where})"
+    return TokshardError(
+        f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space there, then {then}"
+    )

@@ -1,0 +1,244 @@
+"""The trainer's state in a checkpoint: typed records, and the one place they become JSON.
+
+Each save is a DeepSpeed checkpoint tag ``stepNNNNNNNN`` under ``--save DIR`` whose
+``client_state["tokshard"]`` holds a ``TrainerState``: step, samples consumed, seed,
+per-source epochs, the model it trained, the schedule's segments (``trainer.schedule``),
+from which step each global batch size held (``batches``) and the ``DataState`` that fixes
+the sample sequence. Together they map any step to its samples (``tokshard samples``). Rank
+0 also writes the same record to ``DIR/TAG/tokshard.json``, so a resume checks it before any
+process group or model exists (and people can read it).
+
+``to_json``/``from_json`` are the only places these records turn into plain data and back; a
+checkpoint written by an older tokshard (no schedule, no batch history, no model) reads as a
+record whose missing parts are ``None`` or their one-batch-size default. A later setting
+that fixes the samples (a packing mode, say) joins ``DataState`` with a default that reads
+older checkpoints as they were.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pipeline.format.atomic import write_json
+from pipeline.format.errors import DataError, TokshardError
+from trainer.schedule import Schedule
+
+STATE_FILE = "tokshard.json"
+CLIENT_KEY = "tokshard"
+LATEST = "latest"
+
+
+def tag_for(step: int) -> str:
+    return f"step{step:08d}"
+
+
+def latest_tag(save_dir: Path) -> str | None:
+    """The tag ``DIR/latest`` names (None: no checkpoint was published there)."""
+    latest = save_dir / LATEST
+    return latest.read_text().strip() if latest.is_file() else None
+
+
+def saved_tags(save_dir: Path) -> list[str]:
+    """The published checkpoints in ``save_dir`` (folders holding a state file), oldest first."""
+    if not save_dir.is_dir():
+        return []
+    return sorted(p.parent.name for p in save_dir.glob(f"step*/{STATE_FILE}") if "." not in p.parent.name)
+
+
+@dataclass(frozen=True)
+class DataState:
+    """What fixes the sample sequence besides the schedule; a resume must find the same."""
+
+    manifests: tuple[str, ...]
+    #: each manifest's fingerprint (None where an older checkpoint recorded none)
+    fingerprints: tuple[str | None, ...]
+    seq_len: int
+    train_split: str
+    #: the weights in force (the schedule's last segment)
+    mix: dict[str, float]
+
+    #: the fields a resume must find unchanged, and the option that sets each
+    KEPT: ClassVar[dict[str, str]] = {"seq_len": "--seq-len", "train_split": "--train-split"}
+
+    def differences(self, now: DataState) -> list[str]:
+        """What ``now`` changes of what a resume must keep (a changed mix is not one: the
+        schedule continues every source)."""
+        return [
+            f"{flag}: checkpoint {getattr(self, key)!r}, now {getattr(now, key)!r}"
+            for key, flag in self.KEPT.items()
+            if getattr(self, key) != getattr(now, key)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        one = len(self.manifests) == 1
+        return {
+            "manifest_fingerprint": self.fingerprints[0] if one else list(self.fingerprints),
+            "manifest": self.manifests[0] if one else list(self.manifests),
+            "seq_len": self.seq_len,
+            "mix": self.mix,
+            "train_split": self.train_split,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DataState:
+        manifests = d["manifest"] if isinstance(d["manifest"], list) else [d["manifest"]]
+        prints = d.get("manifest_fingerprint")
+        prints = prints if isinstance(prints, list) else [prints] * len(manifests)
+        return cls(
+            tuple(str(m) for m in manifests),
+            tuple(prints),
+            int(d["seq_len"]),
+            str(d["train_split"]),
+            {str(k): float(v) for k, v in d["mix"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class BatchSpan:
+    """From optimizer step ``step`` (and global position ``samples``) on, ``global_batch``
+    samples per step."""
+
+    step: int
+    samples: int
+    global_batch: int
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """The trainer's part of one checkpoint."""
+
+    step: int
+    samples: int
+    seed: int
+    world_size: int
+    train_batch_size: int
+    data: DataState
+    #: every global batch size the run had, from the step it started (one span from step 0
+    #: for a checkpoint from before batch changes were recorded)
+    batches: tuple[BatchSpan, ...]
+    #: None: a checkpoint from before schedules were saved
+    schedule: Schedule | None = None
+    epochs: dict[str, int] = field(default_factory=dict)
+    #: the model's name and embedding rows (None: not recorded by an older tokshard)
+    model: str | None = None
+    vocab_size: int | None = None
+    #: the steps its learning-rate schedule ran to (None: not recorded)
+    steps: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "samples": self.samples,
+            "seed": self.seed,
+            "epochs": self.epochs,
+            "world_size": self.world_size,
+            "train_batch_size": self.train_batch_size,
+            "model": self.model,
+            "vocab_size": self.vocab_size,
+            "steps": self.steps,
+            "data": self.data.to_json(),
+            "schedule": self.schedule.to_json() if self.schedule is not None else None,
+            "batches": [
+                {"step": b.step, "samples": b.samples, "global_batch": b.global_batch} for b in self.batches
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TrainerState:
+        seed = int(d["seed"])
+        batches = d.get("batches") or [{"step": 0, "samples": 0, "global_batch": d["train_batch_size"]}]
+        return cls(
+            step=int(d["step"]),
+            samples=int(d["samples"]),
+            seed=seed,
+            world_size=int(d.get("world_size") or 1),
+            train_batch_size=int(d["train_batch_size"]),
+            data=DataState.from_json(d["data"]),
+            batches=tuple(
+                BatchSpan(int(b["step"]), int(b["samples"]), int(b["global_batch"])) for b in batches
+            ),
+            schedule=Schedule.from_json(d["schedule"], seed) if d.get("schedule") else None,
+            epochs={str(k): int(v) for k, v in (d.get("epochs") or {}).items()},
+            model=d.get("model"),
+            vocab_size=d.get("vocab_size"),
+            steps=d.get("steps"),
+        )
+
+    def step_start(self, step: int) -> tuple[int, int]:
+        """First position and global batch of optimizer step ``step`` (1-based, as metrics.jsonl)."""
+        return step_start(self.batches, step)
+
+    def batches_on(self, step: int, samples: int, global_batch: int) -> tuple[BatchSpan, ...]:
+        """The batch history continued at ``step`` with ``global_batch`` samples per step."""
+        history = list(self.batches)
+        if history[-1].global_batch != global_batch:
+            if history[-1].step == step:
+                history.pop()
+            history.append(BatchSpan(step, samples, global_batch))
+        return tuple(history)
+
+
+def step_start(batches: tuple[BatchSpan, ...], step: int) -> tuple[int, int]:
+    """First position and global batch of optimizer step ``step`` (1-based) under ``batches``."""
+    span = max((b for b in batches if b.step < step), key=lambda b: b.step)
+    return span.samples + (step - 1 - span.step) * span.global_batch, span.global_batch
+
+
+def state_path(save_dir: Path, tag: str) -> Path:
+    return save_dir / tag / STATE_FILE
+
+
+def read_state(save_dir: Path) -> tuple[str, TrainerState]:
+    """The tag ``latest`` names and its trainer state; one clear line if there is none."""
+    tag = latest_tag(save_dir)
+    if tag is None:
+        raise TokshardError(
+            f"--resume: no checkpoint in {save_dir} (no 'latest' file); drop --resume to start fresh"
+        )
+    return tag, read_tag(save_dir, tag)
+
+
+def read_tag(save_dir: Path, tag: str) -> TrainerState:
+    """The trainer state of checkpoint ``tag``."""
+    path = state_path(save_dir, tag)
+    if not path.parent.is_dir():
+        raise DataError(
+            f"--resume: {save_dir / LATEST} names {tag}, which is not in {save_dir}; "
+            f"{other_checkpoints(save_dir, tag)}"
+        )
+    try:
+        return TrainerState.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(
+            f"--resume: {path} is missing or damaged, so the data position is unknown; "
+            f"{other_checkpoints(save_dir, tag)}"
+        ) from exc
+
+
+def other_checkpoints(save_dir: Path, tag: str) -> str:
+    """What to do when checkpoint ``tag`` cannot be resumed: point ``latest`` at another one."""
+    others = [t for t in saved_tags(save_dir) if t != tag]
+    if others:
+        return f"to resume from an earlier one, write its name ({', '.join(others[-3:])}) into {save_dir / LATEST}"
+    return f"{save_dir} holds no other checkpoint: start a new run in another --save"
+
+
+def write_state(save_dir: Path, tag: str, state: TrainerState) -> None:
+    write_json(state_path(save_dir, tag), state.to_json())
+
+
+def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
+    """What a stopped run's last line says: where it can continue from, and how."""
+    if save_dir is None:
+        return "nothing was saved (no --save)"
+    latest = latest_tag(save_dir)
+    if latest is None:
+        return (
+            f"no checkpoint was saved in {save_dir}, so there is nothing to resume; start again in another "
+            "--save, or empty this one"
+        )
+    how = "rerun the same command" if resumed else "rerun it with --resume"
+    return f"the last checkpoint is {save_dir / latest}: {how} to continue from there"

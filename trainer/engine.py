@@ -1,0 +1,72 @@
+"""The DeepSpeed engine of a run: the model built on every rank, wrapped with the plan's config."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from pipeline.format.errors import TokshardError
+from trainer import distributed
+from trainer.checkpoint.load import universal_tag
+from trainer.plan import Plan
+
+
+def build_engine(plan: Plan, dist: distributed.Dist) -> tuple[Any, dict[str, Any], str | None]:
+    """The engine, the config it was given, and for a resume the tag to load (a universal
+    checkpoint's when the number of ranks changed)."""
+    import deepspeed
+    from deepspeed.checkpoint.constants import (
+        UNIVERSAL_CHECKPOINT_INFO,
+        UNIVERSAL_CHECKPOINT_VERSION_KEY,
+        UNIVERSAL_CHECKPOINT_VERSION_VALUE,
+    )
+
+    if dist.world != plan.engine.world:
+        raise TokshardError(
+            f"the launcher started {dist.world} ranks but said {plan.engine.world} before they joined "
+            "(WORLD_SIZE); start the run with deepspeed, torchrun or mpirun, which set it"
+        )
+    config = copy.deepcopy(plan.engine.resolved)
+    load_tag = None
+    if plan.resume is not None:
+        point = plan.resume
+        load_tag = point.tag
+        universal = universal_tag(point.save_dir, point.tag, dist.world, dist.rank, distributed.broadcast)
+        if universal:
+            config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
+            load_tag = universal
+    torch.manual_seed(plan.seed)
+    model = plan.model.build()  # whole on every rank; DeepSpeed partitions it (ZeRO-3 too)
+    # lets ds_to_universal convert our checkpoints (a resume on another number of ranks)
+    info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
+    setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
+    params = [p for p in model.parameters() if p.requires_grad]
+    engine = initialize(deepspeed, model, params, config, plan.engine.name)
+    start_schedule(engine)
+    return engine, config, load_tag
+
+
+def initialize(deepspeed, model, params, config: dict[str, Any], where: str):
+    """``deepspeed.initialize``; a config DeepSpeed refuses (its pydantic checks, an optimizer
+    or scheduler parameter it does not take) is one line naming the config."""
+    try:
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise TokshardError(f"{where}: DeepSpeed refuses this config ({detail})") from exc
+    return engine
+
+
+def start_schedule(engine) -> None:
+    """Start DeepSpeed's learning-rate schedule at its iteration 0.
+
+    DeepSpeed's own schedules (``deepspeed.runtime.lr_schedules``) begin before iteration 0,
+    at a rate of 0 or their minimum, and step after each optimizer step: the first step
+    would train at that rate and the second at iteration 0's. Started at iteration 0, step k
+    trains at iteration k - 1's rate, as torch's schedulers do, so no warmup means the full
+    rate from step 1. A resume loads the schedule's own position over this one."""
+    schedule = getattr(engine, "lr_scheduler", None)
+    if getattr(schedule, "last_batch_iteration", None) == -1:
+        schedule.step(0)

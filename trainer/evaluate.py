@@ -1,0 +1,61 @@
+"""Evaluation: the mean next-token loss over a split's evaluation windows, per source too.
+
+The windows are evenly spaced through each source (``eval_items``): the same set for every
+run and every number of ranks, so two runs' evaluations compare.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from trainer import docmask
+from trainer.data import WindowDataset
+
+
+def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:
+    """Evenly spaced windows of each source: the same set for every run and rank count."""
+    items = []
+    for s, n in enumerate(windows):
+        k = min(per_source, n)
+        items += [(s, int(w)) for w in np.unique(np.arange(k, dtype=np.int64) * n // k)]
+    return items
+
+
+@torch.no_grad()
+def evaluate(
+    engine, dataset: WindowDataset, per_source: int, micro: int, dist, doc_eos: int | None = None
+) -> tuple[float, dict[str, float]]:
+    """Mean next-token loss over the evaluation windows (per source too). Every rank runs the
+    same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs."""
+    items = eval_items(dataset.windows, per_source)
+    chunk = dist.world * micro
+    padded = items + [items[0]] * (-len(items) % chunk)
+    weight = np.array([1.0] * len(items) + [0.0] * (len(padded) - len(items)))
+    mine = list(range(dist.rank, len(padded), dist.world))
+    n_src = len(dataset.sources)
+    sums = torch.zeros(2 * n_src, dtype=torch.float64, device=dist.device)
+    engine.eval()
+    for i in range(0, len(mine), micro):
+        rows = mine[i : i + micro]
+        src = np.array([padded[r][0] for r in rows])
+        win = np.array([padded[r][1] for r in rows])
+        tokens = torch.from_numpy(dataset.batch(src, win)).to(dist.device)
+        doc_ids = None if doc_eos is None else docmask.document_ids(tokens[:, :-1], doc_eos)
+        logits = engine(tokens[:, :-1], None, doc_ids) if doc_ids is not None else engine(tokens[:, :-1])
+        per_token = torch.nn.functional.cross_entropy(
+            logits.float().transpose(1, 2), tokens[:, 1:], reduction="none"
+        )
+        per_sample = per_token.mean(dim=1).double()
+        w = torch.from_numpy(weight[rows]).to(dist.device)
+        idx = torch.from_numpy(src).to(dist.device)
+        sums.index_add_(0, idx, per_sample * w)
+        sums.index_add_(0, idx + n_src, w)
+    if dist.world > 1:
+        torch.distributed.all_reduce(sums)
+    loss_sum, count = sums[:n_src].cpu(), sums[n_src:].cpu()
+    by_source = {s: float(loss_sum[i] / count[i]) for i, s in enumerate(dataset.sources)}
+    mean = float(loss_sum.sum() / count.sum())
+    return (mean if math.isfinite(mean) else float("inf")), by_source

@@ -1,0 +1,186 @@
+"""What a run settles before its process group exists: data, model, DeepSpeed config, resume point.
+
+Everything that can be refused (settings, manifests, model, config, resume) is checked here,
+in the order a user would want to hear about it, so a mistake costs a second, not a
+start-up. The result is a frozen ``Plan`` that the rest of the run only reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.format.manifest import Manifest
+from pipeline.storage.data_cache import ShardFetcher
+from trainer import distributed, ds_config, guards, models, remote
+from trainer.checkpoint import resume, state
+from trainer.checkpoint.state import DataState, TrainerState
+from trainer.data import WindowDataset, check_manifest, source_owners
+from trainer.docmask import ModelInputs
+from trainer.ds_config import EngineConfig
+from trainer.run_folders import check_outputs
+from trainer.sampler import DEFAULT_SEED
+from trainer.schedule import Schedule, token_shares, window_sources
+from trainer.settings import DataSettings, TrainSettings
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """The run's data: the windows it trains and evaluates on, and their schedule."""
+
+    manifests: tuple[Manifest, ...]
+    dataset: WindowDataset
+    #: None: no evaluation
+    eval_set: WindowDataset | None
+    schedule: Schedule
+    #: what fixes the sample sequence besides the schedule, recorded in every checkpoint
+    state: DataState
+    #: download the shards of manifest URLs into the data cache (empty: local manifests)
+    fetchers: tuple[ShardFetcher, ...] = ()
+
+    @property
+    def eos_id(self) -> int:
+        return self.manifests[0].eos_id
+
+    @property
+    def train_sources(self) -> list[str]:
+        return self.dataset.sources
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a resume starts from, and what it changes (said once it is loaded)."""
+
+    save_dir: Path
+    tag: str
+    state: TrainerState
+    #: data differences ``--allow-data-change`` accepted
+    allowed_changes: tuple[str, ...] = ()
+    #: mixture changes and added sources
+    schedule_changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything settled before the process group; each part of the run reads its own."""
+
+    settings: TrainSettings
+    model: models.ModelSpec
+    inputs: ModelInputs
+    data: DataPlan
+    engine: EngineConfig
+    seed: int
+    cuda: bool
+    #: None: a fresh run
+    resume: ResumePoint | None
+
+    @property
+    def save_dir(self) -> Path | None:
+        save = self.settings.checkpoint.save
+        return Path(save) if save else None
+
+
+def prepare(settings: TrainSettings) -> Plan:
+    """Every guard, then the plan; raises ``TokshardError`` at the first refusal."""
+    guards.check_stop_at(settings)
+    check_outputs(settings)
+    guards.check_doc_mask(settings.model)
+    manifests, fetchers = remote.open_manifests(
+        list(settings.data.manifests), settings.data.cache, settings.data.cache_limit
+    )
+    spec = models.resolve(
+        settings.model.name, settings.model.vocab_size, max(m.vocab_size for m in manifests)
+    )
+    for m in manifests:
+        check_manifest(m, spec.limits, settings.data.seq_len, verify=settings.data.verify)
+    source_owners(manifests)
+    split = settings.data.train_split
+    trained = guards.train_sources(manifests, split)
+    evaluated = guards.eval_sources(manifests, settings.eval)
+    mix = guards.checked_mix(trained, split, settings.data.mix)
+    cuda = torch.cuda.is_available()
+    engine = ds_config.settle(
+        settings.optim,
+        world=distributed.launched_world(),
+        cuda=cuda,
+        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+        hidden_size=spec.hidden_size,
+    )
+    saved = saved_checkpoint(settings, spec, engine)
+    seed = resume.check_seed(saved[1], settings.data.seed) if saved else settings.data.seed
+    seed = DEFAULT_SEED if seed is None else seed
+    dataset = WindowDataset(manifests, split, settings.data.seq_len, trained)
+    eval_set = (
+        WindowDataset(manifests, settings.eval.split, settings.data.seq_len, evaluated) if evaluated else None
+    )
+    if saved is None:
+        schedule = Schedule.fresh(window_sources(dataset), mix or token_shares(dataset), seed)
+        state, point = data_state(settings.data, manifests, schedule), None
+    else:
+        schedule, state, point = resumed_schedule(settings, manifests, dataset, mix, *saved)
+    data = DataPlan(
+        manifests=tuple(manifests),
+        dataset=dataset,
+        eval_set=eval_set,
+        schedule=schedule,
+        state=state,
+        fetchers=tuple(fetchers),
+    )
+    inputs = ModelInputs(data.eos_id if settings.model.doc_mask else None, settings.model.eod_mask_loss)
+    return Plan(
+        settings=settings,
+        model=spec,
+        inputs=inputs,
+        data=data,
+        engine=engine,
+        seed=seed,
+        cuda=cuda,
+        resume=point,
+    )
+
+
+def saved_checkpoint(
+    settings: TrainSettings, spec: models.ModelSpec, engine: EngineConfig
+) -> tuple[str, TrainerState] | None:
+    """With ``--resume``, the latest checkpoint, checked against this run's model and batch."""
+    if not settings.checkpoint.resume:
+        return None
+    tag, saved = state.read_state(Path(settings.checkpoint.save))
+    resume.check_model(saved, spec.name, spec.limits.vocab_size)
+    resume.check_batch(
+        saved, engine.global_batch, engine.batch_layout(), settings.checkpoint.allow_batch_change
+    )
+    return tag, saved
+
+
+def resumed_schedule(
+    settings: TrainSettings,
+    manifests: list[Manifest],
+    dataset: WindowDataset,
+    mix: dict[str, float] | None,
+    tag: str,
+    saved: TrainerState,
+) -> tuple[Schedule, DataState, ResumePoint]:
+    """The checkpoint's schedule continued on this run's sources and mix; a data change is
+    refused unless ``--allow-data-change``."""
+    infos = window_sources(dataset)
+    resumed = resume.saved_schedule(saved, manifests, infos).continued(infos, mix, saved.samples)
+    now = data_state(settings.data, manifests, resumed.schedule)
+    allowed = resume.check_compatible(
+        saved.data, now, settings.checkpoint.allow_data_change, resumed.data_changes
+    )
+    point = ResumePoint(Path(settings.checkpoint.save), tag, saved, tuple(allowed), tuple(resumed.changes))
+    return resumed.schedule, now, point
+
+
+def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule) -> DataState:
+    """What this run's checkpoints record of its data."""
+    return DataState(
+        manifests=tuple(str(m.path) for m in manifests),
+        fingerprints=tuple(m.fingerprint() for m in manifests),
+        seq_len=data.seq_len,
+        train_split=data.train_split,
+        mix=schedule.weights(),
+    )

@@ -1,0 +1,160 @@
+"""The folders a run writes: ``--save`` (checkpoints) and the run folder (its record).
+
+The run folder is ``--run-dir``, else ``--save``, else a new ``runs/TIME``. It holds
+``run.json`` (how each part of the run was started), ``metrics.jsonl`` (``trainer.metrics``)
+and, with ``--log-samples``, ``samples-rankR.jsonl``. Both folders are checked before any
+work: local and writable; a fresh run writes only into empty folders or ones it makes, a
+resume only into its own. ``folder_contents`` is the trainer's one "what is in this folder"
+look, to be replaced by the storage package's shared one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.format.atomic import check_writable_dir
+from pipeline.format.errors import TokshardError
+from pipeline.storage.locations import refuse_url
+from trainer.checkpoint.state import latest_tag
+from trainer.metrics import METRICS_FILE
+from trainer.settings import TrainSettings
+
+RUN_FILE = "run.json"
+#: where a run without --run-dir and --save keeps its record
+RUNS = Path("runs")
+
+
+def check_outputs(settings: TrainSettings) -> None:
+    """``--save`` and ``--run-dir`` are local folders this process can write, holding nothing a
+    run would overwrite: a fresh run writes only into empty folders (or ones it makes), a
+    resume only into its own (before any work)."""
+    save, run_dir = settings.checkpoint.save, settings.log.run_dir
+    resume = settings.checkpoint.resume
+    refuse_url(save, "--save")  # checkpoints go to a (shared) filesystem
+    refuse_url(run_dir, "--run-dir")
+    if resume and not save:
+        raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
+    if save:
+        check_writable_dir(Path(save), "--save")
+    if run_dir:
+        check_writable_dir(Path(run_dir), "--run-dir")
+    latest = latest_tag(Path(save)) if save else None
+    if latest and not resume:
+        raise TokshardError(
+            f"--save {save} already holds checkpoints (latest: {latest}); "
+            "pass --resume to continue that run, or choose another --save"
+        )
+    if not resume:
+        for flag, folder in (("--save", save), ("--run-dir", run_dir)):
+            if folder:
+                refuse_unless_empty(Path(folder), flag)
+    elif run_dir and not same_folder(Path(run_dir), Path(save)):
+        refuse_unless_this_runs(Path(run_dir), Path(save))
+
+
+def refuse_unless_empty(folder: Path, flag: str) -> None:
+    """A fresh run's folder holds nothing: another run's record or anyone's files are kept."""
+    held = folder_contents(folder)
+    if not held:
+        return
+    if (RUN_FILE in held or METRICS_FILE in held) and flag == "--save":
+        raise TokshardError(
+            f"--save {folder} holds the record of a run that saved no checkpoint ({listing(held)}), so "
+            "there is nothing to resume; choose another --save, or remove those files to start again there"
+        )
+    if RUN_FILE in held or METRICS_FILE in held:
+        raise TokshardError(
+            f"{flag} {folder} holds the record of another run ({listing(held)}); a new run writes its own "
+            f"into an empty folder: choose another {flag}, or pass --resume with the --save of that run"
+        )
+    raise TokshardError(
+        f"{flag} {folder} is not empty (it holds {listing(held)}); a new run writes only into an empty "
+        f"folder or one it makes: choose another {flag}"
+    )
+
+
+def refuse_unless_this_runs(run_dir: Path, save: Path) -> None:
+    """A resumed run logs into an empty ``--run-dir`` or the one its earlier part logged into."""
+    held = folder_contents(run_dir)
+    if not held:
+        return
+    recorded = None
+    if RUN_FILE in held:
+        try:
+            recorded = recorded_save(json.loads((run_dir / RUN_FILE).read_text()))
+        except (OSError, ValueError):
+            recorded = None
+    if recorded and same_folder(Path(recorded), save):
+        return
+    if recorded:
+        whose = f"the record of the run saved in {recorded}"
+    elif RUN_FILE in held or METRICS_FILE in held:
+        whose = f"the record of another run ({listing(held)})"
+    else:
+        whose = listing(held)
+    raise TokshardError(
+        f"--run-dir {run_dir} holds {whose}, not this run's (--save {save}); give the --run-dir this run "
+        "logged into, or an empty one"
+    )
+
+
+#: what a check leaves for an instant (another rank's write test): not content
+_PROBE = ".tokshard-write-test-"
+
+
+def folder_contents(folder: Path) -> list[str]:
+    """The names in ``folder`` (none when it does not exist)."""
+    try:
+        return sorted(p.name for p in folder.iterdir() if not p.name.startswith(_PROBE))
+    except FileNotFoundError:
+        return []
+
+
+def listing(names: list[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def same_folder(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def run_folder(settings: TrainSettings, is_main: bool, broadcast: Callable[[Any], Any]) -> Path:
+    """--run-dir, else --save, else a new runs/TIMESTAMP (rank 0's clock, the same on every rank:
+    ``broadcast`` gives rank 0's value to all)."""
+    chosen = settings.log.run_dir or settings.checkpoint.save
+    if chosen is None:
+        chosen = broadcast(str(new_run_folder()) if is_main else None)
+    run_dir = Path(chosen)
+    check_writable_dir(run_dir, "--run-dir")
+    return run_dir
+
+
+def new_run_folder() -> Path:
+    """runs/TIMESTAMP, made now (runs/TIMESTAMP-2 when another run started in the same second)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        folder = RUNS / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise TokshardError(f"{RUNS}: a thousand runs started in the second {stamp}; pass --run-dir DIR")
+
+
+def run_record(settings: TrainSettings, **facts: Any) -> dict[str, Any]:
+    """RUN_DIR/run.json: how this run (or this part of it) was started."""
+    return {"settings": settings.to_json(), **facts}
+
+
+def recorded_save(run_json: dict[str, Any]) -> str | None:
+    """The ``--save`` folder a run.json names (also one written by an older tokshard)."""
+    settings = run_json.get("settings")
+    if isinstance(settings, dict):
+        return (settings.get("checkpoint") or {}).get("save")
+    return (run_json.get("args") or {}).get("save")

@@ -1,0 +1,145 @@
+"""A training run's settings: one frozen record per component, built once.
+
+``tokshard train`` builds a ``TrainSettings`` from its command line
+(``tokshard/commands/train.py``); a script may build one directly. Each part of the trainer
+is handed only its own record: the data loader ``DataSettings``, the model
+``ModelSettings``, the DeepSpeed config ``OptimSettings``, evaluation ``EvalSettings``, the
+checkpointer ``CheckpointSettings`` and the metrics log ``LogSettings``. The defaults are
+stated here and nowhere else (the command's help shows them from here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What the run trains on, and in which order."""
+
+    #: manifest paths or URLs; several train their sources together
+    manifests: tuple[str, ...]
+    #: tokens per sample (a window holds one more: the last target)
+    seq_len: int = 1024
+    #: weight per source (None: each source's share of the split's tokens)
+    mix: dict[str, float] | None = None
+    train_split: str = "train"
+    #: fixes the sample order and the model's initial weights (None: the default seed for a
+    #: fresh run, the checkpoint's for a resume)
+    seed: int | None = None
+    #: re-hash every shard before training
+    verify: bool = False
+    #: micro-batches gathered ahead of the loop
+    prefetch: int = 4
+    #: node-local folder for the shards of manifest URLs (None: ~/.cache/tokshard/data)
+    cache: str | None = None
+    #: the cache's size limit, as ``500GB`` (None: no limit)
+    cache_limit: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Which model, and what each batch gives it."""
+
+    #: a size of tokshard's GPT (``trainer.model.SIZES``), or ``hf:CONFIG``
+    name: str = "gpt2-124m"
+    #: embedding rows (None: the tokenizer's vocabulary, padded; an hf: config keeps its own)
+    vocab_size: int | None = None
+    #: attention within documents, positions restarting at each
+    doc_mask: bool = False
+    #: with ``doc_mask``: no loss where the input is EOS
+    eod_mask_loss: bool = False
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """The optimizer, its schedule and the batch: what fills the DeepSpeed config.
+
+    ``None`` means "not given": the config's own value, else tokshard's default
+    (``trainer.ds_config``)."""
+
+    #: a DeepSpeed JSON config (None: tokshard's default, ``trainer/configs/zero0-fp32.json``)
+    deepspeed: str | None = None
+    #: optimizer steps the learning-rate schedule runs to
+    steps: int = 1000
+    global_batch: int | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    #: peak learning rate
+    lr: float | None = None
+    #: warmup steps (None: min(100, steps / 10), at least 1; 0: none)
+    warmup: int | None = None
+    weight_decay: float | None = None
+    #: gradient clipping norm (0: none)
+    grad_clip: float | None = None
+
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, min(100, self.steps // 10))
+
+    @property
+    def config_name(self) -> str:
+        """How messages name the DeepSpeed config."""
+        return f"--deepspeed {self.deepspeed}" if self.deepspeed else "the default DeepSpeed config"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Evaluation on a held-out split."""
+
+    #: evaluate at step 0, every N steps and at the end (0: never)
+    every: int = 0
+    split: str = "validation"
+    #: windows per source
+    samples: int = 256
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """Where checkpoints go, how often, and what a resume may change."""
+
+    #: the checkpoint folder (None: nothing is saved)
+    save: str | None = None
+    #: save every N steps (0: only at the end); with ``save``, always at the end
+    every: int = 0
+    #: continue from the latest checkpoint in ``save``
+    resume: bool = False
+    #: resume although a source's content, the split or the sequence length changed
+    allow_data_change: bool = False
+    #: resume although the global batch changed
+    allow_batch_change: bool = False
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """The run's record: metrics.jsonl, run.json and the per-rank sample logs."""
+
+    #: where they go (None: ``CheckpointSettings.save``, else runs/TIME)
+    run_dir: str | None = None
+    #: a training line every N steps (and at the last step)
+    every: int = 10
+    #: write each rank's sample positions, windows and checksums
+    samples: bool = False
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Every setting of one ``tokshard train`` run, by component."""
+
+    data: DataSettings
+    model: ModelSettings = field(default_factory=ModelSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    #: this job stops (and saves) at this step; the schedule still runs to ``optim.steps``
+    stop_at: int | None = None
+
+    @property
+    def end(self) -> int:
+        """The last step this job trains."""
+        return min(self.stop_at or self.optim.steps, self.optim.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        """What run.json records of them."""
+        return asdict(self)
