@@ -37,14 +37,20 @@ def claim_folder(
         return "new"
     if marker is not None and marker in names:
         return "ours"
-    listing = ", ".join(names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+    held = listing(names)
     if marker is None:
         raise TokshardError(
-            f"{flag} {place.url} already holds {listing}; {owner} writes only into a new or empty "
+            f"{flag} {place.url} already holds {held}; {owner} writes only into a new or empty "
             f"folder: choose another {flag}, or empty that one"
         )
     raise TokshardError(
-        f"{flag} {place.url} holds {listing} but no {marker}: {owner} did not write it (or its "
+        f"{flag} {place.url} holds {held} but no {marker}: {owner} did not write it (or its "
         f"{marker} was removed), so it will not touch it; {owner} writes only into a new or empty "
         f"folder or one holding its own {marker}: choose another {flag}, or empty that one"
     )
+
+
+def listing(names: list[str], shown: int = SHOWN) -> str:
+    """How a refusal names what a folder holds: the first ``shown`` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

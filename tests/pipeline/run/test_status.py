@@ -85,7 +85,7 @@ def long_input(tmp_path_factory, docs) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("store", "partition_bytes"), [(False, 50_000), (True, 200_000)], ids=["folder", "store"]
+    ("store", "partition_bytes"), [(False, 50_000), (True, 500_000)], ids=["folder", "store"]
 )
 def test_status_shows_the_rate_of_a_run_that_progresses(
     long_input, tokenizer_path, tmp_path, s3_server, store, partition_bytes
