@@ -212,11 +212,6 @@ class DataCache:
     def _download(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> None:
         """Fetch ``rel`` into ``path`` under a temporary name, hashed as it arrives; it takes its
         final name only if it is what the manifest says (nothing half-written is ever left)."""
-        if store.size(rel) is None:
-            raise DataError(
-                f"{store.where(rel)}: a shard the manifest lists is missing from the store (deleted "
-                "after prepare?); run `tokshard verify` on the manifest, or prepare the data again"
-            )
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         h = xxhash.xxh3_128()
         n = 0
@@ -240,6 +235,14 @@ class DataCache:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise self._disk_error(exc, path, size) from exc
+        except TokshardError as exc:
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise DataError(
+                    f"{store.where(rel)}: a shard the manifest lists is missing from the store (deleted "
+                    "after prepare?); run `tokshard verify` on the manifest, or prepare the data again"
+                ) from None
+            raise
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

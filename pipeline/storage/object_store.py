@@ -22,9 +22,10 @@ from pipeline.storage.locations import EXTRAS, checked_location, protocol
 from pipeline.storage.place import Place
 
 #: every read sees what other processes wrote: no listing cache (fsspec's would answer "no such
-#: object" for one written after its folder was listed) and a filesystem object of its own (not one
-#: a long-lived worker cached with an earlier run's credentials)
-READ_PAST_CACHES = {"use_listings_cache": False, "skip_instance_cache": True}
+#: object" for one written after its folder was listed, and "there" for one deleted since). The
+#: filesystem object itself is shared within a process (its connections and credentials), and,
+#: keyed by these options, never with code that wants listings cached.
+READ_PAST_CACHES = {"use_listings_cache": False}
 
 
 class ObjectStore(Place):
