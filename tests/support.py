@@ -42,7 +42,7 @@ from pipeline.encoding.byte_level import LLAMA3_PATTERN  # noqa: F401  (tests im
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.shard_writer import ShardSequence
 from pipeline.run.driver import RunOptions, prepare
-from pipeline.run.state import STATE_DIR
+from pipeline.run.run_state import STATE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 EOS = "<|endoftext|>"
@@ -630,6 +630,49 @@ def s3_session_server() -> Iterator[S3Server]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def upload_folder(server: S3Server, folder: Path, bucket: str, prefix: str) -> None:
+    """Put every file of a prepared folder (its run state left out) under ``prefix``."""
+    s3 = server.client()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and STATE_DIR not in p.parts:
+            s3.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(folder)}", Body=p.read_bytes())
+
+
+def copy_run(server: S3Server, manifest_url: str) -> str:
+    """A copy of a stored run in a bucket of its own (for a test that changes what is stored);
+    the copy's manifest URL."""
+    bucket, key = manifest_url.removeprefix("s3://").split("/", 1)
+    prefix = key.rsplit("/", 1)[0]
+    new = server.new_bucket()
+    s3 = server.client()
+    for rel, data in server.objects(bucket, prefix).items():
+        s3.put_object(Bucket=new, Key=f"{prefix}/{rel}", Body=data)
+    return f"s3://{new}/{key}"
+
+
+def local_output(folder: Path) -> dict[str, bytes]:
+    """Every file a reader of a prepared folder sees (its run state left out), by name."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and STATE_DIR not in p.parts
+    }
+
+
+def assert_same_as_local(server: S3Server, bucket: str, prefix: str, ref: Path) -> None:
+    """Every .bin, .idx and the tokenizer in the store byte for byte those of the local run
+    ``ref``; the manifest's shard list, totals and sources equal."""
+    stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(f"{STATE_DIR}/")}
+    local = local_output(ref)
+    assert sorted(stored) == sorted(local)
+    for rel, data in local.items():
+        if rel == "manifest.json":
+            a, b = json.loads(data), json.loads(stored[rel])
+            assert a["shards"] == b["shards"] and a["totals"] == b["totals"] and a["sources"] == b["sources"]
+        else:
+            assert stored[rel] == data, rel
 
 
 def gpt2_through_from_tiktoken(gpt2: Path, work: Path):

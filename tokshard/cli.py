@@ -10,7 +10,9 @@ import argparse
 import contextlib
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +21,9 @@ from typing import Any
 from pipeline import __version__
 from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import checked_location, is_url, refuse_url
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS
 from pipeline.run.cluster import BATCH_SYSTEMS
+from pipeline.storage.locations import is_url, refuse_url
 from tokshard.demo import SIZES
 from tokshard.usage import OneLineParser, file_arg, folder_arg, path_arg, positive_int, size_arg
 
@@ -369,11 +371,23 @@ TRAINER_COMMANDS: dict[str, Callable[[], Callable[[list[str]], int]]] = {
 }
 
 
+class Terminated(BaseException):
+    """SIGTERM as an exception of the main thread: the command stops as on Ctrl-C (workers
+    closed, committed work kept) and says so in one line, where the default would end it
+    without a word. A BaseException, so that no ``except Exception`` on the way swallows it."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] and argv[0] in TRAINER_COMMANDS:
             return TRAINER_COMMANDS[argv[0]]()(argv[1:])
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except TokshardError as exc:
@@ -382,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tokshard: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except Terminated:
+        print("tokshard: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr)
+        return 128 + signal.SIGTERM
 
 
 def _recipe_path(name: str) -> Path:
@@ -398,7 +415,7 @@ def _recipe_path(name: str) -> Path:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from pipeline.run.driver import RunOptions, prepare
-    from pipeline.run.progress import stderr_log
+    from pipeline.run.open_state import open_run_state
 
     batch = _batch_jobs(args)
     if args.print_job_script:
@@ -411,7 +428,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
-    out = checked_location(out)  # a recipe's out = "..." has not been through argparse
+    state = open_run_state(out)  # a recipe's out = "..." has not been through argparse: checked here
     refuse_url(args.local_directory, "--local-directory")
     if not (args.scheduler or args.cluster):
         from pipeline.run.cluster import check_local_workers
@@ -425,29 +442,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         dashboard=args.dashboard,
         batch=batch,
     )
-    if is_url(out):
-        from pipeline.run.store_run import prepare_in_store
-
-        path: Path | str = prepare_in_store(recipe, out, options, stderr_log)
-    else:
-        path = prepare(recipe, Path(out), options)
-    print(_prepared_line(path, time.monotonic() - started))
+    path = prepare(recipe, state, options)
+    print(_prepared_line(path, state.manifest_doc() or {}, time.monotonic() - started))
     return 0
 
 
-def _prepared_line(path: Path | str, seconds: float) -> str:
+def _prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str:
     """The final line: where the manifest is, what it holds, and what was skipped."""
     from pipeline.run.status import skipped_text
 
-    if is_url(path):
-        from pipeline.format.store import parent
-        from pipeline.run.store_run import StoreRun
-
-        data = StoreRun(parent(str(path))).manifest_doc() or {}
-    else:
-        from pipeline.format import manifest
-
-        data = manifest.load(path).data
     totals = data["totals"]
     skipped: dict[str, int] = {}
     for src in data["sources"].values():
@@ -504,8 +507,10 @@ def _recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
 
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from pipeline.encoding.tokenizer import train
+    from pipeline.storage.ownership import claim_folder
 
     refuse_url(args.out, "--out")
+    claim_folder(args.out, "--out", "tokenizer train")
     path = train(args.input, args.vocab_size, Path(args.out), args.eos)
     print(f"wrote {path}")
     return 0
@@ -520,10 +525,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if is_url(args.manifest):  # each shard downloaded, checked like a local one, deleted
-        from pipeline.run.store_run import verify_in_store as verify
-    else:
-        from pipeline.format.verify import verify
+    from pipeline.storage.verify_place import verify
 
     faults, totals = verify(args.manifest)
     for fault in faults:

@@ -38,6 +38,7 @@ from typing import Any
 from pipeline.format.atomic import write_bytes, write_json
 from pipeline.format.errors import TokshardError, VerifyError
 from pipeline.run import progress
+from pipeline.storage.ownership import claim_folder
 from trainer.ds_config import AUTO, default_config
 
 Log = Callable[[str], None]
@@ -156,8 +157,7 @@ def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
     """The demo folder, refusing one that holds something else or a demo of another size."""
     if out.exists() and not out.is_dir():
         raise TokshardError(f"--out {out} is a file; choose a folder for the demo")
-    if out.is_dir() and any(out.iterdir()) and not (out / DEMO_FILE).exists():
-        raise TokshardError(f"--out {out} is not empty and holds no demo; choose a new or empty folder")
+    claim_folder(out, "--out", "the demo", DEMO_FILE)
     folder = DemoFolder(out)
     record = folder.record()
     if record and record.get("size") != size_name:
@@ -304,12 +304,12 @@ def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
 
 def encode_rate(folder: DemoFolder) -> dict[str, float]:
     """Encoding throughput from the partitions' own records (kept across reruns)."""
-    from pipeline.run.state import load_checkpoint, load_plan
+    from pipeline.run.open_state import open_run_state
 
-    plan = load_plan(folder.data)
+    state = open_run_state(folder.data)
+    plan = state.load_plan()
     tokens = busy = 0.0
-    for part in plan.partitions if plan else []:
-        ck = load_checkpoint(folder.data, part)
+    for ck in state.load_checkpoints(plan).values() if plan else []:
         if ck is not None:
             tokens += ck.tokens
             busy += ck.busy_seconds

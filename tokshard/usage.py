@@ -9,7 +9,7 @@ import math
 import os
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import is_url, location_problem, normalized
+from pipeline.storage.locations import is_url, location_problem, normalized
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -92,7 +92,7 @@ def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace)
 def size_arg(text: str) -> str:
     """An argparse type for a size (``500GB``, ``50GiB``, a byte count): refused at once (exit 2)
     unless it reads as one above 0."""
-    from pipeline.format.store_cache import parse_size
+    from pipeline.storage.data_cache import parse_size
 
     try:
         parse_size(text)

@@ -31,7 +31,7 @@ from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.store_cache import cache_root
+from pipeline.storage.data_cache import cache_root
 
 FOLDER = "checks"
 

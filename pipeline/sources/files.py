@@ -25,9 +25,9 @@ import orjson
 import xxhash
 
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.format.store import checked_location, is_url
-from pipeline.format.store import errors as store_errors
 from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
+from pipeline.storage.locations import checked_location, is_url
+from pipeline.storage.object_store import errors as store_errors
 
 #: file name endings (in any case) and the reader each gets; a .json file is read as JSON Lines,
 #: as `datasets` reads it and as corpora ship it (C4's ``c4-train.00000-of-01024.json.gz``)

@@ -24,7 +24,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import is_url
+from pipeline.storage.locations import is_url
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0

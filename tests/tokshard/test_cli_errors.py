@@ -102,7 +102,7 @@ def files(tmp_path_factory, tokenizer_path):
 MISTAKES = [
     # demo
     (["demo", "--out", "{root}/a-file"], "is a file"),
-    (["demo", "--out", "{root}/not-a-demo"], "not empty and holds no demo"),
+    (["demo", "--out", "{root}/not-a-demo"], "holds keep.txt but no demo.json"),
     (["demo", "--size", "huge"], "invalid choice: 'huge'"),
     # plot
     (["plot", "{root}/nowhere"], "does not exist"),
