@@ -163,6 +163,19 @@ def test_the_trainer_parses_no_command_line():
     assert not parsing
 
 
+COMMANDS = "tokshard.commands"
+COMMAND_RECORD = "tokshard.commands.command"
+
+
+def test_each_command_module_stands_alone_under_the_cli():
+    """``tokshard/cli.py`` lists the command modules; a command imports neither the list nor
+    another command (only the `Command` record and the pieces they share)."""
+    inside = import_graph()
+    for name in [n for n in inside if n.startswith(COMMANDS + ".") and n != COMMAND_RECORD]:
+        others = {b for b in inside[name] if b.startswith(COMMANDS + ".") and b != COMMAND_RECORD}
+        assert not others and "tokshard.cli" not in inside[name], (name, sorted(others))
+
+
 #: pipeline's stages, each allowed to import only those before it
 STAGES = ("format", "storage", "sources", "encoding", "recipe", "inspection", "run")
 
@@ -219,7 +232,8 @@ def test_the_driver_status_and_commands_reach_a_run_only_through_the_run_state_s
     """One driver over one interface: which implementation a run gets is chosen once
     (`pipeline.run.open_state`), and nothing that drives or reports a run names one."""
     inside = import_graph()
-    for user in ("pipeline.run.driver", "pipeline.run.status", "tokshard.cli", "tokshard.demo"):
+    users = {"pipeline.run.driver", "pipeline.run.status"} | {n for n in inside if n.startswith("tokshard")}
+    for user in sorted(users):
         assert not inside[user] & PLACE_KINDS, (user, sorted(inside[user] & PLACE_KINDS))
 
 

@@ -23,7 +23,7 @@ import pytest
 from support import REPO
 
 from tokshard.cli import build_parser
-from tokshard.commands.train import parse as parse_train
+from tokshard.commands.train import settings_from
 
 README = (REPO / "README.md").read_text()
 
@@ -145,10 +145,9 @@ def test_the_readme_shows_commands():
     ("line", "argv"), readme_tokshard_argvs(), ids=[line for line, _ in readme_tokshard_argvs()]
 )
 def test_every_readme_command_parses_with_the_real_options(line, argv):
-    if argv and argv[0] == "train":
-        parse_train(argv[1:])  # raises TokshardError on an unknown or malformed option
-    else:
-        build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # raises TokshardError on an unknown or malformed option
+    if args.command == "train":
+        settings_from(args)  # and on a malformed --mix
 
 
 def test_readme_links_point_at_files_in_the_repository():

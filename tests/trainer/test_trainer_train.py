@@ -280,7 +280,7 @@ def test_command_line_errors_are_one_line_and_exit_2(tmp_path):
 
 
 def test_help_has_an_example():
-    text = cli.parser().format_help()
+    text = cli.COMMAND.parser().format_help()
     assert "deepspeed --num_gpus 8 --module trainer" in text and "--resume" in text
 
 
