@@ -49,6 +49,9 @@ def build_parser(options_of: Collection[str] | None = None) -> argparse.Argument
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tokshard {__version__}")
+    # launchers that start a module put this before the command (`python -m tokshard
+    # --local_rank=0 train ...`); LOCAL_RANK in the environment says the same
+    parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         p = commands.add_parser(command.name, help=command.summary, **command.parser_settings())
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command_in(argv: list[str]) -> set[str]:
-    """The command ``argv`` runs, as a set of none or one name: the first word naming one."""
+    """The command ``argv`` runs, as a set of none or one name: the first word naming one
+    (what may come before it, ``--local_rank N``, never names a command)."""
     names = {command.name for command in COMMANDS}
     first = next((word for word in argv if word in names), None)
     return {first} if first else set()

@@ -347,7 +347,7 @@ def trained_step(folder: DemoFolder) -> int:
 
 
 def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
-    """``python -m trainer`` as a single-process DeepSpeed run, its console lines echoed.
+    """``python -m tokshard train`` as a single-process DeepSpeed run, its console lines echoed.
 
     A child process keeps DeepSpeed's process group and globals out of this one. Its full
     output goes to ``train.log``; the step and eval lines are shown as they come. Without a
@@ -364,7 +364,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     }
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cmd = [sys.executable, "-m", "trainer", *train_args(folder, size, resume)]
+    cmd = [sys.executable, "-m", "tokshard", "train", *train_args(folder, size, resume)]
     shown = re.compile(r"^(step|eval|tokshard)")
     last_error = ""
     with open(folder.train_log, "a") as logfile:

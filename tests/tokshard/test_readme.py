@@ -4,8 +4,8 @@
   and exactly the test command `.ci/run` runs.
 - The Dockerfile installs only through `.ci/setup` (no pip line of its own), has a `cpu` and a
   `gpu` target with `tokshard` as the entrypoint, and passes hadolint.
-- Every `tokshard ...` command line in the README (also behind `deepspeed --module trainer`,
-  `torchrun -m trainer` and `docker run IMAGE`) parses with the real argument parsers, so the
+- Every `tokshard ...` command line in the README (also behind `deepspeed --module tokshard`,
+  `torchrun -m tokshard` and `docker run IMAGE`) parses with the real argument parsers, so the
   README cannot drift from the options.
 """
 
@@ -127,11 +127,8 @@ def readme_tokshard_argvs() -> list[tuple[str, list[str]]]:
                 words = shlex.split(part, comments=True)
                 for i, word in enumerate(words):
                     image = word.startswith("tokshard:") and words[:2] == ["docker", "run"]
-                    if word.endswith("tokshard") or image:
+                    if word.endswith("tokshard") or image:  # also `deepspeed --module tokshard`
                         found.append((line, words[i + 1 :]))
-                        break
-                    if word in ("--module", "-m") and words[i + 1 : i + 2] == ["trainer"]:
-                        found.append((line, ["train", *words[i + 2 :]]))
                         break
     return found
 

@@ -1,7 +1,7 @@
 """``tokshard train``: its options, and the run they start (``trainer.loop``).
 
-Launchers that start a module by name run it through ``trainer/__main__.py`` (``python -m
-trainer``, ``deepspeed --module trainer``, ``torchrun -m trainer``). Describing ``--model``
+Launchers start it as a module: ``python -m tokshard train``, ``deepspeed --module tokshard
+train``, ``torchrun -m tokshard train`` (``tokshard/__main__.py``). Describing ``--model``
 names the model sizes, which loads torch: the options are added only when ``train`` is the
 command run (or its help asked for).
 """
@@ -40,12 +40,12 @@ EXAMPLES = """\
 # one process (CPU, or one GPU)
 tokshard train --manifest out/manifest.json --model gpt2-124m --steps 2000 --save ckpt
 # one node, 8 GPUs, a DeepSpeed config
-deepspeed --num_gpus 8 --module trainer --manifest out/manifest.json \\
+deepspeed --num_gpus 8 --module tokshard train --manifest out/manifest.json \\
     --deepspeed trainer/configs/zero2-bf16.json --save ckpt --eval-every 200
 # torchrun works the same way
-torchrun --nproc_per_node 8 -m trainer --manifest out/manifest.json --save ckpt
+torchrun --nproc_per_node 8 -m tokshard train --manifest out/manifest.json --save ckpt
 # continue after a crash or a time limit: the exact next samples, any number of ranks
-deepspeed --num_gpus 4 --module trainer --manifest out/manifest.json --save ckpt --resume"""
+deepspeed --num_gpus 4 --module tokshard train --manifest out/manifest.json --save ckpt --resume"""
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -54,8 +54,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
     _run_options(p.add_argument_group("run"))
     _eval_options(p.add_argument_group("evaluation"))
     _output_options(p.add_argument_group("checkpoints and logs"))
-    # the deepspeed launcher and torch.distributed.launch pass this; LOCAL_RANK in the environment says the same
-    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def _data_options(g) -> None:
