@@ -9,7 +9,6 @@ keeps its traceback.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Collection
 
@@ -27,7 +26,7 @@ from tokshard.commands import (
     train,
     verify,
 )
-from tokshard.commands.command import Command, Terminated, sigterm_raises
+from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated, sigterm_raises
 from tokshard.usage import OneLineParser
 
 #: every command, in the order ``tokshard --help`` lists them
@@ -76,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(exc)
     except KeyboardInterrupt:
         print("tokshard: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Terminated:
         print("tokshard: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return TERMINATED
 
 
 def _command_in(argv: list[str]) -> set[str]:

@@ -77,6 +77,11 @@ class Command:
             return self.run(args)
 
 
+#: the exit status of a command stopped by Ctrl-C, and by SIGTERM (a shell's 128 + signal)
+INTERRUPTED = 128 + signal.SIGINT
+TERMINATED = 128 + signal.SIGTERM
+
+
 class Terminated(BaseException):
     """SIGTERM (a job's time limit, ``kill``) as an exception of the main thread: a command
     stops as on Ctrl-C (workers closed, committed work kept) and says so in one line, where

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tokshard.commands.command import Command, Terminated
+from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated
 from tokshard.usage import (
     file_arg,
     folder_arg,
@@ -299,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         train(settings)
     except (KeyboardInterrupt, Terminated) as stop:
-        what, code = ("stopped by SIGTERM", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        terminated = isinstance(stop, Terminated)
+        what, code = ("stopped by SIGTERM", TERMINATED) if terminated else ("interrupted", INTERRUPTED)
         save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
         if os.environ.get("RANK", "0") == "0":  # one line per run, not per rank
             print(
