@@ -27,6 +27,8 @@ from tokshard.usage import (
 from trainer.ds_config import DEFAULT_CONFIG, DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
 from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.settings import (
+    WARMUP_DIVISOR,
+    WARMUP_MAX,
     CheckpointSettings,
     DataSettings,
     EvalSettings,
@@ -163,7 +165,10 @@ def _run_options(g) -> None:
     g.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
     g.add_argument("--lr", type=positive_float, help=f"peak learning rate (default {DEFAULT_LR:g})")
     g.add_argument(
-        "--warmup", type=non_negative, help="warmup steps (default min(100, steps/10); 0: no warmup)"
+        "--warmup",
+        type=non_negative,
+        help=f"warmup steps (default: --steps // {WARMUP_DIVISOR}, at most {WARMUP_MAX}, at least 1; "
+        "0: no warmup)",
     )
     g.add_argument(
         "--weight-decay",
