@@ -499,13 +499,13 @@ def free_port() -> int:
 def launch(*args: str, procs: int = 1, launcher: str = "python", timeout: int = 240):
     """Run the trainer as users do; returns the finished process (output captured)."""
     if launcher == "python":
-        cmd = [sys.executable, "-m", "trainer"]
+        cmd = [sys.executable, "-m", "tokshard", "train"]
     elif launcher == "deepspeed":
         cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(procs)]
-        cmd += ["--master_port", str(free_port()), "--module", "trainer"]
+        cmd += ["--master_port", str(free_port()), "--module", "tokshard", "train"]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs)]
-        cmd += ["--master_port", str(free_port()), "-m", "trainer"]
+        cmd += ["--master_port", str(free_port()), "-m", "tokshard", "train"]
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }

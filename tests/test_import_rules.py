@@ -129,26 +129,16 @@ def test_no_pipeline_module_imports_the_trainer_or_the_application():
     assert not edges(inside, "pipeline", lambda b: b.startswith(("trainer", "tokshard")))
 
 
-#: the trainer's door for launchers that start a module by name (``deepspeed --module trainer``):
-#: it runs the application layer's ``train`` command, so it is held to the application's rules
-LAUNCHER_DOOR = "trainer.__main__"
-
-
 def test_the_trainer_imports_only_the_format_contract_and_storage_from_the_pipeline():
+    """...and nothing of the application layer, not even a door for launchers: they start
+    ``python -m tokshard train``."""
     inside = import_graph()
 
     def forbidden(b: str) -> bool:
         shared = b.startswith((CONTRACT, STORAGE)) or b == "pipeline"
         return (b.startswith("pipeline") and not shared) or b.startswith("tokshard")
 
-    assert not {(a, b) for a, b in edges(inside, "trainer", forbidden) if a != LAUNCHER_DOOR}
-
-
-def test_the_launcher_door_only_runs_the_train_command():
-    """``python -m trainer`` is ``tokshard train``; nothing of the trainer imports the door."""
-    inside = import_graph()
-    assert inside[LAUNCHER_DOOR] == {"tokshard.cli"}
-    assert not [a for a, targets in inside.items() if LAUNCHER_DOOR in targets]
+    assert not edges(inside, "trainer", forbidden)
 
 
 def test_the_trainer_parses_no_command_line():
@@ -158,9 +148,22 @@ def test_the_trainer_parses_no_command_line():
     parsing = sorted(
         name
         for name, path in files.items()
-        if name.split(".")[0] == "trainer" and name != LAUNCHER_DOOR and "argparse" in imported_names(path)
+        if name.split(".")[0] == "trainer" and "argparse" in imported_names(path)
     )
     assert not parsing
+
+
+COMMANDS = "tokshard.commands"
+COMMAND_RECORD = "tokshard.commands.command"
+
+
+def test_each_command_module_stands_alone_under_the_cli():
+    """``tokshard/cli.py`` lists the command modules; a command imports neither the list nor
+    another command (only the `Command` record and the pieces they share)."""
+    inside = import_graph()
+    for name in [n for n in inside if n.startswith(COMMANDS + ".") and n != COMMAND_RECORD]:
+        others = {b for b in inside[name] if b.startswith(COMMANDS + ".") and b != COMMAND_RECORD}
+        assert not others and "tokshard.cli" not in inside[name], (name, sorted(others))
 
 
 #: pipeline's stages, each allowed to import only those before it
@@ -219,7 +222,8 @@ def test_the_driver_status_and_commands_reach_a_run_only_through_the_run_state_s
     """One driver over one interface: which implementation a run gets is chosen once
     (`pipeline.run.open_state`), and nothing that drives or reports a run names one."""
     inside = import_graph()
-    for user in ("pipeline.run.driver", "pipeline.run.status", "tokshard.cli", "tokshard.demo"):
+    users = {"pipeline.run.driver", "pipeline.run.status"} | {n for n in inside if n.startswith("tokshard")}
+    for user in sorted(users):
         assert not inside[user] & PLACE_KINDS, (user, sorted(inside[user] & PLACE_KINDS))
 
 

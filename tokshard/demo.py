@@ -53,6 +53,10 @@ REPORT_PNG = "report.png"
 LENGTHS_PNG = "doc_lengths.png"
 DS_CONFIG = "deepspeed.json"
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
+#: the size `tokshard demo` runs unless told
+DEFAULT_SIZE = "default"
+#: local Dask workers for prepare when not told: this machine's cores, at most this many
+MAX_WORKERS = 4
 #: how much lower the last evaluation loss must be than the first for "the model learned"
 LEARNED_MARGIN = 0.5
 
@@ -74,20 +78,21 @@ class DemoSize:
     eval_every: int
     eval_samples: int
     log_every: int
+    #: what the size is for, as `tokshard demo --help` shows it
+    about: str
 
 
 SIZES: dict[str, DemoSize] = {
-    # about two minutes on two cores; the loss falls from ln(2048) = 7.6 to about 2
+    # the loss falls from ln(2048) = 7.6 to about 2
     "default": DemoSize(
         wiki_articles=1200, news_articles=1500, book_rows=40_000, vocab_size=2048, model="tiny",
         seq_len=128, micro_batch=16, steps=300, lr=3e-3, warmup=20, eval_every=50, eval_samples=64,
-        log_every=10,
+        log_every=10, about="about two minutes on two cores",
     ),
-    # what the test suite runs: the same stages on a fifth of the data, a fifth of the steps
     "quick": DemoSize(
         wiki_articles=240, news_articles=300, book_rows=8_000, vocab_size=2048, model="tiny",
         seq_len=64, micro_batch=16, steps=60, lr=3e-3, warmup=6, eval_every=20, eval_samples=16,
-        log_every=5,
+        log_every=5, about="a fifth of the data and steps (what the tests run)",
     ),
 }  # fmt: skip
 
@@ -298,7 +303,7 @@ def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
 
     write_bytes(folder.recipe, recipe_text(folder).encode())
     r = recipe.load(folder.recipe, {"out": str(folder.data)})
-    options = RunOptions(workers=workers or min(os.cpu_count() or 1, 4), progress_interval=2.0)
+    options = RunOptions(workers=workers or min(os.cpu_count() or 1, MAX_WORKERS), progress_interval=2.0)
     return prepare(r, folder.data, options, log=lambda msg: log(f"  {msg}"))
 
 
@@ -342,7 +347,7 @@ def trained_step(folder: DemoFolder) -> int:
 
 
 def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
-    """``python -m trainer`` as a single-process DeepSpeed run, its console lines echoed.
+    """``python -m tokshard train`` as a single-process DeepSpeed run, its console lines echoed.
 
     A child process keeps DeepSpeed's process group and globals out of this one. Its full
     output goes to ``train.log``; the step and eval lines are shown as they come. Without a
@@ -359,7 +364,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     }
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cmd = [sys.executable, "-m", "trainer", *train_args(folder, size, resume)]
+    cmd = [sys.executable, "-m", "tokshard", "train", *train_args(folder, size, resume)]
     shown = re.compile(r"^(step|eval|tokshard)")
     last_error = ""
     with open(folder.train_log, "a") as logfile:
@@ -383,7 +388,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
 # --- the whole demo ------------------------------------------------------------------------
 
 
-def run(out: Path, size_name: str = "default", workers: int | None = None, log: Log = stderr_log) -> dict:
+def run(out: Path, size_name: str = DEFAULT_SIZE, workers: int | None = None, log: Log = stderr_log) -> dict:
     """Run (or resume) the demo into ``out``; returns the summary it also writes there."""
     size = SIZES[size_name]
     folder, record = open_folder(out, size_name)

@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.storage.data_cache import DataCache, ShardFetcher, parse_size
-from pipeline.storage.locations import is_url
+from pipeline.storage.places import open_manifest_place
 
 #: positions looked at to find the order in which the first epoch touches the shards
 ORDER_LOOKAHEAD = 1 << 16
@@ -27,11 +27,12 @@ ORDER_LOOKAHEAD = 1 << 16
 def open_manifests(
     specs: list[str], cache_dir: str | None, cache_limit: str | None
 ) -> tuple[list[manifest_mod.Manifest], list[ShardFetcher]]:
-    """Local manifests as they are; URLs' manifests in the (one) data cache, each with a fetcher."""
+    """Local manifests as they are; stored ones in the (one) data cache, each with a fetcher."""
     manifests, fetchers = [], []
     cache = None
     for spec in specs:
-        if not is_url(spec):
+        place, _ = open_manifest_place(spec)
+        if place.local_root is not None:
             manifests.append(manifest_mod.load(spec))
             continue
         if cache is None:

@@ -23,6 +23,8 @@ from multiprocessing import resource_tracker
 from pipeline.format.errors import TokshardError
 
 BATCH_SYSTEMS = ("slurm", "pbs")
+#: a local worker's memory limit when none is given (Dask's: the machine's memory split over the workers)
+LOCAL_MEMORY_LIMIT = "auto"
 #: the longest a run waits for its workers' warm-up before it sends its tasks anyway
 WARM_UP_SECONDS = 10.0
 
@@ -328,7 +330,7 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
             n_workers=n,
             threads_per_worker=1,
             processes=True,
-            memory_limit=memory_limit or "auto",
+            memory_limit=memory_limit or LOCAL_MEMORY_LIMIT,
             dashboard_address=":0",  # any free port, for the dashboard or just /health
             scheduler_kwargs={"dashboard": dashboard},
             # a task's error reaches the driver, which reports it once (one line for a user error)
