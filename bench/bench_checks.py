@@ -30,7 +30,7 @@ from pipeline import recipe as recipe_mod  # noqa: E402
 from pipeline.run.driver import RunOptions, _redo_damaged, prepare  # noqa: E402
 from pipeline.run.state import load_checkpoint, load_plan  # noqa: E402
 from pipeline.sources import build_source  # noqa: E402
-from pipeline.sources.files import _range_sample, io_map, stat_key  # noqa: E402
+from pipeline.sources.files.fingerprints import io_map, range_sample, stat_key  # noqa: E402
 
 
 def timed(fn, *args, **kwargs) -> float:
@@ -58,7 +58,7 @@ def one_round(raw: dict, work: Path, data: Path) -> tuple[dict[str, float], int]
     source = build_source("web", recipe.sources["web"])
     row["plan"] = timed(source.partitions) + timed(source.origin)
     ranges = [p.spec for p in plan.partitions if p.spec["kind"] == ".jsonl"]
-    row["samples"] = timed(io_map, _range_sample, ranges) + timed(stat_key, str(data))
+    row["samples"] = timed(io_map, range_sample, ranges) + timed(stat_key, str(data))
     return row, len(plan.partitions)
 
 

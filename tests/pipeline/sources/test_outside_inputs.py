@@ -247,7 +247,7 @@ def test_planning_lists_each_split_s_files_once(tmp_path, docs, tokenizer_path, 
     from pipeline import recipe
     from pipeline.encoding import tokenizer
     from pipeline.run.driver import make_plan
-    from pipeline.sources import files
+    from pipeline.sources.files import source as files
 
     write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
     write_jsonl(tmp_path / "val.jsonl", docs[5:7])
@@ -421,9 +421,9 @@ def test_a_bom_is_stripped_from_txt_as_from_jsonl(tmp_path, docs):
 
 
 def test_a_bom_is_stripped_from_a_txt_streamed_in_pieces(tmp_path, monkeypatch):
-    from pipeline.sources import files
+    from pipeline.sources.files.readers import txt
 
-    monkeypatch.setattr(files, "STREAM_TXT_BYTES", 16)  # this small file takes the large-file path
+    monkeypatch.setattr(txt, "STREAM_TXT_BYTES", 16)  # this small file takes the large-file path
     (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbf" + b"a longer text than sixteen bytes")
     assert list(iter_texts([str(tmp_path / "a.txt")])) == ["a longer text than sixteen bytes"]
 
