@@ -27,7 +27,7 @@ from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError, disk_error
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_writer import kept_problem
-from pipeline.recipe import Recipe, describe_changes
+from pipeline.recipe import Recipe
 from pipeline.run.cluster import EarlyStart, connect
 from pipeline.run.progress import Progress, stderr_log
 from pipeline.run.state import (
@@ -192,8 +192,8 @@ def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, 
 
 def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
     """A rerun continues only the recipe (and pinned sources) the folder was started with."""
-    if plan.identity_hash != recipe.identity_hash():
-        changes = describe_changes(plan.identity, recipe.identity())
+    changes = recipe.identity_changes(plan.identity)
+    if changes:
         raise TokshardError(
             f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
             "use a new --out, or delete the folder to start over"
