@@ -1,7 +1,11 @@
-"""Which input formats the `files` source reads, told by file name, and what their first
-bytes must look like (checked where those bytes are read anyway)."""
+"""Which input formats the `files` source reads, told by file name, and what their first and
+last bytes must look like (checked where those bytes are read anyway: at planning for local
+files, at the start of each file by the worker)."""
 
 from __future__ import annotations
+
+import io
+import zlib
 
 from pipeline.format.errors import DataError, TokshardError
 
@@ -17,25 +21,72 @@ SUFFIXES = {
     ".parquet": ".parquet",
     ".txt": ".txt",
 }
-#: what a parquet file starts with (plain, or encrypted footer)
+COMPRESSED = (".jsonl.gz", ".jsonl.zst")
+#: what a parquet file starts with, and ends with (plain, or encrypted footer)
 PARQUET_MAGIC = (b"PAR1", b"PARE")
 UTF8_BOM = b"\xef\xbb\xbf"
+#: byte-order marks of the encodings a UTF-8 reader must not half read (UTF-32 LE first: it
+#: starts with UTF-16 LE's), and the name iconv knows each by
+FOREIGN_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+#: decompressed bytes a head check looks at
+HEAD_BYTES = 4096
 
 
 def kind_of(path: str) -> str:
     """The reader a file gets, by its name's ending; an unknown ending is refused."""
-    name = path.lower()
+    kind = known_kind(path)
+    if kind is None:
+        raise TokshardError(
+            f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
+        )
+    return kind
+
+
+def known_kind(path: str) -> str | None:
+    name = path.lower().rstrip("/")
     for suffix, kind in SUFFIXES.items():
         if name.endswith(suffix):
             return kind
-    raise TokshardError(
-        f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
-    )
+    return None
 
 
 def is_json_name(path: str) -> bool:
     """A .json file (plain or compressed) may hold one JSON array instead of JSON Lines."""
     return path.lower().endswith((".json", ".json.gz", ".json.zst"))
+
+
+def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
+    """Refuse a file whose first or last bytes show it cannot be read as its name says (the
+    raw bytes; a compressed file's head is decompressed here, and a damaged one is left for
+    its reader to name)."""
+    if kind == ".parquet":
+        if head[:4] not in PARQUET_MAGIC or tail[-4:] not in PARQUET_MAGIC:
+            end = "start" if head[:4] not in PARQUET_MAGIC else "end"
+            raise DataError(
+                f"{path}: corrupt parquet file (no parquet magic number at its {end}); re-create it or remove it"
+            )
+        return
+    if kind in COMPRESSED:
+        head = _decompressed_head(head, kind)
+    check_text_head(path, head)
+
+
+def check_text_head(path: str, head: bytes) -> None:
+    """The first bytes of a text input (a .txt file, or the first line of JSON Lines): UTF-8,
+    and for a .json file JSON Lines rather than one JSON array."""
+    for bom, encoding in FOREIGN_BOMS:
+        if head.startswith(bom):
+            raise DataError(
+                f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not UTF-8; "
+                f"convert it (e.g. iconv -f {encoding} -t UTF-8) and name the converted file"
+            )
+    if is_json_name(path):
+        check_not_json_array(path, head)
 
 
 def check_not_json_array(path: str, head: bytes) -> None:
@@ -49,3 +100,17 @@ def check_not_json_array(path: str, head: bytes) -> None:
             f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
             "(e.g. with jq -c '.[]') and name the converted file"
         )
+
+
+def _decompressed_head(raw: bytes, kind: str) -> bytes:
+    """The first decompressed bytes of a compressed file's first raw bytes (b"" if they do
+    not decompress: the reader names that fault)."""
+    try:
+        if kind == ".jsonl.gz":
+            return zlib.decompressobj(wbits=31).decompress(raw, HEAD_BYTES)
+        import zstandard
+
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
+            return reader.read(HEAD_BYTES)
+    except Exception:
+        return b""

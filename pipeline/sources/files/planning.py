@@ -1,17 +1,26 @@
-"""A split's files cut into partitions: line-aligned byte ranges of JSON Lines, runs of
-parquet row groups, whole compressed files, runs of .txt files.
+"""A split's files cut into pieces and the pieces packed into partitions.
+
+A file of at most the partition size is one piece; a larger one is cut into pieces of about
+that size, each a partition of its own: JSON Lines into line-aligned byte ranges from its
+start, parquet into runs of row groups (a compressed file, or a .txt document, cannot be
+cut). Whole files then fill partitions in file order while they fit, so many small files
+share one task and one shard, and the partitions of large files are what they always were.
 
 The partition size depends on the input alone, never on the workers, so the output does
 not either."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
-from pipeline.sources.files.access import decompressed, file_size, open_binary
-from pipeline.sources.files.formats import PARQUET_MAGIC, check_not_json_array, is_json_name, kind_of
-from pipeline.sources.files.readers.parquet import corrupt_parquet_is_one_line
+from pipeline.sources.files.access import open_binary
+from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample, io_map
+from pipeline.sources.files.formats import kind_of
+from pipeline.sources.files.listing import InputFile
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.parquet import check_magic, corrupt_parquet_is_one_line
 
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
 #: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of AUTO_SMALLEST or more) so a small split
@@ -23,8 +32,6 @@ AUTO_MAX_BYTES = 64 << 20
 AUTO_FEW = 8
 AUTO_SMALLEST = 1 << 20
 
-Unit = tuple[str, int, dict[str, Any]]  # key, bytes, spec
-
 
 def auto_partition_bytes(total: int) -> int:
     """The partition size for "auto": enough tasks to keep any cluster busy."""
@@ -32,79 +39,75 @@ def auto_partition_bytes(total: int) -> int:
     return min(step, max(AUTO_SMALLEST, -(-total // AUTO_FEW)))
 
 
-def check_json_lines(path: str) -> None:
-    """A .json file may be one JSON array instead of JSON Lines: say so by name at planning."""
-    if not is_json_name(path):
-        return
-    kind = kind_of(path)
-    try:
-        with open_binary(path) if kind == ".jsonl" else decompressed(path, kind) as f:
-            head = f.read(4096)
-    except Exception:  # a damaged file is named, with its fault, when it is read
-        return
-    check_not_json_array(path, head)
-
-
-def units(files: list[str], step: int) -> Iterator[Unit]:
-    """Partitions of one split's files: byte ranges, row-group runs, or runs of .txt files."""
-    txt: list[str] = []
-    txt_bytes = 0
-    for path in files:
-        kind = kind_of(path)
-        check_json_lines(path)
-        if kind == ".txt":
-            size = file_size(path)
-            if txt and txt_bytes + size > step:
-                yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": kind, "files": txt}
-                txt, txt_bytes = [], 0
-            txt.append(path)
-            txt_bytes += size
-            continue
-        if txt:
-            yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": ".txt", "files": txt}
-            txt, txt_bytes = [], 0
-        yield from _split_file(path, kind, step)
-    if txt:
-        yield f"{txt[0]}+{len(txt) - 1}", txt_bytes, {"kind": ".txt", "files": txt}
-
-
-def _split_file(path: str, kind: str, step: int) -> Iterator[Unit]:
-    if kind == ".jsonl":
-        size = file_size(path)
-        for start in range(0, max(size, 1), step):
-            end = min(size, start + step)
-            yield (
-                f"{path}@{start}-{end}",
-                end - start,
-                {"kind": kind, "path": path, "start": start, "end": end},
+def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step: int) -> list[Piece]:
+    """The pieces of a split's files, in order, each with what a worker checks before reading
+    it (``fingerprints``: the files' origin entries, whose samples small pieces reuse)."""
+    big_parquet = [f.path for f in files if f.size > step and kind_of(f.path) == ".parquet"]
+    runs = dict(zip(big_parquet, io_map(lambda p: row_group_runs(p, step), big_parquet), strict=True))
+    pieces: list[Piece] = []
+    for f, entry in zip(files, fingerprints, strict=True):
+        kind = kind_of(f.path)
+        if f.size <= step or kind not in (".jsonl", ".parquet"):
+            small = f.size <= SMALL_FILE  # then its file sample hashes every byte, as a piece's would
+            pieces.append(
+                Piece(f.path, kind, f.size, sample=entry.get("sample") if small else None, etag=f.etag)
             )
-    elif kind == ".parquet":
-        yield from _row_group_runs(path, step)
-    else:
-        yield path, file_size(path), {"kind": kind, "path": path}
+        elif kind == ".jsonl":
+            for start in range(0, f.size, step):
+                end = min(f.size, start + step)
+                pieces.append(Piece(f.path, kind, end - start, start, end, etag=f.etag))
+        else:
+            pieces += [
+                Piece(f.path, kind, nbytes, row_groups=groups, etag=f.etag) for groups, nbytes in runs[f.path]
+            ]
+    return with_range_samples(pieces)
 
 
-def _row_group_runs(path: str, step: int) -> Iterator[Unit]:
+def with_range_samples(pieces: list[Piece]) -> list[Piece]:
+    """Every .jsonl piece that has no sample yet gets one of its own ends (read on a few
+    threads), unless it is an object with a version tag, which says more."""
+    todo = [i for i, p in enumerate(pieces) if p.kind == ".jsonl" and p.sample is None and p.etag is None]
+    samples = io_map(lambda i: content_sample(pieces[i].path, pieces[i].start, pieces[i].stop), todo)
+    found = list(pieces)
+    for i, sample in zip(todo, samples, strict=True):
+        found[i] = replace(pieces[i], sample=sample)
+    return found
+
+
+def pack(pieces: Iterable[Piece], step: int) -> Iterator[list[Piece]]:
+    """Consecutive whole files, as many per partition as fit in ``step`` bytes (one at least);
+    each part of a file that had to be cut is a partition of its own, as it always was."""
+    group: list[Piece] = []
+    total = 0
+    for piece in pieces:
+        if group and (total + piece.size > step or not piece.whole or not group[-1].whole):
+            yield group
+            group, total = [], 0
+        group.append(piece)
+        total += piece.size
+    if group:
+        yield group
+
+
+def row_group_runs(path: str, step: int) -> list[tuple[tuple[int, ...], int]]:
+    """A large parquet file's row groups in consecutive runs of at most ``step`` compressed
+    bytes (one group at least), each with its bytes: the footer is all that is read."""
     import pyarrow.parquet as pq
 
     with corrupt_parquet_is_one_line(path), open_binary(path) as f:
-        if f.read(4) not in PARQUET_MAGIC:  # pyarrow checks only the footer's
-            raise OSError("no parquet magic number at its start")
+        check_magic(f)
         meta = pq.ParquetFile(f).metadata
+    runs: list[tuple[tuple[int, ...], int]] = []
     group: list[int] = []
     group_bytes = 0
-    groups: list[tuple[list[int], int]] = []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         rg_bytes = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
         if group and group_bytes + rg_bytes > step:
-            groups.append((group, group_bytes))
+            runs.append((tuple(group), group_bytes))
             group, group_bytes = [], 0
         group.append(i)
         group_bytes += rg_bytes
     if group:
-        groups.append((group, group_bytes))
-    for rgs, nbytes in groups:
-        rows = sum(meta.row_group(i).num_rows for i in rgs)
-        spec = {"kind": ".parquet", "path": path, "row_groups": rgs, "rows": rows}
-        yield f"{path}#rg{rgs[0]}-{rgs[-1]}", nbytes, spec
+        runs.append((tuple(group), group_bytes))
+    return runs

@@ -1,5 +1,5 @@
 """The `files` source itself: its recipe section, its splits' files and origin, its plan,
-and reading a partition with the reader of its format."""
+and reading a partition piece by piece."""
 
 from __future__ import annotations
 
@@ -7,19 +7,16 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.store import is_url
 from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 from pipeline.sources.files.access import file_size
-from pipeline.sources.files.fingerprints import (
-    check_range_unchanged,
-    io_map,
-    range_sample,
-    stat_key,
-    stat_key_now,
-)
+from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprint, fingerprint_now, io_map
 from pipeline.sources.files.formats import kind_of
-from pipeline.sources.files.listing import expand
-from pipeline.sources.files.planning import auto_partition_bytes, units
-from pipeline.sources.files.readers import reader_for
+from pipeline.sources.files.listing import InputFile, list_files
+from pipeline.sources.files.pieces import Piece, partition_key, partition_spec, pieces_of
+from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
+from pipeline.sources.files.readers import read_partition
+from pipeline.sources.files.readers.base import open_piece
 from pipeline.sources.files.readers.txt import TextStream
 
 
@@ -38,7 +35,8 @@ class FilesSource(Source):
 
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         super().__init__(name, config)
-        self._listed: dict[str, list[str]] = {}
+        self._listed: dict[str, list[InputFile]] = {}
+        self._fingerprints: dict[str, list[dict[str, Any]]] = {}
 
     @classmethod
     def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -68,72 +66,115 @@ class FilesSource(Source):
             )
         return cfg
 
+    @classmethod
+    def identity(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """The split names, not their globs: which files a split holds, and what they hold, is
+        the origin's to say (resolved paths and fingerprints, compared by `check_unchanged`), so
+        ``data/*.jsonl`` and the same files named by absolute paths are one recipe."""
+        return {**super().identity(config), "splits": list(config["splits"])}
+
     def splits(self) -> list[str]:
         return list(self.config["splits"])
 
-    def files(self, split: str) -> list[str]:
+    def files(self, split: str) -> list[InputFile]:
         """The split's files, listed once per source object (a plan asks for them three times:
         the read-once check, the origin and the partitions; for a bucket each is a listing)."""
         if split not in self._listed:
-            files = expand(self.config["splits"][split], self.config["base_dir"])
+            files = list_files(self.config["splits"][split], self.config["base_dir"])
             for f in files:
-                kind_of(f)
+                kind_of(f.path)
             self._listed[split] = files
-        return list(self._listed[split])
+        return self._listed[split]
+
+    def fingerprints(self, split: str) -> list[dict[str, Any]]:
+        """The split's origin entries (`fingerprints.fingerprint`), made once per source object."""
+        if split not in self._fingerprints:
+            self._fingerprints[split] = io_map(fingerprint, self.files(split))
+        return self._fingerprints[split]
 
     def named_inputs(self) -> dict[str, list[str]]:
-        return {split: self.files(split) for split in self.splits()}
+        return {split: [f.path for f in self.files(split)] for split in self.splits()}
 
     def origin(self) -> dict[str, Any]:
-        return {"files": {split: io_map(stat_key, self.files(split)) for split in self.splits()}}
+        return {"files": {split: self.fingerprints(split) for split in self.splits()}}
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
+        """Every recorded input is still what it was, and the globs match no file the run did
+        not plan (an object is compared by its version in one new listing)."""
         for split, entries in recorded_origin["files"].items():
-            for entry, now in zip(entries, io_map(stat_key_now, entries), strict=True):
-                if now != {**now, **entry}:  # a plan of an older tokshard has no sample
+            local = [e for e in entries if not is_url(e["path"]) or "etag" not in e]
+            now = dict(zip((e["path"] for e in local), io_map(fingerprint_now, local), strict=True))
+            listed = {f.path: f for f in self.files(split)}
+            for entry in entries:
+                found = now.get(entry["path"]) or _listed_fingerprint(entry["path"], listed)
+                if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
                     raise DataError(
                         f"input {entry['path']} ({split}) changed since this run started "
                         "(size, modification time or content); restore it or start over with a new --out"
                     )
+            recorded = {e["path"] for e in entries}
+            added = [path for path in listed if path not in recorded]
+            if added:
+                raise DataError(
+                    f"input {added[0]} ({split}) is new since this run started ({len(added)} files "
+                    "the globs match now were not planned); move them out of the globs' reach, or "
+                    "start over with a new --out"
+                )
+            left = [path for path in recorded if path not in listed]
+            if left:
+                raise TokshardError(
+                    f"input {left[0]} ({split}) is part of this run, but the recipe's globs no longer "
+                    f"name it ({len(left)} such files); name the same files as before, or use a new --out"
+                )
 
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
-        """Every planned .jsonl range still holds what was planned (its sampled ends), so that a
-        rerun never keeps shards of one version of a file beside shards of another."""
-        ranges = [p.spec for p in partitions if p.spec.get("kind") == ".jsonl"]
-        io_map(lambda spec: check_range_unchanged(spec["path"], spec), ranges)
+        """Every planned piece that the files' own fingerprints do not cover (a range of a
+        large .jsonl file) still holds what was planned (its sampled ends), so that a rerun
+        never keeps shards of one version of a file beside shards of another."""
+        pieces = [p for part in partitions for p in pieces_of(part.spec, part.size)]
+        todo = [p for p in pieces if p.sample is not None and not (p.whole and p.size <= SMALL_FILE)]
+        io_map(_check_piece, todo)
 
     def partitions(self) -> list[Partition]:
         parts: list[Partition] = []
         for split in self.splits():
             files = self.files(split)
-            step = self.partition_bytes(files)
-            for i, (key, size, spec) in enumerate(units(files, step)):
-                parts.append(Partition(self.name, split, i, key, size, spec))
-        ranges = [p.spec for p in parts if p.spec["kind"] == ".jsonl"]
-        for spec, sample in zip(ranges, io_map(range_sample, ranges), strict=True):
-            spec["sample"] = sample
+            step = self.partition_bytes(sum(f.size for f in files))
+            pieces = plan_pieces(files, self.fingerprints(split), step)
+            for i, group in enumerate(pack(pieces, step)):
+                size = sum(p.size for p in group)
+                parts.append(
+                    Partition(self.name, split, i, partition_key(group), size, partition_spec(group))
+                )
         return parts
 
-    def partition_bytes(self, files: list[str]) -> int:
-        """The configured size, or for "auto" enough tasks to keep any cluster busy."""
+    def partition_bytes(self, total: int) -> int:
+        """The configured size, or for "auto" enough tasks to keep any cluster busy
+        (``total``: the split's bytes)."""
         configured = self.config["partition_bytes"]
-        if configured != "auto":
-            return configured
-        return auto_partition_bytes(sum(file_size(f) for f in files))
+        return auto_partition_bytes(total) if configured == "auto" else configured
 
     def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
-        spec = partition.spec
-        yield from reader_for(spec["kind"], self.config["text_field"]).read(spec, cursor, partition.size)
+        yield from read_partition(partition.spec, partition.size, cursor, self.config["text_field"])
+
+
+def _listed_fingerprint(path: str, listed: dict[str, InputFile]) -> dict[str, Any]:
+    """An object's fingerprint from the new listing (one gone from it is the user's to restore)."""
+    if path not in listed:
+        raise DataError(f"input {path} is gone since this run started; restore it or use a new --out")
+    return fingerprint(listed[path], check=False)
+
+
+def _check_piece(piece: Piece) -> None:
+    open_piece(piece).close()
 
 
 def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
     """Every good document of these files in order (for tokenizer training and tools)."""
-    source = FilesSource("input", {"text_field": field})
     for path in files:
-        for key, size, spec in units([path], step=1 << 62):
-            part = Partition("input", "train", 0, key, size, spec)
-            for rec in source.read(part, None):
-                if isinstance(rec.text, str):
-                    yield rec.text
-                elif isinstance(rec.text, TextStream):
-                    yield "".join(rec.text)
+        piece = Piece(path, kind_of(path), file_size(path))
+        for rec in read_partition(partition_spec([piece]), piece.size, None, field):
+            if isinstance(rec.text, str):
+                yield rec.text
+            elif isinstance(rec.text, TextStream):
+                yield "".join(rec.text)

@@ -252,5 +252,5 @@ def test_auto_partition_size_grows_with_the_split_within_bounds(tmp_path, size, 
     big = tmp_path / "big.jsonl"
     with open(big, "wb") as f:  # sparse: only its size is read
         f.truncate(size)
-    cfg = FilesSource.normalize("d", {"paths": [str(big)]}, "test")
-    assert FilesSource("d", cfg).partition_bytes([str(big)]) == step
+    source = FilesSource("d", FilesSource.normalize("d", {"paths": [str(big)]}, "test"))
+    assert source.partition_bytes(sum(f.size for f in source.files("train"))) == step

@@ -252,9 +252,9 @@ def test_planning_lists_each_split_s_files_once(tmp_path, docs, tokenizer_path, 
     write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
     write_jsonl(tmp_path / "val.jsonl", docs[5:7])
     listings = []
-    real = files.expand
+    real = files.list_files
     monkeypatch.setattr(
-        files, "expand", lambda patterns, base: listings.append(patterns) or real(patterns, base)
+        files, "list_files", lambda patterns, base: listings.append(patterns) or real(patterns, base)
     )
     raw = {
         "tokenizer": str(tokenizer_path),

@@ -1,17 +1,41 @@
-"""What every format's reader provides: the documents of a planned unit of input, in order,
-each with the cursor just after it (so a worker can resume exactly there)."""
+"""What every format's reader provides: the documents of one piece of a partition, in order,
+each with the cursor just after it (the piece and the position in it, so a worker resumes
+exactly there), its progress through the partition and its location in the input.
+
+A piece is opened through `open_piece`, which checks it against the plan first: a rerun, or
+a late worker, never reads a later version of a file beside shards of the planned one."""
 
 from __future__ import annotations
 
+import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, BinaryIO, ClassVar
 
+from pipeline.format.errors import DataError
+from pipeline.format.store import is_url
 from pipeline.sources.base import Cursor, Record
+from pipeline.sources.files.access import open_binary, unreadable, version_tag
+from pipeline.sources.files.fingerprints import SMALL_FILE, bytes_sample, content_sample
+from pipeline.sources.files.pieces import Piece
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a piece sits in its partition: its index, which cursors name, and the partition's
+    planned bytes before it, from which progress counts."""
+
+    index: int
+    before: int
+
+    def cursor(self, **position: Any) -> Cursor:
+        return {"piece": self.index, **position}
 
 
 class Reader(ABC):
-    """Base of the format readers; `pipeline.sources.files.readers.reader_for` picks one by kind."""
+    """Base of the format readers; `pipeline.sources.files.readers.read_partition` picks one
+    per piece by its kind."""
 
     #: the file kinds (`pipeline.sources.files.formats.SUFFIXES` values) this reader reads
     kinds: ClassVar[tuple[str, ...]]
@@ -20,5 +44,45 @@ class Reader(ABC):
         self.text_field = text_field
 
     @abstractmethod
-    def read(self, spec: dict[str, Any], cursor: Cursor | None, size: int) -> Iterator[Record]:
-        """The unit's documents from ``cursor`` on (``size``: the unit's planned bytes)."""
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        """The piece's documents from ``position`` on (None: from its start)."""
+
+
+def open_piece(piece: Piece) -> BinaryIO:
+    """A piece's bytes, checked against the plan: a small whole local file is read in one
+    call and its bytes hashed; a larger piece's sampled ends are hashed before it is opened;
+    an object's version tag is compared when it is opened."""
+    path = piece.path
+    if is_url(path):
+        f = open_binary(path)
+        now = version_tag(getattr(f, "details", None) or {})
+        if piece.etag is not None and now is not None and now != piece.etag:
+            f.close()
+            raise changed(piece)
+        if piece.sample is not None and piece.etag is None:
+            _check_sample(piece)
+        return f
+    if piece.whole and piece.sample is not None and piece.size <= SMALL_FILE:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(piece.size + 1)
+        except OSError as exc:
+            raise unreadable(path, exc) from exc
+        if len(data) != piece.size or bytes_sample(data) != piece.sample:
+            raise changed(piece)
+        return io.BytesIO(data)
+    if piece.sample is not None:
+        _check_sample(piece)
+    return open_binary(path)
+
+
+def _check_sample(piece: Piece) -> None:
+    if content_sample(piece.path, piece.start, piece.stop) != piece.sample:
+        raise changed(piece)
+
+
+def changed(piece: Piece) -> DataError:
+    what = "size or content" if piece.whole else f"bytes {piece.start}-{piece.stop} differ"
+    return DataError(
+        f"input {piece.path} changed since this run started ({what}); restore it or start over with a new --out"
+    )

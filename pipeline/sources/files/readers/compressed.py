@@ -1,5 +1,5 @@
 """JSON Lines compressed with gzip or zstd: read from the start (a compressed stream cannot be
-entered in the middle), so each file is read whole, by line number."""
+entered in the middle), so each file is one piece, read by line number."""
 
 from __future__ import annotations
 
@@ -8,27 +8,41 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.format.errors import DataError
-from pipeline.sources.base import Cursor, Record
-from pipeline.sources.files.access import decompressed
-from pipeline.sources.files.readers.base import Reader
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.access import decompress
+from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
 from pipeline.sources.files.readers.jsonl import json_text
 
 
 class CompressedJsonLinesReader(Reader):
     kinds = (".jsonl.gz", ".jsonl.zst")
 
-    def read(self, spec: dict[str, Any], cursor: Cursor | None, size: int) -> Iterator[Record]:
-        path = spec["path"]
-        skip = cursor["line"] if cursor else 0
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        path = piece.path
+        skip = position["line"] if position else 0
+        head_unchecked = True
         try:
-            with decompressed(path, spec["kind"]) as f:
+            with open_piece(piece) as raw, decompress(raw, piece.kind) as f:
                 for lineno, line in enumerate(f, 1):
-                    if lineno <= skip or not line or line.isspace():
+                    if not line or line.isspace():
+                        continue
+                    if head_unchecked:
+                        check_text_head(path, line[:HEAD_BYTES])
+                        head_unchecked = False
+                    if lineno <= skip:
                         continue
                     text, bad = json_text(line, self.text_field)
-                    yield Record(text, {"line": lineno}, f"{path}:{lineno}", bad, _raw_pos(f))
-        except FileNotFoundError as exc:
-            raise DataError(f"{path}: input file is gone; restore it and rerun") from exc
+                    progress = place.before + min(piece.size, _raw_pos(f))
+                    yield Record(
+                        text,
+                        place.cursor(line=lineno),
+                        f"{path}:{lineno}",
+                        bad,
+                        progress,
+                        Location(path, line=lineno),
+                    )
         except (OSError, EOFError) as exc:
             raise DataError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
         except Exception as exc:

@@ -1,4 +1,5 @@
-"""Parquet: a run of a file's row groups, the text column only, pages checked."""
+"""Parquet: a file's row groups (all, or a planned run of them), the text column only, pages
+checked. A document's location is its row in the file."""
 
 from __future__ import annotations
 
@@ -7,29 +8,28 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.sources.base import Cursor, Record
-from pipeline.sources.files.access import open_binary
-from pipeline.sources.files.readers.base import Reader
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.formats import PARQUET_MAGIC
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
 from pipeline.sources.files.readers.jsonl import checked
+from pipeline.sources.text_columns import is_text_type
+
+BATCH_ROWS = 1024
 
 
 class ParquetReader(Reader):
     kinds = (".parquet",)
 
-    def read(self, spec: dict[str, Any], cursor: Cursor | None, size: int) -> Iterator[Record]:
-        path = spec["path"]
-        with corrupt_parquet_is_one_line(path), open_binary(path) as f:
-            yield from self._records(f, spec, cursor, size)
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        with corrupt_parquet_is_one_line(piece.path), open_piece(piece) as f:
+            check_magic(f)
+            yield from self._records(f, piece, place, position["row"] if position else 0)
 
-    def _records(
-        self, f: BinaryIO, spec: dict[str, Any], cursor: Cursor | None, size: int
-    ) -> Iterator[Record]:
-        import pyarrow as pa
+    def _records(self, f: BinaryIO, piece: Piece, place: Place, skip: int) -> Iterator[Record]:
         import pyarrow.parquet as pq
 
-        path, field = spec["path"], self.text_field
-        skip = cursor["row"] if cursor else 0
-        total_rows = max(spec["rows"], 1)
+        path, field = piece.path, self.text_field
         # pages written with checksums are checked: a flipped byte is an error, not other text
         pf = pq.ParquetFile(f, page_checksum_verification=True)
         if field not in pf.schema_arrow.names:
@@ -37,21 +37,36 @@ class ParquetReader(Reader):
                 f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); set text_field"
             )
         col_type = pf.schema_arrow.field(field).type
-        if not (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)):
+        if not is_text_type(col_type):
             raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
+        meta = pf.metadata
+        groups = list(range(meta.num_row_groups) if piece.row_groups is None else piece.row_groups)
+        if not groups:
+            return
+        first_row = sum(meta.row_group(g).num_rows for g in range(groups[0]))  # rows before the piece
+        rows = max(1, sum(meta.row_group(g).num_rows for g in groups))
         row = 0
-        for batch in pf.iter_batches(batch_size=1024, row_groups=spec["row_groups"], columns=[field]):
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=[field]):
             if row + batch.num_rows <= skip:
                 row += batch.num_rows
                 continue
-            values = batch.column(0).to_pylist()
-            for value in values:
+            for value in batch.column(0).to_pylist():
                 row += 1
                 if row <= skip:
                     continue
-                where = f"{path} row group {spec['row_groups'][0]}+, row {row}"
+                where = f"{path} row group {groups[0]}+, row {row}"
                 text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
-                yield Record(text, {"row": row}, where, bad, size * row // total_rows)
+                progress = place.before + piece.size * row // rows
+                yield Record(
+                    text, place.cursor(row=row), where, bad, progress, Location(path, row=first_row + row - 1)
+                )
+
+
+def check_magic(f: BinaryIO) -> None:
+    """A parquet file starts with its magic number too (pyarrow checks only the footer's)."""
+    if f.read(4) not in PARQUET_MAGIC:
+        raise OSError("no parquet magic number at its start")
+    f.seek(0)
 
 
 @contextlib.contextmanager
@@ -63,7 +78,7 @@ def corrupt_parquet_is_one_line(path: str) -> Iterator[None]:
     try:
         yield
     except FileNotFoundError as exc:
-        raise DataError(f"{path}: input file is gone; restore it and rerun") from exc
+        raise DataError(f"input {path} is gone; restore it and rerun") from exc
     except (pa.ArrowException, OSError, EOFError) as exc:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{path}: corrupt parquet file ({why}); re-create it or remove it") from exc

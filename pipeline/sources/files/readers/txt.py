@@ -6,9 +6,11 @@ import codecs
 from collections.abc import Iterator
 from typing import Any
 
-from pipeline.sources.base import Cursor, Record
-from pipeline.sources.files.access import file_size, open_binary
-from pipeline.sources.files.readers.base import Reader
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.access import open_binary
+from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
 
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
@@ -31,23 +33,27 @@ class TextStream:
 
 
 class TextReader(Reader):
+    """One document per piece; the cursor after it names the next piece."""
+
     kinds = (".txt",)
 
-    def read(self, spec: dict[str, Any], cursor: Cursor | None, size: int) -> Iterator[Record]:
-        files = spec["files"]
-        done = 0
-        for i, path in enumerate(files):
-            nbytes = file_size(path)
-            done += nbytes
-            if cursor and i < cursor["file"]:
-                continue
-            if nbytes > STREAM_TXT_BYTES:
-                yield Record(TextStream(path, nbytes), {"file": i + 1}, path, None, done)  # type: ignore[arg-type]
-                continue
-            with open_binary(path) as f:
-                data = f.read()
-            try:
-                text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
-            except UnicodeDecodeError:
-                text, bad = None, "invalid UTF-8"
-            yield Record(text, {"file": i + 1}, path, bad, done)
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        path = piece.path
+        cursor, progress, location = (
+            {"piece": place.index + 1},
+            place.before + piece.size,
+            Location(path, offset=0),
+        )
+        if piece.size > STREAM_TXT_BYTES:
+            with open_piece(piece) as f:
+                check_text_head(path, f.read(HEAD_BYTES))
+            yield Record(TextStream(path, piece.size), cursor, path, None, progress, location)  # type: ignore[arg-type]
+            return
+        with open_piece(piece) as f:
+            data = f.read()
+        check_text_head(path, data[:HEAD_BYTES])
+        try:
+            text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
+        except UnicodeDecodeError:
+            text, bad = None, "invalid UTF-8"
+        yield Record(text, cursor, path, bad, progress, location)
