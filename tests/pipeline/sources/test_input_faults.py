@@ -19,20 +19,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import REPO, cli, plain_encode, run_prepare, stream_of, write_jsonl
+from support import REPO, cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline.format.errors import DataError
 from pipeline.sources.files import iter_texts
 from pipeline.sources.files.readers.jsonl import json_text
-
-
-def one_error_line(proc) -> str:
-    """The single `tokshard: error:` line a failed command must end with (and no traceback)."""
-    lines = proc.stderr.strip().splitlines()
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    assert lines and lines[-1].startswith("tokshard: error: "), proc.stderr
-    assert [line for line in lines if line.startswith("tokshard: error: ")] == lines[-1:], proc.stderr
-    return lines[-1]
 
 
 def prepare_cli(cwd, *inputs: str, tokenizer, extra: tuple[str, ...] = (), as_user: bool = False):

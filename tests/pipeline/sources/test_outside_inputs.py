@@ -16,20 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from support import cli, plain_encode, run_prepare, stream_of, write_jsonl
+from support import cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline.format import manifest
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files import expand, iter_texts
-
-
-def one_error_line(proc) -> str:
-    """The single `tokshard: error:` line a failed command must end with (and no traceback)."""
-    lines = proc.stderr.strip().splitlines()
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    assert lines and lines[-1].startswith("tokshard: error: "), proc.stderr
-    assert [line for line in lines if line.startswith("tokshard: error: ")] == lines[-1:], proc.stderr
-    return lines[-1]
 
 
 def files_recipe(tokenizer_path, paths, **settings) -> dict:
