@@ -1,10 +1,12 @@
 """What identifies an input's content cheaply, so that a rerun never mixes two versions of it.
 
-A local file: size, modification time and a hash of its first and last MiB (all of it when
-smaller), read once at planning, where its first and last bytes are checked too. An object:
-its size and the version tag its listing gives (S3's ETag changes with every write), so a
-bucket of 100,000 objects is fingerprinted by its listing alone. A planned byte range of a
-large file has a sample of its own ends (`content_sample`)."""
+A local file: its size and modification time, as its listing gave them; a file larger than
+`SMALL_FILE` also a hash of its first and last MiB (all of it up to 2 MiB), read once at
+planning, where its first and last bytes are checked too: an edit in place that keeps size
+and time shows there. A small file is read by its worker only, which checks size and time
+first. An object: its size and the version tag its listing gives (S3's ETag changes with
+every write), so a bucket of 100,000 objects is fingerprinted by its listing alone. A
+planned byte range of a large file has a sample of its own ends (`content_sample`)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from pipeline.sources.files.listing import InputFile
 #: bytes hashed at each end of an input file, and of a planned byte range, to notice edits in place
 FILE_SAMPLE = 1 << 20
 RANGE_SAMPLE = 64 << 10
-#: a file this small is read whole, in one call, and both its samples hash every byte of it
+#: a file this small is identified by its size and time alone, and read whole in one call
 SMALL_FILE = 2 * RANGE_SAMPLE
 
 T = TypeVar("T")
@@ -67,17 +69,31 @@ def content_sample(path: str, start: int, end: int, edge: int = RANGE_SAMPLE) ->
     return read_ends(path, start, end, edge).sample
 
 
-def bytes_sample(data: bytes) -> str:
-    """`content_sample` of bytes already in memory, all of them (at most 2 * the edge)."""
-    return Ends(data, data).sample
+def fingerprints(files: list[InputFile]) -> list[dict[str, Any]]:
+    """`fingerprint` of every file: those that need a read on a few threads, the others (small
+    local files, objects) from their listing at once."""
+    reads = [i for i, f in enumerate(files) if needs_read(f)]
+    read = dict(zip(reads, io_map(fingerprint, [files[i] for i in reads]), strict=True))
+    return [read[i] if i in read else fingerprint(f) for i, f in enumerate(files)]
+
+
+def needs_read(f: InputFile) -> bool:
+    """Whether a file's fingerprint reads its bytes (a large local file, or an object whose
+    store gives no version tag: the listing gives a local file its time, an object none)."""
+    return f.etag is None and (f.size > SMALL_FILE or f.mtime is None)
 
 
 def fingerprint(f: InputFile, check: bool = True) -> dict[str, Any]:
-    """A listed file's entry in the run's origin. For a local file this reads its ends and,
-    with ``check``, refuses one whose ends show it unreadable as its kind (UTF-16 text, a
-    JSON array, a parquet file without its magic numbers)."""
-    if is_url(f.path) and f.etag is not None:
-        return {"path": f.path, "size": f.size, "etag": f.etag}
+    """A listed file's entry in the run's origin. For a local file larger than `SMALL_FILE`
+    this reads its ends and, with ``check``, refuses one whose ends show it unreadable as its
+    kind (UTF-16 text, a JSON array, a parquet file without its magic numbers); a small one's
+    worker checks the same when it reads it."""
+    if not needs_read(f):
+        return (
+            {"path": f.path, "size": f.size, "etag": f.etag}
+            if f.etag
+            else {"path": f.path, "size": f.size, "mtime": f.mtime}
+        )
     ends = read_ends(f.path, 0, f.size, FILE_SAMPLE)
     if check:
         check_ends(f.path, kind_of(f.path), ends.head, ends.tail)
@@ -105,7 +121,10 @@ def fingerprint_now(entry: dict[str, Any]) -> dict[str, Any]:
                 found["mtime"] = str(info.get("mtime", ""))
             return found
         st = os.stat(path)
-        return fingerprint(InputFile(path, st.st_size, mtime=st.st_mtime_ns), check=False)
+        found = fingerprint(InputFile(path, st.st_size, mtime=st.st_mtime_ns), check=False)
+        if "sample" in entry and "sample" not in found:  # a small file an older tokshard sampled
+            found["sample"] = content_sample(path, 0, st.st_size, FILE_SAMPLE)
+        return found
     except FileNotFoundError as exc:
         raise DataError(
             f"input {path} is gone since this run started; restore it or use a new --out"

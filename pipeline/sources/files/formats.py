@@ -22,6 +22,7 @@ SUFFIXES = {
     ".txt": ".txt",
 }
 COMPRESSED = (".jsonl.gz", ".jsonl.zst")
+_COMPRESSIONS = frozenset({".gz", ".zst"})
 #: what a parquet file starts with, and ends with (plain, or encrypted footer)
 PARQUET_MAGIC = (b"PAR1", b"PARE")
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -48,11 +49,16 @@ def kind_of(path: str) -> str:
 
 
 def known_kind(path: str) -> str | None:
+    """`kind_of`, or None for an ending no reader takes (one or two dictionary lookups: it
+    runs for each of 100,000 files)."""
     name = path.lower().rstrip("/")
-    for suffix, kind in SUFFIXES.items():
-        if name.endswith(suffix):
-            return kind
-    return None
+    last = name.rfind(".")
+    if last < 0:
+        return None
+    ending = name[last:]
+    if ending in _COMPRESSIONS:
+        ending = name[name.rfind(".", 0, last) :]
+    return SUFFIXES.get(ending)
 
 
 def is_json_name(path: str) -> bool:

@@ -7,6 +7,7 @@ costs one listing (its size and version come with it), never a request per objec
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import stat
@@ -76,12 +77,28 @@ class _LocalGlob:
         if not glob.has_magic(self.expanded):
             self._check_listable([os.path.dirname(self.path) or "."])
             raise TokshardError(_nothing_matches(self.shown, False))
-        matches = glob.glob(self.glob, recursive=True)
+        matches = self._matches()
         self._check_listable(self._folders_searched(matches))
         files = [f for m in matches if (f := self._file(m)) is not None]
         if not files:
             raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))
         return files
+
+    def _matches(self) -> list[str]:
+        """What `glob.glob` gives; a pattern with wildcards in its last part only (the usual
+        ``data/*.jsonl``) is matched here by glob's own rules, one scan and no path join per
+        entry."""
+        folder, last = os.path.split(self.path)
+        if glob.has_magic(folder) or "**" in last:
+            return glob.glob(self.glob, recursive=True)
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            return []  # as glob: a folder it cannot list matches nothing (`_check_listable` says so)
+        if not last.startswith("."):
+            names = [n for n in names if not n.startswith(".")]
+        prefix = os.path.join(folder, "") if folder else ""
+        return [prefix + name for name in fnmatch.filter(names, last)]
 
     def _exists(self, path: str) -> bool:
         try:
@@ -101,7 +118,12 @@ class _LocalGlob:
                 real = os.path.realpath(match)
                 st = os.stat(match)
             else:
-                real = os.path.join(self._real_dir(os.path.dirname(match)), os.path.basename(match))
+                folder, _, name = match.rpartition(os.sep)
+                real = (
+                    f"{self._real_dir(folder or os.curdir)}{os.sep}{name}"
+                    if os.sep in match
+                    else self._real_dir(match)
+                )
         except FileNotFoundError as exc:
             shown = os.path.abspath(match)
             if os.path.islink(match):

@@ -8,16 +8,15 @@ pieces, so a folder started by one resumes with this one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from pipeline.sources.base import Cursor
 from pipeline.sources.files.access import file_size
 
 
-@dataclass(frozen=True)
-class Piece:
-    """A file, or part of one, that a partition reads."""
+class Piece(NamedTuple):
+    """A file, or part of one, that a partition reads (an immutable record; a named tuple
+    because a plan makes one per file, 100,000 of them for as many small files)."""
 
     path: str
     kind: str
@@ -28,8 +27,10 @@ class Piece:
     end: int | None = None
     #: .parquet: these row groups; None: all of them
     row_groups: tuple[int, ...] | None = None
-    #: a local file: `pipeline.sources.files.fingerprints.content_sample` of the bytes it reads,
-    #: checked before they are used (None: the file's fingerprint is checked on a rerun only)
+    #: a local file: its modification time (ns) as listed, checked when it is opened
+    mtime: int | None = None
+    #: `pipeline.sources.files.fingerprints.content_sample` of the bytes a piece of a large
+    #: file reads, checked before they are used
     sample: str | None = None
     #: an object: its version tag as listed, checked when it is opened
     etag: str | None = None
@@ -53,17 +54,22 @@ class Piece:
 
     def to_json(self) -> dict[str, Any]:
         """The piece as the plan records it: its fields, those left at their defaults omitted."""
-        found = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value != f.default:
-                found[f.name] = list(value) if isinstance(value, tuple) else value
+        found: dict[str, Any] = {"path": self.path, "kind": self.kind, "size": self.size}
+        if self.start:
+            found["start"] = self.start
+        if self.end is not None:
+            found["end"] = self.end
+        if self.row_groups is not None:
+            found["row_groups"] = list(self.row_groups)
+        for name in ("mtime", "sample", "etag"):
+            if (value := getattr(self, name)) is not None:
+                found[name] = value
         return found
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Piece:
         groups = data.get("row_groups")
-        return cls(**{**data, "row_groups": None if groups is None else tuple(groups)})
+        return cls(**data) if groups is None else cls(**{**data, "row_groups": tuple(groups)})
 
 
 def partition_spec(pieces: list[Piece]) -> dict[str, Any]:

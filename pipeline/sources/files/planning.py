@@ -11,8 +11,9 @@ not either."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from typing import Any
 
 from pipeline.sources.files.access import open_binary
@@ -33,6 +34,20 @@ AUTO_FEW = 8
 AUTO_SMALLEST = 1 << 20
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a plan's records are made: a plan holds a few per
+    file, none in a cycle, and every collection pass would walk all of them again (for
+    100,000 files, most of planning's own time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def auto_partition_bytes(total: int) -> int:
     """The partition size for "auto": enough tasks to keep any cluster busy."""
     step = min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
@@ -41,36 +56,45 @@ def auto_partition_bytes(total: int) -> int:
 
 def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step: int) -> list[Piece]:
     """The pieces of a split's files, in order, each with what a worker checks before reading
-    it (``fingerprints``: the files' origin entries, whose samples small pieces reuse)."""
-    big_parquet = [f.path for f in files if f.size > step and kind_of(f.path) == ".parquet"]
+    it (``fingerprints``: the files' origin entries; a small object without a version tag
+    reuses its sample)."""
+    kinds = [kind_of(f.path) for f in files]
+    big_parquet = [
+        f.path for f, kind in zip(files, kinds, strict=True) if f.size > step and kind == ".parquet"
+    ]
     runs = dict(zip(big_parquet, io_map(lambda p: row_group_runs(p, step), big_parquet), strict=True))
     pieces: list[Piece] = []
-    for f, entry in zip(files, fingerprints, strict=True):
-        kind = kind_of(f.path)
-        if f.size <= step or kind not in (".jsonl", ".parquet"):
-            small = f.size <= SMALL_FILE  # then its file sample hashes every byte, as a piece's would
+    for f, kind, entry in zip(files, kinds, fingerprints, strict=True):
+        path, size, mtime, etag = f.path, f.size, f.mtime, f.etag
+        if size <= step or kind not in (".jsonl", ".parquet"):
+            small = size <= SMALL_FILE  # an object without a version tag: its file sample hashes it all
             pieces.append(
-                Piece(f.path, kind, f.size, sample=entry.get("sample") if small else None, etag=f.etag)
+                Piece(path, kind, size, 0, None, None, mtime, entry.get("sample") if small else None, etag)
             )
         elif kind == ".jsonl":
-            for start in range(0, f.size, step):
-                end = min(f.size, start + step)
-                pieces.append(Piece(f.path, kind, end - start, start, end, etag=f.etag))
+            for start in range(0, size, step):
+                end = min(size, start + step)
+                pieces.append(Piece(path, kind, end - start, start, end, None, mtime, None, etag))
         else:
-            pieces += [
-                Piece(f.path, kind, nbytes, row_groups=groups, etag=f.etag) for groups, nbytes in runs[f.path]
-            ]
+            pieces += [Piece(path, kind, n, 0, None, groups, mtime, None, etag) for groups, n in runs[path]]
     return with_range_samples(pieces)
 
 
 def with_range_samples(pieces: list[Piece]) -> list[Piece]:
-    """Every .jsonl piece that has no sample yet gets one of its own ends (read on a few
-    threads), unless it is an object with a version tag, which says more."""
-    todo = [i for i, p in enumerate(pieces) if p.kind == ".jsonl" and p.sample is None and p.etag is None]
+    """Every .jsonl piece of a file larger than `SMALL_FILE` gets a sample of its own ends
+    (read on a few threads), unless it is an object with a version tag, which says more."""
+    todo = [
+        i
+        for i, p in enumerate(pieces)
+        if p.kind == ".jsonl"
+        and p.sample is None
+        and p.etag is None
+        and not (p.whole and p.size <= SMALL_FILE)
+    ]
     samples = io_map(lambda i: content_sample(pieces[i].path, pieces[i].start, pieces[i].stop), todo)
     found = list(pieces)
     for i, sample in zip(todo, samples, strict=True):
-        found[i] = replace(pieces[i], sample=sample)
+        found[i] = pieces[i]._replace(sample=sample)
     return found
 
 

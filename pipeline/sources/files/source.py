@@ -10,11 +10,11 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.store import is_url
 from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 from pipeline.sources.files.access import file_size
-from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprint, fingerprint_now, io_map
+from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
 from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile, list_files
 from pipeline.sources.files.pieces import Piece, partition_key, partition_spec, pieces_of
-from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
+from pipeline.sources.files.planning import auto_partition_bytes, gc_paused, pack, plan_pieces
 from pipeline.sources.files.readers import read_partition
 from pipeline.sources.files.readers.base import open_piece
 from pipeline.sources.files.readers.txt import TextStream
@@ -80,67 +80,78 @@ class FilesSource(Source):
         """The split's files, listed once per source object (a plan asks for them three times:
         the read-once check, the origin and the partitions; for a bucket each is a listing)."""
         if split not in self._listed:
-            files = list_files(self.config["splits"][split], self.config["base_dir"])
-            for f in files:
-                kind_of(f.path)
+            with gc_paused():
+                files = list_files(self.config["splits"][split], self.config["base_dir"])
+                for f in files:
+                    kind_of(f.path)
             self._listed[split] = files
         return self._listed[split]
 
-    def fingerprints(self, split: str) -> list[dict[str, Any]]:
+    def split_fingerprints(self, split: str) -> list[dict[str, Any]]:
         """The split's origin entries (`fingerprints.fingerprint`), made once per source object."""
         if split not in self._fingerprints:
-            self._fingerprints[split] = io_map(fingerprint, self.files(split))
+            files = self.files(split)
+            with gc_paused():
+                self._fingerprints[split] = fingerprints(files)
         return self._fingerprints[split]
 
     def named_inputs(self) -> dict[str, list[str]]:
         return {split: [f.path for f in self.files(split)] for split in self.splits()}
 
     def origin(self) -> dict[str, Any]:
-        return {"files": {split: self.fingerprints(split) for split in self.splits()}}
+        return {"files": {split: self.split_fingerprints(split) for split in self.splits()}}
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
         """Every recorded input is still what it was, and the globs match no file the run did
         not plan (an object is compared by its version in one new listing)."""
-        for split, entries in recorded_origin["files"].items():
-            local = [e for e in entries if not is_url(e["path"]) or "etag" not in e]
-            now = dict(zip((e["path"] for e in local), io_map(fingerprint_now, local), strict=True))
-            listed = {f.path: f for f in self.files(split)}
-            for entry in entries:
-                found = now.get(entry["path"]) or _listed_fingerprint(entry["path"], listed)
-                if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
-                    raise DataError(
-                        f"input {entry['path']} ({split}) changed since this run started "
-                        "(size, modification time or content); restore it or start over with a new --out"
-                    )
-            recorded = {e["path"] for e in entries}
-            added = [path for path in listed if path not in recorded]
-            if added:
+        with gc_paused():
+            for split, entries in recorded_origin["files"].items():
+                self._check_split_unchanged(split, entries)
+
+    def _check_split_unchanged(self, split: str, entries: list[dict[str, Any]]) -> None:
+        """`check_unchanged` for one split's recorded ``entries``."""
+        local = [e for e in entries if not is_url(e["path"]) or "etag" not in e]
+        now = dict(zip((e["path"] for e in local), io_map(fingerprint_now, local), strict=True))
+        listed = {f.path: f for f in self.files(split)}
+        for entry in entries:
+            found = now.get(entry["path"]) or _listed_fingerprint(entry["path"], listed)
+            if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
                 raise DataError(
-                    f"input {added[0]} ({split}) is new since this run started ({len(added)} files "
-                    "the globs match now were not planned); move them out of the globs' reach, or "
-                    "start over with a new --out"
+                    f"input {entry['path']} ({split}) changed since this run started "
+                    "(size, modification time or content); restore it or start over with a new --out"
                 )
-            left = [path for path in recorded if path not in listed]
-            if left:
-                raise TokshardError(
-                    f"input {left[0]} ({split}) is part of this run, but the recipe's globs no longer "
-                    f"name it ({len(left)} such files); name the same files as before, or use a new --out"
-                )
+        recorded = {e["path"] for e in entries}
+        added = [path for path in listed if path not in recorded]
+        if added:
+            raise DataError(
+                f"input {added[0]} ({split}) is new since this run started ({len(added)} files "
+                "the globs match now were not planned); move them out of the globs' reach, or "
+                "start over with a new --out"
+            )
+        left = [path for path in recorded if path not in listed]
+        if left:
+            raise TokshardError(
+                f"input {left[0]} ({split}) is part of this run, but the recipe's globs no longer "
+                f"name it ({len(left)} such files); name the same files as before, or use a new --out"
+            )
 
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
-        """Every planned piece that the files' own fingerprints do not cover (a range of a
-        large .jsonl file) still holds what was planned (its sampled ends), so that a rerun
+        """Every planned range of a large .jsonl file still holds what was planned (its sampled
+        ends: the file's own fingerprint covers its first and last MiB only), so that a rerun
         never keeps shards of one version of a file beside shards of another."""
         pieces = [p for part in partitions for p in pieces_of(part.spec, part.size)]
-        todo = [p for p in pieces if p.sample is not None and not (p.whole and p.size <= SMALL_FILE)]
-        io_map(_check_piece, todo)
+        io_map(_check_piece, [p for p in pieces if p.sample is not None and not p.whole])
 
     def partitions(self) -> list[Partition]:
+        with gc_paused():
+            return self._partitions()
+
+    def _partitions(self) -> list[Partition]:
         parts: list[Partition] = []
         for split in self.splits():
             files = self.files(split)
             step = self.partition_bytes(sum(f.size for f in files))
-            pieces = plan_pieces(files, self.fingerprints(split), step)
+            pieces = plan_pieces(files, self.split_fingerprints(split), step)
             for i, group in enumerate(pack(pieces, step)):
                 size = sum(p.size for p in group)
                 parts.append(

@@ -8,21 +8,20 @@ a late worker, never reads a later version of a file beside shards of the planne
 from __future__ import annotations
 
 import io
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, BinaryIO, ClassVar
+from typing import Any, BinaryIO, ClassVar, NamedTuple
 
 from pipeline.format.errors import DataError
 from pipeline.format.store import is_url
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files.access import open_binary, unreadable, version_tag
-from pipeline.sources.files.fingerprints import SMALL_FILE, bytes_sample, content_sample
+from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample
 from pipeline.sources.files.pieces import Piece
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(NamedTuple):
     """Where a piece sits in its partition: its index, which cursors name, and the partition's
     planned bytes before it, from which progress counts."""
 
@@ -49,9 +48,9 @@ class Reader(ABC):
 
 
 def open_piece(piece: Piece) -> BinaryIO:
-    """A piece's bytes, checked against the plan: a small whole local file is read in one
-    call and its bytes hashed; a larger piece's sampled ends are hashed before it is opened;
-    an object's version tag is compared when it is opened."""
+    """A piece's bytes, checked against the plan: a local file's size and time when it is
+    opened (a small whole file is then read in one call), a larger piece's sampled ends
+    before that, an object's version tag when it is opened."""
     path = piece.path
     if is_url(path):
         f = open_binary(path)
@@ -62,18 +61,26 @@ def open_piece(piece: Piece) -> BinaryIO:
         if piece.sample is not None and piece.etag is None:
             _check_sample(piece)
         return f
-    if piece.whole and piece.sample is not None and piece.size <= SMALL_FILE:
-        try:
-            with open(path, "rb") as f:
-                data = f.read(piece.size + 1)
-        except OSError as exc:
-            raise unreadable(path, exc) from exc
-        if len(data) != piece.size or bytes_sample(data) != piece.sample:
-            raise changed(piece)
-        return io.BytesIO(data)
     if piece.sample is not None:
         _check_sample(piece)
-    return open_binary(path)
+    small = piece.whole and piece.size <= SMALL_FILE
+    try:
+        f = open(path, "rb", buffering=0 if small else 1 << 20)
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
+    try:
+        st = os.fstat(f.fileno())
+        if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
+            piece.whole and st.st_size != piece.size
+        ):
+            raise changed(piece)
+        if small:
+            with f:
+                return io.BytesIO(f.read(piece.size + 1))
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _check_sample(piece: Piece) -> None:

@@ -107,7 +107,7 @@ def line_number(path: str, offset: int) -> int:
 
 
 def read_line_at(f: BinaryIO, pos: int, head: int = 1 << 20) -> bytes:
-    """The line at ``pos`` (where ``f`` stands). One longer than ``head`` is measured first
+    """The line at ``pos`` (where ``f`` stands). One longer than ``head`` has its end found first
     (`after_newline`) and then read in one piece, rather than gathered by `readline` in
     chunks and joined."""
     line = f.readline(head)
