@@ -257,3 +257,20 @@ def test_the_same_files_named_by_an_absolute_path_are_the_same_run(folder, token
         f"input {folder / 'data' / 'b.jsonl'} (train) is part of this run, but the recipe's globs no longer name it"
         in line
     )
+
+
+def test_a_small_file_changed_after_planning_is_refused_by_its_reader(tmp_path, docs):
+    """A small file is fingerprinted by its size and time; its worker checks both on the file it
+    opens, so text written after planning never joins the planned run."""
+    from pipeline.sources.files import FilesSource
+
+    for i in range(3):
+        write_jsonl(tmp_path / f"d{i}.jsonl", docs[i : i + 2])
+    source = FilesSource("d", FilesSource.normalize("d", {"paths": [str(tmp_path / "*.jsonl")]}, "test"))
+    (part,) = source.partitions()
+    with open(tmp_path / "d1.jsonl", "a") as f:
+        f.write(json.dumps({"text": "written after planning"}) + "\n")
+    with pytest.raises(
+        DataError, match=r"input .*d1\.jsonl changed since this run started \(size or content\)"
+    ):
+        list(source.read(part, None))
