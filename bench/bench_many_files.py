@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.append(str(REPO / "tests"))  # last: tests/pipeline must not shadow the package
 
 import corpus as corpus_mod  # noqa: E402
 
