@@ -16,13 +16,16 @@ from pipeline.sources.files.zstd_frames import ZstdFrames
 
 
 def open_binary(path: str) -> BinaryIO:
-    """The file's raw bytes, buffered for sequential reads; a local file that cannot be opened
-    is one line saying why."""
+    """The file's raw bytes, buffered for sequential reads (an object's metadata read past the
+    filesystem's listing cache: it may have changed since this process listed it); a local
+    file that cannot be opened is one line saying why."""
     if is_url(path):
         import fsspec
 
         with store_errors(path):
-            return fsspec.open(path, "rb").open()
+            fs, p = fsspec.core.url_to_fs(path)
+            fs.invalidate_cache(p)
+            return fs.open(p, "rb")
     try:
         return open(path, "rb", buffering=1 << 20)
     except OSError as exc:

@@ -271,6 +271,6 @@ def test_a_small_file_changed_after_planning_is_refused_by_its_reader(tmp_path, 
     with open(tmp_path / "d1.jsonl", "a") as f:
         f.write(json.dumps({"text": "written after planning"}) + "\n")
     with pytest.raises(
-        DataError, match=r"input .*d1\.jsonl changed since this run started \(size or content\)"
+        DataError, match=r"input .*d1\.jsonl changed since this run started \(size or modification time\)"
     ):
         list(source.read(part, None))

@@ -36,6 +36,7 @@ from support import (
 )
 
 from pipeline.format import manifest
+from pipeline.format.errors import DataError
 from pipeline.format.manifest import content_hash
 from pipeline.run.state import STATE_DIR
 from pipeline.sources.base import Location
@@ -319,3 +320,21 @@ def test_small_objects_share_partitions_and_give_the_shards_of_the_same_local_fi
     assert np.array_equal(
         stream_of(tmp_path / "from-s3" / "manifest.json"), plain_encode(tokenizer_path, expected)
     )
+
+
+def test_an_object_rewritten_after_planning_is_refused_by_its_reader(s3_server, docs):
+    """An object is planned with the version tag its listing gave; the reader compares the tag
+    of the object it opens, so a rewrite after planning never joins the planned run."""
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for i in range(3):
+        s3.put_object(
+            Bucket=bucket, Key=f"in/d{i}.jsonl", Body=json.dumps({"text": docs[i]}).encode() + b"\n"
+        )
+    source = source_of([f"s3://{bucket}/in/*.jsonl"])
+    (part,) = source.partitions()
+    s3.put_object(Bucket=bucket, Key="in/d1.jsonl", Body=json.dumps({"text": "rewritten"}).encode() + b"\n")
+    with pytest.raises(
+        DataError, match=rf"input s3://{bucket}/in/d1\.jsonl changed since this run started \(its version"
+    ):
+        list(source.read(part, None))

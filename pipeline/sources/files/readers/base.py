@@ -57,7 +57,7 @@ def open_piece(piece: Piece) -> BinaryIO:
         now = version_tag(getattr(f, "details", None) or {})
         if piece.etag is not None and now is not None and now != piece.etag:
             f.close()
-            raise changed(piece)
+            raise changed(piece, f"its version {now} is not {piece.etag}")
         if piece.sample is not None and piece.etag is None:
             _check_sample(piece)
         return f
@@ -73,10 +73,13 @@ def open_piece(piece: Piece) -> BinaryIO:
         if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
             piece.whole and st.st_size != piece.size
         ):
-            raise changed(piece)
+            raise changed(piece, "size or modification time")
         if small:
             with f:
-                return io.BytesIO(f.read(piece.size + 1))
+                data = f.read(piece.size + 1)
+            if len(data) != piece.size:
+                raise changed(piece, "size")
+            return io.BytesIO(data)
     except BaseException:
         f.close()
         raise
@@ -85,11 +88,10 @@ def open_piece(piece: Piece) -> BinaryIO:
 
 def _check_sample(piece: Piece) -> None:
     if content_sample(piece.path, piece.start, piece.stop) != piece.sample:
-        raise changed(piece)
+        raise changed(piece, f"bytes {piece.start}-{piece.stop} differ")
 
 
-def changed(piece: Piece) -> DataError:
-    what = "size or content" if piece.whole else f"bytes {piece.start}-{piece.stop} differ"
+def changed(piece: Piece, what: str) -> DataError:
     return DataError(
         f"input {piece.path} changed since this run started ({what}); restore it or start over with a new --out"
     )
