@@ -30,7 +30,9 @@ from pipeline import recipe as recipe_mod  # noqa: E402
 from pipeline.run.driver import RunOptions, prepare  # noqa: E402
 from pipeline.run.open_state import open_run_state  # noqa: E402
 from pipeline.sources import build_source  # noqa: E402
-from pipeline.sources.files import _range_sample, io_map, stat_key  # noqa: E402
+from pipeline.sources.files.fingerprints import content_sample, fingerprint, io_map  # noqa: E402
+from pipeline.sources.files.listing import list_files  # noqa: E402
+from pipeline.sources.files.pieces import pieces_of  # noqa: E402
 
 
 def timed(fn, *args, **kwargs) -> float:
@@ -58,8 +60,11 @@ def one_round(raw: dict, work: Path, data: Path) -> tuple[dict[str, float], int]
     row["rerun"] = timed(prepare, recipe, out, options, log=quiet)
     source = build_source("web", recipe.sources["web"])
     row["plan"] = timed(source.partitions) + timed(source.origin)
-    ranges = [p.spec for p in plan.partitions if p.spec["kind"] == ".jsonl"]
-    row["samples"] = timed(io_map, _range_sample, ranges) + timed(stat_key, str(data))
+    ranges = [p for part in plan.partitions for p in pieces_of(part.spec, part.size) if p.sample]
+    (listed,) = list_files([str(data)], ".")
+    row["samples"] = timed(io_map, lambda p: content_sample(p.path, p.start, p.stop), ranges) + timed(
+        fingerprint, listed
+    )
     return row, len(plan.partitions)
 
 

@@ -153,6 +153,15 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     return proc
 
 
+def one_error_line(proc) -> str:
+    """The single `tokshard: error:` line a failed command must end with (and no traceback)."""
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert lines and lines[-1].startswith("tokshard: error: "), proc.stderr
+    assert [line for line in lines if line.startswith("tokshard: error: ")] == lines[-1:], proc.stderr
+    return lines[-1]
+
+
 def train_tokenizer_json(
     path: Path,
     docs: list[str],

@@ -28,7 +28,7 @@ from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.recipe import Recipe, describe_changes
+from pipeline.recipe import Recipe
 from pipeline.run.cluster import EarlyStart, connect
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, stderr_log
@@ -175,8 +175,8 @@ def _load_or_make_plan(recipe: Recipe, state: RunState, tok: tokenizer.Tokenizer
 
 def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
     """A rerun continues only the recipe (and pinned sources) the folder was started with."""
-    if plan.identity_hash != recipe.identity_hash():
-        changes = describe_changes(plan.identity, recipe.identity())
+    changes = recipe.identity_changes(plan.identity)
+    if changes:
         raise TokshardError(
             f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
             "use a new --out, or delete the folder to start over"

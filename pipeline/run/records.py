@@ -38,7 +38,9 @@ class Plan:
     version: int = PLAN_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The plan as run.json holds it: its fields as they are (plain data already; a deep
+        copy of 100,000 files' entries would cost more than writing them)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["partitions"] = [p.to_json() for p in self.partitions]
         return d
 
