@@ -57,6 +57,9 @@ class Manifest:
         self.ready: Callable[[Path], None] | None = None
         self.path = path
         self.folder = path.parent
+        #: the folder with every symlink resolved (what a shard's real path must stay inside)
+        self.real_folder = Path(os.path.realpath(self.folder))
+        self._real_parents: dict[str, str] = {}
         self.data = data
         self.dtype: str = data["dtype"]
         tok = data["tokenizer"]
@@ -80,15 +83,25 @@ class Manifest:
     def resolve(self, rel: str) -> Path:
         """A path inside the manifest's folder; anything that escapes it is refused unopened."""
         path = self.folder / rel
-        if (
-            os.path.isabs(rel)
-            or ".." in Path(rel).parts
-            or not path.resolve().is_relative_to(self.folder.resolve())  # through a symlink
-        ):
+        if os.path.isabs(rel) or ".." in rel.split("/") or not self._inside(path, rel):
             raise VerifyError(
                 f"{self.path}: shard path {rel!r} leaves the manifest's folder; refusing to open it"
             )
         return path
+
+    def _inside(self, path: Path, rel: str) -> bool:
+        """Whether ``path``'s real location, through any symlink, is inside the real folder.
+
+        Shards share a few folders, so each folder's real path is found once, and a shard's
+        own name costs one ``lstat`` (resolving it only if it is a link): a whole
+        ``realpath`` per shard is a ``lstat`` per part of the path."""
+        parent = os.path.dirname(rel)
+        real_parent = self._real_parents.get(parent)
+        if real_parent is None:
+            real_parent = self._real_parents[parent] = os.path.realpath(self.folder / parent)
+        real = os.path.realpath(path) if os.path.islink(path) else os.path.join(real_parent, path.name)
+        inside = os.path.join(str(self.real_folder), "")  # with one trailing separator
+        return real.startswith(inside) or real == str(self.real_folder)
 
     @property
     def tokenizer_path(self) -> Path:
