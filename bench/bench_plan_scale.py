@@ -10,19 +10,25 @@ sends per task (a pickled `PartitionTask`, as Dask ships it) and the driver's pe
 (``ru_maxrss``) once the plan and every task exist. Nothing is encoded: the shard count and
 the manifest's size follow from the partitions (a partition writes at least one shard).
 
-    python bench/bench_plan_scale.py --data /work/bench-data/plan-10tb
+Then Dask's own cost for ``--tasks`` tasks of that size (no-op tasks carrying a payload of a
+pickled task's mean size, on 2 local workers, submitted as the driver does: a key, a priority
+and a done callback each), all submitted at once as the driver did, and with the driver's
+bound on tasks in flight: the seconds to submit and to finish them all, and the submitting
+process's peak memory.
+
+    python bench/bench_plan_scale.py --data /work/bench-data/plan-10tb --tasks 40000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 #: (files, bytes per file) of each corpus shape: 10 TB in large files and in medium ones
 SHAPES = ((10_000, 10**9), (100_000, 10**8))
@@ -64,6 +70,48 @@ print(json.dumps({
 """
 
 
+TASKS_SCRIPT = """
+import json, queue, resource, sys, time
+from distributed import Client, LocalCluster
+
+def noop(payload):
+    return len(payload)
+
+n, bound = int(sys.argv[1]), int(sys.argv[2]) or None
+with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
+    done, pending, items = queue.SimpleQueue(), set(), iter(range(n))
+    t0 = time.perf_counter()
+
+    def submit_more():
+        while bound is None or len(pending) < bound:
+            i = next(items, None)
+            if i is None:
+                return
+            fut = client.submit(noop, bytes(985) + i.to_bytes(8, "little"), key=f"t-{i}", priority=i, retries=0)
+            pending.add(fut.key)
+            fut.add_done_callback(done.put)
+
+    submit_more()
+    first = time.perf_counter() - t0
+    while pending:
+        pending.discard(done.get().key)
+        submit_more()
+    print(json.dumps({"tasks": n, "bound": bound, "first_submit_s": first, "all_done_s": time.perf_counter() - t0,
+                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def dask_tasks(tasks: int, bound: int) -> dict:
+    """Dask's cost for ``tasks`` no-op tasks (``bound`` in flight, 0: all at once)."""
+    done = subprocess.run(
+        [sys.executable, "-c", TASKS_SCRIPT, str(tasks), str(bound)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def sparse_corpus(data: Path, files: int, size: int) -> Path:
     """``files`` sparse JSON Lines files of ``size`` bytes each (made once)."""
     folder = data / f"{files}x{size}"
@@ -91,10 +139,12 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("/work/bench-data/plan-10tb"))
     ap.add_argument("--baseline", type=Path, help="another checkout to plan the same corpora with")
     ap.add_argument("--json", type=Path, help="write every figure here")
+    ap.add_argument("--tasks", type=int, default=0, help="also Dask's cost for this many tasks")
+    ap.add_argument("--skip-plan", action="store_true", help="no planning")
     args = ap.parse_args()
     checkouts = {"this": REPO, **({"baseline": args.baseline} if args.baseline else {})}
     results = {}
-    for files, size in SHAPES:
+    for files, size in SHAPES if not args.skip_plan else ():
         folder = sparse_corpus(args.data, files, size)
         for label, checkout in checkouts.items():
             found = results[f"{files}x{size} {label}"] = measure(checkout, folder)
@@ -110,10 +160,15 @@ def main() -> None:
             f"{r['run_json_encode_s']:.2f} s | {r['origin_bytes'] / 1e6:.1f} MB | "
             f"{r['task_pickle_mean_bytes']:,.0f} B | {r['driver_peak_rss_bytes'] / 2**20:,.0f} MiB |"
         )
+    if args.tasks:
+        from pipeline.run.driver import MIN_IN_FLIGHT
+
+        for bound in (0, MIN_IN_FLIGHT):
+            results[f"dask {args.tasks} bound {bound}"] = found = dask_tasks(args.tasks, bound)
+            print(f"dask: {json.dumps(found)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
-    os.nice(0)
     main()
