@@ -11,9 +11,13 @@ from pipeline import recipe
 from pipeline.format import manifest
 from pipeline.run.driver import RunOptions, prepare
 
+#: a task's states in the scheduler from its submission to its end
+UNFINISHED = {"waiting", "queued", "processing", "no-worker"}
+
 
 class MostTasks(SchedulerPlugin):
-    """The most tokshard tasks the scheduler held at once."""
+    """The most unfinished tokshard tasks the scheduler held at once (a finished one stays
+    until the client lets go of it, a moment later)."""
 
     name = "tokshard-test-most-tasks"
 
@@ -22,7 +26,11 @@ class MostTasks(SchedulerPlugin):
         self.most = 0
 
     def transition(self, key, start, finish, *args, **kwargs) -> None:
-        held = sum(1 for k in self.scheduler.tasks if str(k).startswith("tokshard-"))
+        held = sum(
+            1
+            for k, ts in self.scheduler.tasks.items()
+            if str(k).startswith("tokshard-") and ts.state in UNFINISHED
+        )
         self.most = max(self.most, held)
 
 
@@ -54,6 +62,6 @@ def test_a_run_of_many_partitions_keeps_few_tasks_submitted_and_writes_the_same_
     bounded, most_bounded = run_counted(dask_client, r, tmp_path / "bounded", 2)
     partitions = every.data["sources"]["d"]["splits"]["train"]["partitions"]
     assert partitions >= 10
-    assert most_every > 4  # unbounded here (fewer partitions than the default bound): all at once
-    assert most_bounded <= 4  # two submitted, and the two just finished until the client lets go
+    assert most_every > 2  # fewer partitions than the default bound: all submitted at once
+    assert 1 <= most_bounded <= 2
     assert [(s.rel_path, s.hash) for s in bounded.shards] == [(s.rel_path, s.hash) for s in every.shards]
