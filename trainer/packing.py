@@ -1,0 +1,139 @@
+"""Whole documents packed into windows by best fit (``--packing best-fit``), from their lengths alone.
+
+A source's documents (their lengths, EOS included, as the shards' ``.idx`` hold them) are cut
+into pieces: a document of at most ``window`` tokens is one piece, a longer one is cut into
+``window``-sized pieces and a shorter last one. Consecutive blocks of ``buffer`` documents, in
+stream order, are packed apart by best-fit decreasing: each piece, largest first (ties in stream
+order), goes into the open bin it leaves the least room in, or opens a new one. A source's bins
+are its blocks' bins in block order, each block's in the order they were opened; a bin's pieces
+are kept in stream order.
+
+So the packing is a pure function of (lengths, window, buffer): no seed, no index file, the same
+on every rank and every resume. The sampler permutes a source's bins exactly as it permutes
+plain windows (``trainer.sampler``), which keeps every guarantee of the schedule. Any-fit inside
+a block leaves at most one of its bins half full or less, so padding comes only from a block's
+last, least-filled bins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """Every piece of a source's documents, in stream order."""
+
+    #: the document each piece comes from (0-based within the source and split)
+    document: np.ndarray
+    #: where it starts in the source's token stream
+    start: np.ndarray
+    length: np.ndarray
+    #: the piece starts inside its document (a later piece of a document longer than a window)
+    continued: np.ndarray
+
+
+def cut(lengths: np.ndarray, window: int) -> Pieces:
+    """Documents of these lengths cut into pieces of at most ``window`` tokens: one piece for
+    a document that fits, ``window``-sized pieces and a shorter last one for a longer one."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    count = -(-lengths // window)
+    document = np.repeat(np.arange(len(lengths), dtype=np.int64), count)
+    first = np.cumsum(count) - count
+    k = np.arange(len(document), dtype=np.int64) - first[document]
+    return Pieces(
+        document=document,
+        start=starts[document] + k * window,
+        length=np.minimum(window, lengths[document] - k * window),
+        continued=k > 0,
+    )
+
+
+def best_fit(sizes: list[int], capacity: int) -> tuple[list[int], int]:
+    """Best fit of ``sizes`` (each ``<= capacity``) in the order given: each goes into the open
+    bin it leaves the least room in (of equals, the last one used), else into a new bin. Returns
+    each size's bin, numbered in the order bins were opened, and the number of bins.
+
+    Open bins are kept by their free room: a list of bins per room, and an integer whose bit
+    ``r`` says a bin with room ``r`` exists, so the tightest bin for ``s`` is the lowest set bit
+    at or above ``s``: a few integer operations per piece, whatever the number of open bins."""
+    by_room: dict[int, list[int]] = {}
+    rooms = 0
+    bins = [0] * len(sizes)
+    opened = 0
+    for i, size in enumerate(sizes):
+        above = rooms >> size
+        if above:
+            room = size + (above & -above).bit_length() - 1
+            stack = by_room[room]
+            b = stack.pop()
+            if not stack:
+                rooms ^= 1 << room
+        else:
+            b, room = opened, capacity
+            opened += 1
+        room -= size
+        if room:
+            stack = by_room.setdefault(room, [])
+            if not stack:
+                rooms |= 1 << room
+            stack.append(b)
+        bins[i] = b
+    return bins, opened
+
+
+@dataclass(frozen=True)
+class Packing:
+    """One source's bins: bin ``b`` holds pieces ``first[b]:first[b + 1]``, each ``length``
+    tokens from ``start`` in the source's token stream, in stream order."""
+
+    window: int
+    first: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    continued: np.ndarray
+
+    @property
+    def bins(self) -> int:
+        return len(self.first) - 1
+
+    def used(self) -> np.ndarray:
+        """Tokens each bin holds (the rest of its ``window`` is padding)."""
+        return np.add.reduceat(self.length, self.first[:-1]) if len(self.length) else np.zeros(0, np.int64)
+
+
+def pack(lengths: np.ndarray, window: int, buffer: int) -> Packing:
+    """Documents of these lengths (in stream order) packed into bins of ``window`` tokens by
+    best-fit decreasing within consecutive blocks of ``buffer`` documents."""
+    if window < 1 or buffer < 1:
+        raise ValueError("packing needs a window and a buffer of at least 1")
+    pieces = cut(lengths, window)
+    n = len(pieces.length)
+    block = pieces.document // buffer
+    order = np.lexsort((np.arange(n), -pieces.length, block))
+    sizes = pieces.length[order].tolist()
+    blocks = int(block[-1]) + 1 if n else 0
+    bounds = np.searchsorted(block[order], np.arange(blocks + 1)).tolist()
+    bin_in_order = np.empty(n, dtype=np.int64)
+    opened = 0
+    for lo, hi in pairwise(bounds):
+        bins, count = best_fit(sizes[lo:hi], window)
+        bin_in_order[lo:hi] = bins
+        bin_in_order[lo:hi] += opened
+        opened += count
+    bin_of = np.empty(n, dtype=np.int64)
+    bin_of[order] = bin_in_order
+    by_bin = np.argsort(bin_of, kind="stable")  # stream order inside each bin
+    first = np.searchsorted(bin_of[by_bin], np.arange(opened + 1)).astype(np.int64)
+    return Packing(
+        window=window,
+        first=first,
+        start=pieces.start[by_bin],
+        length=pieces.length[by_bin].astype(np.int32),
+        continued=pieces.continued[by_bin],
+    )
