@@ -88,7 +88,7 @@ def best_fit(sizes: list[int], capacity: int) -> tuple[list[int], int]:
 
 
 @dataclass(frozen=True)
-class Packing:
+class Bins:
     """One source's bins: bin ``b`` holds pieces ``first[b]:first[b + 1]``, each ``length``
     tokens from ``start`` in the source's token stream, in stream order."""
 
@@ -99,7 +99,8 @@ class Packing:
     continued: np.ndarray
 
     @property
-    def bins(self) -> int:
+    def count(self) -> int:
+        """How many bins."""
         return len(self.first) - 1
 
     def used(self) -> np.ndarray:
@@ -107,7 +108,7 @@ class Packing:
         return np.add.reduceat(self.length, self.first[:-1]) if len(self.length) else np.zeros(0, np.int64)
 
 
-def pack(lengths: np.ndarray, window: int, buffer: int) -> Packing:
+def pack(lengths: np.ndarray, window: int, buffer: int) -> Bins:
     """Documents of these lengths (in stream order) packed into bins of ``window`` tokens by
     best-fit decreasing within consecutive blocks of ``buffer`` documents."""
     if window < 1 or buffer < 1:
@@ -130,7 +131,7 @@ def pack(lengths: np.ndarray, window: int, buffer: int) -> Packing:
     bin_of[order] = bin_in_order
     by_bin = np.argsort(bin_of, kind="stable")  # stream order inside each bin
     first = np.searchsorted(bin_of[by_bin], np.arange(opened + 1)).astype(np.int64)
-    return Packing(
+    return Bins(
         window=window,
         first=first,
         start=pieces.start[by_bin],

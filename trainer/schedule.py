@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.format.errors import TokshardError
-from trainer.data import WindowDataset
+from trainer.data import Samples
 from trainer.sampler import PERIOD, Draws, MixtureSampler, quotas
 
 
@@ -172,11 +172,11 @@ class Schedule:
         return Resumed(Schedule(infos, segments, self.seed), changes, data_changes)
 
 
-def window_sources(dataset: WindowDataset) -> list[SourceInfo]:
-    """What the schedule keeps of each source: its window count and content hash."""
+def window_sources(dataset: Samples) -> list[SourceInfo]:
+    """What the schedule keeps of each source: its window (or packed window) count and content hash."""
     return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
 
 
-def token_shares(dataset: WindowDataset) -> dict[str, float]:
+def token_shares(dataset: Samples) -> dict[str, float]:
     """The default mixture: each source's share of the split's tokens."""
     return {s.source: float(s.tokens) for s in dataset.streams}

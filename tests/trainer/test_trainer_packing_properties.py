@@ -9,14 +9,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.packing import Packing, best_fit, pack
+from trainer.packing import Bins, best_fit, pack
 
 lengths_st = st.lists(st.integers(1, 300), min_size=1, max_size=400).map(lambda x: np.array(x, np.int64))
 windows_st = st.integers(1, 120)
 buffers_st = st.integers(1, 64)
 
 
-def bins_of(p: Packing) -> list[list[tuple[int, int, bool]]]:
+def bins_of(p: Bins) -> list[list[tuple[int, int, bool]]]:
     """Each bin's pieces as (start, length, continued)."""
     return [
         list(
@@ -89,7 +89,7 @@ def test_blocks_are_packed_apart_so_a_later_block_never_changes_an_earlier_one(l
     buffer = max(1, len(lengths) // 2)
     whole = pack(lengths, window, buffer)
     head = pack(lengths[:buffer], window, buffer)
-    assert bins_of(whole)[: head.bins] == bins_of(head)
+    assert bins_of(whole)[: head.count] == bins_of(head)
 
 
 @settings(max_examples=100, deadline=None)

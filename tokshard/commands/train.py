@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+from pipeline.format.errors import TokshardError
 from tokshard.usage import (
     OneLineParser,
     file_arg,
@@ -28,12 +29,14 @@ from trainer.ds_config import DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECA
 from trainer.model import SIZES
 from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.settings import (
+    PACKING_MODES,
     CheckpointSettings,
     DataSettings,
     EvalSettings,
     LogSettings,
     ModelSettings,
     OptimSettings,
+    Packing,
     TrainSettings,
 )
 
@@ -96,6 +99,22 @@ def _data_options(g) -> None:
     )
     g.add_argument(
         "--seq-len", type=positive_int, default=d.seq_len, help="tokens per sample (default %(default)s)"
+    )
+    g.add_argument(
+        "--packing",
+        choices=PACKING_MODES,
+        default=d.packing.mode,
+        help="none: fixed windows of --seq-len + 1 tokens over each source's stream, cutting documents "
+        "at their edges; best-fit: whole documents packed into such windows by best fit (only a "
+        "document longer than a window is cut; the rest of a window is padding the loss ignores) "
+        "(default %(default)s)",
+    )
+    g.add_argument(
+        "--packing-buffer",
+        type=positive_int,
+        metavar="DOCS",
+        help=f"with --packing best-fit: documents per best-fit block, consecutive in each source "
+        f"(default {d.packing.buffer})",
     )
     g.add_argument(
         "--mix",
@@ -256,6 +275,7 @@ def settings_from(ns: argparse.Namespace) -> TrainSettings:
         data=DataSettings(
             manifests=tuple(ns.manifest),
             seq_len=ns.seq_len,
+            packing=packing_from(ns),
             mix=parse_mix(ns.mix),
             train_split=ns.train_split,
             seed=ns.seed,
@@ -289,6 +309,12 @@ def settings_from(ns: argparse.Namespace) -> TrainSettings:
         log=LogSettings(run_dir=ns.run_dir, every=ns.log_every, samples=ns.log_samples),
         stop_at=ns.stop_at,
     )
+
+
+def packing_from(ns: argparse.Namespace) -> Packing:
+    if ns.packing_buffer is not None and ns.packing != "best-fit":
+        raise TokshardError("train: --packing-buffer goes with --packing best-fit; pass both, or neither")
+    return Packing(ns.packing, ns.packing_buffer or Packing.buffer)
 
 
 def parse(argv: list[str]) -> TrainSettings:
