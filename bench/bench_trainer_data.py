@@ -138,33 +138,36 @@ import json, sys, time
 t0 = time.perf_counter()
 from pipeline.format import manifest as manifest_mod
 from trainer.plan import prepare
-from trainer.settings import DataSettings, ModelSettings, TrainSettings
+from trainer.settings import DataSettings, ModelSettings, Packing, TrainSettings
 t_import = time.perf_counter() - t0
 import numpy as np
 t0 = time.perf_counter()
 m = manifest_mod.load(sys.argv[1])
 t_load = time.perf_counter() - t0
 t0 = time.perf_counter()
-plan = prepare(TrainSettings(DataSettings((sys.argv[1],), seq_len=2048), ModelSettings("opt-125m")))
+data = DataSettings((sys.argv[1],), seq_len=2048, packing=Packing(sys.argv[2]))
+plan = prepare(TrainSettings(data, ModelSettings("opt-125m")))
 t_prepare = time.perf_counter() - t0
 t0 = time.perf_counter()
 d = plan.data.schedule.draw(np.arange(8))
 plan.data.dataset.batch(d.sources, d.windows)
 t_first = time.perf_counter() - t0
 print(json.dumps({"shards": len(m.shards), "tokens": sum(s.tokens for s in m.shards),
+                  "documents": sum(s.documents for s in m.shards),
                   "import_s": t_import, "manifest_load_s": t_load,
                   "prepare_s": t_prepare, "first_batch_s": t_first}))
 """
 
 
-def bench_startup(manifest: Path) -> dict:
+def bench_startup(manifest: Path, packing: str = "none") -> dict:
     """In a fresh process: manifest load; ``trainer.plan.prepare`` (every guard incl. one stat per
-    shard, dataset, sampler); first batch. Python/torch import time is reported apart."""
+    shard, dataset, sampler; with ``packing`` best-fit also every shard's .idx and the packing);
+    first batch. Python/torch import time is reported apart."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = []
     for _ in range(3):
         done = subprocess.run(
-            [sys.executable, "-c", STARTUP_CODE, str(manifest)],
+            [sys.executable, "-c", STARTUP_CODE, str(manifest), packing],
             env=env,
             capture_output=True,
             text=True,

@@ -104,6 +104,22 @@ class TokenStream:
             done += take
             i += 1
 
+    def read_pieces(self, out: np.ndarray, pieces: list[list[int]]) -> int:
+        """Copy ``[start, length]`` pieces of the stream one after another into ``out``; each
+        lies in one shard (a document or a piece of one: documents never span shards).
+        Returns the tokens copied."""
+        col = 0
+        starts, arrays, find = self.starts, self._arrays, bisect.bisect_right
+        for start, n in pieces:
+            i = find(starts, start) - 1
+            arr = arrays.get(i)
+            if arr is None:
+                arr = self._array(i)
+            lo = start - starts[i]
+            out[col : col + n] = arr[lo : lo + n]
+            col += n
+        return col
+
     def shard_at(self, position: int) -> Path:
         """The .bin holding the token at ``position`` of the stream."""
         return self.paths[bisect.bisect_right(self.starts, position) - 1]

@@ -70,17 +70,17 @@ class PackedDataset:
         tokens, targets = out[:, :W], out[:, W:]
         ends, cuts = [], []
         for row, (s, b) in enumerate(zip(sources.tolist(), windows.tolist(), strict=True)):
-            stream, line = self.streams[s], tokens[row]
-            col = 0
-            for start, n, continued in zip(*self._bin(s, b), strict=True):
-                stream.read_into(line[col : col + n], start)
-                if continued and col:
-                    cuts.append((row, col - 1))
-                col += n
-            line[col:] = self.eos_id
-            ends.append(col)
+            bins = self.bins[s]
+            lo, hi = bins.first[b : b + 2].tolist()
+            col = self.streams[s].read_pieces(tokens[row], bins.spans[lo:hi].tolist())
+            if col < W:
+                tokens[row, col:] = self.eos_id
+                ends.append((row, col))
+            if bins.joins_cut[b]:  # a later piece of a cut document after another piece: no target into it
+                starts = np.cumsum(bins.length[lo : hi - 1])
+                cuts += [(row, int(c) - 1) for c in starts[bins.continued[lo + 1 : hi]]]
         targets[:] = tokens[:, 1:]
-        for row, col in enumerate(ends):
+        for row, col in ends:
             targets[row, col - 1 :] = IGNORE
         for row, col in cuts:
             targets[row, col] = IGNORE

@@ -94,9 +94,19 @@ class Bins:
 
     window: int
     first: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
+    #: ``[pieces, 2]``: each piece's start and length (one array, so a bin's pieces are one slice)
+    spans: np.ndarray
     continued: np.ndarray
+    #: per bin: a later piece of a cut document follows another piece in it
+    joins_cut: np.ndarray
+
+    @property
+    def start(self) -> np.ndarray:
+        return self.spans[:, 0]
+
+    @property
+    def length(self) -> np.ndarray:
+        return self.spans[:, 1]
 
     @property
     def count(self) -> int:
@@ -130,11 +140,15 @@ def pack(lengths: np.ndarray, window: int, buffer: int) -> Bins:
     bin_of = np.empty(n, dtype=np.int64)
     bin_of[order] = bin_in_order
     by_bin = np.argsort(bin_of, kind="stable")  # stream order inside each bin
-    first = np.searchsorted(bin_of[by_bin], np.arange(opened + 1)).astype(np.int64)
+    sorted_bins = bin_of[by_bin]
+    first = np.searchsorted(sorted_bins, np.arange(opened + 1)).astype(np.int64)
+    continued = pieces.continued[by_bin]
+    joins_cut = np.zeros(opened, dtype=bool)
+    joins_cut[sorted_bins[continued & (np.arange(n) != first[sorted_bins])]] = True
     return Bins(
         window=window,
         first=first,
-        start=pieces.start[by_bin],
-        length=pieces.length[by_bin].astype(np.int32),
-        continued=pieces.continued[by_bin],
+        spans=np.stack([pieces.start[by_bin], pieces.length[by_bin]], axis=1),
+        continued=continued,
+        joins_cut=joins_cut,
     )

@@ -46,6 +46,7 @@ def test_every_token_lands_in_exactly_one_bin_once(lengths, window, buffer):
 @given(lengths_st, windows_st, buffers_st)
 def test_no_document_that_fits_a_window_is_cut_and_longer_ones_only_into_windows(lengths, window, buffer):
     p = pack(lengths, window, buffer)
+    assert p.joins_cut.tolist() == [any(c for _, _, c in bin_[1:]) for bin_ in bins_of(p)]
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     pieces: dict[int, list[tuple[int, int, bool]]] = {}
     for bin_ in bins_of(p):
@@ -69,7 +70,7 @@ def test_no_bin_exceeds_the_window_and_each_block_leaves_at_most_one_half_empty_
     used = p.used()
     assert (used <= window).all() and (used > 0).all()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    block_of_bin = np.searchsorted(starts, p.start[p.first[:-1]], side="right") // buffer
+    block_of_bin = (np.searchsorted(starts, p.start[p.first[:-1]], side="right") - 1) // buffer
     for block in np.unique(block_of_bin):
         assert int((used[block_of_bin == block] * 2 <= window).sum()) <= 1
 
