@@ -294,7 +294,7 @@ def main() -> None:
     if args.only in (None, "startup"):
         ten_k = synth_manifest(args.data.parent / "trainer-10k-shards", tokens=10_000 * 4096, shard_tokens=4096,
                                doc_len=(512, 513))  # fmt: skip
-        real_lengths = lengths_manifest(args.data / "10k-shards-1m-docs", corpora["real"], 1_000_000, 10_000)
+        real_lengths = lengths_manifest(args.data / "10k-shards-1m-docs", corpora["demo"], 1_000_000, 10_000)
         results["startup"] = []
         for manifest in (ten_k, real_lengths):
             for packing in ("none", "best-fit"):

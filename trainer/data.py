@@ -73,6 +73,7 @@ class TokenStream:
         self.dtype = dtype
         self.paths = [s.bin_path for s in shards]
         self.counts = [s.tokens for s in shards]
+        self.documents = [s.documents for s in shards]
         ends = np.cumsum(self.counts, dtype=np.int64)
         self.starts = [0, *ends[:-1].tolist()]
         self.tokens = int(ends[-1])
@@ -133,21 +134,26 @@ class TokenStream:
         return self._document_ends
 
     def _document_lengths(self, i: int) -> np.ndarray:
-        """Shard ``i``'s document lengths, checked against its token count in the manifest."""
+        """Shard ``i``'s document lengths, checked against its counts in the manifest."""
         path = self.paths[i]
         if self._ready is not None:
             self._ready(path)
-        idx = path.with_suffix(".idx")
+        idx = str(path)[: -len(".bin")] + ".idx"
         try:
             lengths = read_index(idx).lengths
         except OSError as exc:
             raise DataError(f"{idx}: {exc.strerror}; is the prepared folder complete?") from exc
         except ShardFormatError as exc:
             raise DataError(f"{exc}; re-run `tokshard prepare`") from exc
-        if int(lengths.sum(dtype=np.int64)) != self.counts[i] or (lengths <= 0).any():
+        if (
+            len(lengths) != self.documents[i]
+            or int(lengths.sum(dtype=np.int64)) != self.counts[i]
+            or (lengths <= 0).any()
+        ):
             raise DataError(
-                f"{idx}: its document lengths do not add up to the {self.counts[i]} tokens the manifest "
-                "says the shard holds; the shards and manifest come from different runs, re-run `tokshard prepare`"
+                f"{idx}: its {len(lengths)} document lengths do not add up to the {self.documents[i]} documents "
+                f"and {self.counts[i]} tokens the manifest says the shard holds; the shards and manifest come "
+                "from different runs, re-run `tokshard prepare`"
             )
         return lengths
 

@@ -17,10 +17,13 @@ last, least-filled bins.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
+
+_LOW = (1 << 32) - 1
 
 
 @dataclass(frozen=True)
@@ -56,33 +59,25 @@ def cut(lengths: np.ndarray, window: int) -> Pieces:
 
 def best_fit(sizes: list[int], capacity: int) -> tuple[list[int], int]:
     """Best fit of ``sizes`` (each ``<= capacity``) in the order given: each goes into the open
-    bin it leaves the least room in (of equals, the last one used), else into a new bin. Returns
+    bin it leaves the least room in (of equals, the first opened), else into a new bin. Returns
     each size's bin, numbered in the order bins were opened, and the number of bins.
 
-    Open bins are kept by their free room: a list of bins per room, and an integer whose bit
-    ``r`` says a bin with room ``r`` exists, so the tightest bin for ``s`` is the lowest set bit
-    at or above ``s``: a few integer operations per piece, whatever the number of open bins."""
-    by_room: dict[int, list[int]] = {}
-    rooms = 0
+    Open bins are one sorted list of ``room << 32 | bin``, so the tightest bin for ``s`` is the
+    first entry at or above ``s << 32``: a binary search, one removal and one insertion (C list
+    operations) per piece."""
+    keys: list[int] = []
     bins = [0] * len(sizes)
     opened = 0
     for i, size in enumerate(sizes):
-        above = rooms >> size
-        if above:
-            room = size + (above & -above).bit_length() - 1
-            stack = by_room[room]
-            b = stack.pop()
-            if not stack:
-                rooms ^= 1 << room
+        j = bisect_left(keys, size << 32)
+        if j < len(keys):
+            key = keys.pop(j)
+            b, room = key & _LOW, (key >> 32) - size
         else:
-            b, room = opened, capacity
+            b, room = opened, capacity - size
             opened += 1
-        room -= size
         if room:
-            stack = by_room.setdefault(room, [])
-            if not stack:
-                rooms |= 1 << room
-            stack.append(b)
+            insort(keys, room << 32 | b)
         bins[i] = b
     return bins, opened
 
@@ -126,7 +121,8 @@ def pack(lengths: np.ndarray, window: int, buffer: int) -> Bins:
     pieces = cut(lengths, window)
     n = len(pieces.length)
     block = pieces.document // buffer
-    order = np.lexsort((np.arange(n), -pieces.length, block))
+    # by block, then largest first, then in stream order (a stable sort of one key)
+    order = np.argsort(block * (window + 1) + (window - pieces.length), kind="stable")
     sizes = pieces.length[order].tolist()
     blocks = int(block[-1]) + 1 if n else 0
     bounds = np.searchsorted(block[order], np.arange(blocks + 1)).tolist()

@@ -179,5 +179,7 @@ def test_an_index_that_disagrees_with_the_manifest_is_one_line(manifest, tmp_pat
     first = 9 + 8 + 1 + 8 + 8  # the header; then the first document's length (int32)
     raw[first : first + 4] = (int.from_bytes(raw[first : first + 4], "little") + 1).to_bytes(4, "little")
     idx.write_bytes(bytes(raw))
-    with pytest.raises(DataError, match=r"document lengths do not add up to the \d+ tokens the manifest"):
+    with pytest.raises(
+        DataError, match=r"document lengths do not add up to the \d+ documents and \d+ tokens the manifest"
+    ):
         PackedDataset(manifest_mod.load(copy), "train", SEQ)
