@@ -27,10 +27,12 @@ sys.path.insert(0, str(REPO / "bench"))
 import corpus as corpus_mod  # noqa: E402
 
 from pipeline import recipe as recipe_mod  # noqa: E402
-from pipeline.run.driver import RunOptions, _redo_damaged, prepare  # noqa: E402
-from pipeline.run.state import load_checkpoint, load_plan  # noqa: E402
+from pipeline.run.driver import RunOptions, prepare  # noqa: E402
+from pipeline.run.open_state import open_run_state  # noqa: E402
 from pipeline.sources import build_source  # noqa: E402
-from pipeline.sources.files import _range_sample, io_map, stat_key  # noqa: E402
+from pipeline.sources.files.fingerprints import content_sample, fingerprint, io_map  # noqa: E402
+from pipeline.sources.files.listing import list_files  # noqa: E402
+from pipeline.sources.files.pieces import pieces_of  # noqa: E402
 
 
 def timed(fn, *args, **kwargs) -> float:
@@ -51,14 +53,18 @@ def one_round(raw: dict, work: Path, data: Path) -> tuple[dict[str, float], int]
     options = RunOptions(workers=2)
     row = {"prepare": timed(prepare, recipe, out, options, log=quiet)}
     (out / "manifest.json").unlink()
-    plan = load_plan(out)
-    checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
-    row["shard_hashes"] = timed(_redo_damaged, out, plan, checkpoints, print)
+    state = open_run_state(out)
+    plan = state.load_plan()
+    checkpoints = state.load_checkpoints(plan)
+    row["shard_hashes"] = timed(state.kept_problems, plan, checkpoints)
     row["rerun"] = timed(prepare, recipe, out, options, log=quiet)
     source = build_source("web", recipe.sources["web"])
     row["plan"] = timed(source.partitions) + timed(source.origin)
-    ranges = [p.spec for p in plan.partitions if p.spec["kind"] == ".jsonl"]
-    row["samples"] = timed(io_map, _range_sample, ranges) + timed(stat_key, str(data))
+    ranges = [p for part in plan.partitions for p in pieces_of(part.spec, part.size) if p.sample]
+    (listed,) = list_files([str(data)], ".")
+    row["samples"] = timed(io_map, lambda p: content_sample(p.path, p.start, p.stop), ranges) + timed(
+        fingerprint, listed
+    )
     return row, len(plan.partitions)
 
 

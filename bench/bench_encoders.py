@@ -69,7 +69,7 @@ from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
 from pipeline.format import manifest  # noqa: E402
 from pipeline.run import cluster  # noqa: E402
 from pipeline.run.cluster import MALLOC_ENV  # noqa: E402
-from pipeline.run.state import load_checkpoint, load_plan  # noqa: E402
+from pipeline.run.open_state import open_run_state  # noqa: E402
 
 DATA = Path("/work/bench-data/fast")
 ENCODERS = ("tokenizers", "tiktoken")  # the two this benchmark compares
@@ -192,7 +192,8 @@ def _children_cpu() -> float:
 def steady_state(out: Path, clocks: dict[str, list]) -> dict:
     """Tokens, CPU and wall seconds of every partition task: each worker builds its encoder
     before them, in the warm-up task `prepare` sends it (left out, as is all start-up)."""
-    plan = load_plan(out)
+    state = open_run_state(out)
+    plan = state.load_plan()
     by_index = {p.index: p for p in plan.partitions}
     tokens = cpu = wall = 0.0
     for tasks in clocks.values():
@@ -200,7 +201,7 @@ def steady_state(out: Path, clocks: dict[str, list]) -> dict:
             if not key.startswith("tokshard-"):  # the warm-up
                 continue
             index = int(key.rsplit("-", 2)[-2])
-            tokens += load_checkpoint(out, by_index[index]).tokens
+            tokens += state.load_checkpoint(by_index[index]).tokens
             cpu += task_cpu
             wall += task_wall
     return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall}
@@ -236,7 +237,7 @@ def run_prepare(encoder: str, args, partition_bytes: int | None = None) -> dict:
         "worker_peak_rss_mib": sorted(peak.values()),
         "worker_idle_rss_mib": sorted(idle.values()),
         "shard_hashes": [s.hash for s in m.shards],
-        "partitions": len(load_plan(out).partitions),
+        "partitions": len(open_run_state(out).load_plan().partitions),
     }
 
 

@@ -1,8 +1,8 @@
 """Reading JSON lines of many MB: `readline` against the reads a `.jsonl` partition makes.
 
-A partition's task (`pipeline.sources.files._read_jsonl_range`) reads each line with
-`_read_line` (a line over 1 MiB is measured first, then read in one piece) and skips the line
-it starts inside with `_after_newline` (a scan through one reused buffer). Both are timed here
+A partition's task (`pipeline.sources.files.readers.jsonl`) reads each line with
+`read_line_at` (a line over 1 MiB is measured first, then read in one piece) and skips the line
+it starts inside with `after_newline` (a scan through one reused buffer). Both are timed here
 against `readline` on the same file, rounds alternated, the file in the page cache.
 
     python bench/bench_long_lines.py --file /work/bench-data/work-590d/long-9mb.jsonl --mb 200
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.sources.files import _after_newline, _read_line  # noqa: E402
+from pipeline.sources.files.readers.jsonl import after_newline, read_line_at  # noqa: E402
 
 
 def by_readline(path: Path, limit: int) -> int:
@@ -33,7 +33,7 @@ def by_readline(path: Path, limit: int) -> int:
 def by_read_line(path: Path, limit: int) -> int:
     done = 0
     with open(path, "rb", buffering=1 << 20) as f:
-        while done < limit and (line := _read_line(f, done)):
+        while done < limit and (line := read_line_at(f, done)):
             done += len(line)
     return done
 
@@ -49,7 +49,7 @@ def skip_by_readline(path: Path, starts: list[int]) -> int:
 def skip_by_scan(path: Path, starts: list[int]) -> int:
     with open(path, "rb", buffering=1 << 20) as f:
         for start in starts:
-            _after_newline(f, start)
+            after_newline(f, start)
     return len(starts)
 
 
@@ -64,9 +64,9 @@ def main() -> None:
     starts = list(range(1, size, 8 << 20))  # where 8 MiB partitions start (inside lines, mostly)
     runs = {
         "read lines: readline": lambda: by_readline(args.file, limit),
-        "read lines: _read_line": lambda: by_read_line(args.file, limit),
+        "read lines: read_line_at": lambda: by_read_line(args.file, limit),
         "skip to next line: readline": lambda: skip_by_readline(args.file, starts),
-        "skip to next line: _after_newline": lambda: skip_by_scan(args.file, starts),
+        "skip to next line: after_newline": lambda: skip_by_scan(args.file, starts),
     }
     by_readline(args.file, limit)  # into the page cache
     times: dict[str, list[float]] = {name: [] for name in runs}

@@ -49,7 +49,7 @@ def stamped(owner: object, name: str) -> None:
 def timeline(command: list[str]) -> int:
     from distributed import LocalCluster
 
-    from pipeline.run import cluster, driver
+    from pipeline.run import cluster, driver, run_state
     from tokshard import cli
 
     stamp("imports done (this script's, Dask's included)")
@@ -60,7 +60,7 @@ def timeline(command: list[str]) -> int:
         (cluster.EarlyStart, "take"),
         (driver, "_submit_and_wait"),
         (LocalCluster, "close"),
-        (driver, "_write_manifest"),
+        (run_state.RunState, "write_manifest"),
     ]:
         stamped(owner, name)
     rc = cli.main(command)

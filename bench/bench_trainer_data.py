@@ -184,7 +184,7 @@ def bench_train(manifest: Path, run_dir: Path, steps: int = 300) -> dict:
 
     A small vocabulary keeps steps short (tens of ms), which makes the data path's share of
     each step as large as it gets on this machine: the demanding case."""
-    cmd = [sys.executable, "-m", "trainer", "--manifest", str(manifest), "--model", "tiny",
+    cmd = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), "--model", "tiny",
            "--seq-len", "256", "--micro-batch", "8", "--steps", str(steps),
            "--log-every", "10", "--run-dir", str(run_dir)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

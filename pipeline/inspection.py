@@ -10,8 +10,7 @@ import numpy as np
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError
 from pipeline.format.shard_reader import Shard, ShardFormatError
-from pipeline.format.store import is_url
-from pipeline.format.store_cache import open_url_manifest
+from pipeline.storage.data_cache import load_manifest
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
@@ -40,18 +39,12 @@ def _damaged(path: Path, exc: Exception) -> DataError:
     return DataError(f"{path}: {reason}; run `tokshard verify` to see every fault, re-run `tokshard prepare`")
 
 
-def load_any(path: str | Path) -> manifest_mod.Manifest:
-    """A local manifest, or a manifest URL read through the node's data cache (all shards)."""
-    if is_url(path):
-        return open_url_manifest(str(path))
-    return manifest_mod.load(path)
-
-
 def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
-    m = load_any(path)
+    m = load_manifest(path)
     tok = None
     report: dict[str, Any] = {
-        "manifest": str(path) if is_url(path) else str(m.path),
+        # a stored manifest is named as the user named it, a local one by its file
+        "manifest": str(path) if getattr(m, "source_url", None) else str(m.path),
         "dtype": m.dtype,
         "totals": m.data["totals"],
         "sources": {},

@@ -92,18 +92,34 @@ class Recipe:
         self.settings = replace(self.settings, dtype=info.dtype)
 
     def identity(self) -> dict[str, Any]:
-        """Everything that decides the output bytes, and nothing else."""
-        from pipeline.sources import source_class
-
-        sources = {}
-        for name, cfg in self.sources.items():
-            cls = source_class(cfg["type"], name, self.where)
-            sources[name] = {k: v for k, v in cfg.items() if k not in cls.location_keys}
+        """Everything that decides the output bytes, and nothing else (each source says what
+        of its config counts: `pipeline.sources.base.Source.identity`)."""
         settings = {k: v for k, v in self.settings.output().items() if k != "tokenizer"}
-        return {**settings, "tokenizer_sha256": self.tokenizer_sha256, "sources": sources}
+        return {
+            **settings,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "sources": self._sources_identity(self.sources),
+        }
 
     def identity_hash(self) -> str:
         return content_hash(self.identity())
+
+    def identity_changes(self, recorded: dict[str, Any]) -> list[str]:
+        """How this recipe's identity differs from one a run recorded (empty: the same run).
+
+        The recorded sources are stated again as this version states them, so a run planned
+        by an older tokshard (whose identity held a `files` source's globs as written, not
+        only the files they resolve to) is still the same run."""
+        restated = {**recorded, "sources": self._sources_identity(recorded.get("sources", {}))}
+        return describe_changes(restated, self.identity())
+
+    def _sources_identity(self, sources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from pipeline.sources import source_class
+
+        return {
+            name: source_class(cfg.get("type"), name, self.where).identity(cfg)
+            for name, cfg in sources.items()
+        }
 
 
 def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str | None = None) -> Recipe:

@@ -78,3 +78,80 @@ def s3_server():
     from support import s3_session_server
 
     yield from s3_session_server()
+
+
+@pytest.fixture(scope="session")
+def store_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
+    """A recipe of 2 MB of real text in 7 partitions, small shards, and the folder of its local
+    reference run (what every run of it into a store must equal)."""
+    from support import corpus, files_recipe, reference
+
+    d = tmp_path_factory.mktemp("store")
+    data = corpus(d / "in.jsonl", docs, copies=3)
+    recipe = files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=300_000, shard_tokens=60_000)
+    ref = reference(recipe, d / "ref", dask_client)
+    return recipe, ref.parent
+
+
+@pytest.fixture(scope="session")
+def s3_manifest(s3_server, tmp_path_factory, docs, tokenizer_path, dask_client) -> str:
+    """A prepared run (train and validation splits, 8+ shards) uploaded to a bucket; its
+    manifest's URL. Tests that change what is stored work on a copy (`support.copy_run`)."""
+    from support import run_prepare, write_jsonl
+
+    d = tmp_path_factory.mktemp("s3train")
+    train = write_jsonl(d / "train.jsonl", docs[:150])
+    valid = write_jsonl(d / "valid.jsonl", docs[150:180])
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 25_000,
+        "sources": {
+            "text": {"type": "files", "splits": {"train": [str(train)], "validation": [str(valid)]}},
+        },
+    }
+    local = run_prepare(recipe, d / "run", dask_client).parent
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for p in sorted(local.rglob("*")):
+        if p.is_file() and ".tokshard" not in p.parts:
+            s3.put_object(Bucket=bucket, Key=f"run/{p.relative_to(local)}", Body=p.read_bytes())
+    return f"s3://{bucket}/run/manifest.json"
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(path, size) a tmpfs of our own with a size limit; remount(path, options); all
+    unmounted afterwards (needs root to mount: skipped with the reason otherwise)."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(path: Path, size: str) -> Path:
+        path.mkdir(parents=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode}); needs root")
+        mounted.append(path)
+        return path
+
+    def remount(path: Path, options: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
+
+    yield mount, remount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture(scope="session")
+def busy_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
+    """A recipe worth watching or stopping while it runs: 3 MB of real text in 8 partitions,
+    each done within its first commit interval; and the folder of its uninterrupted reference
+    run."""
+    from support import corpus, files_recipe, reference
+
+    d = tmp_path_factory.mktemp("busy")
+    data = corpus(d / "in.jsonl", docs, copies=5)
+    recipe = files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=400_000)
+    return recipe, reference(recipe, d / "ref", dask_client).parent

@@ -42,7 +42,7 @@ from pipeline.encoding.byte_level import LLAMA3_PATTERN  # noqa: F401  (tests im
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.shard_writer import ShardSequence
 from pipeline.run.driver import RunOptions, prepare
-from pipeline.run.state import STATE_DIR
+from pipeline.run.run_state import STATE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 EOS = "<|endoftext|>"
@@ -151,6 +151,15 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     if check and proc.returncode != 0:
         raise AssertionError(f"tokshard {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+def one_error_line(proc) -> str:
+    """The single `tokshard: error:` line a failed command must end with (and no traceback)."""
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert lines and lines[-1].startswith("tokshard: error: "), proc.stderr
+    assert [line for line in lines if line.startswith("tokshard: error: ")] == lines[-1:], proc.stderr
+    return lines[-1]
 
 
 def train_tokenizer_json(
@@ -499,13 +508,13 @@ def free_port() -> int:
 def launch(*args: str, procs: int = 1, launcher: str = "python", timeout: int = 240):
     """Run the trainer as users do; returns the finished process (output captured)."""
     if launcher == "python":
-        cmd = [sys.executable, "-m", "trainer"]
+        cmd = [sys.executable, "-m", "tokshard", "train"]
     elif launcher == "deepspeed":
         cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(procs)]
-        cmd += ["--master_port", str(free_port()), "--module", "trainer"]
+        cmd += ["--master_port", str(free_port()), "--module", "tokshard", "train"]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs)]
-        cmd += ["--master_port", str(free_port()), "-m", "trainer"]
+        cmd += ["--master_port", str(free_port()), "-m", "tokshard", "train"]
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }
@@ -630,6 +639,49 @@ def s3_session_server() -> Iterator[S3Server]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def upload_folder(server: S3Server, folder: Path, bucket: str, prefix: str) -> None:
+    """Put every file of a prepared folder (its run state left out) under ``prefix``."""
+    s3 = server.client()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and STATE_DIR not in p.parts:
+            s3.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(folder)}", Body=p.read_bytes())
+
+
+def copy_run(server: S3Server, manifest_url: str) -> str:
+    """A copy of a stored run in a bucket of its own (for a test that changes what is stored);
+    the copy's manifest URL."""
+    bucket, key = manifest_url.removeprefix("s3://").split("/", 1)
+    prefix = key.rsplit("/", 1)[0]
+    new = server.new_bucket()
+    s3 = server.client()
+    for rel, data in server.objects(bucket, prefix).items():
+        s3.put_object(Bucket=new, Key=f"{prefix}/{rel}", Body=data)
+    return f"s3://{new}/{key}"
+
+
+def local_output(folder: Path) -> dict[str, bytes]:
+    """Every file a reader of a prepared folder sees (its run state left out), by name."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and STATE_DIR not in p.parts
+    }
+
+
+def assert_same_as_local(server: S3Server, bucket: str, prefix: str, ref: Path) -> None:
+    """Every .bin, .idx and the tokenizer in the store byte for byte those of the local run
+    ``ref``; the manifest's shard list, totals and sources equal."""
+    stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(f"{STATE_DIR}/")}
+    local = local_output(ref)
+    assert sorted(stored) == sorted(local)
+    for rel, data in local.items():
+        if rel == "manifest.json":
+            a, b = json.loads(data), json.loads(stored[rel])
+            assert a["shards"] == b["shards"] and a["totals"] == b["totals"] and a["sources"] == b["sources"]
+        else:
+            assert stored[rel] == data, rel
 
 
 def gpt2_through_from_tiktoken(gpt2: Path, work: Path):

@@ -16,9 +16,11 @@ PACKAGES = ("pipeline", "trainer", "tokshard")
 CONTRACT = "pipeline.format"
 #: what the format contract may import from outside the project
 CONTRACT_THIRD_PARTY = {"numpy", "xxhash"}
-#: ... and what one of its modules may import inside a function only: fsspec, when a path is
-#: a URL (object storage), so a GPU node reading local shards never loads it
-CONTRACT_LAZY = {"pipeline.format.store": {"fsspec"}}
+STORAGE = "pipeline.storage"
+#: what the storage package may import from outside the project: xxhash at load, and fsspec
+#: inside functions only (when a location is a URL), so a node reading local shards never loads it
+STORAGE_THIRD_PARTY = {"xxhash"}
+STORAGE_LAZY = {"pipeline.storage.object_store": {"fsspec"}}
 
 
 def module_files() -> dict[str, Path]:
@@ -127,28 +129,16 @@ def test_no_pipeline_module_imports_the_trainer_or_the_application():
     assert not edges(inside, "pipeline", lambda b: b.startswith(("trainer", "tokshard")))
 
 
-#: the trainer's door for launchers that start a module by name (``deepspeed --module trainer``):
-#: it runs the application layer's ``train`` command, so it is held to the application's rules
-LAUNCHER_DOOR = "trainer.__main__"
-#: where storage lives (local folder or object store), which both sides may import
-STORAGE = "pipeline.storage"
-
-
 def test_the_trainer_imports_only_the_format_contract_and_storage_from_the_pipeline():
+    """...and nothing of the application layer, not even a door for launchers: they start
+    ``python -m tokshard train``."""
     inside = import_graph()
 
     def forbidden(b: str) -> bool:
-        allowed = b.startswith((CONTRACT, STORAGE))
-        return (b.startswith("pipeline") and not allowed) or b.startswith("tokshard")
+        shared = b.startswith((CONTRACT, STORAGE)) or b == "pipeline"
+        return (b.startswith("pipeline") and not shared) or b.startswith("tokshard")
 
-    assert not {(a, b) for a, b in edges(inside, "trainer", forbidden) if a != LAUNCHER_DOOR}
-
-
-def test_the_launcher_door_only_runs_the_train_command():
-    """``python -m trainer`` is ``tokshard train``; nothing of the trainer imports the door."""
-    inside = import_graph()
-    assert inside[LAUNCHER_DOOR] == {"tokshard.cli"}
-    assert not [a for a, targets in inside.items() if LAUNCHER_DOOR in targets]
+    assert not edges(inside, "trainer", forbidden)
 
 
 def test_the_trainer_parses_no_command_line():
@@ -158,13 +148,26 @@ def test_the_trainer_parses_no_command_line():
     parsing = sorted(
         name
         for name, path in files.items()
-        if name.split(".")[0] == "trainer" and name != LAUNCHER_DOOR and "argparse" in imported_names(path)
+        if name.split(".")[0] == "trainer" and "argparse" in imported_names(path)
     )
     assert not parsing
 
 
+COMMANDS = "tokshard.commands"
+COMMAND_RECORD = "tokshard.commands.command"
+
+
+def test_each_command_module_stands_alone_under_the_cli():
+    """``tokshard/cli.py`` lists the command modules; a command imports neither the list nor
+    another command (only the `Command` record and the pieces they share)."""
+    inside = import_graph()
+    for name in [n for n in inside if n.startswith(COMMANDS + ".") and n != COMMAND_RECORD]:
+        others = {b for b in inside[name] if b.startswith(COMMANDS + ".") and b != COMMAND_RECORD}
+        assert not others and "tokshard.cli" not in inside[name], (name, sorted(others))
+
+
 #: pipeline's stages, each allowed to import only those before it
-STAGES = ("format", "sources", "encoding", "recipe", "inspection", "run")
+STAGES = ("format", "storage", "sources", "encoding", "recipe", "inspection", "run")
 
 
 def stage(name: str) -> str | None:
@@ -189,9 +192,39 @@ def test_the_format_contract_needs_only_numpy_xxhash_and_the_standard_library():
     contract = closure(inside, {name for name in inside if name.startswith(CONTRACT)})
     assert all(name == "pipeline" or name.startswith(CONTRACT) for name in contract), sorted(contract)
     for name in contract:
-        assert third_party(imported_names(files[name], top_level=True)) <= CONTRACT_THIRD_PARTY, name
-        lazy = CONTRACT_THIRD_PARTY | CONTRACT_LAZY.get(name, set())
-        assert third_party(imported_names(files[name])) <= lazy, name
+        assert third_party(imported_names(files[name])) <= CONTRACT_THIRD_PARTY, name
+
+
+def test_storage_needs_only_the_contract_xxhash_and_fsspec_inside_functions():
+    inside = import_graph()
+    files = module_files()
+    storage = closure(inside, {name for name in inside if name.startswith(STORAGE)})
+    assert all(name == "pipeline" or name.startswith((CONTRACT, STORAGE)) for name in storage), sorted(
+        storage
+    )
+    for name in storage:
+        allowed = STORAGE_THIRD_PARTY | (CONTRACT_THIRD_PARTY if name.startswith(CONTRACT) else set())
+        assert third_party(imported_names(files[name], top_level=True)) <= allowed, name
+        assert third_party(imported_names(files[name])) <= allowed | STORAGE_LAZY.get(name, set()), name
+
+
+#: the modules that know which kind of place a run lives in (a folder or an object store)
+PLACE_KINDS = {
+    "pipeline.run.folder_state",
+    "pipeline.run.folder_layout",
+    "pipeline.run.store_state",
+    "pipeline.storage.local_folder",
+    "pipeline.storage.object_store",
+}
+
+
+def test_the_driver_status_and_commands_reach_a_run_only_through_the_run_state_seam():
+    """One driver over one interface: which implementation a run gets is chosen once
+    (`pipeline.run.open_state`), and nothing that drives or reports a run names one."""
+    inside = import_graph()
+    users = {"pipeline.run.driver", "pipeline.run.status"} | {n for n in inside if n.startswith("tokshard")}
+    for user in sorted(users):
+        assert not inside[user] & PLACE_KINDS, (user, sorted(inside[user] & PLACE_KINDS))
 
 
 def test_the_graph_sees_imports_inside_functions(tmp_path):

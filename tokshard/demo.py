@@ -38,6 +38,7 @@ from typing import Any
 from pipeline.format.atomic import write_bytes, write_json
 from pipeline.format.errors import TokshardError, VerifyError
 from pipeline.run import progress
+from pipeline.storage.ownership import claim_folder
 from trainer.ds_config import AUTO, default_config
 
 Log = Callable[[str], None]
@@ -52,6 +53,10 @@ REPORT_PNG = "report.png"
 LENGTHS_PNG = "doc_lengths.png"
 DS_CONFIG = "deepspeed.json"
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "manifests"
+#: the size `tokshard demo` runs unless told
+DEFAULT_SIZE = "default"
+#: local Dask workers for prepare when not told: this machine's cores, at most this many
+MAX_WORKERS = 4
 #: how much lower the last evaluation loss must be than the first for "the model learned"
 LEARNED_MARGIN = 0.5
 
@@ -73,20 +78,21 @@ class DemoSize:
     eval_every: int
     eval_samples: int
     log_every: int
+    #: what the size is for, as `tokshard demo --help` shows it
+    about: str
 
 
 SIZES: dict[str, DemoSize] = {
-    # about two minutes on two cores; the loss falls from ln(2048) = 7.6 to about 2
+    # the loss falls from ln(2048) = 7.6 to about 2
     "default": DemoSize(
         wiki_articles=1200, news_articles=1500, book_rows=40_000, vocab_size=2048, model="tiny",
         seq_len=128, micro_batch=16, steps=300, lr=3e-3, warmup=20, eval_every=50, eval_samples=64,
-        log_every=10,
+        log_every=10, about="about two minutes on two cores",
     ),
-    # what the test suite runs: the same stages on a fifth of the data, a fifth of the steps
     "quick": DemoSize(
         wiki_articles=240, news_articles=300, book_rows=8_000, vocab_size=2048, model="tiny",
         seq_len=64, micro_batch=16, steps=60, lr=3e-3, warmup=6, eval_every=20, eval_samples=16,
-        log_every=5,
+        log_every=5, about="a fifth of the data and steps (what the tests run)",
     ),
 }  # fmt: skip
 
@@ -156,8 +162,7 @@ def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
     """The demo folder, refusing one that holds something else or a demo of another size."""
     if out.exists() and not out.is_dir():
         raise TokshardError(f"--out {out} is a file; choose a folder for the demo")
-    if out.is_dir() and any(out.iterdir()) and not (out / DEMO_FILE).exists():
-        raise TokshardError(f"--out {out} is not empty and holds no demo; choose a new or empty folder")
+    claim_folder(out, "--out", "the demo", DEMO_FILE)
     folder = DemoFolder(out)
     record = folder.record()
     if record and record.get("size") != size_name:
@@ -298,18 +303,18 @@ def run_prepare(folder: DemoFolder, workers: int | None, log: Log) -> Path:
 
     write_bytes(folder.recipe, recipe_text(folder).encode())
     r = recipe.load(folder.recipe, {"out": str(folder.data)})
-    options = RunOptions(workers=workers or min(os.cpu_count() or 1, 4), progress_interval=2.0)
+    options = RunOptions(workers=workers or min(os.cpu_count() or 1, MAX_WORKERS), progress_interval=2.0)
     return prepare(r, folder.data, options, log=lambda msg: log(f"  {msg}"))
 
 
 def encode_rate(folder: DemoFolder) -> dict[str, float]:
     """Encoding throughput from the partitions' own records (kept across reruns)."""
-    from pipeline.run.state import load_checkpoint, load_plan
+    from pipeline.run.open_state import open_run_state
 
-    plan = load_plan(folder.data)
+    state = open_run_state(folder.data)
+    plan = state.load_plan()
     tokens = busy = 0.0
-    for part in plan.partitions if plan else []:
-        ck = load_checkpoint(folder.data, part)
+    for ck in state.load_checkpoints(plan).values() if plan else []:
         if ck is not None:
             tokens += ck.tokens
             busy += ck.busy_seconds
@@ -342,7 +347,7 @@ def trained_step(folder: DemoFolder) -> int:
 
 
 def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
-    """``python -m trainer`` as a single-process DeepSpeed run, its console lines echoed.
+    """``python -m tokshard train`` as a single-process DeepSpeed run, its console lines echoed.
 
     A child process keeps DeepSpeed's process group and globals out of this one. Its full
     output goes to ``train.log``; the step and eval lines are shown as they come. Without a
@@ -359,7 +364,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     }
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cmd = [sys.executable, "-m", "trainer", *train_args(folder, size, resume)]
+    cmd = [sys.executable, "-m", "tokshard", "train", *train_args(folder, size, resume)]
     shown = re.compile(r"^(step|eval|tokshard)")
     last_error = ""
     with open(folder.train_log, "a") as logfile:
@@ -383,7 +388,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
 # --- the whole demo ------------------------------------------------------------------------
 
 
-def run(out: Path, size_name: str = "default", workers: int | None = None, log: Log = stderr_log) -> dict:
+def run(out: Path, size_name: str = DEFAULT_SIZE, workers: int | None = None, log: Log = stderr_log) -> dict:
     """Run (or resume) the demo into ``out``; returns the summary it also writes there."""
     size = SIZES[size_name]
     folder, record = open_folder(out, size_name)

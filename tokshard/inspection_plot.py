@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.inspection import doc_lengths, load_any
+from pipeline.inspection import doc_lengths
+from pipeline.storage.data_cache import load_manifest
 from trainer.figures import figure, save_png
 
 PLOT_FILE = "doc_lengths.png"
@@ -20,7 +21,7 @@ COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
 
 def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -> Path:
     """Draw the histogram into ``png`` (default: ``doc_lengths.png`` beside the manifest)."""
-    m = load_any(manifest_path)
+    m = load_manifest(manifest_path)
     out = Path(png) if png is not None else m.path.parent / PLOT_FILE
     sources = m.sources()
     fig = figure(8, 2.6 * max(1, len(sources)))

@@ -5,11 +5,13 @@ checked once, as argparse types, before a command does any work."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
+from typing import Any
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import is_url, location_problem, normalized
+from pipeline.storage.locations import is_url, location_problem, normalized
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -92,7 +94,7 @@ def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace)
 def size_arg(text: str) -> str:
     """An argparse type for a size (``500GB``, ``50GiB``, a byte count): refused at once (exit 2)
     unless it reads as one above 0."""
-    from pipeline.format.store_cache import parse_size
+    from pipeline.storage.data_cache import parse_size
 
     try:
         parse_size(text)
@@ -128,3 +130,17 @@ def file_arg(text: str) -> str:
     if text.strip() and not is_url(text) and os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text} is a folder; this names a file")
     return text
+
+
+def default_of(record: type, name: str) -> Any:
+    """The default of the dataclass ``record``'s field ``name``. An option that falls back to a
+    setting's default shows it in its help from here, so the value is stated once, where the
+    setting is defined."""
+    for f in dataclasses.fields(record):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            raise ValueError(f"{record.__name__}.{name} has no default")
+    raise ValueError(f"{record.__name__} has no field {name!r}")

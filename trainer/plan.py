@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from pipeline.format.manifest import Manifest
-from pipeline.format.store_cache import ShardFetcher
+from pipeline.storage.data_cache import ShardFetcher
 from trainer import distributed, ds_config, guards, models, remote
 from trainer.checkpoint import resume, state
 from trainer.checkpoint.state import DataState, TrainerState

@@ -1,11 +1,11 @@
 """Training from a manifest URL (``--manifest s3://bucket/run/manifest.json``).
 
-The manifest and tokenizer are read into the node's data cache (`pipeline.format.store_cache`), whose
+The manifest and tokenizer are read into the node's data cache (`pipeline.storage.data_cache`), whose
 view folder is an ordinary prepared folder; each shard is downloaded there, hash-checked,
 before the dataset memory-maps it. A background thread fetches shards in the order the
 sampler first needs them from the run's start position, so the first step waits only for the
 shards of the first batches, and later steps find theirs already local. fsspec is imported
-only here and only for a URL (through `pipeline.format.store`).
+only here and only for a URL (through `pipeline.storage.object_store`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.store import is_url
-from pipeline.format.store_cache import DataCache, ShardFetcher, parse_size
+from pipeline.storage.data_cache import DataCache, ShardFetcher, parse_size
+from pipeline.storage.places import open_manifest_place
 
 #: positions looked at to find the order in which the first epoch touches the shards
 ORDER_LOOKAHEAD = 1 << 16
@@ -26,11 +26,12 @@ ORDER_LOOKAHEAD = 1 << 16
 def open_manifests(
     specs: list[str], cache_dir: str | None, cache_limit: str | None
 ) -> tuple[list[manifest_mod.Manifest], list[ShardFetcher]]:
-    """Local manifests as they are; URLs' manifests in the (one) data cache, each with a fetcher."""
+    """Local manifests as they are; stored ones in the (one) data cache, each with a fetcher."""
     manifests, fetchers = [], []
     cache = None
     for spec in specs:
-        if not is_url(spec):
+        place, _ = open_manifest_place(spec)
+        if place.local_root is not None:
             manifests.append(manifest_mod.load(spec))
             continue
         if cache is None:
@@ -71,9 +72,4 @@ def start_downloads(fetchers: list[ShardFetcher], dataset, sampler, first_positi
 
 def report(fetchers: list[ShardFetcher]) -> str:
     cache = fetchers[0].cache
-    s = cache.stats
-    return (
-        f"data cache {cache.root}: {s.downloaded} files downloaded "
-        f"({s.downloaded_bytes / 2**20:.1f} MiB), {s.cached} shards found cached, "
-        f"{s.refetched_corrupt} corrupt ones fetched again, {s.evicted} evicted"
-    )
+    return cache.stats.summary(cache.root)

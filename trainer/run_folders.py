@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.format.atomic import check_writable_dir
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import refuse_url
+from pipeline.storage.locations import refuse_url
 from trainer.checkpoint.state import latest_tag
 from trainer.metrics import METRICS_FILE
 from trainer.settings import TrainSettings

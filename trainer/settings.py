@@ -96,6 +96,12 @@ class ModelSettings:
     eod_mask_loss: bool = False
 
 
+#: warmup without a ``warmup`` setting: ``steps // WARMUP_DIVISOR`` steps, at most
+#: ``WARMUP_MAX``, at least 1
+WARMUP_DIVISOR = 10
+WARMUP_MAX = 100
+
+
 @dataclass(frozen=True)
 class OptimSettings:
     """The optimizer, its schedule and the batch: what fills the DeepSpeed config.
@@ -112,14 +118,16 @@ class OptimSettings:
     grad_accum: int | None = None
     #: peak learning rate
     lr: float | None = None
-    #: warmup steps (None: min(100, steps / 10), at least 1; 0: none)
+    #: warmup steps (None: `WARMUP_DIVISOR` and `WARMUP_MAX` say; 0: none)
     warmup: int | None = None
     weight_decay: float | None = None
     #: gradient clipping norm (0: none)
     grad_clip: float | None = None
 
     def warmup_steps(self) -> int:
-        return self.warmup if self.warmup is not None else max(1, min(100, self.steps // 10))
+        if self.warmup is not None:
+            return self.warmup
+        return max(1, min(WARMUP_MAX, self.steps // WARMUP_DIVISOR))
 
     @property
     def config_name(self) -> str:

@@ -2,8 +2,8 @@
 
 The static half of the check (every merge-made token, the built-in and fuzz strings) depends
 only on the tokenizer's bytes, the encoder libraries, the machine's kind and the code that
-builds the back ends and the probes. For GPT-2's vocabulary it is most of the driver's
-start-up (bench/RESULTS.md, "Start-up"), paid again by every `prepare` of the same tokenizer.
+builds the back ends and the probes. For a large vocabulary it is most of the driver's
+start-up, paid again by every `prepare` of the same tokenizer.
 A pass is kept under that exact key; the run's own first documents are still compared on
 every run. Only passes are kept: a refusal is rechecked, and names its string afresh.
 
@@ -31,7 +31,7 @@ from pipeline.encoding import tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.store_cache import cache_root
+from pipeline.storage.data_cache import cache_root
 
 FOLDER = "checks"
 

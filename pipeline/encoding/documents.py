@@ -43,8 +43,8 @@ PIECE_CHARS = 1 << 18
 #: a long document's tokens held in memory before they go to its spool file. Below it the
 #: tokens are written once, to the shard; above it they are written to the spool, read back
 #: and written again, with a commit (fsync) for each such document. A JSON-line document is in
-#: memory whole anyway, as text of about the same size: 64 MiB of uint16 covers documents of
-#: 30-50 MB of text (bench/RESULTS.md, "Native encoder": 9 MB documents of code reach 19M tokens).
+#: memory whole anyway, as text of about the same size: 64 MiB of uint16 ids is 32M tokens, a
+#: document of tens of MB of text.
 SPOOL_BYTES = 64 << 20
 #: a cut is only trusted this far from the end of the text the pre-tokenizer saw
 MARGIN = 1 << 12
@@ -423,8 +423,8 @@ class DocumentEncoder:
                 spool.write(eos.tobytes())
             # No fsync here: a durable checkpoint points into the spool only up to what the
             # commit that wrote it synced (`sync_spool`), and the caller copies the spool into
-            # its shard and commits that (fsync) before deleting it. Syncing the whole spool
-            # too doubled a long document's disk writes (bench/RESULTS.md, run Q).
+            # its shard and commits that (fsync) before deleting it; syncing the whole spool
+            # too would write a long document to disk twice over.
             spool.close()
         routed = int(routed_count(self.encoder) > routed_before)  # the document, once
         if any_text is None:

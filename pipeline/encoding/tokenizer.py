@@ -53,7 +53,7 @@ class TokenizerInfo:
 
 def locate(spec: str, revision: str | None = None) -> Path:
     """Turn TOK into a local tokenizer.json (downloading a hub name through the hub cache)."""
-    from pipeline.format.store import refuse_url
+    from pipeline.storage.locations import refuse_url
 
     refuse_url(spec, "tokenizer")
     path = Path(spec).expanduser()

@@ -2,8 +2,7 @@
 
 ``shard_reader``/``shard_writer`` (the .bin/.idx pair), ``token_dtypes``, ``content_hash``,
 ``manifest`` (schema in manifests/schema.json, entries, load/write), ``verify`` (the one
-verifier), ``atomic`` (durable writes), ``errors``, ``store`` (local path
-or URL; object-store access) and ``store_cache`` (a node's hash-checked copy of a manifest URL).
-Imports numpy, xxhash and the standard library only (fsspec too, but only inside ``store``'s
-functions, when a path is a URL), never another part of tokshard.
+verifier), ``atomic`` (durable writes) and ``errors``. Imports numpy, xxhash and the standard
+library only, never another part of tokshard: a GPU node reads shards without the pipeline's
+dependencies. Where files live (a local folder or an object store) is `pipeline.storage`'s.
 """

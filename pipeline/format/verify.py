@@ -20,7 +20,7 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
 
     A manifest that exists but cannot be read, or that points outside its folder, is a
     fault too (VerifyError, exit 1); only a missing one is a usage error. A URL is checked
-    in the store, shard by shard, by `pipeline.run.store_run.verify_in_store` (with
+    in the store, shard by shard, by `pipeline.storage.verify_place.verify` (with
     `check_shard` on each).
     """
     found = manifest_mod.find(path)

@@ -14,13 +14,17 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 
 from pipeline.format.errors import TokshardError
 
 BATCH_SYSTEMS = ("slurm", "pbs")
+#: a local worker's memory limit when none is given (Dask's: the machine's memory split over the workers)
+LOCAL_MEMORY_LIMIT = "auto"
 #: the longest a run waits for its workers' warm-up before it sends its tasks anyway
 WARM_UP_SECONDS = 10.0
 
@@ -110,10 +114,9 @@ def job_script(spec: BatchJobs, threads: int) -> str:
 #: glibc's allocator in each worker process, set before it starts: a worker allocates and frees
 #: buffers of 1-40 MB all the time (lines read, texts, encoder output, a long document's ids).
 #: Dask sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, and glibc serves such sizes by mmap, so each
-#: one came back as fresh pages to fault in: about a third of the CPU time was the kernel's
-#: (bench/RESULTS.md, "590 MB of distinct real text, after this round's changes"). Kept in the
-#: heap, freed memory is reused; a worker's peak RSS grows by tens of MiB. Values already in
-#: the environment win.
+#: one would come back as fresh pages to fault in, in the kernel's time. Kept in the heap,
+#: freed memory is reused, at the price of a somewhat higher peak RSS per worker. Values
+#: already in the environment win.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
@@ -169,8 +172,8 @@ def connect(
 class EarlyStart:
     """The workers made ready in a background thread while the driver plans partitions and
     checks the encoder: local worker processes booted (interpreter, imports) or the scheduler
-    joined, then each worker given what its first task needs (`warm`). About a second and a
-    half of every run that would otherwise come before the first token."""
+    joined, then each worker given what its first task needs (`warm`), so that this start-up
+    overlaps the driver's own instead of coming before the first token."""
 
     def __init__(
         self,
@@ -190,7 +193,7 @@ class EarlyStart:
         """Run ``fn(*args)`` as a task on each worker connected once they are ready, still in
         the background. A task, not ``Client.run``: it then runs on the thread the worker's
         tasks run on, which keeps what it builds in that thread's memory arena (built on the
-        event loop's thread, `tokenizers`' encoder cost 20 MB more per worker)."""
+        event loop's thread, an encoder would take a second arena's memory per worker)."""
 
         def run_everywhere() -> None:
             from distributed import wait
@@ -262,12 +265,26 @@ def _start(
 
     if scheduler:
         return None, _join(scheduler)
+    keep_ctrl_c_from_workers()
     cluster = _local_cluster(workers or os.cpu_count() or 1, threads, memory_limit, dashboard)
     try:
         return cluster, Client(cluster)
     except BaseException:
         cluster.close()
         raise
+
+
+def keep_ctrl_c_from_workers() -> None:
+    """Block SIGINT in this thread, so in the event-loop thread it starts for the local cluster
+    and in every worker process that thread spawns (a blocked signal stays blocked across fork
+    and exec). A terminal's Ctrl-C goes to the whole process group; this way only the driver's
+    main thread takes it, stops the workers itself and says one line, where each worker would
+    print a traceback of its own. SIGTERM, which stops a worker, is left as it is.
+
+    multiprocessing's resource tracker is started first: the thread that starts it has SIGINT
+    unblocked again afterwards, which would undo this in the thread that spawns the workers."""
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def _join(scheduler: str):
@@ -295,10 +312,10 @@ def _join(scheduler: str):
 
 def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bool):
     """The workers of a run without --scheduler. No dashboard unless asked: building it
-    (importing bokeh) held the worker processes' start back by half a second. Without it,
-    the workers' event loops also wake less often, which the encoder feels on a small
-    node: Dask's statistical profiler (only the dashboard shows it) sampled every thread's
-    stack each 10 ms, 3% of a worker's CPU; its event-loop tick, every 20 ms, 1.5%."""
+    (importing bokeh) holds the worker processes' start back. Without it, the workers' event
+    loops also wake less often, which the encoder feels on a small node: Dask's statistical
+    profiler (only the dashboard shows it) samples every thread's stack each 10 ms, and its
+    event-loop tick runs every 20 ms; both are turned down."""
     import dask
     from distributed import LocalCluster
 
@@ -313,7 +330,7 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
             n_workers=n,
             threads_per_worker=1,
             processes=True,
-            memory_limit=memory_limit or "auto",
+            memory_limit=memory_limit or LOCAL_MEMORY_LIMIT,
             dashboard_address=":0",  # any free port, for the dashboard or just /health
             scheduler_kwargs={"dashboard": dashboard},
             # a task's error reaches the driver, which reports it once (one line for a user error)

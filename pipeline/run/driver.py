@@ -1,21 +1,23 @@
 """The `prepare` driver: plan once, run unfinished partitions on Dask, write the manifest.
 
-The driver holds the folder's lock, fixes the plan on the first run (partitions, pinned
-origins, tokenizer), submits one task per unfinished partition and only ever receives
-small checkpoints back. The manifest is written last, from the checkpoints, so it appears
-exactly when every partition is done, whatever happened in between.
+One driver for every output location: it works on a `RunState`
+(`pipeline.run.run_state`), a folder's or a store's, chosen once from ``--out``. It holds
+the run (lock or lease), fixes the plan on the first run (partitions, pinned origins,
+tokenizer), checks the shards a rerun keeps, submits one task per unfinished partition and
+only ever receives small checkpoints back. The manifest is written last, from the
+checkpoints, so it appears exactly when every partition is done, whatever happened in
+between.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
+import os
 import queue
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,40 +26,22 @@ from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.selection import choose, likely_choice, manifest_entry
 from pipeline.format import manifest
-from pipeline.format.atomic import DiskFullError, disk_error
+from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.format.shard_writer import kept_problem
-from pipeline.recipe import Recipe, describe_changes
+from pipeline.recipe import Recipe
 from pipeline.run.cluster import EarlyStart, connect
+from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, stderr_log
-from pipeline.run.state import (
-    Checkpoint,
-    Plan,
-    load_checkpoint,
-    load_plan,
-    remove_leftovers,
-    run_lock,
-    save_plan,
-    state_dir,
-)
-from pipeline.run.worker_task import (
-    PartitionTask,
-    encode_texts,
-    finish_complete,
-    forget_partition,
-    run_partition,
-    warm_up,
-)
+from pipeline.run.records import Checkpoint, Plan
+from pipeline.run.run_state import HeldRun, RunState
+from pipeline.run.worker_task import PartitionTask, encode_texts, warm_up
 from pipeline.sources import build_source
 from pipeline.sources.base import Partition, check_path_name, check_read_once
 
 Log = Callable[[str], None]
 
-#: how often the driver reads running partitions' commits for the progress line
-POLL_SECONDS = 0.5
 
-
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     workers: int | None = None
     scheduler: str | None = None
@@ -68,33 +52,32 @@ class RunOptions:
     batch: Any = None  # pipeline.run.cluster.BatchJobs for --cluster slurm|pbs
 
 
-def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: Log = stderr_log) -> Path:
-    """Run (or resume) a recipe into the local folder ``out``; returns the manifest path (a
-    store URL runs through `pipeline.run.store_run.prepare_in_store`)."""
+def prepare(
+    recipe: Recipe,
+    out: str | os.PathLike | RunState,
+    options: RunOptions | None = None,
+    log: Log = stderr_log,
+) -> Path | str:
+    """Run (or resume) a recipe into ``out`` (a folder, a store URL, or its `RunState`);
+    returns where the manifest is (a `Path` for a folder, a URL for a store)."""
     options = options or RunOptions()
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise TokshardError(f"output {out} is a file, not a folder; choose another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise disk_error(exc, out / "manifest.json") from exc
+    state = open_run_state(out)
+    state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
-    with run_lock(out, run_id):
-        leftovers = remove_leftovers(out)
+    with state.hold(run_id, log) as held:
+        leftovers = state.remove_leftovers()
         if leftovers:
-            log(f"removed {len(leftovers)} temporary files of interrupted writes")
+            log(f"removed {leftovers} temporary files of interrupted writes")
         settings = recipe.settings
         src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
         recipe.pin_tokenizer(tok)
-        plan = _load_or_make_plan(recipe, out, tok, log)
-        tokenizer.install(src, tok, out)
-        done_manifest = _complete_manifest(out, plan)
-        if done_manifest is not None:
-            log(f"{out} is already complete ({done_manifest}); nothing to do")
-            return done_manifest
-        checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions}
-        _redo_damaged(out, plan, checkpoints, log)
+        plan = _load_or_make_plan(recipe, state, tok, log)
+        tokenizer_path = state.install_tokenizer(src, tok)
+        if _is_complete(state, plan):
+            log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
+            return state.manifest_location
+        checkpoints = state.load_checkpoints(plan)
+        _redo_damaged(state, plan, checkpoints, log)
         todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
         early = _early_workers(options, settings.threads) if todo else None
@@ -102,9 +85,10 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
             encoder, reason = choose_while_warming(
                 early,
                 settings.encoder,
-                lambda name: _encoder_args(out, plan, name, settings.threads),
-                str(out / tokenizer.TOKENIZER_FILE),
+                lambda name: _encoder_args(state, plan, name, settings.threads),
+                str(tokenizer_path),
                 lambda: _samples(plan, recipe),
+                state.warm,
             )
             log(f"encoder: {encoder} ({reason})")
             if todo:
@@ -112,30 +96,29 @@ def prepare(recipe: Recipe, out: Path, options: RunOptions | None = None, log: L
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
                     f"{resumed} to resume, {len(todo) - resumed} to start"
                 )
-                encoder_args = _encoder_args(out, plan, encoder, settings.threads)
-                tasks = [_task(recipe, out, plan, p, run_id, encoder_args) for p in todo]
-                _run(tasks, todo, checkpoints, plan, out, options, log, early)
+                encoder_args = _encoder_args(state, plan, encoder, settings.threads)
+                tasks = [_task(recipe, state, plan, p, run_id, encoder_args) for p in todo]
+                _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
         finally:
             if early is not None:
                 early.discard()
-        path = _write_manifest(out, recipe, plan, encoder, reason, settings.threads)
+        finished = state.finished_checkpoints(plan)
+        doc = manifest_doc(recipe, plan, finished, encoder, reason, settings.threads, str(tokenizer_path))
+        path = state.write_manifest(doc)
         log(f"wrote {path}")
         return path
 
 
-def _redo_damaged(out: Path, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
-    """Check every shard this rerun keeps against its checkpoint (both files there, sizes and
-    content hashes equal) and redo the partitions of those that differ: a shard deleted,
-    truncated or edited since would otherwise go into the manifest as if whole."""
-    kept = [p for p in plan.partitions if checkpoints[p.key] is not None and checkpoints[p.key].closed]
-    if not kept:
-        return
-    with ThreadPoolExecutor(max_workers=4) as pool:  # hashing is mostly reading
-        problems = list(pool.map(lambda p: kept_problem(out, checkpoints[p.key].closed), kept))
-    for part, problem in zip(kept, problems, strict=True):
-        if problem is not None:
-            log(f"partition {part.key}: {problem}; redoing that partition")
-            forget_partition(out, part)
+def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
+    """Check every shard this rerun keeps against its checkpoint (there, of its size, and
+    where the state can afford it, of its content hash) and redo the partitions of those that
+    differ: a shard deleted, truncated or edited since would otherwise go into the manifest as
+    if whole."""
+    problems = state.kept_problems(plan, checkpoints)
+    for part in plan.partitions:
+        if part.key in problems:
+            log(f"partition {part.key}: {problems[part.key]}; redoing that partition")
+            state.forget_partition(part)
             checkpoints[part.key] = None
 
 
@@ -168,32 +151,32 @@ def choose_while_warming(
     return choose(requested, tokenizer_path, samples, on_a_worker if early.local else None)
 
 
-def _encoder_args(out: Path, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
+def _encoder_args(state: RunState, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
     """What a worker builds its encoder from (`pipeline.encoding.selection.cached_encoder`'s key): the
     tokenizer, and for a fast back end the library versions the driver checks it with."""
     return (
         encoder,
-        str((out / tokenizer.TOKENIZER_FILE).resolve()),
+        state.worker_tokenizer(plan.tokenizer["sha256"]),
         plan.tokenizer["sha256"],
         threads,
         library_versions() if encoder != "tokenizers" else (),
     )
 
 
-def _load_or_make_plan(recipe: Recipe, out: Path, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
-    plan = load_plan(out)
+def _load_or_make_plan(recipe: Recipe, state: RunState, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
+    plan = state.load_plan()
     if plan is not None:
-        check_same_recipe(plan, recipe, out)
+        check_same_recipe(plan, recipe, state.location)
         return plan
     plan = make_plan(recipe, tok, log)
-    save_plan(out, plan)
+    state.save_plan(plan)
     return plan
 
 
 def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
     """A rerun continues only the recipe (and pinned sources) the folder was started with."""
-    if plan.identity_hash != recipe.identity_hash():
-        changes = describe_changes(plan.identity, recipe.identity())
+    changes = recipe.identity_changes(plan.identity)
+    if changes:
         raise TokshardError(
             f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
             "use a new --out, or delete the folder to start over"
@@ -238,15 +221,10 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
     return plan
 
 
-def _complete_manifest(out: Path, plan: Plan) -> Path | None:
-    path = out / manifest.MANIFEST_NAME
-    if not path.exists():
-        return None
-    try:
-        existing = manifest.load(path)
-    except TokshardError:
-        return None
-    return path if existing.data.get("recipe_hash") == plan.identity_hash else None
+def _is_complete(state: RunState, plan: Plan) -> bool:
+    """Whether the output already holds this run's manifest (a rerun after the end)."""
+    doc = state.manifest_doc()
+    return doc is not None and doc.get("recipe_hash") == plan.identity_hash
 
 
 def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:
@@ -259,7 +237,7 @@ def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:
 
 def _task(
     recipe: Recipe,
-    out: Path,
+    state: RunState,
     plan: Plan,
     part: Partition,
     run_id: str,
@@ -268,7 +246,7 @@ def _task(
     s = recipe.settings
     encoder, tokenizer_path, sha256, threads, checked_with = encoder_args
     return PartitionTask(
-        out=str(out.resolve()),
+        out=state.task_out,
         partition=part,
         source_config=recipe.sources[part.source],
         tokenizer_path=tokenizer_path,
@@ -285,48 +263,44 @@ def _task(
     )
 
 
-def _run(
-    tasks: list[PartitionTask],
-    todo: list[Partition],
-    checkpoints: dict[str, Checkpoint | None],
-    plan: Plan,
-    out: Path,
-    options: RunOptions,
-    log: Log,
-    early: EarlyStart | None = None,
-    read_checkpoint: Callable[[Partition], Checkpoint | None] | None = None,
-    work: Callable[[PartitionTask], Checkpoint] = run_partition,
-) -> None:
-    """Run the tasks on the cluster (``work``: what a worker does with one; a store run's
-    is `pipeline.run.store_run.run_partition_in_store`)."""
+@dataclass
+class Submission:
+    """What the driver follows while the tasks run: each task's partition, every partition's
+    latest checkpoint (updated as tasks commit and end), and where to report progress."""
+
+    tasks: list[PartitionTask]
+    todo: list[Partition]
+    checkpoints: dict[str, Checkpoint | None]
+    plan: Plan
+    state: RunState
+    held: HeldRun
+
+
+def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | None = None) -> None:
+    """Run the tasks on the cluster (each is ``state.work`` on a worker)."""
     if options.client is not None:
-        _submit_and_wait(
-            options.client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint, work
-        )
+        _submit_and_wait(options.client, sub, options)
         return
     with connect(
         workers=options.workers,
         scheduler=options.scheduler,
-        threads=tasks[0].threads,
+        threads=sub.tasks[0].threads,
         memory_limit=options.memory_limit,
         dashboard=options.dashboard,
         log=log,
         batch=options.batch,
         early=early,
     ) as client:
-        _submit_and_wait(client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint, work)
+        _submit_and_wait(client, sub, options)
 
 
-def _submit_and_wait(
-    client, tasks, todo, checkpoints, plan, out, options, log, read_checkpoint=None, work=run_partition
-) -> None:
+def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
     """Submit every task, then follow them: each finished one the moment it ends (a callback
     queue, constant cost per task however many there are), and the running ones by their
-    latest commit every POLL_SECONDS, for the progress line (``read_checkpoint(part)``:
-    how to read one, default from the folder's run state)."""
-    run_id = tasks[0].run_id
-    if read_checkpoint is None:
-        read_checkpoint = functools.partial(load_checkpoint, out)
+    latest commit every ``state.poll_seconds``, for the progress line and for `status`
+    (``held.report``)."""
+    checkpoints, plan, state = sub.checkpoints, sub.plan, sub.state
+    run_id = sub.tasks[0].run_id
     sizes = {p.key: p.size for p in plan.partitions}
     totals = [0, 0]  # input units done, tokens written: kept up to date, never re-summed
 
@@ -352,13 +326,13 @@ def _submit_and_wait(
     )
     finished: queue.SimpleQueue = queue.SimpleQueue()
     pending: dict[str, tuple[Any, Partition]] = {}
-    for task, part in zip(tasks, todo, strict=True):
+    for task, part in zip(sub.tasks, sub.todo, strict=True):
         key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
         # largest first: the last task to start is a small one, so workers finish together
-        fut = client.submit(work, task, key=key, retries=0, priority=part.size)
+        fut = client.submit(state.work, task, key=key, retries=0, priority=part.size)
         pending[fut.key] = (fut, part)
         fut.add_done_callback(finished.put)
-    next_poll = time.monotonic() + POLL_SECONDS
+    next_poll = time.monotonic() + state.poll_seconds
     try:
         while pending:
             with contextlib.suppress(queue.Empty):
@@ -368,12 +342,13 @@ def _submit_and_wait(
                 for fut in ended:
                     if fut.key in pending:
                         _, part = pending.pop(fut.key)
-                        record(part.key, _checkpoint_of(fut, part, out, plan, tasks[0].dtype))
+                        record(part.key, _checkpoint_of(fut, part, state, plan, sub.tasks[0].dtype))
             if time.monotonic() >= next_poll:
-                next_poll = time.monotonic() + POLL_SECONDS
+                next_poll = time.monotonic() + state.poll_seconds
                 for key in itertools.chain.from_iterable(client.processing().values()):
-                    if key in pending and (ck := read_checkpoint(pending[key][1])) is not None:
+                    if key in pending and (ck := state.read_progress(pending[key][1])) is not None:
                         record(ck.key, ck)
+                sub.held.report(progress.rate(), progress.eta())
             progress.update(*totals)
     except BaseException:
         client.cancel([fut for fut, _ in pending.values()])
@@ -382,7 +357,7 @@ def _submit_and_wait(
         progress.close()
 
 
-def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> Checkpoint:
+def _checkpoint_of(fut, part: Partition, state: RunState, plan: Plan, dtype: str) -> Checkpoint:
     """A finished task's final checkpoint, or its error as the user should read it."""
     from distributed import KilledWorker
 
@@ -394,23 +369,7 @@ def _checkpoint_of(fut, part: Partition, out: Path, plan: Plan, dtype: str) -> C
             "rerun to resume from its last commit, with fewer --workers or more memory"
         ) from exc
     except DiskFullError as exc:
-        raise exc.with_needed(_bytes_to_write(out, plan, dtype)) from None
-
-
-def _write_manifest(out: Path, recipe: Recipe, plan: Plan, encoder: str, reason: str, threads: int) -> Path:
-    finished = []
-    for part in plan.partitions:
-        ck = load_checkpoint(out, part)
-        if ck is None or not ck.complete:
-            raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
-        if not all((out / rec.path).exists() for rec in ck.closed):
-            finish_complete(out, part, ck)  # its task was killed between checkpoint and renames
-        finished.append(ck)
-    doc = manifest_doc(recipe, plan, finished, encoder, reason, threads, str(out / tokenizer.TOKENIZER_FILE))
-    path = manifest.write(out, doc)
-    for stray in state_dir(out).glob("spool/*"):
-        stray.unlink(missing_ok=True)
-    return path
+        raise exc.with_needed(_bytes_to_write(state, plan, dtype)) from None
 
 
 def manifest_doc(
@@ -461,14 +420,13 @@ def refuse_empty_run(recipe: Recipe, finished: list[Checkpoint]) -> None:
     )
 
 
-def _bytes_to_write(out: Path, plan: Plan, dtype: str) -> int:
+def _bytes_to_write(state: RunState, plan: Plan, dtype: str) -> int:
     """Estimate of the shard bytes the run still has to write, from its committed rate."""
     from pipeline.format.shard_reader import token_dtype
 
     tokens = units = 0
     total = sum(p.size for p in plan.partitions)
-    for part in plan.partitions:
-        ck = load_checkpoint(out, part)
+    for part, ck in zip(plan.partitions, state.load_checkpoints(plan).values(), strict=True):
         if ck is not None:
             tokens += ck.tokens
             units += part.size if ck.complete else ck.progress

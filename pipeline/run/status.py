@@ -1,50 +1,44 @@
 """`tokshard status DIR`: what is done, partial and pending, how fast, and what a rerun does.
 
-Everything comes from the folder's run state (plan and checkpoints), so it works while a
-run goes on, after a crash, and from another machine on a shared filesystem. The rate is
-that of the partitions being written now: each one's committed tokens over its busy
-seconds, summed (one partition per busy worker).
+Everything comes from the run state (`pipeline.run.run_state`: plan, checkpoints, the
+holder's record), a folder's or a store's alike, so it works while a run goes on, after a
+crash, and from another machine. The run's rate and ETA are those its driver measures and
+records with its lock or lease; each split's rate is that of its partitions being written now
+(committed tokens over busy seconds, summed: one partition per busy worker).
 """
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
 from typing import Any
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
-from pipeline.format.shard_writer import kept_problem
-from pipeline.format.store import is_url
+from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import eta_text, human
-from pipeline.run.state import load_checkpoint, load_plan, lock_holder
+from pipeline.run.run_state import RunState
 
 #: a partial checkpoint younger than this counts as being written now
 ACTIVE_SECONDS = 60.0
 
 
-def status(out: str | Path) -> dict[str, Any]:
-    if is_url(out):  # the same run state, read from the store
-        from pipeline.run.store_run import StoreRun
-
-        run = StoreRun(str(out))
-        run.store.check_reachable()
-        plan = run.load_plan()
-        has_manifest = run.manifest_doc() is not None
-        checkpoints = run.load_all(plan) if plan is not None else {}
-        holder = run.holder()
-    else:
-        out = Path(out)
-        if not out.is_dir():
-            raise TokshardError(f"{out} is not a folder; pass the --out folder of a prepare run")
-        plan = load_plan(out)
-        has_manifest = (out / manifest_mod.MANIFEST_NAME).exists()
-        checkpoints = {p.key: load_checkpoint(out, p) for p in plan.partitions} if plan is not None else {}
-        holder = lock_holder(out) if plan is not None else None
+def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
+    state = open_run_state(out)
+    state.check_readable()
+    plan = state.load_plan()
+    has_manifest = state.place.exists(manifest_mod.MANIFEST_NAME)
     if plan is None:
         if has_manifest:
-            raise TokshardError(f"{out} holds a manifest but no run state; use `tokshard inspect` on it")
-        raise TokshardError(f"{out} holds no tokshard run; start one with `tokshard prepare`")
+            raise TokshardError(
+                f"{state.location} holds a manifest but no run state; use `tokshard inspect` on it"
+            )
+        raise TokshardError(f"{state.location} holds no tokshard run; start one with `tokshard prepare`")
+    checkpoints = state.load_progress(plan)
+    holder = state.holder()
+    # what a rerun checks before it keeps them (hashes only if no prepare runs: one that runs
+    # checked them when it started); a damaged partition is redone whole
+    problems = {} if has_manifest else state.kept_problems(plan, checkpoints, hashes=holder is None)
     now = time.time()
     damaged: list[str] = []
     rows: dict[str, dict[str, Any]] = {}
@@ -66,13 +60,8 @@ def status(out: str | Path) -> dict[str, Any]:
             },
         )
         row["input"] += part.size
-        # what a rerun checks before it keeps them (hashes only if no prepare runs: one that
-        # runs checked them when it started); a damaged partition is redone whole
-        # (in a store, the driver checks each recorded shard's size before the manifest)
-        kept = ck is None or has_manifest or is_url(out)
-        problem = None if kept else kept_problem(out, ck.closed, hashes=not holder)
-        if problem is not None:
-            damaged.append(f"partition {part.key}: {problem}")
+        if part.key in problems:
+            damaged.append(f"partition {part.key}: {problems[part.key]}")
             ck = None
         if ck is None:
             row["pending"] += 1
@@ -89,17 +78,22 @@ def status(out: str | Path) -> dict[str, Any]:
     for row in rows.values():
         row["eta_s"] = _eta_seconds(row["input"], row["input_done"], row["tokens"], row["tokens_per_s"])
     total = {k: sum(r[k] for r in rows.values()) for k in ("input", "input_done", "tokens", "tokens_per_s")}
+    rate = total["tokens_per_s"]
+    eta = _eta_seconds(total["input"], total["input_done"], total["tokens"], rate)
+    if holder is not None and holder.tokens_per_s is not None:  # the driver's own measure
+        rate, eta = holder.tokens_per_s, holder.eta_s
     unfinished = sum(r["pending"] + r["partial"] for r in rows.values())
+    running = holder.text() if holder is not None else None
     return {
-        "out": str(out),
+        "out": state.location,
         "splits": rows,
-        "running": holder,
-        "tokens_per_s": total["tokens_per_s"],
-        "eta_s": _eta_seconds(total["input"], total["input_done"], total["tokens"], total["tokens_per_s"]),
+        "running": running,
+        "tokens_per_s": rate,
+        "eta_s": eta,
         "progress": total["input_done"] / max(total["input"], 1),
         "complete": unfinished == 0 and has_manifest,
         "damaged": damaged,
-        "rerun": _rerun(rows, holder, has_manifest, damaged),
+        "rerun": _rerun(rows, running, has_manifest, damaged, state.resumes_partials),
     }
 
 
@@ -111,7 +105,11 @@ def _eta_seconds(units: int, done_units: int, tokens: int, rate: float) -> float
 
 
 def _rerun(
-    rows: dict[str, dict[str, Any]], holder: str | None, has_manifest: bool, damaged: list[str]
+    rows: dict[str, dict[str, Any]],
+    holder: str | None,
+    has_manifest: bool,
+    damaged: list[str],
+    resumes_partials: bool = True,
 ) -> str:
     partial = sum(r["partial"] for r in rows.values())
     pending = sum(r["pending"] for r in rows.values()) - len(damaged)
@@ -127,8 +125,10 @@ def _rerun(
             steps.append(
                 f"redo {len(damaged)} partitions whose shards do not match their checkpoints ({damaged[0]})"
             )
-        if partial:
+        if partial and resumes_partials:
             steps.append(f"resume {partial} partial partitions from their last commit points")
+        elif partial:
+            steps.append(f"redo {partial} partitions that were being written (a store keeps whole ones)")
         if pending:
             steps.append(f"start {pending} pending partitions")
         what = ", ".join(steps) + ", then write the manifest"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,15 +36,14 @@ from pipeline.format.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_err
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_reader import token_dtype
 from pipeline.format.shard_writer import ShardSequence, finalize
-from pipeline.run.state import (
-    Checkpoint,
-    checkpoint_path,
+from pipeline.run.folder_layout import (
     current_run,
     load_checkpoint,
     partition_lock,
     save_checkpoint,
     spool_path,
 )
+from pipeline.run.records import Checkpoint
 from pipeline.sources import build_source
 from pipeline.sources.base import Partition
 
@@ -89,7 +89,9 @@ class Superseded(TokshardError):
     """A newer `prepare` took over the folder; this orphaned task stopped at a commit."""
 
 
-def run_partition(task: PartitionTask) -> Checkpoint:
+def run_partition(task: PartitionTask, on_commit: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
+    """Encode ``task``'s partition into the local folder ``task.out``, from its last commit on;
+    returns the final checkpoint (``on_commit``: told each commit's checkpoint once it is saved)."""
     out = Path(task.out)
     part = task.partition
     with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
@@ -98,28 +100,11 @@ def run_partition(task: PartitionTask) -> Checkpoint:
             finalize(out, ckpt.closed)
             return ckpt
         try:
-            return PartitionRun(task, out, part, ckpt).run()
+            return PartitionRun(task, out, part, ckpt, on_commit).run()
         except OSError as exc:
             if exc.errno in DISK_FULL_ERRNOS + UNWRITABLE_ERRNOS:
                 raise disk_error(exc, exc.filename or out / part.stem) from exc
             raise
-
-
-def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
-    """Complete the renames of a finished partition whose task was killed right after its
-    last checkpoint (the driver calls this before it lists the shards in the manifest)."""
-    with partition_lock(out, part):
-        finalize(out, ckpt.closed)
-
-
-def forget_partition(out: Path, part: Partition) -> None:
-    """Delete a partition's checkpoint, shards and spool, so that the run redoes it whole."""
-    with partition_lock(out, part):
-        checkpoint_path(out, part).unlink(missing_ok=True)
-        spool_path(out, part).unlink(missing_ok=True)
-        stem = out / part.stem
-        for path in stem.parent.glob(f"{stem.name}-*"):
-            path.unlink(missing_ok=True)
 
 
 def _lock_wait(task: PartitionTask) -> float:
@@ -157,8 +142,16 @@ class CommitClock:
 class PartitionRun:
     """One attempt at a partition, from its checkpoint to the end (or to a crash)."""
 
-    def __init__(self, task: PartitionTask, out: Path, part: Partition, ckpt: Checkpoint) -> None:
+    def __init__(
+        self,
+        task: PartitionTask,
+        out: Path,
+        part: Partition,
+        ckpt: Checkpoint,
+        on_commit: Callable[[Checkpoint], None] | None = None,
+    ) -> None:
         self.task, self.out, self.part, self.ckpt = task, out, part, ckpt
+        self.on_commit = on_commit
         self.started = time.monotonic()
         # from the start of the attempt: loading the encoder and reopening shards count too
         self.clock = CommitClock(task.commit_seconds)
@@ -188,8 +181,8 @@ class PartitionRun:
             token_dtype(task.dtype),
             self.spool,
             functools.partial(_pre_tokenizer, task.tokenizer_path, task.tokenizer_sha256),
-            # about 0.3 s of work per item and thread: fine-grained commit points, and no
-            # slower than bigger batches (encode_batch's cost is per character)
+            # small items per thread: fine-grained commit points, and no slower than bigger
+            # batches (encode_batch's cost is per character)
             batch_chars=ITEM_CHARS * max(1, task.threads),
         )
         self.shards = ShardSequence(
@@ -281,6 +274,8 @@ class PartitionRun:
         save_checkpoint(self.out, self.part, ckpt)
         self.shards.finalize()
         self.commit_spent += time.monotonic() - began
+        if self.on_commit is not None:
+            self.on_commit(ckpt)
         newer = current_run(self.out)
         if self.task.run_id and newer and newer != self.task.run_id:
             raise Superseded(

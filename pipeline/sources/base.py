@@ -73,15 +73,30 @@ class Partition:
         return cls(d["source"], d["split"], d["index"], d["key"], d["size"], d["spec"])
 
 
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a document starts in its input, for provenance: the file or object (a local path,
+    a URL, or a hub file's URL at its revision) and, as that format counts, the 1-based line
+    (JSON Lines read by line number), the 0-based row (parquet) or the byte offset of its line
+    (uncompressed JSON Lines; 0 for a .txt file, which is one document)."""
+
+    file: str
+    line: int | None = None
+    row: int | None = None
+    offset: int | None = None
+
+
 @dataclass(frozen=True)
 class Record:
-    """One input document (``text``), or a bad record (``bad`` says why) at ``where``."""
+    """One input document (``text``), or a bad record (``bad`` says why) at ``where`` (the
+    place as an error message names it; ``location`` is the same place as data)."""
 
     text: str | None
     cursor: Cursor
     where: str
     bad: str | None = None
     progress: int = 0  # units of Partition.size consumed so far, for rate and ETA
+    location: Location | None = None
 
 
 class Source(ABC):
@@ -101,8 +116,14 @@ class Source(ABC):
         self.config = config
 
     @classmethod
+    def identity(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """What of a normalized config decides the output (hashed, and compared on resume):
+        every key but the location keys."""
+        return {k: v for k, v in config.items() if k not in cls.location_keys}
+
+    @classmethod
     def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
-        """Check a recipe section and fill in defaults (the result goes into the recipe hash)."""
+        """Check a recipe section and fill in defaults (`identity` says what of it is hashed)."""
         unknown = sorted(set(raw) - set(cls.defaults) - set(cls.required) - {"type"})
         if unknown:
             known = ", ".join(sorted({*cls.defaults, *cls.required}))

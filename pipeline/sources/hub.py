@@ -24,7 +24,8 @@ from typing import IO, Any
 from urllib.parse import quote
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import is_url
+from pipeline.sources.text_columns import is_text_type
+from pipeline.storage.locations import is_url
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0
@@ -406,7 +407,8 @@ class FileLayout:
     size: int
     row_group_rows: list[int]
     row_group_bytes: list[int]
-    columns: dict[str, str]
+    columns: dict[str, str]  # name -> type, as messages show it
+    text_columns: frozenset[str]  # those holding text (`pipeline.sources.text_columns`)
 
     @property
     def rows(self) -> int:
@@ -434,7 +436,8 @@ def file_layout(repo: Repo, rel: str) -> FileLayout:
         rows.append(rg.num_rows)
         nbytes.append(sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)))
     columns = {field.name: str(field.type) for field in schema}
-    return FileLayout(rel, size, rows, nbytes, columns)
+    text = frozenset(field.name for field in schema if is_text_type(field.type))
+    return FileLayout(rel, size, rows, nbytes, columns, text)
 
 
 def file_layouts(repo: Repo, files: list[str]) -> Iterator[FileLayout]:

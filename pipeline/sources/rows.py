@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from pipeline.format.errors import TokshardError
-from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
+from pipeline.sources.base import Cursor, Location, Partition, Record, Source, check_globs, check_path_name
 from pipeline.sources.hub import (
     FileLayout,
     Repo,
@@ -37,7 +37,6 @@ from pipeline.sources.hub import (
 
 DEFAULT_PARTITION_BYTES = 64 << 20
 BATCH_ROWS = 4096
-_STRING_TYPES = ("string", "large_string")
 
 
 @dataclass(frozen=True)
@@ -158,7 +157,7 @@ class HubSource(Source):
                     f"{repo.url(layout.path)}: no column {column!r} (columns: {', '.join(layout.columns)}); "
                     f"{self.column_hint()}"
                 )
-            if kind not in _STRING_TYPES:
+            if column not in layout.text_columns:
                 raise TokshardError(f"{repo.url(layout.path)}: column {column!r} is {kind}, not text")
 
     def column_hint(self) -> str:
@@ -258,10 +257,12 @@ class HubSource(Source):
         aligned = cursor is not None or start == 0
         rows = self._rows(repo, spec, begin, partition)
         span = max(1, stop - start)
+        file_first = {spec["file"]: spec["file_first"], **dict(spec["tail"])}
         for doc in self.documents(rows, begin, aligned, stop):
             where = f"{repo.describe()} {doc.file} row {doc.first}"
             progress = partition.size * min(span, doc.end - start) // span
-            yield Record(doc.text, {"row": doc.end}, where, doc.bad, progress)
+            location = Location(repo.url(doc.file), row=doc.first - file_first[doc.file])
+            yield Record(doc.text, {"row": doc.end}, where, doc.bad, progress, location)
 
     def documents(self, rows: Iterator[Rows], begin: int, aligned: bool, stop: int) -> Iterator[Doc]:
         """Documents starting at rows ``>= begin`` and ``< stop``; the default: one per row.

@@ -218,12 +218,12 @@ def run_guarded(code: str) -> subprocess.CompletedProcess:
 def test_guard_refuses_our_import_of_a_package_the_image_lacks():
     """zstandard is not on the image: our lazy import of it fails as it would on the device."""
     proc = run_guarded(
-        "import io\nfrom pipeline.sources.files import ZstdFrames\n"
+        "import io\nfrom pipeline.sources.files.zstd_frames import ZstdFrames\n"
         "try:\n    ZstdFrames(io.BytesIO(b''))\nexcept ModuleNotFoundError as e:\n    print(e)"
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
-        "pipeline/sources/files.py imports zstandard (zstandard), which the GPU image lacks "
+        "pipeline/sources/files/zstd_frames.py imports zstandard (zstandard), which the GPU image lacks "
         "(bench/gpu_device_packages.txt): add it to CARRIED in bench/gpu_carry.py"
     )
 

@@ -14,7 +14,6 @@ import pytest
 from support import cli, write_jsonl
 
 from tokshard.cli import build_parser
-from tokshard.commands.train import parser as train_parser
 from tokshard.usage import file_arg, folder_arg, path_arg
 
 COMMANDS = [
@@ -27,6 +26,8 @@ COMMANDS = [
     ["verify"],
     ["inspect"],
     ["train"],
+    ["samples"],
+    ["megatron-args"],
 ]
 
 
@@ -48,7 +49,6 @@ def test_help_has_an_example(command):
 
 def test_every_option_of_every_command_says_what_it_does():
     parsers = dict(subparsers(build_parser()))
-    parsers[("train",)] = train_parser()
     assert set(parsers) >= {tuple(c) for c in COMMANDS}
     for words, p in parsers.items():
         for action in p._actions:
@@ -102,7 +102,7 @@ def files(tmp_path_factory, tokenizer_path):
 MISTAKES = [
     # demo
     (["demo", "--out", "{root}/a-file"], "is a file"),
-    (["demo", "--out", "{root}/not-a-demo"], "not empty and holds no demo"),
+    (["demo", "--out", "{root}/not-a-demo"], "holds keep.txt but no demo.json"),
     (["demo", "--size", "huge"], "invalid choice: 'huge'"),
     # plot
     (["plot", "{root}/nowhere"], "does not exist"),
@@ -166,6 +166,16 @@ def test_a_mistake_is_one_line_and_a_nonzero_exit(files, argv, says):
     assert says in errors[0]
 
 
+def test_a_plot_of_a_stored_manifest_needs_a_plot_file_and_is_refused_before_any_work():
+    """The default PNG goes beside the manifest, and a bucket is no folder of this machine: the
+    command stops before it reads anything (the bucket does not exist; nothing reaches it)."""
+    proc = cli("inspect", "s3://no-such-bucket/run", "--plot")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "tokshard: error: --plot of a manifest URL needs --plot-file PNG (a local file to write)"
+    ]
+
+
 def test_a_mistake_in_a_recipe_names_the_file(files):
     proc = cli("prepare", files["bad_key"], "--out", str(files["root"] / "o8"))
     assert files["bad_key"] in proc.stderr
@@ -180,13 +190,7 @@ def test_a_mistake_in_a_recipe_names_the_file(files):
 
 
 def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
-    from tokshard.commands import megatron_args as megatron
-    from tokshard.commands import samples
-
     parsers = dict(subparsers(build_parser()))
-    parsers[("train",)] = train_parser()
-    parsers[("samples",)] = samples.parser()
-    parsers[("megatron-args",)] = megatron.parser()
     return {words: p for words, p in parsers.items() if not any(
         isinstance(a, argparse._SubParsersAction) for a in p._actions)}  # fmt: skip
 

@@ -4,8 +4,8 @@
   and exactly the test command `.ci/run` runs.
 - The Dockerfile installs only through `.ci/setup` (no pip line of its own), has a `cpu` and a
   `gpu` target with `tokshard` as the entrypoint, and passes hadolint.
-- Every `tokshard ...` command line in the README (also behind `deepspeed --module trainer`,
-  `torchrun -m trainer` and `docker run IMAGE`) parses with the real argument parsers, so the
+- Every `tokshard ...` command line in the README (also behind `deepspeed --module tokshard`,
+  `torchrun -m tokshard` and `docker run IMAGE`) parses with the real argument parsers, so the
   README cannot drift from the options.
 """
 
@@ -23,7 +23,7 @@ import pytest
 from support import REPO
 
 from tokshard.cli import build_parser
-from tokshard.commands.train import parse as parse_train
+from tokshard.commands.train import settings_from
 
 README = (REPO / "README.md").read_text()
 
@@ -127,11 +127,8 @@ def readme_tokshard_argvs() -> list[tuple[str, list[str]]]:
                 words = shlex.split(part, comments=True)
                 for i, word in enumerate(words):
                     image = word.startswith("tokshard:") and words[:2] == ["docker", "run"]
-                    if word.endswith("tokshard") or image:
+                    if word.endswith("tokshard") or image:  # also `deepspeed --module tokshard`
                         found.append((line, words[i + 1 :]))
-                        break
-                    if word in ("--module", "-m") and words[i + 1 : i + 2] == ["trainer"]:
-                        found.append((line, ["train", *words[i + 2 :]]))
                         break
     return found
 
@@ -145,10 +142,9 @@ def test_the_readme_shows_commands():
     ("line", "argv"), readme_tokshard_argvs(), ids=[line for line, _ in readme_tokshard_argvs()]
 )
 def test_every_readme_command_parses_with_the_real_options(line, argv):
-    if argv and argv[0] == "train":
-        parse_train(argv[1:])  # raises TokshardError on an unknown or malformed option
-    else:
-        build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # raises TokshardError on an unknown or malformed option
+    if args.command == "train":
+        settings_from(args)  # and on a malformed --mix
 
 
 def test_readme_links_point_at_files_in_the_repository():

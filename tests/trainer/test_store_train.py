@@ -8,35 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from support import REPO, cli, run_prepare, write_jsonl
+from support import REPO, cli
 
 from pipeline.format.content_hash import file_hash
-from pipeline.format.store_cache import DataCache, ShardFetcher
+from pipeline.storage.data_cache import DataCache, ShardFetcher
 
 CONFIGS = REPO / "trainer" / "configs"
-
-
-@pytest.fixture(scope="module")
-def s3_manifest(s3_server, tmp_path_factory, docs, tokenizer_path, dask_client) -> str:
-    """A prepared run (train and validation splits, 8+ shards) uploaded to a bucket."""
-    d = tmp_path_factory.mktemp("s3train")
-    train = write_jsonl(d / "train.jsonl", docs[:150])
-    valid = write_jsonl(d / "valid.jsonl", docs[150:180])
-    recipe = {
-        "tokenizer": str(tokenizer_path),
-        "shard_tokens": 25_000,
-        "sources": {
-            "text": {"type": "files", "splits": {"train": [str(train)], "validation": [str(valid)]}},
-        },
-    }
-    local = run_prepare(recipe, d / "run", dask_client).parent
-    bucket = s3_server.new_bucket()
-    s3 = s3_server.client()
-    for p in sorted(local.rglob("*")):
-        if p.is_file() and ".tokshard" not in p.parts:
-            s3.put_object(Bucket=bucket, Key=f"run/{p.relative_to(local)}", Body=p.read_bytes())
-    return f"s3://{bucket}/run/manifest.json"
 
 
 def cache_note(stdout: str) -> str:
@@ -93,7 +70,7 @@ def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3_manifest, tmp
 def test_two_processes_fill_one_cache_at_once_each_shard_downloaded_once(s3_manifest, tmp_path, s3_server):
     script = (
         "import json, sys\n"
-        "from pipeline.format.store_cache import DataCache, ShardFetcher\n"
+        "from pipeline.storage.data_cache import DataCache, ShardFetcher\n"
         "c = DataCache(sys.argv[1]); m = c.open_manifest(sys.argv[2]); ShardFetcher(c, m).fetch_all()\n"
         "print(json.dumps({'downloaded': c.stats.downloaded, 'cached': c.stats.cached}))\n"
     )
@@ -141,10 +118,10 @@ def test_the_size_limit_evicts_least_recently_used_shards_that_no_job_maps(s3_ma
 def test_the_trainers_data_path_imports_fsspec_only_for_a_url():
     code = (
         "import sys\n"
-        "import trainer.data, trainer.remote, pipeline.format.store_cache\n"
+        "import trainer.data, trainer.remote, pipeline.storage.data_cache\n"
         "assert 'fsspec' not in sys.modules, 'fsspec imported without a URL'\n"
-        "from pipeline.format.store import Store\n"
-        "Store('memory://x')\n"
+        "from pipeline.storage.object_store import ObjectStore\n"
+        "ObjectStore('memory://x')\n"
         "assert 'fsspec' in sys.modules\n"
     )
     proc = subprocess.run(

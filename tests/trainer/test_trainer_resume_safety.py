@@ -1,6 +1,6 @@
 """Resume and save under real faults: kill -9 mid-run, a full disk during a checkpoint, a
 changed batch or model, damaged data mid-run (issue 15). Real DeepSpeed engines on CPU (gloo,
-fp32, torch's AdamW via the default config), each a `python -m trainer` process."""
+fp32, torch's AdamW via the default config), each a `python -m tokshard train` process."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def trainer_cmd(*args: str) -> tuple[list[str], dict[str, str]]:
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }
     env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return [sys.executable, "-m", "trainer", *args], env
+    return [sys.executable, "-m", "tokshard", "train", *args], env
 
 
 def train(*args: str, code: int = 0) -> subprocess.CompletedProcess:

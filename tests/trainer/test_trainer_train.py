@@ -1,6 +1,6 @@
 """The trainer end to end: real DeepSpeed engines on CPU (gloo), one and two processes.
 
-Every run is a subprocess started the way users start it (``python -m trainer``, the
+Every run is a subprocess started the way users start it (``python -m tokshard train``, the
 ``deepspeed`` launcher, ``torchrun``), so each has a fresh process group.
 """
 
@@ -125,7 +125,7 @@ def test_the_logged_lr_is_the_rate_each_step_applied_and_warmup_0_starts_at_the_
 def test_a_console_reader_that_quits_leaves_the_run_training(manifest, tmp_path):
     """`tokshard train ... | head`: the run goes on to its last step, its record complete."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "trainer", "--manifest", str(manifest), *SMALL, "--micro-batch", "2",
+    cmd = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), *SMALL, "--micro-batch", "2",
            "--steps", "30", "--run-dir", str(run)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -266,22 +266,22 @@ def test_mix_naming_an_unknown_source_is_refused(manifest):
 def test_command_line_errors_are_one_line_and_exit_2(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "trainer", "--manifest", str(tmp_path / "nowhere")],
+        [sys.executable, "-m", "tokshard", "train", "--manifest", str(tmp_path / "nowhere")],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("tokshard: error: no manifest at")
     assert "Traceback" not in done.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "trainer", "--manifest", "x", "--steps", "0"],
+        [sys.executable, "-m", "tokshard", "train", "--manifest", "x", "--steps", "0"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "--steps: must be a positive integer" in bad.stderr
 
 
 def test_help_has_an_example():
-    text = cli.parser().format_help()
-    assert "deepspeed --num_gpus 8 --module trainer" in text and "--resume" in text
+    text = cli.COMMAND.parser().format_help()
+    assert "deepspeed --num_gpus 8 --module tokshard train" in text and "--resume" in text
 
 
 @pytest.mark.slow

@@ -11,24 +11,13 @@ from pathlib import Path
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
-from tokshard.usage import OneLineParser, file_arg, path_arg
+from tokshard.commands.command import Command
+from tokshard.usage import default_of, file_arg, path_arg
 from trainer.console import reader_gone
-from trainer.megatron import blend
-from trainer.sampler import parse_mix
+from trainer.settings import DataSettings, EvalSettings
 
 
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="tokshard megatron-args",
-        description="Print Megatron-LM's --data-path (weight prefix pairs, one per shard) for prepared "
-        "shards, or write the per-split blend JSON for --per-split-data-args-path. A path the shell would "
-        "split (spaces, quotes) is printed shell-quoted: paste the line, or eval it; $(...) does not "
-        "unquote, so for such paths use --json.",
-        epilog="examples:\n"
-        "  pretrain_gpt.py ... --data-path $(tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3)\n"
-        "  tokshard megatron-args out/manifest.json --json blend.json   # --per-split-data-args-path blend.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "manifest",
         nargs="+",
@@ -36,9 +25,9 @@ def parser() -> argparse.ArgumentParser:
         type=path_arg,
         help="manifest.json or its folder (several allowed)",
     )
-    p.add_argument("--split", default="train", help="the split to train on (default %(default)s)")
+    p.add_argument("--split", default=default_of(DataSettings, "train_split"), help="the split to train on")
     p.add_argument(
-        "--valid-split", default="validation", help="the split for 'valid' in --json (default %(default)s)"
+        "--valid-split", default=default_of(EvalSettings, "split"), help="the split for 'valid' in --json"
     )
     p.add_argument("--mix", metavar="SRC=W,...", help="weights per source (default: by token count)")
     p.add_argument(
@@ -47,14 +36,12 @@ def parser() -> argparse.ArgumentParser:
         type=file_arg,
         help="write {train, valid, test} blend lists here instead of printing",
     )
-    return p
 
 
-def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+def run(args: argparse.Namespace) -> int:
+    from trainer.megatron import blend
+    from trainer.sampler import parse_mix
+
     manifests = [manifest_mod.load(p) for p in args.manifest]
     mix = parse_mix(args.mix)
     train = blend(manifests, args.split, mix)
@@ -96,3 +83,16 @@ def write_blend(path: Path, doc: dict) -> None:
                 "choose another --json"
             )
     write_json(path, doc)
+
+
+COMMAND = Command(
+    name="megatron-args",
+    summary="print Megatron-LM's --data-path (weight prefix ...) for a manifest's shards, or write its blend JSON",
+    details="A path the shell would split (spaces, quotes) is printed shell-quoted: paste the line, or\n"
+    "eval it; $(...) does not unquote, so for such paths use --json (the per-split blend JSON for\n"
+    "Megatron's --per-split-data-args-path).",
+    example="pretrain_gpt.py ... --data-path $(tokshard megatron-args out/manifest.json --mix wiki=0.7,code=0.3)\n"
+    "tokshard megatron-args out/manifest.json --json blend.json   # --per-split-data-args-path blend.json",
+    add_options=add_options,
+    run=run,
+)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
-from tokshard.usage import OneLineParser, folder_arg, path_arg, positive_int
+from tokshard.commands.command import Command
+from tokshard.usage import folder_arg, path_arg, positive_int
 from trainer.console import reader_gone
-from trainer.samples import Layout, RunData
+
+if TYPE_CHECKING:
+    from trainer.samples import Layout, RunData
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -26,14 +29,7 @@ def parse_steps(text: str) -> tuple[int, int]:
     return a, b
 
 
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="tokshard samples",
-        description="Which samples each optimizer step trained on, computed from the checkpointed "
-        "schedule (nothing is logged during training).",
-        epilog="example:\n  tokshard samples ckpt --steps 41237 --decode | less",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "run_dir",
         metavar="RUN_DIR",
@@ -55,10 +51,11 @@ def parser() -> argparse.ArgumentParser:
         type=path_arg,
         help="where the manifests are now (default: the paths the run recorded)",
     )
-    return p
 
 
 def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
+    from trainer.samples import Layout
+
     if args.world is None:
         return None
     micro = args.micro_batch or global_batch // args.world
@@ -109,22 +106,30 @@ def untrained_note(run: RunData, first: int, last: int) -> str:
     )
 
 
-def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    run = RunData(args.run_dir, args.manifest)
-    decode = tokenizer_decoder(run) if args.decode else None
+def run(args: argparse.Namespace) -> int:
+    from trainer.samples import RunData
+
+    recorded = RunData(args.run_dir, args.manifest)
+    decode = tokenizer_decoder(recorded) if args.decode else None
     first, last = args.steps
-    if last > run.trained_to:
-        print(f"tokshard: samples: {untrained_note(run, first, last)}", file=sys.stderr, flush=True)
+    if last > recorded.trained_to:
+        print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
     try:
         for step in range(first, last + 1):
-            layout = layout_for(args, run.state.step_start(step)[1])
-            for rec in run.records(step, layout, decode):
+            layout = layout_for(args, recorded.state.step_start(step)[1])
+            for rec in recorded.records(step, layout, decode):
                 print(json.dumps(rec) if args.json else describe(rec))
         sys.stdout.flush()
     except BrokenPipeError:
         return reader_gone()
     return 0
+
+
+COMMAND = Command(
+    name="samples",
+    summary="which samples (sources, windows, documents, text) each training step used, from the checkpoint",
+    details="Computed from the checkpointed schedule: nothing is logged during training.",
+    example="tokshard samples ckpt --steps 41237 --decode | less",
+    add_options=add_options,
+    run=run,
+)

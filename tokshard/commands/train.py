@@ -1,21 +1,21 @@
 """``tokshard train``: its options, and the run they start (``trainer.loop``).
 
-``main(argv)`` is what ``tokshard train ...`` dispatches to, and what ``python -m trainer``,
-``deepspeed --module trainer`` and ``torchrun -m trainer`` run (``trainer/__main__.py``).
+Launchers start it as a module: ``python -m tokshard train``, ``deepspeed --module tokshard
+train``, ``torchrun -m tokshard train`` (``tokshard/__main__.py``). Describing ``--model``
+names the model sizes, which loads torch: the options are added only when ``train`` is the
+command run (or its help asked for).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from pipeline.format.errors import TokshardError
+from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated
 from tokshard.usage import (
-    OneLineParser,
     file_arg,
     folder_arg,
     non_negative,
@@ -25,11 +25,12 @@ from tokshard.usage import (
     positive_int,
     size_arg,
 )
-from trainer.ds_config import DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
-from trainer.model import SIZES
+from trainer.ds_config import DEFAULT_CONFIG, DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
 from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.settings import (
     PACKING_MODES,
+    WARMUP_DIVISOR,
+    WARMUP_MAX,
     CheckpointSettings,
     DataSettings,
     EvalSettings,
@@ -41,38 +42,28 @@ from trainer.settings import (
 )
 
 EXAMPLES = """\
-examples:
-  # one process (CPU, or one GPU)
-  tokshard train --manifest out/manifest.json --model gpt2-124m --steps 2000 --save ckpt
-  # one node, 8 GPUs, a DeepSpeed config
-  deepspeed --num_gpus 8 --module trainer --manifest out/manifest.json \\
-      --deepspeed trainer/configs/zero2-bf16.json --save ckpt --eval-every 200
-  # torchrun works the same way
-  torchrun --nproc_per_node 8 -m trainer --manifest out/manifest.json --save ckpt
-  # continue after a crash or a time limit: the exact next samples, any number of ranks
-  deepspeed --num_gpus 4 --module trainer --manifest out/manifest.json --save ckpt --resume
-"""
+# one process (CPU, or one GPU)
+tokshard train --manifest out/manifest.json --model gpt2-124m --steps 2000 --save ckpt
+# one node, 8 GPUs, a DeepSpeed config
+deepspeed --num_gpus 8 --module tokshard train --manifest out/manifest.json \\
+    --deepspeed trainer/configs/zero2-bf16.json --save ckpt --eval-every 200
+# torchrun works the same way
+torchrun --nproc_per_node 8 -m tokshard train --manifest out/manifest.json --save ckpt
+# continue after a crash or a time limit: the exact next samples, any number of ranks
+deepspeed --num_gpus 4 --module tokshard train --manifest out/manifest.json --save ckpt --resume"""
 
 
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="tokshard train",
-        description="Train a GPT-style model with DeepSpeed on a prepared manifest; batches are "
-        "memory-mapped from the shards and prepared ahead on a background thread.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_options(p: argparse.ArgumentParser) -> None:
     _data_options(p.add_argument_group("data"))
     _model_options(p.add_argument_group("model"))
     _run_options(p.add_argument_group("run"))
     _eval_options(p.add_argument_group("evaluation"))
     _output_options(p.add_argument_group("checkpoints and logs"))
-    # the deepspeed launcher and torch.distributed.launch pass this; LOCAL_RANK in the environment says the same
-    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    return p
 
 
 def _data_options(g) -> None:
+    from pipeline.storage.data_cache import default_cache_dir
+
     d = DataSettings(manifests=())
     g.add_argument(
         "--manifest",
@@ -88,7 +79,7 @@ def _data_options(g) -> None:
         metavar="DIR",
         type=folder_arg,
         help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
-        "(default ~/.cache/tokshard/data)",
+        f"(default {default_cache_dir()})",
     )
     g.add_argument(
         "--data-cache-limit",
@@ -131,6 +122,9 @@ def _data_options(g) -> None:
 
 
 def _model_options(g) -> None:
+    from trainer.model import SIZES  # loads torch: only when train's options are built
+    from trainer.models import VOCAB_MULTIPLE
+
     d = ModelSettings()
     g.add_argument(
         "--model", default=d.name,
@@ -141,7 +135,7 @@ def _model_options(g) -> None:
     g.add_argument(
         "--vocab-size",
         type=positive_int,
-        help="embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of 64; "
+        help=f"embedding rows (default: the tokenizer's vocabulary rounded up to a multiple of {VOCAB_MULTIPLE}; "
         "an hf: config keeps its own)",
     )
     g.add_argument(
@@ -164,7 +158,7 @@ def _run_options(g) -> None:
         "--deepspeed",
         metavar="DS.json",
         type=file_arg,
-        help="a DeepSpeed config (default: ZeRO 0, AdamW, warmup + cosine, bf16 where the GPU has it)",
+        help=f"a DeepSpeed config (default: trainer/configs/{DEFAULT_CONFIG.name}, with bf16 where the GPU has it)",
     )
     g.add_argument(
         "--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)"
@@ -190,7 +184,10 @@ def _run_options(g) -> None:
     g.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps")
     g.add_argument("--lr", type=positive_float, help=f"peak learning rate (default {DEFAULT_LR:g})")
     g.add_argument(
-        "--warmup", type=non_negative, help="warmup steps (default min(100, steps/10); 0: no warmup)"
+        "--warmup",
+        type=non_negative,
+        help=f"warmup steps (default: --steps // {WARMUP_DIVISOR}, at most {WARMUP_MAX}, at least 1; "
+        "0: no warmup)",
     )
     g.add_argument(
         "--weight-decay",
@@ -228,6 +225,8 @@ def _eval_options(g) -> None:
 
 
 def _output_options(g) -> None:
+    from trainer.run_folders import RUNS
+
     d, log = CheckpointSettings(), LogSettings()
     g.add_argument(
         "--save",
@@ -257,7 +256,7 @@ def _output_options(g) -> None:
         "--run-dir",
         metavar="DIR",
         type=folder_arg,
-        help="metrics.jsonl and run.json go here (default: --save, else runs/TIME)",
+        help=f"metrics.jsonl and run.json go here (default: --save, else {RUNS}/TIME)",
     )
     g.add_argument(
         "--log-every", type=positive_int, default=log.every, help="log every N steps (default %(default)s)"
@@ -318,33 +317,21 @@ def packing_from(ns: argparse.Namespace) -> Packing:
 
 
 def parse(argv: list[str]) -> TrainSettings:
-    return settings_from(parser().parse_args(argv))
+    """The settings of a ``tokshard train`` command line (its words after ``train``)."""
+    return settings_from(COMMAND.parser().parse_args(argv))
 
 
-class Terminated(BaseException):
-    """SIGTERM (a job's time limit, ``kill``): unwinds the run as Ctrl-C does."""
-
-
-def _terminated(signum, frame) -> None:
-    raise Terminated
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``tokshard train``; TokshardError propagates (the caller prints it as one line).
-    Ctrl-C and SIGTERM end in one line saying where the run can continue from."""
+def run(args: argparse.Namespace) -> int:
+    """Train; Ctrl-C and SIGTERM end in one line saying where the run can continue from."""
     from trainer.checkpoint.state import how_to_continue
     from trainer.loop import train
 
-    try:
-        settings = parse(sys.argv[1:] if argv is None else argv)
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    main_thread = threading.current_thread() is threading.main_thread()  # where signals are handled
-    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    settings = settings_from(args)
     try:
         train(settings)
     except (KeyboardInterrupt, Terminated) as stop:
-        what, code = ("stopped by SIGTERM", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        terminated = isinstance(stop, Terminated)
+        what, code = ("stopped by SIGTERM", TERMINATED) if terminated else ("interrupted", INTERRUPTED)
         save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
         if os.environ.get("RANK", "0") == "0":  # one line per run, not per rank
             print(
@@ -352,7 +339,19 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return code
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+COMMAND = Command(
+    name="train",
+    summary="train a model with DeepSpeed on a manifest",
+    details="Batches are memory-mapped from the shards and prepared ahead on a background thread.",
+    example=EXAMPLES,
+    add_options=add_options,
+    run=run,
+)
+
+
+def main(argv: list[str]) -> int:
+    """``tokshard train ARGV`` in this process (scripts, tests); mistakes raise TokshardError."""
+    return COMMAND.main(argv)

@@ -12,7 +12,7 @@ from support import cli, plain_encode, run_prepare, stream_of
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
-from pipeline.sources.files import json_text
+from pipeline.sources.files.readers.jsonl import json_text
 
 GOOD = ["first good document", "second good document", "third good document"]
 BAD_LINES = {

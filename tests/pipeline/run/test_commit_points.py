@@ -22,7 +22,7 @@ from pipeline.encoding.documents import (
 from pipeline.format.content_hash import file_hash
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import ShardRecord, ShardSequence
-from pipeline.run.state import partition_lock
+from pipeline.run.folder_layout import partition_lock
 from pipeline.sources.base import Partition, Record
 
 EOS = 0
@@ -185,7 +185,7 @@ def test_a_partition_held_by_another_process_is_waited_for_then_named(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from pipeline.run.state import partition_lock;"
+            "import sys, time; from pathlib import Path; from pipeline.run.folder_layout import partition_lock;"
             "from pipeline.sources.base import Partition\n"
             "with partition_lock(Path(sys.argv[1]), Partition('src', 'train', 0, 'k', 1)):\n"
             "    print('held', flush=True); time.sleep(60)",

@@ -27,7 +27,7 @@ from support import (
     wait_for,
 )
 
-from pipeline.run.state import STATE_DIR
+from pipeline.run.run_state import STATE_DIR
 
 pytestmark = pytest.mark.slow
 DASK = [sys.executable, "-m", "distributed.cli.dask_worker"]

@@ -7,36 +7,10 @@ with the reason otherwise)."""
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
-import pytest
 from support import assert_same_output, checkpoints, cli, corpus, files_recipe, leftovers, reference
 
 from pipeline.format.verify import verify
-
-
-@pytest.fixture
-def tmpfs(tmp_path):
-    """mount(path, size) a tmpfs; remount(path, options); all unmounted afterwards."""
-    mounted: list[Path] = []
-
-    def mount(path: Path, size: str) -> Path:
-        path.mkdir(parents=True)
-        proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode}); needs root")
-        mounted.append(path)
-        return path
-
-    def remount(path: Path, options: str) -> None:
-        subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
-
-    yield mount, remount
-    for path in reversed(mounted):
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_disk_full_is_one_clear_line_and_a_rerun_with_room_finishes(

@@ -158,22 +158,22 @@ def test_partitions_that_start_inside_lines_longer_than_a_scan_read_each_documen
     ],
 )
 def test_the_next_line_start_is_found_without_reading_the_line(tmp_path, content, offset, after):
-    from pipeline.sources.files import _after_newline
+    from pipeline.sources.files.readers.jsonl import after_newline
 
     (tmp_path / "f").write_bytes(content)
     with open(tmp_path / "f", "rb") as f:
-        assert _after_newline(f, offset) == after
+        assert after_newline(f, offset) == after
 
 
 @pytest.mark.parametrize("head", [16, 1 << 20])
 def test_lines_longer_than_the_first_read_come_back_whole_and_in_order(tmp_path, head):
-    from pipeline.sources.files import _read_line
+    from pipeline.sources.files.readers.jsonl import read_line_at
 
     lines = [b"a\n", b"b" * 2_500_000 + b"\n", b"\n", b"c" * 40 + b"\n", b"d" * 17]  # the last unended
     (tmp_path / "f").write_bytes(b"".join(lines))
     got, pos = [], 0
     with open(tmp_path / "f", "rb") as f:
-        while line := _read_line(f, pos, head):
+        while line := read_line_at(f, pos, head):
             got.append(line)
             pos += len(line)
     assert got == lines
@@ -224,7 +224,8 @@ def test_manifest_paths_are_relative_so_the_folder_can_move(tmp_path, docs, toke
 
 
 def test_auto_partitions_follow_the_input_size_not_the_workers(tmp_path, docs, tokenizer_path):
-    from pipeline.sources.files import AUTO_FEW, FilesSource
+    from pipeline.sources.files import FilesSource
+    from pipeline.sources.files.planning import AUTO_FEW
 
     data = write_jsonl(tmp_path / "in.jsonl", docs * 30)  # about 20 MB: a small split
     cfg = FilesSource.normalize("d", {"paths": [str(data)]}, "test")
@@ -251,5 +252,5 @@ def test_auto_partition_size_grows_with_the_split_within_bounds(tmp_path, size, 
     big = tmp_path / "big.jsonl"
     with open(big, "wb") as f:  # sparse: only its size is read
         f.truncate(size)
-    cfg = FilesSource.normalize("d", {"paths": [str(big)]}, "test")
-    assert FilesSource("d", cfg).partition_bytes([str(big)]) == step
+    source = FilesSource("d", FilesSource.normalize("d", {"paths": [str(big)]}, "test"))
+    assert source.partition_bytes(sum(f.size for f in source.files("train"))) == step

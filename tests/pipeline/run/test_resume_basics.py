@@ -12,7 +12,7 @@ from pipeline import recipe
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
 from pipeline.run.driver import RunOptions, prepare
-from pipeline.run.state import run_lock
+from pipeline.run.folder_layout import run_lock
 
 
 def files_recipe(tokenizer_path, data, **settings):

@@ -30,7 +30,7 @@ from support import (
 )
 
 from pipeline.format.verify import verify
-from pipeline.run.state import STATE_DIR
+from pipeline.run.run_state import STATE_DIR
 from pipeline.run.status import status
 
 KILL_ROUNDS = 3

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
-from support import cli
+from support import cli, corpus, files_recipe, start_prepare
 
 from pipeline import recipe
 from pipeline.format.errors import TokshardError
 from pipeline.run.driver import RunOptions, prepare
-from pipeline.run.state import run_lock
+from pipeline.run.folder_layout import run_lock
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +59,45 @@ def test_status_names_the_run_holding_the_lock_with_rate_and_eta(interrupted):
     assert f"running: pid {os.getpid()} on " in text
     assert re.search(r"running: .*; [\d.]+[kMGT]? tok/s, ETA \d+:\d\d:\d\d", text), text
     assert f"a rerun would: be refused while pid {os.getpid()}" in text
+
+
+def running_rates(proc, where: str) -> list[float]:
+    """What `tokshard status` reports, read over and over while ``proc`` runs (in this process:
+    the same function the command prints, without a fresh interpreter per look): the rates it
+    showed while a run held the output and its input was not all done."""
+    from pipeline.run.status import status
+
+    rates = []
+    while proc.poll() is None:
+        try:
+            s = status(where)
+        except TokshardError:  # no plan yet
+            continue
+        if s["running"] and s["progress"] < 1:
+            rates.append(s["tokens_per_s"])
+    return rates
+
+
+@pytest.fixture(scope="module")
+def long_input(tmp_path_factory, docs) -> Path:
+    """7 MB of real text: seconds of encoding for one worker with the reference encoder."""
+    return corpus(tmp_path_factory.mktemp("long") / "in.jsonl", docs, copies=10)
+
+
+@pytest.mark.parametrize(
+    ("store", "partition_bytes"), [(False, 50_000), (True, 500_000)], ids=["folder", "store"]
+)
+def test_status_shows_the_rate_of_a_run_that_progresses(
+    long_input, tokenizer_path, tmp_path, s3_server, store, partition_bytes
+):
+    """Small partitions, each done long before its first commit point: a running prepare has
+    no partial checkpoint most of the time, so the rate `status` shows must be the driver's own,
+    recorded with its lock or lease (partitions' commits alone would show 0 tok/s)."""
+    recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, long_input, partition_bytes=partition_bytes)
+    where = f"s3://{s3_server.new_bucket()}/run" if store else str(tmp_path / "out")
+    proc = start_prepare(recipe, where, "--workers", "1", "--encoder", "tokenizers")  # the slowest
+    rates = running_rates(proc, where)
+    _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    shown = [r for r in rates if r > 0]
+    assert shown and rates[-1] > 0, rates  # once the first partitions are done, always

@@ -14,54 +14,21 @@ from pathlib import Path
 import pytest
 from support import (
     alive,
+    assert_same_as_local,
     cli,
-    corpus,
     dask_worker_pids,
-    files_recipe,
     free_port,
     kill_group,
     moto_server,
-    reference,
     start_prepare,
     write_jsonl,
 )
 
 from pipeline.format import manifest
-from pipeline.format.store import Store
-from pipeline.run.store_run import LEASE_FILE, lease
+from pipeline.run.store_state import LEASE_FILE, lease
+from pipeline.storage.object_store import ObjectStore
 
 KILL_ROUNDS = 3
-
-
-@pytest.fixture(scope="module")
-def store_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
-    """2 MB of real text in 7 partitions, small shards; and its local reference run."""
-    d = tmp_path_factory.mktemp("store")
-    data = corpus(d / "in.jsonl", docs, copies=3)
-    recipe = files_recipe(d / "r.toml", tokenizer_path, data, partition_bytes=300_000, shard_tokens=60_000)
-    ref = reference(recipe, d / "ref", dask_client)
-    return recipe, ref.parent
-
-
-def local_output(folder: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(folder)): p.read_bytes()
-        for p in folder.rglob("*")
-        if p.is_file() and ".tokshard" not in p.parts
-    }
-
-
-def assert_same_as_local(server, bucket: str, prefix: str, ref: Path) -> None:
-    """Every .bin, .idx and the tokenizer byte for byte; the manifest's shard list equal."""
-    stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(".tokshard/")}
-    local = local_output(ref)
-    assert sorted(stored) == sorted(local)
-    for rel, data in local.items():
-        if rel == "manifest.json":
-            a, b = json.loads(data), json.loads(stored[rel])
-            assert a["shards"] == b["shards"] and a["totals"] == b["totals"] and a["sources"] == b["sources"]
-        else:
-            assert stored[rel] == data, rel
 
 
 def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_read_it(
@@ -175,7 +142,7 @@ def test_a_second_prepare_on_the_same_url_is_refused(s3_server, store_setup, tmp
     recipe, _ = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
-    with lease(Store(url), "first-run", log=lambda m: None):  # this process is the running prepare
+    with lease(ObjectStore(url), "first-run", log=lambda m: None):  # this process is the running prepare
         proc = cli("prepare", str(recipe), "--out", url, "--workers", "1", cwd=tmp_path)
         running = json.loads(cli("status", url, "--json").stdout or "{}").get("running")
     assert proc.returncode == 2, proc.stderr
@@ -188,21 +155,39 @@ def test_a_second_prepare_on_the_same_url_is_refused(s3_server, store_setup, tmp
     assert not s3_server.objects(bucket, "run/manifest.json")
 
 
-def test_the_lease_of_a_dead_prepare_is_taken_over(s3_server, store_setup):
+@pytest.mark.parametrize(
+    ("lease", "named"),
+    [
+        ("a dead pid on this host", r"pid 4206639 on \S+ since then, last renewed \d+ s ago"),
+        ("another host, not renewed", r"pid 7 on elsewhere since then, last renewed \d+ s ago"),
+        ("an unreadable record", r"its lease record was unreadable"),
+    ],
+)
+def test_the_lease_of_a_dead_prepare_is_taken_over_and_named(s3_server, store_setup, lease, named):
+    """Whatever the dead run left in its lease, the message names it as far as it can be
+    read, never as "pid None on None"."""
     recipe, _ = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
-    dead = {
-        "pid": 2**22 + 12345,
-        "host": os.uname().nodename,
-        "since": "then",
-        "time": time.time(),
-        "run": "old",
-    }
-    assert Store(url).create(LEASE_FILE, json.dumps(dead).encode())
+    if lease == "an unreadable record":
+        body = b'{"pid": '
+    else:
+        here = lease == "a dead pid on this host"
+        body = json.dumps(
+            {
+                "pid": 2**22 + 12335 if here else 7,
+                "host": os.uname().nodename if here else "elsewhere",
+                "since": "then",
+                "time": time.time() - (0 if here else 600),
+                "run": "old",
+            }
+        ).encode()
+    assert ObjectStore(url).create(LEASE_FILE, body)
+    assert json.loads(cli("status", url, "--json").stdout or "{}").get("running") is None
     proc = cli("prepare", str(recipe), "--out", url, "--workers", "1")
     assert proc.returncode == 0, proc.stderr
-    assert "took over the lease of a dead run" in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "took over the lease" in ln]
+    assert re.fullmatch(rf"tokshard: took over the lease of a dead run \({named}\)", line), line
 
 
 def _no_local_folder(cwd: Path) -> None:

@@ -612,3 +612,36 @@ def test_revision_lookup_retries_a_busy_hub_then_pins_the_commit(monkeypatch):
     assert (pinned.revision, pinned.requested_revision) == (COMMIT_A, "main")
     assert len(calls) == 3
     assert pinned.root == f"hf://datasets/acme/notes@{COMMIT_A}"
+
+
+def test_every_document_names_its_file_and_first_row(mirror):
+    """A record's location is the mirror file and the row its document starts at (an article
+    crossing into the next file is named by the file it starts in)."""
+    root, _ = mirror
+    src = source("wikitext", root, partition_bytes=1)
+    rows: dict[str, list[str]] = {}
+    checked = 0
+    for part in src.partitions():
+        for rec in src.read(part, None):
+            loc = rec.location
+            if loc.file not in rows:
+                rows[loc.file] = pq.read_table(loc.file).column("text").to_pylist()
+            first = rows[loc.file][loc.row]
+            assert rec.text.startswith(first) if first.strip() else not rec.text.strip(), (loc, rec.text[:60])
+            checked += 1
+    assert checked > 70 and len(rows) == 4
+
+
+def test_a_dictionary_encoded_text_column_is_text(tmp_path, docs):
+    """A column written from pandas categories (``dictionary<values=string>``) holds text."""
+    repo = tmp_path / "acme" / "cats"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*\n---\n"
+    )
+    texts = [docs[i % 4] for i in range(30)]
+    (repo / "data").mkdir()
+    pq.write_table(pa.table({"content": pa.array(texts).dictionary_encode()}), repo / "data" / "a.parquet")
+    assert "dictionary" in str(pq.read_metadata(repo / "data" / "a.parquet").schema.to_arrow_schema())
+    src = source("hf", tmp_path, repo="acme/cats", split="train", text_field="content")
+    assert read_all(src) == {"train": texts}

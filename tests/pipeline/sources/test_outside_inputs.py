@@ -16,20 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from support import cli, plain_encode, run_prepare, stream_of, write_jsonl
+from support import cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline.format import manifest
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files import expand, iter_texts
-
-
-def one_error_line(proc) -> str:
-    """The single `tokshard: error:` line a failed command must end with (and no traceback)."""
-    lines = proc.stderr.strip().splitlines()
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    assert lines and lines[-1].startswith("tokshard: error: "), proc.stderr
-    assert [line for line in lines if line.startswith("tokshard: error: ")] == lines[-1:], proc.stderr
-    return lines[-1]
 
 
 def files_recipe(tokenizer_path, paths, **settings) -> dict:
@@ -247,14 +238,14 @@ def test_planning_lists_each_split_s_files_once(tmp_path, docs, tokenizer_path, 
     from pipeline import recipe
     from pipeline.encoding import tokenizer
     from pipeline.run.driver import make_plan
-    from pipeline.sources import files
+    from pipeline.sources.files import source as files
 
     write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
     write_jsonl(tmp_path / "val.jsonl", docs[5:7])
     listings = []
-    real = files.expand
+    real = files.list_files
     monkeypatch.setattr(
-        files, "expand", lambda patterns, base: listings.append(patterns) or real(patterns, base)
+        files, "list_files", lambda patterns, base: listings.append(patterns) or real(patterns, base)
     )
     raw = {
         "tokenizer": str(tokenizer_path),
@@ -421,9 +412,9 @@ def test_a_bom_is_stripped_from_txt_as_from_jsonl(tmp_path, docs):
 
 
 def test_a_bom_is_stripped_from_a_txt_streamed_in_pieces(tmp_path, monkeypatch):
-    from pipeline.sources import files
+    from pipeline.sources.files.readers import txt
 
-    monkeypatch.setattr(files, "STREAM_TXT_BYTES", 16)  # this small file takes the large-file path
+    monkeypatch.setattr(txt, "STREAM_TXT_BYTES", 16)  # this small file takes the large-file path
     (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbf" + b"a longer text than sixteen bytes")
     assert list(iter_texts([str(tmp_path / "a.txt")])) == ["a longer text than sixteen bytes"]
 

@@ -1,11 +1,9 @@
-"""Every access to an object store (s3://, gs://, any fsspec URL) goes through this module.
+"""`ObjectStore`: a `Place` in an object store (s3://, gs://, any fsspec URL).
 
-A prepare folder or a manifest may be a URL; `is_url` decides, and nothing else in tokshard
-turns a URL into a `pathlib.Path` (``Path("s3://b/run")`` is the local folder ``s3:/b/run``).
-`Store` is one folder of a store with the few operations tokshard needs: whole-object reads
-and writes (an object appears whole or not at all), uploads and downloads of files, an
-exclusive create (S3 ``If-None-Match: *``) and a conditional replace (``If-Match``) for the
-run lease, a listing, and deletes. Endpoints and credentials come from the store's own
+Every access to an object store goes through this module. Besides the `Place` operations
+(whole-object reads and writes: an object appears whole or not at all; uploads, downloads,
+listings, deletes) it offers an exclusive create (S3 ``If-None-Match: *``) and a conditional
+replace (``If-Match``) for the run lease. Endpoints and credentials come from the store's own
 configuration (for S3: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ..., ``~/.aws``, fsspec's
 config), never from tokshard. Failures become one-line `TokshardError`s.
 
@@ -16,90 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+from pipeline.storage.locations import EXTRAS, checked_location, protocol
+from pipeline.storage.place import Place
 
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
-#: protocols whose fsspec back end tokshard ships as an extra (pip install tokshard[EXTRA])
-EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
-
-
-#: fsspec protocols a user may type; ``s3:/b/x`` or ``s3:b/x`` with one of these is a mistyped
-#: URL, never a local folder named ``s3:`` (not ``hf``: ``--model hf:NAME`` is tokshard's own
-#: spelling, not a URL)
-KNOWN_PROTOCOLS = frozenset(
-    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "r2"}
-) | frozenset({"http", "https", "ftp", "sftp", "hdfs", "webhdfs", "file", "memory"})
-#: protocols that cannot be written to: refused as a prepare's --out
-READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
-_MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+#: every read sees what other processes wrote: no listing cache (fsspec's would answer "no such
+#: object" for one written after its folder was listed, and "there" for one deleted since). The
+#: filesystem object itself is shared within a process (its connections and credentials), and,
+#: keyed by these options, never with code that wants listings cached.
+READ_PAST_CACHES = {"use_listings_cache": False}
 
 
-def location_problem(text: str) -> str | None:
-    """Why ``text`` can be neither a local path nor a usable URL as written, or None.
-
-    Caught where a path or URL enters (argparse types, recipe paths, `Store`): a URL typed
-    with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names no
-    bucket, and a ``file://`` URL is a local path in disguise."""
-    m = _URL.match(text)
-    if m:
-        scheme, rest = m.group(1).lower(), text[m.end() :]
-        if scheme == "file":
-            return f"{text} is a file:// URL; give the local path itself ({rest or '/'})"
-        if not rest.strip("/"):
-            return f"{text} names no bucket or location; write {scheme}://BUCKET/PATH"
-        return None
-    m = _MISTYPED.match(text)
-    if m and m.group(1).lower() in KNOWN_PROTOCOLS:
-        return f"{text} looks like a URL with a slash missing; write {m.group(1).lower()}://{text[m.end() :].lstrip('/')}"
-    return None
-
-
-def normalized(text: str) -> str:
-    """``text`` with a URL's scheme in lower case (``S3://b`` is ``s3://b``: schemes ignore
-    case, fsspec's protocol names do not), or a local path with ``~`` expanded (the shell
-    leaves ``--out=~/x``, a quoted ``'~/x'`` and a recipe's ``"~/x"`` alone)."""
-    m = _URL.match(text)
-    return m.group(1).lower() + text[len(m.group(1)) :] if m else os.path.expanduser(text)
-
-
-def checked_location(text: str) -> str:
-    """``text`` normalized, or a one-line TokshardError saying why it cannot be used."""
-    problem = location_problem(text)
-    if problem:
-        raise TokshardError(problem)
-    return normalized(text)
-
-
-def is_url(path: str | os.PathLike | None) -> bool:
-    """True for ``scheme://...`` (two letters or more: ``C:\\`` stays a path); file:// too."""
-    return isinstance(path, str) and bool(_URL.match(path))
-
-
-def protocol(url: str) -> str:
-    m = _URL.match(url)
-    return m.group(1).lower() if m else "file"
-
-
-def join(url: str, rel: str) -> str:
-    return url.rstrip("/") + "/" + rel.lstrip("/")
-
-
-def parent(url: str) -> str:
-    return url.rstrip("/").rsplit("/", 1)[0]
-
-
-def refuse_url(value: str | None, what: str) -> None:
-    """For the options that only take a local path: a URL is refused, never made a folder."""
-    if is_url(value):
-        raise TokshardError(f"{what} {value} is a URL; this option takes a local path")
-
-
-class Store:
-    """One folder of an object store; paths given to its methods are relative to it."""
+class ObjectStore(Place):
+    """One folder (key prefix) of an object store; names given to its methods are relative to it."""
 
     def __init__(self, url: str) -> None:
         self.url = checked_location(url).rstrip("/")
@@ -107,17 +37,13 @@ class Store:
             import fsspec
 
             try:
-                self.fs, self.root = fsspec.core.url_to_fs(self.url)
+                self.fs, self.root = fsspec.core.url_to_fs(self.url, **READ_PAST_CACHES)
             except (ImportError, ValueError) as exc:
                 raise _missing_protocol(self.url, exc) from exc
         self.root = self.root.rstrip("/")
 
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
-
-    def where(self, rel: str) -> str:
-        """The URL of ``rel``, as messages name it."""
-        return join(self.url, rel) if rel else self.url
 
     def check_reachable(self) -> None:
         """Fail now, in one line, if the endpoint, credentials or bucket are wrong."""
@@ -194,10 +120,26 @@ class Store:
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[Any]:
-        with errors(self.where(rel)), self.fs.open(self.full(rel), "rb", block_size=1 << 23) as f:
-            yield f
+        """The object opened for reading; its failures (not the caller's) become one line."""
+        where = self.where(rel)
+        with errors(where):
+            f = self.fs.open(self.full(rel), "rb", block_size=1 << 23)
+        with f:
+            yield _Reading(f, where)
 
-    def list(self, prefix: str) -> dict[str, int]:
+    def names(self) -> list[str]:
+        with errors(self.url):
+            try:
+                found = self.fs.ls(self.root, detail=True, refresh=True)
+            except FileNotFoundError:
+                return []
+        return sorted(
+            info["name"].rstrip("/").rsplit("/", 1)[-1] + ("/" if info.get("type") == "directory" else "")
+            for info in found
+            if info["name"].rstrip("/") != self.root
+        )
+
+    def list(self, prefix: str = "") -> dict[str, int]:
         """Every object under ``prefix`` (recursively): relative name -> size in bytes."""
         with errors(self.where(prefix)):
             try:
@@ -210,6 +152,17 @@ class Store:
     def delete(self, rel: str) -> None:
         with errors(self.where(rel)), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))
+
+
+class _Reading:
+    """An object being read, whose read failures are said as one line naming it."""
+
+    def __init__(self, f: Any, where: str) -> None:
+        self._f, self._where = f, where
+
+    def read(self, size: int = -1) -> bytes:
+        with errors(self._where):
+            return self._f.read(size)
 
 
 def _precondition_failed(exc: BaseException) -> bool:

@@ -1,4 +1,4 @@
-"""The output folder's private state: run lock, run plan, per-partition checkpoints.
+"""The run state's files in a local output folder: run lock, plan, checkpoints, spools.
 
 Layout under ``OUT/.tokshard/``::
 
@@ -13,7 +13,9 @@ Layout under ``OUT/.tokshard/``::
 A checkpoint is replaced atomically; the shard files it names are durable before it is
 written. Everything a rerun needs to resume is here, so any crash is followed by a rerun.
 Anything else named ``*.tmp`` under the folder is a write that a crash interrupted:
-`remove_leftovers` deletes it before a rerun starts.
+`remove_leftovers` deletes it before a rerun starts. The driver reaches these files through
+`pipeline.run.folder_state.FolderState`; a worker's task writes its checkpoints and takes its
+partition's lock here directly.
 """
 
 from __future__ import annotations
@@ -22,90 +24,42 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from pipeline.encoding.documents import LongProgress
-from pipeline.format.atomic import TMP_SUFFIX, disk_error, write_json
+from pipeline.format.atomic import TMP_SUFFIX, disk_error, write_bytes, write_json
 from pipeline.format.errors import TokshardError
-from pipeline.format.shard_writer import OpenShard, ShardRecord
+from pipeline.format.shard_writer import finalize
+from pipeline.run.records import Checkpoint, Holder, holder_text
+from pipeline.run.run_state import STATE_DIR, checkpoint_rel
 from pipeline.sources.base import Partition
 
-STATE_DIR = ".tokshard"
 RUN_ID_FILE = "run-id"
-PLAN_VERSION = 1
+#: least seconds between two rewrites of a running driver's progress into its lock record
+HOLDER_UPDATE_SECONDS = 2.0
 
 
 def state_dir(out: Path) -> Path:
     return out / STATE_DIR
 
 
-@dataclass
-class Checkpoint:
-    """A partition's progress at its last commit point."""
-
-    key: str
-    complete: bool = False
-    cursor: dict[str, Any] | None = None
-    documents: int = 0
-    tokens: int = 0
-    dropped_empty: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    #: documents the encoder sent to the reference (fastokens' routed class)
-    routed: int = 0
-    progress: int = 0
-    closed: list[ShardRecord] = field(default_factory=list)
-    open: OpenShard | None = None
-    updated: float = 0.0
-    busy_seconds: float = 0.0
-    #: of which spent making work durable (fsyncs, checkpoints, renames): the price of commits
-    commit_time: float = 0.0
-    #: progress inside the long document that starts at ``cursor``
-    long: LongProgress | None = None
-    #: where each later attempt picked up: {"progress", "tokens", "long_chars", "time"}
-    resumed_from: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        """The checkpoint file's content (the one place its records become plain data)."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
-        """The inverse of `to_json` (the one place plain data become its records again)."""
-        return cls(
-            **{
-                **data,
-                "closed": [ShardRecord(**r) for r in data.get("closed", [])],
-                "open": OpenShard(**data["open"]) if data.get("open") else None,
-                "long": LongProgress(**data["long"]) if data.get("long") else None,
-            }
-        )
-
-
 def checkpoint_path(out: Path, part: Partition) -> Path:
-    return state_dir(out) / "parts" / f"{part.stem}.json"
+    return out / checkpoint_rel(part)
 
 
 def load_checkpoint(out: Path, part: Partition) -> Checkpoint | None:
     path = checkpoint_path(out, part)
     try:
-        data = json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise TokshardError(
             f"{path}: unreadable checkpoint ({exc}); delete it to redo that partition"
         ) from exc
-    if data.get("key") != part.key:
-        raise TokshardError(
-            f"{path}: checkpoint is for {data.get('key')!r}, not {part.key!r}; use a new --out"
-        )
-    return Checkpoint.from_json(data)
+    return Checkpoint.parse(data, part, str(path))
 
 
 def save_checkpoint(out: Path, part: Partition, ckpt: Checkpoint) -> None:
@@ -115,7 +69,7 @@ def save_checkpoint(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     except OSError as exc:
         raise disk_error(exc, path) from exc
     ckpt.updated = time.time()
-    write_json(path, ckpt.to_json())
+    write_bytes(path, ckpt.to_bytes())
 
 
 # --- locks -----------------------------------------------------------------------------
@@ -124,11 +78,12 @@ _process_locks: dict[str, threading.Lock] = {}
 _process_locks_guard = threading.Lock()
 
 
-def _holder_text(path: Path) -> str:
-    info = read_holder(path)
-    if not info:
-        return "another process"
-    return f"pid {info.get('pid')} on {info.get('host')} since {info.get('since')}"
+def read_holder(path: Path) -> Holder | None:
+    """What a lock file says about its last holder (None if unreadable or being rewritten)."""
+    try:
+        return Holder.parse(path.read_bytes())
+    except OSError:
+        return None
 
 
 def _lock_fd(path: Path) -> int:
@@ -139,32 +94,41 @@ def _lock_fd(path: Path) -> int:
         raise disk_error(exc, path) from exc
 
 
-def _write_holder(fd: int, path: Path, run_id: str | None) -> None:
-    info = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "time": time.time(),
-        "run": run_id,
-    }
+def _write_holder(fd: int, path: Path, holder: Holder, written: int = 0) -> int:
+    """Write the holder's record over the lock file's content (the lock stays held: the file
+    is rewritten in place, padded over a longer old record); returns the bytes written."""
+    data = holder.to_bytes()
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        os.pwrite(fd, data.ljust(written), 0)
+        if written <= len(data):
+            os.ftruncate(fd, len(data))
     except OSError as exc:
         raise disk_error(exc, path) from exc
+    return max(written, len(data))
 
 
-def read_holder(path: Path) -> dict[str, Any]:
-    """What a lock file says about its last holder (empty if unreadable or being rewritten)."""
-    try:
-        info = json.loads(path.read_text() or "{}")
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    return info if isinstance(info, dict) else {}
+class RunLock:
+    """The held lock of a folder's run: its holder record can be updated while it is held."""
+
+    def __init__(self, fd: int, path: Path, holder: Holder) -> None:
+        self.fd, self.path, self.holder = fd, path, holder
+        self._written = _write_holder(fd, path, holder)
+        self._last = time.monotonic()
+
+    def report(self, tokens_per_s: float, eta_s: float | None) -> None:
+        """Record the driver's rate and ETA for `tokshard status`: the first rate at once, then
+        at most every `HOLDER_UPDATE_SECONDS`."""
+        first = not self.holder.tokens_per_s and tokens_per_s > 0
+        if not first and time.monotonic() - self._last < HOLDER_UPDATE_SECONDS:
+            return
+        self._last = time.monotonic()
+        self.holder = self.holder.updated(tokens_per_s=tokens_per_s, eta_s=eta_s)
+        with contextlib.suppress(TokshardError):  # progress is advisory: never stop a run for it
+            self._written = _write_holder(self.fd, self.path, self.holder, self._written)
 
 
 @contextlib.contextmanager
-def run_lock(out: Path, run_id: str | None = None) -> Iterator[None]:
+def run_lock(out: Path, run_id: str | None = None) -> Iterator[RunLock]:
     """Only one `prepare` per folder: a second one is refused, naming the holder.
 
     The holder then records its ``run_id`` in ``run-id`` (a separate file: reading the lock
@@ -178,23 +142,27 @@ def run_lock(out: Path, run_id: str | None = None) -> Iterator[None]:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             raise TokshardError(
-                f"another `tokshard prepare` ({_holder_text(path)}) is running on {out}; "
+                f"another `tokshard prepare` ({holder_text(read_holder(path))}) is running on {out}; "
                 "wait for it to finish or stop it, then rerun"
             ) from exc
-        _write_holder(fd, path, run_id)
+        lock = RunLock(fd, path, Holder.of_this_process(run_id))
         if run_id:
             write_json(state_dir(out) / RUN_ID_FILE, {"run": run_id})
-        yield
+        yield lock
     finally:
         os.close(fd)
 
 
 def current_run(out: Path) -> str | None:
     """The run id of the `prepare` that last took the folder's lock (None if unknown)."""
-    return read_holder(state_dir(out) / RUN_ID_FILE).get("run")
+    try:
+        data = json.loads((state_dir(out) / RUN_ID_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data.get("run") if isinstance(data, dict) else None
 
 
-def lock_holder(out: Path) -> str | None:
+def lock_holder(out: Path) -> Holder | None:
     """Who holds the run lock now (None if nobody), without disturbing them.
 
     Only a shared lock is tried, on a read-only descriptor: it cannot take the lock away.
@@ -209,10 +177,21 @@ def lock_holder(out: Path) -> str | None:
     try:
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
-        return _holder_text(path)
+        return _settled_holder(path)
     finally:
         os.close(fd)
     return None
+
+
+def _settled_holder(path: Path, tries: int = 5) -> Holder:
+    """The held lock's record, read again if it was caught being rewritten (the holder writes
+    its progress into it in place, so a read may land in the middle of a write)."""
+    for _ in range(tries):
+        holder = read_holder(path)
+        if holder is not None:
+            return holder
+        time.sleep(0.01)
+    return Holder()
 
 
 def partition_lock_path(out: Path, part: Partition) -> Path:
@@ -246,11 +225,11 @@ def partition_lock(
                 except OSError as exc:
                     if time.monotonic() > deadline:
                         raise TokshardError(
-                            f"partition {part.key} is still being written by {_holder_text(path)} "
+                            f"partition {part.key} is still being written by {holder_text(read_holder(path))} "
                             f"after {wait_seconds:.0f} s; stop that process, then rerun"
                         ) from exc
                     time.sleep(0.2)
-            _write_holder(fd, path, run_id)
+            _write_holder(fd, path, Holder.of_this_process(run_id))
             yield
         finally:
             os.close(fd)
@@ -271,55 +250,22 @@ def remove_leftovers(out: Path) -> list[Path]:
     return found
 
 
-# --- the run plan ----------------------------------------------------------------------
-
-
-@dataclass
-class Plan:
-    """Fixed at a folder's first run; every rerun follows it (pinned revisions, partitions)."""
-
-    identity: dict[str, Any]
-    identity_hash: str
-    recipe: dict[str, Any]
-    tokenizer: dict[str, Any]
-    origins: dict[str, dict[str, Any]]
-    splits: dict[str, list[str]]
-    partitions: list[Partition]
-    version: int = PLAN_VERSION
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["partitions"] = [p.to_json() for p in self.partitions]
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Plan:
-        d = dict(d)
-        d["partitions"] = [Partition.from_json(p) for p in d["partitions"]]
-        return cls(**d)
-
-
-def plan_path(out: Path) -> Path:
-    return state_dir(out) / "run.json"
-
-
-def load_plan(out: Path) -> Plan | None:
-    path = plan_path(out)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TokshardError(f"{path}: unreadable run plan ({exc}); use a new --out or delete {out}") from exc
-    if data.get("version") != PLAN_VERSION:
-        raise TokshardError(f"{path}: made by another tokshard version; use a new --out")
-    return Plan.from_json(data)
-
-
-def save_plan(out: Path, plan: Plan) -> None:
-    plan_path(out).parent.mkdir(parents=True, exist_ok=True)
-    write_json(plan_path(out), plan.to_json())
-
-
 def spool_path(out: Path, part: Partition) -> Path:
     return state_dir(out) / "spool" / f"{part.source}-{part.split}-{part.index:05d}.spool"
+
+
+def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
+    """Complete the renames of a finished partition whose task was killed right after its
+    last checkpoint (the driver calls this before it lists the shards in the manifest)."""
+    with partition_lock(out, part):
+        finalize(out, ckpt.closed)
+
+
+def forget_partition(out: Path, part: Partition) -> None:
+    """Delete a partition's checkpoint, shards and spool, so that the run redoes it whole."""
+    with partition_lock(out, part):
+        checkpoint_path(out, part).unlink(missing_ok=True)
+        spool_path(out, part).unlink(missing_ok=True)
+        stem = out / part.stem
+        for path in stem.parent.glob(f"{stem.name}-*"):
+            path.unlink(missing_ok=True)

@@ -1,12 +1,12 @@
 """Which strings are local paths, which are URLs, and which are neither as typed: the one
-check every path flag, recipe path and `Store` applies (`pipeline.format.store`)."""
+check every path flag, recipe path and `open_place` applies (`pipeline.storage.locations`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.store import checked_location, location_problem, normalized
+from pipeline.storage.locations import checked_location, location_problem, normalized
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ A cached file whose stat no longer matches its ``.ok`` record is hashed again be
 wrong hash means it is fetched again. ``limit`` (``--data-cache-limit``) evicts the least
 recently used shards whose ``.pin`` no process holds.
 
-numpy-free: stdlib and xxhash, plus fsspec through `pipeline.format.store` on first download.
+numpy-free: stdlib and xxhash, plus fsspec through `pipeline.storage.object_store` on first download.
 """
 
 from __future__ import annotations
@@ -33,16 +33,22 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError
-from pipeline.format.store import Store, is_url, parent
+from pipeline.format.atomic import DISK_FULL_ERRNOS, free_bytes
+from pipeline.format.errors import DataError, TokshardError
+from pipeline.storage.locations import is_url, parent
+from pipeline.storage.object_store import ObjectStore
+from pipeline.storage.ownership import claim_folder
+from pipeline.storage.places import open_manifest_place
 
 HASH_NAME = "xxh3_128"
+#: the cache's one top-level folder: a cache folder holding it is the data cache's own
+VIEWS = "views"
 _CHUNK = 1 << 23
 
 
@@ -79,10 +85,20 @@ class CacheStats:
     downloaded: int = 0
     downloaded_bytes: int = 0
     cached: int = 0
+    #: cached files of an earlier version of the data (the manifest at the URL changed since)
+    refetched_changed: int = 0
+    #: cached files changed on this disk since their hash was checked
     refetched_corrupt: int = 0
     evicted: int = 0
     wait_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
+
+    def summary(self, root: Path) -> str:
+        """The line a run ends with: what came from the store and what the cache held."""
+        return (
+            f"data cache {root}: {self.downloaded} files downloaded ({self.downloaded_bytes / 2**20:.1f} MiB), "
+            f"{self.cached} shards found cached, {self.refetched_changed} of an earlier version of the data "
+            f"and {self.refetched_corrupt} damaged on this disk fetched again, {self.evicted} evicted"
+        )
 
 
 class DataCache:
@@ -98,9 +114,10 @@ class DataCache:
         self._pins: dict[Path, int] = {}
         self._locks: dict[Path, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._stores: dict[str, Store] = {}
+        self._stores: dict[str, ObjectStore] = {}
+        claim_folder(self.root, "--data-cache", "the data cache", VIEWS + "/")
         try:
-            (self.root / "views").mkdir(parents=True, exist_ok=True)
+            (self.root / VIEWS).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TokshardError(f"cannot create the data cache {self.root}: {exc.strerror}") from exc
 
@@ -109,15 +126,14 @@ class DataCache:
     def open_manifest(self, url: str) -> manifest_mod.Manifest:
         """The manifest of ``url`` (a manifest or its folder), in its local view folder."""
         murl = url if url.endswith(".json") else url.rstrip("/") + "/" + manifest_mod.MANIFEST_NAME
-        store = Store(parent(murl))
+        store = ObjectStore(parent(murl))
         store.check_reachable()
         data = store.read_bytes(murl.rsplit("/", 1)[1])
         if data is None:
             raise TokshardError(f"no manifest at {murl} (is `tokshard prepare` still running?)")
-        view = self.root / "views" / hashlib.sha256(murl.encode()).hexdigest()[:16]
-        view.mkdir(parents=True, exist_ok=True)
-        _write_whole(view / manifest_mod.MANIFEST_NAME, data)
-        (view / "source.url").write_text(murl + "\n")
+        view = self.root / VIEWS / hashlib.sha256(murl.encode()).hexdigest()[:16]
+        self._write(view / manifest_mod.MANIFEST_NAME, data)
+        self._write(view / "source.url", (murl + "\n").encode())
         m = manifest_mod.load(view / manifest_mod.MANIFEST_NAME)
         self._stores[str(view)] = store
         tok = m.data["tokenizer"]
@@ -126,7 +142,7 @@ class DataCache:
             raw = store.read_bytes(tok["path"])
             if raw is None or hashlib.sha256(raw).hexdigest() != tok["sha256"]:
                 raise TokshardError(f"{store.where(tok['path'])} is missing or differs from the manifest")
-            _write_whole(tok_path, raw)
+            self._write(tok_path, raw)
         m.source_url = murl  # type: ignore[attr-defined]
         return m
 
@@ -142,15 +158,19 @@ class DataCache:
             began = time.perf_counter()
             self._pin(entry.bin_path)
             store = self._stores[str(m.folder)]
-            got = self._ensure_file(store, entry.idx_path, _idx_rel(entry.rel_path), entry.idx_hash, None)
-            got |= self._ensure_file(store, entry.bin_path, entry.rel_path, entry.hash, entry.bytes)
+            try:
+                got = self._ensure_file(store, entry.idx_path, _idx_rel(entry.rel_path), entry.idx_hash, None)
+                got |= self._ensure_file(store, entry.bin_path, entry.rel_path, entry.hash, entry.bytes)
+            except BaseException:
+                self._unpin(entry.bin_path)  # not there: whoever asks next meets the failure too
+                raise
             self.stats.wait_s += time.perf_counter() - began
             if not got:
                 self.stats.cached += 1
             elif self.limit is not None:
                 self.evict()
 
-    def _ensure_file(self, store: Store, path: Path, rel: str, want: str, size: int | None) -> bool:
+    def _ensure_file(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> bool:
         """True if it had to be downloaded."""
         if self._verified(path, want):
             return False
@@ -167,25 +187,36 @@ class DataCache:
         except FileNotFoundError:
             return False
         ok = path.with_name(path.name + ".ok")
-        stamp = {"hash": want, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        stamp = _stamp(want, st)
+        recorded: dict = {}
         with contextlib.suppress(OSError, ValueError):
-            if json.loads(ok.read_text()) == stamp:
-                os.utime(ok)  # last use, for eviction
-                return True
-        if _xxh_file(path) == want:
-            _write_whole(ok, json.dumps(stamp).encode())
+            recorded = json.loads(ok.read_text())
+        if recorded == stamp:
+            os.utime(ok)  # last use, for eviction
             return True
-        self.stats.refetched_corrupt += 1
-        self.log(f"cached {path} does not match the manifest's hash; fetching it again")
+        if recorded.get("hash") not in (None, want):
+            self.stats.refetched_changed += 1
+            self.log(
+                f"cached {path} is of an earlier version of the data (its manifest changed since the "
+                "cache was filled); fetching the new one"
+            )
+        elif _xxh_file(path) == want:
+            self._write(ok, json.dumps(stamp).encode())
+            return True
+        else:
+            self.stats.refetched_corrupt += 1
+            self.log(f"cached {path} was changed on this disk since it was checked; fetching it again")
         path.unlink(missing_ok=True)
         return False
 
-    def _download(self, store: Store, path: Path, rel: str, want: str, size: int | None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def _download(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> None:
+        """Fetch ``rel`` into ``path`` under a temporary name, hashed as it arrives; it takes its
+        final name only if it is what the manifest says (nothing half-written is ever left)."""
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         h = xxhash.xxh3_128()
         n = 0
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             with store.open_read(rel) as src, open(tmp, "wb") as dst:
                 while chunk := src.read(_CHUNK):
                     h.update(chunk)
@@ -195,19 +226,50 @@ class DataCache:
                 os.fsync(dst.fileno())
             got = f"{HASH_NAME}:{h.hexdigest()}"
             if got != want or (size is not None and n != size):
-                raise TokshardError(
-                    f"{store.where(rel)} differs from its manifest ({n} bytes, hash {got}); "
-                    "the prepared data was changed: run `tokshard verify` on it"
+                raise DataError(
+                    f"{store.where(rel)} changed since its manifest was read ({n} bytes, hash {got}; the "
+                    f"manifest says {want}): the data was prepared again or edited in the store; start "
+                    "again to read its new manifest, or run `tokshard verify` on it"
                 )
             os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self._disk_error(exc, path, size) from exc
+        except TokshardError as exc:
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise DataError(
+                    f"{store.where(rel)}: a shard the manifest lists is missing from the store (deleted "
+                    "after prepare?); run `tokshard verify` on the manifest, or prepare the data again"
+                ) from None
+            raise
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        st = path.stat()
-        stamp = {"hash": want, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-        _write_whole(path.with_name(path.name + ".ok"), json.dumps(stamp).encode())
+        self._write(path.with_name(path.name + ".ok"), json.dumps(_stamp(want, path.stat())).encode())
         self.stats.downloaded += 1
         self.stats.downloaded_bytes += n
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """`_write_whole`, with a full or unwritable cache disk said in one line."""
+        try:
+            _write_whole(path, data)
+        except OSError as exc:
+            raise self._disk_error(exc, path, len(data)) from exc
+
+    def _disk_error(self, exc: OSError, path: Path, needed: int | None) -> TokshardError:
+        if exc.errno in DISK_FULL_ERRNOS:
+            free = free_bytes(self.root)
+            room = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+            more = f", {needed / 2**20:.1f} MiB needed" if needed else ""
+            return TokshardError(
+                f"disk full writing the data cache {self.root} ({room}{more} for {path.name}); free "
+                "space there, give --data-cache a folder on a larger disk, or bound it with --data-cache-limit"
+            )
+        return TokshardError(
+            f"cannot write the data cache {self.root} ({path}: {exc.strerror or exc}); "
+            "give --data-cache a writable folder"
+        )
 
     def _pin(self, bin_path: Path) -> None:
         pin = bin_path.with_name(bin_path.name + ".pin")
@@ -215,6 +277,12 @@ class DataCache:
         fd = os.open(pin, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_SH)
         self._pins[bin_path] = fd
+
+    def _unpin(self, bin_path: Path) -> None:
+        fd = self._pins.pop(bin_path, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def close(self) -> None:
         """Unpin everything (the process no longer maps these shards)."""
@@ -230,7 +298,7 @@ class DataCache:
         return sum(p.stat().st_size for p in self._cached_files())
 
     def _cached_files(self) -> Iterable[Path]:
-        for p in (self.root / "views").glob("*/**/*"):
+        for p in (self.root / VIEWS).glob("*/**/*"):
             if p.suffix in (".bin", ".idx") and p.is_file():
                 yield p
 
@@ -308,12 +376,14 @@ class ShardFetcher:
             self.cache.ensure(self.manifest, entry)
 
 
-def open_url_manifest(
-    url: str, cache_dir: str | None = None, limit: int | None = None
-) -> manifest_mod.Manifest:
-    """A manifest URL with every shard in the cache (for `inspect`): an ordinary local manifest."""
-    cache = DataCache(cache_dir, limit)
-    m = cache.open_manifest(url)
+def load_manifest(location: str | os.PathLike, cache_dir: str | None = None) -> manifest_mod.Manifest:
+    """A manifest wherever it is (for `inspect`): a local one as it is, a URL's in the node's
+    cache with every shard fetched, so either reads as an ordinary local manifest."""
+    place, name = open_manifest_place(location)
+    if place.local_root is not None:
+        return manifest_mod.load(location)
+    cache = DataCache(cache_dir)
+    m = cache.open_manifest(place.where(name))
     ShardFetcher(cache, m).fetch_all()
     return m
 
@@ -334,11 +404,21 @@ def _flock(path: Path, how: int):
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    """Temporary name, then rename: another process reads the old file or the new one."""
+    """Temporary name, then rename: another process reads the old file or the new one, and a
+    failed write leaves neither a partial file nor its temporary one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _stamp(want: str, st: os.stat_result) -> dict:
+    """What a ``.ok`` record holds: the hash the file matched and the stat it had then."""
+    return {"hash": want, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
 
 
 def _sha256(path: Path) -> str:

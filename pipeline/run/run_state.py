@@ -1,0 +1,178 @@
+"""`RunState`: one interface to a `prepare` run's state, wherever its output lives.
+
+The driver (`pipeline.run.driver.prepare`), `tokshard status` and the demo read and write a
+run only through it. Two implementations: `FolderState` (`pipeline.run.folder_state`, a local
+or shared folder: POSIX locks, commit points inside partitions) and `StoreState`
+(`pipeline.run.store_state`, an object store: a lease object, whole partitions uploaded from a
+worker's scratch folder). `pipeline.run.open_state.open_run_state` picks one, once, from the
+``--out`` location.
+
+Both keep the same layout, relative to the output location::
+
+    manifest.json, tokenizer.json, SRC/SPLIT/NNNNN-SSSS.{bin,idx}   what readers see
+    .tokshard/run.json                   the plan (`Plan`)
+    .tokshard/parts/SRC/SPLIT/NNNNN.json a partition's checkpoint (`Checkpoint`)
+
+and what differs (locks, scratch, progress records) is each implementation's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.encoding.tokenizer import TokenizerInfo
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.atomic import json_bytes
+from pipeline.run.records import Checkpoint, Holder, Plan
+from pipeline.sources.base import Partition
+from pipeline.storage.place import Place
+
+STATE_DIR = ".tokshard"
+PLAN_FILE = f"{STATE_DIR}/run.json"
+#: the entry that makes an output location a prepare's own (`pipeline.storage.ownership`)
+OWN_MARKER = f"{STATE_DIR}/"
+
+Log = Callable[[str], None]
+
+
+def checkpoint_rel(part: Partition) -> str:
+    """Where a partition's checkpoint lives, relative to the output location."""
+    return f"{STATE_DIR}/parts/{part.stem}.json"
+
+
+class HeldRun(Protocol):
+    """The driver's hold on a run (lock or lease): it can tell `status` how the run goes."""
+
+    def report(self, tokens_per_s: float, eta_s: float | None) -> None: ...
+
+
+class RunState(ABC):
+    """The state of one `prepare` output location: plan, checkpoints, lock, shards, manifest."""
+
+    place: Place
+    #: whether a partition's partial checkpoint is resumed from (True) or redone whole (False)
+    resumes_partials: bool = True
+    #: how often the driver reads running partitions' progress for its progress line
+    poll_seconds: float = 0.5
+
+    @property
+    def location(self) -> str:
+        """How messages name the output (a path or URL)."""
+        return self.place.url
+
+    @property
+    @abstractmethod
+    def manifest_location(self) -> Path | str:
+        """Where the manifest is (a `Path` for a folder, a URL for a store)."""
+
+    # --- opening and holding --------------------------------------------------------------
+
+    @abstractmethod
+    def open_for_writing(self) -> None:
+        """Check, before anything is written, that a prepare may write here (a new or empty
+        location, or one holding its own run state); make the folder."""
+
+    @abstractmethod
+    def check_readable(self) -> None:
+        """Check that the location can be read (a folder that exists, a store that answers)."""
+
+    @abstractmethod
+    def hold(self, run_id: str, log: Log) -> contextlib.AbstractContextManager[HeldRun]:
+        """Hold the run for its duration; a second `prepare` meanwhile is refused."""
+
+    @abstractmethod
+    def holder(self) -> Holder | None:
+        """Who holds the run now (None if nobody), without disturbing them."""
+
+    def remove_leftovers(self) -> int:
+        """Delete what interrupted writes left (called while holding the run); how many."""
+        return 0
+
+    # --- the plan ------------------------------------------------------------------------
+
+    def load_plan(self) -> Plan | None:
+        data = self.place.read_bytes(PLAN_FILE)
+        return None if data is None else Plan.parse(data, self.place.where(PLAN_FILE), self.location)
+
+    def save_plan(self, plan: Plan) -> None:
+        self.place.write_bytes(PLAN_FILE, json_bytes(plan.to_json()))
+
+    # --- checkpoints ---------------------------------------------------------------------
+
+    def load_checkpoint(self, part: Partition) -> Checkpoint | None:
+        rel = checkpoint_rel(part)
+        data = self.place.read_bytes(rel)
+        return None if data is None else Checkpoint.parse(data, part, self.place.where(rel))
+
+    def load_checkpoints(self, plan: Plan) -> dict[str, Checkpoint | None]:
+        """Every partition's checkpoint (None: not started)."""
+        return {p.key: self.load_checkpoint(p) for p in plan.partitions}
+
+    def read_progress(self, part: Partition) -> Checkpoint | None:
+        """A running partition's latest commit, for the progress line (None: none yet)."""
+        return self.load_checkpoint(part)
+
+    def load_progress(self, plan: Plan) -> dict[str, Checkpoint | None]:
+        """Every partition's latest known state, finished or running (for `status`)."""
+        return self.load_checkpoints(plan)
+
+    @abstractmethod
+    def kept_problems(
+        self, plan: Plan, checkpoints: dict[str, Checkpoint | None], hashes: bool = True
+    ) -> dict[str, str]:
+        """Partition key -> what is wrong with a shard its checkpoint keeps (missing, another
+        size, with ``hashes`` other content), for every partition where something is."""
+
+    @abstractmethod
+    def forget_partition(self, part: Partition) -> None:
+        """Delete a partition's checkpoint and shards, so that the run redoes it whole."""
+
+    @abstractmethod
+    def finished_checkpoints(self, plan: Plan) -> list[Checkpoint]:
+        """Every partition's final checkpoint, in plan order, each of its shards in place."""
+
+    # --- what workers need ---------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def task_out(self) -> str:
+        """The output as a worker's task names it (a resolved path or the URL)."""
+
+    #: what a worker runs for one task (a module-level function: Dask sends it by name)
+    work: Callable[[Any], Checkpoint]
+    #: what a booting worker runs to build its encoder ahead of the first task
+    warm: Callable[..., None]
+
+    @abstractmethod
+    def install_tokenizer(self, src: Path, tok: TokenizerInfo) -> Path:
+        """Put the run's tokenizer.json beside the manifest; returns a local copy's path."""
+
+    @abstractmethod
+    def worker_tokenizer(self, sha256: str) -> str:
+        """The path a worker of this machine builds its encoder from."""
+
+    # --- the manifest --------------------------------------------------------------------
+
+    def manifest_doc(self) -> dict[str, Any] | None:
+        """The manifest's content (None: none, or not readable as JSON)."""
+        data = self.place.read_bytes(manifest_mod.MANIFEST_NAME)
+        try:
+            doc = json.loads(data) if data is not None else None
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write_manifest(self, doc: dict[str, Any]) -> Path | str:
+        """Seal and write the manifest whole, last; returns where it is."""
+        self.place.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(manifest_mod.sealed(doc)))
+        self.after_manifest()
+        return self.manifest_location
+
+    @abstractmethod
+    def after_manifest(self) -> None:
+        """Clean what the run kept only while it was unfinished."""

@@ -1,0 +1,405 @@
+"""`StoreState`: the `RunState` of a prepare into an object store (``--out s3://bucket/run``).
+
+The store holds the layout of a local folder (`pipeline.run.run_state`); besides it,
+``.tokshard/lease.json`` (the run's lock) and ``.tokshard/progress/SRC/SPLIT/NNNNN.json`` (a
+running partition's latest commit, for the progress line and `status` only).
+
+A worker encodes its partition into a private local scratch folder with the ordinary folder
+code (commit points, long documents and all), uploads each finished shard (the ``.idx``, then
+the ``.bin``; an object appears whole or not at all), and only then records the partition's
+checkpoint in the store. So the store's commit point is the partition: a kill -9 loses at most
+the partition each worker was encoding, and a rerun writes the same bytes (a shard uploaded
+before a kill is simply uploaded again, identical).
+
+One `prepare` per URL: the driver holds a *lease* object, created with S3's conditional write
+(``If-None-Match: *``), renewed every `LEASE_RENEW` seconds with ``If-Match`` on its ETag, and
+deleted at the end. A second `prepare` is refused while the lease is fresh; a lease whose
+holder is dead (same host: its pid is gone; another host: not renewed for `LEASE_SECONDS`) is
+taken over with ``If-Match``, so two reruns cannot both take it.
+
+State written by another process (a worker, an earlier run) is read past every cache: the
+store is opened without fsspec's listing cache (`pipeline.storage.object_store`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.encoding import tokenizer
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.atomic import DiskFullError
+from pipeline.format.errors import TokshardError
+from pipeline.run.records import Checkpoint, Holder, Plan
+from pipeline.run.run_state import OWN_MARKER, STATE_DIR, HeldRun, Log, RunState, checkpoint_rel
+from pipeline.run.worker_task import PartitionTask, Superseded, run_partition, warm_up
+from pipeline.sources.base import Partition
+from pipeline.storage.locations import READ_ONLY_PROTOCOLS, join, protocol
+from pipeline.storage.object_store import ObjectStore
+from pipeline.storage.ownership import claim_folder
+
+LEASE_FILE = f"{STATE_DIR}/lease.json"
+PROGRESS_DIR = f"{STATE_DIR}/progress"
+#: a lease not renewed for this long belongs to a dead run (on another host)
+LEASE_SECONDS = 90.0
+LEASE_RENEW = 15.0
+#: least seconds between two progress records of one running partition (and between two
+#: writes of the driver's rate into its lease)
+PROGRESS_SECONDS = 5.0
+#: how often the driver reads the running partitions' progress records
+POLL_SECONDS = 2.0
+_SCRATCH = "tokshard-scratch"
+
+
+def progress_rel(part: Partition) -> str:
+    return f"{PROGRESS_DIR}/{part.stem}.json"
+
+
+# --- the worker ------------------------------------------------------------------------------
+
+
+def run_partition_in_store(task: PartitionTask) -> Checkpoint:
+    """Encode one partition locally, upload its shards, then record it (see the docstring)."""
+    store = ObjectStore(task.out)
+    part = task.partition
+    scratch = _new_scratch()
+    published = [time.monotonic()]
+
+    def publish(ck: Checkpoint) -> None:
+        """The latest commit as the partition's progress record (advisory: never fails the task)."""
+        if time.monotonic() - published[0] < PROGRESS_SECONDS:
+            return
+        published[0] = time.monotonic()
+        with contextlib.suppress(TokshardError):
+            store.write_bytes(progress_rel(part), ck.to_bytes())
+
+    try:
+        local_task = dataclasses.replace(
+            task,
+            out=str(scratch),
+            tokenizer_path=str(local_tokenizer(store, task.tokenizer_sha256)),
+            run_id=None,
+        )
+        try:
+            ck = run_partition(local_task, publish)
+        except DiskFullError as exc:
+            raise TokshardError(
+                f"worker scratch space is full ({exc.path}); give the workers more local disk "
+                "(TMPDIR), then rerun: finished partitions are kept"
+            ) from None
+        holder = Holder.parse(store.read_bytes(LEASE_FILE) or b"")
+        if task.run_id and holder is not None and holder.run != task.run_id:
+            raise Superseded(f"partition {part.key}: a newer prepare took over {store.url}; not recording it")
+        for rec in ck.closed:
+            idx = rec.path[: -len(".bin")] + ".idx"
+            store.upload(scratch / idx, idx)
+            store.upload(scratch / rec.path, rec.path)
+        store.write_bytes(checkpoint_rel(part), ck.to_bytes())
+        with contextlib.suppress(TokshardError):
+            store.delete(progress_rel(part))
+        return ck
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def warm_up_if_present(*encoder_args: Any) -> None:
+    """`pipeline.run.worker_task.warm_up` on a worker that already has the tokenizer (this machine's)."""
+    if Path(encoder_args[1]).is_file():
+        warm_up(*encoder_args)
+
+
+def _scratch_root() -> Path:
+    return Path(tempfile.gettempdir()) / _SCRATCH
+
+
+def _new_scratch() -> Path:
+    """A private local folder for one attempt; folders of dead processes are removed first."""
+    root = _scratch_root()
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.glob("*-*"):
+        pid = old.name.split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def local_tokenizer(store: ObjectStore, sha256: str) -> Path:
+    """The run's tokenizer.json as a local file (fetched once per machine, checked by sha256)."""
+    path = _scratch_root() / f"tokenizer-{sha256}.json"
+    if path.is_file():
+        return path
+    data = store.read_bytes(tokenizer.TOKENIZER_FILE)
+    if data is None or hashlib.sha256(data).hexdigest() != sha256:
+        raise TokshardError(f"{store.where(tokenizer.TOKENIZER_FILE)} is missing or changed; rerun prepare")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+# --- the lease -------------------------------------------------------------------------------
+
+
+def lease_is_dead(holder: Holder | None) -> bool:
+    """A lease whose holder cannot be running: its pid is gone (same host) or it went stale."""
+    if holder is None:
+        return True
+    if holder.host == socket.gethostname() and holder.pid is not None:
+        try:
+            os.kill(int(holder.pid), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, ValueError, OverflowError):
+            pass
+    age = holder.age()
+    return age is None or age > LEASE_SECONDS
+
+
+class Lease:
+    """A held lease: renewed on a thread, carrying the driver's progress for `status`."""
+
+    def __init__(self, store: ObjectStore, holder: Holder, log: Log) -> None:
+        self.store, self.holder, self.log = store, holder, log
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._written = time.monotonic()
+        self._thread = threading.Thread(target=self._renew_until_stopped, daemon=True)
+
+    def report(self, tokens_per_s: float, eta_s: float | None) -> None:
+        """Written with the next renewal, brought forward: the first rate at once, later ones
+        at most every `PROGRESS_SECONDS`."""
+        first = not self.holder.tokens_per_s and tokens_per_s > 0
+        self.holder = dataclasses.replace(self.holder, tokens_per_s=tokens_per_s, eta_s=eta_s)
+        if first or time.monotonic() - self._written >= PROGRESS_SECONDS:
+            self._wake.set()
+
+    def _renew_until_stopped(self) -> None:
+        while True:
+            self._wake.wait(LEASE_RENEW)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                found = self.store.etag(LEASE_FILE)
+                current = Holder.parse(found[0]) if found else None
+                if found is None or current is None or current.run != self.holder.run:
+                    self.log(f"lost the lease on {self.store.url} to another prepare; stop this one")
+                    return
+                self.holder = self.holder.updated()
+                self.store.replace_if(LEASE_FILE, self.holder.to_bytes(), found[1])
+                self._written = time.monotonic()
+            except TokshardError as exc:  # a blip: the next renewal tries again
+                self.log(f"could not renew the lease on {self.store.url}: {exc}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=LEASE_RENEW)
+        with contextlib.suppress(TokshardError):
+            current = Holder.parse(self.store.read_bytes(LEASE_FILE) or b"")
+            if current is not None and current.run == self.holder.run:
+                self.store.delete(LEASE_FILE)
+
+
+@contextlib.contextmanager
+def lease(store: ObjectStore, run_id: str, log: Log) -> Iterator[Lease]:
+    """Hold the URL's run lease for the duration (see the module docstring)."""
+    mine = Holder.of_this_process(run_id)
+    if not store.create(LEASE_FILE, mine.to_bytes()):
+        found = store.etag(LEASE_FILE)
+        other = Holder.parse(found[0]) if found else None
+        if found is not None and not lease_is_dead(other):
+            raise TokshardError(
+                f"another `tokshard prepare` ({(other or Holder()).text()}) is running on {store.url}; "
+                f"wait for it to finish or stop it, then rerun (a lease not renewed for "
+                f"{LEASE_SECONDS:.0f} s expires: its object is {store.where(LEASE_FILE)})"
+            )
+        took = (
+            store.replace_if(LEASE_FILE, mine.to_bytes(), found[1])
+            if found
+            else store.create(LEASE_FILE, mine.to_bytes())
+        )
+        if not took:
+            raise TokshardError(
+                f"another `tokshard prepare` took over {store.url} just now; wait for it, then rerun"
+            )
+        if found:
+            log(f"took over the lease of a dead run ({stale_text(other)})")
+    held = Lease(store, mine, log)
+    held.start()
+    try:
+        yield held
+    finally:
+        held.stop()
+
+
+def stale_text(holder: Holder | None) -> str:
+    """How a dead lease's holder is named: who it was and when it was last heard of."""
+    if holder is None or holder.text() == Holder().text():
+        return "its lease record was unreadable"
+    age = holder.age()
+    heard = f", last renewed {age:.0f} s ago" if age is not None else ""
+    return f"{holder.text()}{heard}"
+
+
+# --- the run state ----------------------------------------------------------------------------
+
+
+class StoreState(RunState):
+    """The run state of one prepare URL, read and written through the store."""
+
+    resumes_partials = False
+    poll_seconds = POLL_SECONDS
+    work = staticmethod(run_partition_in_store)
+    warm = staticmethod(warm_up_if_present)
+
+    def __init__(self, place: ObjectStore) -> None:
+        self.place = place
+
+    @property
+    def manifest_location(self) -> str:
+        return join(self.place.url, manifest_mod.MANIFEST_NAME)
+
+    def open_for_writing(self) -> None:
+        url = self.place.url
+        if protocol(url) in READ_ONLY_PROTOCOLS:
+            raise TokshardError(
+                f"--out {url}: {protocol(url)}:// cannot be written to; "
+                "give a folder or a store URL such as s3://BUCKET/PATH"
+            )
+        self.place.check_reachable()
+        claim_folder(self.place, "--out", "prepare", OWN_MARKER)
+
+    def check_readable(self) -> None:
+        self.place.check_reachable()
+
+    def hold(self, run_id: str, log: Log) -> contextlib.AbstractContextManager[HeldRun]:
+        return lease(self.place, run_id, log)
+
+    def holder(self) -> Holder | None:
+        found = self.place.read_bytes(LEASE_FILE)
+        if found is None:
+            return None
+        holder = Holder.parse(found)
+        return None if lease_is_dead(holder) else holder
+
+    def remove_leftovers(self) -> int:
+        """Progress records of interrupted runs: a store redoes their partitions whole."""
+        stale = self.place.list(PROGRESS_DIR)
+        for rel in stale:
+            self.place.delete(rel)
+        return len(stale)
+
+    def load_checkpoints(self, plan: Plan) -> dict[str, Checkpoint | None]:
+        """One listing instead of a read per missing checkpoint."""
+        present = set(self.place.list(f"{STATE_DIR}/parts"))
+        return {
+            p.key: self.load_checkpoint(p) if checkpoint_rel(p) in present else None for p in plan.partitions
+        }
+
+    def read_progress(self, part: Partition) -> Checkpoint | None:
+        data = self.place.read_bytes(progress_rel(part))
+        return None if data is None else Checkpoint.parse(data, part, self.place.where(progress_rel(part)))
+
+    def load_progress(self, plan: Plan) -> dict[str, Checkpoint | None]:
+        found = self.load_checkpoints(plan)
+        running = set(self.place.list(PROGRESS_DIR))
+        for part in plan.partitions:
+            if found[part.key] is None and progress_rel(part) in running:
+                found[part.key] = self.read_progress(part)
+        return found
+
+    def kept_problems(
+        self, plan: Plan, checkpoints: dict[str, Checkpoint | None], hashes: bool = True
+    ) -> dict[str, str]:
+        """Sizes only (hashing would download every shard): each shard a finished partition
+        recorded is stored, with its ``.idx``, at the recorded size."""
+        finished = {key: ck for key, ck in checkpoints.items() if ck is not None and ck.complete}
+        if not finished:
+            return {}
+        sizes = self._shard_sizes(plan)
+        problems = {}
+        for key, ck in finished.items():
+            for rec in ck.closed:
+                idx = rec.path[: -len(".bin")] + ".idx"
+                if idx not in sizes:
+                    problems[key] = f"{idx} is missing"
+                elif rec.path not in sizes:
+                    problems[key] = f"{rec.path} is missing"
+                elif sizes[rec.path] != rec.bytes:
+                    problems[key] = f"{rec.path} is {sizes[rec.path]} bytes, its checkpoint says {rec.bytes}"
+                else:
+                    continue
+                break
+        return problems
+
+    def _shard_sizes(self, plan: Plan) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for folder in sorted({str(Path(p.stem).parent) for p in plan.partitions}):
+            sizes.update(self.place.list(folder))
+        return sizes
+
+    def forget_partition(self, part: Partition) -> None:
+        self.place.delete(checkpoint_rel(part))
+        self.place.delete(progress_rel(part))
+        prefix = f"{Path(part.stem).name}-"
+        for rel in self.place.list(str(Path(part.stem).parent)):
+            if Path(rel).name.startswith(prefix):
+                self.place.delete(rel)
+
+    def finished_checkpoints(self, plan: Plan) -> list[Checkpoint]:
+        """Every partition's final checkpoint, after checking each shard it lists is stored whole."""
+        finished = self.load_checkpoints(plan)
+        for part in plan.partitions:
+            ck = finished[part.key]
+            if ck is None or not ck.complete:
+                raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
+        problems = self.kept_problems(plan, finished)
+        if problems:
+            key, problem = next(iter(problems.items()))
+            raise TokshardError(
+                f"{self.place.url}: partition {key}: {problem} (a finished shard went missing during "
+                "the run); rerun: prepare redoes that partition"
+            )
+        return [finished[p.key] for p in plan.partitions]  # type: ignore[misc]
+
+    @property
+    def task_out(self) -> str:
+        return self.place.url
+
+    def install_tokenizer(self, src: Path, tok: tokenizer.TokenizerInfo) -> Path:
+        existing = self.place.read_bytes(tokenizer.TOKENIZER_FILE)
+        if existing is None or hashlib.sha256(existing).hexdigest() != tok.sha256:
+            with tempfile.TemporaryDirectory(prefix="tokshard-driver-") as staging:
+                self.place.upload(tokenizer.install(src, tok, Path(staging)), tokenizer.TOKENIZER_FILE)
+        return local_tokenizer(self.place, tok.sha256)
+
+    def worker_tokenizer(self, sha256: str) -> str:
+        return str(local_tokenizer(self.place, sha256))
+
+    def after_manifest(self) -> None:
+        self.remove_leftovers()

@@ -1,0 +1,85 @@
+"""Bytes of an input file, local or in an object store (fsspec, only for URLs), raw or
+decompressed, and the one line that says why a file cannot be read."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import io
+import os
+from typing import Any, BinaryIO
+
+from pipeline.format.errors import DataError, TokshardError
+from pipeline.sources.files.zstd_frames import ZstdFrames
+from pipeline.storage.locations import is_url
+from pipeline.storage.object_store import errors as store_errors
+
+
+def open_binary(path: str) -> BinaryIO:
+    """The file's raw bytes, buffered for sequential reads (an object's metadata read past the
+    filesystem's listing cache: it may have changed since this process listed it); a local
+    file that cannot be opened is one line saying why."""
+    if is_url(path):
+        import fsspec
+
+        with store_errors(path):
+            fs, p = fsspec.core.url_to_fs(path)
+            fs.invalidate_cache(p)
+            return fs.open(p, "rb")
+    try:
+        return open(path, "rb", buffering=1 << 20)
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
+
+
+def file_size(path: str) -> int:
+    if is_url(path):
+        import fsspec
+
+        with store_errors(path):
+            fs, p = fsspec.core.url_to_fs(path)
+            return int(fs.size(p))
+    try:
+        return os.path.getsize(path)
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
+
+
+def version_tag(info: dict[str, Any]) -> str | None:
+    """The version an object store gives an object in its listing and its metadata (S3's
+    ETag, changed by every write), or None where the store gives none."""
+    tag = info.get("ETag") or info.get("etag")
+    return str(tag) if tag else None
+
+
+def decompress(raw: BinaryIO, kind: str) -> BinaryIO:
+    """The decompressed bytes of a .jsonl.gz or .jsonl.zst file's raw bytes."""
+    if kind == ".jsonl.gz":
+        return gzip.GzipFile(fileobj=raw)
+    return io.BufferedReader(ZstdFrames(raw), 1 << 20)
+
+
+def decompressed(path: str, kind: str) -> BinaryIO:
+    return decompress(open_binary(path), kind)
+
+
+#: why a local file cannot be read, and what to do, by errno
+_UNREADABLE = {
+    errno.EACCES: "permission denied; make it readable (chmod), or narrow the glob",
+    errno.EPERM: "permission denied; make it readable (chmod), or narrow the glob",
+    errno.EISDIR: "it is a directory; name the files in it",
+    errno.ENOTDIR: "a folder in its path is a file; check the path",
+    errno.ELOOP: "its symbolic links loop; fix the link",
+    errno.EIO: "an I/O error (a failing disk or a network filesystem gone?); fix the disk or mount, then rerun",
+    errno.ENOTCONN: "its filesystem is not connected (an unmounted network or FUSE filesystem?); mount it, then rerun",
+    errno.ESTALE: "a stale network filesystem handle; remount it, then rerun",
+}
+
+
+def unreadable(path: str, exc: OSError) -> TokshardError:
+    """One line for an input the system refuses to read, saying why and what to do (a file
+    gone since it was listed is a fault of the data: `DataError`)."""
+    if isinstance(exc, FileNotFoundError):
+        return DataError(f"input {path} is gone; restore it and rerun")
+    why = _UNREADABLE.get(exc.errno or 0) or f"{exc.strerror or exc}; check the file, then rerun"
+    return TokshardError(f"cannot read input {path}: {why}")

@@ -1,0 +1,122 @@
+"""Which input formats the `files` source reads, told by file name, and what their first and
+last bytes must look like (checked where those bytes are read anyway: at planning for local
+files, at the start of each file by the worker)."""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+from pipeline.format.errors import DataError, TokshardError
+
+#: file name endings (in any case) and the reader each gets; a .json file is read as JSON Lines,
+#: as `datasets` reads it and as corpora ship it (C4's ``c4-train.00000-of-01024.json.gz``)
+SUFFIXES = {
+    ".jsonl": ".jsonl",
+    ".jsonl.gz": ".jsonl.gz",
+    ".jsonl.zst": ".jsonl.zst",
+    ".json": ".jsonl",
+    ".json.gz": ".jsonl.gz",
+    ".json.zst": ".jsonl.zst",
+    ".parquet": ".parquet",
+    ".txt": ".txt",
+}
+COMPRESSED = (".jsonl.gz", ".jsonl.zst")
+_COMPRESSIONS = frozenset({".gz", ".zst"})
+#: what a parquet file starts with, and ends with (plain, or encrypted footer)
+PARQUET_MAGIC = (b"PAR1", b"PARE")
+UTF8_BOM = b"\xef\xbb\xbf"
+#: byte-order marks of the encodings a UTF-8 reader must not half read (UTF-32 LE first: it
+#: starts with UTF-16 LE's), and the name iconv knows each by
+FOREIGN_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+#: decompressed bytes a head check looks at
+HEAD_BYTES = 4096
+
+
+def kind_of(path: str) -> str:
+    """The reader a file gets, by its name's ending; an unknown ending is refused."""
+    kind = known_kind(path)
+    if kind is None:
+        raise TokshardError(
+            f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
+        )
+    return kind
+
+
+def known_kind(path: str) -> str | None:
+    """`kind_of`, or None for an ending no reader takes (one or two dictionary lookups: it
+    runs for each of 100,000 files)."""
+    name = path.lower().rstrip("/")
+    last = name.rfind(".")
+    if last < 0:
+        return None
+    ending = name[last:]
+    if ending in _COMPRESSIONS:
+        ending = name[name.rfind(".", 0, last) :]
+    return SUFFIXES.get(ending)
+
+
+def is_json_name(path: str) -> bool:
+    """A .json file (plain or compressed) may hold one JSON array instead of JSON Lines."""
+    return path.lower().endswith((".json", ".json.gz", ".json.zst"))
+
+
+def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
+    """Refuse a file whose first or last bytes show it cannot be read as its name says (the
+    raw bytes; a compressed file's head is decompressed here, and a damaged one is left for
+    its reader to name)."""
+    if kind == ".parquet":
+        if head[:4] not in PARQUET_MAGIC or tail[-4:] not in PARQUET_MAGIC:
+            end = "start" if head[:4] not in PARQUET_MAGIC else "end"
+            raise DataError(
+                f"{path}: corrupt parquet file (no parquet magic number at its {end}); re-create it or remove it"
+            )
+        return
+    if kind in COMPRESSED:
+        head = _decompressed_head(head, kind)
+    check_text_head(path, head)
+
+
+def check_text_head(path: str, head: bytes) -> None:
+    """The first bytes of a text input (a .txt file, or the first line of JSON Lines): UTF-8,
+    and for a .json file JSON Lines rather than one JSON array."""
+    for bom, encoding in FOREIGN_BOMS:
+        if head.startswith(bom):
+            raise DataError(
+                f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not UTF-8; "
+                f"convert it (e.g. iconv -f {encoding} -t UTF-8) and name the converted file"
+            )
+    if is_json_name(path):
+        check_not_json_array(path, head)
+
+
+def check_not_json_array(path: str, head: bytes) -> None:
+    """A .json file whose text starts with ``[`` holds one JSON array: say so by name, not as
+    a "malformed JSON" record at its line 1 (or, skipping bad records, no text at all)."""
+    head = head.lstrip()
+    if head.startswith(UTF8_BOM):
+        head = head[3:].lstrip()
+    if head.startswith(b"["):
+        raise DataError(
+            f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
+            "(e.g. with jq -c '.[]') and name the converted file"
+        )
+
+
+def _decompressed_head(raw: bytes, kind: str) -> bytes:
+    """The first decompressed bytes of a compressed file's first raw bytes (b"" if they do
+    not decompress: the reader names that fault)."""
+    try:
+        if kind == ".jsonl.gz":
+            return zlib.decompressobj(wbits=31).decompress(raw, HEAD_BYTES)
+        import zstandard
+
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
+            return reader.read(HEAD_BYTES)
+    except Exception:
+        return b""

@@ -1,0 +1,237 @@
+"""Input globs into files: shell-style patterns, local or in an object store, each file once,
+with what one listing (or one stat) says of it, and every match that cannot be read as a
+file refused by name instead of dropped.
+
+A local glob costs one directory scan and one stat per match; a glob over an object store
+costs one listing (its size and version come with it), never a request per object."""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.format.errors import TokshardError
+from pipeline.sources.files.access import unreadable, version_tag
+from pipeline.sources.files.formats import known_kind
+from pipeline.storage.locations import checked_location, is_url
+from pipeline.storage.object_store import errors as store_errors
+
+#: what a match that is neither a regular file nor a directory is, by its mode
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file as listed: its path (absolute and resolved, or a URL), its size, and
+    what tells a later version apart (local: modification time; object: version tag)."""
+
+    path: str
+    size: int
+    mtime: int | None = None  # local: st_mtime_ns
+    etag: str | None = None  # object store: `pipeline.sources.files.access.version_tag`
+
+
+def expand(patterns: list[str], base_dir: str) -> list[str]:
+    """Shell-style globs (``*``, ``?``, ``[..]``, ``**``; relative ones against base_dir) into a
+    sorted file list in which each file appears once, however many patterns name it: local
+    paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file."""
+    return [f.path for f in list_files(patterns, base_dir)]
+
+
+def list_files(patterns: list[str], base_dir: str) -> list[InputFile]:
+    """`expand`, with each file's listing."""
+    found: dict[str, InputFile] = {}
+    for pattern in map(checked_location, patterns):  # a recipe's paths skip argparse's check
+        matches = _url_files(pattern) if is_url(pattern) else _LocalGlob(pattern, base_dir).files()
+        for f in matches:
+            found.setdefault(f.path, f)
+    return [found[p] for p in sorted(found)]
+
+
+class _LocalGlob:
+    """One local pattern's files."""
+
+    def __init__(self, pattern: str, base_dir: str) -> None:
+        self.pattern = pattern
+        self.expanded = os.path.expanduser(pattern)
+        self.path = os.path.join(base_dir, self.expanded)
+        self.glob = os.path.join(glob.escape(base_dir), self.expanded)
+        shown = os.path.isabs(self.expanded) or base_dir in ("", ".")
+        self.shown = pattern if shown else f"{pattern} (in {base_dir})"
+        self._real_dirs: dict[str, str] = {}
+
+    def files(self) -> list[InputFile]:
+        if self._exists(self.path):  # a file whose name holds [ or ? is itself, not a pattern
+            if os.path.isdir(self.path):
+                raise TokshardError(_directory_given(self.pattern))
+            return [self._file(self.path)]  # type: ignore[list-item]
+        if not glob.has_magic(self.expanded):
+            self._check_listable([os.path.dirname(self.path) or "."])
+            raise TokshardError(_nothing_matches(self.shown, False))
+        matches = self._matches()
+        self._check_listable(self._folders_searched(matches))
+        files = [f for m in matches if (f := self._file(m)) is not None]
+        if not files:
+            raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))
+        return files
+
+    def _matches(self) -> list[str]:
+        """What `glob.glob` gives; a pattern with wildcards in its last part only (the usual
+        ``data/*.jsonl``) is matched here by glob's own rules, one scan and no path join per
+        entry."""
+        folder, last = os.path.split(self.path)
+        if glob.has_magic(folder) or "**" in last:
+            return glob.glob(self.glob, recursive=True)
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            return []  # as glob: a folder it cannot list matches nothing (`_check_listable` says so)
+        if not last.startswith("."):
+            names = [n for n in names if not n.startswith(".")]
+        prefix = os.path.join(folder, "") if folder else ""
+        return [prefix + name for name in fnmatch.filter(names, last)]
+
+    def _exists(self, path: str) -> bool:
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise unreadable(path, exc) from exc
+        return True
+
+    def _file(self, match: str) -> InputFile | None:
+        """The listing of one match: a regular file; None for a folder that only holds the
+        files (a ``**`` match); anything else refused in one line."""
+        try:
+            st = os.lstat(match)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(match)
+                st = os.stat(match)
+            else:
+                folder, _, name = match.rpartition(os.sep)
+                real = (
+                    f"{self._real_dir(folder or os.curdir)}{os.sep}{name}"
+                    if os.sep in match
+                    else self._real_dir(match)
+                )
+        except FileNotFoundError as exc:
+            shown = os.path.abspath(match)
+            if os.path.islink(match):
+                raise TokshardError(_broken_link(shown, os.readlink(match), self.pattern)) from exc
+            raise TokshardError(f"input {shown} vanished while {self.pattern!r} was listed; rerun") from exc
+        except OSError as exc:
+            raise unreadable(os.path.abspath(match), exc) from exc
+        if stat.S_ISREG(st.st_mode):
+            return InputFile(real, st.st_size, mtime=st.st_mtime_ns)
+        if stat.S_ISDIR(st.st_mode):
+            if known_kind(match) is not None:  # Spark's part.parquet/ folders, say
+                raise TokshardError(_directory_matched(os.path.abspath(match), self.pattern))
+            return None
+        what = next((name for test, name in _SPECIAL if test(st.st_mode)), "not a regular file")
+        raise TokshardError(
+            f"input {os.path.abspath(match)} (matched by {self.pattern!r}) is {what}, not a regular file; "
+            "a rerun must read the same bytes again: save the data to a file and name that"
+        )
+
+    def _real_dir(self, folder: str) -> str:
+        """A folder's resolved path (symbolic links followed), once per folder."""
+        if folder not in self._real_dirs:
+            self._real_dirs[folder] = os.path.realpath(folder)
+        return self._real_dirs[folder]
+
+    def _folders_searched(self, matches: list[str]) -> list[str]:
+        """The folders the glob lists: where its folder part leads, and the folders a ``**``
+        in its last part matched (glob skips a folder it cannot list without a word)."""
+        parent, last = os.path.split(self.glob)
+        folders = (
+            glob.glob(os.path.join(parent, ""), recursive=True) if glob.has_magic(parent) else [parent or "."]
+        )
+        if "**" in last:
+            folders += [m for m in matches if os.path.isdir(m)]
+        return folders
+
+    def _check_listable(self, folders: list[str]) -> None:
+        for folder in folders:
+            if os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
+                raise TokshardError(
+                    f"cannot list folder {os.path.abspath(folder)} that {self.pattern!r} reaches "
+                    "into: permission denied; make it readable (chmod), or narrow the glob"
+                )
+
+
+def _url_files(pattern: str) -> list[InputFile]:
+    """An object store pattern's objects, from one listing (read past the filesystem's own
+    listing cache: this process may have listed the same place before it changed)."""
+    import fsspec
+
+    with store_errors(pattern):
+        fs, path = fsspec.core.url_to_fs(pattern)
+        if not glob.has_magic(path):
+            fs.invalidate_cache(path)
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:
+                raise TokshardError(_nothing_matches(pattern, False)) from None
+            if info.get("type") == "directory":
+                raise TokshardError(_directory_given(pattern))
+            return [_object(fs, path, info)]
+        fs.invalidate_cache(_static_prefix(path))
+        matches = fs.glob(path, detail=True)
+    files = []
+    for name, info in matches.items():
+        if info.get("type") == "directory":
+            if known_kind(name) is not None:
+                raise TokshardError(_directory_matched(fs.unstrip_protocol(name), pattern))
+            continue
+        files.append(_object(fs, name, info))
+    if not files:
+        raise TokshardError(_nothing_matches(pattern, bool(matches)))
+    return files
+
+
+def _object(fs: Any, path: str, info: dict[str, Any]) -> InputFile:
+    return InputFile(fs.unstrip_protocol(path), int(info["size"]), etag=version_tag(info))
+
+
+def _static_prefix(path: str) -> str:
+    """The folder of a pattern before its first wildcard."""
+    parts = path.split("/")
+    return "/".join(parts[: next(i for i, part in enumerate(parts) if glob.has_magic(part))])
+
+
+def _directory_given(pattern: str) -> str:
+    folder = pattern.rstrip("/") or "/"
+    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*.jsonl' (quoted)"
+
+
+def _directory_matched(folder: str, pattern: str) -> str:
+    folder = folder.rstrip("/")
+    return (
+        f"input {folder} (matched by {pattern!r}) is a directory, not a file; name the files in it, "
+        f"e.g. '{folder}/*'"
+    )
+
+
+def _broken_link(link: str, target: str, pattern: str) -> str:
+    return (
+        f"input {link} (matched by {pattern!r}) is a broken symbolic link to {target} "
+        "(its target is missing: a filesystem not mounted?); restore the target, or remove the link"
+    )
+
+
+def _nothing_matches(pattern: str, only_directories: bool) -> str:
+    if only_directories:
+        return f"{pattern!r} matches only directories; name the files in them, e.g. '.../*.jsonl'"
+    if glob.has_magic(pattern):
+        return f"no files match {pattern!r}; check the path or glob"
+    return f"no files match {pattern!r} (no such file); check the path"

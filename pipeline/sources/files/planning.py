@@ -1,0 +1,137 @@
+"""A split's files cut into pieces and the pieces packed into partitions.
+
+A file of at most the partition size is one piece; a larger one is cut into pieces of about
+that size, each a partition of its own: JSON Lines into line-aligned byte ranges from its
+start, parquet into runs of row groups (a compressed file, or a .txt document, cannot be
+cut). Whole files then fill partitions in file order while they fit, so many small files
+share one task and one shard, and the partitions of large files are what they always were.
+
+The partition size depends on the input alone, never on the workers, so the output does
+not either."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pipeline.sources.files.access import open_binary
+from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample, io_map
+from pipeline.sources.files.formats import kind_of
+from pipeline.sources.files.listing import InputFile
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.parquet import check_magic, corrupt_parquet_is_one_line
+
+#: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
+#: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of AUTO_SMALLEST or more) so a small split
+#: still spreads over a few workers. Smaller tasks pay their fixed costs too often; 8 MiB
+#: keeps the end of a run well balanced.
+AUTO_PARTITIONS = 256
+AUTO_MIN_BYTES = 8 << 20
+AUTO_MAX_BYTES = 64 << 20
+AUTO_FEW = 8
+AUTO_SMALLEST = 1 << 20
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a plan's records are made: a plan holds a few per
+    file, none in a cycle, and every collection pass would walk all of them again (for
+    100,000 files, most of planning's own time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def auto_partition_bytes(total: int) -> int:
+    """The partition size for "auto": enough tasks to keep any cluster busy."""
+    step = min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
+    return min(step, max(AUTO_SMALLEST, -(-total // AUTO_FEW)))
+
+
+def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step: int) -> list[Piece]:
+    """The pieces of a split's files, in order, each with what a worker checks before reading
+    it (``fingerprints``: the files' origin entries; a small object without a version tag
+    reuses its sample)."""
+    kinds = [kind_of(f.path) for f in files]
+    big_parquet = [
+        f.path for f, kind in zip(files, kinds, strict=True) if f.size > step and kind == ".parquet"
+    ]
+    runs = dict(zip(big_parquet, io_map(lambda p: row_group_runs(p, step), big_parquet), strict=True))
+    pieces: list[Piece] = []
+    for f, kind, entry in zip(files, kinds, fingerprints, strict=True):
+        path, size, mtime, etag = f.path, f.size, f.mtime, f.etag
+        if size <= step or kind not in (".jsonl", ".parquet"):
+            small = size <= SMALL_FILE  # an object without a version tag: its file sample hashes it all
+            pieces.append(
+                Piece(path, kind, size, 0, None, None, mtime, entry.get("sample") if small else None, etag)
+            )
+        elif kind == ".jsonl":
+            for start in range(0, size, step):
+                end = min(size, start + step)
+                pieces.append(Piece(path, kind, end - start, start, end, None, mtime, None, etag))
+        else:
+            pieces += [Piece(path, kind, n, 0, None, groups, mtime, None, etag) for groups, n in runs[path]]
+    return with_range_samples(pieces)
+
+
+def with_range_samples(pieces: list[Piece]) -> list[Piece]:
+    """Every .jsonl piece of a file larger than `SMALL_FILE` gets a sample of its own ends
+    (read on a few threads), unless it is an object with a version tag, which says more."""
+    todo = [
+        i
+        for i, p in enumerate(pieces)
+        if p.kind == ".jsonl"
+        and p.sample is None
+        and p.etag is None
+        and not (p.whole and p.size <= SMALL_FILE)
+    ]
+    samples = io_map(lambda i: content_sample(pieces[i].path, pieces[i].start, pieces[i].stop), todo)
+    found = list(pieces)
+    for i, sample in zip(todo, samples, strict=True):
+        found[i] = pieces[i]._replace(sample=sample)
+    return found
+
+
+def pack(pieces: Iterable[Piece], step: int) -> Iterator[list[Piece]]:
+    """Consecutive whole files, as many per partition as fit in ``step`` bytes (one at least);
+    each part of a file that had to be cut is a partition of its own, as it always was."""
+    group: list[Piece] = []
+    total = 0
+    for piece in pieces:
+        if group and (total + piece.size > step or not piece.whole or not group[-1].whole):
+            yield group
+            group, total = [], 0
+        group.append(piece)
+        total += piece.size
+    if group:
+        yield group
+
+
+def row_group_runs(path: str, step: int) -> list[tuple[tuple[int, ...], int]]:
+    """A large parquet file's row groups in consecutive runs of at most ``step`` compressed
+    bytes (one group at least), each with its bytes: the footer is all that is read."""
+    import pyarrow.parquet as pq
+
+    with corrupt_parquet_is_one_line(path), open_binary(path) as f:
+        check_magic(f)
+        meta = pq.ParquetFile(f).metadata
+    runs: list[tuple[tuple[int, ...], int]] = []
+    group: list[int] = []
+    group_bytes = 0
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        rg_bytes = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        if group and group_bytes + rg_bytes > step:
+            runs.append((tuple(group), group_bytes))
+            group, group_bytes = [], 0
+        group.append(i)
+        group_bytes += rg_bytes
+    if group:
+        runs.append((tuple(group), group_bytes))
+    return runs

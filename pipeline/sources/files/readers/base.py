@@ -1,0 +1,97 @@
+"""What every format's reader provides: the documents of one piece of a partition, in order,
+each with the cursor just after it (the piece and the position in it, so a worker resumes
+exactly there), its progress through the partition and its location in the input.
+
+A piece is opened through `open_piece`, which checks it against the plan first: a rerun, or
+a late worker, never reads a later version of a file beside shards of the planned one."""
+
+from __future__ import annotations
+
+import io
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, BinaryIO, ClassVar, NamedTuple
+
+from pipeline.format.errors import DataError
+from pipeline.sources.base import Cursor, Record
+from pipeline.sources.files.access import open_binary, unreadable, version_tag
+from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample
+from pipeline.sources.files.pieces import Piece
+from pipeline.storage.locations import is_url
+
+
+class Place(NamedTuple):
+    """Where a piece sits in its partition: its index, which cursors name, and the partition's
+    planned bytes before it, from which progress counts."""
+
+    index: int
+    before: int
+
+    def cursor(self, **position: Any) -> Cursor:
+        return {"piece": self.index, **position}
+
+
+class Reader(ABC):
+    """Base of the format readers; `pipeline.sources.files.readers.read_partition` picks one
+    per piece by its kind."""
+
+    #: the file kinds (`pipeline.sources.files.formats.SUFFIXES` values) this reader reads
+    kinds: ClassVar[tuple[str, ...]]
+
+    def __init__(self, text_field: str) -> None:
+        self.text_field = text_field
+
+    @abstractmethod
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        """The piece's documents from ``position`` on (None: from its start)."""
+
+
+def open_piece(piece: Piece) -> BinaryIO:
+    """A piece's bytes, checked against the plan: a local file's size and time when it is
+    opened (a small whole file is then read in one call), a larger piece's sampled ends
+    before that, an object's version tag when it is opened."""
+    path = piece.path
+    if is_url(path):
+        f = open_binary(path)
+        now = version_tag(getattr(f, "details", None) or {})
+        if piece.etag is not None and now is not None and now != piece.etag:
+            f.close()
+            raise changed(piece, f"its version {now} is not {piece.etag}")
+        if piece.sample is not None and piece.etag is None:
+            _check_sample(piece)
+        return f
+    if piece.sample is not None:
+        _check_sample(piece)
+    small = piece.whole and piece.size <= SMALL_FILE
+    try:
+        f = open(path, "rb", buffering=0 if small else 1 << 20)
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
+    try:
+        st = os.fstat(f.fileno())
+        if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
+            piece.whole and st.st_size != piece.size
+        ):
+            raise changed(piece, "size or modification time")
+        if small:
+            with f:
+                data = f.read(piece.size + 1)
+            if len(data) != piece.size:
+                raise changed(piece, "size")
+            return io.BytesIO(data)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _check_sample(piece: Piece) -> None:
+    if content_sample(piece.path, piece.start, piece.stop) != piece.sample:
+        raise changed(piece, f"bytes {piece.start}-{piece.stop} differ")
+
+
+def changed(piece: Piece, what: str) -> DataError:
+    return DataError(
+        f"input {piece.path} changed since this run started ({what}); restore it or start over with a new --out"
+    )

@@ -1,0 +1,59 @@
+"""JSON Lines compressed with gzip or zstd: read from the start (a compressed stream cannot be
+entered in the middle), so each file is one piece, read by line number."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from typing import Any
+
+from pipeline.format.errors import DataError
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.access import decompress
+from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.jsonl import json_text
+
+
+class CompressedJsonLinesReader(Reader):
+    kinds = (".jsonl.gz", ".jsonl.zst")
+
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        path = piece.path
+        skip = position["line"] if position else 0
+        head_unchecked = True
+        try:
+            with open_piece(piece) as raw, decompress(raw, piece.kind) as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line or line.isspace():
+                        continue
+                    if head_unchecked:
+                        check_text_head(path, line[:HEAD_BYTES])
+                        head_unchecked = False
+                    if lineno <= skip:
+                        continue
+                    text, bad = json_text(line, self.text_field)
+                    progress = place.before + min(piece.size, _raw_pos(f))
+                    yield Record(
+                        text,
+                        place.cursor(line=lineno),
+                        f"{path}:{lineno}",
+                        bad,
+                        progress,
+                        Location(path, line=lineno),
+                    )
+        except (OSError, EOFError) as exc:
+            raise DataError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
+        except Exception as exc:
+            if type(exc).__name__ == "ZstdError":
+                raise DataError(f"{path}: corrupt zstd file ({exc}); re-create it or remove it") from exc
+            raise
+
+
+def _raw_pos(f: Any) -> int:
+    """Compressed bytes consumed so far (progress only; 0 if the stream does not say)."""
+    try:
+        return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.raw.tell()
+    except (AttributeError, OSError, ValueError):
+        return 0

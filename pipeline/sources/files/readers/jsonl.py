@@ -1,0 +1,133 @@
+"""JSON Lines, uncompressed: a whole file, or a line-aligned byte range of one (a range owns
+the lines that *start* in it and reads on past its end to finish the last one). A document's
+location is the byte offset of its line."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import orjson
+
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.access import open_binary
+from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.storage.locations import is_url
+
+
+class JsonLinesReader(Reader):
+    kinds = (".jsonl",)
+
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        path, start, end = piece.path, piece.start, piece.stop
+        with open_piece(piece) as f:
+            if position is not None:
+                pos = position["offset"]
+                f.seek(pos)
+            elif start > 0:  # the line under way at ``start`` belongs to the piece before
+                pos = after_newline(f, start - 1)
+                f.seek(pos)
+            else:
+                pos = 0
+            read_line = (lambda _pos: f.readline()) if is_url(path) else functools.partial(read_line_at, f)
+            head_unchecked = pos == 0
+            while pos < end:
+                line = read_line(pos)
+                if not line:
+                    break
+                line_start = pos
+                pos += len(line)
+                if line.isspace():  # (strip() would copy a long line to find out)
+                    continue
+                if head_unchecked:
+                    check_text_head(path, line[:HEAD_BYTES])
+                    head_unchecked = False
+                text, bad = json_text(line, self.text_field)
+                where = f"{path}:{line_number(path, line_start)}" if bad else path
+                yield Record(
+                    text,
+                    place.cursor(offset=pos),
+                    where,
+                    bad,
+                    place.before + pos - start,
+                    Location(path, offset=line_start),
+                )
+
+
+def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason) for one JSON line.
+
+    orjson parses (parsing is most of a task's time besides encoding); what it refuses goes to
+    `json`, which accepts a little more (a BOM, NaN, lone surrogates) and names the fault, so
+    every UTF-8 line reads exactly as `json` reads it."""
+    try:
+        obj, strict = orjson.loads(line), True
+    except orjson.JSONDecodeError:
+        strict = False
+        try:  # decoded here: `json` would take bytes of UTF-16 or UTF-32 for that text
+            obj = json.loads(line.decode("utf-8-sig", "surrogatepass"))
+        except UnicodeDecodeError:
+            return None, "invalid UTF-8"
+        except json.JSONDecodeError:
+            return None, "malformed JSON"
+        except RecursionError:
+            return None, "JSON nested too deeply"
+    if not isinstance(obj, dict):
+        return None, "not a JSON object"
+    if field not in obj or obj[field] is None:
+        return None, f"missing field {field!r}"
+    text = obj[field]
+    if not isinstance(text, str):
+        return None, f"non-string field {field!r}"
+    return (text, None) if strict else checked(text)  # orjson refuses lone surrogates itself
+
+
+def checked(text: str) -> tuple[str | None, str | None]:
+    """Lone surrogates (from JSON escapes) cannot be UTF-8 encoded: a bad record, not a crash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "invalid unicode (lone surrogate)"
+    return text, None
+
+
+def line_number(path: str, offset: int) -> int:
+    """1-based line number of the byte at ``offset`` (only computed to report an error)."""
+    count = 0
+    with open_binary(path) as f:
+        remaining = offset
+        while remaining > 0 and (chunk := f.read(min(1 << 24, remaining))):
+            count += chunk.count(b"\n")
+            remaining -= len(chunk)
+    return count + 1
+
+
+def read_line_at(f: BinaryIO, pos: int, head: int = 1 << 20) -> bytes:
+    """The line at ``pos`` (where ``f`` stands). One longer than ``head`` has its end found first
+    (`after_newline`) and then read in one piece, rather than gathered by `readline` in
+    chunks and joined."""
+    line = f.readline(head)
+    if len(line) < head or line.endswith(b"\n"):
+        return line
+    end = after_newline(f, pos + len(line))
+    f.seek(pos)
+    return f.read(end - pos)
+
+
+def after_newline(f: BinaryIO, offset: int, chunk: int = 1 << 18) -> int:
+    """The offset just past the first newline at or after ``offset`` (the end if none), found
+    in one reused buffer: a partition starting inside a 9 MB line skips its rest without
+    building it (which would cost as much as reading it)."""
+    f.seek(offset)
+    buf = bytearray(chunk)
+    with memoryview(buf) as view:
+        while got := f.readinto(view):
+            found = buf.find(b"\n", 0, got)
+            if found >= 0:
+                return offset + found + 1
+            offset += got
+    return offset

@@ -1,0 +1,84 @@
+"""Parquet: a file's row groups (all, or a planned run of them), the text column only, pages
+checked. A document's location is its row in the file."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from pipeline.format.errors import DataError, TokshardError
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.formats import PARQUET_MAGIC
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.jsonl import checked
+from pipeline.sources.text_columns import is_text_type
+
+BATCH_ROWS = 1024
+
+
+class ParquetReader(Reader):
+    kinds = (".parquet",)
+
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        with corrupt_parquet_is_one_line(piece.path), open_piece(piece) as f:
+            check_magic(f)
+            yield from self._records(f, piece, place, position["row"] if position else 0)
+
+    def _records(self, f: BinaryIO, piece: Piece, place: Place, skip: int) -> Iterator[Record]:
+        import pyarrow.parquet as pq
+
+        path, field = piece.path, self.text_field
+        # pages written with checksums are checked: a flipped byte is an error, not other text
+        pf = pq.ParquetFile(f, page_checksum_verification=True)
+        if field not in pf.schema_arrow.names:
+            raise TokshardError(
+                f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); set text_field"
+            )
+        col_type = pf.schema_arrow.field(field).type
+        if not is_text_type(col_type):
+            raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
+        meta = pf.metadata
+        groups = list(range(meta.num_row_groups) if piece.row_groups is None else piece.row_groups)
+        if not groups:
+            return
+        first_row = sum(meta.row_group(g).num_rows for g in range(groups[0]))  # rows before the piece
+        rows = max(1, sum(meta.row_group(g).num_rows for g in groups))
+        row = 0
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=[field]):
+            if row + batch.num_rows <= skip:
+                row += batch.num_rows
+                continue
+            for value in batch.column(0).to_pylist():
+                row += 1
+                if row <= skip:
+                    continue
+                where = f"{path} row group {groups[0]}+, row {row}"
+                text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
+                progress = place.before + piece.size * row // rows
+                yield Record(
+                    text, place.cursor(row=row), where, bad, progress, Location(path, row=first_row + row - 1)
+                )
+
+
+def check_magic(f: BinaryIO) -> None:
+    """A parquet file starts with its magic number too (pyarrow checks only the footer's)."""
+    if f.read(4) not in PARQUET_MAGIC:
+        raise OSError("no parquet magic number at its start")
+    f.seek(0)
+
+
+@contextlib.contextmanager
+def corrupt_parquet_is_one_line(path: str) -> Iterator[None]:
+    """pyarrow's errors for a damaged file (bad magic, a cut footer, a flipped page) become
+    one line that names the file."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise DataError(f"input {path} is gone; restore it and rerun") from exc
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: corrupt parquet file ({why}); re-create it or remove it") from exc

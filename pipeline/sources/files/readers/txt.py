@@ -1,0 +1,59 @@
+"""Plain text: each .txt file is one document; a large one reaches the encoder as a stream."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator
+from typing import Any
+
+from pipeline.sources.base import Location, Record
+from pipeline.sources.files.access import open_binary
+from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece
+
+#: .txt files larger than this reach the encoder as a stream, never as one string
+STREAM_TXT_BYTES = 16 << 20
+_STREAM_CHUNK = 4 << 20
+
+
+class TextStream:
+    """A document too large to hold as one string: UTF-8 decoded chunk by chunk."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def __iter__(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")  # a BOM is no text
+        with open_binary(self.path) as f:
+            while chunk := f.read(_STREAM_CHUNK):
+                yield decoder.decode(chunk)
+            yield decoder.decode(b"", final=True)
+
+
+class TextReader(Reader):
+    """One document per piece; the cursor after it names the next piece."""
+
+    kinds = (".txt",)
+
+    def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
+        path = piece.path
+        cursor, progress, location = (
+            {"piece": place.index + 1},
+            place.before + piece.size,
+            Location(path, offset=0),
+        )
+        if piece.size > STREAM_TXT_BYTES:
+            with open_piece(piece) as f:
+                check_text_head(path, f.read(HEAD_BYTES))
+            yield Record(TextStream(path, piece.size), cursor, path, None, progress, location)  # type: ignore[arg-type]
+            return
+        with open_piece(piece) as f:
+            data = f.read()
+        check_text_head(path, data[:HEAD_BYTES])
+        try:
+            text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
+        except UnicodeDecodeError:
+            text, bad = None, "invalid UTF-8"
+        yield Record(text, cursor, path, bad, progress, location)

@@ -1,0 +1,191 @@
+"""The `files` source itself: its recipe section, its splits' files and origin, its plan,
+and reading a partition piece by piece."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pipeline.format.errors import DataError, TokshardError
+from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
+from pipeline.sources.files.access import file_size
+from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
+from pipeline.sources.files.formats import kind_of
+from pipeline.sources.files.listing import InputFile, list_files
+from pipeline.sources.files.pieces import Piece, partition_key, partition_spec, pieces_of
+from pipeline.sources.files.planning import auto_partition_bytes, gc_paused, pack, plan_pieces
+from pipeline.sources.files.readers import read_partition
+from pipeline.sources.files.readers.base import open_piece
+from pipeline.sources.files.readers.txt import TextStream
+from pipeline.storage.locations import is_url
+
+
+class FilesSource(Source):
+    type = "files"
+    defaults: ClassVar[dict[str, Any]] = {
+        "paths": None,
+        "split": "train",
+        "splits": None,
+        "text_field": "text",
+        "partition_bytes": "auto",
+        "base_dir": ".",
+    }
+    location_keys = frozenset({"base_dir"})
+    mixed_type_keys = frozenset({"partition_bytes"})  # "auto" or a number of bytes
+
+    def __init__(self, name: str, config: dict[str, Any]) -> None:
+        super().__init__(name, config)
+        self._listed: dict[str, list[InputFile]] = {}
+        self._fingerprints: dict[str, list[dict[str, Any]]] = {}
+
+    @classmethod
+    def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
+        cfg = super().normalize(name, raw, where)
+        paths, splits = cfg.pop("paths"), cfg.pop("splits")
+        split = cfg.pop("split")
+        if (paths is None) == (splits is None):
+            raise TokshardError(
+                f"{where}: [sources.{name}] needs either paths = [...] (with split = ...) "
+                "or splits = {train = [...], validation = [...]}"
+            )
+        if paths is not None:
+            splits = {split: paths}
+        if not isinstance(splits, dict) or not splits:
+            raise TokshardError(f"{where}: [sources.{name}] splits must map split names to globs")
+        table = f"{where}: [sources.{name}]"
+        cfg["splits"] = {
+            check_path_name("split", s, table): check_globs(
+                p, f"{table} {'paths' if paths is not None else f'splits.{s}'}"
+            )
+            for s, p in splits.items()
+        }
+        pb = cfg["partition_bytes"]
+        if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < 4096):
+            raise TokshardError(
+                f'{where}: [sources.{name}] partition_bytes must be "auto" or an integer >= 4096'
+            )
+        return cfg
+
+    @classmethod
+    def identity(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """The split names, not their globs: which files a split holds, and what they hold, is
+        the origin's to say (resolved paths and fingerprints, compared by `check_unchanged`), so
+        ``data/*.jsonl`` and the same files named by absolute paths are one recipe."""
+        return {**super().identity(config), "splits": list(config["splits"])}
+
+    def splits(self) -> list[str]:
+        return list(self.config["splits"])
+
+    def files(self, split: str) -> list[InputFile]:
+        """The split's files, listed once per source object (a plan asks for them three times:
+        the read-once check, the origin and the partitions; for a bucket each is a listing)."""
+        if split not in self._listed:
+            with gc_paused():
+                files = list_files(self.config["splits"][split], self.config["base_dir"])
+                for f in files:
+                    kind_of(f.path)
+            self._listed[split] = files
+        return self._listed[split]
+
+    def split_fingerprints(self, split: str) -> list[dict[str, Any]]:
+        """The split's origin entries (`fingerprints.fingerprint`), made once per source object."""
+        if split not in self._fingerprints:
+            files = self.files(split)
+            with gc_paused():
+                self._fingerprints[split] = fingerprints(files)
+        return self._fingerprints[split]
+
+    def named_inputs(self) -> dict[str, list[str]]:
+        return {split: [f.path for f in self.files(split)] for split in self.splits()}
+
+    def origin(self) -> dict[str, Any]:
+        return {"files": {split: self.split_fingerprints(split) for split in self.splits()}}
+
+    def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
+        """Every recorded input is still what it was, and the globs match no file the run did
+        not plan (an object is compared by its version in one new listing)."""
+        with gc_paused():
+            for split, entries in recorded_origin["files"].items():
+                self._check_split_unchanged(split, entries)
+
+    def _check_split_unchanged(self, split: str, entries: list[dict[str, Any]]) -> None:
+        """`check_unchanged` for one split's recorded ``entries``."""
+        local = [e for e in entries if not is_url(e["path"]) or "etag" not in e]
+        now = dict(zip((e["path"] for e in local), io_map(fingerprint_now, local), strict=True))
+        listed = {f.path: f for f in self.files(split)}
+        for entry in entries:
+            found = now.get(entry["path"]) or _listed_fingerprint(entry["path"], listed)
+            if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
+                raise DataError(
+                    f"input {entry['path']} ({split}) changed since this run started "
+                    "(size, modification time or content); restore it or start over with a new --out"
+                )
+        recorded = {e["path"] for e in entries}
+        added = [path for path in listed if path not in recorded]
+        if added:
+            raise DataError(
+                f"input {added[0]} ({split}) is new since this run started ({len(added)} files "
+                "the globs match now were not planned); move them out of the globs' reach, or "
+                "start over with a new --out"
+            )
+        left = [path for path in recorded if path not in listed]
+        if left:
+            raise TokshardError(
+                f"input {left[0]} ({split}) is part of this run, but the recipe's globs no longer "
+                f"name it ({len(left)} such files); name the same files as before, or use a new --out"
+            )
+
+    def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
+        """Every planned range of a large .jsonl file still holds what was planned (its sampled
+        ends: the file's own fingerprint covers its first and last MiB only), so that a rerun
+        never keeps shards of one version of a file beside shards of another."""
+        pieces = [p for part in partitions for p in pieces_of(part.spec, part.size)]
+        io_map(_check_piece, [p for p in pieces if p.sample is not None and not p.whole])
+
+    def partitions(self) -> list[Partition]:
+        with gc_paused():
+            return self._partitions()
+
+    def _partitions(self) -> list[Partition]:
+        parts: list[Partition] = []
+        for split in self.splits():
+            files = self.files(split)
+            step = self.partition_bytes(sum(f.size for f in files))
+            pieces = plan_pieces(files, self.split_fingerprints(split), step)
+            for i, group in enumerate(pack(pieces, step)):
+                size = sum(p.size for p in group)
+                parts.append(
+                    Partition(self.name, split, i, partition_key(group), size, partition_spec(group))
+                )
+        return parts
+
+    def partition_bytes(self, total: int) -> int:
+        """The configured size, or for "auto" enough tasks to keep any cluster busy
+        (``total``: the split's bytes)."""
+        configured = self.config["partition_bytes"]
+        return auto_partition_bytes(total) if configured == "auto" else configured
+
+    def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
+        yield from read_partition(partition.spec, partition.size, cursor, self.config["text_field"])
+
+
+def _listed_fingerprint(path: str, listed: dict[str, InputFile]) -> dict[str, Any]:
+    """An object's fingerprint from the new listing (one gone from it is the user's to restore)."""
+    if path not in listed:
+        raise DataError(f"input {path} is gone since this run started; restore it or use a new --out")
+    return fingerprint(listed[path], check=False)
+
+
+def _check_piece(piece: Piece) -> None:
+    open_piece(piece).close()
+
+
+def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
+    """Every good document of these files in order (for tokenizer training and tools)."""
+    for path in files:
+        piece = Piece(path, kind_of(path), file_size(path))
+        for rec in read_partition(partition_spec([piece]), piece.size, None, field):
+            if isinstance(rec.text, str):
+                yield rec.text
+            elif isinstance(rec.text, TextStream):
+                yield "".join(rec.text)

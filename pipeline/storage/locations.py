@@ -1,0 +1,89 @@
+"""Location strings: which are URLs, which are local paths, and which are neither as typed.
+
+A prepare folder, a manifest or an input may be a URL (``s3://bucket/run``); `is_url` decides,
+and nothing in tokshard turns a URL into a `pathlib.Path` (``Path("s3://b/run")`` is the
+local folder ``s3:/b/run``). Every path flag and recipe path goes through `location_problem`
+(a URL with a slash missing, one naming no bucket, a ``file://`` URL) before it is used.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from pipeline.format.errors import TokshardError
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+#: protocols whose fsspec back end tokshard ships as an extra (pip install tokshard[EXTRA])
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+#: fsspec protocols a user may type; ``s3:/b/x`` or ``s3:b/x`` with one of these is a mistyped
+#: URL, never a local folder named ``s3:`` (not ``hf``: ``--model hf:NAME`` is tokshard's own
+#: spelling, not a URL)
+KNOWN_PROTOCOLS = frozenset(
+    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "r2"}
+) | frozenset({"http", "https", "ftp", "sftp", "hdfs", "webhdfs", "file", "memory"})
+#: protocols that cannot be written to: refused as a prepare's --out
+READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
+_MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
+def location_problem(text: str) -> str | None:
+    """Why ``text`` can be neither a local path nor a usable URL as written, or None.
+
+    Caught where a path or URL enters (argparse types, recipe paths, `open_place`): a URL
+    typed with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names
+    no bucket, and a ``file://`` URL is a local path in disguise."""
+    m = _URL.match(text)
+    if m:
+        scheme, rest = m.group(1).lower(), text[m.end() :]
+        if scheme == "file":
+            return f"{text} is a file:// URL; give the local path itself ({rest or '/'})"
+        if not rest.strip("/"):
+            return f"{text} names no bucket or location; write {scheme}://BUCKET/PATH"
+        return None
+    m = _MISTYPED.match(text)
+    if m and m.group(1).lower() in KNOWN_PROTOCOLS:
+        return f"{text} looks like a URL with a slash missing; write {m.group(1).lower()}://{text[m.end() :].lstrip('/')}"
+    return None
+
+
+def normalized(text: str) -> str:
+    """``text`` with a URL's scheme in lower case (``S3://b`` is ``s3://b``: schemes ignore
+    case, fsspec's protocol names do not), or a local path with ``~`` expanded (the shell
+    leaves ``--out=~/x``, a quoted ``'~/x'`` and a recipe's ``"~/x"`` alone)."""
+    m = _URL.match(text)
+    return m.group(1).lower() + text[len(m.group(1)) :] if m else os.path.expanduser(text)
+
+
+def checked_location(text: str) -> str:
+    """``text`` normalized, or a one-line TokshardError saying why it cannot be used."""
+    problem = location_problem(text)
+    if problem:
+        raise TokshardError(problem)
+    return normalized(text)
+
+
+def is_url(path: str | os.PathLike | None) -> bool:
+    """True for ``scheme://...`` (two letters or more: ``C:\\`` stays a path); file:// too."""
+    return isinstance(path, str) and bool(_URL.match(path))
+
+
+def protocol(url: str) -> str:
+    m = _URL.match(url)
+    return m.group(1).lower() if m else "file"
+
+
+def join(url: str, rel: str) -> str:
+    return url.rstrip("/") + "/" + rel.lstrip("/")
+
+
+def parent(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[0]
+
+
+def refuse_url(value: str | None, what: str) -> None:
+    """For the options that only take a local path: a URL is refused, never made a folder."""
+    if is_url(value):
+        raise TokshardError(f"{what} {value} is a URL; this option takes a local path")

@@ -1,0 +1,56 @@
+"""Whether a folder is tokshard's to write into: every command that writes asks `claim_folder`.
+
+A command writes only into a folder that does not exist yet, an empty one, or one that holds
+its own state (its *marker*: ``.tokshard/`` for `prepare`, ``demo.json`` for the demo,
+``views/`` for the data cache). Anything else (another tool's ``manifest.json``, a model's
+``tokenizer.json``, a prepared dataset whose run state was removed) is refused in one line
+naming what is there and what to do, before anything is written, so nothing of the user's is
+replaced or mixed with ours. Works alike for a local folder and a store URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pipeline.format.errors import TokshardError
+from pipeline.storage.place import Place
+from pipeline.storage.places import open_place
+
+#: how many of a folder's entries a refusal names
+SHOWN = 3
+
+Claim = Literal["new", "ours"]
+
+
+def claim_folder(
+    folder: Place | str | os.PathLike, flag: str, owner: str, marker: str | None = None
+) -> Claim:
+    """Refuse (`TokshardError`, exit 2) unless ``folder`` is missing, empty, or holds ``marker``
+    (an entry name; a subfolder's ends in ``/``). Returns "new" (missing or empty) or "ours".
+
+    ``flag`` names the option the folder came from (``--out``); ``owner`` the writer in the
+    message (``prepare``). With no ``marker`` only a new or empty folder is accepted."""
+    place = folder if isinstance(folder, Place) else open_place(folder)
+    names = place.names()
+    if not names:
+        return "new"
+    if marker is not None and marker in names:
+        return "ours"
+    held = listing(names)
+    if marker is None:
+        raise TokshardError(
+            f"{flag} {place.url} already holds {held}; {owner} writes only into a new or empty "
+            f"folder: choose another {flag}, or empty that one"
+        )
+    raise TokshardError(
+        f"{flag} {place.url} holds {held} but no {marker}: {owner} did not write it (or its "
+        f"{marker} was removed), so it will not touch it; {owner} writes only into a new or empty "
+        f"folder or one holding its own {marker}: choose another {flag}, or empty that one"
+    )
+
+
+def listing(names: list[str], shown: int = SHOWN) -> str:
+    """How a refusal names what a folder holds: the first ``shown`` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

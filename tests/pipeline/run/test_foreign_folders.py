@@ -1,0 +1,143 @@
+"""`prepare`, `demo` and `tokenizer train` write only into a new or empty folder or one holding
+their own state: a folder with files tokshard did not write is refused in one line naming what
+is there, and nothing in it is touched (a local folder and an s3:// prefix alike)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from support import cli, write_jsonl
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder`` with its bytes and modification time."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_dataset(tmp_path_factory, docs, tokenizer_path) -> Path:
+    """A prepared folder as `prepare` left it (run state included)."""
+    d = tmp_path_factory.mktemp("foreign")
+    data = write_jsonl(d / "in.jsonl", docs[:30])
+    out = d / "done"
+    cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out),
+        "--workers", "1", check=True)  # fmt: skip
+    return out
+
+
+def prepare_into(out: Path | str, data: Path, tokenizer_path: Path):
+    """`tokshard prepare --input DATA --out OUT` as a user types it."""
+    return cli(
+        "prepare",
+        "--input",
+        str(data),
+        "--tokenizer",
+        str(tokenizer_path),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+    )
+
+
+def foreign_folder(kind: str, where: Path, finished: Path) -> Path:
+    where.mkdir()
+    if kind == "another tool's manifest.json":
+        (where / "manifest.json").write_text(json.dumps({"tool": "other", "files": ["a.parquet"]}))
+        (where / "a.parquet").write_bytes(b"PAR1 not ours")
+    elif kind == "a model's tokenizer.json":
+        (where / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
+        (where / "config.json").write_text('{"model_type": "gpt2"}')
+    else:  # a finished dataset whose run state was removed
+        where.rmdir()
+        shutil.copytree(finished, where)
+        shutil.rmtree(where / ".tokshard")
+    return where
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["another tool's manifest.json", "a model's tokenizer.json", "a dataset whose run state was removed"],
+)
+def test_prepare_refuses_a_folder_holding_files_it_did_not_write(
+    tmp_path, tokenizer_path, finished_dataset, kind
+):
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text"] * 20)
+    out = foreign_folder(kind, tmp_path / "out", finished_dataset)
+    before = snapshot(out)
+    proc = prepare_into(out, data, tokenizer_path)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    first = sorted(before)[0].split("/")[0]
+    assert re.fullmatch(
+        rf"tokshard: error: --out {re.escape(str(out))} holds .*{re.escape(first)}.* but no \.tokshard/: prepare did "
+        r"not write it .*: choose another --out, or empty that one",
+        line,
+    ), line
+    assert snapshot(out) == before, "a refused prepare touched the folder"
+
+
+def test_prepare_into_an_empty_folder_and_a_rerun_into_its_own_are_accepted(tmp_path, tokenizer_path):
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text", "more text"] * 10)
+    out = tmp_path / "empty"
+    out.mkdir()
+    common = ["--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out), "--workers", "1"]
+    cli("prepare", *common, check=True)
+    again = cli("prepare", *common, check=True)
+    assert "is already complete" in again.stderr
+
+
+def test_prepare_refuses_a_store_prefix_holding_objects_it_did_not_write(s3_server, tmp_path, tokenizer_path):
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    s3.put_object(Bucket=bucket, Key="run/manifest.json", Body=b'{"tool": "other"}')
+    s3.put_object(Bucket=bucket, Key="run/data/part-0.parquet", Body=b"PAR1")
+    before = s3_server.objects(bucket)
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text"] * 20)
+    url = f"s3://{bucket}/run"
+    proc = prepare_into(url, data, tokenizer_path)
+    assert proc.returncode == 2, proc.stderr
+    assert re.fullmatch(
+        rf"tokshard: error: --out {url} holds data/, manifest\.json but no \.tokshard/: prepare did not write it .*",
+        proc.stderr.strip(),
+    ), proc.stderr
+    assert s3_server.objects(bucket) == before, "a refused prepare wrote to the store"
+
+
+def test_demo_refuses_a_folder_holding_other_files(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes")
+    proc = cli("demo", "--out", str(out), "--size", "quick")
+    assert proc.returncode == 2, proc.stderr
+    assert re.fullmatch(
+        rf"tokshard: error: --out {re.escape(str(out))} holds notes\.txt but no demo\.json: the demo did not "
+        r"write it .*",
+        proc.stderr.strip(),
+    ), proc.stderr
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_tokenizer_train_refuses_a_folder_that_already_holds_files(tmp_path, docs):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text('{"model": "someone else\'s"}')
+    before = snapshot(model)
+    proc = cli("tokenizer", "train", "--input", str(data), "--vocab-size", "300", "--out", str(model))
+    assert proc.returncode == 2, proc.stderr
+    assert re.fullmatch(
+        rf"tokshard: error: --out {re.escape(str(model))} already holds tokenizer\.json; tokenizer train writes "
+        r"only into a new or empty folder: choose another --out, or empty that one",
+        proc.stderr.strip(),
+    ), proc.stderr
+    assert snapshot(model) == before

@@ -1,0 +1,149 @@
+"""An interrupted `prepare` into an object store finishes on its FIRST rerun, whatever stopped it:
+a kill -9, the endpoint losing its state, a finished shard or checkpoint lost. Against a real
+S3 API server (moto_server on 127.0.0.1, started by the tests); every rerun is a fresh process,
+as a user types it."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+from support import (
+    assert_same_as_local,
+    cli,
+    kill_group,
+    local_output,
+    moto_server,
+    start_prepare,
+    wait_for,
+)
+
+PARTITIONS = 7  # store_setup's recipe
+
+
+def finished_partitions(server, bucket: str) -> int:
+    return len(server.objects(bucket, "run/.tokshard/parts/"))
+
+
+def test_a_prepare_killed_midway_finishes_on_its_first_rerun(s3_server, store_setup):
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    proc = start_prepare(recipe, url, "--workers", "2")
+    wait_for(lambda: finished_partitions(s3_server, bucket) >= 2, 120, "two finished partitions", proc)
+    kill_group(proc)
+    assert finished_partitions(s3_server, bucket) < PARTITIONS, "the run ended before the kill"
+    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2")
+    assert rerun.returncode == 0, rerun.stderr
+    assert_same_as_local(s3_server, bucket, "run", ref)
+
+
+def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server, store_setup):
+    """After an interrupted run (no manifest yet), a finished partition's ``.idx`` lost in the
+    store is found, said by `status`, and redone as in a local folder; another's checkpoint
+    deleted by hand (as an older message advised) is simply done again."""
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    cli("prepare", str(recipe), "--out", url, "--workers", "2", check=True)
+    s3 = s3_server.client()
+    for key in ("manifest.json", "text/train/00003-0000.idx", ".tokshard/parts/text/train/00005.json"):
+        s3.delete_object(Bucket=bucket, Key=f"run/{key}")
+    status = json.loads(cli("status", url, "--json", check=True).stdout)
+    (damaged,) = status["damaged"]
+    assert re.fullmatch(r"partition \S+@900000-1200000: text/train/00003-0000\.idx is missing", damaged)
+    assert status["rerun"].startswith("redo 1 partitions whose shards do not match"), status["rerun"]
+    assert ", start 1 pending partitions, then write the manifest" in status["rerun"], status["rerun"]
+    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2")
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{damaged}; redoing that partition" in rerun.stderr
+    assert "delete" not in rerun.stderr
+    assert_same_as_local(s3_server, bucket, "run", ref)
+
+
+def test_a_store_that_lost_its_state_midway_is_prepared_whole_by_the_first_rerun(store_setup):
+    """The endpoint restarts empty (a store without persistence) while a run goes on: that run
+    ends with one line, and once the bucket is there again the first rerun makes all of it."""
+    recipe, ref = store_setup
+    with moto_server() as server:
+        bucket = server.new_bucket()
+        url = f"s3://{bucket}/run"
+        proc = start_prepare(recipe, url, "--workers", "2", env=server.env)
+        wait_for(lambda: finished_partitions(server, bucket) >= 1, 120, "a finished partition", proc)
+        urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/moto-api/reset", method="POST"))
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode != 0 and "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith("tokshard: error: "), stderr
+        server.client().create_bucket(Bucket=bucket)
+        rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2", env=server.env)
+        assert rerun.returncode == 0, rerun.stderr
+        assert_same_as_local(server, bucket, "run", ref)
+
+
+def test_a_prepare_whose_credentials_were_revoked_finishes_on_its_first_rerun_with_new_ones(store_setup):
+    """A server that enforces IAM: the run's access key is deleted while it goes on (one line,
+    no traceback); the first rerun with another key finishes, taking over the dead run's lease."""
+    recipe, ref = store_setup
+    with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "4"}) as server:
+        first, second = _two_access_keys(server)
+        bucket = "tokshard-revoked"
+        boto3_client(server, first, "s3").create_bucket(Bucket=bucket)
+        url = f"s3://{bucket}/run"
+        proc = start_prepare(recipe, url, "--workers", "2", env={**server.env, **first})
+        wait_for(
+            lambda: finished_partitions_as(server, second, bucket) >= 1, 120, "a finished partition", proc
+        )
+        boto3_client(server, second, "iam").delete_access_key(
+            UserName="runner", AccessKeyId=first["AWS_ACCESS_KEY_ID"]
+        )
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode != 0 and "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith("tokshard: error: "), stderr
+        rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2", env={**server.env, **second})
+        assert rerun.returncode == 0, rerun.stderr
+        server_objects = {
+            k: v for k, v in _objects_as(server, second, bucket).items() if not k.startswith(".tokshard/")
+        }
+        assert server_objects == {k: v for k, v in local_output(ref).items() if k != "manifest.json"} | {
+            "manifest.json": server_objects["manifest.json"]
+        }
+
+
+def _two_access_keys(server) -> tuple[dict[str, str], dict[str, str]]:
+    """Two access keys of one IAM user allowed everything (made in the server's first
+    unauthenticated requests), as the environment variables a process reads."""
+    iam = boto3_client(server, {"AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup"}, "iam")
+    iam.create_user(UserName="runner")
+    allow_all = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    iam.put_user_policy(UserName="runner", PolicyName="all", PolicyDocument=json.dumps(allow_all))
+    keys = [iam.create_access_key(UserName="runner")["AccessKey"] for _ in range(2)]
+    first, second = (
+        {"AWS_ACCESS_KEY_ID": k["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": k["SecretAccessKey"]} for k in keys
+    )
+    return first, second
+
+
+def boto3_client(server, key: dict[str, str], service: str):
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=server.endpoint,
+        aws_access_key_id=key["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=key["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+
+
+def _objects_as(server, key: dict[str, str], bucket: str) -> dict[str, bytes]:
+    s3 = boto3_client(server, key, "s3")
+    found = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="run/"):
+        for obj in page.get("Contents", []):
+            found[obj["Key"][len("run/") :]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+    return found
+
+
+def finished_partitions_as(server, key: dict[str, str], bucket: str) -> int:
+    return sum(1 for k in _objects_as(server, key, bucket) if k.startswith(".tokshard/parts/"))

@@ -1,0 +1,340 @@
+"""Many small inputs: they share partitions and shards in every format, locally and in a bucket,
+a kill inside such a partition resumes inside it, and a folder planned before this layout
+still resumes with its own plan.
+
+Every input is a real file (or object on the real S3 API server the tests start), written by
+its format's own library; every run is compared with the plain encoding of the same documents
+or, after kills, byte for byte with an uninterrupted run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from support import (
+    assert_same_output,
+    checkpoints,
+    cli,
+    files_recipe,
+    kill_group,
+    output_files,
+    plain_encode,
+    reference,
+    run_prepare,
+    start_prepare,
+    stream_of,
+    wait_for,
+    write_jsonl,
+)
+
+from pipeline.format import manifest
+from pipeline.format.errors import DataError
+from pipeline.format.manifest import content_hash
+from pipeline.run.run_state import STATE_DIR
+from pipeline.sources.base import Location
+from pipeline.sources.files import FilesSource
+
+#: one of each format the files source reads, in the order the test's file names sort
+FORMATS = (".jsonl", ".json", ".jsonl.gz", ".json.zst", ".parquet", ".txt")
+
+
+def write_input(path: Path, texts: list[str]) -> Path:
+    """``texts`` in the format ``path``'s name says, written by that format's own library (a
+    .txt file holds one document: the first text)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    name = path.name
+    if name.endswith(".txt"):
+        path.write_text(texts[0])
+    elif name.endswith(".parquet"):
+        pq.write_table(pa.table({"text": texts}), path, row_group_size=2)
+    elif name.endswith(".gz"):
+        path.write_bytes(gzip.compress(lines))
+    elif name.endswith(".zst"):
+        path.write_bytes(zstandard.ZstdCompressor().compress(lines))
+    else:
+        path.write_bytes(lines)
+    return path
+
+
+def mixed_folder(folder: Path, docs: list[str], files: int) -> list[str]:
+    """``files`` small inputs cycling through every format; returns their documents in order."""
+    expected: list[str] = []
+    for i in range(files):
+        suffix = FORMATS[i % len(FORMATS)]
+        texts = [docs[(3 * i) % len(docs)], docs[(3 * i + 1) % len(docs)], docs[(3 * i + 2) % len(docs)]]
+        write_input(folder / f"part-{i:04d}{suffix}", texts)
+        expected += texts[:1] if suffix == ".txt" else texts
+    return expected
+
+
+def source_of(patterns: list[str], partition_bytes: int | str = "auto") -> FilesSource:
+    cfg = FilesSource.normalize("d", {"paths": patterns, "partition_bytes": partition_bytes}, "test")
+    return FilesSource("d", cfg)
+
+
+def test_small_files_of_every_format_share_partitions_and_shards(tmp_path, docs, tokenizer_path, dask_client):
+    """120 small files (JSON Lines plain, .json, gzip, zstd, parquet, .txt) become a few
+    partitions of about the partition size, one shard each, holding exactly the documents of
+    the files in order."""
+    expected = mixed_folder(tmp_path / "in", docs, 120)
+    total = sum(p.stat().st_size for p in (tmp_path / "in").iterdir())
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {
+            "d": {"type": "files", "paths": [str(tmp_path / "in" / "*")], "partition_bytes": 64 << 10}
+        },
+    }
+    path = run_prepare(recipe, tmp_path / "out", dask_client)
+    m = manifest.load(path)
+    partitions = m.data["sources"]["d"]["splits"]["train"]["partitions"]
+    assert partitions <= total // (32 << 10) + 1, (partitions, total)  # pieces fill each one past half
+    assert len(m.shards) == partitions
+    assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, expected))
+
+
+def test_a_shard_is_cut_by_tokens_across_the_files_of_a_partition(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    """With small shards, a partition of many files writes shards full to ``shard_tokens``
+    (a document never split), not one shard per file."""
+    expected = mixed_folder(tmp_path / "in", docs, 60)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 40_000,
+        "sources": {
+            "d": {"type": "files", "paths": [str(tmp_path / "in" / "*")], "partition_bytes": 1 << 20}
+        },
+    }
+    path = run_prepare(recipe, tmp_path / "out", dask_client)
+    m = manifest.load(path)
+    assert m.data["sources"]["d"]["splits"]["train"]["partitions"] == 1
+    sizes = [s.tokens for s in m.shards]
+    assert 1 < len(sizes) < 60 and all(t <= 40_000 for t in sizes)
+    assert all(t > 40_000 - max(map(len, docs)) for t in sizes[:-1]), sizes  # each filled to a document
+    assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, expected))
+
+
+def test_large_files_keep_one_partition_per_range_or_row_group_run(tmp_path, docs):
+    """Files larger than the partition size are cut as before packing existed: JSON Lines into
+    ranges of that size from each file's start, parquet into runs of row groups, each its own
+    partition (their shards do not change); the small files between them share partitions."""
+    big = write_jsonl(tmp_path / "a.jsonl", docs[:60])
+    for i in range(4):
+        write_jsonl(tmp_path / f"b{i}.jsonl", docs[60 + i : 61 + i])
+    pq.write_table(pa.table({"text": docs[:80]}), tmp_path / "c.parquet", row_group_size=10)
+    step = 64 << 10
+    parts = source_of([str(tmp_path / "*")], step).partitions()
+    size = big.stat().st_size
+    ranges = [f"{big}@{s}-{min(size, s + step)}" for s in range(0, size, step)]
+    assert [p.key for p in parts][: len(ranges)] == ranges
+    small = parts[len(ranges)]
+    assert [os.path.basename(p["path"]) for p in small.spec["pieces"]] == [f"b{i}.jsonl" for i in range(4)]
+    runs = parts[len(ranges) + 1 :]
+    assert len(runs) > 1 and all(len(p.spec["pieces"]) == 1 for p in runs)
+    groups = [g for p in runs for g in range(*_groups(p.key))]
+    assert groups == list(range(pq.read_metadata(tmp_path / "c.parquet").num_row_groups))
+
+
+def _groups(key: str) -> tuple[int, int]:
+    first, last = key.rsplit("#rg", 1)[1].split("-")
+    return int(first), int(last) + 1
+
+
+def test_every_cursor_of_a_partition_of_many_files_resumes_at_the_next_document(tmp_path, docs):
+    """Reading a packed partition from the cursor after any of its documents gives exactly the
+    documents after it: the cursor names the piece and the position in it, in every format."""
+    mixed_folder(tmp_path / "in", docs, 24)
+    (part,) = source_of([str(tmp_path / "in" / "*")], 1 << 30).partitions()
+    source = source_of([str(tmp_path / "in" / "*")], 1 << 30)
+    records = list(source.read(part, None))
+    assert len({r.cursor["piece"] for r in records}) > 12
+    for i, rec in enumerate(records):
+        assert [r.text for r in source.read(part, rec.cursor)] == [r.text for r in records[i + 1 :]], (
+            rec.cursor
+        )
+    assert [r.progress for r in records] == sorted(r.progress for r in records)
+    assert records[-1].progress == part.size
+
+
+@pytest.fixture(scope="module")
+def many_files_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
+    """400 small JSON Lines files (about 3 MB of real text) in 3 partitions, small shards, a
+    0.2 s commit interval and the reference encoder (the slowest): a kill lands inside a
+    partition of many files."""
+    d = tmp_path_factory.mktemp("many")
+    for i in range(400):
+        write_jsonl(d / "in" / f"day-{i:04d}.jsonl", [docs[(2 * i + k) % len(docs)] for k in range(2)])
+    recipe = files_recipe(
+        d / "many.toml",
+        tokenizer_path,
+        d / "in" / "*.jsonl",
+        partition_bytes=1_200_000,
+        shard_tokens=50_000,
+        commit_seconds=0.2,
+        encoder="tokenizers",
+    )
+    ref = reference(recipe, d / "ref", dask_client)
+    return recipe, ref.parent
+
+
+def inside_a_later_piece(out: Path) -> bool:
+    """Some partition has committed a cursor past its first file and is not finished."""
+    return any(not ck["complete"] and (ck.get("cursor") or {}).get("piece", 0) > 0 for ck in checkpoints(out))
+
+
+def test_a_kill_inside_a_partition_of_many_files_resumes_inside_it(many_files_setup, tmp_path):
+    recipe, ref = many_files_setup
+    out = tmp_path / "out"
+    proc = start_prepare(recipe, out, "--workers", "2")
+    found = wait_for(
+        lambda: inside_a_later_piece(out), 120, "a commit inside a partition of many files", proc
+    )
+    kill_group(proc)
+    assert found, "the run finished before a commit inside a partition of many files"
+    resumed = [ck["cursor"] for ck in checkpoints(out) if not ck["complete"] and ck.get("cursor")]
+    assert any(c.get("piece", 0) > 0 for c in resumed), resumed
+    done = cli("prepare", str(recipe), "--out", str(out), "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    assert "to resume" in done.stderr
+    assert_same_output(ref, out)
+
+
+def test_a_folder_planned_before_packing_resumes_with_its_own_plan(tmp_path, docs, tokenizer_path):
+    """A folder whose plan an older tokshard wrote (one range per partition, cursors without a
+    piece, the recipe's globs in its identity) resumes after a kill and gives the same shards."""
+    write_jsonl(tmp_path / "in" / "big.jsonl", docs * 4)
+    pattern = str(tmp_path / "in" / "*.jsonl")
+    recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, pattern, partition_bytes=500_000,
+                          shard_tokens=50_000, commit_seconds=0.2, encoder="tokenizers")  # fmt: skip
+    ref = tmp_path / "ref"
+    assert cli("prepare", str(recipe), "--out", str(ref), "--workers", "2").returncode == 0
+    out = tmp_path / "out"
+    proc = start_prepare(recipe, out, "--workers", "2")
+    found = wait_for(
+        lambda: any(not ck["complete"] and ck.get("cursor") for ck in checkpoints(out)), 120, "a commit", proc
+    )
+    kill_group(proc)
+    assert found, "the run finished before a commit inside a partition"
+    as_older_tokshard(out, pattern)
+    done = cli("prepare", str(recipe), "--out", str(out), "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    assert "to resume" in done.stderr
+    shards = [f for f in output_files(ref) if f != "manifest.json"]
+    assert shards == [f for f in output_files(out) if f != "manifest.json"]
+    assert all((ref / f).read_bytes() == (out / f).read_bytes() for f in shards)
+
+
+def as_older_tokshard(out: Path, glob_written: str) -> None:
+    """Rewrite a folder's plan and checkpoints as the tokshard before packing wrote them."""
+    plan_path = out / STATE_DIR / "run.json"
+    plan = json.loads(plan_path.read_text())
+    for part in plan["partitions"]:
+        (piece,) = part["spec"]["pieces"]
+        part["spec"] = {"kind": ".jsonl", "path": piece["path"], "start": piece.get("start", 0),
+                        "end": piece.get("end", piece["size"]), "sample": piece["sample"]}  # fmt: skip
+    identity = plan["identity"]
+    identity["sources"]["text"]["splits"] = {"train": [glob_written]}
+    plan["identity_hash"] = content_hash(identity)
+    plan_path.write_text(json.dumps(plan))
+    for ck_path in (out / STATE_DIR / "parts").rglob("*.json"):
+        ck = json.loads(ck_path.read_text())
+        if ck.get("cursor"):
+            ck["cursor"] = {"offset": ck["cursor"]["offset"]}
+        ck_path.write_text(json.dumps(ck))
+
+
+def test_records_carry_their_location_in_the_input(tmp_path, docs):
+    """Each document names its file and where in it it starts: the byte offset of its line
+    (plain JSON Lines), its line number (compressed), its row (parquet), offset 0 (.txt)."""
+    for suffix in FORMATS:
+        write_input(tmp_path / f"x{suffix}", docs[:5])
+    source = source_of([str(tmp_path / "x*")], 1 << 30)
+    records = [r for p in source.partitions() for r in source.read(p, None)]
+    by_file: dict[str, list[Location]] = {}
+    for r in records:
+        by_file.setdefault(os.path.basename(r.location.file), []).append(r.location)
+    lines = (tmp_path / "x.jsonl").read_bytes().splitlines(keepends=True)
+    offsets = [sum(map(len, lines[:i])) for i in range(5)]
+    assert [loc.offset for loc in by_file["x.jsonl"]] == offsets
+    assert [loc.line for loc in by_file["x.jsonl.gz"]] == [1, 2, 3, 4, 5]
+    assert [loc.row for loc in by_file["x.parquet"]] == [0, 1, 2, 3, 4]
+    assert by_file["x.txt"] == [Location(str(tmp_path / "x.txt"), offset=0)]
+    with open(tmp_path / "x.jsonl", "rb") as f:
+        f.seek(by_file["x.jsonl"][3].offset)
+        assert json.loads(f.readline())["text"] == docs[3]
+
+
+# --- objects in a bucket ------------------------------------------------------------------------
+
+
+def s3_calls():
+    """Every S3 operation this process's s3fs sends, counted by name (botocore's own events)."""
+    import fsspec
+
+    calls: Counter[str] = Counter()
+    fs = fsspec.filesystem("s3")
+    fs.s3.meta.events.register("before-call.s3", lambda model, **kw: calls.update([model.name]))
+    return calls
+
+
+def test_planning_objects_costs_one_listing_and_no_request_per_object(s3_server, docs):
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for i in range(300):
+        s3.put_object(
+            Bucket=bucket,
+            Key=f"in/day-{i:04d}.jsonl",
+            Body=json.dumps({"text": docs[i % 50]}).encode() + b"\n",
+        )
+    calls = s3_calls()
+    source = source_of([f"s3://{bucket}/in/*.jsonl"])
+    origin, parts = source.origin(), source.partitions()
+    source.check_unchanged(origin)
+    assert len(origin["files"]["train"]) == 300 and len(parts) < 10
+    assert set(calls) == {"ListObjectsV2"} and calls["ListObjectsV2"] <= 2, calls  # planning, then the check
+
+
+def test_small_objects_share_partitions_and_give_the_shards_of_the_same_local_files(
+    s3_server, docs, tokenizer_path, tmp_path
+):
+    expected = mixed_folder(tmp_path / "in", docs, 48)
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for path in sorted((tmp_path / "in").iterdir()):
+        s3.put_object(Bucket=bucket, Key=f"in/{path.name}", Body=path.read_bytes())
+    common = ["--tokenizer", str(tokenizer_path), "--workers", "2", "--partition-bytes", str(64 << 10)]
+    for given, out in ((f"s3://{bucket}/in/*", "from-s3"), (str(tmp_path / "in" / "*"), "from-disk")):
+        cli("prepare", "--input", given, "--out", out, *common, cwd=tmp_path, check=True)
+    ms = [manifest.load(tmp_path / o / "manifest.json") for o in ("from-s3", "from-disk")]
+    assert [s.hash for s in ms[0].shards] == [s.hash for s in ms[1].shards]
+    assert len(ms[0].shards) < 12
+    assert np.array_equal(
+        stream_of(tmp_path / "from-s3" / "manifest.json"), plain_encode(tokenizer_path, expected)
+    )
+
+
+def test_an_object_rewritten_after_planning_is_refused_by_its_reader(s3_server, docs):
+    """An object is planned with the version tag its listing gave; the reader compares the tag
+    of the object it opens, so a rewrite after planning never joins the planned run."""
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for i in range(3):
+        s3.put_object(
+            Bucket=bucket, Key=f"in/d{i}.jsonl", Body=json.dumps({"text": docs[i]}).encode() + b"\n"
+        )
+    source = source_of([f"s3://{bucket}/in/*.jsonl"])
+    (part,) = source.partitions()
+    s3.put_object(Bucket=bucket, Key="in/d1.jsonl", Body=json.dumps({"text": "rewritten"}).encode() + b"\n")
+    with pytest.raises(
+        DataError, match=rf"input s3://{bucket}/in/d1\.jsonl changed since this run started \(its version"
+    ):
+        list(source.read(part, None))

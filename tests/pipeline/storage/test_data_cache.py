@@ -1,0 +1,121 @@
+"""The node's data cache as `tokshard train --manifest s3://... --data-cache DIR` meets it: a cache
+folder of someone else's, a shard missing or replaced in the store, data prepared again at the
+same URL, and a full disk. Each is one line (never a traceback), and no temporary file is left.
+Against a real S3 API server (moto_server on 127.0.0.1, started by the tests)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from support import REPO, cli, copy_run, corpus, run_prepare, upload_folder
+
+CONFIGS = REPO / "trainer" / "configs"
+TRAIN = ["--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny", "--seq-len", "32"]
+TRAIN += ["--steps", "2", "--micro-batch", "4", "--log-every", "1", "--eval-every", "0"]
+
+
+def train(manifest: str, cache: Path, run_dir: Path):
+    return cli("train", "--manifest", manifest, "--data-cache", str(cache), "--run-dir", str(run_dir), *TRAIN)
+
+
+def one_line(proc) -> str:
+    line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert line.startswith("tokshard: error: "), proc.stderr
+    return line
+
+
+def temporary_files(cache: Path) -> list[Path]:
+    return list(cache.rglob("*.tmp"))
+
+
+def test_train_refuses_a_data_cache_folder_holding_other_files(tmp_path):
+    cache = tmp_path / "home"
+    cache.mkdir()
+    (cache / "thesis.tex").write_text("mine")
+    proc = train("s3://any-bucket/run/manifest.json", cache, tmp_path / "r")
+    assert proc.returncode == 2, proc.stderr
+    assert re.fullmatch(
+        rf"tokshard: error: --data-cache {re.escape(str(cache))} holds thesis\.tex but no views/: the data cache "
+        r"did not write it .*",
+        one_line(proc),
+    )
+    assert [p.name for p in cache.iterdir()] == ["thesis.tex"]
+
+
+@pytest.mark.parametrize("change", ["deleted", "replaced"])
+def test_a_shard_object_missing_or_replaced_at_train_time_is_one_line(
+    s3_server, s3_manifest, tmp_path, change
+):
+    """Every training shard's object is changed after the manifest was written, so the first one
+    the run needs meets it, with a cold cache."""
+    url = copy_run(s3_server, s3_manifest)
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    s3 = s3_server.client()
+    for key in [k for k in s3_server.objects(bucket, "run/text/train/") if k.endswith(".bin")]:
+        key = f"run/text/train/{key}"
+        if change == "deleted":
+            s3.delete_object(Bucket=bucket, Key=key)
+        else:
+            data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            data[64:128] = bytes(64)
+            s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    cache = tmp_path / "cache"
+    proc = train(url, cache, tmp_path / "r")
+    assert proc.returncode == 1, proc.stderr
+    line = one_line(proc)
+    where = rf"s3://{bucket}/run/text/train/\d+-\d+\.bin"
+    if change == "deleted":
+        assert re.fullmatch(
+            rf"tokshard: error: {where}: a shard the manifest lists is missing from the store .*", line
+        )
+    else:
+        assert re.fullmatch(rf"tokshard: error: {where} changed since its manifest was read .*", line)
+    assert not temporary_files(cache)
+    assert not list(cache.rglob("text/train/*.bin")), "a shard that failed its check was kept"
+
+
+def test_data_prepared_again_at_the_same_url_is_fetched_again_and_not_called_corrupt(
+    s3_server, s3_manifest, tmp_path, docs, tokenizer_path, dask_client
+):
+    url = copy_run(s3_server, s3_manifest)
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    cache = tmp_path / "cache"
+    first = train(url, cache, tmp_path / "r1")
+    assert first.returncode == 0, first.stderr
+    # the same sources and splits, other text (the documents in the other order)
+    train_docs = corpus(tmp_path / "train.jsonl", docs[:150][::-1], copies=1)
+    valid_docs = corpus(tmp_path / "valid.jsonl", docs[150:180][::-1], copies=1)
+    splits = {"train": [str(train_docs)], "validation": [str(valid_docs)]}
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "shard_tokens": 25_000,
+        "sources": {"text": {"type": "files", "splits": splits}},
+    }
+    upload_folder(s3_server, run_prepare(recipe, tmp_path / "again", dask_client).parent, bucket, "run")
+    second = train(url, cache, tmp_path / "r2")
+    assert second.returncode == 0, second.stderr
+    out = second.stdout + second.stderr
+    assert "corrupt" not in out and "damaged" not in out.replace("0 damaged on this disk", ""), out
+    assert "is of an earlier version of the data (its manifest changed since the cache was filled)" in out
+    (summary,) = [ln for ln in second.stdout.splitlines() if ln.startswith("tokshard: data cache ")]
+    changed = int(re.search(r"(\d+) of an earlier version of the data", summary).group(1))
+    assert changed >= 1 and "0 damaged on this disk fetched again" in summary, summary
+
+
+def test_a_full_disk_under_the_data_cache_is_one_line_and_leaves_no_temporary_file(
+    s3_manifest, tmp_path, tmpfs
+):
+    mount, _ = tmpfs
+    disk = mount(tmp_path / "small", "160k")  # less than the run's shards
+    cache = disk / "cache"
+    proc = train(s3_manifest, cache, tmp_path / "r")
+    assert proc.returncode == 2, proc.stderr
+    assert re.fullmatch(
+        rf"tokshard: error: disk full writing the data cache {re.escape(str(cache))} \(.* MiB free.*\); free "
+        r"space there, give --data-cache a folder on a larger disk, or bound it with --data-cache-limit",
+        one_line(proc),
+    )
+    assert not temporary_files(cache)

@@ -1,0 +1,60 @@
+"""The `tokshard` parser as tokshard/cli.py builds it from the command modules."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tokshard.cli import COMMANDS, build_parser, main
+from tokshard.commands import prepare
+from tokshard.commands.command import HelpFormatter
+
+
+def test_every_command_module_is_listed_once_by_name():
+    names = [command.name for command in COMMANDS]
+    assert len(names) == len(set(names))
+    assert set(names) == {
+        "prepare", "tokenizer", "status", "verify", "inspect", "train", "samples", "megatron-args", "plot", "demo"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("form", [["--local_rank=1"], ["--local-rank=1"], ["--local_rank", "1"]])
+def test_a_launchers_local_rank_before_the_command_is_accepted(form):
+    """`deepspeed --module tokshard train ...` starts `python -m tokshard --local_rank=N train ...`."""
+    args = build_parser().parse_args([*form, "status", "some/folder"])
+    assert args.command == "status" and args.dir == "some/folder"
+
+
+def test_only_the_command_run_gets_its_options():
+    """Building train's options loads torch; `tokshard status` builds status's alone."""
+    parser = build_parser(options_of={"status"})
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    with_options = {
+        name
+        for name, p in commands.choices.items()
+        if any(a.option_strings[:1] != ["-h"] for a in p._actions)
+    }
+    assert with_options == {"status"}
+
+
+def test_help_shows_a_recipe_settings_default_from_the_recipe():
+    from pipeline.recipe import Settings
+
+    help_text = " ".join(prepare.COMMAND.parser().format_help().split())
+    assert f"(default: the recipe's shard_tokens, else {Settings.shard_tokens})" in help_text
+
+
+def test_a_default_of_none_or_false_is_not_shown():
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter)
+    p.add_argument("--a", help="A", default=None)
+    p.add_argument("--b", help="B", action="store_true")
+    p.add_argument("--c", help="C", default=3)
+    text = p.format_help()
+    assert "(default: None)" not in text and "(default: False)" not in text and "C (default: 3)" in text
+
+
+def test_help_and_version_return_zero(capsys):
+    assert main(["--version"]) == 0
+    assert main(["status", "--help"]) == 0
+    assert "usage: tokshard status" in capsys.readouterr().out

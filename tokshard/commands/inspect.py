@@ -1,0 +1,65 @@
+"""``tokshard inspect MANIFEST``: its options and output (``pipeline.inspection`` reads the
+shards, ``tokshard.inspection_plot`` draws ``--plot``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pipeline.format.errors import TokshardError
+from pipeline.storage.locations import refuse_url
+from tokshard.commands.command import Command
+from tokshard.usage import file_arg, path_arg
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    from tokshard.inspection_plot import PLOT_FILE
+
+    p.add_argument("manifest", type=path_arg, help="manifest.json or its folder")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--plot", action="store_true", help="also draw a histogram of document lengths per source (PNG)"
+    )
+    p.add_argument(
+        "--plot-file",
+        metavar="PNG",
+        type=file_arg,
+        help=f"where --plot writes (default: {PLOT_FILE} beside the manifest); implies --plot",
+    )
+
+
+def check_plot_file(manifest: str, plot_file: str | None) -> None:
+    """Refuse, before any work, a plot with nowhere to go: a stored manifest has no folder on
+    this machine to hold the default PNG beside it."""
+    from pipeline.storage.places import open_manifest_place
+
+    refuse_url(plot_file, "--plot-file")
+    stored = open_manifest_place(manifest)[0].local_root is None
+    if stored and not plot_file:
+        raise TokshardError("--plot of a manifest URL needs --plot-file PNG (a local file to write)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.inspection import render, summary
+
+    plot = args.plot or args.plot_file
+    if plot:
+        check_plot_file(args.manifest, args.plot_file)
+    report = summary(args.manifest)
+    print(json.dumps(report, indent=1) if args.json else render(report))
+    if plot:
+        from tokshard.inspection_plot import plot_doc_lengths
+
+        png = plot_doc_lengths(args.manifest, args.plot_file)
+        print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+COMMAND = Command(
+    name="inspect",
+    summary="counts per source and split, document-length stats, a decoded sample",
+    example="tokshard inspect data/wt103",
+    add_options=add_options,
+    run=run,
+)

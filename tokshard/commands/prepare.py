@@ -1,0 +1,296 @@
+"""``tokshard prepare RECIPE`` (or ``--input GLOB``): its options, and the run they start
+(``pipeline.run.driver``).
+
+Settings a recipe may hold (``--threads``, ``--dtype``...) default to None here, so that the
+recipe's value holds unless the option is given; their help shows the default of the recipe's
+`Settings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline import recipe as recipe_mod
+from pipeline.format.errors import TokshardError
+from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS, Settings
+from pipeline.run.cluster import BATCH_SYSTEMS, LOCAL_MEMORY_LIMIT, BatchJobs
+from pipeline.storage.locations import refuse_url
+from tokshard.commands.command import Command
+from tokshard.usage import default_of, folder_arg, path_arg, positive_int, size_arg
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "manifests"
+#: the source name of ``--input`` files
+INPUT_SOURCE = "data"
+
+
+def recipe_default(name: str) -> str:
+    """How an option's help names the default of the recipe setting ``name``."""
+    return f"default: the recipe's {name}, else {default_of(Settings, name)}"
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    from pipeline.sources.files import FilesSource
+
+    files = FilesSource.defaults
+    p.add_argument(
+        "recipe", nargs="?", type=path_arg, help="recipe TOML (a path, or the name of a bundled one)"
+    )
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="GLOB",
+        type=path_arg,
+        help="ad hoc: local or fsspec files instead of a recipe (repeatable)",
+    )
+    p.add_argument(
+        "--text-field", default=files["text_field"], help="ad hoc: JSON/parquet field holding the text"
+    )
+    p.add_argument("--split", default=files["split"], help="ad hoc: split name for --input files")
+    p.add_argument("--name", default=INPUT_SOURCE, help="ad hoc: source name for --input files")
+    p.add_argument(
+        "--partition-bytes",
+        type=positive_int,
+        help=f"ad hoc: bytes of input per Dask task (default {files['partition_bytes']}: sized from each "
+        "split's input, the same for any number of workers)",
+    )
+    p.add_argument(
+        "--tokenizer", metavar="TOK", type=path_arg, help="tokenizer.json, a folder with one, or a hub name"
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=folder_arg,
+        help="output folder or store URL (shards, manifest.json, run state)",
+    )
+    p.add_argument("--workers", type=positive_int, help="local Dask worker processes (default: one per core)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        help=f"encoder threads per worker process ({recipe_default('threads')})",
+    )
+    p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        type=memory_limit_arg,
+        help="memory limit per local worker: a size (2GiB), a fraction of this machine's memory (0.5), "
+        f"or 0 for none (default {LOCAL_MEMORY_LIMIT})",
+    )
+    p.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the Dask dashboard for the local workers (it delays their start-up; "
+        "a --scheduler or --cluster run has its scheduler's own)",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="use a running Dask scheduler (its address, or the JSON file of --scheduler-file)",
+    )
+    p.add_argument("--encoder", choices=ENCODERS, help=f"encoder back end ({recipe_default('encoder')})")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help=f"token dtype; auto: uint16 where every id fits, else uint32 ({recipe_default('dtype')})",
+    )
+    p.add_argument(
+        "--shard-tokens",
+        type=positive_int,
+        help=f"at most this many tokens per shard ({recipe_default('shard_tokens')})",
+    )
+    p.add_argument(
+        "--on-bad-record",
+        choices=BAD_RECORD_POLICIES,
+        help=f"stop at a bad record or skip and count it ({recipe_default('on_bad_record')})",
+    )
+    p.add_argument(
+        "--mirror", metavar="DIR", type=folder_arg, help="local copy of the recipe's hub repo (same layout)"
+    )
+    add_batch_options(p)
+
+
+def memory_limit_arg(text: str) -> str:
+    """Dask's forms of a worker memory limit, checked before any worker starts (Dask's own
+    errors come from inside the worker processes): ``auto``, 0 (none), a fraction of the
+    machine's memory (0.5), or a size (2GiB, a byte count)."""
+    value = text.strip().lower()
+    if value in ("auto", "0"):
+        return text
+    try:
+        number = float(value)
+    except ValueError:  # a size with a unit, or a word
+        with contextlib.suppress(argparse.ArgumentTypeError):
+            return size_arg(text)
+    else:
+        if math.isfinite(number) and number > 0:
+            return text
+    raise argparse.ArgumentTypeError(
+        f"expected auto, 0 (no limit), a fraction such as 0.5 or a size such as 2GiB, got {text!r}"
+    )
+
+
+def add_batch_options(p: argparse.ArgumentParser) -> None:
+    """`--cluster slurm|pbs`: CPU workers from a batch system via dask-jobqueue (docs/CLUSTER.md)."""
+    g = p.add_argument_group("batch system (--cluster; unset knobs come from your Dask jobqueue config)")
+    g.add_argument("--cluster", choices=BATCH_SYSTEMS, help="submit batch jobs of Dask workers")
+    g.add_argument(
+        "--jobs", type=positive_int, default=default_of(BatchJobs, "jobs"), help="number of batch jobs"
+    )
+    g.add_argument("--cores", type=positive_int, help="cores per job (one worker process per core)")
+    g.add_argument("--memory", help="memory per job, e.g. 120GB (split over its worker processes)")
+    g.add_argument("--queue", help="queue / partition (Slurm -p, PBS -q)")
+    g.add_argument("--account", help="account to charge (-A)")
+    g.add_argument("--walltime", help="time limit per job, e.g. 04:00:00")
+    g.add_argument(
+        "--job-extra", action="append", metavar="DIRECTIVE", help="extra #SBATCH/#PBS directive (repeatable)"
+    )
+    g.add_argument(
+        "--local-directory", metavar="DIR", type=folder_arg, help="node-local scratch for Dask workers"
+    )
+    g.add_argument(
+        "--print-job-script", action="store_true", help="print the job script and exit (submits nothing)"
+    )
+
+
+def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
+    """What ``--cluster`` asks of the batch system (None: no batch system)."""
+    if not args.cluster:
+        if args.print_job_script:
+            raise TokshardError("--print-job-script needs --cluster slurm or --cluster pbs")
+        return None
+    if args.scheduler:
+        raise TokshardError("give either --scheduler or --cluster, not both")
+    from pipeline.run.cluster import require_batch_system
+
+    if not args.print_job_script:
+        require_batch_system(args.cluster)
+    return BatchJobs(
+        system=args.cluster,
+        jobs=args.jobs,
+        cores=args.cores,
+        memory=args.memory,
+        queue=args.queue,
+        account=args.account,
+        walltime=args.walltime,
+        job_extra=args.job_extra or [],
+        local_directory=args.local_directory,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.run.driver import RunOptions, prepare
+    from pipeline.run.open_state import open_run_state
+
+    batch = batch_jobs(args)
+    if args.print_job_script:
+        from pipeline.run.cluster import job_script
+
+        print(job_script(batch, args.threads or default_of(Settings, "threads")))
+        return 0
+
+    recipe = recipe_from_args(args)
+    out = recipe.settings.out
+    if not out:
+        raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    state = open_run_state(out)  # a recipe's out = "..." has not been through argparse: checked here
+    refuse_url(args.local_directory, "--local-directory")
+    if not (args.scheduler or args.cluster):
+        from pipeline.run.cluster import check_local_workers
+
+        check_local_workers(args.workers)
+    started = time.monotonic()
+    options = RunOptions(
+        workers=args.workers,
+        scheduler=args.scheduler,
+        memory_limit=args.memory_limit,
+        dashboard=args.dashboard,
+        batch=batch,
+    )
+    path = prepare(recipe, state, options)
+    print(prepared_line(path, state.manifest_doc() or {}, time.monotonic() - started))
+    return 0
+
+
+def prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str:
+    """The final line: where the manifest is, what it holds, and what was skipped."""
+    from pipeline.run.status import skipped_text
+
+    totals = data["totals"]
+    skipped: dict[str, int] = {}
+    for src in data["sources"].values():
+        for split in src["splits"].values():
+            for reason, n in split.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + n
+    routed = data.get("encoder", {}).get("routed")
+    routed_text = (
+        f"; {routed['documents']:,} documents holding {routed['class']} encoded by {routed['to']}"
+        if routed
+        else ""
+    )
+    return (
+        f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
+        f"{totals['shards']} shards ({seconds:.1f} s)"
+        + (f"; {skipped_text(skipped)}" if skipped else "")
+        + routed_text
+    )
+
+
+def recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
+    """The recipe `prepare` runs: a RECIPE file or --input files, command-line settings on top."""
+    overrides: dict[str, Any] = {
+        "tokenizer": args.tokenizer,
+        "out": args.out,
+        "threads": args.threads,
+        "encoder": args.encoder,
+        "dtype": args.dtype,
+        "shard_tokens": args.shard_tokens,
+        "on_bad_record": args.on_bad_record,
+    }
+    if args.input and args.recipe:
+        raise TokshardError("give either a RECIPE or --input files, not both")
+    if args.input:
+        from pipeline.sources.base import check_path_name
+
+        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
+        check_path_name("source", args.name, "--name")
+        source: dict[str, Any] = {
+            "type": "files",
+            "paths": args.input,
+            "text_field": args.text_field,
+            "split": args.split,
+        }
+        if args.partition_bytes:
+            source["partition_bytes"] = args.partition_bytes
+        if args.mirror:
+            raise TokshardError("--mirror applies to hub recipes, not to --input files")
+        return recipe_mod.from_dict({"sources": {args.name: source}}, "--input", overrides)
+    if args.recipe:
+        return recipe_mod.load(recipe_path(args.recipe), overrides, mirror=args.mirror)
+    raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
+
+
+def recipe_path(name: str) -> Path:
+    """A recipe file by its path, or by the name of one bundled in ``manifests/``."""
+    refuse_url(name, "recipe")
+    path = Path(name)
+    if path.exists():
+        return path
+    bundled = RECIPES_DIR / (name if name.endswith(".toml") else f"{name}.toml")
+    if bundled.exists():
+        return bundled
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml")))
+    raise TokshardError(f"recipe {name} does not exist (bundled recipes: {known or 'none'})")
+
+
+COMMAND = Command(
+    name="prepare",
+    summary="tokenize a recipe's corpora (or your files) into shards and a manifest; rerun to resume",
+    example="tokshard prepare manifests/wikitext-103.toml --out data/wt103 --workers 8\n"
+    "tokshard prepare --input 'corpus/*.jsonl.zst' --tokenizer tok/ --out data/mine",
+    add_options=add_options,
+    run=run,
+)

@@ -1,0 +1,67 @@
+"""``tokshard tokenizer ACTION``: its actions (``train``), each with its options beside its
+handler (``pipeline.encoding.tokenizer`` does the work)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline.encoding.tokenizer import DEFAULT_EOS
+from pipeline.storage.locations import refuse_url
+from tokshard.commands.command import Command
+from tokshard.usage import folder_arg, path_arg, positive_int
+
+
+def add_train_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="GLOB",
+        type=path_arg,
+        help="training files (repeatable)",
+    )
+    p.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
+    p.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
+    p.add_argument("--eos", default=DEFAULT_EOS, help="the EOS token's text")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from pipeline.encoding.tokenizer import train
+    from pipeline.storage.ownership import claim_folder
+
+    refuse_url(args.out, "--out")
+    claim_folder(args.out, "--out", "tokenizer train")
+    path = train(args.input, args.vocab_size, Path(args.out), args.eos)
+    print(f"wrote {path}")
+    return 0
+
+
+TRAIN = Command(
+    name="train",
+    summary="train a byte-level BPE (GPT-2 style) with EOS as a special token",
+    example="tokshard tokenizer train --input 'corpus/*.jsonl' --vocab-size 32000 --out tok/",
+    add_options=add_train_options,
+    run=run_train,
+)
+#: the actions of ``tokshard tokenizer``, by name
+ACTIONS = {action.name: action for action in (TRAIN,)}
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action in ACTIONS.values():
+        action.add_options(actions.add_parser(action.name, help=action.summary, **action.parser_settings()))
+
+
+def run(args: argparse.Namespace) -> int:
+    return ACTIONS[args.action].run(args)
+
+
+COMMAND = Command(
+    name="tokenizer",
+    summary="tokenizer tools",
+    example=TRAIN.example,
+    add_options=add_options,
+    run=run,
+)
