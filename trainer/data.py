@@ -45,14 +45,23 @@ from pipeline.format.verify import first_fault
 
 @dataclass(frozen=True)
 class Piece:
-    """Tokens ``[start, end)`` of document ``document`` (0-based within its source and split) in a sample."""
+    """Tokens ``[start, end)`` of document ``document`` (0-based within its source and split) in a
+    sample: with its source and split, what names the document's origin."""
 
+    source: str
+    split: str
     document: int
     start: int
     end: int
 
-    def to_json(self) -> dict[str, int]:
-        return {"id": self.document, "from": self.start, "to": self.end}
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "split": self.split,
+            "id": self.document,
+            "from": self.start,
+            "to": self.end,
+        }
 
 
 class TokenStream:
@@ -165,7 +174,9 @@ class TokenStream:
         out = []
         for d in range(first, last + 1):
             start = int(ends[d - 1]) if d else 0
-            out.append(Piece(d, max(lo, start) - start, min(hi, int(ends[d])) - start))
+            out.append(
+                Piece(self.source, self.split, d, max(lo, start) - start, min(hi, int(ends[d])) - start)
+            )
         return out
 
     def read(self, start: int, n: int) -> np.ndarray:

@@ -91,13 +91,13 @@ class PackedDataset:
         return rows[:, : self.seq_len], rows[:, self.window :]
 
     def pieces(self, source: int, window: int) -> list[Piece]:
-        ends = self.streams[source].document_ends()
-        out = []
-        for start, n, _ in zip(*self._bin(source, window), strict=True):
-            d = int(np.searchsorted(ends, start, side="right"))
-            first = int(ends[d - 1]) if d else 0
-            out.append(Piece(d, start - first, start - first + n))
-        return out
+        stream = self.streams[source]
+        starts, lengths, _ = self._bin(source, window)
+        return [
+            piece
+            for start, n in zip(starts, lengths, strict=True)
+            for piece in stream.pieces(start, start + n)
+        ]
 
     def describe(self, source: int, window: int) -> dict[str, Any]:
         _, lengths, _ = self._bin(source, window)

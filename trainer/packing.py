@@ -63,21 +63,29 @@ def best_fit(sizes: list[int], capacity: int) -> tuple[list[int], int]:
     each size's bin, numbered in the order bins were opened, and the number of bins.
 
     Open bins are one sorted list of ``room << 32 | bin``, so the tightest bin for ``s`` is the
-    first entry at or above ``s << 32``: a binary search, one removal and one insertion (C list
-    operations) per piece."""
+    first entry at or above ``s << 32``: a binary search, and the entry updated where it stands
+    when its smaller room still sorts there (else moved down, or dropped once full)."""
     keys: list[int] = []
     bins = [0] * len(sizes)
     opened = 0
     for i, size in enumerate(sizes):
         j = bisect_left(keys, size << 32)
         if j < len(keys):
-            key = keys.pop(j)
-            b, room = key & _LOW, (key >> 32) - size
+            key = keys[j]
+            b = key & _LOW
+            key -= size << 32
+            if not key >> 32:
+                del keys[j]
+            elif j and keys[j - 1] > key:
+                del keys[j]
+                insort(keys, key, 0, j)
+            else:
+                keys[j] = key
         else:
-            b, room = opened, capacity - size
+            b = opened
             opened += 1
-        if room:
-            insort(keys, room << 32 | b)
+            if size < capacity:
+                insort(keys, (capacity - size) << 32 | b)
         bins[i] = b
     return bins, opened
 

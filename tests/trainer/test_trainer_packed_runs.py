@@ -115,6 +115,7 @@ def test_samples_names_the_packed_documents_the_loop_fed(run):
             for d in r["documents"]
         ]
         used = sum(len(t) for t in text)
+        assert all((d["source"], d["split"]) == (r["source"], "train") for d in r["documents"])
         assert used + r["padding"] == 33 and row[:used].tolist() == [t for piece in text for t in piece]
     assert {k: sorted(v) for k, v in told.items()} == fed
 
