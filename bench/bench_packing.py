@@ -42,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_trainer_data import bench_startup, synth_manifest  # noqa: E402  (bench/, beside this script)
+from bench_trainer_data import bench_startup, synth_manifest, write_synth_manifest  # noqa: E402  (bench/, beside this script)
 
 from pipeline.format import manifest as manifest_mod  # noqa: E402
 from pipeline.format.shard_writer import ShardSequence  # noqa: E402
@@ -114,24 +114,7 @@ def lengths_manifest(out: Path, like: Path, documents: int, shards: int) -> Path
         toks[np.cumsum(part) - 1] = 50256
         seq.add(toks, part)
         records += seq.finish()
-    shard_list = [{**r.to_json(), "source": "synth", "split": "train"} for r in records]
-    tok = {"path": "tokenizer.json", "sha256": "0" * 64, "vocab_size": 50257, "eos_id": 50256,
-           "eos_token": "<|endoftext|>", "origin": "synthetic (bench)"}  # fmt: skip
-    stats = {"documents": documents, "tokens": int(lengths.sum()), "shards": len(records), "partitions": 1,
-             "dropped_empty": 0, "skipped": {}}  # fmt: skip
-    doc = manifest_mod.build(
-        recipe={"sources": {"synth": {"type": "synthetic"}}},
-        recipe_hash="sha256:" + "0" * 64,
-        dtype="uint16",
-        tokenizer=tok,
-        encoder={"name": "tokenizers", "reason": "synthetic bench data"},
-        sources={
-            "synth": {"type": "synthetic", "origin": {"lengths_of": str(like)}, "splits": {"train": stats}}
-        },
-        shards=shard_list,
-    )
-    (out / "tokenizer.json").write_text("{}")
-    return manifest_mod.write(out, doc)
+    return write_synth_manifest(out, records, documents, int(lengths.sum()), 50257, {"lengths_of": str(like)})
 
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:

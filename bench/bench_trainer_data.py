@@ -58,11 +58,17 @@ def synth_manifest(
         seq.add(toks, lengths.astype(np.int32))
         written += n
         docs += len(lengths)
-    records = seq.finish()
+    return write_synth_manifest(out, seq.finish(), docs, written, vocab, {"seed": seed})
+
+
+def write_synth_manifest(
+    out: Path, records: list, documents: int, tokens: int, vocab: int, origin: dict
+) -> Path:
+    """The manifest of synthetic shards (source ``synth``, split ``train``) and a placeholder tokenizer."""
     shards = [{**r.to_json(), "source": "synth", "split": "train"} for r in records]
     tok = {"path": "tokenizer.json", "sha256": "0" * 64, "vocab_size": vocab, "eos_id": vocab - 1,
            "eos_token": "<|endoftext|>", "origin": "synthetic (bench)"}  # fmt: skip
-    stats = {"documents": docs, "tokens": written, "shards": len(records), "partitions": 1,
+    stats = {"documents": documents, "tokens": tokens, "shards": len(records), "partitions": 1,
              "dropped_empty": 0, "skipped": {}}  # fmt: skip
     doc = manifest_mod.build(
         recipe={"sources": {"synth": {"type": "synthetic"}}},
@@ -70,7 +76,7 @@ def synth_manifest(
         dtype="uint16",
         tokenizer=tok,
         encoder={"name": "tokenizers", "reason": "synthetic bench data"},
-        sources={"synth": {"type": "synthetic", "origin": {"seed": seed}, "splits": {"train": stats}}},
+        sources={"synth": {"type": "synthetic", "origin": origin, "splits": {"train": stats}}},
         shards=shards,
     )
     (out / "tokenizer.json").write_text("{}")

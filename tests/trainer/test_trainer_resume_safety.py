@@ -101,22 +101,17 @@ def test_a_deepspeed_config_without_an_optimizer_gets_adamw(wide_run):
 # --- item 13: kill -9, then --resume: the logs read as one run ---
 
 
+def endless(manifest: Path, save: Path) -> list[str]:
+    """A small run too long to end by itself (the test stops it), saving to ``save``."""
+    return ["--manifest", str(manifest), *SMALL, "--steps", "100000", "--save", str(save)]
+
+
 @pytest.mark.parametrize("packing", ["none", "best-fit"])
 def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path, packing):
     """...and the resumed run trains the very samples an uninterrupted one would (the public
     API's, which draws them the same way), with plain windows and with packed ones."""
     save = tmp_path / "ck"
-    args = [
-        "--manifest",
-        str(manifest),
-        *SMALL,
-        "--steps",
-        "100000",
-        "--save",
-        str(save),
-        "--packing",
-        packing,
-    ]
+    args = [*endless(manifest, save), "--packing", packing]
     # kill a few steps after a checkpoint and well before the next one: with a short interval,
     # a loaded machine let the next save land between the look and the kill (nothing replayed)
     cmd, env = trainer_cmd(*args, "--save-every", "20", "--log-samples")
@@ -162,17 +157,7 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
                                                       (signal.SIGTERM, "stopped by SIGTERM", 143)])  # fmt: skip
 def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_path, signum, said, code):
     save = tmp_path / "ck"
-    args = [
-        "--manifest",
-        str(manifest),
-        *SMALL,
-        "--steps",
-        "100000",
-        "--save",
-        str(save),
-        "--save-every",
-        "2",
-    ]
+    args = [*endless(manifest, save), "--save-every", "2"]
     cmd, env = trainer_cmd(*args)
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
