@@ -34,6 +34,7 @@ batch; the best of three).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -176,16 +177,28 @@ def synth_folder(data: Path, shards: int) -> Path:
     )
 
 
+def startup_code(checkout: Path) -> str:
+    """``checkout``'s own start-up script (`bench_trainer_data.STARTUP_CODE`, read, not
+    imported: it follows that checkout's trainer settings)."""
+    tree = ast.parse((checkout / "bench" / "bench_trainer_data.py").read_text())
+    (code,) = (
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) == "STARTUP_CODE" for t in node.targets)
+    )
+    return code
+
+
 def startup(checkout: Path, data: Path, shards: int) -> dict:
     """The trainer's start-up on ``shards`` synthetic shards, with ``checkout``'s code."""
-    import bench_trainer_data
-
     manifest = synth_folder(data, shards)
+    code = startup_code(checkout)
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     runs = []
     for _ in range(3):
         done = subprocess.run(
-            [sys.executable, "-c", bench_trainer_data.STARTUP_CODE, str(manifest)],
+            [sys.executable, "-c", code, str(manifest), "none"],  # packing "none", where it is asked
             env=env, capture_output=True, text=True, check=True, cwd=checkout,
         )  # fmt: skip
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
