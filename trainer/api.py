@@ -62,8 +62,9 @@ class TrainingSamples(torch.utils.data.IterableDataset):
     tokens) or ``"best-fit"`` (whole documents packed into them, over blocks of
     ``packing_buffer`` documents; ignored targets are -100). ``global_batch`` must split into
     ``world`` ranks of ``micro_batch``; the gradient accumulation is what remains, as in
-    DeepSpeed. ``documents``: per sample, the (document id, from, to) pieces that fill it
-    (``trainer.data.Piece``; ids count from 0 within the source and split).
+    DeepSpeed. ``documents``: per sample, the pieces that fill it, in order
+    (``trainer.data.Piece``: source, split, document id counting from 0 within them, and the
+    ``[start, end)`` token range inside the document).
     """
 
     def __init__(

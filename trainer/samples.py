@@ -4,8 +4,8 @@ Nothing is logged during training for this: the checkpoint's schedule (segments 
 per-source offsets, ``trainer.schedule``), the seed and the global batch of each stretch of
 steps map any step to its positions, positions to (source, epoch, window), and a window (or a
 packed window, with the checkpoint's packing) to the documents that fill it through the shards'
-Megatron ``.idx`` lengths: each as (document id, token range within it), so a document's origin
-can be named from its id. ``--decode`` adds the text, decoded with the manifest's tokenizer. Steps count from 1, as ``metrics.jsonl`` counts them.
+Megatron ``.idx`` lengths: each as (source, split, document id, token range within it), so a
+document's origin can be named from the piece alone. ``--decode`` adds the text, decoded with the manifest's tokenizer. Steps count from 1, as ``metrics.jsonl`` counts them.
 The command's options are in ``tokshard/commands/samples.py``.
 """
 
