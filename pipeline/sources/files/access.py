@@ -25,7 +25,10 @@ def open_binary(path: str) -> BinaryIO:
         with store_errors(path):
             fs, p = fsspec.core.url_to_fs(path)
             fs.invalidate_cache(p)
-            return fs.open(p, "rb")
+            try:
+                return fs.open(p, "rb")
+            except FileNotFoundError as exc:  # listed, then deleted: the data's fault, as locally
+                raise unreadable(path, exc) from exc
     return open_local(path, 1 << 20)
 
 
@@ -49,7 +52,10 @@ def file_size(path: str) -> int:
 
         with store_errors(path):
             fs, p = fsspec.core.url_to_fs(path)
-            return int(fs.size(p))
+            try:
+                return int(fs.size(p))
+            except FileNotFoundError as exc:
+                raise unreadable(path, exc) from exc
     try:
         return os.path.getsize(path)
     except OSError as exc:

@@ -251,6 +251,20 @@ def test_a_large_file_gone_between_listing_and_its_fingerprint_is_named(tmp_path
         fingerprints([listed])
 
 
+def test_an_object_deleted_between_planning_and_reading_is_named(s3_server, docs):
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for i in range(3):
+        s3.put_object(
+            Bucket=bucket, Key=f"in/d{i}.jsonl", Body=json.dumps({"text": docs[i]}).encode() + b"\n"
+        )
+    source = files_source(f"s3://{bucket}/in/*.jsonl")
+    (part,) = source.partitions()
+    s3.delete_object(Bucket=bucket, Key="in/d1.jsonl")
+    with pytest.raises(DataError, match=rf"input s3://{bucket}/in/d1\.jsonl is gone; restore it and rerun"):
+        list(source.read(part, None))
+
+
 @pytest.mark.timeout(60)
 def test_a_fifo_put_where_a_planned_file_was_is_refused_without_waiting(tmp_path, docs):
     """Opening a FIFO for reading waits for a writer; the reader opens without waiting and
