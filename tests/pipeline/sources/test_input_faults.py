@@ -28,6 +28,7 @@ from support import REPO, cli, one_error_line, plain_encode, run_prepare, stream
 from pipeline.format.errors import DataError
 from pipeline.sources.files import iter_texts
 from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprints, needs_read
+from pipeline.sources.files.formats import bomless_wide
 from pipeline.sources.files.listing import list_files
 from pipeline.sources.files.readers.jsonl import json_text
 
@@ -361,6 +362,46 @@ def test_utf16_is_refused_by_every_reader_too(tmp_path, docs, name, codec):
     write_foreign(tmp_path / name, docs[:2], codec)
     with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')} is {codec[:6].upper()} text"):
         list(iter_texts([str(tmp_path / name)]))
+
+
+@pytest.mark.parametrize(("name", "codec"), [("a.txt", "utf-16-le"), ("a.jsonl", "utf-16-be")])
+def test_utf16_without_a_byte_order_mark_is_named(tmp_path, docs, tokenizer_path, name, codec):
+    """Without a byte-order mark, mostly-ASCII UTF-16 is valid UTF-8 with a NUL in every other
+    byte: a .txt file would become one document of NULs. It is named by its NULs' places."""
+    write_jsonl(tmp_path / "in" / "0-good.jsonl", docs[:2])
+    write_foreign(tmp_path / "in" / name, docs[2:6], codec)
+    proc = prepare_cli(tmp_path, "in/*", tokenizer=tokenizer_path, extra=("--on-bad-record", "skip"))
+    label = codec.upper().replace("-LE", "LE").replace("-BE", "BE")
+    says = f"{tmp_path / 'in' / name} looks like {label} text without a byte-order mark"
+    refused(proc, says, tmp_path / "out")
+    assert f"iconv -f {label} -t UTF-8" in one_error_line(proc)
+
+
+@pytest.mark.parametrize(
+    ("codec", "found"),
+    [
+        ("utf-16-le", "UTF-16LE"),
+        ("utf-16-be", "UTF-16BE"),
+        ("utf-32-le", "UTF-32LE"),
+        ("utf-32-be", "UTF-32BE"),
+    ],
+)
+def test_each_wide_encoding_without_a_mark_is_told_apart(docs, codec, found):
+    assert bomless_wide(docs[0][:2000].encode(codec)) == found
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "日本語のテキスト".encode("utf-16-le"),  # not mostly ASCII: read as invalid UTF-8 instead
+        bytes(4096),  # a zeroed file is no text in any encoding
+        bytes(range(256)) * 16,  # binary
+        b"text with a NUL\0 in it, once" * 10,
+    ],
+    ids=["cjk-utf16", "zeros", "binary", "one-nul"],
+)
+def test_other_bytes_with_nuls_are_not_called_utf16(head):
+    assert bomless_wide(head) is None
 
 
 def test_a_line_of_utf16_is_a_bad_record_not_text():
