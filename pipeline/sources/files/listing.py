@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import known_kind
-from pipeline.sources.files.tokshard_outputs import TokshardOutputs
+from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
 from pipeline.storage.locations import checked_location, is_url
 from pipeline.storage.object_store import errors as store_errors
 
@@ -116,7 +116,8 @@ class _LocalGlob:
 
     def _file(self, match: str) -> InputFile | None:
         """The listing of one match: a regular file (one this process may read); None for a
-        folder a ``**`` glob reaches into; anything else refused in one line. Readability
+        folder a ``**`` glob reaches into, or one with no input in it; anything else refused
+        in one line. Readability
         costs an `os.access` only for a file its mode does not make readable to all."""
         try:
             st = os.lstat(match)
@@ -142,7 +143,7 @@ class _LocalGlob:
                 raise unreadable(os.path.abspath(match), PermissionError(errno.EACCES, "Permission denied"))
             return InputFile(real, st.st_size, mtime=st.st_mtime_ns)
         if stat.S_ISDIR(st.st_mode):
-            if known_kind(match) is not None or not self.descends:  # Spark's part.parquet/, say
+            if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
                 raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
             return None
         what = next((name for test, name in _SPECIAL if test(st.st_mode)), "not a regular file")
@@ -175,6 +176,18 @@ class _LocalGlob:
                     f"cannot list folder {os.path.abspath(folder)} that {self.pattern!r} reaches "
                     "into: permission denied; make it readable (chmod), or narrow the glob"
                 )
+
+
+def _holds_no_input(folder: str) -> bool:
+    """A folder whose files a glob may pass by: an empty one, or an output of `prepare` (such
+    as the run's own ``--out`` beside its inputs)."""
+    try:
+        with os.scandir(folder) as entries:
+            if next(entries, None) is None:
+                return True
+    except OSError:
+        return False
+    return written_by_prepare(folder)
 
 
 def _url_files(pattern: str) -> list[InputFile]:

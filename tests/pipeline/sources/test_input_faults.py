@@ -149,6 +149,20 @@ def test_a_folder_matched_by_a_star_glob_is_named_not_skipped(folder, tokenizer_
     )
 
 
+def test_a_star_glob_passes_by_an_empty_folder_and_the_run_s_own_output(folder, tokenizer_path, docs):
+    """``data/*`` with ``--out data/tok``: the output folder (and an empty one) hold no input
+    to leave out, so the rerun finds the same inputs and the run is complete."""
+    (folder / "data" / "empty").mkdir()
+    for _ in range(2):
+        proc = cli("prepare", "--input", "data/*", "--tokenizer", str(tokenizer_path), "--out", "data/tok",
+                   "--workers", "1", cwd=folder)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    assert "already complete" in proc.stderr, proc.stderr
+    assert np.array_equal(
+        stream_of(folder / "data" / "tok" / "manifest.json"), plain_encode(tokenizer_path, docs[:6])
+    )
+
+
 def test_a_folder_of_objects_matched_by_a_star_glob_is_named(s3_server, docs):
     """In a bucket too: ``in/*`` over objects and an ``in/2023/`` prefix names the prefix; a
     ``**`` glob reads every object under it."""
