@@ -9,7 +9,7 @@ import io
 import os
 from typing import Any, BinaryIO
 
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError
 from pipeline.sources.files.zstd_frames import ZstdFrames
 from pipeline.storage.locations import is_url
 from pipeline.storage.object_store import errors as store_errors
@@ -25,11 +25,25 @@ def open_binary(path: str) -> BinaryIO:
         with store_errors(path):
             fs, p = fsspec.core.url_to_fs(path)
             fs.invalidate_cache(p)
-            return fs.open(p, "rb")
+            try:
+                return fs.open(p, "rb")
+            except FileNotFoundError as exc:  # listed, then deleted: the data's fault, as locally
+                raise unreadable(path, exc) from exc
+    return open_local(path, 1 << 20)
+
+
+def open_local(path: str, buffering: int) -> BinaryIO:
+    """A local file's raw bytes, opened without waiting: a FIFO put where a listed file was
+    would block the open until someone wrote to it (the caller's check of size and time then
+    refuses it)."""
     try:
-        return open(path, "rb", buffering=1 << 20)
+        return open(path, "rb", buffering=buffering, opener=_without_waiting)
     except OSError as exc:
         raise unreadable(path, exc) from exc
+
+
+def _without_waiting(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def file_size(path: str) -> int:
@@ -38,7 +52,10 @@ def file_size(path: str) -> int:
 
         with store_errors(path):
             fs, p = fsspec.core.url_to_fs(path)
-            return int(fs.size(p))
+            try:
+                return int(fs.size(p))
+            except FileNotFoundError as exc:
+                raise unreadable(path, exc) from exc
     try:
         return os.path.getsize(path)
     except OSError as exc:
@@ -76,10 +93,10 @@ _UNREADABLE = {
 }
 
 
-def unreadable(path: str, exc: OSError) -> TokshardError:
-    """One line for an input the system refuses to read, saying why and what to do (a file
-    gone since it was listed is a fault of the data: `DataError`)."""
+def unreadable(path: str, exc: OSError) -> DataError:
+    """One line for an input the system refuses to read, saying why and what to do: a fault
+    of the data where the command named (exit 1), never a file left out."""
     if isinstance(exc, FileNotFoundError):
         return DataError(f"input {path} is gone; restore it and rerun")
     why = _UNREADABLE.get(exc.errno or 0) or f"{exc.strerror or exc}; check the file, then rerun"
-    return TokshardError(f"cannot read input {path}: {why}")
+    return DataError(f"cannot read input {path}: {why}")

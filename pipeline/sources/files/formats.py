@@ -34,6 +34,14 @@ FOREIGN_BOMS = (
     (b"\xff\xfe", "UTF-16"),
     (b"\xfe\xff", "UTF-16"),
 )
+#: wide encodings without a byte-order mark, told by where mostly-ASCII text has its NUL
+#: bytes: (name, bytes per character, offsets of the NULs within a character)
+BOMLESS_WIDE = (
+    ("UTF-32LE", 4, (1, 2, 3)),
+    ("UTF-32BE", 4, (0, 1, 2)),
+    ("UTF-16LE", 2, (1,)),
+    ("UTF-16BE", 2, (0,)),
+)
 #: decompressed bytes a head check looks at
 HEAD_BYTES = 4096
 
@@ -91,8 +99,25 @@ def check_text_head(path: str, head: bytes) -> None:
                 f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not UTF-8; "
                 f"convert it (e.g. iconv -f {encoding} -t UTF-8) and name the converted file"
             )
+    if b"\0" in head and (encoding := bomless_wide(head)) is not None:
+        raise DataError(
+            f"{path} looks like {encoding} text without a byte-order mark (a NUL byte in every "
+            f"character), not UTF-8; convert it (e.g. iconv -f {encoding} -t UTF-8) and name the converted file"
+        )
     if is_json_name(path):
         check_not_json_array(path, head)
+
+
+def bomless_wide(head: bytes) -> str | None:
+    """The wide encoding whose NUL bytes ``head`` has at nine in ten of their places, and not at
+    the others (mostly ASCII text in UTF-16 or UTF-32, which UTF-8 would read as text with NULs
+    in it), or None."""
+    for name, width, nul_at in BOMLESS_WIDE:
+        chars = len(head) // width
+        nuls = [head[o : chars * width : width].count(0) for o in range(width)]
+        if chars >= 4 and all((n * 10 >= chars * 9) == (o in nul_at) for o, n in enumerate(nuls)):
+            return name
+    return None
 
 
 def check_not_json_array(path: str, head: bytes) -> None:

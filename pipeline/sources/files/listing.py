@@ -7,6 +7,7 @@ costs one listing (its size and version come with it), never a request per objec
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import os
@@ -14,10 +15,10 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import known_kind
-from pipeline.sources.files.tokshard_outputs import TokshardOutputs
+from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
 from pipeline.storage.locations import checked_location, is_url
 from pipeline.storage.object_store import errors as store_errors
 
@@ -68,6 +69,7 @@ class _LocalGlob:
         self.glob = os.path.join(glob.escape(base_dir), self.expanded)
         shown = os.path.isabs(self.expanded) or base_dir in ("", ".")
         self.shown = pattern if shown else f"{pattern} (in {base_dir})"
+        self.descends = descends(self.expanded)
         self._real_dirs: dict[str, str] = {}
 
     def files(self) -> list[InputFile]:
@@ -109,12 +111,14 @@ class _LocalGlob:
         except (FileNotFoundError, NotADirectoryError):
             return False
         except OSError as exc:
-            raise unreadable(path, exc) from exc
+            raise unreadable(os.path.abspath(path), exc) from exc
         return True
 
     def _file(self, match: str) -> InputFile | None:
-        """The listing of one match: a regular file; None for a folder that only holds the
-        files (a ``**`` match); anything else refused in one line."""
+        """The listing of one match: a regular file (one this process may read); None for a
+        folder a ``**`` glob reaches into, or one with no input in it; anything else refused
+        in one line. Readability
+        costs an `os.access` only for a file its mode does not make readable to all."""
         try:
             st = os.lstat(match)
             if stat.S_ISLNK(st.st_mode):
@@ -130,18 +134,20 @@ class _LocalGlob:
         except FileNotFoundError as exc:
             shown = os.path.abspath(match)
             if os.path.islink(match):
-                raise TokshardError(_broken_link(shown, os.readlink(match), self.pattern)) from exc
-            raise TokshardError(f"input {shown} vanished while {self.pattern!r} was listed; rerun") from exc
+                raise DataError(_broken_link(shown, os.readlink(match), self.pattern)) from exc
+            raise DataError(f"input {shown} vanished while {self.pattern!r} was listed; rerun") from exc
         except OSError as exc:
             raise unreadable(os.path.abspath(match), exc) from exc
         if stat.S_ISREG(st.st_mode):
+            if not st.st_mode & stat.S_IROTH and not os.access(match, os.R_OK):
+                raise unreadable(os.path.abspath(match), PermissionError(errno.EACCES, "Permission denied"))
             return InputFile(real, st.st_size, mtime=st.st_mtime_ns)
         if stat.S_ISDIR(st.st_mode):
-            if known_kind(match) is not None:  # Spark's part.parquet/ folders, say
-                raise TokshardError(_directory_matched(os.path.abspath(match), self.pattern))
+            if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
+                raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
             return None
         what = next((name for test, name in _SPECIAL if test(st.st_mode)), "not a regular file")
-        raise TokshardError(
+        raise DataError(
             f"input {os.path.abspath(match)} (matched by {self.pattern!r}) is {what}, not a regular file; "
             "a rerun must read the same bytes again: save the data to a file and name that"
         )
@@ -166,10 +172,22 @@ class _LocalGlob:
     def _check_listable(self, folders: list[str]) -> None:
         for folder in folders:
             if os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
-                raise TokshardError(
+                raise DataError(
                     f"cannot list folder {os.path.abspath(folder)} that {self.pattern!r} reaches "
                     "into: permission denied; make it readable (chmod), or narrow the glob"
                 )
+
+
+def _holds_no_input(folder: str) -> bool:
+    """A folder whose files a glob may pass by: an empty one, or an output of `prepare` (such
+    as the run's own ``--out`` beside its inputs)."""
+    try:
+        with os.scandir(folder) as entries:
+            if next(entries, None) is None:
+                return True
+    except OSError:
+        return False
+    return written_by_prepare(folder)
 
 
 def _url_files(pattern: str) -> list[InputFile]:
@@ -195,8 +213,8 @@ def _url_files(pattern: str) -> list[InputFile]:
     files = []
     for name, info in matches.items():
         if info.get("type") == "directory":
-            if known_kind(name) is not None:
-                raise TokshardError(_directory_matched(fs.unstrip_protocol(name), pattern))
+            if known_kind(name) is not None or not descends(path):
+                raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
             continue
         files.append(_object(fs, name, info))
     if not files:
@@ -206,6 +224,13 @@ def _url_files(pattern: str) -> list[InputFile]:
 
 def _object(fs: Any, path: str, info: dict[str, Any]) -> InputFile:
     return InputFile(fs.unstrip_protocol(path), int(info["size"]), etag=version_tag(info))
+
+
+def descends(pattern: str) -> bool:
+    """Whether a pattern reaches into the folders it matches (a ``**`` in it): those folders
+    are then only on the way to their files; any other pattern matching a folder would leave
+    the folder's files out without a word."""
+    return "**" in pattern
 
 
 def _static_prefix(path: str) -> str:
@@ -222,8 +247,8 @@ def _directory_given(pattern: str) -> str:
 def _directory_matched(folder: str, pattern: str) -> str:
     folder = folder.rstrip("/")
     return (
-        f"input {folder} (matched by {pattern!r}) is a directory, not a file; name the files in it, "
-        f"e.g. '{folder}/*'"
+        f"input {folder} (matched by {pattern!r}) is a directory, not a file, and its files would be "
+        f"left out; name them (e.g. '{folder}/*', or a '**' glob), or narrow the glob to files"
     )
 
 

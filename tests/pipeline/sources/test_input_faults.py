@@ -3,14 +3,17 @@
 Each case is what a user's disk holds: a link into a filesystem that is not mounted, a file or
 folder nobody may read, a FIFO, a Spark-style ``part.parquet/`` folder, UTF-16 text from a
 Windows tool, a parquet column of pandas categories; and a rerun that names the same files
-by an absolute path. Each refusal is one line naming the input, before any work is done."""
+by an absolute path. Each refusal is one line naming the input, exit 1 (a fault of the data, not
+of the command), with nothing published."""
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -19,10 +22,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from support import REPO, cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline.format.errors import DataError
 from pipeline.sources.files import iter_texts
+from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprints, needs_read
+from pipeline.sources.files.formats import bomless_wide
+from pipeline.sources.files.listing import list_files
 from pipeline.sources.files.readers.jsonl import json_text
 
 
@@ -72,25 +79,48 @@ def folder(tmp_path, docs):
 # --- #29.4: inputs that vanish without a word ------------------------------------------------------
 
 
+def refused(proc, says: str, out) -> None:
+    """The run stopped with one line saying ``says``, exit 1 (a fault of the data), and nothing
+    published: no manifest, no shard."""
+    line = one_error_line(proc)
+    assert proc.returncode == 1, proc.stderr
+    assert says in line, line
+    assert not out.exists() or not [*out.rglob("manifest.json"), *out.rglob("*.bin")]
+
+
 def test_a_dangling_symlink_matched_by_a_glob_is_named(folder, tokenizer_path):
     """A link into a filesystem that is not mounted: its target is missing, the glob still
     matches the link, and the run stops naming it instead of training on less."""
     (folder / "data" / "c.jsonl").symlink_to("/mnt/unmounted-disk/c.jsonl")
     proc = prepare_cli(folder, "data/*.jsonl", tokenizer=tokenizer_path)
-    line = one_error_line(proc)
-    assert proc.returncode == 2
-    assert f"{folder / 'data' / 'c.jsonl'} (matched by 'data/*.jsonl') is a broken symbolic link" in line
-    assert "/mnt/unmounted-disk/c.jsonl" in line
-    assert not (folder / "out").exists() or not list((folder / "out").rglob("*.bin*"))
+    says = f"{folder / 'data' / 'c.jsonl'} (matched by 'data/*.jsonl') is a broken symbolic link"
+    refused(proc, says + " to /mnt/unmounted-disk/c.jsonl", folder / "out")
 
 
 def test_a_dangling_symlink_named_itself_is_named(folder, tokenizer_path):
     (folder / "gone.jsonl").symlink_to(folder / "nowhere.jsonl")
     proc = prepare_cli(folder, "gone.jsonl", tokenizer=tokenizer_path)
-    assert (
-        proc.returncode == 2
-        and "gone.jsonl (matched by 'gone.jsonl') is a broken symbolic link" in one_error_line(proc)
-    )
+    refused(proc, "gone.jsonl (matched by 'gone.jsonl') is a broken symbolic link", folder / "out")
+
+
+@pytest.mark.parametrize(
+    ("link", "target", "pattern", "says"),
+    [
+        ("2024/feb.jsonl", "/mnt/archive/feb.jsonl", "data/**/*.jsonl", "is a broken symbolic link"),
+        ("c.jsonl", "{folder}/data/c.jsonl", "data/*.jsonl", "its symbolic links loop"),
+        ("c.jsonl", "{folder}/elsewhere", "data/*.jsonl", "is a directory, not a file"),
+    ],
+    ids=["dangling-under-double-star", "loop", "to-a-folder"],
+)
+def test_a_link_that_leads_to_no_file_is_named(folder, tokenizer_path, docs, link, target, pattern, says):
+    """A link deep in a ``**`` glob into an archive not mounted, a link to itself, a link to a
+    folder named like an input: each is named with what is wrong with it."""
+    write_jsonl(folder / "data" / "2024" / "jan.jsonl", docs[6:8])
+    write_jsonl(folder / "elsewhere" / "d.jsonl", docs[8:10])
+    (folder / "data" / link).symlink_to(target.format(folder=folder))
+    proc = prepare_cli(folder, pattern, tokenizer=tokenizer_path)
+    refused(proc, says, folder / "out")
+    assert str(folder / "data" / link) in one_error_line(proc)
 
 
 def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokenizer_path, docs):
@@ -100,12 +130,52 @@ def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokeni
     (folder / "data" / "y.parquet").mkdir()
     pq.write_table(pa.table({"text": docs[3:6]}), folder / "data" / "y.parquet" / "part-0.parquet")
     proc = prepare_cli(folder, "data/*.parquet", tokenizer=tokenizer_path)
-    line = one_error_line(proc)
-    assert proc.returncode == 2
-    assert (
-        f"input {folder / 'data' / 'y.parquet'} (matched by 'data/*.parquet') is a directory, not a file"
-        in line
+    says = f"input {folder / 'data' / 'y.parquet'} (matched by 'data/*.parquet') is a directory, not a file"
+    refused(proc, says, folder / "out")
+
+
+def test_a_folder_matched_by_a_star_glob_is_named_not_skipped(folder, tokenizer_path, docs):
+    """``data/*`` over a folder of files and a subfolder (an older export kept beside them):
+    the subfolder's files are not matched, so the run names it instead of leaving them out;
+    a ``**`` glob reaches into it and reads them."""
+    write_jsonl(folder / "data" / "2023" / "old.jsonl", docs[6:8])
+    proc = prepare_cli(folder, "data/*", tokenizer=tokenizer_path)
+    says = f"input {folder / 'data' / '2023'} (matched by 'data/*') is a directory, not a file, and its files"
+    refused(proc, says, folder / "out")
+    done = prepare_cli(folder, "data/**/*.jsonl", tokenizer=tokenizer_path)
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(
+        stream_of(folder / "out" / "manifest.json"), plain_encode(tokenizer_path, docs[6:8] + docs[:6])
     )
+
+
+def test_a_star_glob_passes_by_an_empty_folder_and_the_run_s_own_output(folder, tokenizer_path, docs):
+    """``data/*`` with ``--out data/tok``: the output folder (and an empty one) hold no input
+    to leave out, so the rerun finds the same inputs and the run is complete."""
+    (folder / "data" / "empty").mkdir()
+    for _ in range(2):
+        proc = cli("prepare", "--input", "data/*", "--tokenizer", str(tokenizer_path), "--out", "data/tok",
+                   "--workers", "1", cwd=folder)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    assert "already complete" in proc.stderr, proc.stderr
+    assert np.array_equal(
+        stream_of(folder / "data" / "tok" / "manifest.json"), plain_encode(tokenizer_path, docs[:6])
+    )
+
+
+def test_a_folder_of_objects_matched_by_a_star_glob_is_named(s3_server, docs):
+    """In a bucket too: ``in/*`` over objects and an ``in/2023/`` prefix names the prefix; a
+    ``**`` glob reads every object under it."""
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for key in ("in/a.jsonl", "in/b.jsonl", "in/2023/old.jsonl"):
+        s3.put_object(Bucket=bucket, Key=key, Body=json.dumps({"text": docs[0]}).encode() + b"\n")
+    with pytest.raises(
+        DataError, match=rf"input s3://{bucket}/in/2023 \(matched by 's3://{bucket}/in/\*'\) is a directory"
+    ):
+        list_files([f"s3://{bucket}/in/*"], ".")
+    found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]
+    assert found == [f"s3://{bucket}/in/{k}" for k in ("2023/old.jsonl", "a.jsonl", "b.jsonl")]
 
 
 def test_a_fifo_matched_by_a_glob_is_named_and_never_opened(folder, tokenizer_path):
@@ -113,18 +183,22 @@ def test_a_fifo_matched_by_a_glob_is_named_and_never_opened(folder, tokenizer_pa
     again on a resume either."""
     os.mkfifo(folder / "data" / "pipe.jsonl")
     proc = prepare_cli(folder, "data/*.jsonl", tokenizer=tokenizer_path)
-    assert (
-        proc.returncode == 2
-        and "pipe.jsonl (matched by 'data/*.jsonl') is a FIFO (named pipe)" in one_error_line(proc)
-    )
+    refused(proc, "pipe.jsonl (matched by 'data/*.jsonl') is a FIFO (named pipe)", folder / "out")
 
 
-def test_an_unreadable_file_is_named(folder, tokenizer_path):
+def test_a_socket_matched_by_a_glob_is_named(folder, tokenizer_path):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(folder / "data" / "s.jsonl"))
+        proc = prepare_cli(folder, "data/*.jsonl", tokenizer=tokenizer_path)
+    refused(proc, "s.jsonl (matched by 'data/*.jsonl') is a socket, not a regular file", folder / "out")
+
+
+def test_an_unreadable_file_is_named_before_any_work(folder, tokenizer_path):
+    """A file this user may not read is refused at planning: no partition is encoded first."""
     (folder / "data" / "b.jsonl").chmod(0)
     proc = prepare_cli(folder, "data/*.jsonl", tokenizer=tokenizer_path, as_user=True)
-    line = one_error_line(proc)
-    assert proc.returncode == 2
-    assert f"cannot read input {folder / 'data' / 'b.jsonl'}: permission denied" in line
+    refused(proc, f"cannot read input {folder / 'data' / 'b.jsonl'}: permission denied", folder / "out")
+    assert not list((folder / "out").rglob("*.json")), "a run was planned"
 
 
 def test_an_unlistable_folder_a_double_star_glob_reaches_into_is_named(folder, tokenizer_path, docs):
@@ -135,9 +209,8 @@ def test_an_unlistable_folder_a_double_star_glob_reaches_into_is_named(folder, t
         proc = prepare_cli(folder, "data/**/*.jsonl", tokenizer=tokenizer_path, as_user=True)
     finally:
         (folder / "data" / "locked").chmod(0o755)
-    line = one_error_line(proc)
-    assert proc.returncode == 2
-    assert f"cannot list folder {folder / 'data' / 'locked'} that 'data/**/*.jsonl' reaches into" in line
+    says = f"cannot list folder {folder / 'data' / 'locked'} that 'data/**/*.jsonl' reaches into"
+    refused(proc, says, folder / "out")
 
 
 def test_a_file_in_an_unlistable_folder_named_by_a_glob_is_not_called_missing(folder, tokenizer_path):
@@ -146,10 +219,70 @@ def test_a_file_in_an_unlistable_folder_named_by_a_glob_is_not_called_missing(fo
         proc = prepare_cli(folder, "data/*.jsonl", tokenizer=tokenizer_path, as_user=True)
     finally:
         (folder / "data").chmod(0o755)
-    assert (
-        proc.returncode == 2
-        and f"cannot list folder {folder / 'data'} that 'data/*.jsonl'" in one_error_line(proc)
-    )
+    refused(proc, f"cannot list folder {folder / 'data'} that 'data/*.jsonl'", folder / "out")
+
+
+def test_a_file_in_a_folder_this_user_may_not_enter_is_named(folder, tokenizer_path):
+    (folder / "data").chmod(0o600)  # may list, may not enter
+    try:
+        proc = prepare_cli(folder, "data/a.jsonl", tokenizer=tokenizer_path, as_user=True)
+    finally:
+        (folder / "data").chmod(0o755)
+    refused(proc, f"cannot read input {folder / 'data' / 'a.jsonl'}: permission denied", folder / "out")
+
+
+def files_source(pattern: str):
+    from pipeline.sources.files import FilesSource
+
+    return FilesSource("d", FilesSource.normalize("d", {"paths": [pattern]}, "test"))
+
+
+@pytest.mark.parametrize("texts", [slice(0, 3), slice(0, 60)], ids=["small", "large"])
+def test_a_file_gone_between_planning_and_reading_is_named(tmp_path, docs, texts):
+    """A worker opening a planned file that was deleted (or whose disk went away) names it,
+    whether planning read it (a large file's ends) or only listed it (a small file)."""
+    for name in ("a.jsonl", "b.jsonl"):
+        write_jsonl(tmp_path / name, docs[texts])
+    source = files_source(str(tmp_path / "*.jsonl"))
+    parts = source.partitions()
+    (tmp_path / "b.jsonl").unlink()
+    with pytest.raises(DataError, match=rf"input {tmp_path / 'b.jsonl'} is gone; restore it and rerun"):
+        [r for p in parts for r in source.read(p, None)]
+
+
+def test_a_large_file_gone_between_listing_and_its_fingerprint_is_named(tmp_path, docs):
+    (listed,) = list_files([str(write_jsonl(tmp_path / "a.jsonl", docs[:60]))], str(tmp_path))
+    assert needs_read(listed)
+    (tmp_path / "a.jsonl").unlink()
+    with pytest.raises(DataError, match=rf"input {tmp_path / 'a.jsonl'} is gone; restore it and rerun"):
+        fingerprints([listed])
+
+
+def test_an_object_deleted_between_planning_and_reading_is_named(s3_server, docs):
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for i in range(3):
+        s3.put_object(
+            Bucket=bucket, Key=f"in/d{i}.jsonl", Body=json.dumps({"text": docs[i]}).encode() + b"\n"
+        )
+    source = files_source(f"s3://{bucket}/in/*.jsonl")
+    (part,) = source.partitions()
+    s3.delete_object(Bucket=bucket, Key="in/d1.jsonl")
+    with pytest.raises(DataError, match=rf"input s3://{bucket}/in/d1\.jsonl is gone; restore it and rerun"):
+        list(source.read(part, None))
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_put_where_a_planned_file_was_is_refused_without_waiting(tmp_path, docs):
+    """Opening a FIFO for reading waits for a writer; the reader opens without waiting and
+    finds the file is not the one planned."""
+    write_jsonl(tmp_path / "a.jsonl", docs[:3])
+    source = files_source(str(tmp_path / "*.jsonl"))
+    (part,) = source.partitions()
+    (tmp_path / "a.jsonl").unlink()
+    os.mkfifo(tmp_path / "a.jsonl")
+    with pytest.raises(DataError, match=r"a\.jsonl changed since this run started"):
+        list(source.read(part, None))
 
 
 def test_an_input_gone_since_planning_is_named_on_resume(folder, tokenizer_path, dask_client, docs):
@@ -184,35 +317,106 @@ def test_a_file_the_glob_matches_since_planning_is_refused_on_resume(
 # --- #29.8: UTF-16 text, categories, the same files named by another path ---------------------------
 
 
-@pytest.mark.parametrize("policy", ["error", "skip"])
+def encoded(text: str, codec: str) -> bytes:
+    """``text`` in ``codec``: Python's "utf-16" and "utf-32" write a byte-order mark in the
+    machine's order, as Windows tools do; "utf-16-be+bom" puts one before big-endian text."""
+    codec, _, mark = codec.partition("+")
+    bom = {"utf-16-be": codecs.BOM_UTF16_BE, "utf-32-be": codecs.BOM_UTF32_BE}[codec] if mark else b""
+    return bom + text.encode(codec)
+
+
+def write_foreign(path, docs: list[str], codec: str) -> None:
+    """``docs`` in the format ``path``'s name says (a .txt file: the first one), in ``codec``."""
+    text = docs[0] if path.name.endswith(".txt") else "".join(json.dumps({"text": d}) + "\n" for d in docs)
+    data = encoded(text, codec)
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
 @pytest.mark.parametrize(
-    ("name", "encoding"),
-    [("a.jsonl", "utf-16"), ("a.txt", "utf-16"), ("a.json.gz", "utf-16"), ("a.jsonl", "utf-32")],
+    ("name", "codec", "policy"),
+    [
+        ("a.jsonl", "utf-16", "error"),
+        ("a.jsonl", "utf-16", "skip"),
+        ("a.jsonl", "utf-16-be+bom", "skip"),
+        ("a.jsonl", "utf-32", "skip"),
+        ("a.txt", "utf-16", "skip"),
+        ("a.txt", "utf-32-be+bom", "error"),
+        ("a.json.gz", "utf-16", "skip"),
+        ("a.jsonl.zst", "utf-32", "skip"),
+        ("big.jsonl", "utf-16", "skip"),  # large: its ends are read, and refused, at planning
+    ],
 )
 def test_utf16_and_utf32_input_is_named_and_never_half_kept(
-    tmp_path, docs, tokenizer_path, name, encoding, policy
+    tmp_path, docs, tokenizer_path, name, codec, policy
 ):
     """Windows tools write UTF-16 with a byte-order mark; read as UTF-8 some lines parsed and
-    some did not. Now the file is refused before any work, under either bad-record policy."""
-    text = docs[0] if name.endswith(".txt") else "".join(json.dumps({"text": d}) + "\n" for d in docs[:4])
-    data = text.encode(encoding)
-    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
-    proc = prepare_cli(tmp_path, name, tokenizer=tokenizer_path, extra=("--on-bad-record", policy))
-    line = one_error_line(proc)
-    label = encoding.upper()
-    assert proc.returncode == 1
-    assert f"{tmp_path / name} is {label} text (it starts with a {label} byte-order mark), not UTF-8" in line
-    assert f"iconv -f {label} -t UTF-8" in line
-    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.bin*"))
+    some did not. Now the file is refused, beside good files of its partition and under
+    either bad-record policy, and nothing is published."""
+    write_jsonl(tmp_path / "in" / "0-good.jsonl", docs[:2])
+    write_foreign(tmp_path / "in" / name, docs[2:40] if name.startswith("big") else docs[2:6], codec)
+    assert name.startswith("a") or (tmp_path / "in" / name).stat().st_size > SMALL_FILE
+    proc = prepare_cli(tmp_path, "in/*", tokenizer=tokenizer_path, extra=("--on-bad-record", policy))
+    label = codec[:6].upper()
+    says = f"{tmp_path / 'in' / name} is {label} text (it starts with a {label} byte-order mark), not UTF-8"
+    refused(proc, says, tmp_path / "out")
+    assert f"iconv -f {label} -t UTF-8" in one_error_line(proc)
 
 
-def test_utf16_is_refused_by_the_reader_too(tmp_path, docs):
+@pytest.mark.parametrize(
+    ("name", "codec"),
+    [("a.jsonl", "utf-16"), ("a.txt", "utf-32"), ("a.json.gz", "utf-16-be+bom"), ("a.jsonl.zst", "utf-16")],
+)
+def test_utf16_is_refused_by_every_reader_too(tmp_path, docs, name, codec):
     """Where no planning read the file's bytes (a bucket's listing, tokenizer training), the
-    first line read says it."""
-    path = tmp_path / "a.jsonl"
-    path.write_bytes("".join(json.dumps({"text": d}) + "\n" for d in docs[:2]).encode("utf-16"))
-    with pytest.raises(DataError, match=r"a\.jsonl is UTF-16 text"):
-        list(iter_texts([str(path)]))
+    reader of each format says it at its first line."""
+    write_foreign(tmp_path / name, docs[:2], codec)
+    with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')} is {codec[:6].upper()} text"):
+        list(iter_texts([str(tmp_path / name)]))
+
+
+@pytest.mark.parametrize(("name", "codec"), [("a.txt", "utf-16-le"), ("a.jsonl", "utf-16-be")])
+def test_utf16_without_a_byte_order_mark_is_named(tmp_path, docs, tokenizer_path, name, codec):
+    """Without a byte-order mark, mostly-ASCII UTF-16 is valid UTF-8 with a NUL in every other
+    byte: a .txt file would become one document of NULs. It is named by its NULs' places."""
+    write_jsonl(tmp_path / "in" / "0-good.jsonl", docs[:2])
+    write_foreign(tmp_path / "in" / name, docs[2:6], codec)
+    proc = prepare_cli(tmp_path, "in/*", tokenizer=tokenizer_path, extra=("--on-bad-record", "skip"))
+    label = codec.upper().replace("-LE", "LE").replace("-BE", "BE")
+    says = f"{tmp_path / 'in' / name} looks like {label} text without a byte-order mark"
+    refused(proc, says, tmp_path / "out")
+    assert f"iconv -f {label} -t UTF-8" in one_error_line(proc)
+
+
+@pytest.mark.parametrize(
+    ("codec", "found"),
+    [
+        ("utf-16-le", "UTF-16LE"),
+        ("utf-16-be", "UTF-16BE"),
+        ("utf-32-le", "UTF-32LE"),
+        ("utf-32-be", "UTF-32BE"),
+    ],
+)
+def test_each_wide_encoding_without_a_mark_is_told_apart(docs, codec, found):
+    assert bomless_wide(docs[0][:2000].encode(codec)) == found
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "日本語のテキスト".encode("utf-16-le"),  # not mostly ASCII: read as invalid UTF-8 instead
+        bytes(4096),  # a zeroed file is no text in any encoding
+        bytes(range(256)) * 16,  # binary
+        b"text with a NUL\0 in it, once" * 10,
+    ],
+    ids=["cjk-utf16", "zeros", "binary", "one-nul"],
+)
+def test_other_bytes_with_nuls_are_not_called_utf16(head):
+    assert bomless_wide(head) is None
 
 
 def test_a_line_of_utf16_is_a_bad_record_not_text():

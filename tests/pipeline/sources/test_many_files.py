@@ -168,8 +168,8 @@ def test_every_cursor_of_a_partition_of_many_files_resumes_at_the_next_document(
 @pytest.fixture(scope="module")
 def many_files_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
     """400 small JSON Lines files (about 3 MB of real text) in 3 partitions, small shards, a
-    0.2 s commit interval and the reference encoder (the slowest): a kill lands inside a
-    partition of many files."""
+    commit after nearly every batch and the reference encoder (the slowest): a kill lands
+    inside a partition of many files."""
     d = tmp_path_factory.mktemp("many")
     for i in range(400):
         write_jsonl(d / "in" / f"day-{i:04d}.jsonl", [docs[(2 * i + k) % len(docs)] for k in range(2)])
@@ -179,7 +179,7 @@ def many_files_setup(tmp_path_factory, docs, tokenizer_path, dask_client):
         d / "in" / "*.jsonl",
         partition_bytes=1_200_000,
         shard_tokens=50_000,
-        commit_seconds=0.2,
+        commit_seconds=0.05,
         encoder="tokenizers",
     )
     ref = reference(recipe, d / "ref", dask_client)
@@ -210,22 +210,22 @@ def test_a_kill_inside_a_partition_of_many_files_resumes_inside_it(many_files_se
 
 def test_a_folder_planned_before_packing_resumes_with_its_own_plan(tmp_path, docs, tokenizer_path):
     """A folder whose plan an older tokshard wrote (one range per partition, cursors without a
-    piece, the recipe's globs in its identity) resumes after a kill and gives the same shards."""
-    write_jsonl(tmp_path / "in" / "big.jsonl", docs * 4)
+    piece, the recipe's globs in its identity), stopped inside a partition by a bad record,
+    resumes there with ``--on-bad-record skip`` and gives the shards of an uninterrupted run."""
+    lines = [json.dumps({"text": d}) + "\n" for d in docs * 4]
+    lines.insert(len(lines) * 3 // 5, '{"text": "broken\n')
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "big.jsonl").write_text("".join(lines))
     pattern = str(tmp_path / "in" / "*.jsonl")
     recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, pattern, partition_bytes=500_000,
-                          shard_tokens=50_000, commit_seconds=0.2, encoder="tokenizers")  # fmt: skip
-    ref = tmp_path / "ref"
-    assert cli("prepare", str(recipe), "--out", str(ref), "--workers", "2").returncode == 0
-    out = tmp_path / "out"
-    proc = start_prepare(recipe, out, "--workers", "2")
-    found = wait_for(
-        lambda: any(not ck["complete"] and ck.get("cursor") for ck in checkpoints(out)), 120, "a commit", proc
-    )
-    kill_group(proc)
-    assert found, "the run finished before a commit inside a partition"
+                          shard_tokens=50_000, commit_seconds=0.05)  # fmt: skip
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    assert cli("prepare", str(recipe), "--out", str(ref), "--on-bad-record", "skip").returncode == 0
+    stopped = cli("prepare", str(recipe), "--out", str(out))
+    assert stopped.returncode == 1 and "bad record" in stopped.stderr
+    assert any(not ck["complete"] and ck.get("cursor") for ck in checkpoints(out))
     as_older_tokshard(out, pattern)
-    done = cli("prepare", str(recipe), "--out", str(out), "--workers", "2")
+    done = cli("prepare", str(recipe), "--out", str(out), "--on-bad-record", "skip")
     assert done.returncode == 0, done.stderr
     assert "to resume" in done.stderr
     shards = [f for f in output_files(ref) if f != "manifest.json"]

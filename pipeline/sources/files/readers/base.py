@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, ClassVar, NamedTuple
 
 from pipeline.format.errors import DataError
 from pipeline.sources.base import Cursor, Record
-from pipeline.sources.files.access import open_binary, unreadable, version_tag
+from pipeline.sources.files.access import open_binary, open_local, version_tag
 from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample
 from pipeline.sources.files.pieces import Piece
 from pipeline.storage.locations import is_url
@@ -64,10 +64,7 @@ def open_piece(piece: Piece) -> BinaryIO:
     if piece.sample is not None:
         _check_sample(piece)
     small = piece.whole and piece.size <= SMALL_FILE
-    try:
-        f = open(path, "rb", buffering=0 if small else 1 << 20)
-    except OSError as exc:
-        raise unreadable(path, exc) from exc
+    f = open_local(path, 0 if small else 1 << 20)
     try:
         st = os.fstat(f.fileno())
         if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
