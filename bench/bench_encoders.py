@@ -64,7 +64,7 @@ sys.path.insert(0, str(REPO))
 from checkout import compile_bytecode  # noqa: E402  (bench/, beside this script)
 
 from pipeline.encoding.backend import TokenizersEncoder  # noqa: E402
-from pipeline.encoding.selection import choose  # noqa: E402
+from pipeline.encoding.selection import decide  # noqa: E402
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
 from pipeline.format import manifest  # noqa: E402
 from pipeline.run import cluster  # noqa: E402
@@ -344,7 +344,7 @@ def native(args, texts: list[str]) -> None:
     long_args.work.mkdir(exist_ok=True)
     for name in ("fastokens", "tiktoken"):  # every timed run then finds its check kept, as a
         started = time.perf_counter()  # user's runs after a tokenizer's first do (ENCODERS.md)
-        choose(name, str(args.tokenizer), lambda: texts[:64])
+        decide(name, str(args.tokenizer), lambda: texts[:64])
         print(f"{name} check (kept for the runs below): {time.perf_counter() - started:.2f} s")
     rows = []
     for rep in range(args.repeats):
@@ -460,7 +460,8 @@ def main() -> None:
         return
 
     started = time.perf_counter()
-    name, reason = choose("auto", str(args.tokenizer), lambda: texts[:64])
+    decision = decide("auto", str(args.tokenizer), lambda: texts[:64])
+    name, reason = decision.name, decision.reason
     print(f"auto check: {name} in {time.perf_counter() - started:.2f} s ({reason})")
 
     fast = TiktokenEncoder(str(args.tokenizer), threads=1)

@@ -7,7 +7,7 @@ buffer and per-document offsets: a batch's ids reach the shard writer as numpy v
 of that buffer, without a Python int per token.
 
 Narrow interface, so the module can move: `available`, `version`, `FastokensEncoder`.
-Only use it where `pipeline.encoding.equivalence` found it gives `tokenizers`' ids (``choose``
+Only use it where `pipeline.encoding.equivalence` found it gives `tokenizers`' ids (``decide``
 does that).
 """
 
