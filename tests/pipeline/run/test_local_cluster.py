@@ -119,7 +119,7 @@ def test_local_workers_start_with_the_allocator_kept_in_the_heap_unless_the_user
     cluster, client = EarlyStart(1, None, threads=1, memory_limit=None).take()
     with cluster, client:
         (seen,) = client.run(_allocator_env).values()
-    assert seen == (str(64 << 20), users or str(256 << 20))
+    assert seen == (str(256 << 20), users or str(1 << 30))
     assert _settle(before) == set()
 
 
