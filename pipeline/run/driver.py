@@ -61,6 +61,9 @@ def prepare(
     """Run (or resume) a recipe into ``out`` (a folder, a store URL, or its `RunState`);
     returns where the manifest is (a `Path` for a folder, a URL for a store)."""
     options = options or RunOptions()
+    settings = recipe.settings
+    # before the output is touched: a wrong --tokenizer leaves no folder behind
+    src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
@@ -68,8 +71,6 @@ def prepare(
         leftovers = state.remove_leftovers()
         if leftovers:
             log(f"removed {leftovers} temporary files of interrupted writes")
-        settings = recipe.settings
-        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
         recipe.pin_tokenizer(tok)
         plan = _load_or_make_plan(recipe, state, tok, log)
         state.install_tokenizer(src, tok)
