@@ -64,7 +64,7 @@ sys.path.insert(0, str(REPO))
 from checkout import compile_bytecode  # noqa: E402  (bench/, beside this script)
 
 from pipeline.encoding.backend import TokenizersEncoder  # noqa: E402
-from pipeline.encoding.selection import choose  # noqa: E402
+from pipeline.encoding.selection import decide  # noqa: E402
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder  # noqa: E402
 from pipeline.format import manifest  # noqa: E402
 from pipeline.run import cluster  # noqa: E402
@@ -267,30 +267,40 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
     return wall
 
 
-def fastokens_ceiling(corpus: Path, tokenizer: Path) -> dict:
+def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1) -> dict:
     """fastokens on one thread, texts in memory, in the ~1 MB batches `prepare` encodes, in a
     fresh process with a worker's allocator settings (`pipeline.run.cluster.MALLOC_ENV`), as
     each worker is: in a process that has encoded before (an earlier round, the check) the same
-    measurement ran up to 1.4x faster (bench/RESULTS.md)."""
+    measurement ran up to 1.4x faster (bench/RESULTS.md). With ``processes``, that many at once,
+    each on its share of the texts, started together: what this machine gives that many
+    encoders side by side (the wall time is the slowest one's)."""
     saved = {k: os.environ.get(k) for k in MALLOC_ENV}
     os.environ.update({k: os.environ.get(k) or v for k, v in MALLOC_ENV.items()})  # a worker's allocator
     try:
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(_fastokens_pass, (str(corpus), str(tokenizer)))
+        ctx = multiprocessing.get_context("spawn")
+        jobs = [(str(corpus), str(tokenizer), i, processes) for i in range(processes)]
+        with ctx.Pool(processes, initializer=_join_barrier, initargs=(ctx.Barrier(processes),)) as pool:
+            parts = pool.map(_fastokens_pass, jobs)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k)
             else:
                 os.environ[k] = v
+    return {
+        "tokens": sum(r["tokens"] for r in parts),
+        "wall_s": max(r["wall_s"] for r in parts),
+        "cpu_s": sum(r["cpu_s"] for r in parts),
+    }
 
 
-def _fastokens_pass(corpus: str, tokenizer: str) -> dict:
+def _fastokens_pass(job: tuple[str, str, int, int]) -> dict:
     from pipeline.encoding.documents import BATCH_CHARS
     from pipeline.encoding.fastokens_backend import FastokensEncoder
 
+    corpus, tokenizer, part, parts = job
     os.environ["FASTOKENS_BPE_THREADS"] = "1"
-    texts = load_texts(Path(corpus))
+    texts = load_texts(Path(corpus), part, parts)
     fast = FastokensEncoder(tokenizer, threads=1, confirm=False)
     batches, batch, chars = [], [], 0
     for t in texts:
@@ -300,6 +310,7 @@ def _fastokens_pass(corpus: str, tokenizer: str) -> dict:
             batches.append(batch)
             batch, chars = [], 0
     batches.append(batch)
+    _barrier.wait()
     r = timed(lambda: [fast.encode_flat(b)[0] for b in batches])
     r.pop("ids")
     return r
@@ -344,7 +355,7 @@ def native(args, texts: list[str]) -> None:
     long_args.work.mkdir(exist_ok=True)
     for name in ("fastokens", "tiktoken"):  # every timed run then finds its check kept, as a
         started = time.perf_counter()  # user's runs after a tokenizer's first do (ENCODERS.md)
-        choose(name, str(args.tokenizer), lambda: texts[:64])
+        decide(name, str(args.tokenizer), lambda: texts[:64])
         print(f"{name} check (kept for the runs below): {time.perf_counter() - started:.2f} s")
     rows = []
     for rep in range(args.repeats):
@@ -460,7 +471,8 @@ def main() -> None:
         return
 
     started = time.perf_counter()
-    name, reason = choose("auto", str(args.tokenizer), lambda: texts[:64])
+    decision = decide("auto", str(args.tokenizer), lambda: texts[:64])
+    name, reason = decision.name, decision.reason
     print(f"auto check: {name} in {time.perf_counter() - started:.2f} s ({reason})")
 
     fast = TiktokenEncoder(str(args.tokenizer), threads=1)

@@ -55,7 +55,7 @@ def timeline(command: list[str]) -> int:
     stamp("imports done (this script's, Dask's included)")
     for owner, name in [
         (driver, "make_plan"),
-        (driver, "choose_while_warming"),
+        (driver, "decide"),
         (cluster, "_start"),
         (cluster.EarlyStart, "take"),
         (driver, "_submit_and_wait"),

@@ -155,6 +155,50 @@ def merge_pairs(merges: list[Any]) -> list[tuple[str, str]]:
     return [tuple(m.split(" ", 1)) if isinstance(m, str) else (m[0], m[1]) for m in merges]
 
 
+def applied_merges(model: dict[str, Any]) -> list[Any] | None:
+    """The merges a BPE model can ever apply, in their order, where that drops some: files
+    converted from tiktoken ranks list every split of a token into two entries (o200k_base:
+    446,189 merges for 200k ids), and reading merges is most of a fast back end's build.
+
+    Greedy BPE (the lowest-ranked adjacent pair first) applies, inside the span of any token
+    it makes, the same merges in the same order as on that token's text alone: nothing outside
+    the span touches it until the token exists. So every merge applied anywhere is the last
+    merge of some token's own BPE, and keeping just those (ranks in the same order) changes no
+    output. None where nothing would drop (no more merges than ids) or the model has options
+    this reasoning does not cover."""
+    vocab, merges = model.get("vocab"), model.get("merges")
+    if model.get("type") != "BPE" or not isinstance(vocab, dict) or not isinstance(merges, list):
+        return None
+    if len(merges) <= len(vocab) or any(
+        model.get(option)
+        for option in ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback")
+    ):
+        return None
+    rank: dict[tuple[str, str], int] = {}
+    for i, pair in enumerate(merge_pairs(merges)):
+        if rank.setdefault(pair, i) != i:  # a pair listed twice: which rank wins is the library's
+            return None
+    kept = {last for token in vocab if len(token) > 1 and (last := _last_merge(token, rank)) is not None}
+    return [merges[i] for i in sorted(kept)]
+
+
+def _last_merge(token: str, rank: dict[tuple[str, str], int]) -> int | None:
+    """The rank of the merge that completes ``token`` in its own BPE (None: BPE never makes it)."""
+    parts = list(token)
+    last = None
+    while len(parts) > 1:
+        best, at = None, 0
+        for j in range(len(parts) - 1):
+            r = rank.get((parts[j], parts[j + 1]))
+            if r is not None and (best is None or r < best):
+                best, at = r, j
+        if best is None:
+            return None
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        last = best
+    return last
+
+
 def check_fast_shape(spec: dict[str, Any]) -> None:
     """The rules every fast back end needs of a parsed tokenizer.json (those of tiktoken's
     conversion, minus the ones about tiktoken's own merge order); `NotEquivalent` naming the

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.encoding import check_cache
 from pipeline.encoding.backend import Encoder
 from pipeline.encoding.byte_level import (
     CL100K_PATTERN,
@@ -488,24 +489,39 @@ def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
 def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | SpaceCuts | None:
     """How to cut this tokenizer's long documents exactly: `SpaceCuts` where its pattern
     allows (decided from the JSON alone), else its own pre-tokenizer if it is a byte-level
-    BPE, else None (no exact cut points)."""
+    BPE, else None (no exact cut points). Whether space cuts apply is kept for the run's
+    workers on this machine (`check_cache.derived`): each would otherwise parse a 100k-200k
+    vocabulary's file (half a second) at its first long document to learn one bit."""
     from pipeline.encoding.tokenizer import is_byte_level_bpe, load, read_spec
 
-    spec = read_spec(tokenizer_path)
-    try:
-        pattern = pattern_of(spec.get("pre_tokenizer"))
-    except NotEquivalent:
-        pattern = None
-    # non-special added tokens are cut out of the text before pre-tokenizing, so one may span
-    # a pre-token boundary: a space cut only if none holds a space, no other cut if any exists
-    plain_added = [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]
-    model = spec.get("model") or {}
-    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
-    if bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added):
+    parts = check_cache.key_parts("space-cuts", tokenizer_path)
+    if (
+        check_cache.derived(parts, lambda: "yes" if space_cuts_apply(read_spec(tokenizer_path)) else "no")
+        == "yes"
+    ):
         return SpaceCuts()
-    if plain_added:
+    if _plain_added(read_spec(tokenizer_path)):
         return None
     tok = load(tokenizer_path)
     if not is_byte_level_bpe(tok):
         return None
     return tok.pre_tokenizer.pre_tokenize_str
+
+
+def space_cuts_apply(spec: dict) -> bool:
+    """Can a parsed tokenizer.json's long documents be cut by `space_cut`? A BPE without a
+    normalizer whose split pattern is one of `SPACE_CUT_PATTERNS`, and no non-special added
+    token holding a space (those are cut out of the text before pre-tokenizing, so one may
+    span a pre-token boundary)."""
+    try:
+        pattern = pattern_of(spec.get("pre_tokenizer"))
+    except NotEquivalent:
+        return False
+    model = spec.get("model") or {}
+    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
+    return bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in _plain_added(spec))
+
+
+def _plain_added(spec: dict) -> list[str]:
+    """The non-special added tokens (no cut at all where any exists and space cuts do not apply)."""
+    return [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]

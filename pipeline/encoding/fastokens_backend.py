@@ -7,7 +7,7 @@ buffer and per-document offsets: a batch's ids reach the shard writer as numpy v
 of that buffer, without a Python int per token.
 
 Narrow interface, so the module can move: `available`, `version`, `FastokensEncoder`.
-Only use it where `pipeline.encoding.equivalence` found it gives `tokenizers`' ids (``choose``
+Only use it where `pipeline.encoding.equivalence` found it gives `tokenizers`' ids (``decide``
 does that).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from pipeline.encoding.byte_level import merge_pairs
+from pipeline.encoding.byte_level import applied_merges, merge_pairs
 from pipeline.encoding.equivalence import confirm_builtin
 from pipeline.encoding.tokenizer import read_bytes, read_spec, unreadable
 
@@ -59,7 +59,7 @@ def file_text(path: str) -> str:
         raise unreadable(path, exc) from exc
 
 
-def encoding_part(spec: dict[str, Any]) -> str:
+def encoding_part(spec: dict[str, Any], merges: list[Any] | None = None) -> str:
     """The tokenizer.json's text as fastokens can build it, for the files whose own text it
     refuses: without the parts encoding never runs here (post-processor, decoder; RoBERTa's
     ``RobertaProcessing``), since we never add special tokens or decode; and without the model's
@@ -67,8 +67,9 @@ def encoding_part(spec: dict[str, Any]) -> str:
     its ids (cl100k_base's and o200k_base's, kept there at their published ids), since fastokens
     wants the ids without gaps. Text encodes to such an entry only where a whole pre-token equals it
     (``ignore_merges``), so the check's special-token probes see any difference this makes.
-    Text, because ``from_json_str`` takes JSON: merges, pre-tokenizer and added tokens pass
-    through unchanged. ``spec`` (shared, see `read_spec`) is left as it was."""
+    Text, because ``from_json_str`` takes JSON: pre-tokenizer and added tokens pass through
+    unchanged, and the merges too unless ``merges`` (`applied_merges`) replaces them. ``spec``
+    (shared, see `read_spec`) is left as it was."""
     part = {**spec, "post_processor": None, "decoder": None}
     model = spec.get("model") or {}
     vocab = model.get("vocab")
@@ -81,6 +82,8 @@ def encoding_part(spec: dict[str, Any]) -> str:
             kept = {t: i for t, i in vocab.items() if t not in left_out}
             if not has_id_gaps({"model": {"vocab": kept}}):  # only where that closes the gaps
                 part["model"] = {**model, "vocab": kept}
+    if merges is not None:
+        part["model"] = {**part["model"], "merges": merges}
     return orjson.dumps(part).decode("utf-8")
 
 
@@ -91,10 +94,12 @@ def has_id_gaps(spec: dict[str, Any]) -> bool:
 
 
 def rewritten_text(path: str) -> str:
-    """The text fastokens is built from where the file's own is known not to do (`encoding_part`
-    for a vocabulary whose ids leave gaps), else "" (the file as it is)."""
+    """The text fastokens is built from where the file's own is known not to do, or to cost
+    more than it need (`encoding_part`: a vocabulary whose ids leave gaps; merges BPE never
+    applies, which fastokens would read on every worker's start), else "" (the file as it is)."""
     spec = read_spec(path)
-    return encoding_part(spec) if has_id_gaps(spec) else ""
+    merges = applied_merges(spec.get("model") or {})
+    return encoding_part(spec, merges) if merges is not None or has_id_gaps(spec) else ""
 
 
 class FastokensEncoder:

@@ -1,27 +1,27 @@
-"""Which back end a run uses (`choose`, after `check`), and each worker's one encoder
-(`cached_encoder`).
+"""Which back end a run uses and why: `decide`, the one place that chooses, returns a
+`Decision` (the `EncoderSpec` the workers build, and the reason the log and the manifest give).
 
-The top of the encoding layers: it imports the back ends (`backend`, `tiktoken_backend`,
-`fastokens_backend`) and the comparisons that prove them equal (`equivalence`); none of those
-imports this module.
+The top of the encoding layers: it imports the back ends and the comparisons that prove them
+equal (`equivalence`); none of those imports this module. The run's workers take part only
+through the narrow `Workers` hook: they build the likely spec while the driver checks it, and
+may encode the check's documents with the copy they built.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
-from functools import lru_cache
+from dataclasses import dataclass
+from typing import Protocol
 
 from pipeline.encoding import BACKEND_NAMES, check_cache
-from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_version, library_versions
+from pipeline.encoding.backend import TokenizersEncoder, library_version
 from pipeline.encoding.byte_level import NotEquivalent
 from pipeline.encoding.equivalence import (
     SAMPLE_DOC_CHARS,
     SAMPLE_DOCS,
     Verdict,
     Vocabulary,
-    confirm_builtin,
     fastokens_spec,
     first_difference,
     show,
@@ -30,9 +30,11 @@ from pipeline.encoding.equivalence import (
     vocabulary_from_spec,
     vocabulary_of,
 )
-from pipeline.encoding.fastokens_backend import FastokensEncoder, available, rewritten_text
-from pipeline.encoding.routing import RoutedEncoder, describe, fastokens_class
+from pipeline.encoding.fastokens_backend import available
+from pipeline.encoding.routing import describe
+from pipeline.encoding.spec import EncoderSpec, build
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
+from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
 
 #: the exact fast back ends, fastest first (bench/RESULTS.md, "Native encoder"): `auto` takes
@@ -41,93 +43,100 @@ FAST = ("fastokens", "tiktoken")
 #: what ``--encoder`` accepts (`pipeline.encoding.BACKEND_NAMES`, and `auto`)
 NAMES = ("auto", *BACKEND_NAMES)
 
-#: ``elsewhere(name, texts)``: the ids back end ``name`` gives ``texts`` where a copy of it is
-#: already built (a warm worker), or None where none is
-Elsewhere = Callable[[str, list[str]], list | None]
+
+class Workers(Protocol):
+    """The hook through which the run's workers take part in the choice (the cluster's side)."""
+
+    def warm(self, spec: EncoderSpec) -> None:
+        """Have every worker build ``spec``'s encoder, in the background, before its first task."""
+
+    def probe(self, spec: EncoderSpec, texts: list[str]) -> list | None:
+        """``spec``'s ids for ``texts`` from a worker that built it (None: no worker can say)."""
 
 
-def _fast(name: str, path: str, threads: int, checked_with: tuple[tuple[str, str], ...]) -> Encoder:
-    # The driver compared the encoders before the run; a worker with the same libraries
-    # would repeat that for nothing (a quarter of a second), one with others must redo it.
-    confirm = checked_with != library_versions()
-    if name == "fastokens":
-        fast = routed_fastokens(path, threads)
-        if confirm:
-            confirm_builtin(path, fast)
-        return fast
-    return TiktokenEncoder(path, threads, confirm=confirm)
+#: ``probe(texts)``: the candidate's ids for ``texts`` from a copy built elsewhere (a warm worker)
+Probe = Callable[[list[str]], list | None]
 
 
-def routed_fastokens(path: str, threads: int = 1) -> Encoder:
-    """fastokens, with the documents of its proven class (`pipeline.encoding.routing`) sent to
-    `tokenizers`; fastokens alone where that class is empty or none is proven."""
-    # what both derive from the file alone, kept for the run's workers on this machine
-    rewritten = check_cache.derived(
-        check_cache.key_parts("fastokens-text", path), lambda: rewritten_text(path)
-    )
-    fast = FastokensEncoder(path, threads, confirm=False, rewritten=rewritten)
-    route = _routed_class(path)
-    if not route:
-        return fast
-    return RoutedEncoder(fast, lambda: TokenizersEncoder(path, threads), route)
+@dataclass(frozen=True)
+class Decision:
+    """The run's encoder: what each worker builds, and why it was chosen."""
+
+    spec: EncoderSpec
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.backend
+
+    def manifest_entry(self, routed_documents: int) -> dict[str, object]:
+        """The manifest's ``encoder`` entry: which back end, why, the library that ran it, and
+        for fastokens the class of documents it sent to `tokenizers` and how many there were."""
+        spec = self.spec
+        entry: dict[str, object] = {
+            "name": spec.backend,
+            "reason": self.reason,
+            "threads": spec.threads,
+            "library": spec.backend,
+            "version": library_version(spec.backend) or "unknown",
+        }
+        if spec.route:
+            routed = {"class": describe(spec.route), "to": "tokenizers", "documents": routed_documents}
+            entry["routed"] = routed
+        return entry
 
 
-BACKENDS: dict[str, Callable[[str, int, tuple[tuple[str, str], ...]], Encoder]] = {
-    "tokenizers": lambda path, threads, _: TokenizersEncoder(path, threads),
-    **{name: functools.partial(_fast, name) for name in FAST},
-}
-
-
-@lru_cache(maxsize=4)
-def cached_encoder(
-    name: str, path: str, sha256: str, threads: int, checked_with: tuple[tuple[str, str], ...] = ()
-) -> Encoder:
-    """One encoder per worker process and tokenizer (``sha256`` keys the cache on content).
-
-    ``checked_with``: the library versions the driver's equivalence check ran with."""
-    if name not in BACKENDS:
-        raise TokshardError(f"encoder {name!r} is not available; use one of {', '.join(BACKENDS)}")
-    return BACKENDS[name](path, threads, checked_with)
-
-
-def choose(
+def decide(
     requested: str,
-    tokenizer_path: str,
+    tokenizer: str,
     samples: Callable[[], list[str]],
-    elsewhere: Elsewhere | None = None,
-) -> tuple[str, str]:
-    """Pick the back end for a run and say why (the reason goes into the log and manifest).
+    *,
+    sha256: str | None = None,
+    threads: int = 1,
+    workers: Workers | None = None,
+) -> Decision:
+    """Pick the back end for a run on ``tokenizer`` (the path its workers read) and say why.
 
-    ``samples`` returns the run's first documents, read only if a check needs them (once);
-    ``elsewhere`` encodes them where the candidate is built already (see `check`).
+    ``samples`` returns the run's first documents, read only if a check needs them (once).
     `auto` takes the fastest back end in `FAST` that `pipeline.encoding.equivalence` finds gives
-    the same ids as `tokenizers`, else `tokenizers`; asking for a fast one where it does
-    not is an error that names the reason.
+    the same ids as `tokenizers`, else `tokenizers`; asking for a fast one where it does not is
+    an error that names the reason. With ``workers``, they build the likely choice meanwhile,
+    and the check's documents are encoded on one of their copies where that is enough (`check`).
     """
-    if requested == "tokenizers":
-        return "tokenizers", "requested with --encoder tokenizers"
     if requested not in NAMES:
         raise TokshardError(
             f"encoder {requested!r} is not available; use {', '.join(NAMES[:-1])} or {NAMES[-1]}"
         )
+
+    @functools.cache
+    def spec_of(backend: str) -> EncoderSpec:
+        return EncoderSpec.checked_here(backend, tokenizer, sha256 or sha256_file(tokenizer), threads)
+
+    likely = _likely_choice(requested)
+    if workers is not None:
+        workers.warm(spec_of(likely))
+    if requested == "tokenizers":
+        return Decision(spec_of("tokenizers"), "requested with --encoder tokenizers")
     samples = functools.cache(samples)
     refused: list[str] = []
     for name in FAST if requested == "auto" else (requested,):
-        verdict = check(tokenizer_path, samples, name, elsewhere)
+        spec = spec_of(name)
+        probe = functools.partial(workers.probe, spec) if workers is not None and name == likely else None
+        verdict = check(spec, samples, probe)
         if verdict.equivalent:
             how = "auto" if requested == "auto" else f"requested with --encoder {name}"
             passed_over = "".join(f"; {r}" for r in refused)
-            return name, f"{how}: {verdict.reason}{routing_note(name, tokenizer_path)}{passed_over}"
+            return Decision(spec, f"{how}: {verdict.reason}{_routing_note(spec)}{passed_over}")
         if requested != "auto":
             raise TokshardError(
                 f"--encoder {name} would change the ids: {verdict.reason}; "
                 "use --encoder auto (falls back to tokenizers) or --encoder tokenizers"
             )
         refused.append(f"{name} not used, {verdict.reason}")
-    return "tokenizers", f"auto: {'; '.join(refused)}"
+    return Decision(spec_of("tokenizers"), f"auto: {'; '.join(refused)}")
 
 
-def likely_choice(requested: str) -> str:
+def _likely_choice(requested: str) -> str:
     """The back end a run will most likely use, built on the workers while the driver checks:
     the one asked for, or for `auto` the fastest installed."""
     if requested != "auto":
@@ -135,58 +144,28 @@ def likely_choice(requested: str) -> str:
     return "fastokens" if available() else "tiktoken"
 
 
-def _routed_class(path: str) -> frozenset[int] | None:
-    """`routing.fastokens_class`, kept beside the checks for the run's workers on this machine
-    (`check_cache.derived`; an entry that does not read as a class is made again)."""
-
-    def make() -> str:
-        found = fastokens_class(path)
-        return json.dumps(None if found is None else sorted(found))
-
-    parts = check_cache.key_parts("fastokens-class", path)
-    try:
-        kept = json.loads(check_cache.derived(parts, make))
-    except ValueError:
-        kept = json.loads(make())
-    return None if kept is None else frozenset(int(c) for c in kept)
-
-
-def manifest_entry(
-    name: str, reason: str, threads: int, tokenizer_path: str, routed_documents: int
-) -> dict[str, object]:
-    """The manifest's ``encoder`` entry: which back end, why, the library that ran it, and for
-    fastokens the class of documents it sent to `tokenizers` and how many there were."""
-    library = "tokenizers" if name == "tokenizers" else name
-    entry: dict[str, object] = {"name": name, "reason": reason, "threads": threads, "library": library,
-                                "version": library_version(library) or "unknown"}  # fmt: skip
-    route = _routed_class(tokenizer_path) if name == "fastokens" else None
-    if route:
-        entry["routed"] = {"class": describe(route), "to": "tokenizers", "documents": routed_documents}
-    return entry
-
-
-def routing_note(name: str, tokenizer_path: str) -> str:
+def _routing_note(spec: EncoderSpec) -> str:
     """What the reason adds where fastokens routes a class of documents to `tokenizers`."""
-    route = _routed_class(tokenizer_path) if name == "fastokens" else None
-    if not route:
+    if not spec.route:
         return ""
     return (
-        f"; documents holding {describe(route)} go to tokenizers (fastokens' regex engine "
+        f"; documents holding {describe(spec.route)} go to tokenizers (fastokens' regex engine "
         "parts from it on that class alone, proven over every code point)"
     )
 
 
-def _build(candidate: str, tokenizer_path: str) -> tuple[object, Callable[[], Vocabulary]] | Verdict:
+def _build(spec: EncoderSpec) -> tuple[object, Callable[[], Vocabulary]] | Verdict:
     """The candidate back end and how to list its vocabulary (only the static comparisons need
     it, and reading it costs a quarter of a second for 50k entries), or a verdict saying why
     the candidate cannot be used."""
+    candidate = spec.backend
     try:
         if candidate == "fastokens":
             if not available():
                 return Verdict(False, "fastokens is not installed (or has no wheel for this platform)")
-            spec, _ = fastokens_spec(tokenizer_path)
-            return routed_fastokens(tokenizer_path), lambda: vocabulary_from_spec(spec)
-        fast = TiktokenEncoder(tokenizer_path, confirm=False)
+            parsed, _ = fastokens_spec(spec.tokenizer)
+            return build(spec), lambda: vocabulary_from_spec(parsed)
+        fast = TiktokenEncoder(spec.tokenizer, confirm=False)
         return fast, lambda: vocabulary_of(fast.conversion)
     except NotEquivalent as exc:
         return Verdict(False, str(exc))
@@ -204,33 +183,29 @@ def _unknown_layout(exc: Exception) -> Verdict:
     )
 
 
-def check(
-    tokenizer_path: str,
-    samples: Callable[[], list[str]],
-    candidate: str = "tiktoken",
-    elsewhere: Elsewhere | None = None,
-) -> Verdict:
-    """Can this run use ``candidate``? Structural rules first, then the comparisons above (the
-    static ones once per tokenizer, libraries and code: see `check_cache`), then the run's
-    first documents, always.
+def check(spec: EncoderSpec, samples: Callable[[], list[str]], probe: Probe | None = None) -> Verdict:
+    """Can this run use ``spec``'s back end? Structural rules first, then the comparisons
+    above (the static ones once per tokenizer, libraries and code: see `check_cache`), then
+    the run's first documents, always.
 
     With the static half kept (which stands for the structural rules too: same tokenizer
-    bytes, same code), the documents need only the candidate's ids for them, and ``elsewhere``
+    bytes, same code), the documents need only the candidate's ids for them, and ``probe``
     may have those from a worker that built the candidate for the run already. The driver then
     builds no copy of its own while the workers boot (bench/RESULTS.md, "590 MB, the check's
     documents on a worker"). Those ids come from the library that encodes the run; failing to
     get them only means the candidate is built here."""
+    candidate, tokenizer_path = spec.backend, spec.tokenizer
     key = check_cache.key_parts(candidate, tokenizer_path)
     kept = check_cache.passed(key)
     reference = functools.cache(lambda: TokenizersEncoder(tokenizer_path))
     want = None  # the reference's ids for the documents, once computed
-    if kept is not None and elsewhere is not None:
+    if kept is not None and probe is not None:
         docs = _documents(samples)
         want = _ids(reference(), docs, candidate)  # while the workers boot
-        got = _ids_elsewhere(elsewhere, candidate, docs)
+        got = _probed(probe, docs)
         if got is not None:
             return _documents_verdict(candidate, tokenizer_path, _kept_text(kept), docs, want, got)
-    built = _build(candidate, tokenizer_path)
+    built = _build(spec)
     if isinstance(built, Verdict):
         return built
     fast, vocabulary = built
@@ -256,9 +231,9 @@ def _ids(encoder, docs: list[str], candidate: str) -> list | Verdict:
         return Verdict(False, _failed(candidate, exc))
 
 
-def _ids_elsewhere(elsewhere: Elsewhere, candidate: str, docs: list[str]) -> list | None:
+def _probed(probe: Probe, docs: list[str]) -> list | None:
     try:
-        return elsewhere(candidate, docs)
+        return probe(docs)
     except Exception:  # a worker lost, a timeout: the check builds the candidate here instead
         return None
 

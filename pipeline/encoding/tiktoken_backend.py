@@ -127,7 +127,7 @@ def build_encoding(conversion: Conversion, name: str = "tokshard"):
 class TiktokenEncoder:
     """tiktoken's core on a tokenizer.json: the same ids as `tokenizers`, several times faster.
 
-    Only use it where `pipeline.encoding.equivalence` found it equivalent (``choose`` does that).
+    Only use it where `pipeline.encoding.equivalence` found it equivalent (``decide`` does that).
     With ``confirm`` (what a worker whose library versions differ from the driver's gets)
     building it re-runs the built-in comparison in this process, so such a worker stops
     instead of writing different ids.

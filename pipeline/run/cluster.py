@@ -112,12 +112,14 @@ def job_script(spec: BatchJobs, threads: int) -> str:
 
 
 #: glibc's allocator in each worker process, set before it starts: a worker allocates and frees
-#: buffers of 1-40 MB all the time (lines read, texts, encoder output, a long document's ids).
-#: Dask sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, and glibc serves such sizes by mmap, so each
-#: one would come back as fresh pages to fault in, in the kernel's time. Kept in the heap,
-#: freed memory is reused, at the price of a somewhat higher peak RSS per worker. Values
-#: already in the environment win.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+#: buffers of 1-40 MB all the time (lines read, texts, encoder output, a long document's ids),
+#: and a JSON line of a 20 MB document becomes a str of up to 80 MB (four bytes a character
+#: where one is outside the BMP). Dask sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, and glibc
+#: serves such sizes by mmap, so each one would come back as fresh pages to fault in, in the
+#: kernel's time. Kept in the heap, and the heap not given back below 1 GiB free, freed memory
+#: is reused: a worker stays at its peak RSS instead of shrinking after a long document.
+#: Values already in the environment win.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def worker_env(threads: int) -> dict[str, str]:

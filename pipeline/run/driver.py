@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.encoding import check_cache, tokenizer
-from pipeline.encoding.backend import library_versions
-from pipeline.encoding.selection import choose, likely_choice, manifest_entry
+from pipeline.encoding.selection import Decision, decide
+from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
@@ -34,7 +34,7 @@ from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, stderr_log
 from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import HeldRun, RunState
-from pipeline.run.worker_task import PartitionTask, encode_texts, warm_up
+from pipeline.run.worker_task import PartitionTask, encode_texts
 from pipeline.sources import build_source
 from pipeline.sources.base import Partition, check_path_name, check_read_once
 
@@ -82,7 +82,7 @@ def prepare(
             log(f"removed {leftovers} temporary files of interrupted writes")
         recipe.pin_tokenizer(tok)
         plan = _load_or_make_plan(recipe, state, tok, log)
-        tokenizer_path = state.install_tokenizer(src, tok)
+        state.install_tokenizer(src, tok)
         if _is_complete(state, plan):
             log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
             return state.manifest_location
@@ -92,28 +92,28 @@ def prepare(
         resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
         early = _early_workers(options, settings.threads) if todo else None
         try:
-            encoder, reason = choose_while_warming(
-                early,
+            sha256 = plan.tokenizer["sha256"]
+            decision = decide(
                 settings.encoder,
-                lambda name: _encoder_args(state, plan, name, settings.threads),
-                str(tokenizer_path),
+                state.worker_tokenizer(sha256),
                 lambda: _samples(plan, recipe),
-                state.warm,
+                sha256=sha256,
+                threads=settings.threads,
+                workers=EarlyWorkers(early, state.warm) if early is not None else None,
             )
-            log(f"encoder: {encoder} ({reason})")
+            log(f"encoder: {decision.name} ({decision.reason})")
             if todo:
                 log(
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
                     f"{resumed} to resume, {len(todo) - resumed} to start"
                 )
-                encoder_args = _encoder_args(state, plan, encoder, settings.threads)
-                tasks = [_task(recipe, state, plan, p, run_id, encoder_args) for p in todo]
+                tasks = [_task(recipe, state, plan, p, run_id, decision.spec) for p in todo]
                 _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
         finally:
             if early is not None:
                 early.discard()
         finished = state.finished_checkpoints(plan)
-        doc = manifest_doc(recipe, plan, finished, encoder, reason, settings.threads, str(tokenizer_path))
+        doc = manifest_doc(recipe, plan, finished, decision)
         path = state.write_manifest(doc)
         log(f"wrote {path}")
         return path
@@ -139,38 +139,20 @@ def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
     return EarlyStart(options.workers, options.scheduler, threads, options.memory_limit, options.dashboard)
 
 
-def choose_while_warming(
-    early: EarlyStart | None,
-    requested: str,
-    encoder_args: Callable[[str], tuple[Any, ...]],
-    tokenizer_path: str,
-    samples: Callable[[], list[str]],
-    warm: Callable[..., None] = warm_up,
-) -> tuple[str, str]:
-    """`choose` the back end while the booting workers build the one it most likely picks
-    (``encoder_args(name)``: what a worker builds it from; ``warm``: how). With the run's own
-    workers, the check's last comparison runs on one of their copies instead of a new one here."""
-    if early is None:
-        return choose(requested, tokenizer_path, samples)
-    likely = encoder_args(likely_choice(requested))
-    early.warm(warm, *likely)
+@dataclass(frozen=True)
+class EarlyWorkers:
+    """`pipeline.encoding.selection.Workers` over the workers booting for this run: each builds
+    a spec with the run state's warm-up task (``warm_task``), and the run's own local workers
+    encode the check's documents on the copy they built (a shared scheduler's may be busy)."""
 
-    def on_a_worker(name: str, texts: list[str]) -> list | None:
-        return early.run_on_one(encode_texts, texts, *likely) if name == likely[0] else None
+    early: EarlyStart
+    warm_task: Callable[[EncoderSpec], None]
 
-    return choose(requested, tokenizer_path, samples, on_a_worker if early.local else None)
+    def warm(self, spec: EncoderSpec) -> None:
+        self.early.warm(self.warm_task, spec)
 
-
-def _encoder_args(state: RunState, plan: Plan, encoder: str, threads: int) -> tuple[Any, ...]:
-    """What a worker builds its encoder from (`pipeline.encoding.selection.cached_encoder`'s key): the
-    tokenizer, and for a fast back end the library versions the driver checks it with."""
-    return (
-        encoder,
-        state.worker_tokenizer(plan.tokenizer["sha256"]),
-        plan.tokenizer["sha256"],
-        threads,
-        library_versions() if encoder != "tokenizers" else (),
-    )
+    def probe(self, spec: EncoderSpec, texts: list[str]) -> list | None:
+        return self.early.run_on_one(encode_texts, spec, texts) if self.early.local else None
 
 
 def _load_or_make_plan(recipe: Recipe, state: RunState, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
@@ -251,25 +233,20 @@ def _task(
     plan: Plan,
     part: Partition,
     run_id: str,
-    encoder_args: tuple[Any, ...],
+    encoder: EncoderSpec,
 ) -> PartitionTask:
     s = recipe.settings
-    encoder, tokenizer_path, sha256, threads, checked_with = encoder_args
     return PartitionTask(
         out=state.task_out,
         partition=part,
         source_config=recipe.sources[part.source],
-        tokenizer_path=tokenizer_path,
-        tokenizer_sha256=sha256,
+        encoder=encoder,
         eos_id=plan.tokenizer["eos_id"],
         dtype=s.dtype,
         shard_tokens=s.shard_tokens,
-        encoder=encoder,
-        threads=threads,
         on_bad_record=s.on_bad_record,
         commit_seconds=float(s.commit_seconds),
         run_id=run_id,
-        checked_with=checked_with,
     )
 
 
@@ -294,7 +271,7 @@ def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | Non
     with connect(
         workers=options.workers,
         scheduler=options.scheduler,
-        threads=sub.tasks[0].threads,
+        threads=sub.tasks[0].encoder.threads,
         memory_limit=options.memory_limit,
         dashboard=options.dashboard,
         log=log,
@@ -404,10 +381,7 @@ def manifest_doc(
     recipe: Recipe,
     plan: Plan,
     finished: list[Checkpoint],
-    encoder: str,
-    reason: str,
-    threads: int,
-    tokenizer_path: str,
+    decision: Decision,
 ) -> dict[str, Any]:
     """The manifest of a run whose partitions all finished (``finished``: in plan order)."""
     refuse_empty_run(recipe, finished)
@@ -429,7 +403,7 @@ def manifest_doc(
         recipe_hash=plan.identity_hash,
         dtype=recipe.settings.dtype,
         tokenizer=plan.tokenizer,
-        encoder=manifest_entry(encoder, reason, threads, tokenizer_path, sum(ck.routed for ck in finished)),
+        encoder=decision.manifest_entry(sum(ck.routed for ck in finished)),
         sources=sources,
         shards=shards,
     )

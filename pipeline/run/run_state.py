@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from pipeline.encoding.spec import EncoderSpec
 from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import json_bytes
@@ -146,8 +147,8 @@ class RunState(ABC):
 
     #: what a worker runs for one task (a module-level function: Dask sends it by name)
     work: Callable[[Any], Checkpoint]
-    #: what a booting worker runs to build its encoder ahead of the first task
-    warm: Callable[..., None]
+    #: what a booting worker runs to build its encoder (an `EncoderSpec`) ahead of the first task
+    warm: Callable[[EncoderSpec], None]
 
     @abstractmethod
     def install_tokenizer(self, src: Path, tok: TokenizerInfo) -> Path:

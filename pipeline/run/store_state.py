@@ -34,9 +34,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pipeline.encoding import tokenizer
+from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import TokshardError
@@ -87,7 +87,7 @@ def run_partition_in_store(task: PartitionTask) -> Checkpoint:
         local_task = dataclasses.replace(
             task,
             out=str(scratch),
-            tokenizer_path=str(local_tokenizer(store, task.tokenizer_sha256)),
+            encoder=task.encoder.reading(str(local_tokenizer(store, task.encoder.sha256))),
             run_id=None,
         )
         try:
@@ -112,10 +112,10 @@ def run_partition_in_store(task: PartitionTask) -> Checkpoint:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def warm_up_if_present(*encoder_args: Any) -> None:
+def warm_up_if_present(spec: EncoderSpec) -> None:
     """`pipeline.run.worker_task.warm_up` on a worker that already has the tokenizer (this machine's)."""
-    if Path(encoder_args[1]).is_file():
-        warm_up(*encoder_args)
+    if Path(spec.tokenizer).is_file():
+        warm_up(spec)
 
 
 def _scratch_root() -> Path:

@@ -31,7 +31,7 @@ from pipeline.encoding.documents import (
     Spooled,
     byte_level_pre_tokenizer,
 )
-from pipeline.encoding.selection import cached_encoder
+from pipeline.encoding.spec import EncoderSpec, worker_encoder
 from pipeline.format.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_reader import token_dtype
@@ -58,31 +58,27 @@ class PartitionTask:
     out: str
     partition: Partition
     source_config: dict[str, Any]
-    tokenizer_path: str
-    tokenizer_sha256: str
+    #: the encoder the driver chose (`pipeline.encoding.selection.decide`), with the tokenizer
+    encoder: EncoderSpec
     eos_id: int
     dtype: str
     shard_tokens: int
-    encoder: str
-    threads: int
     on_bad_record: str
     commit_seconds: float
     run_id: str | None = None
-    #: library versions the driver checked the encoder with (a worker with others re-checks)
-    checked_with: tuple[tuple[str, str], ...] = ()
 
 
-def warm_up(*encoder_args: Any) -> None:
-    """Build this worker's encoder (`cached_encoder`'s arguments) before its first task: the
-    driver has it done while it checks the encoder, so the first task starts encoding at once."""
+def warm_up(spec: EncoderSpec) -> None:
+    """Build this worker's encoder before its first task: the driver has it done while it
+    checks the encoder, so the first task starts encoding at once."""
     with contextlib.suppress(Exception):  # the first task meets the same failure, and reports it
-        cached_encoder(*encoder_args)
+        worker_encoder(spec)
 
 
-def encode_texts(texts: list[str], *encoder_args: Any) -> list[Any]:
+def encode_texts(spec: EncoderSpec, texts: list[str]) -> list[Any]:
     """This worker's encoder's ids for ``texts``: the last comparison of the driver's check
     (`pipeline.encoding.selection.check`) runs on the copy the run itself will use."""
-    return cached_encoder(*encoder_args).encode_batch(texts)
+    return worker_encoder(spec).encode_batch(texts)
 
 
 class Superseded(TokshardError):
@@ -173,17 +169,16 @@ class PartitionRun:
             raise disk_error(exc, self.spool) from exc
         if ckpt.long is None:
             self.spool.unlink(missing_ok=True)
+        spec = task.encoder
         self.doc_encoder = DocumentEncoder(
-            cached_encoder(
-                task.encoder, task.tokenizer_path, task.tokenizer_sha256, task.threads, task.checked_with
-            ),
+            worker_encoder(spec),
             task.eos_id,
             token_dtype(task.dtype),
             self.spool,
-            functools.partial(_pre_tokenizer, task.tokenizer_path, task.tokenizer_sha256),
+            functools.partial(_pre_tokenizer, spec.tokenizer, spec.sha256),
             # small items per thread: fine-grained commit points, and no slower than bigger
             # batches (encode_batch's cost is per character)
-            batch_chars=ITEM_CHARS * max(1, task.threads),
+            batch_chars=ITEM_CHARS * max(1, spec.threads),
         )
         self.shards = ShardSequence(
             out,

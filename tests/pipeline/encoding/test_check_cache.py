@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from support import gpt2_through_from_tiktoken
 
-from pipeline.encoding import check_cache, selection
-from pipeline.encoding.selection import choose
+from pipeline.encoding import check_cache, selection, spec
+from pipeline.encoding.selection import decide
+from pipeline.encoding.spec import EncoderSpec
 
 KEPT = "a pass kept in"
 
@@ -35,23 +36,24 @@ def static_runs(monkeypatch) -> list[str]:
 def test_a_second_check_of_the_same_tokenizer_reuses_the_kept_pass(
     cache, static_runs, gpt2_tokenizer_path, docs
 ):
-    first = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
-    second = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
-    assert first[0] == second[0] == "fastokens"
+    first = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
+    second = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
+    assert first.name == second.name == "fastokens"
     assert static_runs == ["fastokens"]
-    assert KEPT not in first[1] and f"{KEPT} {cache}" in second[1]
-    assert "50,000 merged tokens" in second[1] and "first 64 documents" in second[1]
+    assert KEPT not in first.reason and f"{KEPT} {cache}" in second.reason
+    assert "50,000 merged tokens" in second.reason and "first 64 documents" in second.reason
     assert len(list(cache.glob("*.json"))) == 1
 
 
 def test_a_kept_pass_still_compares_the_run_s_own_documents(
     cache, gpt2_tokenizer_path, docs, tmp_path, monkeypatch
 ):
-    choose("fastokens", str(gpt2_tokenizer_path), lambda: docs)
+    decide("fastokens", str(gpt2_tokenizer_path), lambda: docs)
     inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)  # parts around U+180E
-    monkeypatch.setattr(selection, "FastokensEncoder", lambda *a, **k: inexact)
+    monkeypatch.setattr(spec, "FastokensEncoder", lambda *a, **k: inexact)
     with_mongolian = ["a document with a vowel separator \u180ehere", *docs]
-    name, reason = choose("auto", str(gpt2_tokenizer_path), lambda: with_mongolian)
+    decision = decide("auto", str(gpt2_tokenizer_path), lambda: with_mongolian)
+    name, reason = decision.name, decision.reason
     assert name == "tiktoken"
     assert "fastokens not used, fastokens and tokenizers give different ids for 'a document" in reason
 
@@ -59,9 +61,9 @@ def test_a_kept_pass_still_compares_the_run_s_own_documents(
 def test_a_changed_tokenizer_file_is_checked_in_full(cache, static_runs, tokenizer_path, tmp_path, docs):
     copy = tmp_path / "tokenizer.json"
     copy.write_bytes(tokenizer_path.read_bytes())
-    choose("fastokens", str(copy), lambda: docs)
+    decide("fastokens", str(copy), lambda: docs)
     copy.write_bytes(tokenizer_path.read_bytes().rstrip() + b"\n\n")  # same tokenizer, other bytes
-    choose("fastokens", str(copy), lambda: docs)
+    decide("fastokens", str(copy), lambda: docs)
     assert static_runs == ["fastokens", "fastokens"]
 
 
@@ -69,12 +71,12 @@ def test_a_changed_tokenizer_file_is_checked_in_full(cache, static_runs, tokeniz
 def test_other_libraries_code_or_back_end_are_checked_in_full(
     cache, static_runs, tokenizer_path, docs, monkeypatch, change
 ):
-    choose("fastokens", str(tokenizer_path), lambda: docs)
+    decide("fastokens", str(tokenizer_path), lambda: docs)
     if change == "libraries":
         monkeypatch.setattr(check_cache, "library_versions", lambda: (("fastokens", "9.9.9"),))
     elif change == "code":
         monkeypatch.setattr(check_cache, "code_digest", lambda: "0" * 64)
-    choose("tiktoken" if change == "candidate" else "fastokens", str(tokenizer_path), lambda: docs)
+    decide("tiktoken" if change == "candidate" else "fastokens", str(tokenizer_path), lambda: docs)
     assert len(static_runs) == 2
 
 
@@ -90,13 +92,14 @@ def test_an_edited_encoding_module_changes_the_key(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("damage", ["not json", "[]", '{"parts": {}, "summary": "all"}', ""])
 def test_a_damaged_entry_is_ignored_and_rewritten(cache, static_runs, tokenizer_path, docs, damage):
-    choose("fastokens", str(tokenizer_path), lambda: docs)
+    decide("fastokens", str(tokenizer_path), lambda: docs)
     (entry,) = cache.glob("*.json")
     entry.write_text(damage)
-    name, reason = choose("fastokens", str(tokenizer_path), lambda: docs)
+    decision = decide("fastokens", str(tokenizer_path), lambda: docs)
+    name, reason = decision.name, decision.reason
     assert name == "fastokens" and KEPT not in reason
     assert len(static_runs) == 2
-    assert KEPT in choose("fastokens", str(tokenizer_path), lambda: docs)[1]
+    assert KEPT in decide("fastokens", str(tokenizer_path), lambda: docs).reason
 
 
 def test_a_cache_that_cannot_be_written_costs_only_the_full_check(
@@ -106,14 +109,15 @@ def test_a_cache_that_cannot_be_written_costs_only_the_full_check(
     blocker.write_text("not a folder")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     for _ in range(2):
-        assert choose("fastokens", str(tokenizer_path), lambda: docs)[0] == "fastokens"
+        assert decide("fastokens", str(tokenizer_path), lambda: docs).name == "fastokens"
     assert len(static_runs) == 2
 
 
 def test_a_refusal_is_not_kept(cache, gpt2_tokenizer_path, docs, tmp_path, monkeypatch):
     inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)
-    monkeypatch.setattr(selection, "FastokensEncoder", lambda *a, **k: inexact)
-    name, reason = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
+    monkeypatch.setattr(spec, "FastokensEncoder", lambda *a, **k: inexact)
+    decision = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
+    name, reason = decision.name, decision.reason
     assert name == "tiktoken" and "fastokens not used" in reason
     assert [p.name for p in cache.glob("*.json")] == [
         check_cache._entry_path(check_cache.key_parts("tiktoken", str(gpt2_tokenizer_path))).name
@@ -124,73 +128,78 @@ def test_a_refusal_is_not_kept(cache, gpt2_tokenizer_path, docs, tmp_path, monke
 def driver_builds(monkeypatch) -> list[str]:
     """The fastokens copies the check built in this process (the real ones)."""
     built: list[str] = []
-    real = selection.FastokensEncoder
+    real = spec.FastokensEncoder
 
     def counted(path, *args, **kwargs):
         built.append(path)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(selection, "FastokensEncoder", counted)
+    monkeypatch.setattr(spec, "FastokensEncoder", counted)
     return built
 
 
-def _asked(encoder, asked: list[list[str]]):
-    """An ``elsewhere`` that encodes with ``encoder`` (a worker's copy) and notes what it was asked."""
+class Asked:
+    """`selection.Workers` whose one worker encodes with ``encoder`` (its copy, built some way
+    or other) and notes what it was warmed with and asked."""
 
-    def elsewhere(name: str, texts: list[str]):
-        asked.append(list(texts))
-        return encoder.encode_batch(texts)
+    def __init__(self, encoder) -> None:
+        self.encoder = encoder
+        self.warmed: list[EncoderSpec] = []
+        self.asked: list[list[str]] = []
 
-    return elsewhere
+    def warm(self, spec: EncoderSpec) -> None:
+        self.warmed.append(spec)
+
+    def probe(self, spec: EncoderSpec, texts: list[str]) -> list:
+        self.asked.append(list(texts))
+        if self.encoder is None:
+            raise TimeoutError("no worker answered")
+        return self.encoder.encode_batch(texts)
 
 
 def test_with_a_kept_pass_the_documents_are_encoded_where_the_candidate_is_built(
     cache, gpt2_tokenizer_path, docs, driver_builds
 ):
     path = str(gpt2_tokenizer_path)
-    choose("fastokens", path, lambda: docs)
-    workers_copy = selection.FastokensEncoder(path, confirm=False)
+    decide("fastokens", path, lambda: docs)
+    workers_copy = spec.FastokensEncoder(path, confirm=False)
     driver_builds.clear()
-    asked: list[list[str]] = []
-    name, reason = choose("auto", path, lambda: docs, _asked(workers_copy, asked))
-    assert name == "fastokens" and KEPT in reason and "first 64 documents" in reason
-    assert driver_builds == [] and len(asked) == 1 and len(asked[0]) == 64
+    workers = Asked(workers_copy)
+    decision = decide("auto", path, lambda: docs, workers=workers)
+    assert decision.name == "fastokens" and KEPT in decision.reason
+    assert "first 64 documents" in decision.reason
+    assert driver_builds == [] and len(workers.asked) == 1 and len(workers.asked[0]) == 64
+    assert workers.warmed == [decision.spec]  # what the run's tasks will build
 
 
 def test_ids_from_elsewhere_that_differ_refuse_the_candidate(
     cache, gpt2_tokenizer_path, docs, tmp_path, driver_builds
 ):
     path = str(gpt2_tokenizer_path)
-    choose("fastokens", path, lambda: docs)
+    decide("fastokens", path, lambda: docs)
     inexact = gpt2_through_from_tiktoken(gpt2_tokenizer_path, tmp_path)  # parts around U+180E
     with_mongolian = ["a document with a vowel separator \u180ehere", *docs]
-    name, reason = choose("auto", path, lambda: with_mongolian, _asked(inexact, []))
+    decision = decide("auto", path, lambda: with_mongolian, workers=Asked(inexact))
+    name, reason = decision.name, decision.reason
     assert name == "tiktoken"
     assert "fastokens not used, fastokens and tokenizers give different ids for 'a document" in reason
 
 
 def test_when_elsewhere_fails_the_candidate_is_built_here(cache, gpt2_tokenizer_path, docs, driver_builds):
     path = str(gpt2_tokenizer_path)
-    choose("fastokens", path, lambda: docs)
+    decide("fastokens", path, lambda: docs)
     driver_builds.clear()
-
-    def lost(name: str, texts: list[str]):
-        raise TimeoutError("no worker answered")
-
-    assert choose("auto", path, lambda: docs, lost)[0] == "fastokens"
+    assert decide("auto", path, lambda: docs, workers=Asked(None)).name == "fastokens"
     assert driver_builds == [path]
 
 
 def test_without_a_kept_pass_the_check_runs_here_in_full(
     cache, static_runs, gpt2_tokenizer_path, docs, driver_builds
 ):
-    asked: list[list[str]] = []
-    workers_copy = selection.FastokensEncoder(str(gpt2_tokenizer_path), confirm=False)
+    workers = Asked(spec.FastokensEncoder(str(gpt2_tokenizer_path), confirm=False))
     driver_builds.clear()
-    assert (
-        choose("auto", str(gpt2_tokenizer_path), lambda: docs, _asked(workers_copy, asked))[0] == "fastokens"
-    )
-    assert asked == [] and static_runs == ["fastokens"] and len(driver_builds) == 1
+    assert decide("auto", str(gpt2_tokenizer_path), lambda: docs, workers=workers).name == "fastokens"
+    assert workers.asked == [] and static_runs == ["fastokens"] and len(driver_builds) == 1
 
 
 def test_what_fastokens_is_built_from_is_derived_once_and_a_damaged_entry_is_made_again(cache):
@@ -200,14 +209,14 @@ def test_what_fastokens_is_built_from_is_derived_once_and_a_damaged_entry_is_mad
     from published_vocabs import tokenizer_json
 
     path = str(tokenizer_json("o200k_base"))
-    first = selection.routed_fastokens(path)
+    first = spec.build(EncoderSpec.checked_here("fastokens", path, "sha"))
     kept = sorted((cache / "derived").glob("*.txt"))
     assert len(kept) == 2  # the rewritten text (ids without gaps) and the class
     assert {p.read_text()[:1] for p in kept} == {"[", "{"}
     for p in kept:
         if p.read_text().startswith("["):
             p.write_text("not a class")
-    again = selection.routed_fastokens(path)
+    again = spec.build(EncoderSpec.checked_here("fastokens", path, "sha"))
     assert again.route == first.route == frozenset({0x180E})
     texts = ["hello world", "a\u180eb 've", "日本語"]
     assert [list(x) for x in again.encode_batch(texts)] == [list(x) for x in first.encode_batch(texts)]

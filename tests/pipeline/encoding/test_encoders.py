@@ -28,7 +28,8 @@ from pipeline.encoding.backend import TokenizersEncoder, library_version, librar
 from pipeline.encoding.documents import LONG_DOC_CHARS
 from pipeline.encoding.equivalence import TRICKY, as_list, difference, fuzz, show, vocabulary_from_spec
 from pipeline.encoding.fastokens_backend import FastokensEncoder
-from pipeline.encoding.selection import cached_encoder, choose
+from pipeline.encoding.selection import decide
+from pipeline.encoding.spec import EncoderSpec, worker_encoder
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.encoding.tokenizer import read_spec
 from pipeline.format import manifest
@@ -144,7 +145,8 @@ def test_threads_do_not_change_the_ids(tokenizer_path, docs):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_auto_takes_fastokens_for_every_byte_level_shape_and_says_why(shapes, docs, shape):
-    name, reason = choose("auto", str(shapes[shape]), lambda: docs)
+    decision = decide("auto", str(shapes[shape]), lambda: docs)
+    name, reason = decision.name, decision.reason
     assert name == "fastokens", reason
     assert reason.startswith("auto: byte-level BPE, and fastokens gave the same ids as tokenizers")
     assert "fuzz strings" in reason and "first 64 documents" in reason
@@ -152,7 +154,8 @@ def test_auto_takes_fastokens_for_every_byte_level_shape_and_says_why(shapes, do
 
 @pytest.mark.parametrize("shape", ["gpt2", "tiktoken-converted"])
 def test_requesting_tiktoken_checks_tiktoken(shapes, docs, shape):
-    name, reason = choose("tiktoken", str(shapes[shape]), lambda: docs)
+    decision = decide("tiktoken", str(shapes[shape]), lambda: docs)
+    name, reason = decision.name, decision.reason
     assert name == "tiktoken" and reason.startswith(
         "requested with --encoder tiktoken: byte-level BPE, and tiktoken"
     )
@@ -164,17 +167,20 @@ def test_auto_falls_back_to_tiktoken_where_fastokens_cannot_be_imported(
     import sys
 
     monkeypatch.setitem(sys.modules, "fastokens", None)  # what a platform without its wheel gives
-    name, reason = choose("auto", str(gpt2_tokenizer_path), lambda: docs)
+    decision = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
+    name, reason = decision.name, decision.reason
     assert name == "tiktoken", reason
     assert "fastokens not used, fastokens is not installed" in reason
     with pytest.raises(
         TokshardError, match="--encoder fastokens would change the ids: fastokens is not installed"
     ):
-        choose("fastokens", str(gpt2_tokenizer_path), lambda: docs)
+        decide("fastokens", str(gpt2_tokenizer_path), lambda: docs)
 
 
 def test_requesting_tokenizers_skips_the_check(tmp_path):
-    assert choose("tokenizers", str(tmp_path / "never-read.json"), lambda: 1 / 0)[0] == "tokenizers"
+    never_read = str(tmp_path / "never-read.json")
+    decision = decide("tokenizers", never_read, lambda: 1 / 0, sha256="sha-of-the-plan")
+    assert decision.spec == EncoderSpec("tokenizers", never_read, "sha-of-the-plan")
 
 
 def _with_gap(spec):
@@ -196,10 +202,11 @@ def test_ids_with_gaps_and_entries_no_merge_makes_still_match(
     texts = [*docs[:20], "<|gap|> hello world helloworld", " helloworld"]
     for path in (gap, junk):
         for backend, encoder in FAST.items():
-            name, reason = choose(backend, str(path), lambda: docs[:5])
+            decision = decide(backend, str(path), lambda: docs[:5])
+            name, reason = decision.name, decision.reason
             assert name == backend, reason
             assert ids(encoder(str(path)), texts) == ids(TokenizersEncoder(str(path)), texts)
-    assert "left out 1 vocabulary entries" in choose("tiktoken", str(junk), lambda: [])[1]
+    assert "left out 1 vocabulary entries" in decide("tiktoken", str(junk), lambda: []).reason
 
 
 def _merges_out_of_id_order(spec):
@@ -252,7 +259,8 @@ def _tokenizer_of_kind(kind: str, path: Path, small: list[str], tokenizer_path: 
 )
 def test_auto_falls_back_to_tokenizers_and_names_the_reason(tmp_path, docs, tokenizer_path, kind, reason):
     path = _tokenizer_of_kind(kind, tmp_path / "tokenizer.json", docs[:40], tokenizer_path)
-    name, why = choose("auto", str(path), lambda: docs[:40])
+    decision = decide("auto", str(path), lambda: docs[:40])
+    name, why = decision.name, decision.reason
     assert name == "tokenizers"
     assert why.startswith("auto: fastokens not used, ") and "; tiktoken not used, " in why
     assert why.count(reason) == 2
@@ -271,8 +279,9 @@ def test_where_only_tiktoken_parts_from_tokenizers_auto_takes_fastokens(
 ):
     path = _tokenizer_of_kind(kind, tmp_path / "tokenizer.json", docs[:40], tokenizer_path)
     with pytest.raises(TokshardError, match=f"--encoder tiktoken would change the ids: .*{reason}"):
-        choose("tiktoken", str(path), lambda: docs[:40])
-    name, why = choose("auto", str(path), lambda: docs[:40])
+        decide("tiktoken", str(path), lambda: docs[:40])
+    decision = decide("auto", str(path), lambda: docs[:40])
+    name, why = decision.name, decision.reason
     assert name == "fastokens", why
     texts = [*docs[:20], "hello world", "abc abcabc bc"]
     assert ids(FastokensEncoder(str(path)), texts) == ids(TokenizersEncoder(str(path)), texts)
@@ -302,13 +311,13 @@ def test_a_worker_with_other_library_versions_than_the_driver_re_checks(tmp_path
     tok = train_tokenizer_json(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     other = tuple((lib, "0.0.1") for lib, _ in library_versions())
     with pytest.raises(TokshardError, match="different library versions"):
-        cached_encoder("tiktoken", str(tok), "sha-other", 1, other)
+        worker_encoder(EncoderSpec("tiktoken", str(tok), "sha-other", checked_with=other))
 
 
 def test_a_worker_with_the_driver_s_library_versions_trusts_its_check(tmp_path, docs):
     # a tokenizer the check would refuse: built without error only because nothing re-checks
     tok = train_tokenizer_json(tmp_path / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
-    encoder = cached_encoder("tiktoken", str(tok), "sha-same", 1, library_versions())
+    encoder = worker_encoder(EncoderSpec("tiktoken", str(tok), "sha-same", checked_with=library_versions()))
     assert encoder.name == "tiktoken"
 
 

@@ -89,6 +89,22 @@ def test_space_cuts_do_not_depend_on_how_the_text_arrives(docs, tokenizer_path):
         assert list(pieces([text[i : i + step] for i in range(0, len(text), step)], 8_000, pre)) == whole
 
 
+def test_a_worker_learns_that_space_cuts_apply_without_parsing_the_file_again(
+    gpt2_tokenizer_path, tmp_path, monkeypatch
+):
+    """The answer is kept beside the checks: a later process (a run's worker) reads it back."""
+    from pipeline.encoding import tokenizer
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert isinstance(byte_level_pre_tokenizer(str(gpt2_tokenizer_path)), SpaceCuts)
+
+    def refuse(path):
+        raise AssertionError(f"{path} parsed again")
+
+    monkeypatch.setattr(tokenizer, "read_spec", refuse)
+    assert isinstance(byte_level_pre_tokenizer(str(gpt2_tokenizer_path)), SpaceCuts)
+
+
 def test_an_unknown_split_pattern_gets_the_general_cutter(docs, tmp_path):
     from support import train_tokenizer_json
 

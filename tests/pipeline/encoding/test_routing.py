@@ -29,7 +29,8 @@ from pipeline.encoding.routing import (
     fastokens_class,
     proven_class,
 )
-from pipeline.encoding.selection import cached_encoder, choose
+from pipeline.encoding.selection import decide
+from pipeline.encoding.spec import EncoderSpec, worker_encoder
 from pipeline.encoding.tokenizer import read_spec
 from pipeline.format import manifest
 
@@ -100,7 +101,7 @@ def test_the_scan_finds_a_disagreement_and_names_its_code_point():
 @pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
 def test_documents_of_the_class_go_to_tokenizers_and_all_come_out_exact(name, prose):
     path = str(tokenizer_json(name))
-    encoder = cached_encoder("fastokens", path, "sha-" + name, 1, library_versions())
+    encoder = worker_encoder(EncoderSpec.checked_here("fastokens", path, "sha-" + name))
     assert isinstance(encoder, RoutedEncoder) and encoder.route == frozenset({0x180E})
     with_class = [s for s in fuzz() if MVS in s] + [CONTEXT.format(c=MVS), f"{prose[0]}{MVS}'ve"]
     texts = [*prose[:20], *with_class, *prose[20:40]]
@@ -116,7 +117,8 @@ def test_documents_of_the_class_go_to_tokenizers_and_all_come_out_exact(name, pr
 
 
 def test_auto_keeps_fastokens_for_cl100k_and_says_which_documents_it_routes(prose):
-    name, reason = choose("auto", str(tokenizer_json("cl100k_base")), lambda: prose)
+    decision = decide("auto", str(tokenizer_json("cl100k_base")), lambda: prose)
+    name, reason = decision.name, decision.reason
     assert name == "fastokens"
     assert "documents holding U+180E go to tokenizers" in reason
 

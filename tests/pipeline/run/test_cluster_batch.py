@@ -28,8 +28,8 @@ def test_slurm_job_script_carries_every_knob():
         "#SBATCH --exclusive",
         "export RAYON_NUM_THREADS=1",
         # the allocator setting tokshard's own workers get (the job's `dask worker` nanny keeps it)
-        "export MALLOC_MMAP_THRESHOLD_=67108864",
-        "export MALLOC_TRIM_THRESHOLD_=268435456",
+        "export MALLOC_MMAP_THRESHOLD_=268435456",
+        "export MALLOC_TRIM_THRESHOLD_=1073741824",
     ):
         assert line in script.splitlines(), (line, script)
     worker = next(line for line in script.splitlines() if "distributed.cli.dask_worker" in line)

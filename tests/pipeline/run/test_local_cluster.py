@@ -119,14 +119,14 @@ def test_local_workers_start_with_the_allocator_kept_in_the_heap_unless_the_user
     cluster, client = EarlyStart(1, None, threads=1, memory_limit=None).take()
     with cluster, client:
         (seen,) = client.run(_allocator_env).values()
-    assert seen == (str(64 << 20), users or str(256 << 20))
+    assert seen == (str(256 << 20), users or str(1 << 30))
     assert _settle(before) == set()
 
 
 def _encoders_built(dask_worker) -> int:
-    from pipeline.encoding.selection import cached_encoder
+    from pipeline.encoding.spec import worker_encoder
 
-    return cached_encoder.cache_info().misses
+    return worker_encoder.cache_info().misses
 
 
 def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path, docs, dask_client):
@@ -152,14 +152,14 @@ def test_each_worker_builds_its_encoder_once_while_the_driver_checks_it(tmp_path
 def test_with_a_kept_check_the_driver_compares_a_worker_s_copy_and_builds_none(
     tmp_path, docs, before, monkeypatch
 ):
-    from pipeline.encoding import selection
+    from pipeline.encoding import selection, spec
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the driver's cache only
     data = write_jsonl(tmp_path / "in.jsonl", docs[:100])
     tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40])
-    selection.choose("fastokens", str(tok), lambda: docs)  # an earlier run's pass, kept
+    selection.decide("fastokens", str(tok), lambda: docs)  # an earlier run's pass, kept
     built: list[str] = []
-    monkeypatch.setattr(selection, "FastokensEncoder", lambda path, *a, **k: built.append(path))
+    monkeypatch.setattr(spec, "FastokensEncoder", lambda path, *a, **k: built.append(path))
     r = recipe.from_dict(
         {"tokenizer": str(tok), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
     )

@@ -1,0 +1,58 @@
+"""One typed decision: `decide` returns the `EncoderSpec` every worker builds and the reason the
+manifest gives; a spec is plain data that travels to workers and keys their one encoder."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from published_vocabs import tokenizer_json
+
+from pipeline.encoding.backend import library_versions
+from pipeline.encoding.routing import RoutedEncoder, fastokens_class
+from pipeline.encoding.selection import decide
+from pipeline.encoding.spec import EncoderSpec, routed_class, worker_encoder
+from pipeline.format.errors import TokshardError
+
+
+def test_the_decision_holds_what_workers_build_and_what_the_manifest_says(docs):
+    path = str(tokenizer_json("cl100k_base"))
+    decision = decide("auto", path, lambda: docs, sha256="sha-cl100k", threads=2)
+    spec = decision.spec
+    assert (spec.backend, spec.tokenizer, spec.sha256, spec.threads) == ("fastokens", path, "sha-cl100k", 2)
+    assert spec.checked_with == library_versions()
+    assert spec.route == fastokens_class(path) == routed_class(path)
+    entry = decision.manifest_entry(routed_documents=3)
+    assert entry["name"] == "fastokens" and entry["reason"] == decision.reason and entry["threads"] == 2
+    if spec.route:
+        assert entry["routed"]["documents"] == 3
+
+
+def test_a_spec_travels_as_data_and_keys_one_encoder_per_worker(gpt2_tokenizer_path, tmp_path):
+    spec = EncoderSpec.checked_here("fastokens", str(gpt2_tokenizer_path), "sha-gpt2")
+    travelled = pickle.loads(pickle.dumps(spec))
+    assert travelled == spec and hash(travelled) == hash(spec)
+    assert worker_encoder(travelled) is worker_encoder(spec)
+    copy = tmp_path / "tokenizer.json"  # a worker's own copy (a store run's scratch)
+    copy.write_bytes(gpt2_tokenizer_path.read_bytes())
+    elsewhere = spec.reading(str(copy))
+    assert (elsewhere.tokenizer, elsewhere.sha256, elsewhere.route) == (str(copy), spec.sha256, spec.route)
+    assert worker_encoder(elsewhere) is not worker_encoder(spec)
+
+
+def test_a_routed_spec_builds_the_routed_encoder_and_an_empty_class_the_plain_one(gpt2_tokenizer_path):
+    path = str(gpt2_tokenizer_path)
+    plain = worker_encoder(EncoderSpec("fastokens", path, "sha", checked_with=library_versions()))
+    routed = worker_encoder(
+        EncoderSpec("fastokens", path, "sha", checked_with=library_versions(), route=frozenset({0x180E}))
+    )
+    assert not isinstance(plain, RoutedEncoder)
+    assert isinstance(routed, RoutedEncoder) and routed.route == frozenset({0x180E})
+    texts = ["plain text", "a\u180eb"]
+    assert [list(x) for x in routed.encode_batch(texts)] == [list(x) for x in plain.encode_batch(texts)]
+    assert routed.routed == 1
+
+
+def test_an_unknown_back_end_is_refused_in_one_line():
+    with pytest.raises(TokshardError, match="encoder 'sentencepiece' is not available; use one of"):
+        EncoderSpec("sentencepiece", "tokenizer.json", "sha")
