@@ -8,10 +8,11 @@ bytes) and the place. Layout::
     magic    b"TKORIGIN"
     header   <II   version, length of the JSON that follows
     JSON     {"documents": n, "inputs": [[input, unit], ...]}  (sorted keys, compact)
-    body     zlib of int64[n] input numbers, then int64[n] places, each delta-encoded
+    body     zlib of int64[2n]: the n input numbers, then the n places, each delta-encoded,
+             stored byte plane by byte plane (all lowest bytes first, ..., highest last)
 
-Consecutive documents mostly come from one input at growing places, so the deltas are small
-and the body compresses to a few bytes per document. The sidecar is written under a temporary
+Consecutive documents mostly come from one input at growing places, so the deltas are small:
+their high byte planes are zeros and the body compresses to a byte or two per document. The sidecar is written under a temporary
 name, fsynced and renamed like the shard, and hashed into the manifest (``origin_hash``).
 
 While a shard is open its entries go to ``NAME.orig.tmp``, an append-only text log (a line
@@ -88,7 +89,8 @@ def encode(origins: Origins) -> bytes:
     ).encode()
     input_of = np.asarray(origins.input_of, np.int64)
     place = np.asarray(origins.place, np.int64)
-    body = np.concatenate([_delta(input_of), _delta(place)]).astype("<i8").tobytes()
+    deltas = np.concatenate([_delta(input_of), _delta(place)]).astype("<i8")
+    body = np.ascontiguousarray(deltas.view(np.uint8).reshape(-1, 8).T).tobytes()
     return HEADER.pack(MAGIC, VERSION, len(header)) + header + zlib.compress(body, 6)
 
 
@@ -107,11 +109,12 @@ def decode(raw: bytes, where: str | os.PathLike = "sidecar") -> Origins:
         head = json.loads(raw[HEADER.size : HEADER.size + size])
         n = head["documents"]
         inputs = [(str(name), str(unit)) for name, unit in head["inputs"]]
-        body = np.frombuffer(zlib.decompress(raw[HEADER.size + size :]), "<i8")
+        planes = np.frombuffer(zlib.decompress(raw[HEADER.size + size :]), np.uint8)
     except (ValueError, KeyError, TypeError, zlib.error) as exc:
         raise ProvenanceError(f"{where}: provenance sidecar is damaged ({exc})") from None
-    if len(body) != 2 * n:
-        raise ProvenanceError(f"{where}: provenance sidecar holds {len(body) // 2} entries, says {n}")
+    if len(planes) != 16 * n:
+        raise ProvenanceError(f"{where}: provenance sidecar holds {len(planes) // 16} entries, says {n}")
+    body = np.ascontiguousarray(planes.reshape(8, -1).T).view("<i8").reshape(-1)
     input_of, place = np.cumsum(body[:n]), np.cumsum(body[n:])
     if n and (input_of.min() < 0 or input_of.max() >= len(inputs)):
         raise ProvenanceError(f"{where}: provenance sidecar names an input it does not list")
