@@ -151,6 +151,15 @@ def test_every_document_reads_back_from_its_input_as_decode_shows_it(traced):
     assert set(seen) == {".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt", "hub", "bucket"}, seen
 
 
+def test_the_training_api_names_the_same_origins(traced):
+    from trainer.api import TrainingSamples
+
+    api = TrainingSamples.from_checkpoint(traced["save"], micro_batch=2)
+    for rec in traced["records"][:12]:
+        for doc in rec["documents"]:
+            assert api.origin(rec["source"], doc["id"]) == doc["origin"]
+
+
 def test_the_run_changed_its_mix_and_its_ranks_half_way(traced):
     trained = [r for r in traced["records"] if r["trained"]]
     assert {r["step"] for r in trained} == set(range(1, STEPS + 1))
