@@ -15,10 +15,9 @@ Consecutive documents mostly come from one input at growing places, so the delta
 their high byte planes are zeros and the body compresses to a byte or two per document. The sidecar is written under a temporary
 name, fsynced and renamed like the shard, and hashed into the manifest (``origin_hash``).
 
-While a shard is open its entries go to ``NAME.orig.tmp``, an append-only text log (a line
-``+["input","unit"]`` introduces an input, a line ``N PLACE`` is one document) that the
-shard's commits fsync; reopening it keeps exactly the committed number of documents, so a
-kill and a rerun give the same bytes.
+While a shard is open its entries go to append-only logs (`OriginLog`) that the shard's
+commits fsync; reopening them keeps exactly the committed number of documents, so a kill and
+a rerun give the same bytes.
 """
 
 from __future__ import annotations
@@ -28,9 +27,10 @@ import os
 import struct
 import zlib
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -39,6 +39,7 @@ VERSION = 1
 HEADER = struct.Struct("<8sII")
 SUFFIX = ".origin"
 LOG_SUFFIX = ".orig.tmp"
+INPUTS_SUFFIX = ".inputs.tmp"
 UNITS = ("line", "row", "offset")
 #: the input of a document whose source named no place (a source without locations)
 UNKNOWN = ("", "offset")
@@ -130,66 +131,100 @@ def read(path: str | os.PathLike) -> Origins:
     return decode(raw, path)
 
 
-class OriginLog:
-    """The open shard's entries, appended as documents are; `commit` makes them durable."""
+class Located(Protocol):
+    """A document's place as a source states it (``pipeline.sources.base.Location`` is one):
+    the first of ``line``, ``row``, ``offset`` that is set is the unit recorded."""
 
-    def __init__(self, path: Path, committed_documents: int) -> None:
-        self.path = path
+    file: str
+    line: int | None
+    row: int | None
+    offset: int | None
+
+
+class OriginLog:
+    """The open shard's entries, appended as documents are; `commit` makes them durable.
+
+    Two files beside the shard's ``.bin.tmp``: ``NAME.orig.tmp``, 16 bytes per document (its
+    input's number and its place, int64), and ``NAME.inputs.tmp``, one JSON line per input in
+    the order first used. Reopened with the committed number of documents, the first holds
+    exactly those and the second the inputs they use (first use orders both alike, so a rerun
+    numbers the inputs as an uninterrupted run does).
+    """
+
+    def __init__(self, bin_path: Path, committed_documents: int) -> None:
+        self.entries_path = bin_path.with_suffix(LOG_SUFFIX)
+        self.inputs_path = bin_path.with_suffix(INPUTS_SUFFIX)
         self.inputs: list[tuple[str, str]] = []
         self._numbers: dict[tuple[str, str], int] = {}
         self.input_of = array("q")
         self.place = array("q")
-        self._pending: list[str] = []
-        keep = self._reload(committed_documents) if committed_documents else 0
-        self._file = open(path, "r+b" if keep else "w+b")
-        self._file.truncate(keep)
-        self._file.seek(keep)
+        self._entries_written = self._inputs_written = 0
+        if committed_documents:
+            self._reload(committed_documents)
+        self._entries = open(self.entries_path, "r+b" if self._entries_written else "w+b")
+        self._inputs = open(self.inputs_path, "r+b" if self._inputs_written else "w+b")
+        for f, size in ((self._entries, 16 * self._entries_written), (self._inputs, self._inputs_bytes)):
+            f.truncate(size)
+            f.seek(size)
 
-    def _reload(self, documents: int) -> int:
-        """Read back the committed entries (returns the bytes to keep); entries a crash left
-        past them are cut. A log that is missing or short (a run begun by a tokshard without
-        provenance) is rewritten with unknown places, so its shard still has one entry per
-        document."""
+    _inputs_bytes = 0
+
+    def _reload(self, documents: int) -> None:
+        """Read back the committed entries; what a crash left past them is cut. A log that is
+        missing or short (a run begun by a tokshard without provenance) is rewritten with unknown
+        places, so its shard still has one entry per document."""
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            raw = b""
-        at = 0
-        while len(self.place) < documents:
-            end = raw.find(b"\n", at)
-            if end < 0:
-                break
-            line = raw[at:end].decode()
-            at = end + 1
-            if line.startswith("+"):
-                name, unit = json.loads(line[1:])
+            pairs = np.frombuffer(self.entries_path.read_bytes()[: 16 * documents], "<i8").reshape(-1, 2)
+            lines = self.inputs_path.read_bytes().split(b"\n")
+        except (FileNotFoundError, ValueError):
+            pairs, lines = np.zeros((0, 2), np.int64), []
+        used = int(pairs[:, 0].max()) + 1 if len(pairs) else 0
+        complete = len(pairs) == documents and len(lines) > used
+        if complete:
+            for line in lines[:used]:
+                name, unit = json.loads(line)
                 self._numbers[(name, unit)] = len(self.inputs)
                 self.inputs.append((name, unit))
-            else:
-                number, place = line.split(" ")
-                self.input_of.append(int(number))
-                self.place.append(int(place))
-        if len(self.place) == documents:
-            return at
-        known = [self.origin(d) for d in range(len(self.place))]
+            self.input_of.frombytes(np.ascontiguousarray(pairs[:, 0]).tobytes())
+            self.place.frombytes(np.ascontiguousarray(pairs[:, 1]).tobytes())
+            self._entries_written, self._inputs_written = documents, used
+            self._inputs_bytes = sum(len(line) + 1 for line in lines[:used])
+            return
+        known = [self.origin(d) for d in range(len(self.place))]  # nothing kept: all rewritten
         self.inputs, self._numbers, self.input_of, self.place = [], {}, array("q"), array("q")
-        self.add(known + [UNKNOWN_ORIGIN] * (documents - len(known)))
-        return 0
+        self.add_origins(known + [UNKNOWN_ORIGIN] * (documents - len(known)))
 
     def origin(self, doc: int) -> Origin:
         return Origin(*self.inputs[self.input_of[doc]], self.place[doc])
 
-    def add(self, origins: list[Origin]) -> None:
-        for name, unit, place in origins:
+    def add(self, places: Sequence[Located | None]) -> None:
+        """One entry per document, as its source located it (None: not located)."""
+        numbers, inputs, input_of, place = self._numbers, self.inputs, self.input_of, self.place
+        for loc in places:
+            if loc is None:
+                key, at = UNKNOWN, 0
+            elif loc.line is not None:
+                key, at = (loc.file, "line"), loc.line
+            elif loc.row is not None:
+                key, at = (loc.file, "row"), loc.row
+            else:
+                key, at = (loc.file, "offset"), loc.offset or 0
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(inputs)
+                inputs.append(key)
+            input_of.append(number)
+            place.append(at)
+
+    def add_origins(self, origins: Sequence[Origin]) -> None:
+        for name, unit, at in origins:
             key = (name, unit)
             number = self._numbers.get(key)
             if number is None:
                 number = self._numbers[key] = len(self.inputs)
                 self.inputs.append(key)
-                self._pending.append("+" + json.dumps(list(key), ensure_ascii=False) + "\n")
             self.input_of.append(number)
-            self.place.append(place)
-            self._pending.append(f"{number} {place}\n")
+            self.place.append(at)
 
     def origins(self) -> Origins:
         return Origins(
@@ -197,12 +232,21 @@ class OriginLog:
         )
 
     def commit(self) -> None:
-        """Write the entries added since the last commit and fsync them."""
-        if self._pending:
-            self._file.write("".join(self._pending).encode())
-            self._pending = []
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        """Write the entries and inputs added since the last commit and fsync them."""
+        new = slice(self._entries_written, len(self.place))
+        pairs = np.empty((new.stop - new.start, 2), "<i8")
+        pairs[:, 0] = np.frombuffer(self.input_of, np.int64)[new]
+        pairs[:, 1] = np.frombuffer(self.place, np.int64)[new]
+        lines = "".join(
+            json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
+        )
+        self._inputs.write(lines.encode())
+        self._entries.write(pairs.tobytes())
+        self._entries_written, self._inputs_written = len(self.place), len(self.inputs)
+        for f in (self._inputs, self._entries):
+            f.flush()
+            os.fsync(f.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        self._entries.close()
+        self._inputs.close()

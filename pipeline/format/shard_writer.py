@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.format.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
 from pipeline.format.content_hash import READ_CHUNK, bytes_hash, file_hash, new_hasher, recorded
 from pipeline.format.errors import TokshardError
-from pipeline.format.provenance import LOG_SUFFIX, UNKNOWN_ORIGIN, Origin, OriginLog
+from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, Located, OriginLog
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.provenance import encode as encode_origins
 from pipeline.format.shard_reader import index_bytes, token_dtype
@@ -87,7 +87,7 @@ class ShardWriter:
         self._bin = self._open_at(self._tmp(".bin"), committed.tokens * self.dtype.itemsize)
         self._lens = self._open_at(self._tmp(".lens"), committed.documents * 4)
         self._lens_written = committed.documents
-        self._origins = OriginLog(self._tmp(".orig"), committed.documents)
+        self._origins = OriginLog(self.bin_path, committed.documents)
         if committed.tokens:
             self._rehash_prefix(committed.tokens * self.dtype.itemsize)
         if committed.documents:
@@ -128,27 +128,29 @@ class ShardWriter:
             remaining -= len(chunk)
         self._bin.seek(nbytes)
 
-    def append(self, tokens: np.ndarray, lengths: np.ndarray, origins: list[Origin] | None = None) -> None:
+    def append(
+        self, tokens: np.ndarray, lengths: np.ndarray, places: Sequence[Located | None] | None = None
+    ) -> None:
         """Append whole documents: ``tokens`` already holds each one's trailing EOS;
-        ``origins``, one per document (None: not known)."""
+        ``places``, where each one starts in its input (None: not known)."""
         self._write(np.ascontiguousarray(tokens, dtype=self.dtype).data)  # no copy of the tokens
         self._lengths.append(np.asarray(lengths, dtype="<i4"))
-        self._origins.add(list(origins) if origins is not None else [UNKNOWN_ORIGIN] * len(lengths))
+        self._origins.add(places if places is not None else [None] * len(lengths))
         self.tokens += len(tokens)
         self.documents += len(lengths)
 
-    def append_parts(self, parts: list[np.ndarray], origin: Origin = UNKNOWN_ORIGIN) -> None:
+    def append_parts(self, parts: list[np.ndarray], place: Located | None = None) -> None:
         """Append one document given in pieces (its trailing EOS in the last)."""
         for part in parts:
             self._write(np.ascontiguousarray(part, dtype=self.dtype).data)
-        self._one_document(sum(len(part) for part in parts), origin)
+        self._one_document(sum(len(part) for part in parts), place)
 
-    def append_file(self, path: Path, n_tokens: int, origin: Origin = UNKNOWN_ORIGIN) -> None:
+    def append_file(self, path: Path, n_tokens: int, place: Located | None = None) -> None:
         """Append one document spooled to disk (too large to hold in memory)."""
         with open(path, "rb") as src:
             while chunk := src.read(READ_CHUNK):
                 self._write(chunk)
-        self._one_document(n_tokens, origin)
+        self._one_document(n_tokens, place)
 
     def _write(self, data: bytes | memoryview) -> None:
         try:
@@ -157,9 +159,9 @@ class ShardWriter:
             raise disk_error(exc, self.bin_path, memoryview(data).nbytes) from exc
         self._hash.update(data)
 
-    def _one_document(self, n_tokens: int, origin: Origin) -> None:
+    def _one_document(self, n_tokens: int, place: Located | None) -> None:
         self._lengths.append(np.array([n_tokens], dtype="<i4"))
-        self._origins.add([origin])
+        self._origins.add([place])
         self.tokens += n_tokens
         self.documents += 1
 
@@ -245,7 +247,8 @@ def finalize(out_dir: Path, records: Iterable[ShardRecord]) -> None:
                         f"partition's checkpoint under {out_dir / '.tokshard' / 'parts'} to redo it"
                     ) from None
         bin_path.with_suffix(".lens" + TMP_SUFFIX).unlink(missing_ok=True)
-        bin_path.with_suffix(LOG_SUFFIX).unlink(missing_ok=True)
+        for log in (LOG_SUFFIX, INPUTS_SUFFIX):
+            bin_path.with_suffix(log).unlink(missing_ok=True)
     for folder in folders:
         fsync_dir(folder)
 
@@ -336,7 +339,12 @@ class ShardSequence:
         if not folder.is_dir():
             return
         stem = Path(self.shard_path(seq)).stem
-        keep = {Path(self.shard_path(seq)).name + TMP_SUFFIX, stem + ".lens.tmp", stem + LOG_SUFFIX}
+        keep = {
+            Path(self.shard_path(seq)).name + TMP_SUFFIX,
+            stem + ".lens.tmp",
+            stem + LOG_SUFFIX,
+            stem + INPUTS_SUFFIX,
+        }
         for path in folder.iterdir():
             name = path.name
             if not name.startswith(prefix):
@@ -348,9 +356,11 @@ class ShardSequence:
             if n > seq or (n == seq and name not in keep):
                 path.unlink()
 
-    def add(self, tokens: np.ndarray, lengths: np.ndarray, origins: list[Origin] | None = None) -> None:
-        """Append documents (EOS included in ``tokens``; ``origins``, one per document),
-        starting new shards where needed."""
+    def add(
+        self, tokens: np.ndarray, lengths: np.ndarray, places: Sequence[Located | None] | None = None
+    ) -> None:
+        """Append documents (EOS included in ``tokens``; ``places``, where each starts in its
+        input), starting new shards where needed."""
         start = 0
         doc = 0
         n = len(lengths)
@@ -363,19 +373,19 @@ class ShardSequence:
             ends = np.cumsum(lengths[doc:], dtype=np.int64)
             take = max(1, int(np.searchsorted(ends, room, side="right")))
             stop = start + int(ends[take - 1])
-            part_origins = origins[doc : doc + take] if origins is not None else None
-            self.current.append(tokens[start:stop], lengths[doc : doc + take], part_origins)
+            part_places = places[doc : doc + take] if places is not None else None
+            self.current.append(tokens[start:stop], lengths[doc : doc + take], part_places)
             start = stop
             doc += take
 
-    def add_spooled(self, path: Path, n_tokens: int, origin: Origin = UNKNOWN_ORIGIN) -> None:
+    def add_spooled(self, path: Path, n_tokens: int, place: Located | None = None) -> None:
         self._make_room(n_tokens)
-        self.current.append_file(path, n_tokens, origin)
+        self.current.append_file(path, n_tokens, place)
 
-    def add_parts(self, parts: list[np.ndarray], origin: Origin = UNKNOWN_ORIGIN) -> None:
+    def add_parts(self, parts: list[np.ndarray], place: Located | None = None) -> None:
         """Append one document given in pieces (EOS in the last), as `add` would whole."""
         self._make_room(sum(len(part) for part in parts))
-        self.current.append_parts(parts, origin)
+        self.current.append_parts(parts, place)
 
     def _make_room(self, n_tokens: int) -> None:
         """A new shard unless the document fits (or the shard is empty: it then gets its own)."""
@@ -411,7 +421,7 @@ class ShardSequence:
             self._seal_current()
         else:
             self.current.abandon()
-            for suffix in (".bin", ".lens", ".orig"):
+            for suffix in (".bin", ".lens", ".orig", ".inputs"):
                 self.current._tmp(suffix).unlink(missing_ok=True)
         if finalize:
             self.finalize()

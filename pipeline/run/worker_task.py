@@ -45,7 +45,7 @@ from pipeline.run.folder_layout import (
 )
 from pipeline.run.records import Checkpoint
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition, origin_of
+from pipeline.sources.base import Partition
 
 #: characters per encoded item (batch, or group of long-document pieces) per encoder thread
 ITEM_CHARS = 1 << 18
@@ -243,14 +243,14 @@ class PartitionRun:
             ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
         elif isinstance(item, Spooled | Held):
             if isinstance(item, Spooled):
-                self.shards.add_spooled(item.path, item.tokens, origin_of(item.location))
+                self.shards.add_spooled(item.path, item.tokens, item.location)
             else:
-                self.shards.add_parts(item.parts, origin_of(item.location))
+                self.shards.add_parts(item.parts, item.location)
             ckpt.documents += 1
             ckpt.tokens += item.tokens
             ckpt.routed += item.routed
         else:
-            self.shards.add(item.tokens, item.lengths, [origin_of(loc) for loc in item.locations])
+            self.shards.add(item.tokens, item.lengths, item.locations)
             ckpt.documents += len(item.lengths)
             ckpt.tokens += len(item.tokens)
             ckpt.dropped_empty += item.dropped_empty

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pipeline.format.errors import TokshardError
-from pipeline.format.provenance import UNKNOWN_ORIGIN, Origin
 
 Cursor = dict[str, Any]
 
@@ -85,19 +84,6 @@ class Location:
     line: int | None = None
     row: int | None = None
     offset: int | None = None
-
-    def origin(self) -> Origin:
-        """As the provenance sidecar records it: one unit, the first of line, row, offset set."""
-        for unit in ("line", "row", "offset"):
-            place = getattr(self, unit)
-            if place is not None:
-                return Origin(self.file, unit, place)
-        return Origin(self.file, "offset", 0)
-
-
-def origin_of(location: Location | None) -> Origin:
-    """A document's origin for the sidecar (`UNKNOWN_ORIGIN` where its source names no place)."""
-    return location.origin() if location is not None else UNKNOWN_ORIGIN
 
 
 @dataclass(frozen=True)

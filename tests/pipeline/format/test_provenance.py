@@ -8,19 +8,26 @@ from pipeline.format import provenance
 from pipeline.format.provenance import Origin, sidecar_path
 from pipeline.format.shard_reader import read_index
 from pipeline.format.shard_writer import ShardSequence
+from pipeline.sources.base import Location
 
 EOS = 0
 SHARD = 12
 
 
-def docs(first: int, last: int) -> tuple[np.ndarray, np.ndarray, list[Origin]]:
+def docs(first: int, last: int) -> tuple[np.ndarray, np.ndarray, list[Location]]:
     """Documents first..last-1 (three tokens and EOS each), from two inputs by turns."""
     tokens = np.array([t for i in range(first, last) for t in (i, i, i, EOS)], dtype=np.uint16)
-    origins = [
-        Origin("data/a.jsonl", "offset", 100 * i) if i % 3 else Origin("s3://b/c.parquet", "row", i)
+    places = [
+        Location("data/a.jsonl", offset=100 * i) if i % 3 else Location("s3://b/c.parquet", row=i)
         for i in range(first, last)
     ]
-    return tokens, np.full(last - first, 4, dtype=np.int32), origins
+    return tokens, np.full(last - first, 4, dtype=np.int32), places
+
+
+def as_origin(loc: Location) -> Origin:
+    return (
+        Origin(loc.file, "offset", loc.offset) if loc.offset is not None else Origin(loc.file, "row", loc.row)
+    )
 
 
 def folder_files(folder) -> dict[str, bytes]:
@@ -29,8 +36,8 @@ def folder_files(folder) -> dict[str, bytes]:
 
 def test_each_document_of_the_index_has_its_origin_in_order(tmp_path):
     seq = ShardSequence(tmp_path, "p", "uint16", SHARD)
-    tokens, lengths, origins = docs(1, 8)
-    seq.add(tokens, lengths, origins)
+    tokens, lengths, places = docs(1, 8)
+    seq.add(tokens, lengths, places)
     records = seq.finish()
     found = []
     for rec in records:
@@ -38,7 +45,7 @@ def test_each_document_of_the_index_has_its_origin_in_order(tmp_path):
         assert len(side) == read_index((tmp_path / rec.path).with_suffix(".idx")).documents
         assert rec.origin_bytes == sidecar_path(tmp_path / rec.path).stat().st_size
         found += [side[d] for d in range(len(side))]
-    assert found == origins
+    assert found == [as_origin(p) for p in places]
 
 
 def test_a_kill_between_commits_and_a_rerun_give_byte_identical_sidecars(tmp_path):
@@ -61,7 +68,7 @@ def test_a_kill_between_commits_and_a_rerun_give_byte_identical_sidecars(tmp_pat
 def test_a_sidecar_costs_a_few_bytes_per_document(tmp_path):
     n = 10_000
     tokens = np.tile(np.array([7, 8, EOS], np.uint16), n)
-    origins = [Origin("/data/corpus/part-00001.jsonl", "offset", 517 * i) for i in range(n)]
+    origins = [Location("/data/corpus/part-00001.jsonl", offset=517 * i) for i in range(n)]
     seq = ShardSequence(tmp_path, "p", "uint16", 1 << 20)
     seq.add(tokens, np.full(n, 3, np.int32), origins)
     (rec,) = seq.finish()
