@@ -22,6 +22,7 @@ a rerun give the same bytes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import struct
@@ -92,7 +93,7 @@ def encode(origins: Origins) -> bytes:
     place = np.asarray(origins.place, np.int64)
     deltas = np.concatenate([_delta(input_of), _delta(place)]).astype("<i8")
     body = np.ascontiguousarray(deltas.view(np.uint8).reshape(-1, 8).T).tobytes()
-    return HEADER.pack(MAGIC, VERSION, len(header)) + header + zlib.compress(body, 6)
+    return HEADER.pack(MAGIC, VERSION, len(header)) + header + zlib.compress(body, 1)
 
 
 def _delta(a: np.ndarray) -> np.ndarray:
@@ -139,6 +140,28 @@ class Located(Protocol):
     line: int | None
     row: int | None
     offset: int | None
+
+
+def _origin(place: Located | None) -> Origin:
+    """A place as the sidecar records it: the first of line, row, offset that is set."""
+    if place is None:
+        return UNKNOWN_ORIGIN
+    for unit in UNITS:
+        at = getattr(place, unit)
+        if at is not None:
+            return Origin(place.file, unit, at)
+    return Origin(place.file, "offset", 0)
+
+
+def _one_unit(columns: list[tuple[str, list[int | None]]], n: int) -> tuple[str, list[int]] | None:
+    """The unit every place of a batch is in, with its column (None if they differ)."""
+    for unit, values in columns:
+        missing = values.count(None)
+        if missing == 0:
+            return unit, values  # type: ignore[return-value]
+        if missing != n:
+            return None
+    return None
 
 
 class OriginLog:
@@ -198,23 +221,30 @@ class OriginLog:
         return Origin(*self.inputs[self.input_of[doc]], self.place[doc])
 
     def add(self, places: Sequence[Located | None]) -> None:
-        """One entry per document, as its source located it (None: not located)."""
-        numbers, inputs, input_of, place = self._numbers, self.inputs, self.input_of, self.place
-        for loc in places:
-            if loc is None:
-                key, at = UNKNOWN, 0
-            elif loc.line is not None:
-                key, at = (loc.file, "line"), loc.line
-            elif loc.row is not None:
-                key, at = (loc.file, "row"), loc.row
-            else:
-                key, at = (loc.file, "offset"), loc.offset or 0
-            number = numbers.get(key)
+        """One entry per document, as its source located it (None: not located). A batch read
+        from one input at a time, in one unit, is taken in whole columns, not document by
+        document."""
+        try:
+            files = [p.file for p in places]
+            columns = [("line", [p.line for p in places]), ("row", [p.row for p in places])]
+            columns.append(("offset", [p.offset for p in places]))
+        except AttributeError:  # a document without a place among them
+            self.add_origins([_origin(p) for p in places])
+            return
+        found = _one_unit(columns, len(files))
+        if found is None:  # units mixed within the batch
+            self.add_origins([_origin(p) for p in places])
+            return
+        unit, values = found
+        for name, group in itertools.groupby(files):
+            count = sum(1 for _ in group)
+            key = (name, unit)
+            number = self._numbers.get(key)
             if number is None:
-                number = numbers[key] = len(inputs)
-                inputs.append(key)
-            input_of.append(number)
-            place.append(at)
+                number = self._numbers[key] = len(self.inputs)
+                self.inputs.append(key)
+            self.input_of.extend(array("q", [number]) * count)
+        self.place.extend(values)
 
     def add_origins(self, origins: Sequence[Origin]) -> None:
         for name, unit, at in origins:

@@ -63,7 +63,7 @@ def traced(tmp_path_factory, docs, tokenizer_path, s3_server) -> dict:
     recipe = root / "recipe.toml"
     recipe.write_text(
         f'tokenizer = "{tokenizer_path}"\nshard_tokens = 400\n'
-        f'[sources.files]\ntype = "files"\npaths = ["{local}/*"]\npartition_bytes = 700\n'
+        f'[sources.files]\ntype = "files"\npaths = ["{local}/*"]\n'
         f'[sources.hub]\ntype = "hf"\nrepo = "acme/notes"\nsplit = "train"\ntext_field = "content"\n'
         f'mirror = "{root / "mirror"}"\n'
         f'[sources.bucket]\ntype = "files"\npaths = ["s3://{bucket}/in/*.jsonl"]\n'
