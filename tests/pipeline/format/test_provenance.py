@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.format import provenance
 from pipeline.format.provenance import Origin, sidecar_path
@@ -88,3 +90,42 @@ def test_damage_is_named_not_misread(tmp_path):
         assert str(path) in str(exc) and "damaged" in str(exc)
     else:
         raise AssertionError("a truncated sidecar was read")
+
+
+def test_a_run_begun_without_provenance_resumes_with_unknown_places_for_what_it_wrote(tmp_path):
+    seq = ShardSequence(tmp_path, "p", "uint16", 1000)
+    seq.add(*docs(1, 4))
+    committed = seq.commit()
+    seq.current.abandon()
+    for log in (provenance.LOG_SUFFIX, provenance.INPUTS_SUFFIX):  # an older tokshard wrote none
+        (tmp_path / f"p-0000{log}").unlink()
+    again = ShardSequence(tmp_path, "p", "uint16", 1000, open_shard=committed)
+    tokens, lengths, places = docs(4, 6)
+    again.add(tokens, lengths, places)
+    (rec,) = again.finish()
+    side = provenance.read(sidecar_path(tmp_path / rec.path))
+    assert [side[d] for d in range(len(side))] == [provenance.UNKNOWN_ORIGIN] * 3 + [
+        as_origin(p) for p in places
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a.jsonl", "s3://b/ü.parquet", "c.txt"]),
+            st.sampled_from(provenance.UNITS),
+            st.integers(0, 2**40),
+        ),
+        max_size=200,
+    )
+)
+def test_any_origins_read_back_as_written(entries):
+    inputs = sorted({(name, unit) for name, unit, _ in entries})
+    origins = provenance.Origins(
+        inputs,
+        np.array([inputs.index((n, u)) for n, u, _ in entries], np.int64),
+        np.array([p for _, _, p in entries], np.int64),
+    )
+    back = provenance.decode(provenance.encode(origins))
+    assert [back[d] for d in range(len(back))] == [Origin(*e) for e in entries]
