@@ -29,6 +29,22 @@ def without_provenance(manifest: Manifest) -> DataError:
     )
 
 
+def hub_files(origin: dict[str, Any]):
+    """For a hub source (its manifest origin names a repo and a revision): input -> the repo,
+    the revision and the file inside the repo, whether the input was the hub or a mirror of it."""
+    if not isinstance(origin.get("repo"), str) or not isinstance(origin.get("revision"), str):
+        return None
+    files = [
+        f["path"] for f in origin.get("files", []) if isinstance(f, dict) and isinstance(f.get("path"), str)
+    ]
+
+    def named(name: str) -> dict[str, str]:
+        rel = next((f for f in files if name.endswith("/" + f)), None)
+        return {"repo": origin["repo"], "revision": origin["revision"]} | ({"file": rel} if rel else {})
+
+    return named
+
+
 class StreamOrigins:
     """The origins of one (source, split) stream's documents, shard sidecars read on demand."""
 
@@ -39,6 +55,7 @@ class StreamOrigins:
             raise without_provenance(manifest)
         self.starts = np.cumsum([0, *(s.documents for s in self.shards)], dtype=np.int64).tolist()
         self._sidecars: dict[int, Origins] = {}
+        self.hub = hub_files(manifest.data["sources"].get(source, {}).get("origin") or {})
 
     @property
     def documents(self) -> int:
@@ -71,5 +88,7 @@ class StreamOrigins:
         entry = self.shards[i]
         name, unit, place = self._sidecar(i)[doc - self.starts[i]]
         found: dict[str, Any] = {"input": name, unit: place} if (name, unit) != UNKNOWN else {"input": None}
+        if self.hub is not None and name:
+            found.update(self.hub(name))
         found.update(shard=entry.rel_path, shard_document=doc - self.starts[i], shard_hash=entry.hash)
         return found

@@ -141,6 +141,8 @@ def test_every_document_reads_back_from_its_input_as_decode_shows_it(traced):
         for doc in rec["documents"]:
             o = doc["origin"]
             assert o["shard_hash"] == hashes[o["shard"]]
+            if kind(o["input"]) == "hub":  # the repo, its revision and the file, as on the hub
+                assert o["repo"] == "acme/notes" and o["revision"] and o["input"].endswith("/" + o["file"])
             ids = Shard(m.resolve(o["shard"]), m.dtype).document(o["shard_document"])[doc["from"] : doc["to"]]
             piece = tok.decode([i for i in ids.tolist() if i != m.eos_id], skip_special_tokens=False)
             if not piece.strip() or "\ufffd" in piece:

@@ -108,6 +108,8 @@ def describe_origin(doc: dict[str, Any]) -> str:
     o = doc["origin"]
     place = next((f"{unit} {o[unit]}" for unit in ("line", "row", "offset") if unit in o), "")
     where = f"{o['input']} {place}" if o["input"] is not None else "(its source names no place)"
+    if "file" in o:  # a hub file: the repo at its revision, then where it was read
+        where = f"{o['repo']}@{o['revision']} {o['file']} {place} (read from {o['input']})"
     return (
         f"document {doc['id']}[{doc['from']}:{doc['to']}] <- {where} "
         f"| shard {o['shard']} document {o['shard_document']} {o['shard_hash']}"
