@@ -457,11 +457,49 @@ def report(a: argparse.Namespace) -> dict[str, Any]:
         "starved": starved,
         "cpu_adam": load_json(work / "cpu-adam.json"),
         "seeds": seeds,
+        "model_side": model_side(a, work, gpu),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "summary.md").write_text(markdown(summary))
     print((out / "summary.md").read_text())
     return summary
+
+
+def run_stats(work: Path, name: str, a: argparse.Namespace, micro: int, gpu: str) -> dict[str, Any] | None:
+    """A run kept under WORK: its steady-state figures, MFU, and the first step's extra time
+    (with --compile: the compiler's)."""
+    records = [r for r in read_jsonl(work / "runs" / name / "metrics.jsonl") if "loss" in r]
+    stats = step_stats(records, a.warmup, micro * a.seq_len)
+    if not stats:
+        return None
+    stats["mfu"] = mfu(a.model, a.seq_len, stats["tokens_per_s_median"], gpu)
+    stats["first_step_extra_s"] = records[0]["elapsed_s"] - stats["step_ms_median"] / 1e3
+    for key in ("padding_frac", "padding_share"):  # packed runs, where the trainer logs it
+        values = [r[key] for r in records if key in r]
+        if values:
+            stats[key] = float(np.mean(values))
+    return stats
+
+
+def model_side(a: argparse.Namespace, work: Path, gpu: str) -> dict[str, Any]:
+    """Issue 34: eager against --compile per micro-batch, FlexAttention against the dense mask,
+    and packed batches beside the default windows."""
+    compile_rows = []
+    for mb in (int(x) for x in a.compile_micros.split()):
+        eager, compiled = (run_stats(work, f"compile-{k}-{mb}", a, mb, gpu) for k in ("eager", "on"))
+        speedup = None
+        if eager and compiled:
+            speedup = compiled["tokens_per_s_median"] / eager["tokens_per_s_median"]
+        compile_rows.append({"micro_batch": mb, "eager": eager, "compiled": compiled, "speedup": speedup})
+    mfus = [r["compiled"]["mfu"] for r in compile_rows if r["compiled"] and r["compiled"]["mfu"] is not None]
+    best = max(mfus, default=None)
+    return {
+        "compile": compile_rows,
+        "compile_mfu_best": best,
+        "compile_target_45pct_mfu": None if best is None else best >= 0.45,
+        "flex": load_json(work / "flex.json"),
+        "packed": run_stats(work, "packed", a, a.micro_batch, gpu),
+    }
 
 
 def targets(tok: dict | None, ratio: dict | None) -> dict[str, Any]:
@@ -557,7 +595,37 @@ def markdown(s: dict[str, Any]) -> str:
     for name, v in s["seeds"].items():
         lines.append(f"| {name} | {v['status']} | {v['steps_done']} | {num(v['step_s_after_first'], '.2f')} | "
                      f"{num(v['seconds'], '.1f')} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + model_side_markdown(s["model_side"])) + "\n"
+
+
+def model_side_markdown(m: dict[str, Any]) -> list[str]:
+    lines = ["", "Model side (issue 34): eager against --compile, steps after the warm-up:", "",
+             "| micro-batch | eager tokens/s | eager MFU | compiled tokens/s | compiled MFU | speed-up | "
+             "compile s (first step's extra) | data wait (compiled, median) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in m["compile"]:
+        e, c = r["eager"] or {}, r["compiled"] or {}
+        lines.append(f"| {r['micro_batch']} | {num(e.get('tokens_per_s_median'))} | {pct(e.get('mfu'))} | "
+                     f"{num(c.get('tokens_per_s_median'))} | {pct(c.get('mfu'))} | {num(r['speedup'], '.2f')} | "
+                     f"{num(c.get('first_step_extra_s'), '.1f')} | {pct(c.get('data_wait_median'))} |")  # fmt: skip
+    lines += [
+        "",
+        f"Best compiled MFU: {pct(m['compile_mfu_best'])} (target 45%: {m['compile_target_45pct_mfu']})",
+    ]
+    if m["flex"]:
+        lines += ["", f"--doc-mask, FlexAttention against the dense SDPA mask ({m['flex']['dtype']}, batch "
+                  f"{m['flex']['batch']}):", "",
+                  "| seq | path | loss flex | loss SDPA | grad rel. diff | causal ms | doc-mask ms | ratio |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        for r in m["flex"]["rows"]:
+            lines.append(f"| {r['seq']} | {r['path']} | {num(r.get('flex_loss'), '.5f')} | "
+                         f"{num(r.get('sdpa_loss'), '.5f')} | {num(r.get('grad_rel_diff'), '.2e')} | "
+                         f"{num(r['causal_ms'], '.1f')} | {num(r['doc_mask_ms'], '.1f')} | {num(r['ratio'], '.2f')} |")  # fmt: skip
+    p = m["packed"]
+    if p:
+        lines += ["", f"Packed (--packing best-fit --doc-mask): {num(p['tokens_per_s_median'])} tokens/s, data wait "
+                  f"median {pct(p['data_wait_median'])}, padding {pct(p.get('padding_frac', p.get('padding_share')))}"]  # fmt: skip
+    return lines
 
 
 # ---------------------------------------------------------------- main
@@ -620,6 +688,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--micro-batch", type=int, required=True)
     r.add_argument("--starved-micro", type=int, required=True)
     r.add_argument("--warmup", type=int, default=20)
+    r.add_argument(
+        "--compile-micros", default="", help="the micro-batches of the compile runs, space-separated"
+    )
     for sp in (pr, n, lo, sub.choices["cpu-adam"], sh, e, nf, sy):
         sp.add_argument("--result", help="write the step's result here (JSON)")
     return p

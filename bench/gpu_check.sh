@@ -19,9 +19,15 @@
 #   zero3-opt    trainer/configs/zero3-opt.json with hf:opt-125m, a few steps
 #   cpu-adam     DeepSpeed's CPUAdam JIT build, timed (fresh extensions folder)
 #   zero2-neo    trainer/configs/gpt-neo-2.7b-zero2-offload-fp16.json with hf:gpt-neo-2.7b, a few steps
+#   compile-eager-MB, compile-on-MB   (issue 34) the train run without and with --compile at each
+#                micro-batch of COMPILE_MICROS (select them all with --only compile)
+#   flex      --doc-mask's FlexAttention against the dense SDPA mask on one batch (loss, gradients) and
+#             its step cost against causal attention at seq 1024, 2048, 4096 (bench/bench_docmask.py)
+#   packed    the train run with --packing best-fit --doc-mask (when the trainer has --packing)
 #   report    summary.json + summary.md
 # Files under OUT (8 at most, none in folders): gpu_check.log, summary.json, summary.md and the
-# metrics.jsonl of each run (train, nanogpt, starved, zero3-opt, zero2-neo).
+# metrics.jsonl of each run (train, nanogpt, starved, zero3-opt, zero2-neo); the issue-34 runs'
+# metrics stay under WORK and reach OUT through summary.json.
 set -u -o pipefail
 
 COMMAND="bench/gpu_check.sh $*"
@@ -76,7 +82,9 @@ if [ "$MODE" = gpu ]; then
     NEO=(--model hf:gpt-neo-2.7b --deepspeed trainer/configs/gpt-neo-2.7b-zero2-offload-fp16.json
          --steps 3 --seq-len 2048)
     LIMITS=(wheels=120 env=60 manifest=120 probe=150 train=180 nanogpt=180 loader=90 starved=90
-            zero3-opt=120 cpu-adam=180 zero2-neo=300)
+            zero3-opt=120 cpu-adam=180 zero2-neo=300 compile=240 flex=180 packed=150)
+    COMPILE_MICROS="32 128"; COMPILE_STEPS=120
+    FLEX=(--bf16 --layers 12 --width 768 --heads 12 --vocab 50304 --seqs 1024,2048,4096 --batch 8 --steps 10)
     export DS_ACCELERATOR=cuda
     export TORCH_EXTENSIONS_DIR=$WORK/torch_extensions  # fresh: the CPUAdam build is timed from scratch
 else
@@ -90,17 +98,19 @@ else
          --seq-len 64 --micro-batch 2)
     NEO=(--model "hf:$WORK/neo-small.json" --deepspeed "$WORK/neo-fp32.json" --steps 2 --seq-len 64)
     LIMITS=(wheels=60 env=60 manifest=60 probe=90 train=90 nanogpt=90 loader=60 starved=90
-            zero3-opt=90 cpu-adam=300 zero2-neo=120)
+            zero3-opt=90 cpu-adam=300 zero2-neo=120 compile=240 flex=90 packed=90)
+    COMPILE_MICROS="2"; COMPILE_STEPS=6
+    FLEX=(--layers 2 --width 64 --heads 2 --seqs 64,128 --batch 2 --steps 2)
     # every process imports as on the image: tokshard's code may use only the image's packages and
     # the carried ones (bench/gpu_carry.py ImageGuard; the first device call found orjson missing)
     export PYTHONPATH=$REPO/bench/image_guard:$PYTHONPATH
     # CPUAdam: the extensions folder as usual (the test suite's offload test builds it once)
 fi
 
-limit_of() {  # the step's own limit, cut to what is left of the deadline
+limit_of() {  # the step's own limit (or its group's: compile-on-32 -> compile), cut to what is left
     local name=$1 spec left
     for spec in "${LIMITS[@]}"; do
-        if [ "${spec%%=*}" = "$name" ]; then
+        if [ "${spec%%=*}" = "$name" ] || [ "${spec%%=*}" = "${name%%-*}" ]; then
             left=$((DEADLINE_S - ($(date +%s) - START)))
             echo $((${spec#*=} < left ? ${spec#*=} : left))
             return
@@ -116,7 +126,7 @@ run_step() {
     limit=$(limit_of "$name")
     echo
     case "$name" in wheels|env|manifest) ;; *)
-        if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then
+        if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]] && [[ "$ONLY" != *",${name%%-*},"* ]]; then
             printf '{"name": "%s", "status": "not selected (--only)", "seconds": 0, "command": "%s"}\n' \
                 "$name" "$*" >>"$WORK/steps.jsonl"
             return 1
@@ -156,6 +166,13 @@ train_run() {
     local rc=$?
     [ -f "$WORK/runs/$name/metrics.jsonl" ] && cp "$WORK/runs/$name/metrics.jsonl" "$OUT_DIR/$name-metrics.jsonl"
     return $rc
+}
+
+# work_run NAME FLAGS...: as train_run, its metrics kept under WORK (OUT holds 8 files at most)
+work_run() {
+    local name=$1
+    shift
+    run_step "$name" "$PY" -m tokshard.cli train --run-dir "$WORK/runs/$name" --log-every 1 "$@"
 }
 
 install_wheels() {  # the device README's carried-wheel install; the dry run checks the set instead
@@ -208,8 +225,20 @@ train_run zero3-opt --manifest "$M" "${OPT[@]}"
 run_step cpu-adam "$PY" bench/gpu_check.py cpu-adam --result "$WORK/cpu-adam.json"
 train_run zero2-neo --manifest "$M" "${NEO[@]}"
 
+# issue 34: the model side (compile, FlexAttention, packed batches)
+for mb in $COMPILE_MICROS; do
+    work_run "compile-eager-$mb" "${COMMON[@]}" --steps "$COMPILE_STEPS" --micro-batch "$mb"
+    work_run "compile-on-$mb" "${COMMON[@]}" --steps "$COMPILE_STEPS" --micro-batch "$mb" --compile
+done
+DEV=cpu; [ "$MODE" = gpu ] && DEV=cuda
+run_step flex "$PY" bench/bench_docmask.py --device "$DEV" "${FLEX[@]}" --compare --result "$WORK/flex.json"
+if "$PY" -m tokshard.cli train --help 2>/dev/null | grep -q -- --packing; then
+    work_run packed "${COMMON[@]}" --steps "$COMPILE_STEPS" --micro-batch "$MICRO" --packing best-fit --doc-mask
+fi
+
 "$PY" bench/gpu_check.py report --work "$WORK" --out "$OUT_DIR" --mode "$MODE" --model "${MODEL[1]}" \
-    --seq-len "$SEQ" --micro-batch "$MICRO" --starved-micro "$STARVED_MICRO" --warmup "$WARMUP"
+    --seq-len "$SEQ" --micro-batch "$MICRO" --starved-micro "$STARVED_MICRO" --warmup "$WARMUP" \
+    --compile-micros "$COMPILE_MICROS"
 echo "gpu_check.sh: done in $(($(date +%s) - START)) s; results in $OUT_DIR"
 exec >&- 2>&-
 wait "$TEE" 2>/dev/null  # the log is whole before the device collects OUT

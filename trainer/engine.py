@@ -39,6 +39,10 @@ def build_engine(plan: Plan, dist: distributed.Dist) -> tuple[Any, dict[str, Any
             load_tag = universal
     torch.manual_seed(plan.seed)
     model = plan.model.build()  # whole on every rank; DeepSpeed partitions it (ZeRO-3 too)
+    if plan.settings.model.compile:
+        # in place (nn.Module.compile), not torch.compile(model): the state dict keeps its keys,
+        # so a checkpoint saved with --compile resumes without it and the other way round
+        model.compile()
     # lets ds_to_universal convert our checkpoints (a resume on another number of ranks)
     info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
     setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)

@@ -126,17 +126,23 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        doc_ids: torch.Tensor | None = None,
+        flex: bool | None = None,
     ) -> torch.Tensor:
         """Logits ``[B, T, vocab]``, or with ``targets`` the mean next-token cross-entropy over
         the targets not ignored (-100). ``doc_ids`` (``--doc-mask``): attention within documents
-        and positions restarting at each (``trainer.docmask``)."""
+        and positions restarting at each (``trainer.docmask``); ``flex`` picks FlexAttention or
+        the dense SDPA mask for them (None: FlexAttention where it is fast, on CUDA), so the two
+        can be compared on one batch."""
         T = idx.size(1)
         attend = None
         if doc_ids is None:
             pos = torch.arange(T, device=idx.device)
         else:
-            doc = docmask.layout(doc_ids, self.config.n_head)
+            doc = docmask.layout(doc_ids, self.config.n_head, flex)
             pos, attend = doc.positions, doc.attend
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:

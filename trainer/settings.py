@@ -50,6 +50,8 @@ class ModelSettings:
     doc_mask: bool = False
     #: with ``doc_mask``: no loss where the input is EOS
     eod_mask_loss: bool = False
+    #: torch.compile the model's forward in place (its checkpoints keep the eager model's keys)
+    compile: bool = False
 
 
 #: warmup without a ``warmup`` setting: ``steps // WARMUP_DIVISOR`` steps, at most

@@ -131,6 +131,12 @@ def _model_options(g) -> None:
         help="with --doc-mask: no loss where the input is EOS (predicting the next document's first token "
         "across the boundary), as Megatron's eod_mask_loss; the loss is then that of each document alone",
     )
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (in place: checkpoints load with or without it); the first steps "
+        "wait for the compiler, so a step-time figure leaves them out",
+    )
 
 
 def _run_options(g) -> None:
@@ -264,7 +270,11 @@ def settings_from(ns: argparse.Namespace) -> TrainSettings:
             cache_limit=ns.data_cache_limit,
         ),
         model=ModelSettings(
-            name=ns.model, vocab_size=ns.vocab_size, doc_mask=ns.doc_mask, eod_mask_loss=ns.eod_mask_loss
+            name=ns.model,
+            vocab_size=ns.vocab_size,
+            doc_mask=ns.doc_mask,
+            eod_mask_loss=ns.eod_mask_loss,
+            compile=ns.compile,
         ),
         optim=OptimSettings(
             deepspeed=ns.deepspeed,

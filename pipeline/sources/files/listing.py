@@ -180,7 +180,9 @@ def _url_files(pattern: str) -> list[InputFile]:
             fs.invalidate_cache(path)
             try:
                 info = fs.info(path)
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
+                if isinstance(exc.__cause__, OSError):  # fsspec's HTTP calls a refused connection "not found"
+                    raise exc.__cause__ from None
                 raise TokshardError(_nothing_matches(pattern, False)) from None
             if info.get("type") == "directory":
                 raise TokshardError(_directory_given(pattern))
