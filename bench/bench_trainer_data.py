@@ -58,11 +58,17 @@ def synth_manifest(
         seq.add(toks, lengths.astype(np.int32))
         written += n
         docs += len(lengths)
-    records = seq.finish()
+    return write_synth_manifest(out, seq.finish(), docs, written, vocab, {"seed": seed})
+
+
+def write_synth_manifest(
+    out: Path, records: list, documents: int, tokens: int, vocab: int, origin: dict
+) -> Path:
+    """The manifest of synthetic shards (source ``synth``, split ``train``) and a placeholder tokenizer."""
     shards = [{**r.to_json(), "source": "synth", "split": "train"} for r in records]
     tok = {"path": "tokenizer.json", "sha256": "0" * 64, "vocab_size": vocab, "eos_id": vocab - 1,
            "eos_token": "<|endoftext|>", "origin": "synthetic (bench)"}  # fmt: skip
-    stats = {"documents": docs, "tokens": written, "shards": len(records), "partitions": 1,
+    stats = {"documents": documents, "tokens": tokens, "shards": len(records), "partitions": 1,
              "dropped_empty": 0, "skipped": {}}  # fmt: skip
     doc = manifest_mod.build(
         recipe={"sources": {"synth": {"type": "synthetic"}}},
@@ -70,7 +76,7 @@ def synth_manifest(
         dtype="uint16",
         tokenizer=tok,
         encoder={"name": "tokenizers", "reason": "synthetic bench data"},
-        sources={"synth": {"type": "synthetic", "origin": {"seed": seed}, "splits": {"train": stats}}},
+        sources={"synth": {"type": "synthetic", "origin": origin, "splits": {"train": stats}}},
         shards=shards,
     )
     (out / "tokenizer.json").write_text("{}")
@@ -138,33 +144,36 @@ import json, sys, time
 t0 = time.perf_counter()
 from pipeline.format import manifest as manifest_mod
 from trainer.plan import prepare
-from trainer.settings import DataSettings, ModelSettings, TrainSettings
+from trainer.settings import DataSettings, ModelSettings, Packing, TrainSettings
 t_import = time.perf_counter() - t0
 import numpy as np
 t0 = time.perf_counter()
 m = manifest_mod.load(sys.argv[1])
 t_load = time.perf_counter() - t0
 t0 = time.perf_counter()
-plan = prepare(TrainSettings(DataSettings((sys.argv[1],), seq_len=2048), ModelSettings("opt-125m")))
+data = DataSettings((sys.argv[1],), seq_len=2048, packing=Packing(sys.argv[2]))
+plan = prepare(TrainSettings(data, ModelSettings("opt-125m")))
 t_prepare = time.perf_counter() - t0
 t0 = time.perf_counter()
 d = plan.data.schedule.draw(np.arange(8))
 plan.data.dataset.batch(d.sources, d.windows)
 t_first = time.perf_counter() - t0
 print(json.dumps({"shards": len(m.shards), "tokens": sum(s.tokens for s in m.shards),
+                  "documents": sum(s.documents for s in m.shards),
                   "import_s": t_import, "manifest_load_s": t_load,
                   "prepare_s": t_prepare, "first_batch_s": t_first}))
 """
 
 
-def bench_startup(manifest: Path) -> dict:
+def bench_startup(manifest: Path, packing: str = "none") -> dict:
     """In a fresh process: manifest load; ``trainer.plan.prepare`` (every guard incl. one stat per
-    shard, dataset, sampler); first batch. Python/torch import time is reported apart."""
+    shard, dataset, sampler; with ``packing`` best-fit also every shard's .idx and the packing);
+    first batch. Python/torch import time is reported apart."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = []
     for _ in range(3):
         done = subprocess.run(
-            [sys.executable, "-c", STARTUP_CODE, str(manifest)],
+            [sys.executable, "-c", STARTUP_CODE, str(manifest), packing],
             env=env,
             capture_output=True,
             text=True,

@@ -28,6 +28,7 @@ from tokshard.commands import (
 )
 from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated, sigterm_raises
 from tokshard.usage import OneLineParser
+from trainer.console import reader_gone
 
 #: every command, in the order ``tokshard --help`` lists them
 COMMANDS: tuple[Command, ...] = tuple(
@@ -70,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(exc)
     try:
         with sigterm_raises():
-            return args.run(args)
+            status = args.run(args)
+            sys.stdout.flush()  # a reader that quit shows here, not in Python's flush at exit
+            return status
+    except BrokenPipeError:  # `| head`, a pager quit: what is left to print goes nowhere
+        return reader_gone()
     except TokshardError as exc:
         return _failed(exc)
     except KeyboardInterrupt:

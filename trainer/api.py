@@ -1,9 +1,10 @@
 """tokshard's data for any PyTorch loop: the very micro-batches `tokshard train` feeds a rank.
 
 ``TrainingSamples`` is a ``torch.utils.data.IterableDataset`` with ``state_dict()`` and
-``load_state_dict()``. For a seed, mixture, global batch, micro-batch, world size and rank it
-yields the micro-batches ``tokshard train`` trains that rank on, in the same order (the loop
-itself draws its positions with ``micro_batch_positions`` below). The state is global (samples
+``load_state_dict()``. For a seed, mixture, packing, global batch, micro-batch, world size and
+rank it yields the micro-batches ``tokshard train`` trains that rank on, in the same order (the
+loop itself draws its positions with ``micro_batch_positions`` below), each sample with the
+documents that fill it. The state is global (samples
 consumed and the schedule), so a run saved on 8 ranks resumes on 4, and ``load_state_dict``
 also accepts a ``tokshard train`` checkpoint's ``tokshard.json`` (``from_checkpoint``). A new
 ``mix`` or added manifests at a resume continue every source where it stopped
@@ -25,10 +26,12 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from trainer.checkpoint import resume
 from trainer.checkpoint.state import TrainerState, read_state, read_tag
-from trainer.data import WindowDataset, sources_with_split
+from trainer.data import sources_with_split
 from trainer.origins import StreamOrigins
+from trainer.packed import open_samples
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
 from trainer.schedule import Schedule, token_shares, window_sources
+from trainer.settings import Packing
 
 
 def micro_batch_positions(
@@ -53,11 +56,15 @@ def micro_batch_positions(
 
 
 class TrainingSamples(torch.utils.data.IterableDataset):
-    """Micro-batches ``{"inputs", "targets", "positions", "sources", "windows"}`` of one rank.
+    """Micro-batches ``{"inputs", "targets", "positions", "sources", "windows", "documents"}`` of one rank.
 
     ``manifest``: a manifest path (or folder), or a list of them. ``mix``: ``{"src": w}`` or
-    ``"src=w,..."`` (default: by token count). ``global_batch`` must split into ``world`` ranks
-    of ``micro_batch``; the gradient accumulation is what remains, as in DeepSpeed.
+    ``"src=w,..."`` (default: by token count). ``packing``: ``"none"`` (windows of ``seq_len + 1``
+    tokens) or ``"best-fit"`` (whole documents packed into them, over blocks of
+    ``packing_buffer`` documents; ignored targets are -100). ``global_batch`` must split into
+    ``world`` ranks of ``micro_batch``; the gradient accumulation is what remains, as in
+    DeepSpeed. ``documents``: per sample, the (document id, from, to) pieces that fill it
+    (``trainer.data.Piece``; ids count from 0 within the source and split).
     """
 
     def __init__(
@@ -72,6 +79,8 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         seed: int = DEFAULT_SEED,
         mix: dict[str, float] | str | None = None,
         split: str = "train",
+        packing: str = "none",
+        packing_buffer: int | None = None,
     ) -> None:
         if global_batch % (micro_batch * world):
             raise TokshardError(
@@ -81,8 +90,9 @@ class TrainingSamples(torch.utils.data.IterableDataset):
             raise TokshardError(f"rank {rank} is not in a world of {world}")
         paths = manifest if isinstance(manifest, list) else [manifest]
         self.manifests = [manifest_mod.load(p) for p in paths]
-        self.dataset = WindowDataset(
-            self.manifests, split, seq_len, sources_with_split(self.manifests, split)
+        self.packing = Packing(packing, packing_buffer or Packing.buffer)
+        self.dataset = open_samples(
+            self.manifests, split, seq_len, sources_with_split(self.manifests, split), self.packing
         )
         self.seq_len, self.global_batch, self.micro = seq_len, global_batch, micro_batch
         self.rank, self.world, self.seed, self.split = rank, world, seed, split
@@ -103,16 +113,19 @@ class TrainingSamples(torch.utils.data.IterableDataset):
             self.samples, None, self.global_batch, self.micro, self.rank, self.world, self.micro_step
         ):
             draws = self.schedule.draw(positions)
-            tokens = torch.from_numpy(self.dataset.batch(draws.sources, draws.windows))
+            rows = torch.from_numpy(self.dataset.batch(draws.sources, draws.windows))
+            inputs, targets = self.dataset.inputs_targets(rows)
             self.micro_step += 1
             if self.micro_step == self.accum:
                 self.samples, self.micro_step = self.samples + self.global_batch, 0
+            pairs = list(zip(draws.sources.tolist(), draws.windows.tolist(), strict=True))
             yield {
-                "inputs": tokens[:, :-1],
-                "targets": tokens[:, 1:],
+                "inputs": inputs,
+                "targets": targets,
                 "positions": draws.positions,
-                "sources": [self.schedule.sources[s] for s in draws.sources.tolist()],
+                "sources": [self.schedule.sources[s] for s, _ in pairs],
                 "windows": draws.windows,
+                "documents": [self.dataset.pieces(s, w) for s, w in pairs],
             }
 
     def origin(self, source: str, document: int) -> dict[str, Any]:
@@ -137,6 +150,7 @@ class TrainingSamples(torch.utils.data.IterableDataset):
             "seed": self.seed,
             "seq_len": self.seq_len,
             "train_split": self.split,
+            "packing": self.packing.to_json(),
             "schedule": self.schedule.to_json(),
         }
 
@@ -146,20 +160,22 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         if "data" in state:  # a checkpoint's: at a step boundary, any layout
             checkpoint = TrainerState.from_json(state)
             split, seq_len = checkpoint.data.train_split, checkpoint.data.seq_len
+            packing = checkpoint.data.packing
             seed, samples, micro_step = checkpoint.seed, checkpoint.samples, 0
             saved = resume.saved_schedule(checkpoint, self.manifests, window_sources(self.dataset))
         else:
             split, seq_len = state["train_split"], state["seq_len"]
+            packing = Packing.from_json(state.get("packing"))
             seed, samples, micro_step = (
                 int(state["seed"]),
                 int(state["samples"]),
                 int(state.get("micro_step", 0)),
             )
             saved = Schedule.from_json(state["schedule"], seed)
-        if (split, seq_len) != (self.split, self.seq_len):
+        if (split, seq_len, packing) != (self.split, self.seq_len, self.packing):
             raise TokshardError(
-                f"the state is for split {split!r} and seq-len {seq_len}, this data is {self.split!r} "
-                f"and {self.seq_len}"
+                f"the state is for split {split!r}, seq-len {seq_len} and packing {packing}, this data is "
+                f"{self.split!r}, {self.seq_len} and {self.packing}"
             )
         layout = (self.world, self.micro, self.global_batch)
         if micro_step and (state.get("world"), state.get("micro_batch"), state.get("global_batch")) != layout:
@@ -182,6 +198,8 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         tag, checkpoint = (tag, read_tag(save_dir, tag)) if tag else read_state(save_dir)
         kwargs.setdefault("seq_len", checkpoint.data.seq_len)
         kwargs.setdefault("split", checkpoint.data.train_split)
+        kwargs.setdefault("packing", checkpoint.data.packing.mode)
+        kwargs.setdefault("packing_buffer", checkpoint.data.packing.buffer)
         kwargs.setdefault("global_batch", checkpoint.train_batch_size)
         kwargs.setdefault("manifest", list(checkpoint.data.manifests))
         samples = cls(seed=checkpoint.seed, **kwargs)

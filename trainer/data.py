@@ -7,6 +7,10 @@ per shard (the size check) and nothing per token or per document. Window ``i`` i
 ``stream[i * seq_len : i * seq_len + seq_len + 1]`` (inputs plus the next-token targets, as
 nanoGPT reads them); a window may run across a shard boundary.
 
+Every kind of sample (these windows, or the packed ones of ``trainer.packed``) answers the same
+questions: how many per source (``windows``), the rows of a batch (``batch``, split by
+``inputs_targets``), which documents fill a sample (``pieces``) and which shards it reads.
+
 ``check_manifest`` is the trainer's guard: the manifest's own checksum (a hand edit after
 ``prepare`` is refused), dtype, vocabulary against the model, and shard sizes (stat only), or with
 ``verify=True`` also the content hashes and ``.idx``/``.bin`` agreement. ``check_ids`` guards
@@ -21,6 +25,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -32,9 +37,31 @@ from pipeline.format.shard_reader import (
     ShardFormatError,
     dtype_named_by,
     read_dtype_code,
+    read_index,
     token_dtype,
 )
 from pipeline.format.verify import first_fault
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Tokens ``[start, end)`` of document ``document`` (0-based within its source and split) in a
+    sample: with its source and split, what names the document's origin."""
+
+    source: str
+    split: str
+    document: int
+    start: int
+    end: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "split": self.split,
+            "id": self.document,
+            "from": self.start,
+            "to": self.end,
+        }
 
 
 class TokenStream:
@@ -54,13 +81,16 @@ class TokenStream:
         self.split = split
         self.dtype = dtype
         self.paths = [s.bin_path for s in shards]
-        ends = np.cumsum([s.tokens for s in shards], dtype=np.int64)
+        self.counts = [s.tokens for s in shards]
+        self.documents = [s.documents for s in shards]
+        ends = np.cumsum(self.counts, dtype=np.int64)
         self.starts = [0, *ends[:-1].tolist()]
         self.tokens = int(ends[-1])
         #: what a resume compares: the shards' content hashes and token counts, not their paths
         self.content = content_hash([[s.hash, s.tokens] for s in shards])
         self._arrays: dict[int, np.ndarray] = {}
         self._ready = ready  # fetches a shard of a manifest URL into the cache before it is mapped
+        self._document_ends: np.ndarray | None = None
 
     def _array(self, i: int) -> np.ndarray:
         """Shard ``i`` as a plain ndarray view of its memory map (opened on first use)."""
@@ -84,14 +114,135 @@ class TokenStream:
             done += take
             i += 1
 
+    def read_pieces(self, out: np.ndarray, pieces: list[list[int]]) -> int:
+        """Copy ``[start, length]`` pieces of the stream one after another into ``out``; each
+        lies in one shard (a document or a piece of one: documents never span shards).
+        Returns the tokens copied."""
+        col = 0
+        starts, arrays, find = self.starts, self._arrays, bisect.bisect_right
+        for start, n in pieces:
+            i = find(starts, start) - 1
+            arr = arrays.get(i)
+            if arr is None:
+                arr = self._array(i)
+            lo = start - starts[i]
+            out[col : col + n] = arr[lo : lo + n]
+            col += n
+        return col
+
     def shard_at(self, position: int) -> Path:
         """The .bin holding the token at ``position`` of the stream."""
         return self.paths[bisect.bisect_right(self.starts, position) - 1]
+
+    def document_ends(self) -> np.ndarray:
+        """Where each document of the stream ends (EOS included), from the shards' ``.idx``:
+        read on first use (one file per shard), then kept."""
+        if self._document_ends is None:
+            lengths = [self._document_lengths(i) for i in range(len(self.paths))]
+            self._document_ends = np.cumsum(np.concatenate(lengths), dtype=np.int64)
+        return self._document_ends
+
+    def _document_lengths(self, i: int) -> np.ndarray:
+        """Shard ``i``'s document lengths, checked against its counts in the manifest."""
+        path = self.paths[i]
+        if self._ready is not None:
+            self._ready(path)
+        idx = str(path)[: -len(".bin")] + ".idx"
+        try:
+            lengths = read_index(idx).lengths
+        except OSError as exc:
+            raise DataError(f"{idx}: {exc.strerror}; is the prepared folder complete?") from exc
+        except ShardFormatError as exc:
+            raise DataError(f"{exc}; re-run `tokshard prepare`") from exc
+        if (
+            len(lengths) != self.documents[i]
+            or int(lengths.sum(dtype=np.int64)) != self.counts[i]
+            or (lengths <= 0).any()
+        ):
+            raise DataError(
+                f"{idx}: its {len(lengths)} document lengths do not add up to the {self.documents[i]} documents "
+                f"and {self.counts[i]} tokens the manifest says the shard holds; the shards and manifest come "
+                "from different runs, re-run `tokshard prepare`"
+            )
+        return lengths
+
+    def pieces(self, lo: int, hi: int) -> list[Piece]:
+        """The documents that tokens ``[lo, hi)`` of the stream cover, and which part of each."""
+        ends = self.document_ends()
+        first = int(np.searchsorted(ends, lo, side="right"))
+        last = min(int(np.searchsorted(ends, hi - 1, side="right")), len(ends) - 1)
+        out = []
+        for d in range(first, last + 1):
+            start = int(ends[d - 1]) if d else 0
+            out.append(
+                Piece(self.source, self.split, d, max(lo, start) - start, min(hi, int(ends[d])) - start)
+            )
+        return out
 
     def read(self, start: int, n: int) -> np.ndarray:
         out = np.empty(n, dtype=np.int64)
         self.read_into(out, start)
         return out
+
+
+Rows = TypeVar("Rows")  # a batch's rows: a numpy array, or the torch tensor made from it
+
+
+class Samples(Protocol):
+    """What the loop, the API and ``tokshard samples`` ask of a kind of sample."""
+
+    split: str
+    seq_len: int
+    sources: list[str]
+    streams: list[TokenStream]
+    #: each source's manifest (its shards' provenance sidecars name where documents came from)
+    owners: list[Manifest]
+    #: samples per source (windows, or packed windows)
+    windows: list[int]
+    #: columns of a row of ``batch``
+    width: int
+
+    def batch(self, sources: np.ndarray, windows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``(source, window)`` as an int64 array ``[len(windows), width]``."""
+        ...
+
+    def inputs_targets(self, rows: Rows) -> tuple[Rows, Rows]:
+        """A batch's inputs and next-token targets ``[rows, seq_len]`` (ignored targets: -100)."""
+        ...
+
+    def pieces(self, source: int, window: int) -> list[Piece]:
+        """The documents that fill a sample, in its order."""
+        ...
+
+    def describe(self, source: int, window: int) -> dict[str, Any]:
+        """What ``tokshard samples --json`` says of a sample besides its documents."""
+        ...
+
+    def tokens_of(self, source: int, window: int) -> np.ndarray:
+        """A sample's tokens without padding (what ``--decode`` shows)."""
+        ...
+
+    def shard_at(self, source: int, window: int, column: int) -> Path:
+        """The .bin a row's token at ``column`` came from."""
+        ...
+
+    def shards_of(self, source: int, window: int) -> list[Path]:
+        """The .bin files a sample reads."""
+        ...
+
+
+def open_streams(
+    manifest: Manifest | Sequence[Manifest], split: str, sources: Iterable[str] | None
+) -> tuple[list[str], list[TokenStream], list[Manifest]]:
+    """The named sources' streams of ``split`` (default: every source with it), and each one's
+    manifest; the sources may come from several manifests (names unique across them)."""
+    manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
+    owner = source_owners(manifests)
+    names = list(sources) if sources is not None else sources_with_split(manifests, split)
+    streams = [
+        TokenStream(n, split, owner[n].select(n, split), owner[n].dtype, owner[n].ready) for n in names
+    ]
+    return names, streams, [owner[n] for n in names]
 
 
 class WindowDataset:
@@ -107,14 +258,8 @@ class WindowDataset:
     ):
         self.split = split
         self.seq_len = seq_len
-        manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
-        owner = source_owners(manifests)
-        names = list(sources) if sources is not None else sources_with_split(manifests, split)
-        self.streams = [
-            TokenStream(n, split, owner[n].select(n, split), owner[n].dtype, owner[n].ready) for n in names
-        ]
-        self.sources = names
-        self.owners = [owner[n] for n in names]
+        self.width = seq_len + 1
+        self.sources, self.streams, self.owners = open_streams(manifest, split, sources)
         self.windows = [(s.tokens - 1) // seq_len for s in self.streams]
         for stream, count in zip(self.streams, self.windows, strict=True):
             if count < 1:
@@ -133,6 +278,32 @@ class WindowDataset:
         for row, (s, w) in enumerate(zip(sources.tolist(), windows.tolist(), strict=True)):
             self.streams[s].read_into(out[row], w * self.seq_len)
         return out
+
+    def inputs_targets(self, rows: Rows) -> tuple[Rows, Rows]:
+        """Inputs are a window's first ``seq_len`` tokens, targets its last ``seq_len``."""
+        return rows[:, :-1], rows[:, 1:]
+
+    def span(self, window: int) -> tuple[int, int]:
+        """Window ``window``'s ``[start, end)`` in its source's token stream."""
+        return window * self.seq_len, window * self.seq_len + self.seq_len + 1
+
+    def pieces(self, source: int, window: int) -> list[Piece]:
+        return self.streams[source].pieces(*self.span(window))
+
+    def describe(self, source: int, window: int) -> dict[str, Any]:
+        return {"tokens": list(self.span(window))}
+
+    def tokens_of(self, source: int, window: int) -> np.ndarray:
+        lo, hi = self.span(window)
+        return self.streams[source].read(lo, hi - lo)
+
+    def shard_at(self, source: int, window: int, column: int) -> Path:
+        return self.streams[source].shard_at(window * self.seq_len + column)
+
+    def shards_of(self, source: int, window: int) -> list[Path]:
+        lo, hi = self.span(window)
+        stream = self.streams[source]
+        return list(dict.fromkeys([stream.shard_at(lo), stream.shard_at(hi - 1)]))
 
 
 def sources_with_split(manifest: Manifest | Sequence[Manifest], split: str) -> list[str]:
@@ -236,14 +407,13 @@ def check_unique_shards(manifest: Manifest) -> None:
         seen.add(key)
 
 
-def check_ids(tokens: np.ndarray, vocab_size: int, dataset: WindowDataset, sources, windows) -> None:
+def check_ids(tokens: np.ndarray, vocab_size: int, dataset: Samples, sources, windows) -> None:
     """Every id in a gathered batch has an embedding row; else name the shard it came from."""
     if not tokens.size or int(tokens.max()) < vocab_size:
         return
     row = int(np.argmax(tokens.max(axis=1) >= vocab_size))
     col = int(np.argmax(tokens[row] >= vocab_size))
-    stream = dataset.streams[int(sources[row])]
-    shard = stream.shard_at(int(windows[row]) * dataset.seq_len + col)
+    shard = dataset.shard_at(int(sources[row]), int(windows[row]), col)
     raise DataError(
         f"{shard}: token id {int(tokens[row, col])} is beyond the model's {vocab_size} embedding rows; the "
         "shard does not come from this manifest's tokenizer or was changed after prepare "

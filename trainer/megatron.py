@@ -36,5 +36,6 @@ def blend(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, flo
         share = weights.get(s, 0.0) / total
         for e in shards[s]:
             if share > 0 and e.tokens:
-                out += [repr(share * e.tokens / tokens[s]), str(e.bin_path.resolve().with_suffix(""))]
+                prefix = owners[s].real_folder / e.rel_path.removesuffix(".bin")
+                out += [repr(share * e.tokens / tokens[s]), str(prefix)]
     return out

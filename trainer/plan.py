@@ -17,9 +17,10 @@ from pipeline.storage.data_cache import ShardFetcher
 from trainer import distributed, ds_config, guards, models, remote
 from trainer.checkpoint import resume, state
 from trainer.checkpoint.state import DataState, TrainerState
-from trainer.data import WindowDataset, check_manifest, source_owners
+from trainer.data import Samples, WindowDataset, check_manifest, source_owners
 from trainer.docmask import ModelInputs
 from trainer.ds_config import EngineConfig
+from trainer.packed import open_samples
 from trainer.run_folders import check_outputs
 from trainer.sampler import DEFAULT_SEED
 from trainer.schedule import Schedule, token_shares, window_sources
@@ -28,10 +29,11 @@ from trainer.settings import DataSettings, TrainSettings
 
 @dataclass(frozen=True)
 class DataPlan:
-    """The run's data: the windows it trains and evaluates on, and their schedule."""
+    """The run's data: the samples it trains on (plain or packed windows), the windows it
+    evaluates on, and their schedule."""
 
     manifests: tuple[Manifest, ...]
-    dataset: WindowDataset
+    dataset: Samples
     #: None: no evaluation
     eval_set: WindowDataset | None
     schedule: Schedule
@@ -111,7 +113,7 @@ def prepare(settings: TrainSettings) -> Plan:
     saved = saved_checkpoint(settings, spec, engine)
     seed = resume.check_seed(saved[1], settings.data.seed) if saved else settings.data.seed
     seed = DEFAULT_SEED if seed is None else seed
-    dataset = WindowDataset(manifests, split, settings.data.seq_len, trained)
+    dataset = open_samples(manifests, split, settings.data.seq_len, trained, settings.data.packing)
     eval_set = (
         WindowDataset(manifests, settings.eval.split, settings.data.seq_len, evaluated) if evaluated else None
     )
@@ -158,7 +160,7 @@ def saved_checkpoint(
 def resumed_schedule(
     settings: TrainSettings,
     manifests: list[Manifest],
-    dataset: WindowDataset,
+    dataset: Samples,
     mix: dict[str, float] | None,
     tag: str,
     saved: TrainerState,
@@ -183,4 +185,5 @@ def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule
         seq_len=data.seq_len,
         train_split=data.train_split,
         mix=schedule.weights(),
+        packing=data.packing,
     )

@@ -1,6 +1,7 @@
 """Batches prepared ahead on a background thread, so the training loop never reads disk.
 
-The thread draws positions and gathers windows from the memory maps. On CUDA it gathers into
+The thread draws positions and gathers their samples (windows, or packed windows) from the
+memory maps. On CUDA it gathers into
 a pinned buffer and starts the host-to-device copy on its own stream with
 ``non_blocking=True``, then waits for that copy (GIL released) before queueing the batch:
 the main stream can use it at once, and the pinned buffer is refilled only once free.
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trainer.data import WindowDataset, check_ids
+from trainer.data import Samples, check_ids
 from trainer.sampler import Draws, MixtureSampler
 
 
@@ -28,7 +29,7 @@ class Batch:
     inputs: torch.Tensor  # [micro, seq_len] int64 on the training device
     targets: torch.Tensor  # [micro, seq_len]
     draws: Draws  # which samples these are (positions, sources, windows)
-    host: np.ndarray  # the gathered windows on the host (for --log-samples)
+    host: np.ndarray  # the gathered rows on the host (for --log-samples)
 
 
 _DONE = object()
@@ -39,7 +40,7 @@ class Prefetcher:
 
     def __init__(
         self,
-        dataset: WindowDataset,
+        dataset: Samples,
         sampler: MixtureSampler,
         plan: Iterator[np.ndarray],
         device: torch.device,
@@ -62,8 +63,8 @@ class Prefetcher:
         self._thread.start()
 
     def _gather(self, draws: Draws) -> tuple[torch.Tensor, np.ndarray]:
-        """Windows of ``draws`` as a tensor on the device (and the host array they came from)."""
-        rows, width = len(draws.positions), self.dataset.seq_len + 1
+        """Rows of ``draws`` as a tensor on the device (and the host array they came from)."""
+        rows, width = len(draws.positions), self.dataset.width
         if not self.cuda:
             host = self.dataset.batch(draws.sources, draws.windows)
             return torch.from_numpy(host), host
@@ -87,7 +88,7 @@ class Prefetcher:
                 tokens, host = self._gather(draws)
                 if self.vocab_size is not None:
                     check_ids(host, self.vocab_size, self.dataset, draws.sources, draws.windows)
-                item = Batch(tokens[:, :-1], tokens[:, 1:], draws, host)
+                item = Batch(*self.dataset.inputs_targets(tokens), draws, host)
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)

@@ -10,7 +10,6 @@ only here and only for a URL (through `pipeline.storage.object_store`).
 
 from __future__ import annotations
 
-import bisect
 import sys
 from pathlib import Path
 
@@ -65,12 +64,8 @@ def start_downloads(fetchers: list[ShardFetcher], dataset, sampler, first_positi
     positions = np.arange(first_position, first_position + ORDER_LOOKAHEAD, dtype=np.int64)
     draws = sampler.draw(positions)
     for s, w in zip(draws.sources.tolist(), draws.windows.tolist(), strict=True):
-        stream = dataset.streams[s]
-        start = w * dataset.seq_len
-        i = bisect.bisect_right(stream.starts, start) - 1
-        order.setdefault(stream.paths[i])
-        if i + 1 < len(stream.paths) and start + dataset.seq_len + 1 > stream.starts[i + 1]:
-            order.setdefault(stream.paths[i + 1])
+        for path in dataset.shards_of(s, w):
+            order.setdefault(path)
     for f in fetchers:
         f.start([f.by_path[p] for p in order if owner.get(p) is f])
 

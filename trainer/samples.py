@@ -2,10 +2,12 @@
 
 Nothing is logged during training for this: the checkpoint's schedule (segments of weights and
 per-source offsets, ``trainer.schedule``), the seed and the global batch of each stretch of
-steps map any step to its positions, positions to (source, epoch, window), and a window to the
-documents it covers through the shards' Megatron ``.idx`` lengths. ``--decode`` adds the text,
-decoded with the manifest's tokenizer; ``--origin`` each document's input and line, row or
-offset, from the shards' provenance sidecars (``trainer.origins``). Steps count from 1, as ``metrics.jsonl`` counts them.
+steps map any step to its positions, positions to (source, epoch, window), and a window (or a
+packed window, with the checkpoint's packing) to the documents that fill it through the shards'
+Megatron ``.idx`` lengths: each as (document id, token range within it), so a document's origin
+is named from its id. ``--decode`` adds the text, decoded with the manifest's tokenizer;
+``--origin`` each document's input and line, row or offset, from the shards' provenance
+sidecars (``trainer.origins``). Steps count from 1, as ``metrics.jsonl`` counts them.
 The command's options are in ``tokshard/commands/samples.py``.
 """
 
@@ -22,10 +24,10 @@ import numpy as np
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.format.shard_reader import read_index
 from trainer.checkpoint.state import latest_tag, read_state
-from trainer.data import WindowDataset, sources_with_split
+from trainer.data import Samples, sources_with_split
 from trainer.origins import StreamOrigins
+from trainer.packed import open_samples
 from trainer.run_folders import RUN_FILE, recorded_save
 from trainer.schedule import Schedule, window_sources
 
@@ -52,14 +54,14 @@ class RunData:
         self.schedule: Schedule = self.state.schedule
         self.seq_len = self.state.data.seq_len
         self.split = self.state.data.train_split
+        self.packing = self.state.data.packing
         self.manifest_paths = manifests or list(self.state.data.manifests)
         self.given = bool(manifests)
-        self._doc_ends: dict[str, np.ndarray] = {}
         self._origins: dict[int, StreamOrigins] = {}
 
     @cached_property
-    def dataset(self) -> WindowDataset:
-        """The run's windows, on manifests holding exactly the data it trained on: the checks
+    def dataset(self) -> Samples:
+        """The run's samples, on manifests holding exactly the data it trained on: the checks
         ``train --resume`` makes (``Schedule.changed_sources``), so no step shows other documents."""
         where = "pass --manifest with the manifests the run trained on"
         try:
@@ -74,7 +76,7 @@ class RunData:
                 f"{', '.join(self.manifest_paths)} hold no {self.split!r} split of (their sources: "
                 f"{', '.join(held) or 'none'}); {where}"
             )
-        dataset = WindowDataset(manifests, self.split, self.seq_len, self.schedule.sources)
+        dataset = open_samples(manifests, self.split, self.seq_len, self.schedule.sources, self.packing)
         changes = self.schedule.changed_sources(window_sources(dataset), self.schedule.sources)
         if changes:
             raise DataError(
@@ -87,15 +89,6 @@ class RunData:
     def trained_to(self) -> int:
         """The last step the checkpoint records as trained."""
         return self.state.step
-
-    def doc_ends(self, source: int) -> np.ndarray:
-        """Cumulative document ends (EOS included) of a source's stream, from its .idx files."""
-        name = self.schedule.sources[source]
-        if name not in self._doc_ends:
-            stream = self.dataset.streams[source]
-            lengths = [read_index(Path(p).with_suffix(".idx")).lengths for p in stream.paths]
-            self._doc_ends[name] = np.cumsum(np.concatenate(lengths), dtype=np.int64)
-        return self._doc_ends[name]
 
     def step_positions(self, step: int) -> np.ndarray:
         start, global_batch = self.state.step_start(step)
@@ -122,6 +115,7 @@ class RunData:
         positions = self.step_positions(step)
         draws = self.schedule.draw(positions)
         first = int(positions[0])
+        dataset = self.dataset
         for pos, src, epoch, window in zip(
             positions.tolist(),
             draws.sources.tolist(),
@@ -129,8 +123,6 @@ class RunData:
             draws.windows.tolist(),
             strict=True,
         ):
-            lo = window * self.seq_len
-            hi = lo + self.seq_len + 1
             rec: dict[str, Any] = {
                 "step": step,
                 "trained": step <= self.trained_to,
@@ -138,8 +130,8 @@ class RunData:
                 "source": self.schedule.sources[src],
                 "epoch": epoch,
                 "window": window,
-                "tokens": [lo, hi],
-                "documents": self.documents(src, lo, hi),
+                **dataset.describe(src, window),
+                "documents": [p.to_json() for p in dataset.pieces(src, window)],
             }
             if origin:
                 origins = self.origins(src)
@@ -148,20 +140,8 @@ class RunData:
             if layout is not None:
                 rec.update(rank_and_micro(pos - first, layout))
             if decode is not None:
-                rec["text"] = decode(self.dataset.streams[src].read(lo, hi - lo).tolist())
+                rec["text"] = decode(dataset.tokens_of(src, window).tolist())
             yield rec
-
-    def documents(self, source: int, lo: int, hi: int) -> list[dict[str, int]]:
-        """The documents tokens ``[lo, hi)`` of a source's stream cover: id (0-based within the
-        source and split) and the token range inside that document."""
-        ends = self.doc_ends(source)
-        first = int(np.searchsorted(ends, lo, side="right"))
-        last = int(np.searchsorted(ends, hi - 1, side="right"))
-        out = []
-        for d in range(first, min(last, len(ends) - 1) + 1):
-            start = int(ends[d - 1]) if d else 0
-            out.append({"id": d, "from": max(lo, start) - start, "to": min(hi, int(ends[d])) - start})
-        return out
 
 
 def rank_and_micro(offset: int, layout: Layout) -> dict[str, int]:

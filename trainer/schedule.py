@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.format.errors import TokshardError
-from trainer.data import WindowDataset
+from trainer.data import Samples
 from trainer.sampler import PERIOD, Draws, MixtureSampler, quotas
 
 
@@ -129,13 +129,19 @@ class Schedule:
         other documents)."""
         saved = {s.name: s for s in self.infos}
         current = {s.name: s for s in now}
-        changes = [
-            f"source {n!r}: its shards in the manifest differ from the checkpoint's (windows "
-            f"{saved[n].windows} -> {current[n].windows}, content {saved[n].content} -> {current[n].content})"
-            for n in current
-            if n in saved
-            and (saved[n].windows != current[n].windows or saved[n].content != current[n].content)
-        ]
+        changes = []
+        for n in (n for n in current if n in saved):
+            was, now_ = saved[n], current[n]
+            if was.content != now_.content:
+                changes.append(
+                    f"source {n!r}: its shards in the manifest differ from the checkpoint's (windows "
+                    f"{was.windows} -> {now_.windows}, content {was.content} -> {now_.content})"
+                )
+            elif was.windows != now_.windows:
+                changes.append(
+                    f"source {n!r}: the same shards, cut into {now_.windows} samples, not the checkpoint's "
+                    f"{was.windows} (another --seq-len or --packing)"
+                )
         return changes + [
             f"source {n!r} is not in the manifests any more" for n in needed if n not in current
         ]
@@ -172,11 +178,11 @@ class Schedule:
         return Resumed(Schedule(infos, segments, self.seed), changes, data_changes)
 
 
-def window_sources(dataset: WindowDataset) -> list[SourceInfo]:
-    """What the schedule keeps of each source: its window count and content hash."""
+def window_sources(dataset: Samples) -> list[SourceInfo]:
+    """What the schedule keeps of each source: its window (or packed window) count and content hash."""
     return [SourceInfo(s.source, n, s.content) for s, n in zip(dataset.streams, dataset.windows, strict=True)]
 
 
-def token_shares(dataset: WindowDataset) -> dict[str, float]:
+def token_shares(dataset: Samples) -> dict[str, float]:
     """The default mixture: each source's share of the split's tokens."""
     return {s.source: float(s.tokens) for s in dataset.streams}

@@ -13,6 +13,48 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipeline.format.errors import TokshardError
+
+#: how a source's token stream becomes samples (``Packing.mode``)
+PACKING_MODES = ("none", "best-fit")
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How samples are cut from a source: ``none``, fixed windows of ``seq_len + 1`` tokens
+    over its token stream; ``best-fit``, whole documents packed into such windows by best fit
+    within blocks of ``buffer`` consecutive documents (``trainer.packing``), a document longer
+    than a window cut into window-sized pieces, the rest of a window padding."""
+
+    mode: str = "none"
+    #: documents per best-fit block (``best-fit`` only)
+    buffer: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.mode not in PACKING_MODES:
+            raise TokshardError(f"packing {self.mode!r} is not one of {', '.join(PACKING_MODES)}")
+        if self.buffer < 1:
+            raise TokshardError(f"a packing buffer of {self.buffer} documents: give 1 or more")
+        if not self.packed and self.buffer != Packing.buffer:
+            raise TokshardError("a packing buffer goes with best-fit packing: pass both, or neither")
+
+    @property
+    def packed(self) -> bool:
+        return self.mode == "best-fit"
+
+    def __str__(self) -> str:
+        return f"best-fit over blocks of {self.buffer} documents" if self.packed else "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "buffer": self.buffer} if self.packed else {"mode": self.mode}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Packing:
+        """A record's packing; none where it recorded none (it was written before packing existed)."""
+        if not d:
+            return cls()
+        return cls(str(d["mode"]), int(d.get("buffer", cls.buffer)))
+
 
 @dataclass(frozen=True)
 class DataSettings:
@@ -22,6 +64,8 @@ class DataSettings:
     manifests: tuple[str, ...]
     #: tokens per sample (a window holds one more: the last target)
     seq_len: int = 1024
+    #: plain windows, or whole documents packed into them
+    packing: Packing = field(default_factory=Packing)
     #: weight per source (None: each source's share of the split's tokens)
     mix: dict[str, float] | None = None
     train_split: str = "train"

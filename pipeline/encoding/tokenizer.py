@@ -62,7 +62,7 @@ def locate(spec: str, revision: str | None = None) -> Path:
     if path.is_dir():
         if (path / TOKENIZER_FILE).is_file():
             return path / TOKENIZER_FILE
-        raise TokshardError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}; pass the file itself")
+        raise TokshardError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}; {foreign_hint(path)}")
     looks_local = spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1
     if looks_local:
         raise TokshardError(
@@ -112,7 +112,31 @@ def load(path: str | os.PathLike):
 
 def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
     """The one error for a tokenizer.json that cannot be read or parsed, whichever encoder reads it."""
-    return TokshardError(f"{path} is not a readable tokenizer.json: {exc}")
+    hint = foreign_hint(Path(path))
+    return TokshardError(f"{path} is not a readable tokenizer.json: {exc}" + (f"; {hint}" if hint else ""))
+
+
+#: how the vocabularies users bring in other formats become a tokenizer.json
+CONVERSIONS = {
+    "gpt2": "GPT-2's original encoder.json + vocab.bpe: convert them with `tokenizers` "
+    "(ByteLevelBPETokenizer('encoder.json', 'vocab.bpe').save('tokenizer.json'))",
+    "tiktoken": "a tiktoken rank file: convert it with transformers' TikTokenConverter "
+    "(transformers.integrations.tiktoken.convert_tiktoken_to_fast) into tokenizer.json",
+    "sentencepiece": "a SentencePiece model: convert it with transformers "
+    "(AutoTokenizer.from_pretrained(FOLDER).save_pretrained(OUT) writes tokenizer.json)",
+}
+
+
+def foreign_hint(path: Path) -> str:
+    """What to do with a vocabulary in another format than tokenizer.json ('' for none known)."""
+    names = {p.name for p in path.iterdir()} if path.is_dir() else {path.name}
+    if names & {"encoder.json", "vocab.bpe"} or path.suffix == ".bpe":
+        return CONVERSIONS["gpt2"]
+    if path.suffix == ".tiktoken" or any(n.endswith(".tiktoken") for n in names):
+        return CONVERSIONS["tiktoken"]
+    if path.suffix == ".model" or any(n.endswith(".model") for n in names):
+        return CONVERSIONS["sentencepiece"]
+    return "pass the tokenizer.json itself" if path.is_dir() else ""
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:

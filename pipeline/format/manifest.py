@@ -69,6 +69,11 @@ class Manifest:
         self.ready: Callable[[Path], None] | None = None
         self.path = path
         self.folder = path.parent
+        #: the folder with every symlink resolved (what a shard's real path must stay inside)
+        self.real_folder = Path(os.path.realpath(self.folder))
+        self._real_parents: dict[str, str] = {}
+        self._folder_text = str(self.folder)
+        self._inside_text = os.path.join(str(self.real_folder), "")  # with one trailing separator
         self.data = data
         self.dtype: str = data["dtype"]
         tok = data["tokenizer"]
@@ -97,16 +102,27 @@ class Manifest:
 
     def resolve(self, rel: str) -> Path:
         """A path inside the manifest's folder; anything that escapes it is refused unopened."""
-        path = self.folder / rel
-        if (
-            os.path.isabs(rel)
-            or ".." in Path(rel).parts
-            or not path.resolve().is_relative_to(self.folder.resolve())  # through a symlink
-        ):
+        if os.path.isabs(rel) or ".." in rel.split("/") or not self._inside(rel):
             raise VerifyError(
                 f"{self.path}: shard path {rel!r} leaves the manifest's folder; refusing to open it"
             )
-        return path
+        return self.folder / rel
+
+    def _inside(self, rel: str) -> bool:
+        """Whether ``rel``'s real location, through any symlink, is inside the real folder.
+
+        Shards share a few folders, so each folder's real path is found once, and a shard's
+        own name costs one ``lstat`` (resolving it only if it is a link): a whole
+        ``realpath`` per shard is a ``lstat`` per part of the path."""
+        parent, name = os.path.split(rel)
+        real_parent = self._real_parents.get(parent)
+        if real_parent is None:
+            real_parent = self._real_parents[parent] = os.path.realpath(
+                os.path.join(self._folder_text, parent)
+            )
+        path = os.path.join(self._folder_text, rel)
+        real = os.path.realpath(path) if os.path.islink(path) else os.path.join(real_parent, name)
+        return real.startswith(self._inside_text) or real == self._inside_text[:-1]
 
     @property
     def tokenizer_path(self) -> Path:

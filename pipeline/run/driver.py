@@ -50,6 +50,15 @@ class RunOptions:
     client: Any = None  # an existing distributed.Client (tests, notebooks)
     progress_interval: float = 10.0
     batch: Any = None  # pipeline.run.cluster.BatchJobs for --cluster slurm|pbs
+    #: tasks submitted and not yet finished, at most (None: `in_flight` of the cluster's threads)
+    max_in_flight: int | None = None
+
+
+#: tasks kept submitted per worker thread, and at least: enough to keep every worker busy
+#: while the driver and the scheduler hold per-task state for these only, not for every
+#: partition of a run (hundreds of thousands for 10 TB)
+IN_FLIGHT_PER_THREAD = 4
+MIN_IN_FLIGHT = 256
 
 
 def prepare(
@@ -61,6 +70,9 @@ def prepare(
     """Run (or resume) a recipe into ``out`` (a folder, a store URL, or its `RunState`);
     returns where the manifest is (a `Path` for a folder, a URL for a store)."""
     options = options or RunOptions()
+    settings = recipe.settings
+    # before the output is touched: a wrong --tokenizer leaves no folder behind
+    src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
@@ -68,8 +80,6 @@ def prepare(
         leftovers = state.remove_leftovers()
         if leftovers:
             log(f"removed {leftovers} temporary files of interrupted writes")
-        settings = recipe.settings
-        src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
         recipe.pin_tokenizer(tok)
         plan = _load_or_make_plan(recipe, state, tok, log)
         tokenizer_path = state.install_tokenizer(src, tok)
@@ -294,11 +304,19 @@ def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | Non
         _submit_and_wait(client, sub, options)
 
 
+def in_flight(client, options: RunOptions) -> int:
+    """How many tasks to keep submitted: ``options.max_in_flight``, or a few per worker thread."""
+    if options.max_in_flight is not None:
+        return options.max_in_flight
+    return max(MIN_IN_FLIGHT, IN_FLIGHT_PER_THREAD * sum(client.nthreads().values()))
+
+
 def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
-    """Submit every task, then follow them: each finished one the moment it ends (a callback
-    queue, constant cost per task however many there are), and the running ones by their
-    latest commit every ``state.poll_seconds``, for the progress line and for `status`
-    (``held.report``)."""
+    """Submit the tasks, largest first, keeping `in_flight` of them submitted (the driver and
+    the scheduler hold state per submitted task), then follow them: each finished one the
+    moment it ends (a callback queue, constant cost per task however many there are; a next
+    task is submitted in its place), and the running ones by their latest commit every
+    ``state.poll_seconds``, for the progress line and for `status` (``held.report``)."""
     checkpoints, plan, state = sub.checkpoints, sub.plan, sub.state
     run_id = sub.tasks[0].run_id
     sizes = {p.key: p.size for p in plan.partitions}
@@ -326,12 +344,19 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
     )
     finished: queue.SimpleQueue = queue.SimpleQueue()
     pending: dict[str, tuple[Any, Partition]] = {}
-    for task, part in zip(sub.tasks, sub.todo, strict=True):
-        key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
-        # largest first: the last task to start is a small one, so workers finish together
-        fut = client.submit(state.work, task, key=key, retries=0, priority=part.size)
-        pending[fut.key] = (fut, part)
-        fut.add_done_callback(finished.put)
+    # largest first: the last task to start is a small one, so workers finish together
+    waiting = iter(sorted(zip(sub.tasks, sub.todo, strict=True), key=lambda tp: tp[1].size, reverse=True))
+    limit = in_flight(client, options)
+
+    def submit_more() -> None:
+        while len(pending) < limit and (item := next(waiting, None)) is not None:
+            task, part = item
+            key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
+            fut = client.submit(state.work, task, key=key, retries=0, priority=part.size)
+            pending[fut.key] = (fut, part)
+            fut.add_done_callback(finished.put)
+
+    submit_more()
     next_poll = time.monotonic() + state.poll_seconds
     try:
         while pending:
@@ -343,8 +368,11 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
                     if fut.key in pending:
                         _, part = pending.pop(fut.key)
                         record(part.key, _checkpoint_of(fut, part, state, plan, sub.tasks[0].dtype))
+                submit_more()
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + state.poll_seconds
+                limit = in_flight(client, options)  # workers may have come or gone
+                submit_more()
                 for key in itertools.chain.from_iterable(client.processing().values()):
                     if key in pending and (ck := state.read_progress(pending[key][1])) is not None:
                         record(ck.key, ck)

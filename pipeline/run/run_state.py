@@ -30,9 +30,10 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import json_bytes
 from pipeline.run.records import Checkpoint, Holder, Plan
 from pipeline.sources.base import Partition
+from pipeline.storage.ownership import PREPARE_STATE
 from pipeline.storage.place import Place
 
-STATE_DIR = ".tokshard"
+STATE_DIR = PREPARE_STATE
 PLAN_FILE = f"{STATE_DIR}/run.json"
 #: the entry that makes an output location a prepare's own (`pipeline.storage.ownership`)
 OWN_MARKER = f"{STATE_DIR}/"

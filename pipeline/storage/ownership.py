@@ -17,6 +17,10 @@ from pipeline.format.errors import TokshardError
 from pipeline.storage.place import Place
 from pipeline.storage.places import open_place
 
+#: the run-state folder `prepare` keeps in its output: its marker, and what the file sources
+#: look for to leave a prepared output's own files out of an input glob
+PREPARE_STATE = ".tokshard"
+
 #: how many of a folder's entries a refusal names
 SHOWN = 3
 

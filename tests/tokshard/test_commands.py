@@ -1,5 +1,5 @@
-"""`tokshard megatron-args` as scripts use it (issue 29, items 6 and 8): paths the shell would
-split come out quoted, a reader that quits early ends it quietly, and `--json` replaces only a
+"""Commands as scripts use them (issue 29, items 6 and 8): `megatron-args` quotes paths the shell
+would split, a reader that quits early ends any command quietly, and `--json` replaces only a
 blend file it wrote. Each command is a real `tokshard` process."""
 
 from __future__ import annotations
@@ -38,6 +38,18 @@ def test_a_reader_gone_before_the_output_ends_megatron_args_quietly(spaced):
     proc.stdout.close()  # `| true`, or a pager quit before the line came
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "megatron-args"])
+def test_any_command_whose_reader_quits_at_once_ends_quietly(spaced, command):
+    """`tokshard COMMAND ... | head -0`: the reader is gone before the first line; exit 0, no traceback."""
+    target = str(spaced / "manifest.json")
+    cmd = [sys.executable, "-m", "tokshard.cli", command, target]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
 
 

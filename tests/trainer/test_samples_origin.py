@@ -94,10 +94,24 @@ def traced(tmp_path_factory, docs, tokenizer_path, s3_server) -> dict:
         procs=2,
         launcher="torchrun",
     )
-    proc = cli("samples", str(save), "--steps", SHOWN, "--origin", "--decode", "--json", env=s3_server.env)
+    packed = root / "packed"
+    launch(*SMALL, "--manifest", str(data), "--micro-batch", "2", "--global-batch", "4", "--save", str(packed),
+           "--steps", "3", "--packing", "best-fit", "--packing-buffer", "16")  # fmt: skip
+    return {
+        "root": root,
+        "data": data,
+        "save": save,
+        "records": traced_samples(save, SHOWN),
+        "packed": traced_samples(packed, "1-20"),
+        "s3": s3,
+        "tok": tokenizer_path,
+    }
+
+
+def traced_samples(save: Path, steps: str) -> list[dict]:
+    proc = cli("samples", str(save), "--steps", steps, "--origin", "--decode", "--json")
     assert proc.returncode == 0, proc.stderr
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
-    return {"root": root, "data": data, "save": save, "records": records, "s3": s3, "tok": tokenizer_path}
+    return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 def original(origin: dict, s3) -> str:
@@ -133,11 +147,24 @@ def kind(name: str) -> str:
 
 
 def test_every_document_reads_back_from_its_input_as_decode_shows_it(traced):
+    seen = read_back(traced, traced["records"])
+    assert set(seen) == {".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt", "hub", "bucket"}, seen
+
+
+def test_packed_samples_name_the_origin_of_each_piece(traced):
+    assert any("padding" in rec for rec in traced["packed"])
+    seen = read_back(traced, traced["packed"])
+    assert sum(seen.values()) > len(traced["packed"])  # several whole documents per packed sample
+
+
+def read_back(traced: dict, records: list[dict]) -> dict[str, int]:
+    """Each document's text (its token range, decoded) found in the sample's --decode text and
+    at its origin in the input; how many were checked, by kind of input."""
     tok = Tokenizer.from_file(str(traced["tok"]))
     m = manifest_mod.load(traced["data"])
     hashes = {s.rel_path: s.hash for s in m.shards}
     seen: dict[str, int] = {}
-    for rec in traced["records"]:
+    for rec in records:
         for doc in rec["documents"]:
             o = doc["origin"]
             assert o["shard_hash"] == hashes[o["shard"]]
@@ -150,7 +177,7 @@ def test_every_document_reads_back_from_its_input_as_decode_shows_it(traced):
             assert piece in rec["text"], (o, piece)
             assert piece in original(o, traced["s3"]), (o, piece)
             seen[kind(o["input"])] = seen.get(kind(o["input"]), 0) + 1
-    assert set(seen) == {".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt", "hub", "bucket"}, seen
+    return seen
 
 
 def test_the_training_api_names_the_same_origins(traced):

@@ -80,3 +80,21 @@ def test_the_training_md_example_trains_and_resumes(manifest, tmp_path):
     assert losses[-1] < losses[0]
     assert json.loads((tmp_path / "run" / "data.json").read_text())["samples"] == 160
     assert run({}) == ""  # resumed at step 10 of 10: nothing left
+
+
+@pytest.mark.parametrize("packing", ["none", "best-fit"])
+def test_each_sample_names_the_source_document_and_token_range_of_its_pieces(manifest, packing):
+    """`documents` holds, per sample, (source, split, document id, from, to) pieces whose tokens are the sample's."""
+    data = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=8, packing=packing)
+    batch = next(iter(data))
+    for row, source, pieces in zip(
+        batch["inputs"].tolist(), batch["sources"], batch["documents"], strict=True
+    ):
+        stream = data.dataset.streams[data.dataset.sources.index(source)]
+        ends = [0, *stream.document_ends().tolist()]
+        tokens = []
+        for p in pieces:
+            assert (p.source, p.split) == (source, "train") and 0 <= p.start < p.end
+            assert p.end <= ends[p.document + 1] - ends[p.document]
+            tokens += stream.read(ends[p.document] + p.start, p.end - p.start).tolist()
+        assert tokens[:32] == row[: len(tokens[:32])]

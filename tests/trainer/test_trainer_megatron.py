@@ -124,3 +124,18 @@ def test_an_unknown_split_is_one_line(manifest):
     assert (
         out.returncode == 2 and out.stderr.count("\n") == 1 and "no source has a 'nope' split" in out.stderr
     )
+
+
+def test_prefixes_are_absolute_under_the_real_folder_when_given_a_symlink(manifest, tmp_path):
+    """A manifest reached through a linked folder (or a relative path) prints prefixes under the
+    folder's real path, each naming the shard pair the manifest lists."""
+    from trainer.megatron import blend
+
+    link = tmp_path / "link"
+    link.symlink_to(manifest.parent)
+    m = manifest_mod.load(link / manifest.name)
+    prefixes = blend([m], "train", None)[1::2]
+    real = manifest.parent.resolve()
+    listed = {str(real / e.rel_path.removesuffix(".bin")) for e in m.select(split="train")}
+    assert set(prefixes) == listed
+    assert all(Path(p + ".bin").is_file() and Path(p + ".idx").is_file() for p in prefixes)

@@ -11,14 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
-from support import REPO, cached_manifest, make_manifest
+from support import REPO, cached_manifest, make_manifest, samples_by_step
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from tokshard.commands import train as cli
+from trainer.api import TrainingSamples
 
 ROOT = REPO
 SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--micro-batch", "2"]
@@ -98,9 +101,17 @@ def test_a_deepspeed_config_without_an_optimizer_gets_adamw(wide_run):
 # --- item 13: kill -9, then --resume: the logs read as one run ---
 
 
-def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path):
+def endless(manifest: Path, save: Path) -> list[str]:
+    """A small run too long to end by itself (the test stops it), saving to ``save``."""
+    return ["--manifest", str(manifest), *SMALL, "--steps", "100000", "--save", str(save)]
+
+
+@pytest.mark.parametrize("packing", ["none", "best-fit"])
+def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path, packing):
+    """...and the resumed run trains the very samples an uninterrupted one would (the public
+    API's, which draws them the same way), with plain windows and with packed ones."""
     save = tmp_path / "ck"
-    args = ["--manifest", str(manifest), *SMALL, "--steps", "100000", "--save", str(save)]
+    args = [*endless(manifest, save), "--packing", packing]
     # kill a few steps after a checkpoint and well before the next one: with a short interval,
     # a loaded machine let the next save land between the look and the kill (nothing replayed)
     cmd, env = trainer_cmd(*args, "--save-every", "20", "--log-samples")
@@ -128,6 +139,15 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
     assert steps_in(save / "samples-rank0.jsonl") == list(range(1, stop + 1))
     samples = [json.loads(x)["samples"] for x in (save / "metrics.jsonl").read_text().splitlines()]
     assert samples == [2 * s for s in range(1, stop + 1)]
+    straight = TrainingSamples(manifest, seq_len=32, global_batch=2, micro_batch=2, packing=packing)
+    it = iter(straight)
+    for step, fed in samples_by_step(save).items():
+        b = next(it)
+        src = np.array([straight.dataset.sources.index(s) for s in b["sources"]])
+        rows = straight.dataset.batch(src, b["windows"])
+        crc = [zlib.crc32(row.tobytes()) for row in rows]
+        want = zip(b["positions"].tolist(), b["sources"], b["windows"].tolist(), crc, strict=True)
+        assert fed == sorted(want), f"step {step}"
 
 
 # --- issue 29, item 8: Ctrl-C and SIGTERM say how to continue ---
@@ -137,17 +157,7 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
                                                       (signal.SIGTERM, "stopped by SIGTERM", 143)])  # fmt: skip
 def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_path, signum, said, code):
     save = tmp_path / "ck"
-    args = [
-        "--manifest",
-        str(manifest),
-        *SMALL,
-        "--steps",
-        "100000",
-        "--save",
-        str(save),
-        "--save-every",
-        "2",
-    ]
+    args = [*endless(manifest, save), "--save-every", "2"]
     cmd, env = trainer_cmd(*args)
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

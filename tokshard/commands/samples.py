@@ -91,9 +91,10 @@ def describe(rec: dict[str, Any]) -> str:
     docs = " ".join(f"{d['id']}[{d['from']}:{d['to']}]" for d in rec["documents"])
     where = f" rank {rec['rank']} micro {rec['micro']}" if "rank" in rec else ""
     untrained = "" if rec["trained"] else " (not trained)"
+    padding = f" | padding {rec['padding']}" if "padding" in rec else ""
     line = (
         f"step {rec['step']}{untrained}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
-        f"| position {rec['position']} | documents {docs}"
+        f"| position {rec['position']} | documents {docs}{padding}"
     )
     for d in rec["documents"]:
         if "origin" in d:

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.format.errors import TokshardError
 from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated
 from tokshard.usage import (
     file_arg,
@@ -27,6 +28,7 @@ from tokshard.usage import (
 from trainer.ds_config import DEFAULT_CONFIG, DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
 from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.settings import (
+    PACKING_MODES,
     WARMUP_DIVISOR,
     WARMUP_MAX,
     CheckpointSettings,
@@ -35,6 +37,7 @@ from trainer.settings import (
     LogSettings,
     ModelSettings,
     OptimSettings,
+    Packing,
     TrainSettings,
 )
 
@@ -87,6 +90,22 @@ def _data_options(g) -> None:
     )
     g.add_argument(
         "--seq-len", type=positive_int, default=d.seq_len, help="tokens per sample (default %(default)s)"
+    )
+    g.add_argument(
+        "--packing",
+        choices=PACKING_MODES,
+        default=d.packing.mode,
+        help="none: fixed windows of --seq-len + 1 tokens over each source's stream, cutting documents "
+        "at their edges; best-fit: whole documents packed into such windows by best fit (only a "
+        "document longer than a window is cut; the rest of a window is padding the loss ignores) "
+        "(default %(default)s)",
+    )
+    g.add_argument(
+        "--packing-buffer",
+        type=positive_int,
+        metavar="DOCS",
+        help=f"with --packing best-fit: documents per best-fit block, consecutive in each source "
+        f"(default {d.packing.buffer})",
     )
     g.add_argument(
         "--mix",
@@ -261,6 +280,7 @@ def settings_from(ns: argparse.Namespace) -> TrainSettings:
         data=DataSettings(
             manifests=tuple(ns.manifest),
             seq_len=ns.seq_len,
+            packing=packing_from(ns),
             mix=parse_mix(ns.mix),
             train_split=ns.train_split,
             seed=ns.seed,
@@ -298,6 +318,12 @@ def settings_from(ns: argparse.Namespace) -> TrainSettings:
         log=LogSettings(run_dir=ns.run_dir, every=ns.log_every, samples=ns.log_samples),
         stop_at=ns.stop_at,
     )
+
+
+def packing_from(ns: argparse.Namespace) -> Packing:
+    if ns.packing_buffer is not None and ns.packing != "best-fit":
+        raise TokshardError("train: --packing-buffer goes with --packing best-fit; pass both, or neither")
+    return Packing(ns.packing, ns.packing_buffer or Packing.buffer)
 
 
 def parse(argv: list[str]) -> TrainSettings:

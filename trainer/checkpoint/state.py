@@ -11,8 +11,8 @@ process group or model exists (and people can read it).
 ``to_json``/``from_json`` are the only places these records turn into plain data and back; a
 checkpoint written by an older tokshard (no schedule, no batch history, no model) reads as a
 record whose missing parts are ``None`` or their one-batch-size default. A later setting
-that fixes the samples (a packing mode, say) joins ``DataState`` with a default that reads
-older checkpoints as they were.
+that fixes the samples joins ``DataState`` as the packing did: a field, an entry in ``KEPT``
+and a default that reads older checkpoints as they were.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import DataError, TokshardError
 from trainer.schedule import Schedule
+from trainer.settings import Packing
 
 STATE_FILE = "tokshard.json"
 CLIENT_KEY = "tokshard"
@@ -59,15 +60,21 @@ class DataState:
     train_split: str
     #: the weights in force (the schedule's last segment)
     mix: dict[str, float]
+    #: plain windows, or packed ones (none: a checkpoint from before packing)
+    packing: Packing = field(default_factory=Packing)
 
     #: the fields a resume must find unchanged, and the option that sets each
-    KEPT: ClassVar[dict[str, str]] = {"seq_len": "--seq-len", "train_split": "--train-split"}
+    KEPT: ClassVar[dict[str, str]] = {
+        "seq_len": "--seq-len",
+        "train_split": "--train-split",
+        "packing": "--packing",
+    }
 
     def differences(self, now: DataState) -> list[str]:
         """What ``now`` changes of what a resume must keep (a changed mix is not one: the
         schedule continues every source)."""
         return [
-            f"{flag}: checkpoint {getattr(self, key)!r}, now {getattr(now, key)!r}"
+            f"{flag}: checkpoint {shown(getattr(self, key))}, now {shown(getattr(now, key))}"
             for key, flag in self.KEPT.items()
             if getattr(self, key) != getattr(now, key)
         ]
@@ -80,6 +87,7 @@ class DataState:
             "seq_len": self.seq_len,
             "mix": self.mix,
             "train_split": self.train_split,
+            "packing": self.packing.to_json(),
         }
 
     @classmethod
@@ -93,7 +101,13 @@ class DataState:
             int(d["seq_len"]),
             str(d["train_split"]),
             {str(k): float(v) for k, v in d["mix"].items()},
+            Packing.from_json(d.get("packing")),
         )
+
+
+def shown(value: Any) -> str:
+    """A kept setting as a message names it: a name quoted, anything else as it reads."""
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 @dataclass(frozen=True)

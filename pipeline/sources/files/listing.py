@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.format.errors import TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import known_kind
+from pipeline.sources.files.tokshard_outputs import TokshardOutputs
 from pipeline.storage.locations import checked_location, is_url
 from pipeline.storage.object_store import errors as store_errors
 
@@ -79,6 +80,8 @@ class _LocalGlob:
             raise TokshardError(_nothing_matches(self.shown, False))
         matches = self._matches()
         self._check_listable(self._folders_searched(matches))
+        outputs = TokshardOutputs(_static_prefix(self.path) or ".")
+        matches = [m for m in matches if not outputs.holds(m)]
         files = [f for m in matches if (f := self._file(m)) is not None]
         if not files:
             raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))

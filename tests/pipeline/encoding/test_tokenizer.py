@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from support import cli, run_prepare, write_jsonl
 
-from pipeline.encoding.tokenizer import locate, resolve
+from pipeline.encoding.tokenizer import load, locate, resolve
 from pipeline.format import manifest
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
@@ -166,3 +167,36 @@ def test_a_malformed_tokenizer_json_is_a_clear_error_for_both_encoders(tmp_path,
     for read in (load, read_spec):
         with pytest.raises(TokshardError, match=r"tokenizer\.json is not a readable tokenizer\.json"):
             read(bad)
+
+
+GPT2_FILES = Path(__file__).resolve().parents[2] / "data" / "gpt2"
+
+
+def test_gpt2s_original_files_are_named_and_the_advised_conversion_works(tmp_path):
+    """A folder of GPT-2's encoder.json + vocab.bpe is not 'pass the file itself' (there is no
+    such file): the error names the format and the conversion, and that conversion loads."""
+    with pytest.raises(TokshardError, match=r"GPT-2's original encoder.json \+ vocab.bpe: convert them"):
+        locate(str(GPT2_FILES))
+    from tokenizers import ByteLevelBPETokenizer
+
+    out = tmp_path / "tokenizer.json"
+    ByteLevelBPETokenizer(str(GPT2_FILES / "encoder.json"), str(GPT2_FILES / "vocab.bpe")).save(str(out))
+    assert locate(str(tmp_path)) == out
+    assert load(out).get_vocab_size() == 50257
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("cl100k_base.tiktoken", b"IQ== 0\nIg== 1\n", "a tiktoken rank file: convert it"),
+        ("tokenizer.model", b"\n\x0b\n\x05<unk>", "a SentencePiece model: convert it"),
+    ],
+)
+def test_a_vocabulary_in_another_format_says_how_to_convert_it(tmp_path, name, content, says):
+    (tmp_path / name).write_bytes(content)
+    for given in (tmp_path / name, tmp_path):  # the file, and the folder holding it
+        proc = cli(
+            "prepare", "--input", str(given), "--tokenizer", str(given), "--out", str(tmp_path / "out")
+        )
+        assert proc.returncode != 0 and says in proc.stderr.strip().splitlines()[-1], proc.stderr
+        assert not (tmp_path / "out").exists()

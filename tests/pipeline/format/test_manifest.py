@@ -57,3 +57,29 @@ def test_fingerprint_ignores_creation_time(manifest_path):
     data["created"] = "2000-01-01T00:00:00+00:00"
     manifest_path.write_text(json.dumps(data))
     assert manifest.load(manifest_path).fingerprint() == first
+
+
+def _shard_folder(manifest_path):
+    """The folder under the manifest's that holds its first shard (``d``, the source's)."""
+    rel = json.loads(manifest_path.read_text())["shards"][0]["path"]
+    return manifest_path.parent / rel.split("/")[0]
+
+
+def test_a_shard_folder_symlinked_out_of_the_manifests_folder_is_refused(manifest_path, tmp_path):
+    """Each shard folder's real path is found once, for all the shards in it; a folder that
+    is a link to elsewhere still makes every shard in it leave the manifest's folder."""
+    folder = _shard_folder(manifest_path)
+    outside = tmp_path / "outside"
+    folder.rename(outside)
+    folder.symlink_to(outside)
+    with pytest.raises(VerifyError, match="leaves the manifest's folder"):
+        manifest.load(manifest_path)
+
+
+def test_a_shard_folder_symlinked_inside_the_manifests_folder_is_read(manifest_path):
+    folder = _shard_folder(manifest_path)
+    moved = manifest_path.parent / "moved"
+    folder.rename(moved)
+    folder.symlink_to(moved)
+    m = manifest.load(manifest_path)
+    assert all(entry.bin_path.is_file() for entry in m.shards)

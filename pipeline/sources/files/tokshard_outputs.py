@@ -1,0 +1,53 @@
+"""tokshard's own outputs are never input text.
+
+``--input 'data/**/*.json' --out data/tok`` matches, from the second run on, the run's own
+``manifest.json``, ``tokenizer.json`` and the like: the rerun would call them new inputs (or
+read them as text). A glob's matches inside a folder that `prepare` wrote are left out, so a
+run's inputs are the same on its first run and on every rerun; a folder is `prepare`'s when it
+holds its run state (``.tokshard/``) or a tokshard manifest (its run state may be removed).
+"""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+
+from pipeline.format.manifest import FORMAT, MANIFEST_NAME
+from pipeline.storage.ownership import PREPARE_STATE
+
+
+class TokshardOutputs:
+    """Answers 'is this file inside an output of `prepare`?', one check per folder."""
+
+    def __init__(self, top: str) -> None:
+        #: the deepest folder every match lies in (a glob's part before its first wildcard):
+        #: folders above it are the user's choice of where to look, not searched
+        self.top = os.path.abspath(top)
+        self._known: dict[str, bool] = {}
+
+    def holds(self, path: str) -> bool:
+        folder = os.path.dirname(os.path.abspath(path))
+        while True:
+            if self._is_output(folder):
+                return True
+            if folder == self.top or len(folder) <= len(self.top) or folder == os.path.dirname(folder):
+                return False
+            folder = os.path.dirname(folder)
+
+    def _is_output(self, folder: str) -> bool:
+        known = self._known.get(folder)
+        if known is None:
+            known = self._known[folder] = written_by_prepare(folder)
+        return known
+
+
+def written_by_prepare(folder: str) -> bool:
+    if os.path.isdir(os.path.join(folder, PREPARE_STATE)):
+        return True
+    try:
+        with open(os.path.join(folder, MANIFEST_NAME), "rb") as f:
+            doc = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT and "shards" in doc and "tokenizer" in doc
