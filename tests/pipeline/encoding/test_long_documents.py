@@ -226,3 +226,41 @@ def test_the_tokens_held_before_spooling_are_bounded_in_bytes(tmp_path, tokenize
         pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tokenizer_path)),
     )
     assert enc.spool_tokens * np.dtype(dtype).itemsize == SPOOL_BYTES
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_a_long_json_line_read_in_pieces_encodes_to_the_reference_ids(
+    tmp_path, docs, gpt2_tokenizer_path, monkeypatch, ensure_ascii
+):
+    """The JSON Lines reader hands a long line's text over in pieces (cut between escapes and
+    characters, not at pre-token boundaries); the encoder's cuts make the ids the whole text's."""
+    import json
+
+    from pipeline.encoding.fastokens_backend import FastokensEncoder
+    from pipeline.sources.files.access import file_size
+    from pipeline.sources.files.pieces import Piece, partition_spec
+    from pipeline.sources.files.readers import jsonl, long_json, read_partition
+    from pipeline.sources.files.readers.long_json import TextPieces
+
+    monkeypatch.setattr(jsonl, "LONG_LINE_BYTES", 100_000)
+    monkeypatch.setattr(long_json, "CHUNK_BYTES", 7_777)
+    text = nasty_text(docs, 9, 300_000) + ' "quoted" \\ back\\slashes \x01 \u2028 😀'
+    path = tmp_path / "long.jsonl"
+    path.write_text(
+        json.dumps({"id": 1, "text": text, "meta": {"text": "no"}}, ensure_ascii=ensure_ascii) + "\n", "utf-8"
+    )
+    piece = Piece(str(path), ".jsonl", file_size(str(path)))
+    (rec,) = read_partition(partition_spec([piece]), piece.size, None, "text")
+    assert isinstance(rec.text, TextPieces) and len(rec.text) > 10 and "".join(rec.text) == text
+    enc = DocumentEncoder(
+        FastokensEncoder(str(gpt2_tokenizer_path)),
+        eos_id=50256,
+        dtype=np.dtype("<u2"),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(gpt2_tokenizer_path)),
+        long_doc_chars=50_000,
+        piece_chars=8_000,
+    )
+    (item,) = enc.run([rec])
+    assert isinstance(item, Held)
+    assert np.array_equal(np.concatenate(item.parts), plain_encode(gpt2_tokenizer_path, [text]))
