@@ -251,6 +251,7 @@ def test_a_long_json_line_read_in_pieces_encodes_to_the_reference_ids(
 
     monkeypatch.setattr(jsonl, "LONG_LINE_BYTES", 100_000)
     monkeypatch.setattr(long_json, "CHUNK_BYTES", 7_777)
+    monkeypatch.setattr(long_json, "JOIN_CHARS", 100_000)
     text = nasty_text(docs, 9, 300_000) + ' "quoted" \\ back\\slashes \x01 \u2028 😀'
     path = tmp_path / "long.jsonl"
     path.write_text(

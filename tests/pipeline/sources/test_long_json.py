@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.sources.files.readers import jsonl
+from pipeline.sources.files.readers import jsonl, long_json
 from pipeline.sources.files.readers.jsonl import json_text, line_text
 from pipeline.sources.files.readers.long_json import TextPieces, text_pieces
 
@@ -34,7 +34,9 @@ def test_a_top_level_text_field_is_decoded_in_pieces_to_the_parsed_text(
     text, before, after, ensure_ascii, sep, chunk
 ):
     line = line_of(before, text, after, ensure_ascii, sep)
-    pieces = text_pieces(line, "text", chunk=chunk)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(long_json, "JOIN_CHARS", -1)  # every text counts as long here
+        pieces = text_pieces(line, "text", chunk=chunk)
     assert isinstance(pieces, TextPieces)
     assert "".join(pieces) == json.loads(line)["text"]
 
@@ -57,7 +59,9 @@ def test_pieces_are_given_only_for_a_line_json_text_reads_the_same(
     good = line_of({"id": 1}, text, {"meta": "m"}, ensure_ascii, ": ")
     at = min(at, len(good))
     line = good[:at] + damage + good[at + (1 if replace else 0) :]
-    pieces = text_pieces(line, "text", chunk=chunk)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(long_json, "JOIN_CHARS", -1)
+        pieces = text_pieces(line, "text", chunk=chunk)
     if pieces is not None:
         assert json_text(line, "text") == ("".join(pieces), None)
 
@@ -84,4 +88,13 @@ def test_only_lines_longer_than_the_threshold_are_read_in_pieces(monkeypatch):
     line = line_of({}, "some text " * 10, {}, True, ": ")
     assert line_text(line, "text") == ("some text " * 10, None)
     monkeypatch.setattr(jsonl, "LONG_LINE_BYTES", 16)
+    monkeypatch.setattr(long_json, "JOIN_CHARS", 99)
     assert isinstance(line_text(line, "text")[0], TextPieces)
+
+
+def test_a_long_line_whose_text_is_short_gives_the_text_as_one_str(monkeypatch):
+    """A line long for other fields: its text reaches the encoder as any short document does."""
+    line = line_of({"meta": "m" * 200}, "short text", {}, True, ": ")
+    monkeypatch.setattr(jsonl, "LONG_LINE_BYTES", 16)
+    monkeypatch.setattr(long_json, "CHUNK_BYTES", 4)
+    assert line_text(line, "text") == ("short text", None)

@@ -60,7 +60,7 @@ class JsonLinesReader(Reader):
 
 
 def line_text(line: bytes, field: str) -> tuple[str | TextPieces | None, str | None]:
-    """`json_text`, with a long line's text in pieces where `text_pieces` can prove them."""
+    """`json_text`, with a long line's text decoded in pieces where `text_pieces` can prove them."""
     if len(line) > LONG_LINE_BYTES and (pieces := text_pieces(line, field)) is not None:
         return pieces, None
     return json_text(line, field)

@@ -21,6 +21,9 @@ import orjson
 LONG_LINE_BYTES = 8 << 20
 #: bytes of the JSON string decoded at a time
 CHUNK_BYTES = 4 << 20
+#: a text of at most this many characters is joined into one str (as a whole parse gives it):
+#: the encoder then takes it as it takes any other document of that length
+JOIN_CHARS = 4 << 20
 
 _PLACEHOLDERS = (b'"\\u0000tokshard-a"', b'"\\u0000tokshard-b"')
 _WHITESPACE = b" \t\r\n"
@@ -34,8 +37,8 @@ class TextPieces(tuple):
     __slots__ = ()
 
 
-def text_pieces(line: bytes, field: str, chunk: int | None = None) -> TextPieces | None:
-    """The value of ``field`` in the JSON object ``line`` as pieces; None where this cannot
+def text_pieces(line: bytes, field: str, chunk: int | None = None) -> TextPieces | str | None:
+    """The value of ``field`` in the JSON object ``line``, as pieces if it is long; None where this cannot
     prove it (the caller then parses the line whole). ``chunk``: bytes decoded at a time."""
     chunk = chunk or CHUNK_BYTES
     start = _value_start(line, field)
@@ -65,7 +68,7 @@ def text_pieces(line: bytes, field: str, chunk: int | None = None) -> TextPieces
         except orjson.JSONDecodeError:
             return None
         a = b
-    return TextPieces(out)
+    return TextPieces(out) if sum(map(len, out)) > JOIN_CHARS else "".join(out)
 
 
 def _value_start(line: bytes, field: str) -> int | None:
