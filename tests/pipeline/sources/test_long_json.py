@@ -69,10 +69,22 @@ def test_pieces_are_given_only_for_a_line_json_text_reads_the_same(
 @pytest.mark.parametrize(
     "line",
     [
-        b'{"meta": {"text": "nested"}, "text": "top"}',
-        b'{"text": "first", "text": "second"}',
-        b'{"t\\u0065xt": "escaped key"}',
+        b'{"title": "text", "meta": {"text": "nested"}, "text": "top"}',
         b'{"a\\"text": "x", "text": "y"}',
+        b'{"text": "first", "text": "second"}',
+    ],
+)
+def test_the_field_is_found_past_the_key_s_text_elsewhere_and_a_repeated_key_reads_as_parsed(line):
+    pieces = text_pieces(line, "text", chunk=1)
+    assert pieces is not None and json_text(line, "text") == ("".join(pieces), None)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"meta": {"text": "nested"}}',
+        b'{"t\\u0065xt": "escaped key"}',
+        b'{"a\\"text": "x"}',
         b'["text", "not an object"]',
         b'{"text": "\\ud800 lone surrogate"}',
         b'{"text": 5}',

@@ -41,12 +41,10 @@ def text_pieces(line: bytes, field: str, chunk: int | None = None) -> TextPieces
     """The value of ``field`` in the JSON object ``line``, as pieces if it is long; None where this cannot
     prove it (the caller then parses the line whole). ``chunk``: bytes decoded at a time."""
     chunk = chunk or CHUNK_BYTES
-    start = _value_start(line, field)
-    if start is None:
+    span = _field_string(line, field)
+    if span is None:
         return None
-    end = _string_end(line, start)
-    if end < 0 or not _is_the_field(line[:start], line[end + 1 :], field):
-        return None
+    start, end = span
     out = []
     view = memoryview(line)
     buf = bytearray()
@@ -71,13 +69,30 @@ def text_pieces(line: bytes, field: str, chunk: int | None = None) -> TextPieces
     return TextPieces(out) if sum(map(len, out)) > JOIN_CHARS else "".join(out)
 
 
-def _value_start(line: bytes, field: str) -> int | None:
-    """Offset of the opening quote of the first string value following the key ``field``."""
+def _field_string(line: bytes, field: str, tries: int = 8) -> tuple[int, int] | None:
+    """Offsets of the quotes around the string that is the value of ``field`` (checked by
+    `_is_the_field`), looked for after the first few places the key's JSON appears."""
     key = orjson.dumps(field)
-    i = line.find(key)
-    if i < 0:
-        return None
-    i = _skip_space(line, i + len(key))
+    at = 0
+    for _ in range(tries):
+        at = line.find(key, at)
+        if at < 0:
+            return None
+        at += len(key)
+        start = _value_start(line, at)
+        if start is None:
+            continue
+        end = _string_end(line, start)
+        if end < 0:
+            return None
+        if _is_the_field(line[:start], line[end + 1 :], field):
+            return start, end
+    return None
+
+
+def _value_start(line: bytes, i: int) -> int | None:
+    """Offset of the opening quote of a string value after a key ending at ``i``."""
+    i = _skip_space(line, i)
     if i >= len(line) or line[i] != _COLON:
         return None
     i = _skip_space(line, i + 1)
