@@ -27,6 +27,7 @@ from pipeline.format.errors import TokshardError
 from trainer.checkpoint import resume
 from trainer.checkpoint.state import TrainerState, read_state, read_tag
 from trainer.data import sources_with_split
+from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
 from trainer.schedule import Schedule, token_shares, window_sources
@@ -102,6 +103,7 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         )
         self.samples = 0  # global position of the current optimizer step's first sample
         self.micro_step = 0  # this rank's next micro-step within that step
+        self._origins: dict[str, StreamOrigins] = {}
 
     @property
     def accum(self) -> int:
@@ -126,6 +128,17 @@ class TrainingSamples(torch.utils.data.IterableDataset):
                 "windows": draws.windows,
                 "documents": [self.dataset.pieces(s, w) for s, w in pairs],
             }
+
+    def origin(self, source: str, document: int) -> dict[str, Any]:
+        """Where document ``document`` of ``source`` (numbered from 0 within its split, as
+        ``tokshard samples`` names them) came from: its input and line, row or byte offset, its
+        shard and that shard's content hash (DataError for data prepared without provenance)."""
+        if source not in self.dataset.sources:
+            raise TokshardError(f"no source {source!r} here; these are {', '.join(self.dataset.sources)}")
+        if source not in self._origins:
+            i = self.dataset.sources.index(source)
+            self._origins[source] = StreamOrigins(self.dataset.owners[i], source, self.split)
+        return self._origins[source].origin(document)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs; JSON-serializable, and the same on every rank at a step boundary."""

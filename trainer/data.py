@@ -195,6 +195,8 @@ class Samples(Protocol):
     seq_len: int
     sources: list[str]
     streams: list[TokenStream]
+    #: each source's manifest (its shards' provenance sidecars name where documents came from)
+    owners: list[Manifest]
     #: samples per source (windows, or packed windows)
     windows: list[int]
     #: columns of a row of ``batch``

@@ -5,7 +5,10 @@ per-source offsets, ``trainer.schedule``), the seed and the global batch of each
 steps map any step to its positions, positions to (source, epoch, window), and a window (or a
 packed window, with the checkpoint's packing) to the documents that fill it through the shards'
 Megatron ``.idx`` lengths: each as (source, split, document id, token range within it), so a
-document's origin can be named from the piece alone. ``--decode`` adds the text, decoded with the manifest's tokenizer. Steps count from 1, as ``metrics.jsonl`` counts them.
+document's origin is named from the piece alone. ``--decode`` adds the text, decoded with the
+manifest's tokenizer; ``--origin`` each document's input and line, row or offset, from the
+shards' provenance sidecars (``trainer.origins``). Steps count from 1, as ``metrics.jsonl``
+counts them.
 The command's options are in ``tokshard/commands/samples.py``.
 """
 
@@ -24,6 +27,7 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
 from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import Samples, sources_with_split
+from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
 from trainer.run_folders import RUN_FILE, recorded_save
 from trainer.schedule import Schedule, window_sources
@@ -54,6 +58,7 @@ class RunData:
         self.packing = self.state.data.packing
         self.manifest_paths = manifests or list(self.state.data.manifests)
         self.given = bool(manifests)
+        self._origins: dict[int, StreamOrigins] = {}
 
     @cached_property
     def dataset(self) -> Samples:
@@ -90,8 +95,24 @@ class RunData:
         start, global_batch = self.state.step_start(step)
         return np.arange(start, start + global_batch, dtype=np.int64)
 
-    def records(self, step: int, layout: Layout | None = None, decode=None) -> Iterator[dict[str, Any]]:
-        """One dict per sample of optimizer step ``step``, in position order."""
+    def origins(self, source: int) -> StreamOrigins:
+        """Document id -> origin for a source of the run (DataError: prepared without provenance)."""
+        if source not in self._origins:
+            dataset = self.dataset
+            name = dataset.sources[source]
+            self._origins[source] = StreamOrigins(dataset.owners[source], name, self.split)
+        return self._origins[source]
+
+    def check_origins(self) -> None:
+        """Raise before any output if a source of the run has no provenance."""
+        for source in range(len(self.schedule.sources)):
+            self.origins(source)
+
+    def records(
+        self, step: int, layout: Layout | None = None, decode=None, origin: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """One dict per sample of optimizer step ``step``, in position order (``origin``: each
+        document with where it came from)."""
         positions = self.step_positions(step)
         draws = self.schedule.draw(positions)
         first = int(positions[0])
@@ -113,6 +134,10 @@ class RunData:
                 **dataset.describe(src, window),
                 "documents": [p.to_json() for p in dataset.pieces(src, window)],
             }
+            if origin:
+                origins = self.origins(src)
+                for doc in rec["documents"]:
+                    doc["origin"] = origins.origin(doc["id"])
             if layout is not None:
                 rec.update(rank_and_micro(pos - first, layout))
             if decode is not None:

@@ -34,7 +34,7 @@ from pipeline.encoding.byte_level import (
 )
 from pipeline.encoding.routing import routed_count
 from pipeline.format.errors import DataError
-from pipeline.sources.base import Cursor, Record
+from pipeline.sources.base import Cursor, Location, Record
 from pipeline.sources.files import TextPieces, TextStream
 
 BATCH_CHARS = 1 << 20
@@ -66,6 +66,8 @@ class Batch:
     dropped_empty: int = 0
     #: of its documents, how many the encoder routed to the reference (`routing.RoutedEncoder`)
     routed: int = 0
+    #: where each document starts in its input (None where the source names no place)
+    locations: list[Location | None] = field(default_factory=list)
 
 
 @dataclass
@@ -78,6 +80,7 @@ class Held:
     cursor: Cursor
     progress: int
     routed: int = 0
+    location: Location | None = None
 
 
 @dataclass
@@ -89,6 +92,7 @@ class Spooled:
     cursor: Cursor
     progress: int
     routed: int = 0
+    location: Location | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Bad:
 class _Pending:
     texts: list[str] = field(default_factory=list)
     wheres: list[str] = field(default_factory=list)
+    locations: list[Location | None] = field(default_factory=list)
     chars: int = 0
     dropped: int = 0
     cursor: Cursor | None = None
@@ -323,6 +328,7 @@ class DocumentEncoder:
                 else:
                     pending.texts.append(text)
                     pending.wheres.append(rec.where)
+                    pending.locations.append(rec.location)
                     pending.chars += len(text)
                 pending.cursor, pending.progress = rec.cursor, rec.progress
                 if pending.chars >= self.batch_chars or len(pending.texts) >= BATCH_DOCS:
@@ -363,6 +369,7 @@ class DocumentEncoder:
             progress=p.progress,
             dropped_empty=p.dropped,
             routed=routed_count(self.encoder) - routed_before,
+            locations=p.locations,
         )
 
     def _refuse_eos_from_text(self, ids: np.ndarray, where: Callable[[int], str]) -> None:
@@ -434,9 +441,9 @@ class DocumentEncoder:
             empty = np.zeros(0, self.dtype)
             yield Batch(empty, np.zeros(0, np.int32), rec.cursor, rec.progress, dropped_empty=1)
         elif spool is None:
-            yield Held([*held, eos], total + 1, rec.cursor, rec.progress, routed)
+            yield Held([*held, eos], total + 1, rec.cursor, rec.progress, routed, rec.location)
         else:
-            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress, routed)
+            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress, routed, rec.location)
 
     def _spool_holds(self, resume: LongProgress | None) -> bool:
         """A resume point is usable only if the spool still has its tokens."""

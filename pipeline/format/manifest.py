@@ -21,6 +21,8 @@ from typing import Any
 from pipeline import __version__
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import DataError, TokshardError, VerifyError
+from pipeline.format.provenance import SUFFIX as SIDECAR_SUFFIX
+from pipeline.format.provenance import sidecar_path
 from pipeline.format.shard_writer import ShardRecord
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
@@ -42,10 +44,20 @@ class ShardEntry:
     bytes: int
     hash: str
     idx_hash: str
+    #: the provenance sidecar's content hash (None: prepared without provenance)
+    origin_hash: str | None = None
 
     @property
     def idx_path(self) -> Path:
         return self.bin_path.with_suffix(".idx")
+
+    @property
+    def origin_path(self) -> Path:
+        return sidecar_path(self.bin_path)
+
+    @property
+    def origin_rel(self) -> str:
+        return self.rel_path[: -len(".bin")] + SIDECAR_SUFFIX
 
 
 class Manifest:
@@ -80,7 +92,13 @@ class Manifest:
             bytes=s["bytes"],
             hash=s["hash"],
             idx_hash=s["idx_hash"],
+            origin_hash=s.get("origin_hash"),
         )
+
+    @property
+    def has_provenance(self) -> bool:
+        """Whether every shard has a provenance sidecar (prepared by a tokshard that writes them)."""
+        return all(s.origin_hash is not None for s in self.shards)
 
     def resolve(self, rel: str) -> Path:
         """A path inside the manifest's folder; anything that escapes it is refused unopened."""
@@ -221,6 +239,8 @@ def check_fields(p: Path, data: dict[str, Any]) -> None:
         for key in _SHARD_TEXTS:
             if not isinstance(shard.get(key), str) or not shard[key]:
                 raise damaged(f"shard {i} {key!r}", f"is {shard.get(key)!r}, not a name")
+        if "origin_hash" in shard and (not isinstance(shard["origin_hash"], str) or not shard["origin_hash"]):
+            raise damaged(f"shard {i} 'origin_hash'", f"is {shard['origin_hash']!r}, not a hash")
     totals = data["totals"]
     if not isinstance(totals, dict) or not all(_count(totals.get(k)) for k in _TOTALS):
         raise damaged("'totals'", f"is {totals!r}, not whole numbers of {', '.join(_TOTALS)}")
@@ -279,8 +299,9 @@ def add_partition(
 
 
 def shard_entry(record: ShardRecord, source: str, split: str) -> dict[str, Any]:
-    """One item of the manifest's ``shards`` list: a written shard, where its tokens came from."""
-    return {
+    """One item of the manifest's ``shards`` list: a written shard, where its tokens came from
+    (``origin_hash``/``origin_bytes``: its provenance sidecar, where it has one)."""
+    entry = {
         "path": record.path,
         "source": source,
         "split": split,
@@ -290,6 +311,10 @@ def shard_entry(record: ShardRecord, source: str, split: str) -> dict[str, Any]:
         "hash": record.hash,
         "idx_hash": record.idx_hash,
     }
+    if record.origin_hash is not None:
+        entry["origin_hash"] = record.origin_hash
+        entry["origin_bytes"] = record.origin_bytes
+    return entry
 
 
 def build(

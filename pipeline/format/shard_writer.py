@@ -6,7 +6,10 @@ fsyncs both so that the first ``tokens``/``documents`` of them survive a crash. 
 with the committed counts truncates whatever was written after the last commit and
 carries on, so an interrupted partition resumes without rereading what it already wrote.
 
-A full shard is first *sealed* (its ``.idx.tmp`` written and everything fsynced, still
+Each document's origin (``pipeline.format.provenance``) goes to ``NAME.orig.tmp`` with the
+same commits, and a sealed shard has its ``NAME.origin`` sidecar beside the ``.idx``.
+
+A full shard is first *sealed* (its ``.idx.tmp`` and ``.origin.tmp`` written and everything fsynced, still
 under temporary names) and only *finalized* (renamed to ``NAME.idx`` then ``NAME.bin``)
 after the partition's checkpoint lists it. So the checkpoint always describes the files
 on disk: a crash between sealing and the checkpoint leaves the shard open at its last
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +29,9 @@ import numpy as np
 from pipeline.format.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
 from pipeline.format.content_hash import READ_CHUNK, bytes_hash, file_hash, new_hasher, recorded
 from pipeline.format.errors import TokshardError
+from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, Located, OriginLog
+from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
+from pipeline.format.provenance import encode as encode_origins
 from pipeline.format.shard_reader import index_bytes, token_dtype
 
 
@@ -46,9 +52,12 @@ class ShardRecord:
     bytes: int
     hash: str
     idx_hash: str
+    #: the provenance sidecar's content hash and size (None: written without provenance)
+    origin_hash: str | None = None
+    origin_bytes: int | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ class ShardWriter:
         self._bin = self._open_at(self._tmp(".bin"), committed.tokens * self.dtype.itemsize)
         self._lens = self._open_at(self._tmp(".lens"), committed.documents * 4)
         self._lens_written = committed.documents
+        self._origins = OriginLog(self.bin_path, committed.documents)
         if committed.tokens:
             self._rehash_prefix(committed.tokens * self.dtype.itemsize)
         if committed.documents:
@@ -118,25 +128,29 @@ class ShardWriter:
             remaining -= len(chunk)
         self._bin.seek(nbytes)
 
-    def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """Append whole documents: ``tokens`` already holds each one's trailing EOS."""
+    def append(
+        self, tokens: np.ndarray, lengths: np.ndarray, places: Sequence[Located | None] | None = None
+    ) -> None:
+        """Append whole documents: ``tokens`` already holds each one's trailing EOS;
+        ``places``, where each one starts in its input (None: not known)."""
         self._write(np.ascontiguousarray(tokens, dtype=self.dtype).data)  # no copy of the tokens
         self._lengths.append(np.asarray(lengths, dtype="<i4"))
+        self._origins.add(places if places is not None else [None] * len(lengths))
         self.tokens += len(tokens)
         self.documents += len(lengths)
 
-    def append_parts(self, parts: list[np.ndarray]) -> None:
+    def append_parts(self, parts: list[np.ndarray], place: Located | None = None) -> None:
         """Append one document given in pieces (its trailing EOS in the last)."""
         for part in parts:
             self._write(np.ascontiguousarray(part, dtype=self.dtype).data)
-        self._one_document(sum(len(part) for part in parts))
+        self._one_document(sum(len(part) for part in parts), place)
 
-    def append_file(self, path: Path, n_tokens: int) -> None:
+    def append_file(self, path: Path, n_tokens: int, place: Located | None = None) -> None:
         """Append one document spooled to disk (too large to hold in memory)."""
         with open(path, "rb") as src:
             while chunk := src.read(READ_CHUNK):
                 self._write(chunk)
-        self._one_document(n_tokens)
+        self._one_document(n_tokens, place)
 
     def _write(self, data: bytes | memoryview) -> None:
         try:
@@ -145,8 +159,9 @@ class ShardWriter:
             raise disk_error(exc, self.bin_path, memoryview(data).nbytes) from exc
         self._hash.update(data)
 
-    def _one_document(self, n_tokens: int) -> None:
+    def _one_document(self, n_tokens: int, place: Located | None) -> None:
         self._lengths.append(np.array([n_tokens], dtype="<i4"))
+        self._origins.add([place])
         self.tokens += n_tokens
         self.documents += 1
 
@@ -159,6 +174,7 @@ class ShardWriter:
             for f in (self._bin, self._lens):
                 f.flush()
                 os.fsync(f.fileno())
+            self._origins.commit()
         except OSError as exc:
             raise disk_error(exc, self.bin_path) from exc
         return OpenShard(self.seq, self.tokens, self.documents)
@@ -174,6 +190,8 @@ class ShardWriter:
         self._close_files()
         idx = index_bytes(self.lengths(), self.dtype_name)
         write_durable(self._tmp(".idx"), idx)
+        origins = encode_origins(self._origins.origins())
+        write_durable(self._tmp(ORIGIN_SUFFIX), origins)
         return ShardRecord(
             path=self.rel_path,
             tokens=self.tokens,
@@ -181,6 +199,8 @@ class ShardWriter:
             bytes=self.tokens * self.dtype.itemsize,
             hash=recorded(self._hash),
             idx_hash=bytes_hash(idx),
+            origin_hash=bytes_hash(origins),
+            origin_bytes=len(origins),
         )
 
     def close(self) -> ShardRecord:
@@ -197,7 +217,7 @@ class ShardWriter:
         self._close_files()
 
     def _close_files(self) -> None:
-        for f in (self._bin, self._lens):
+        for f in (self._bin, self._lens, self._origins):
             with contextlib.suppress(OSError):
                 f.close()
 
@@ -209,12 +229,13 @@ def _tmp_of(path: Path) -> Path:
 def finalize(out_dir: Path, records: Iterable[ShardRecord]) -> None:
     """Give sealed shards their final names; idempotent, so a resume can finish a crashed one.
 
-    The .idx is renamed before the .bin: a reader that finds a .bin finds its index.
+    The sidecar and the .idx are renamed before the .bin: a reader that finds a .bin finds
+    its index and its origins.
     """
     folders: set[Path] = set()
     for rec in records:
         bin_path = out_dir / rec.path
-        for final in (bin_path.with_suffix(".idx"), bin_path):
+        for final in _final_files(rec, out_dir):
             tmp = _tmp_of(final)
             try:
                 os.replace(tmp, final)
@@ -226,8 +247,22 @@ def finalize(out_dir: Path, records: Iterable[ShardRecord]) -> None:
                         f"partition's checkpoint under {out_dir / '.tokshard' / 'parts'} to redo it"
                     ) from None
         bin_path.with_suffix(".lens" + TMP_SUFFIX).unlink(missing_ok=True)
+        for log in (LOG_SUFFIX, INPUTS_SUFFIX):
+            bin_path.with_suffix(log).unlink(missing_ok=True)
     for folder in folders:
         fsync_dir(folder)
+
+
+def shard_files(rec: ShardRecord) -> list[str]:
+    """A finished shard's files (relative paths), in the order they are published: the
+    provenance sidecar (where it has one) and the .idx before the .bin."""
+    stem = rec.path[: -len(".bin")]
+    sidecar = [stem + ORIGIN_SUFFIX] if rec.origin_hash is not None else []
+    return [*sidecar, stem + ".idx", rec.path]
+
+
+def _final_files(rec: ShardRecord, out_dir: Path) -> list[Path]:
+    return [out_dir / rel for rel in shard_files(rec)]
 
 
 def shard_problem(out_dir: Path, rec: ShardRecord, hashes: bool = True) -> str | None:
@@ -237,7 +272,7 @@ def shard_problem(out_dir: Path, rec: ShardRecord, hashes: bool = True) -> str |
     Reads only; a rerun redoes a partition whose shard has a problem."""
     bin_path = out_dir / rec.path
     found = {}
-    for final in (bin_path, bin_path.with_suffix(".idx")):
+    for final in _final_files(rec, out_dir):
         path = final if final.exists() else _tmp_of(final)
         if not path.exists():
             return f"{final.relative_to(out_dir)} is missing"
@@ -245,8 +280,11 @@ def shard_problem(out_dir: Path, rec: ShardRecord, hashes: bool = True) -> str |
     size = found[".bin"].stat().st_size
     if size != rec.bytes:
         return f"{rec.path} is {size} bytes, its checkpoint says {rec.bytes}"
+    if ORIGIN_SUFFIX in found and found[ORIGIN_SUFFIX].stat().st_size != rec.origin_bytes:
+        return f"{rec.path}: its provenance sidecar is not the size its checkpoint says"
     if hashes:
-        for suffix, want in ((".bin", rec.hash), (".idx", rec.idx_hash)):
+        wanted = {".bin": rec.hash, ".idx": rec.idx_hash, ORIGIN_SUFFIX: rec.origin_hash}
+        for suffix, want in ((s, wanted[s]) for s in found):
             if file_hash(found[suffix]) != want:
                 return f"{bin_path.with_suffix(suffix).relative_to(out_dir)} differs from its checkpoint (content hash)"
     return None
@@ -300,7 +338,13 @@ class ShardSequence:
         prefix = Path(self.stem).name + "-"
         if not folder.is_dir():
             return
-        keep = {Path(self.shard_path(seq)).name + TMP_SUFFIX, Path(self.shard_path(seq)).stem + ".lens.tmp"}
+        stem = Path(self.shard_path(seq)).stem
+        keep = {
+            Path(self.shard_path(seq)).name + TMP_SUFFIX,
+            stem + ".lens.tmp",
+            stem + LOG_SUFFIX,
+            stem + INPUTS_SUFFIX,
+        }
         for path in folder.iterdir():
             name = path.name
             if not name.startswith(prefix):
@@ -312,8 +356,11 @@ class ShardSequence:
             if n > seq or (n == seq and name not in keep):
                 path.unlink()
 
-    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """Append documents (EOS included in ``tokens``), starting new shards where needed."""
+    def add(
+        self, tokens: np.ndarray, lengths: np.ndarray, places: Sequence[Located | None] | None = None
+    ) -> None:
+        """Append documents (EOS included in ``tokens``; ``places``, where each starts in its
+        input), starting new shards where needed."""
         start = 0
         doc = 0
         n = len(lengths)
@@ -326,18 +373,19 @@ class ShardSequence:
             ends = np.cumsum(lengths[doc:], dtype=np.int64)
             take = max(1, int(np.searchsorted(ends, room, side="right")))
             stop = start + int(ends[take - 1])
-            self.current.append(tokens[start:stop], lengths[doc : doc + take])
+            part_places = places[doc : doc + take] if places is not None else None
+            self.current.append(tokens[start:stop], lengths[doc : doc + take], part_places)
             start = stop
             doc += take
 
-    def add_spooled(self, path: Path, n_tokens: int) -> None:
+    def add_spooled(self, path: Path, n_tokens: int, place: Located | None = None) -> None:
         self._make_room(n_tokens)
-        self.current.append_file(path, n_tokens)
+        self.current.append_file(path, n_tokens, place)
 
-    def add_parts(self, parts: list[np.ndarray]) -> None:
+    def add_parts(self, parts: list[np.ndarray], place: Located | None = None) -> None:
         """Append one document given in pieces (EOS in the last), as `add` would whole."""
         self._make_room(sum(len(part) for part in parts))
-        self.current.append_parts(parts)
+        self.current.append_parts(parts, place)
 
     def _make_room(self, n_tokens: int) -> None:
         """A new shard unless the document fits (or the shard is empty: it then gets its own)."""
@@ -373,7 +421,7 @@ class ShardSequence:
             self._seal_current()
         else:
             self.current.abandon()
-            for suffix in (".bin", ".lens"):
+            for suffix in (".bin", ".lens", ".orig", ".inputs"):
                 self.current._tmp(suffix).unlink(missing_ok=True)
         if finalize:
             self.finalize()

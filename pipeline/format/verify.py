@@ -12,6 +12,8 @@ from pathlib import Path
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.content_hash import file_hash, sha256_file
 from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.provenance import ProvenanceError
+from pipeline.format.provenance import read as read_origins
 from pipeline.format.shard_reader import Shard
 
 
@@ -89,7 +91,27 @@ def check_shard(entry: manifest_mod.ShardEntry, dtype: str, eos_id: int) -> list
             faults.append(
                 f"{name}: .idx holds {int(shard.index.lengths.sum())} tokens, the manifest {entry.tokens}"
             )
+        faults += check_origins(entry, len(shard))
     return faults
+
+
+def check_origins(entry: manifest_mod.ShardEntry, documents: int) -> list[str]:
+    """The shard's provenance sidecar, where the manifest lists one: present, of the recorded
+    content hash, readable, with one entry per document of the .idx."""
+    if entry.origin_hash is None:
+        return []
+    name = entry.rel_path
+    if not entry.origin_path.is_file():
+        return [f"{name}: {entry.origin_path.name} (provenance) is missing"]
+    if file_hash(entry.origin_path) != entry.origin_hash:
+        return [f"{name}: {entry.origin_path.name} content hash differs from the manifest (corrupted)"]
+    try:
+        found = len(read_origins(entry.origin_path))
+    except ProvenanceError as exc:
+        return [f"{name}: {exc}"]
+    if found != documents:
+        return [f"{name}: {entry.origin_path.name} has {found} entries, the .idx {documents} documents"]
+    return []
 
 
 def first_fault(m: manifest_mod.Manifest) -> str | None:

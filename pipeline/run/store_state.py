@@ -40,6 +40,7 @@ from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import TokshardError
+from pipeline.format.shard_writer import shard_files
 from pipeline.run.records import Checkpoint, Holder, Plan
 from pipeline.run.run_state import OWN_MARKER, STATE_DIR, HeldRun, Log, RunState, checkpoint_rel
 from pipeline.run.worker_task import PartitionTask, Superseded, run_partition, warm_up
@@ -101,9 +102,8 @@ def run_partition_in_store(task: PartitionTask) -> Checkpoint:
         if task.run_id and holder is not None and holder.run != task.run_id:
             raise Superseded(f"partition {part.key}: a newer prepare took over {store.url}; not recording it")
         for rec in ck.closed:
-            idx = rec.path[: -len(".bin")] + ".idx"
-            store.upload(scratch / idx, idx)
-            store.upload(scratch / rec.path, rec.path)
+            for rel in shard_files(rec):
+                store.upload(scratch / rel, rel)
         store.write_bytes(checkpoint_rel(part), ck.to_bytes())
         with contextlib.suppress(TokshardError):
             store.delete(progress_rel(part))
@@ -345,9 +345,9 @@ class StoreState(RunState):
         problems = {}
         for key, ck in finished.items():
             for rec in ck.closed:
-                idx = rec.path[: -len(".bin")] + ".idx"
-                if idx not in sizes:
-                    problems[key] = f"{idx} is missing"
+                missing = [rel for rel in shard_files(rec) if rel not in sizes]
+                if missing:
+                    problems[key] = f"{missing[0]} is missing"
                 elif rec.path not in sizes:
                     problems[key] = f"{rec.path} is missing"
                 elif sizes[rec.path] != rec.bytes:

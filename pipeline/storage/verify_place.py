@@ -8,10 +8,11 @@ shard only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pipeline.format import manifest as manifest_mod
@@ -62,11 +63,24 @@ def _verify_stored(place: Place, name: str, on_shard: OnShard | None) -> tuple[l
 
 def _check_stored_shard(place: Place, entry: manifest_mod.ShardEntry, m: manifest_mod.Manifest) -> list[str]:
     idx_rel = entry.rel_path[: -len(".bin")] + ".idx"
+    origin_rel = entry.origin_rel if entry.origin_hash is not None else None
     with (
         place.local_copy(entry.rel_path, entry.bin_path) as bin_path,
         place.local_copy(idx_rel, entry.idx_path) as idx_path,
+        _maybe_copy(place, origin_rel, entry.origin_path) as origin_path,
     ):
-        for found, rel in ((bin_path, entry.rel_path), (idx_path, idx_rel)):
+        copies = [(bin_path, entry.rel_path), (idx_path, idx_rel)]
+        for found, rel in [*copies, *([(origin_path, origin_rel)] if origin_rel else [])]:
             if found is None:
                 return [f"{entry.rel_path}: {Path(rel).name} is missing"]
         return check_shard(entry, m.dtype, m.eos_id)
+
+
+@contextlib.contextmanager
+def _maybe_copy(place: Place, rel: str | None, dest: Path) -> Iterator[Path | None]:
+    """`Place.local_copy` of ``rel``, or nothing when there is no such file to check."""
+    if rel is None:
+        yield None
+        return
+    with place.local_copy(rel, dest) as path:
+        yield path

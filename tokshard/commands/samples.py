@@ -41,6 +41,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object per sample")
     p.add_argument("--decode", action="store_true", help="add each sample's text (the manifest's tokenizer)")
+    p.add_argument(
+        "--origin",
+        action="store_true",
+        help="name each document's input (file, object or hub file) and its line, row or byte offset",
+    )
     p.add_argument("--world", type=positive_int, metavar="N", help="name the rank and micro-step for N ranks")
     p.add_argument(
         "--micro-batch", type=positive_int, metavar="M", help="samples per rank per micro-step (with --world)"
@@ -91,9 +96,25 @@ def describe(rec: dict[str, Any]) -> str:
         f"step {rec['step']}{untrained}{where} | {rec['source']} epoch {rec['epoch']} window {rec['window']} "
         f"| position {rec['position']} | documents {docs}{padding}"
     )
+    for d in rec["documents"]:
+        if "origin" in d:
+            line += "\n    " + describe_origin(d)
     if "text" in rec:
         line += "\n" + "\n".join("    " + t for t in rec["text"].splitlines()) + "\n"
     return line
+
+
+def describe_origin(doc: dict[str, Any]) -> str:
+    """One document's origin as ``samples --origin`` prints it."""
+    o = doc["origin"]
+    place = next((f"{unit} {o[unit]}" for unit in ("line", "row", "offset") if unit in o), "")
+    where = f"{o['input']} {place}" if o["input"] is not None else "(its source names no place)"
+    if "file" in o:  # a hub file: the repo at its revision, then where it was read
+        where = f"{o['repo']}@{o['revision']} {o['file']} {place} (read from {o['input']})"
+    return (
+        f"document {doc['id']}[{doc['from']}:{doc['to']}] <- {where} "
+        f"| shard {o['shard']} document {o['shard_document']} {o['shard_hash']}"
+    )
 
 
 def untrained_note(run: RunData, first: int, last: int) -> str:
@@ -111,13 +132,15 @@ def run(args: argparse.Namespace) -> int:
 
     recorded = RunData(args.run_dir, args.manifest)
     decode = tokenizer_decoder(recorded) if args.decode else None
+    if args.origin:
+        recorded.check_origins()
     first, last = args.steps
     if last > recorded.trained_to:
         print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
     try:
         for step in range(first, last + 1):
             layout = layout_for(args, recorded.state.step_start(step)[1])
-            for rec in recorded.records(step, layout, decode):
+            for rec in recorded.records(step, layout, decode, args.origin):
                 print(json.dumps(rec) if args.json else describe(rec))
         sys.stdout.flush()
     except BrokenPipeError:
@@ -129,7 +152,7 @@ COMMAND = Command(
     name="samples",
     summary="which samples (sources, windows, documents, text) each training step used, from the checkpoint",
     details="Computed from the checkpointed schedule: nothing is logged during training.",
-    example="tokshard samples ckpt --steps 41237 --decode | less",
+    example="tokshard samples ckpt --steps 41237 --origin --decode | less",
     add_options=add_options,
     run=run,
 )

@@ -67,6 +67,24 @@ def resealed_totals(out: Path) -> None:
     path.write_text(json.dumps(manifest.sealed(doc), indent=1))
 
 
+def origins_short_of_one(out: Path) -> None:
+    """A well-formed sidecar that lists one document fewer than its .idx, with its hash
+    re-recorded and the manifest re-sealed (what a tool that rewrote it could leave)."""
+    from pipeline.format import manifest, provenance
+    from pipeline.format.content_hash import bytes_hash
+
+    side = provenance.read(out / f"{SHARD}.origin")
+    short = provenance.Origins(side.inputs, side.input_of[:-1], side.place[:-1])
+    raw = provenance.encode(short)
+    (out / f"{SHARD}.origin").write_bytes(raw)
+    path = out / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc.pop("checksum")
+    shard = next(s for s in doc["shards"] if s["path"] == f"{SHARD}.bin")
+    shard["origin_hash"], shard["origin_bytes"] = bytes_hash(raw), len(raw)
+    path.write_text(json.dumps(manifest.sealed(doc), indent=1))
+
+
 @pytest.mark.parametrize(
     ("damage", "expected"),
     [
@@ -77,6 +95,12 @@ def resealed_totals(out: Path) -> None:
         (remove(".idx"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.idx is missing"),
         (edit_manifest, r"FAULT .*manifest\.json: manifest was edited after prepare wrote it"),
         (resealed_totals, r"FAULT .*manifest\.json: totals .* disagree with the shard list"),
+        (remove(".origin"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.origin \(provenance\) is missing"),
+        (truncate(".origin", 0.8), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.origin content hash differs"),
+        (
+            origins_short_of_one,
+            rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.origin has (\d+) entries, the \.idx",
+        ),
     ],
     ids=[
         "flipped-byte",
@@ -86,6 +110,9 @@ def resealed_totals(out: Path) -> None:
         "missing-idx",
         "edited-manifest",
         "resealed-totals",
+        "missing-origin",
+        "truncated-origin",
+        "origin-short-of-one",
     ],
 )
 def test_damage_is_found_named_and_exits_1(prepared, tmp_path, damage, expected):

@@ -1,0 +1,219 @@
+"""`tokshard samples --origin` (issue 33, item 2): every document of every sample is traced to
+its input and its line, row or byte offset, and reading that place back finds the text that
+`--decode` shows, for each kind of input (plain, gzip and zstd JSON Lines, parquet, .txt, a hub
+mirror, objects in a bucket), after a change of mixture and a resume on another number of
+ranks. Real prepare, real DeepSpeed on CPU, a real S3 server; old data says it has no provenance."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from support import SMALL, cli, launch, one_error_line
+from tokenizers import Tokenizer
+
+from pipeline.format import manifest as manifest_mod
+from pipeline.format.shard_reader import Shard
+
+#: documents per input file; each is a short stretch of real text, so a window holds several
+PER_FILE = 4
+STEPS = 6
+SHOWN = "1-40"  # the trained steps and the ones a resume would train next
+
+
+def texts(docs: list[str], first: int) -> list[str]:
+    return [" ".join(d.split())[:160] for d in docs[first : first + PER_FILE]]
+
+
+def jsonl_bytes(rows: list[str]) -> bytes:
+    return "".join(json.dumps({"text": t}) + "\n" for t in rows).encode()
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, docs, tokenizer_path, s3_server) -> dict:
+    """Data of every input kind prepared into one folder; a run trained 3 steps with one mix on
+    one rank, then resumed to 6 with another mix on two; `samples --origin --decode --json`."""
+    root = tmp_path_factory.mktemp("origin")
+    local = root / "in"
+    local.mkdir()
+    (local / "a.jsonl").write_bytes(jsonl_bytes(texts(docs, 0)))
+    (local / "b.jsonl.gz").write_bytes(gzip.compress(jsonl_bytes(texts(docs, 4))))
+    (local / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl_bytes(texts(docs, 8))))
+    pq.write_table(pa.table({"text": texts(docs, 12)}), local / "d.parquet", row_group_size=2)
+    for i, t in enumerate(texts(docs, 16)):
+        (local / f"e{i}.txt").write_text(t)
+    repo = root / "mirror" / "acme" / "notes"
+    (repo / "data").mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n---\n"
+    )
+    hub_rows = texts(docs, 20) + texts(docs, 24)
+    pq.write_table(pa.table({"content": hub_rows}), repo / "data/train-00000-of-00001.parquet")
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for name, first in (("f.jsonl", 28), ("g.jsonl", 32)):
+        s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=jsonl_bytes(texts(docs, first)))
+    recipe = root / "recipe.toml"
+    recipe.write_text(
+        f'tokenizer = "{tokenizer_path}"\nshard_tokens = 400\n'
+        f'[sources.files]\ntype = "files"\npaths = ["{local}/*"]\n'
+        f'[sources.hub]\ntype = "hf"\nrepo = "acme/notes"\nsplit = "train"\ntext_field = "content"\n'
+        f'mirror = "{root / "mirror"}"\n'
+        f'[sources.bucket]\ntype = "files"\npaths = ["s3://{bucket}/in/*.jsonl"]\n'
+    )
+    data = root / "data"
+    prep = cli("prepare", str(recipe), "--out", str(data), "--workers", "1", env=s3_server.env)
+    assert prep.returncode == 0, prep.stderr
+    save = root / "ck"
+    common = [
+        *SMALL,
+        "--manifest",
+        str(data),
+        "--micro-batch",
+        "2",
+        "--global-batch",
+        "4",
+        "--save",
+        str(save),
+    ]
+    launch(*common, "--steps", str(STEPS), "--stop-at", "3", "--mix", "files=2,hub=1,bucket=1")
+    launch(
+        *common,
+        "--steps",
+        str(STEPS),
+        "--resume",
+        "--mix",
+        "files=1,hub=2,bucket=2",
+        procs=2,
+        launcher="torchrun",
+    )
+    packed = root / "packed"
+    launch(*SMALL, "--manifest", str(data), "--micro-batch", "2", "--global-batch", "4", "--save", str(packed),
+           "--steps", "3", "--packing", "best-fit", "--packing-buffer", "16")  # fmt: skip
+    return {
+        "root": root,
+        "data": data,
+        "save": save,
+        "records": traced_samples(save, SHOWN),
+        "packed": traced_samples(packed, "1-20"),
+        "s3": s3,
+        "tok": tokenizer_path,
+    }
+
+
+def traced_samples(save: Path, steps: str) -> list[dict]:
+    proc = cli("samples", str(save), "--steps", steps, "--origin", "--decode", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def original(origin: dict, s3) -> str:
+    """The text at ``origin`` read back from the input itself, by its own format."""
+    name = origin["input"]
+    if name.startswith("s3://"):
+        bucket, key = name.removeprefix("s3://").split("/", 1)
+        got = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={origin['offset']}-")["Body"]
+        return json.loads(got.read().split(b"\n", 1)[0])["text"]
+    path = Path(name)
+    if path.suffix == ".txt":
+        assert origin["offset"] == 0
+        return path.read_text()
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+        return table.column(table.column_names[-1])[origin["row"]].as_py()
+    if "offset" in origin:
+        with open(path, "rb") as f:
+            f.seek(origin["offset"])
+            return json.loads(f.readline())["text"]
+    raw = path.read_bytes()
+    raw = gzip.decompress(raw) if path.suffix == ".gz" else zstandard.ZstdDecompressor().decompress(raw)
+    line = io.BytesIO(raw).readlines()[origin["line"] - 1]
+    return json.loads(line)["text"]
+
+
+def kind(name: str) -> str:
+    if name.startswith("s3://"):
+        return "bucket"
+    if "/mirror/" in name:
+        return "hub"
+    return "".join(Path(name).suffixes)
+
+
+def test_every_document_reads_back_from_its_input_as_decode_shows_it(traced):
+    seen = read_back(traced, traced["records"])
+    assert set(seen) == {".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt", "hub", "bucket"}, seen
+
+
+def test_packed_samples_name_the_origin_of_each_piece(traced):
+    assert any("padding" in rec for rec in traced["packed"])
+    seen = read_back(traced, traced["packed"])
+    assert sum(seen.values()) > len(traced["packed"])  # several whole documents per packed sample
+
+
+def read_back(traced: dict, records: list[dict]) -> dict[str, int]:
+    """Each document's text (its token range, decoded) found in the sample's --decode text and
+    at its origin in the input; how many were checked, by kind of input."""
+    tok = Tokenizer.from_file(str(traced["tok"]))
+    m = manifest_mod.load(traced["data"])
+    hashes = {s.rel_path: s.hash for s in m.shards}
+    seen: dict[str, int] = {}
+    for rec in records:
+        for doc in rec["documents"]:
+            o = doc["origin"]
+            assert o["shard_hash"] == hashes[o["shard"]]
+            if kind(o["input"]) == "hub":  # the repo, its revision and the file, as on the hub
+                assert o["repo"] == "acme/notes" and o["revision"] and o["input"].endswith("/" + o["file"])
+            ids = Shard(m.resolve(o["shard"]), m.dtype).document(o["shard_document"])[doc["from"] : doc["to"]]
+            piece = tok.decode([i for i in ids.tolist() if i != m.eos_id], skip_special_tokens=False)
+            if not piece.strip() or "\ufffd" in piece:
+                continue  # a window edge inside a character
+            assert piece in rec["text"], (o, piece)
+            assert piece in original(o, traced["s3"]), (o, piece)
+            seen[kind(o["input"])] = seen.get(kind(o["input"]), 0) + 1
+    return seen
+
+
+def test_the_training_api_names_the_same_origins(traced):
+    from trainer.api import TrainingSamples
+
+    api = TrainingSamples.from_checkpoint(traced["save"], micro_batch=2)
+    for rec in traced["records"][:12]:
+        for doc in rec["documents"]:
+            assert api.origin(rec["source"], doc["id"]) == doc["origin"]
+
+
+def test_the_run_changed_its_mix_and_its_ranks_half_way(traced):
+    trained = [r for r in traced["records"] if r["trained"]]
+    assert {r["step"] for r in trained} == set(range(1, STEPS + 1))
+    assert {r["source"] for r in trained} == {"files", "hub", "bucket"}
+
+
+def test_the_text_form_names_input_place_and_shard(traced):
+    proc = cli("samples", str(traced["save"]), "--steps", "1", "--origin")
+    assert proc.returncode == 0, proc.stderr
+    lines = [x for x in proc.stdout.splitlines() if "<-" in x]
+    assert lines and all(" | shard " in x and "xxh3_128:" in x for x in lines)
+    assert any(" offset " in x or " line " in x or " row " in x for x in lines)
+
+
+def test_data_prepared_without_provenance_says_so_in_one_line(traced, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(traced["data"], old)
+    path = old / manifest_mod.MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    for shard in doc["shards"]:
+        del shard["origin_hash"], shard["origin_bytes"]
+    manifest_mod.write(old, {k: v for k, v in doc.items() if k != "checksum"})
+    proc = cli("samples", str(traced["save"]), "--steps", "1", "--origin", "--manifest", str(old))
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    assert "prepared without provenance" in line and "prepare it again" in line
+    plain = cli("samples", str(traced["save"]), "--steps", "1", "--manifest", str(old))
+    assert plain.returncode == 0, plain.stderr

@@ -1,0 +1,94 @@
+"""Where a trained document came from: document id in a (source, split) stream -> its input.
+
+A stream's documents are numbered from 0 across its shards in manifest order (the order of
+their ``.idx`` files), which is how ``tokshard samples`` names the documents a window covers
+and how packed samples name their pieces. Each shard's provenance sidecar
+(``pipeline.format.provenance``) holds one entry per document of its ``.idx``; this module
+finds the shard of a document id and reads that shard's sidecar once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import numpy as np
+
+from pipeline.format.errors import DataError
+from pipeline.format.manifest import Manifest
+from pipeline.format.provenance import UNKNOWN, Origins, ProvenanceError
+from pipeline.format.provenance import read as read_sidecar
+
+
+def without_provenance(manifest: Manifest) -> DataError:
+    """The one line for data prepared before shards had provenance sidecars."""
+    return DataError(
+        f"{manifest.path}: this data was prepared without provenance (its shards have no .origin "
+        "sidecars); prepare it again with this tokshard into a new folder to record where each "
+        "document came from"
+    )
+
+
+def hub_files(origin: dict[str, Any]):
+    """For a hub source (its manifest origin names a repo and a revision): input -> the repo,
+    the revision and the file inside the repo, whether the input was the hub or a mirror of it."""
+    if not isinstance(origin.get("repo"), str) or not isinstance(origin.get("revision"), str):
+        return None
+    files = [
+        f["path"] for f in origin.get("files", []) if isinstance(f, dict) and isinstance(f.get("path"), str)
+    ]
+
+    def named(name: str) -> dict[str, str]:
+        rel = next((f for f in files if name.endswith("/" + f)), None)
+        return {"repo": origin["repo"], "revision": origin["revision"]} | ({"file": rel} if rel else {})
+
+    return named
+
+
+class StreamOrigins:
+    """The origins of one (source, split) stream's documents, shard sidecars read on demand."""
+
+    def __init__(self, manifest: Manifest, source: str, split: str) -> None:
+        self.manifest = manifest
+        self.shards = manifest.select(source, split)
+        if any(s.origin_hash is None for s in self.shards):
+            raise without_provenance(manifest)
+        self.starts = np.cumsum([0, *(s.documents for s in self.shards)], dtype=np.int64).tolist()
+        self._sidecars: dict[int, Origins] = {}
+        self.hub = hub_files(manifest.data["sources"].get(source, {}).get("origin") or {})
+
+    @property
+    def documents(self) -> int:
+        return self.starts[-1]
+
+    def _sidecar(self, i: int) -> Origins:
+        side = self._sidecars.get(i)
+        if side is None:
+            entry = self.shards[i]
+            if self.manifest.ready is not None:
+                self.manifest.ready(entry.bin_path)
+            try:
+                side = read_sidecar(entry.origin_path)
+            except ProvenanceError as exc:
+                raise DataError(f"{exc}; `tokshard verify {self.manifest.path}` checks every shard") from None
+            if len(side) != entry.documents:
+                raise DataError(
+                    f"{entry.origin_path}: {len(side)} entries for {entry.documents} documents; "
+                    f"`tokshard verify {self.manifest.path}` checks every shard"
+                )
+            self._sidecars[i] = side
+        return side
+
+    def origin(self, doc: int) -> dict[str, Any]:
+        """Document ``doc`` of the stream: its input and place (``line``, ``row`` or ``offset``),
+        and the shard holding it with the content hash the manifest records for that shard."""
+        if not 0 <= doc < self.documents:
+            raise IndexError(f"document {doc} of a stream of {self.documents}")
+        i = bisect.bisect_right(self.starts, doc) - 1
+        entry = self.shards[i]
+        name, unit, place = self._sidecar(i)[doc - self.starts[i]]
+        found: dict[str, Any] = {"input": name, unit: place} if (name, unit) != UNKNOWN else {"input": None}
+        if self.hub is not None and name:
+            found.update(self.hub(name))
+        found.update(shard=entry.rel_path, shard_document=doc - self.starts[i], shard_hash=entry.hash)
+        return found
