@@ -110,3 +110,16 @@ def test_a_long_line_whose_text_is_short_gives_the_text_as_one_str(monkeypatch):
     monkeypatch.setattr(jsonl, "LONG_LINE_BYTES", 16)
     monkeypatch.setattr(long_json, "CHUNK_BYTES", 4)
     assert line_text(line, "text") == ("short text", None)
+
+
+def test_the_head_of_pieces_is_the_head_of_the_text():
+    pieces = TextPieces(["ab", "", "cde", "f"])
+    assert [pieces.head(n) for n in (0, 1, 2, 3, 5, 6, 99)] == [
+        "",
+        "a",
+        "ab",
+        "abc",
+        "abcde",
+        "abcdef",
+        "abcdef",
+    ]

@@ -36,6 +36,16 @@ class TextPieces(tuple):
 
     __slots__ = ()
 
+    def head(self, chars: int) -> str:
+        """The text's first ``chars`` characters (as a whole parse's str would give them)."""
+        taken, count = [], 0
+        for piece in self:
+            if count >= chars:
+                break
+            taken.append(piece)
+            count += len(piece)
+        return "".join(taken)[:chars]
+
 
 def text_pieces(line: bytes, field: str, chunk: int | None = None) -> TextPieces | str | None:
     """The value of ``field`` in the JSON object ``line``, as pieces if it is long; None where this cannot
