@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from pipeline.format.errors import TokshardError
-from trainer import distributed
+from trainer import distributed, models
 from trainer.checkpoint.load import universal_tag
 from trainer.plan import Plan
 
@@ -38,11 +38,7 @@ def build_engine(plan: Plan, dist: distributed.Dist) -> tuple[Any, dict[str, Any
             config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
             load_tag = universal
     torch.manual_seed(plan.seed)
-    model = plan.model.build()  # whole on every rank; DeepSpeed partitions it (ZeRO-3 too)
-    if plan.settings.model.compile:
-        # in place (nn.Module.compile), not torch.compile(model): the state dict keeps its keys,
-        # so a checkpoint saved with --compile resumes without it and the other way round
-        model.compile()
+    model = build_model(plan.model, plan.settings.model.compile)
     # lets ds_to_universal convert our checkpoints (a resume on another number of ranks)
     info = {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}
     setattr(model, UNIVERSAL_CHECKPOINT_INFO, info)
@@ -50,6 +46,16 @@ def build_engine(plan: Plan, dist: distributed.Dist) -> tuple[Any, dict[str, Any
     engine = initialize(deepspeed, model, params, config, plan.engine.name)
     start_schedule(engine)
     return engine, config, load_tag
+
+
+def build_model(spec: models.ModelSpec, compile: bool) -> torch.nn.Module:
+    """The model, whole (on every rank: DeepSpeed partitions it, ZeRO-3 too). ``compile``
+    compiles it in place (``nn.Module.compile``), not ``torch.compile(model)``: the state dict
+    keeps its keys, so a checkpoint saved with ``--compile`` resumes without it and back."""
+    model = spec.build()
+    if compile:
+        model.compile()
+    return model
 
 
 def initialize(deepspeed, model, params, config: dict[str, Any], where: str):

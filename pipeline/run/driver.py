@@ -83,17 +83,22 @@ def prepare(
         if leftovers:
             log(f"removed {leftovers} temporary files of interrupted writes")
         recipe.pin_tokenizer(tok)
-        plan = _load_or_make_plan(recipe, state, tok, log)
-        state.install_tokenizer(src, tok)
-        if _is_complete(state, plan):
-            log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
-            return state.manifest_location
-        checkpoints = state.load_checkpoints(plan)
-        _redo_damaged(state, plan, checkpoints, log)
-        todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
-        resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
-        early = _early_workers(options, settings.threads) if todo else None
+        plan = state.load_plan()
+        # a fresh run needs its workers: they boot while the driver plans (many small files:
+        # planning is most of the time before the first task)
+        early = _early_workers(options, settings.threads) if plan is None else None
         try:
+            plan = _checked_or_new_plan(plan, recipe, state, tok, log)
+            state.install_tokenizer(src, tok)
+            if _is_complete(state, plan):
+                log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
+                return state.manifest_location
+            checkpoints = state.load_checkpoints(plan)
+            _redo_damaged(state, plan, checkpoints, log)
+            todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
+            resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
+            if early is None and todo:
+                early = _early_workers(options, settings.threads)
             sha256 = plan.tokenizer["sha256"]
             decision = decide(
                 settings.encoder,
@@ -157,8 +162,10 @@ class EarlyWorkers:
         return self.early.run_on_one(encode_texts, spec, texts) if self.early.local else None
 
 
-def _load_or_make_plan(recipe: Recipe, state: RunState, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
-    plan = state.load_plan()
+def _checked_or_new_plan(
+    plan: Plan | None, recipe: Recipe, state: RunState, tok: tokenizer.TokenizerInfo, log: Log
+) -> Plan:
+    """The folder's plan, checked against the recipe, or a new one saved there."""
     if plan is not None:
         check_same_recipe(plan, recipe, state.location)
         return plan

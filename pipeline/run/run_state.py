@@ -102,7 +102,7 @@ class RunState(ABC):
         return None if data is None else Plan.parse(data, self.place.where(PLAN_FILE), self.location)
 
     def save_plan(self, plan: Plan) -> None:
-        self.place.write_bytes(PLAN_FILE, json_bytes(plan.to_json()))
+        self.place.write_bytes(PLAN_FILE, json_bytes(plan.to_json(), compact=True))
 
     # --- checkpoints ---------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 from bench import gpu_carry, gpu_check
 
 STEPS = ["wheels", "env", "manifest", "probe", "train", "nanogpt", "loader", "starved", "zero3-opt",
-         "cpu-adam", "zero2-neo"]  # fmt: skip
+         "cpu-adam", "zero2-neo", "compile-eager-2", "compile-on-2", "flex", "packed"]  # fmt: skip
 
 
 def write_text(path: Path, docs: list[str]) -> Path:
@@ -55,6 +55,24 @@ def test_dry_run_runs_every_step_of_the_device_script(dry_run):
     expected = STEPS if (REPO / ".whl").is_dir() else STEPS[1:]  # no carried wheels: nothing to check
     assert [s["name"] for s in steps] == expected
     assert {s["name"]: s["status"] for s in steps} == dict.fromkeys(expected, "ok")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_dry_run_compiles_the_model_to_the_eager_losses_and_checks_both_attention_paths(dry_run):
+    """Issue 34's steps: the --compile run trains on the eager run's samples to its losses (fp32,
+    to compiler rounding), FlexAttention and the dense SDPA mask give one batch the same loss,
+    and a packed --doc-mask run trains."""
+    out, _, summary = dry_run
+    (row,) = summary["model_side"]["compile"]
+    assert row["micro_batch"] == 2 and row["eager"] and row["compiled"]
+    assert row["compiled"]["final_loss"] == pytest.approx(row["eager"]["final_loss"], rel=1e-4)
+    assert row["compiled"]["first_step_extra_s"] > 0
+    flex = summary["model_side"]["flex"]["rows"]
+    assert [r["seq"] for r in flex] == [64, 128]
+    assert all(r["loss_abs_diff"] < 1e-5 and r["causal_ms"] > 0 for r in flex)
+    assert summary["model_side"]["packed"]["steps_measured"] > 0
+    assert "Model side (issue 34)" in (out / "summary.md").read_text()
 
 
 @pytest.mark.slow

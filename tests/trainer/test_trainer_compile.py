@@ -1,34 +1,23 @@
-"""`--compile`: the compiled model trains as the eager one does, and their checkpoints are one kind."""
+"""`--compile` compiles the model in place, so its checkpoints are the eager model's.
+
+That the compiled model trains to the eager losses on the same samples is checked by the GPU
+check's dry run (tests/bench/test_gpu_check.py), which runs both through `tokshard train`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-from support import CONFIGS, SMALL, cached_manifest, launch, metrics
-
-STEPS = 4
+from tokshard.commands import train as cli
+from trainer import models
+from trainer.engine import build_model
 
 
-@pytest.fixture(scope="module")
-def manifest(tmp_path_factory) -> Path:
-    return cached_manifest(tmp_path_factory)
+def test_a_compiled_model_keeps_the_state_dict_keys_so_checkpoints_load_either_way():
+    spec = models.resolve("tiny", vocab_size=256)
+    eager, compiled = build_model(spec, compile=False), build_model(spec, compile=True)
+    assert compiled is not eager and type(compiled) is type(eager)  # compiled in place, not wrapped
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    compiled.load_state_dict(eager.state_dict())  # a checkpoint of one loads into the other
 
 
-def common(manifest: Path) -> list[str]:
-    return ["--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), *SMALL,
-            "--micro-batch", "4", "--steps", str(STEPS), "--warmup", "1", "--eval-every", "0"]  # fmt: skip
-
-
-def test_a_compiled_model_has_the_eager_losses_and_resumes_without_compiling(manifest, tmp_path):
-    """The same samples give the same losses (fp32, to compiler rounding) with --compile; a
-    checkpoint saved half way by the compiled model resumes in eager mode and ends where the
-    uninterrupted eager run ends."""
-    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    launch(*common(manifest), "--run-dir", str(eager))
-    launch(*common(manifest), "--compile", "--stop-at", str(STEPS // 2), "--save", str(compiled), timeout=400)
-    launch(*common(manifest), "--save", str(compiled), "--resume")
-    want = [t["loss"] for t in metrics(eager)[0]]
-    got = [t["loss"] for t in metrics(compiled)[0]]
-    assert [t["step"] for t in metrics(compiled)[0]] == list(range(1, STEPS + 1))
-    assert got == pytest.approx(want, rel=1e-4)
+def test_the_compile_flag_reaches_the_model_settings():
+    assert cli.parse(["--manifest", "m.json", "--compile"]).model.compile is True
+    assert cli.parse(["--manifest", "m.json"]).model.compile is False
