@@ -35,7 +35,7 @@ from pipeline.encoding.byte_level import (
 from pipeline.encoding.routing import routed_count
 from pipeline.format.errors import DataError
 from pipeline.sources.base import Cursor, Location, Record
-from pipeline.sources.files import TextStream
+from pipeline.sources.files import TextPieces, TextStream
 
 BATCH_CHARS = 1 << 20
 BATCH_DOCS = 8192
@@ -385,7 +385,7 @@ class DocumentEncoder:
             )
 
     def _long(
-        self, text: str | TextStream, rec: Record, resume: LongProgress | None
+        self, text: str | TextStream | TextPieces, rec: Record, resume: LongProgress | None
     ) -> Iterator[Batch | Held | Spooled | Bad | LongProgress]:
         """Encode one long document piece by piece, reporting commit points. Its tokens stay in
         memory up to ``spool_tokens`` and go to the spool file beyond that, or once a commit
@@ -466,7 +466,7 @@ class DocumentEncoder:
         return f
 
 
-def _is_short(text: str | TextStream | None, long_doc_chars: int) -> bool:
+def _is_short(text: str | TextStream | TextPieces | None, long_doc_chars: int) -> bool:
     return isinstance(text, str) and len(text) <= long_doc_chars
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.encoding import check_cache, tokenizer
+from pipeline.encoding.equivalence import SAMPLE_DOC_CHARS
 from pipeline.encoding.selection import Decision, decide
 from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest
@@ -37,6 +38,7 @@ from pipeline.run.run_state import HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, encode_texts
 from pipeline.sources import build_source
 from pipeline.sources.base import Partition, check_path_name, check_read_once
+from pipeline.sources.files import TextPieces
 
 Log = Callable[[str], None]
 
@@ -230,7 +232,11 @@ def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:
     """The run's first documents, for back ends that check their equivalence before use."""
     part = plan.partitions[0]
     source = build_source(part.source, recipe.sources[part.source])
-    texts = (r.text for r in source.read(part, None) if isinstance(r.text, str))
+    texts = (
+        r.text if isinstance(r.text, str) else r.text.head(SAMPLE_DOC_CHARS)
+        for r in source.read(part, None)
+        if isinstance(r.text, (str, TextPieces))
+    )
     return list(itertools.islice(texts, limit))
 
 

@@ -16,6 +16,7 @@ from pipeline.sources.files.pieces import Piece, partition_key, partition_spec, 
 from pipeline.sources.files.planning import auto_partition_bytes, gc_paused, pack, plan_pieces
 from pipeline.sources.files.readers import read_partition
 from pipeline.sources.files.readers.base import open_piece
+from pipeline.sources.files.readers.long_json import TextPieces
 from pipeline.sources.files.readers.txt import TextStream
 from pipeline.storage.locations import is_url
 
@@ -187,5 +188,5 @@ def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
         for rec in read_partition(partition_spec([piece]), piece.size, None, field):
             if isinstance(rec.text, str):
                 yield rec.text
-            elif isinstance(rec.text, TextStream):
+            elif isinstance(rec.text, (TextStream, TextPieces)):
                 yield "".join(rec.text)

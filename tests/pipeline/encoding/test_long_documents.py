@@ -28,6 +28,33 @@ def general_cutter(tokenizer_path):
     return load(str(tokenizer_path)).pre_tokenizer.pre_tokenize_str
 
 
+def long_encoder(encoder, tok, tmp_path, eos_id: int = 0, **settings) -> DocumentEncoder:
+    """A `DocumentEncoder` writing uint16 ids, cutting at ``tok``'s pre-token boundaries."""
+    return DocumentEncoder(
+        encoder,
+        eos_id=eos_id,
+        dtype=np.dtype("<u2"),
+        spool_path=tmp_path / "spool.tmp",
+        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tok)),
+        **settings,
+    )
+
+
+def gpt2_fastokens_long_encoder(tok, tmp_path, **settings) -> DocumentEncoder:
+    """GPT-2 on fastokens, documents over 50,000 characters cut into pieces of about 8,000."""
+    from pipeline.encoding.fastokens_backend import FastokensEncoder
+
+    return long_encoder(
+        FastokensEncoder(str(tok)),
+        tok,
+        tmp_path,
+        eos_id=50256,
+        long_doc_chars=50_000,
+        piece_chars=8_000,
+        **settings,
+    )
+
+
 def nasty_text(docs: list[str], seed: int, chars: int) -> str:
     """Real prose interleaved with what makes cutting hard: long space and newline runs,
     words with no space for thousands of characters, CJK, emoji, combining marks."""
@@ -118,15 +145,7 @@ def test_aplain_added_token_spanning_a_boundary_is_never_cut(tmp_path, tokenizer
     tok = edited(tokenizer_path, tmp_path / "tokenizer.json", plain_added_token)  # "hello world"
     assert byte_level_pre_tokenizer(str(tok)) is None
     text = "hello world " * 5_000
-    enc = DocumentEncoder(
-        TokenizersEncoder(str(tok)),
-        eos_id=0,
-        dtype=np.dtype("<u2"),
-        spool_path=tmp_path / "spool.tmp",
-        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tok)),
-        long_doc_chars=10_000,
-        piece_chars=1_000,
-    )
+    enc = long_encoder(TokenizersEncoder(str(tok)), tok, tmp_path, long_doc_chars=10_000, piece_chars=1_000)
     (item,) = enc.run([Record(text, {"i": 1}, "test")])  # encoded whole, without cuts
     assert isinstance(item, Held) and len(item.parts) == 2  # its ids, then EOS
     assert np.array_equal(np.concatenate(item.parts), plain_encode(tok, [text]))
@@ -158,20 +177,9 @@ def test_long_document_spools_to_disk_and_matches_reference(tmp_path, docs, toke
 
 
 def test_long_document_through_fastokens_spools_the_reference_ids(tmp_path, docs, gpt2_tokenizer_path):
-    from pipeline.encoding.fastokens_backend import FastokensEncoder
 
     text = nasty_text(docs, 8, 400_000)
-    enc = DocumentEncoder(
-        FastokensEncoder(str(gpt2_tokenizer_path)),
-        eos_id=50256,
-        dtype=np.dtype("<u2"),
-        spool_path=tmp_path / "spool.tmp",
-        pre_tokenizer=lambda: byte_level_pre_tokenizer(str(gpt2_tokenizer_path)),
-        long_doc_chars=50_000,
-        piece_chars=8_000,
-        spool_tokens=10_000,
-        batch_chars=50_000,
-    )
+    enc = gpt2_fastokens_long_encoder(gpt2_tokenizer_path, tmp_path, spool_tokens=10_000, batch_chars=50_000)
     items = list(enc.run([Record(text, {"i": 1}, "test")], commit_points=True))
     assert isinstance(items[-1], Spooled) and len(items) > 3  # commit points inside the document
     assert np.array_equal(np.fromfile(items[-1].path, dtype="<u2"), plain_encode(gpt2_tokenizer_path, [text]))
@@ -226,3 +234,33 @@ def test_the_tokens_held_before_spooling_are_bounded_in_bytes(tmp_path, tokenize
         pre_tokenizer=lambda: byte_level_pre_tokenizer(str(tokenizer_path)),
     )
     assert enc.spool_tokens * np.dtype(dtype).itemsize == SPOOL_BYTES
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_a_long_json_line_read_in_pieces_encodes_to_the_reference_ids(
+    tmp_path, docs, gpt2_tokenizer_path, monkeypatch, ensure_ascii
+):
+    """The JSON Lines reader hands a long line's text over in pieces (cut between escapes and
+    characters, not at pre-token boundaries); the encoder's cuts make the ids the whole text's."""
+    import json
+
+    from pipeline.sources.files.access import file_size
+    from pipeline.sources.files.pieces import Piece, partition_spec
+    from pipeline.sources.files.readers import jsonl, long_json, read_partition
+    from pipeline.sources.files.readers.long_json import TextPieces
+
+    monkeypatch.setattr(jsonl, "LONG_LINE_BYTES", 100_000)
+    monkeypatch.setattr(long_json, "CHUNK_BYTES", 7_777)
+    monkeypatch.setattr(long_json, "JOIN_CHARS", 100_000)
+    text = nasty_text(docs, 9, 300_000) + ' "quoted" \\ back\\slashes \x01 \u2028 😀'
+    path = tmp_path / "long.jsonl"
+    path.write_text(
+        json.dumps({"id": 1, "text": text, "meta": {"text": "no"}}, ensure_ascii=ensure_ascii) + "\n", "utf-8"
+    )
+    piece = Piece(str(path), ".jsonl", file_size(str(path)))
+    (rec,) = read_partition(partition_spec([piece]), piece.size, None, "text")
+    assert isinstance(rec.text, TextPieces) and len(rec.text) > 10 and "".join(rec.text) == text
+    enc = gpt2_fastokens_long_encoder(gpt2_tokenizer_path, tmp_path)
+    (item,) = enc.run([rec])
+    assert isinstance(item, Held)
+    assert np.array_equal(np.concatenate(item.parts), plain_encode(gpt2_tokenizer_path, [text]))

@@ -13,7 +13,7 @@ from pipeline.sources.files.access import decompress
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, open_piece
-from pipeline.sources.files.readers.jsonl import json_text
+from pipeline.sources.files.readers.jsonl import line_text
 
 
 class CompressedJsonLinesReader(Reader):
@@ -33,7 +33,7 @@ class CompressedJsonLinesReader(Reader):
                         head_unchecked = False
                     if lineno <= skip:
                         continue
-                    text, bad = json_text(line, self.text_field)
+                    text, bad = line_text(line, self.text_field)
                     progress = place.before + min(piece.size, _raw_pos(f))
                     yield Record(
                         text,

@@ -16,6 +16,7 @@ from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.long_json import LONG_LINE_BYTES, TextPieces, text_pieces
 from pipeline.storage.locations import is_url
 
 
@@ -46,7 +47,7 @@ class JsonLinesReader(Reader):
                 if head_unchecked:
                     check_text_head(path, line[:HEAD_BYTES])
                     head_unchecked = False
-                text, bad = json_text(line, self.text_field)
+                text, bad = line_text(line, self.text_field)
                 where = f"{path}:{line_number(path, line_start)}" if bad else path
                 yield Record(
                     text,
@@ -56,6 +57,13 @@ class JsonLinesReader(Reader):
                     place.before + pos - start,
                     Location(path, offset=line_start),
                 )
+
+
+def line_text(line: bytes, field: str) -> tuple[str | TextPieces | None, str | None]:
+    """`json_text`, with a long line's text decoded in pieces where `text_pieces` can prove them."""
+    if len(line) > LONG_LINE_BYTES and (pieces := text_pieces(line, field)) is not None:
+        return pieces, None
+    return json_text(line, field)
 
 
 def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
