@@ -28,7 +28,7 @@ from tokshard.commands import (
 )
 from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated, sigterm_raises
 from tokshard.usage import OneLineParser
-from trainer.console import reader_gone
+from trainer.console import reader_gone, stdout_reader_left
 
 #: every command, in the order ``tokshard --help`` lists them
 COMMANDS: tuple[Command, ...] = tuple(
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # a reader that quit shows here, not in Python's flush at exit
             return status
     except BrokenPipeError:  # `| head`, a pager quit: what is left to print goes nowhere
+        if not stdout_reader_left():
+            raise
         return reader_gone()
     except TokshardError as exc:
         return _failed(exc)

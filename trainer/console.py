@@ -8,6 +8,7 @@ the console); a command that only prints has nothing more to do.
 from __future__ import annotations
 
 import os
+import select
 import sys
 
 
@@ -19,3 +20,14 @@ def reader_gone() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return 0
+
+
+def stdout_reader_left() -> bool:
+    """Whether stdout is a pipe whose reader has closed it: a `BrokenPipeError` raised for
+    anything else (a worker's socket, a subprocess) is a failure, not a reader that quit."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):  # stdout closed or not a file
+        return False

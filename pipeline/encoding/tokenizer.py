@@ -129,7 +129,10 @@ CONVERSIONS = {
 
 def foreign_hint(path: Path) -> str:
     """What to do with a vocabulary in another format than tokenizer.json ('' for none known)."""
-    names = {p.name for p in path.iterdir()} if path.is_dir() else {path.name}
+    try:
+        names = {p.name for p in path.iterdir()} if path.is_dir() else {path.name}
+    except OSError:  # a folder this user may not list: nothing to say of its format
+        return ""
     if names & {"encoder.json", "vocab.bpe"} or path.suffix == ".bpe":
         return CONVERSIONS["gpt2"]
     if path.suffix == ".tiktoken" or any(n.endswith(".tiktoken") for n in names):

@@ -64,3 +64,22 @@ def test_json_replaces_its_own_blend_but_no_other_file(spaced, tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"--json {other} exists and is not a blend file megatron-args wrote, so it is kept" in proc.stderr
     assert other.read_text() == '{"lr": 0.1}'
+
+
+def test_only_a_closed_stdout_counts_as_a_reader_that_quit():
+    """A `BrokenPipeError` is a reader gone only when stdout's own pipe has no reader: one
+    raised for a worker's socket or a subprocess must not end a command quietly with 0."""
+    code = (
+        "import os, sys\n"
+        "from trainer.console import stdout_reader_left\n"
+        "print(stdout_reader_left(), file=sys.stderr)\n"
+        "sys.stdin.read()\n"  # wait until the test has closed its end
+        "print(stdout_reader_left(), file=sys.stderr)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    first = proc.stderr.readline()  # stdout still has its reader
+    proc.stdout.close()
+    proc.stdin.close()
+    assert [first.strip(), proc.stderr.read().strip()] == [b"False", b"True"]
+    assert proc.wait(timeout=60) == 0

@@ -13,7 +13,6 @@ from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
 from tokshard.commands.command import Command
 from tokshard.usage import default_of, file_arg, path_arg
-from trainer.console import reader_gone
 from trainer.settings import DataSettings, EvalSettings
 
 
@@ -50,19 +49,14 @@ def run(args: argparse.Namespace) -> int:
         raise TokshardError(
             f"megatron-args: no source has a {args.split!r} split (splits: {', '.join(splits)})"
         )
-    try:
-        if args.json:
-            valid = blend(manifests, args.valid_split, None)
-            write_blend(Path(args.json), {"train": train, "valid": valid or None, "test": None})
-            print(
-                f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards",
-                file=sys.stderr,
-            )
-        else:
-            print(shlex.join(train))
-            sys.stdout.flush()
-    except BrokenPipeError:
-        return reader_gone()
+    if args.json:
+        valid = blend(manifests, args.valid_split, None)
+        write_blend(Path(args.json), {"train": train, "valid": valid or None, "test": None})
+        print(
+            f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards", file=sys.stderr
+        )
+    else:
+        print(shlex.join(train))  # a reader that quits early: `tokshard.cli.main`
     return 0
 
 

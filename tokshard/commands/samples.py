@@ -11,7 +11,6 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
 from tokshard.commands.command import Command
 from tokshard.usage import folder_arg, path_arg, positive_int
-from trainer.console import reader_gone
 
 if TYPE_CHECKING:
     from trainer.samples import Layout, RunData
@@ -137,14 +136,10 @@ def run(args: argparse.Namespace) -> int:
     first, last = args.steps
     if last > recorded.trained_to:
         print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
-    try:
-        for step in range(first, last + 1):
-            layout = layout_for(args, recorded.state.step_start(step)[1])
-            for rec in recorded.records(step, layout, decode, args.origin):
-                print(json.dumps(rec) if args.json else describe(rec))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return reader_gone()
+    for step in range(first, last + 1):  # a reader that quits early: `tokshard.cli.main`
+        layout = layout_for(args, recorded.state.step_start(step)[1])
+        for rec in recorded.records(step, layout, decode, args.origin):
+            print(json.dumps(rec) if args.json else describe(rec))
     return 0
 
 
