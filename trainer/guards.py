@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from trainer import models
@@ -21,6 +24,17 @@ def check_doc_mask(model: ModelSettings) -> None:
         raise TokshardError(
             f"--doc-mask needs one of tokshard's own models ({', '.join(models.SIZES)}), not {model.name}; "
             "drop --doc-mask or choose one of those"
+        )
+
+
+def check_compile(model: ModelSettings, cuda: bool) -> None:
+    """``--compile`` on a CPU builds C++ kernels at the first step: without a compiler that
+    would be a long traceback minutes into the run, not a line before it."""
+    compilers = (os.environ.get("CXX", "g++"), "g++", "clang++")
+    if model.compile and not cuda and not any(shutil.which(cc) for cc in compilers):
+        raise TokshardError(
+            "--compile on a CPU needs a C++ compiler (g++ or clang++ on PATH, or CXX) to build its "
+            "kernels; install one, or train without --compile"
         )
 
 

@@ -87,8 +87,9 @@ class Plan:
 def prepare(settings: TrainSettings) -> Plan:
     """Every guard, then the plan; raises ``TokshardError`` at the first refusal."""
     guards.check_stop_at(settings)
-    check_outputs(settings)
     guards.check_doc_mask(settings.model)
+    guards.check_compile(settings.model, torch.cuda.is_available())
+    check_outputs(settings)
     manifests, fetchers = remote.open_manifests(
         list(settings.data.manifests), settings.data.cache, settings.data.cache_limit
     )
