@@ -22,17 +22,29 @@ LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+#: the contractions of the patterns below, each case spelled out (as tiktoken's converted
+#: files spell them) and as one case-insensitive group (as Llama 3's own file does): the same
+#: matches, since no character but the ASCII letters folds to one of them save U+017F LATIN
+#: SMALL LETTER LONG S, which `tokenizers` matches with neither spelling
+CONTRACTIONS_SPELLED_OUT = r"('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)"
+CONTRACTIONS_FOLDED = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
 #: OpenAI's cl100k_base (GPT-4) and o200k_base (GPT-4o) patterns, as their tiktoken files spell them
 CL100K_PATTERN = (
-    r"('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)"
-    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    CONTRACTIONS_SPELLED_OUT
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_O200K_CONTRACTIONS = r"('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)?"
-O200K_PATTERN = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _O200K_CONTRACTIONS
-    + r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _O200K_CONTRACTIONS
-    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)  # fmt: skip
+
+
+def _o200k(contractions: str) -> str:
+    upper_then_lower = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    upper_run = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    rest = r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    return f"{upper_then_lower}{contractions}?|{upper_run}{contractions}?{rest}"
+
+
+O200K_PATTERN = _o200k(CONTRACTIONS_SPELLED_OUT)
+#: o200k_base's pattern with its contractions folded, as GPT-4o's other published files spell it
+O200K_FOLDED_PATTERN = _o200k(CONTRACTIONS_FOLDED)
 
 
 class NotEquivalent(TokshardError):

@@ -22,11 +22,27 @@ from typing import Any
 import numpy as np
 import orjson
 
-from pipeline.encoding.byte_level import applied_merges, merge_pairs
+from pipeline.encoding.byte_level import (
+    CL100K_PATTERN,
+    LLAMA3_PATTERN,
+    O200K_FOLDED_PATTERN,
+    O200K_PATTERN,
+    NotEquivalent,
+    applied_merges,
+    merge_pairs,
+    pattern_of,
+    pre_tokenizer_parts,
+)
 from pipeline.encoding.equivalence import confirm_builtin
 from pipeline.encoding.tokenizer import read_bytes, read_spec, unreadable
 
 LIBRARY = "fastokens"
+
+#: published split patterns, and the spelling of the same pattern that fastokens splits
+#: without a regex engine (its PCRE2 route is several times slower, bench/RESULTS.md):
+#: the contractions as one case-insensitive group. `pipeline.encoding.routing.PROVEN` holds
+#: what the exhaustive scan found for fastokens built from this spelling.
+NATIVE_SPELLING = {CL100K_PATTERN: LLAMA3_PATTERN, O200K_PATTERN: O200K_FOLDED_PATTERN}
 
 
 def version() -> str | None:
@@ -59,7 +75,9 @@ def file_text(path: str) -> str:
         raise unreadable(path, exc) from exc
 
 
-def encoding_part(spec: dict[str, Any], merges: list[Any] | None = None) -> str:
+def encoding_part(
+    spec: dict[str, Any], merges: list[Any] | None = None, pre_tokenizer: dict[str, Any] | None = None
+) -> str:
     """The tokenizer.json's text as fastokens can build it, for the files whose own text it
     refuses: without the parts encoding never runs here (post-processor, decoder; RoBERTa's
     ``RobertaProcessing``), since we never add special tokens or decode; and without the model's
@@ -68,8 +86,9 @@ def encoding_part(spec: dict[str, Any], merges: list[Any] | None = None) -> str:
     wants the ids without gaps. Text encodes to such an entry only where a whole pre-token equals it
     (``ignore_merges``), so the check's special-token probes see any difference this makes.
     Text, because ``from_json_str`` takes JSON: pre-tokenizer and added tokens pass through
-    unchanged, and the merges too unless ``merges`` (`applied_merges`) replaces them. ``spec``
-    (shared, see `read_spec`) is left as it was."""
+    unchanged unless ``pre_tokenizer`` (`natively_spelled`) replaces the one, and the merges
+    unless ``merges`` (`applied_merges`) replaces them. ``spec`` (shared, see `read_spec`) is
+    left as it was."""
     part = {**spec, "post_processor": None, "decoder": None}
     model = spec.get("model") or {}
     vocab = model.get("vocab")
@@ -84,7 +103,27 @@ def encoding_part(spec: dict[str, Any], merges: list[Any] | None = None) -> str:
                 part["model"] = {**model, "vocab": kept}
     if merges is not None:
         part["model"] = {**part["model"], "merges": merges}
+    if pre_tokenizer is not None:
+        part["pre_tokenizer"] = pre_tokenizer
     return orjson.dumps(part).decode("utf-8")
+
+
+def natively_spelled(pre_tokenizer: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pre-tokenizer with its split pattern spelled as `NATIVE_SPELLING` says, None where
+    the pattern has no other spelling."""
+    try:
+        native = NATIVE_SPELLING.get(pattern_of(pre_tokenizer))
+    except NotEquivalent:
+        return None
+    if native is None:
+        return None
+    parts = pre_tokenizer_parts(pre_tokenizer)
+    return {
+        "type": "Sequence",
+        "pretokenizers": [
+            {**p, "pattern": {"Regex": native}} if p.get("type") == "Split" else p for p in parts
+        ],
+    }
 
 
 def has_id_gaps(spec: dict[str, Any]) -> bool:
@@ -96,10 +135,14 @@ def has_id_gaps(spec: dict[str, Any]) -> bool:
 def rewritten_text(path: str) -> str:
     """The text fastokens is built from where the file's own is known not to do, or to cost
     more than it need (`encoding_part`: a vocabulary whose ids leave gaps; merges BPE never
-    applies, which fastokens would read on every worker's start), else "" (the file as it is)."""
+    applies, which fastokens would read on every worker's start; a split pattern it would run
+    on its regex engine), else "" (the file as it is)."""
     spec = read_spec(path)
     merges = applied_merges(spec.get("model") or {})
-    return encoding_part(spec, merges) if merges is not None or has_id_gaps(spec) else ""
+    native = natively_spelled(spec.get("pre_tokenizer"))
+    if merges is None and native is None and not has_id_gaps(spec):
+        return ""
+    return encoding_part(spec, merges, native)
 
 
 class FastokensEncoder:

@@ -1,16 +1,17 @@
 """Where fastokens parts from `tokenizers`, bounded to a class of characters, and the encoder
 that sends only the documents holding one of them to the reference.
 
-fastokens runs most split patterns on another regex engine than `tokenizers` (PCRE2 against
-Oniguruma); the two agree on the Unicode classes these patterns use (``\\p{L}``, ``\\p{N}``,
-``\\p{Lu}``, ``\\p{M}``, ...) but for ``\\s``: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as
-white space, which Unicode stopped doing in 6.3. So a document holding U+180E may split
-differently, and one without it splits the same. `disagreeing_code_points` finds that class
-by comparing the two on every code point in the contexts the patterns tell apart (letters of
-both cases, digits, spaces, tabs, newlines, contractions); `PROVEN` holds what it found for the
-published patterns and these library versions, which tests/pipeline/encoding/test_routing.py
-proves again, exhaustively. Where no class is proven, nothing is routed and the check decides
-as before (a difference refuses fastokens for the run).
+fastokens splits the published patterns (GPT-2's, Llama 3's, and cl100k_base's and
+o200k_base's in the spelling `fastokens_backend.NATIVE_SPELLING` gives them) without a regex
+engine, and any other on PCRE2, where `tokenizers` runs Oniguruma. The two can part on a class
+of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as white space, which Unicode
+stopped doing in 6.3, so on its regex route a document holding U+180E may split differently.
+`disagreeing_code_points` finds such a class by comparing the two on every code point in the
+contexts the patterns tell apart (letters of both cases, digits, spaces, tabs, newlines,
+contractions); `PROVEN` holds what it found for fastokens as `FastokensEncoder` builds it on
+the published patterns and these library versions (nothing, since the native spellings), which
+tests/pipeline/encoding/test_routing.py proves again, exhaustively. Where no class is proven,
+nothing is routed and the check decides as before (a difference refuses fastokens for the run).
 """
 
 from __future__ import annotations
@@ -30,16 +31,16 @@ from pipeline.encoding.byte_level import (
 )
 from pipeline.encoding.tokenizer import read_spec
 
-#: (fastokens version, tokenizers version, split pattern) -> the code points on which they part
-#: (none for Llama 3's pattern, which fastokens splits without a regex engine)
+#: (fastokens version, tokenizers version, the file's split pattern) -> the code points on which
+#: they part
 PROVEN: dict[tuple[str, str, str], frozenset[int]] = {
-    ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset({0x180E}),
-    ("0.3.5", "0.23.3", O200K_PATTERN): frozenset({0x180E}),
+    ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset(),
+    ("0.3.5", "0.23.3", O200K_PATTERN): frozenset(),
     ("0.3.5", "0.23.3", LLAMA3_PATTERN): frozenset(),
 }
 
 #: one code point ``c`` in every context the patterns tell apart
-CONTEXT = "a{c}a {c}1{c} 'll{c}'s {c}{c}\n{c} A{c}b {c}'VE\t{c}\r\n"
+CONTEXT = "a{c}a {c}1{c} 'll{c}'s {c}{c}\n{c} A{c}b {c}'VE\t{c}\r\nn'{c}t"
 #: code points compared per string (a difference is then narrowed down to its code point)
 CHUNK = 256
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import fastokens
 import numpy as np
 import pytest
 from published_vocabs import EOS, NAMES, reference, tokenizer_json
@@ -21,7 +22,12 @@ from pipeline.encoding.backend import TokenizersEncoder, library_versions
 from pipeline.encoding.byte_level import pattern_of
 from pipeline.encoding.documents import LONG_DOC_CHARS, SpaceCuts, byte_level_pre_tokenizer, pieces
 from pipeline.encoding.equivalence import fuzz
-from pipeline.encoding.fastokens_backend import FastokensEncoder
+from pipeline.encoding.fastokens_backend import (
+    NATIVE_SPELLING,
+    FastokensEncoder,
+    encoding_part,
+    rewritten_text,
+)
 from pipeline.encoding.routing import (
     CONTEXT,
     RoutedEncoder,
@@ -71,7 +77,7 @@ SCAN = """
 import json, sys
 from published_vocabs import tokenizer_json
 from pipeline.encoding.backend import TokenizersEncoder
-from pipeline.encoding.fastokens_backend import FastokensEncoder
+from pipeline.encoding.fastokens_backend import NATIVE_SPELLING, FastokensEncoder, encoding_part, rewritten_text
 from pipeline.encoding.routing import disagreeing_code_points
 
 path = str(tokenizer_json(sys.argv[1]))
@@ -88,39 +94,56 @@ def scan_in_a_fresh_process(name: str) -> list[int]:
     return json.loads(proc.stdout)
 
 
+def on_its_regex_engine(path: str) -> FastokensEncoder:
+    """fastokens built from the file's own spelling of its pattern, which it runs on PCRE2."""
+    return FastokensEncoder.wrapping(fastokens.Tokenizer.from_json_str(encoding_part(read_spec(path))))
+
+
 def test_the_scan_finds_a_disagreement_and_names_its_code_point():
-    """The scan itself can fail: fastokens' own ``from_tiktoken`` route parts on U+180E too."""
+    """The scan itself can fail: fastokens on its regex engine parts on U+180E."""
     path = str(tokenizer_json("cl100k_base"))
-    fast = FastokensEncoder(path, confirm=False)
     code_points = [0x41, 0x20, 0x180E, 0x3000, 0x1F642]
-    assert disagreeing_code_points(fast.encode_batch, TokenizersEncoder(path).encode_batch, code_points) == [
-        0x180E
-    ]
+    fast = on_its_regex_engine(path).encode_batch
+    assert disagreeing_code_points(fast, TokenizersEncoder(path).encode_batch, code_points) == [0x180E]
 
 
 @pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
-def test_documents_of_the_class_go_to_tokenizers_and_all_come_out_exact(name, prose):
+def test_the_openai_patterns_run_on_fastokens_native_splitter_and_route_nothing(name, prose):
+    """In the native spelling fastokens splits the whole class PCRE2 got wrong as `tokenizers`
+    does, so no document is routed and documents holding U+180E still come out exact."""
     path = str(tokenizer_json(name))
+    assert pattern_of(json.loads(rewritten_text(path))["pre_tokenizer"]) in NATIVE_SPELLING.values()
     encoder = worker_encoder(EncoderSpec.checked_here("fastokens", path, "sha-" + name))
-    assert isinstance(encoder, RoutedEncoder) and encoder.route == frozenset({0x180E})
+    assert isinstance(encoder, FastokensEncoder)
     with_class = [s for s in fuzz() if MVS in s] + [CONTEXT.format(c=MVS), f"{prose[0]}{MVS}'ve"]
     texts = [*prose[:20], *with_class, *prose[20:40]]
-    before = encoder.routed
     ids, offsets = encoder.encode_flat(texts)
-    assert encoder.routed - before == len(with_class)
+    want = TokenizersEncoder(path).encode_batch(texts)
+    assert ids.tolist() == [i for doc in want for i in doc]
+    assert offsets.tolist() == np.cumsum([0, *map(len, want)]).tolist()
+
+
+def test_documents_of_a_class_go_to_tokenizers_and_all_come_out_exact(prose):
+    """The routing itself, on a real disagreement: fastokens on its regex engine with U+180E."""
+    path = str(tokenizer_json("o200k_base"))
+    encoder = RoutedEncoder(on_its_regex_engine(path), lambda: TokenizersEncoder(path), frozenset({0x180E}))
+    with_class = [s for s in fuzz() if MVS in s] + [CONTEXT.format(c=MVS), f"{prose[0]}{MVS}'ve"]
+    texts = [*prose[:20], *with_class, *prose[20:40]]
+    ids, offsets = encoder.encode_flat(texts)
+    assert encoder.routed == len(with_class)
     want = TokenizersEncoder(path).encode_batch(texts)
     assert ids.tolist() == [i for doc in want for i in doc]
     assert offsets.tolist() == np.cumsum([0, *map(len, want)]).tolist()
     # the routing is needed: fastokens alone parts from tokenizers on some of them
-    alone = FastokensEncoder(path, confirm=False).encode_batch(with_class)
+    alone = encoder.fast.encode_batch(with_class)
     assert any(list(a) != list(w) for a, w in zip(alone, want[20:-20], strict=True))
 
 
-def test_auto_keeps_fastokens_for_cl100k_and_says_which_documents_it_routes(prose):
+def test_auto_keeps_fastokens_for_cl100k_and_routes_nothing(prose):
     decision = decide("auto", str(tokenizer_json("cl100k_base")), lambda: prose)
-    name, reason = decision.name, decision.reason
-    assert name == "fastokens"
-    assert "documents holding U+180E go to tokenizers" in reason
+    assert decision.name == "fastokens"
+    assert "go to tokenizers" not in decision.reason
+    assert "routed" not in decision.manifest_entry(routed_documents=0)
 
 
 def test_a_pattern_without_a_proven_class_routes_nothing(tmp_path):
@@ -148,12 +171,13 @@ def test_space_cuts_are_exact_for_the_openai_patterns(name, prose):
     assert [i for ids in enc.encode_batch(cut) for i in ids] == reference(name).encode_ordinary(text)
 
 
-def test_prepare_with_o200k_writes_uint32_tiktokens_ids_and_counts_the_routed_documents(tmp_path, prose):
+def test_prepare_with_o200k_writes_uint32_tiktokens_ids_on_fastokens_alone(tmp_path, prose):
     """The whole command, as a user runs it, on the real o200k_base vocabulary: the default
-    dtype takes uint32, a long document and documents of the class come out as tiktoken (from
-    the ranks) says, and the manifest and the final line count the routed documents."""
+    dtype takes uint32, a long document, documents PCRE2 would split otherwise and a long s
+    after an apostrophe (which case folding matches) come out as tiktoken (from the ranks)
+    says, all on fastokens: nothing is routed."""
     name = "o200k_base"
-    routed_docs = [f"a{MVS}b", f"{prose[1][:500]}\u200a'LL{MVS}'ve"]
+    routed_docs = [f"a{MVS}b", f"{prose[1][:500]}\u200a'LL{MVS}'ve", "don'\u017ft x'\u017f"]
     long_doc = " ".join(prose)[: LONG_DOC_CHARS + 50_000] + f" {MVS} end"
     docs = [prose[0], *routed_docs, prose[2], long_doc, prose[3]]
     data = write_jsonl(tmp_path / "in.jsonl", docs)
@@ -163,8 +187,7 @@ def test_prepare_with_o200k_writes_uint32_tiktokens_ids_and_counts_the_routed_do
     m = manifest.load(out / "manifest.json")
     assert m.dtype == "uint32" and m.data["tokenizer"]["dtype_reason"].startswith("auto: ids go up to 200018")
     assert m.data["encoder"]["name"] == "fastokens"
-    assert m.data["encoder"]["routed"] == {"class": "U+180E", "to": "tokenizers", "documents": 3}
-    assert "3 documents holding U+180E encoded by tokenizers" in proc.stdout
+    assert "routed" not in m.data["encoder"] and "encoded by tokenizers" not in proc.stdout
     got = np.concatenate([np.fromfile(e.bin_path, dtype="<u4") for e in m.shards])
     ref = reference(name)
     want = [i for d in docs for i in (*ref.encode_ordinary(d), m.eos_id)]
