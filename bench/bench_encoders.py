@@ -267,18 +267,20 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
     return wall
 
 
-def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1) -> dict:
+def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1, as_published: bool = False) -> dict:
     """fastokens on one thread, texts in memory, in the ~1 MB batches `prepare` encodes, in a
     fresh process with a worker's allocator settings (`pipeline.run.cluster.MALLOC_ENV`), as
     each worker is: in a process that has encoded before (an earlier round, the check) the same
     measurement ran up to 1.4x faster (bench/RESULTS.md). With ``processes``, that many at once,
     each on its share of the texts, started together: what this machine gives that many
-    encoders side by side (the wall time is the slowest one's)."""
+    encoders side by side (the wall time is the slowest one's). ``as_published``: fastokens
+    built from the file's own text, as a user of fastokens alone builds it (only the id gaps
+    it refuses closed), not as `FastokensEncoder` builds it (`rewritten_text`)."""
     saved = {k: os.environ.get(k) for k in MALLOC_ENV}
     os.environ.update({k: os.environ.get(k) or v for k, v in MALLOC_ENV.items()})  # a worker's allocator
     try:
         ctx = multiprocessing.get_context("spawn")
-        jobs = [(str(corpus), str(tokenizer), i, processes) for i in range(processes)]
+        jobs = [(str(corpus), str(tokenizer), i, processes, as_published) for i in range(processes)]
         with ctx.Pool(processes, initializer=_join_barrier, initargs=(ctx.Barrier(processes),)) as pool:
             parts = pool.map(_fastokens_pass, jobs)
     finally:
@@ -294,14 +296,22 @@ def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1) -> dict
     }
 
 
-def _fastokens_pass(job: tuple[str, str, int, int]) -> dict:
+def _fastokens_pass(job: tuple[str, str, int, int, bool]) -> dict:
     from pipeline.encoding.documents import BATCH_CHARS
-    from pipeline.encoding.fastokens_backend import FastokensEncoder
+    from pipeline.encoding.fastokens_backend import FastokensEncoder, encoding_part
+    from pipeline.encoding.tokenizer import read_spec
 
-    corpus, tokenizer, part, parts = job
+    corpus, tokenizer, part, parts, as_published = job
     os.environ["FASTOKENS_BPE_THREADS"] = "1"
     texts = load_texts(Path(corpus), part, parts)
-    fast = FastokensEncoder(tokenizer, threads=1, confirm=False)
+    if as_published:
+        import fastokens
+
+        fast = FastokensEncoder.wrapping(
+            fastokens.Tokenizer.from_json_str(encoding_part(read_spec(tokenizer)))
+        )
+    else:
+        fast = FastokensEncoder(tokenizer, threads=1, confirm=False)
     batches, batch, chars = [], [], 0
     for t in texts:
         batch.append(t)

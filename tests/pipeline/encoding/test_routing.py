@@ -15,6 +15,8 @@ import sys
 import fastokens
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from published_vocabs import EOS, NAMES, reference, tokenizer_json
 from support import REPO, cli, english_documents, write_jsonl
 
@@ -203,3 +205,27 @@ def test_prepare_with_o200k_writes_uint32_tiktokens_ids_on_fastokens_alone(tmp_p
     first = m.shards[0]
     ds = indexed.IndexedDataset(str(first.bin_path)[: -len(".bin")], mmap=True)
     assert [int(i) for d in range(len(ds)) for i in ds[d]] == want[: first.tokens]
+
+
+#: characters of every class the split patterns tell apart, several of each, for strings in which
+#: they meet in any order (the exhaustive scan puts one code point in fixed contexts)
+MIXED = (
+    "aZsStTdDlLvVeErRmM'’/\\-_.,;:!?()[]{}\"#@%&*+=<>|~^`$0123456789 \t\n\r\x0b\x0c"
+    "\u00a0\u2009\u200a\u3000\u0085\u2028\u2029\u180e\u200b"  # other spaces, U+180E, a zero width
+    "éßſİıΣσςДжاشה日本語한\u0301\u0308\u0903ǅʰ々٣३½Ⅻ²🙂👍🏽"  # letters, marks, Lt, Lm, Lo, numbers
+)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def fast_and_reference(request):
+    path = str(tokenizer_json(request.param))
+    return FastokensEncoder(path, confirm=False), TokenizersEncoder(path)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(alphabet=MIXED, max_size=40), min_size=1, max_size=8))
+def test_fastokens_as_built_gives_tokenizers_ids_on_any_mix_of_the_classes(fast_and_reference, texts):
+    """Strings mixing letters of every case, marks, digits, spaces, contractions and U+180E in
+    any order: fastokens as `FastokensEncoder` builds it gives `tokenizers`' ids."""
+    fast, reference = fast_and_reference
+    assert [list(ids) for ids in fast.encode_batch(texts)] == reference.encode_batch(texts)
