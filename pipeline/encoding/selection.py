@@ -261,13 +261,19 @@ def _documents_verdict(
 
 
 def _shape(candidate: str, tokenizer_path: str) -> str:
-    """The shape the candidate was checked on, as the reason names it."""
-    if candidate == "fastokens":
+    """The shape the candidate was checked on, as the reason names it: kept beside the checks
+    (`check_cache.derived`), since finding it parses the whole file, which the driver of a run
+    whose check was kept otherwise does only for this, after the workers are ready."""
+    if candidate != "fastokens":
+        return "byte-level BPE"
+
+    def find() -> str:
         try:
             return fastokens_spec(tokenizer_path)[1]
         except NotEquivalent:
-            pass
-    return "byte-level BPE"
+            return "byte-level BPE"
+
+    return check_cache.derived(check_cache.key_parts("fastokens-shape", tokenizer_path), find)
 
 
 def _kept_text(kept: str) -> str:
