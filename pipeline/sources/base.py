@@ -12,7 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input, Origin
@@ -74,15 +74,17 @@ class Partition:
         return cls(d["source"], d["split"], d["index"], d["key"], d["size"], d["spec"])
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One input document (``text``), or a bad record (``bad`` says why) at ``where`` (the
     place as an error message names it). For provenance, ``input`` names the file or object
     and the unit its places count in (one `Input` per file read, shared by its documents) and
     ``place`` where the document starts: the 1-based line (JSON Lines read by line number),
     the 0-based row (parquet) or the byte offset of its line (uncompressed JSON Lines; 0 for a
     .txt file, which is one document). Two plain fields, not an object per document: they
-    become the shard's origin columns (`pipeline.format.provenance.OriginColumns`)."""
+    become the shard's origin columns (`pipeline.format.provenance.OriginColumns`).
+
+    A named tuple rather than a frozen dataclass: one is made per document read, and a frozen
+    dataclass sets each field through ``object.__setattr__``, several times the tuple's cost."""
 
     text: str | None
     cursor: Cursor
