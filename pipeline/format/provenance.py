@@ -248,18 +248,22 @@ class OriginLog:
         )
 
     def commit(self) -> None:
-        """Write the entries and inputs added since the last commit and fsync them."""
+        """Write the entries and inputs added since the last commit and fsync them (the inputs'
+        file only when it grew: mostly one input fills a shard, and its file is written once)."""
         new = slice(self._entries_written, len(self.place))
         pairs = np.empty((new.stop - new.start, 2), "<i8")
         pairs[:, 0] = np.frombuffer(self.input_of, np.int64)[new]
         pairs[:, 1] = np.frombuffer(self.place, np.int64)[new]
-        lines = "".join(
-            json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
-        )
-        self._inputs.write(lines.encode())
+        changed = [self._entries]
+        if self._inputs_written < len(self.inputs):
+            lines = "".join(
+                json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
+            )
+            self._inputs.write(lines.encode())
+            changed.append(self._inputs)
         self._entries.write(pairs.tobytes())
         self._entries_written, self._inputs_written = len(self.place), len(self.inputs)
-        for f in (self._inputs, self._entries):
+        for f in changed:
             f.flush()
             os.fsync(f.fileno())
 
