@@ -53,6 +53,8 @@ from pipeline.storage.places import open_manifest_place
 HASH_NAME = "xxh3_128"
 #: the cache's one top-level folder: a cache folder holding it is the data cache's own
 VIEWS = "views"
+#: a view folder's record of the manifest URL it holds
+SOURCE_URL = "source.url"
 _CHUNK = 1 << 23
 
 
@@ -137,7 +139,7 @@ class DataCache:
             raise TokshardError(f"no manifest at {murl} (is `tokshard prepare` still running?)")
         view = self.root / VIEWS / hashlib.sha256(murl.encode()).hexdigest()[:16]
         self._write(view / manifest_mod.MANIFEST_NAME, data)
-        self._write(view / "source.url", (murl + "\n").encode())
+        self._write(view / SOURCE_URL, (murl + "\n").encode())
         m = manifest_mod.load(view / manifest_mod.MANIFEST_NAME)
         self._stores[str(view)] = store
         tok = m.data["tokenizer"]
@@ -413,6 +415,20 @@ def load_manifest(location: str | os.PathLike, cache_dir: str | None = None) -> 
     m = cache.open_manifest(place.where(name))
     ShardFetcher(cache, m).fetch_all()
     return m
+
+
+def view_source(manifest: str | os.PathLike) -> tuple[str, Path] | None:
+    """For a manifest in a data cache's view folder (the path a run trained on a URL records):
+    the URL it was read from and the cache folder; None for any other manifest."""
+    path = Path(manifest)
+    folder = path.parent if path.name.endswith(".json") else path
+    if is_url(str(manifest)) or folder.parent.name != VIEWS:
+        return None
+    try:
+        url = (folder / SOURCE_URL).read_text().strip()
+    except OSError:
+        return None
+    return url, folder.parent.parent
 
 
 def _idx_rel(bin_rel: str) -> str:
