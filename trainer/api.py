@@ -10,7 +10,12 @@ also accepts a ``tokshard train`` checkpoint's ``tokshard.json`` (``from_checkpo
 ``mix`` or added manifests at a resume continue every source where it stopped
 (``trainer.schedule``).
 
-Imports numpy, torch and tokshard's format contract only: no DeepSpeed. See docs/TRAINING.md.
+A manifest may be a URL (``s3://bucket/run/manifest.json``): its shards, and the provenance
+sidecars ``origin`` reads, are fetched into the node's data cache (``data_cache``,
+`pipeline.storage.data_cache`) and hash-checked there before use, as ``tokshard train`` does.
+
+Imports numpy, torch and tokshard's format contract and storage only: no DeepSpeed. See
+docs/TRAINING.md.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
+from trainer import remote
 from trainer.checkpoint import resume
 from trainer.checkpoint.state import TrainerState, read_state, read_tag
 from trainer.data import sources_with_split
@@ -65,7 +70,8 @@ class TrainingSamples(torch.utils.data.IterableDataset):
     ``world`` ranks of ``micro_batch``; the gradient accumulation is what remains, as in
     DeepSpeed. ``documents``: per sample, the pieces that fill it, in order
     (``trainer.data.Piece``: source, split, document id counting from 0 within them, and the
-    ``[start, end)`` token range inside the document).
+    ``[start, end)`` token range inside the document). ``data_cache``: the node's cache folder
+    for manifest URLs (default ``~/.cache/tokshard/data``).
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         split: str = "train",
         packing: str = "none",
         packing_buffer: int | None = None,
+        data_cache: str | Path | None = None,
     ) -> None:
         if global_batch % (micro_batch * world):
             raise TokshardError(
@@ -90,7 +97,8 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         if not 0 <= rank < world:
             raise TokshardError(f"rank {rank} is not in a world of {world}")
         paths = manifest if isinstance(manifest, list) else [manifest]
-        self.manifests = [manifest_mod.load(p) for p in paths]
+        cache = None if data_cache is None else str(data_cache)
+        self.manifests, _ = remote.open_manifests([str(p) for p in paths], cache, None)
         self.packing = Packing(packing, packing_buffer or Packing.buffer)
         self.dataset = open_samples(
             self.manifests, split, seq_len, sources_with_split(self.manifests, split), self.packing

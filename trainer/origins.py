@@ -66,7 +66,7 @@ class StreamOrigins:
         if side is None:
             entry = self.shards[i]
             if self.manifest.ready is not None:
-                self.manifest.ready(entry.bin_path)
+                self.manifest.ready(entry.origin_path)  # a manifest URL's: fetched, hash-checked
             try:
                 side = read_sidecar(entry.origin_path)
             except ProvenanceError as exc:

@@ -23,14 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.manifest import Manifest
+from pipeline.storage.data_cache import view_source
+from trainer import remote
 from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import Samples, sources_with_split
 from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
 from trainer.run_folders import RUN_FILE, recorded_save
 from trainer.schedule import Schedule, window_sources
+
+_GIVE_MANIFESTS = "pass --manifest with the manifests the run trained on"
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,9 @@ class Layout:
 class RunData:
     """A run's checkpointed data position: schedule, seed, batches, manifests, seq-len, split."""
 
-    def __init__(self, run_dir: str | Path, manifests: list[str] | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, manifests: list[str] | None = None, data_cache: str | None = None
+    ) -> None:
         self.save_dir = find_save_dir(Path(run_dir))
         self.tag, self.state = read_state(self.save_dir)
         if self.state.schedule is None:
@@ -58,17 +64,33 @@ class RunData:
         self.packing = self.state.data.packing
         self.manifest_paths = manifests or list(self.state.data.manifests)
         self.given = bool(manifests)
+        self.data_cache = data_cache  # where a manifest URL's files are fetched (None: the default)
         self._origins: dict[int, StreamOrigins] = {}
+
+    @cached_property
+    def manifests(self) -> list[Manifest]:
+        """The run's manifests: local ones as they are, a URL's in the node's data cache (its shards
+        and sidecars fetched and hash-checked as they are read), as `train` opens them. A run
+        trained on a URL recorded its cache's view of it: that is opened from its URL again, in
+        that cache (unless ``data_cache`` names another), since the view holds only the shards
+        the run had fetched."""
+        specs, cache = [], self.data_cache
+        for path in self.manifest_paths:
+            viewed = view_source(path)
+            if viewed is not None:
+                path, cache = viewed[0], cache or str(viewed[1])
+            specs.append(path)
+        try:
+            return remote.open_manifests(specs, cache, None)[0]
+        except TokshardError as exc:
+            raise type(exc)(f"samples: {exc}" + ("" if self.given else f"; {_GIVE_MANIFESTS}")) from exc
 
     @cached_property
     def dataset(self) -> Samples:
         """The run's samples, on manifests holding exactly the data it trained on: the checks
         ``train --resume`` makes (``Schedule.changed_sources``), so no step shows other documents."""
-        where = "pass --manifest with the manifests the run trained on"
-        try:
-            manifests = [manifest_mod.load(p) for p in self.manifest_paths]
-        except TokshardError as exc:
-            raise type(exc)(f"samples: {exc}" + ("" if self.given else f"; {where}")) from exc
+        where = _GIVE_MANIFESTS
+        manifests = self.manifests
         held = sources_with_split(manifests, self.split)
         missing = [s for s in self.schedule.sources if s not in held]
         if missing:

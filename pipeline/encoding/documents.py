@@ -34,7 +34,8 @@ from pipeline.encoding.byte_level import (
 )
 from pipeline.encoding.routing import routed_count
 from pipeline.format.errors import DataError
-from pipeline.sources.base import Cursor, Location, Record
+from pipeline.format.provenance import Input, OriginColumns
+from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files import TextPieces, TextStream
 
 BATCH_CHARS = 1 << 20
@@ -66,8 +67,8 @@ class Batch:
     dropped_empty: int = 0
     #: of its documents, how many the encoder routed to the reference (`routing.RoutedEncoder`)
     routed: int = 0
-    #: where each document starts in its input (None where the source names no place)
-    locations: list[Location | None] = field(default_factory=list)
+    #: where each document starts in its input
+    origins: OriginColumns = field(default_factory=OriginColumns)
 
 
 @dataclass
@@ -80,7 +81,7 @@ class Held:
     cursor: Cursor
     progress: int
     routed: int = 0
-    location: Location | None = None
+    origin: OriginColumns | None = None
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Spooled:
     cursor: Cursor
     progress: int
     routed: int = 0
-    location: Location | None = None
+    origin: OriginColumns | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ class Bad:
 class _Pending:
     texts: list[str] = field(default_factory=list)
     wheres: list[str] = field(default_factory=list)
-    locations: list[Location | None] = field(default_factory=list)
+    inputs: list[Input | None] = field(default_factory=list)  # the batch's origin columns
+    places: list[int] = field(default_factory=list)
     chars: int = 0
     dropped: int = 0
     cursor: Cursor | None = None
@@ -328,7 +330,8 @@ class DocumentEncoder:
                 else:
                     pending.texts.append(text)
                     pending.wheres.append(rec.where)
-                    pending.locations.append(rec.location)
+                    pending.inputs.append(rec.input)
+                    pending.places.append(rec.place)
                     pending.chars += len(text)
                 pending.cursor, pending.progress = rec.cursor, rec.progress
                 if pending.chars >= self.batch_chars or len(pending.texts) >= BATCH_DOCS:
@@ -369,7 +372,7 @@ class DocumentEncoder:
             progress=p.progress,
             dropped_empty=p.dropped,
             routed=routed_count(self.encoder) - routed_before,
-            locations=p.locations,
+            origins=OriginColumns(p.inputs, p.places),
         )
 
     def _refuse_eos_from_text(self, ids: np.ndarray, where: Callable[[int], str]) -> None:
@@ -435,15 +438,16 @@ class DocumentEncoder:
             # too would write a long document to disk twice over.
             spool.close()
         routed = int(routed_count(self.encoder) > routed_before)  # the document, once
+        origin = OriginColumns.one(rec.input, rec.place)
         if any_text is None:
             yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
         elif not any_text:
             empty = np.zeros(0, self.dtype)
             yield Batch(empty, np.zeros(0, np.int32), rec.cursor, rec.progress, dropped_empty=1)
         elif spool is None:
-            yield Held([*held, eos], total + 1, rec.cursor, rec.progress, routed, rec.location)
+            yield Held([*held, eos], total + 1, rec.cursor, rec.progress, routed, origin)
         else:
-            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress, routed, rec.location)
+            yield Spooled(self.spool_path, total + 1, rec.cursor, rec.progress, routed, origin)
 
     def _spool_holds(self, resume: LongProgress | None) -> bool:
         """A resume point is usable only if the spool still has its tokens."""

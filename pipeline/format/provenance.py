@@ -28,10 +28,10 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
@@ -132,36 +132,40 @@ def read(path: str | os.PathLike) -> Origins:
     return decode(raw, path)
 
 
-class Located(Protocol):
-    """A document's place as a source states it (``pipeline.sources.base.Location`` is one):
-    the first of ``line``, ``row``, ``offset`` that is set is the unit recorded."""
+class Input(NamedTuple):
+    """An input file or object (a local path, a URL, or a hub file's URL at its revision) and
+    the unit its places are counted in (one of `UNITS`). A reader makes one per file it reads
+    and gives every document of it that same object, so a batch's inputs are a few runs."""
 
-    file: str
-    line: int | None
-    row: int | None
-    offset: int | None
-
-
-def _origin(place: Located | None) -> Origin:
-    """A place as the sidecar records it: the first of line, row, offset that is set."""
-    if place is None:
-        return UNKNOWN_ORIGIN
-    for unit in UNITS:
-        at = getattr(place, unit)
-        if at is not None:
-            return Origin(place.file, unit, at)
-    return Origin(place.file, "offset", 0)
+    name: str
+    unit: str
 
 
-def _one_unit(columns: list[tuple[str, list[int | None]]], n: int) -> tuple[str, list[int]] | None:
-    """The unit every place of a batch is in, with its column (None if they differ)."""
-    for unit, values in columns:
-        missing = values.count(None)
-        if missing == 0:
-            return unit, values  # type: ignore[return-value]
-        if missing != n:
-            return None
-    return None
+UNKNOWN_INPUT = Input(*UNKNOWN)
+
+
+@dataclass
+class OriginColumns:
+    """Where a run of documents starts, as two columns: per document, its `Input` (None: its
+    source named no place) and its place in that input's unit. This is how documents travel
+    from the readers to the shard's log: a list append per document, no object per place."""
+
+    inputs: list[Input | None] = field(default_factory=list)
+    places: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.places)
+
+    def __getitem__(self, docs: slice) -> OriginColumns:
+        return OriginColumns(self.inputs[docs], self.places[docs])
+
+    @classmethod
+    def one(cls, input: Input | None, place: int) -> OriginColumns:
+        return cls([input], [place])
+
+    @classmethod
+    def unknown(cls, documents: int) -> OriginColumns:
+        return cls([None] * documents, [0] * documents)
 
 
 class OriginLog:
@@ -177,8 +181,8 @@ class OriginLog:
     def __init__(self, bin_path: Path, committed_documents: int) -> None:
         self.entries_path = bin_path.with_suffix(LOG_SUFFIX)
         self.inputs_path = bin_path.with_suffix(INPUTS_SUFFIX)
-        self.inputs: list[tuple[str, str]] = []
-        self._numbers: dict[tuple[str, str], int] = {}
+        self.inputs: list[Input] = []
+        self._numbers: dict[Input, int] = {}
         self.input_of = array("q")
         self.place = array("q")
         self._entries_written = self._inputs_written = 0
@@ -205,9 +209,7 @@ class OriginLog:
         complete = len(pairs) == documents and len(lines) > used
         if complete:
             for line in lines[:used]:
-                name, unit = json.loads(line)
-                self._numbers[(name, unit)] = len(self.inputs)
-                self.inputs.append((name, unit))
+                self._number(Input(*json.loads(line)))
             self.input_of.frombytes(np.ascontiguousarray(pairs[:, 0]).tobytes())
             self.place.frombytes(np.ascontiguousarray(pairs[:, 1]).tobytes())
             self._entries_written, self._inputs_written = documents, used
@@ -220,41 +222,25 @@ class OriginLog:
     def origin(self, doc: int) -> Origin:
         return Origin(*self.inputs[self.input_of[doc]], self.place[doc])
 
-    def add(self, places: Sequence[Located | None]) -> None:
-        """One entry per document, as its source located it (None: not located). A batch read
-        from one input at a time, in one unit, is taken in whole columns, not document by
-        document."""
-        try:
-            files = [p.file for p in places]
-            columns = [("line", [p.line for p in places]), ("row", [p.row for p in places])]
-            columns.append(("offset", [p.offset for p in places]))
-        except AttributeError:  # a document without a place among them
-            self.add_origins([_origin(p) for p in places])
-            return
-        found = _one_unit(columns, len(files))
-        if found is None:  # units mixed within the batch
-            self.add_origins([_origin(p) for p in places])
-            return
-        unit, values = found
-        for name, group in itertools.groupby(files):
-            count = sum(1 for _ in group)
-            key = (name, unit)
-            number = self._numbers.get(key)
-            if number is None:
-                number = self._numbers[key] = len(self.inputs)
-                self.inputs.append(key)
-            self.input_of.extend(array("q", [number]) * count)
-        self.place.extend(values)
+    def add(self, columns: OriginColumns) -> None:
+        """One entry per document of ``columns``, taken run by run of one input (a reader's
+        documents share its `Input`), the places in one extend."""
+        for key, run in itertools.groupby(columns.inputs):
+            self.input_of.extend(array("q", [self._number(key or UNKNOWN_INPUT)]) * len(list(run)))
+        self.place.extend(columns.places)
 
-    def add_origins(self, origins: Sequence[Origin]) -> None:
+    def add_origins(self, origins: Iterable[Origin]) -> None:
         for name, unit, at in origins:
-            key = (name, unit)
-            number = self._numbers.get(key)
-            if number is None:
-                number = self._numbers[key] = len(self.inputs)
-                self.inputs.append(key)
-            self.input_of.append(number)
+            self.input_of.append(self._number(Input(name, unit)))
             self.place.append(at)
+
+    def _number(self, key: Input) -> int:
+        """The input's number in this shard (the next one at its first use)."""
+        number = self._numbers.get(key)
+        if number is None:
+            number = self._numbers[key] = len(self.inputs)
+            self.inputs.append(key)
+        return number
 
     def origins(self) -> Origins:
         return Origins(
@@ -262,18 +248,22 @@ class OriginLog:
         )
 
     def commit(self) -> None:
-        """Write the entries and inputs added since the last commit and fsync them."""
+        """Write the entries and inputs added since the last commit and fsync them (the inputs'
+        file only when it grew: mostly one input fills a shard, and its file is written once)."""
         new = slice(self._entries_written, len(self.place))
         pairs = np.empty((new.stop - new.start, 2), "<i8")
         pairs[:, 0] = np.frombuffer(self.input_of, np.int64)[new]
         pairs[:, 1] = np.frombuffer(self.place, np.int64)[new]
-        lines = "".join(
-            json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
-        )
-        self._inputs.write(lines.encode())
+        changed = [self._entries]
+        if self._inputs_written < len(self.inputs):
+            lines = "".join(
+                json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
+            )
+            self._inputs.write(lines.encode())
+            changed.append(self._inputs)
         self._entries.write(pairs.tobytes())
         self._entries_written, self._inputs_written = len(self.place), len(self.inputs)
-        for f in (self._inputs, self._entries):
+        for f in changed:
             f.flush()
             os.fsync(f.fileno())
 

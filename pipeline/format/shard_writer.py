@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.format.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
 from pipeline.format.content_hash import READ_CHUNK, bytes_hash, file_hash, new_hasher, recorded
 from pipeline.format.errors import TokshardError
-from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, Located, OriginLog
+from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, OriginColumns, OriginLog
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.provenance import encode as encode_origins
 from pipeline.format.shard_reader import index_bytes, token_dtype
@@ -128,29 +128,27 @@ class ShardWriter:
             remaining -= len(chunk)
         self._bin.seek(nbytes)
 
-    def append(
-        self, tokens: np.ndarray, lengths: np.ndarray, places: Sequence[Located | None] | None = None
-    ) -> None:
+    def append(self, tokens: np.ndarray, lengths: np.ndarray, origins: OriginColumns | None = None) -> None:
         """Append whole documents: ``tokens`` already holds each one's trailing EOS;
-        ``places``, where each one starts in its input (None: not known)."""
+        ``origins``, where each one starts in its input (None: not known)."""
         self._write(np.ascontiguousarray(tokens, dtype=self.dtype).data)  # no copy of the tokens
         self._lengths.append(np.asarray(lengths, dtype="<i4"))
-        self._origins.add(places if places is not None else [None] * len(lengths))
+        self._origins.add(origins if origins is not None else OriginColumns.unknown(len(lengths)))
         self.tokens += len(tokens)
         self.documents += len(lengths)
 
-    def append_parts(self, parts: list[np.ndarray], place: Located | None = None) -> None:
+    def append_parts(self, parts: list[np.ndarray], origin: OriginColumns | None = None) -> None:
         """Append one document given in pieces (its trailing EOS in the last)."""
         for part in parts:
             self._write(np.ascontiguousarray(part, dtype=self.dtype).data)
-        self._one_document(sum(len(part) for part in parts), place)
+        self._one_document(sum(len(part) for part in parts), origin)
 
-    def append_file(self, path: Path, n_tokens: int, place: Located | None = None) -> None:
+    def append_file(self, path: Path, n_tokens: int, origin: OriginColumns | None = None) -> None:
         """Append one document spooled to disk (too large to hold in memory)."""
         with open(path, "rb") as src:
             while chunk := src.read(READ_CHUNK):
                 self._write(chunk)
-        self._one_document(n_tokens, place)
+        self._one_document(n_tokens, origin)
 
     def _write(self, data: bytes | memoryview) -> None:
         try:
@@ -159,9 +157,9 @@ class ShardWriter:
             raise disk_error(exc, self.bin_path, memoryview(data).nbytes) from exc
         self._hash.update(data)
 
-    def _one_document(self, n_tokens: int, place: Located | None) -> None:
+    def _one_document(self, n_tokens: int, origin: OriginColumns | None) -> None:
         self._lengths.append(np.array([n_tokens], dtype="<i4"))
-        self._origins.add([place])
+        self._origins.add(origin if origin is not None else OriginColumns.unknown(1))
         self.tokens += n_tokens
         self.documents += 1
 
@@ -356,10 +354,8 @@ class ShardSequence:
             if n > seq or (n == seq and name not in keep):
                 path.unlink()
 
-    def add(
-        self, tokens: np.ndarray, lengths: np.ndarray, places: Sequence[Located | None] | None = None
-    ) -> None:
-        """Append documents (EOS included in ``tokens``; ``places``, where each starts in its
+    def add(self, tokens: np.ndarray, lengths: np.ndarray, origins: OriginColumns | None = None) -> None:
+        """Append documents (EOS included in ``tokens``; ``origins``, where each starts in its
         input), starting new shards where needed."""
         start = 0
         doc = 0
@@ -373,19 +369,19 @@ class ShardSequence:
             ends = np.cumsum(lengths[doc:], dtype=np.int64)
             take = max(1, int(np.searchsorted(ends, room, side="right")))
             stop = start + int(ends[take - 1])
-            part_places = places[doc : doc + take] if places is not None else None
-            self.current.append(tokens[start:stop], lengths[doc : doc + take], part_places)
+            part_origins = origins[doc : doc + take] if origins is not None else None
+            self.current.append(tokens[start:stop], lengths[doc : doc + take], part_origins)
             start = stop
             doc += take
 
-    def add_spooled(self, path: Path, n_tokens: int, place: Located | None = None) -> None:
+    def add_spooled(self, path: Path, n_tokens: int, origin: OriginColumns | None = None) -> None:
         self._make_room(n_tokens)
-        self.current.append_file(path, n_tokens, place)
+        self.current.append_file(path, n_tokens, origin)
 
-    def add_parts(self, parts: list[np.ndarray], place: Located | None = None) -> None:
+    def add_parts(self, parts: list[np.ndarray], origin: OriginColumns | None = None) -> None:
         """Append one document given in pieces (EOS in the last), as `add` would whole."""
         self._make_room(sum(len(part) for part in parts))
-        self.current.append_parts(parts, place)
+        self.current.append_parts(parts, origin)
 
     def _make_room(self, n_tokens: int) -> None:
         """A new shard unless the document fits (or the shard is empty: it then gets its own)."""

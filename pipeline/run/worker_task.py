@@ -238,14 +238,14 @@ class PartitionRun:
             ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
         elif isinstance(item, Spooled | Held):
             if isinstance(item, Spooled):
-                self.shards.add_spooled(item.path, item.tokens, item.location)
+                self.shards.add_spooled(item.path, item.tokens, item.origin)
             else:
-                self.shards.add_parts(item.parts, item.location)
+                self.shards.add_parts(item.parts, item.origin)
             ckpt.documents += 1
             ckpt.tokens += item.tokens
             ckpt.routed += item.routed
         else:
-            self.shards.add(item.tokens, item.lengths, item.locations)
+            self.shards.add(item.tokens, item.lengths, item.origins)
             ckpt.documents += len(item.lengths)
             ckpt.tokens += len(item.tokens)
             ckpt.dropped_empty += item.dropped_empty

@@ -12,9 +12,10 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.provenance import Input, Origin
 
 Cursor = dict[str, Any]
 
@@ -73,30 +74,30 @@ class Partition:
         return cls(d["source"], d["split"], d["index"], d["key"], d["size"], d["spec"])
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Where a document starts in its input, for provenance: the file or object (a local path,
-    a URL, or a hub file's URL at its revision) and, as that format counts, the 1-based line
-    (JSON Lines read by line number), the 0-based row (parquet) or the byte offset of its line
-    (uncompressed JSON Lines; 0 for a .txt file, which is one document)."""
-
-    file: str
-    line: int | None = None
-    row: int | None = None
-    offset: int | None = None
-
-
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One input document (``text``), or a bad record (``bad`` says why) at ``where`` (the
-    place as an error message names it; ``location`` is the same place as data)."""
+    place as an error message names it). For provenance, ``input`` names the file or object
+    and the unit its places count in (one `Input` per file read, shared by its documents) and
+    ``place`` where the document starts: the 1-based line (JSON Lines read by line number),
+    the 0-based row (parquet) or the byte offset of its line (uncompressed JSON Lines; 0 for a
+    .txt file, which is one document). Two plain fields, not an object per document: they
+    become the shard's origin columns (`pipeline.format.provenance.OriginColumns`).
+
+    A named tuple rather than a frozen dataclass: one is made per document read, and a frozen
+    dataclass sets each field through ``object.__setattr__``, several times the tuple's cost."""
 
     text: str | None
     cursor: Cursor
     where: str
     bad: str | None = None
     progress: int = 0  # units of Partition.size consumed so far, for rate and ETA
-    location: Location | None = None
+    input: Input | None = None
+    place: int = 0
+
+    @property
+    def origin(self) -> Origin | None:
+        """The document's place as the sidecar records it (None: its source named none)."""
+        return None if self.input is None else Origin(*self.input, self.place)
 
 
 class Source(ABC):

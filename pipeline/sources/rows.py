@@ -21,7 +21,8 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from pipeline.format.errors import TokshardError
-from pipeline.sources.base import Cursor, Location, Partition, Record, Source, check_globs, check_path_name
+from pipeline.format.provenance import Input
+from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 from pipeline.sources.hub import (
     FileLayout,
     Repo,
@@ -258,11 +259,12 @@ class HubSource(Source):
         rows = self._rows(repo, spec, begin, partition)
         span = max(1, stop - start)
         file_first = {spec["file"]: spec["file_first"], **dict(spec["tail"])}
+        inputs = {name: Input(repo.url(name), "row") for name in file_first}
         for doc in self.documents(rows, begin, aligned, stop):
             where = f"{repo.describe()} {doc.file} row {doc.first}"
             progress = partition.size * min(span, doc.end - start) // span
-            location = Location(repo.url(doc.file), row=doc.first - file_first[doc.file])
-            yield Record(doc.text, {"row": doc.end}, where, doc.bad, progress, location)
+            row = doc.first - file_first[doc.file]
+            yield Record(doc.text, {"row": doc.end}, where, doc.bad, progress, inputs[doc.file], row)
 
     def documents(self, rows: Iterator[Rows], begin: int, aligned: bool, stop: int) -> Iterator[Doc]:
         """Documents starting at rows ``>= begin`` and ``< stop``; the default: one per row.

@@ -10,13 +10,17 @@ Layout under the cache folder (``--data-cache``, default ``$XDG_CACHE_HOME/toksh
     views/KEY/SRC/SPLIT/NAME.bin.ok    the stat (size, mtime, inode) the file had when its hash
                                        matched the manifest; its mtime is the shard's last use
     views/KEY/SRC/SPLIT/NAME.bin.pin   shared-locked (flock) by every process that maps the shard
+    views/KEY/SRC/SPLIT/NAME.origin    the shard's provenance sidecar, fetched (and checked against
+                                       the manifest's ``origin_hash``, with its own ``.ok``) only
+                                       when a document's origin is asked for
 
 A shard is downloaded to a temporary name, hashed while it arrives, checked against the
 manifest, and renamed into place, under an exclusive per-shard download lock: several ranks
 or jobs of a node fill one cache without a shard being fetched twice or read half-written.
 A cached file whose stat no longer matches its ``.ok`` record is hashed again before use; a
 wrong hash means it is fetched again. ``limit`` (``--data-cache-limit``) evicts the least
-recently used shards whose ``.pin`` no process holds.
+recently used shards whose ``.pin`` no process holds; sidecars, a small share of their shards'
+bytes, are neither counted nor evicted (so one being read is never deleted under its reader).
 
 numpy-free: stdlib and xxhash, plus fsspec through `pipeline.storage.object_store` on first download.
 """
@@ -49,6 +53,8 @@ from pipeline.storage.places import open_manifest_place
 HASH_NAME = "xxh3_128"
 #: the cache's one top-level folder: a cache folder holding it is the data cache's own
 VIEWS = "views"
+#: a view folder's record of the manifest URL it holds
+SOURCE_URL = "source.url"
 _CHUNK = 1 << 23
 
 
@@ -133,7 +139,7 @@ class DataCache:
             raise TokshardError(f"no manifest at {murl} (is `tokshard prepare` still running?)")
         view = self.root / VIEWS / hashlib.sha256(murl.encode()).hexdigest()[:16]
         self._write(view / manifest_mod.MANIFEST_NAME, data)
-        self._write(view / "source.url", (murl + "\n").encode())
+        self._write(view / SOURCE_URL, (murl + "\n").encode())
         m = manifest_mod.load(view / manifest_mod.MANIFEST_NAME)
         self._stores[str(view)] = store
         tok = m.data["tokenizer"]
@@ -170,14 +176,29 @@ class DataCache:
             elif self.limit is not None:
                 self.evict()
 
-    def _ensure_file(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> bool:
-        """True if it had to be downloaded."""
+    def ensure_origin(self, m: manifest_mod.Manifest, entry: manifest_mod.ShardEntry) -> None:
+        """Make ``entry``'s provenance sidecar local and checked against its ``origin_hash``
+        (nothing to do for a shard written without one: its reader says so)."""
+        if entry.origin_hash is None:
+            return
+        with self._guard:
+            lock = self._locks.setdefault(entry.origin_path, threading.Lock())
+        with lock:
+            began = time.perf_counter()
+            store = self._stores[str(m.folder)]
+            self._ensure_file(store, entry.origin_path, entry.origin_rel, entry.origin_hash, None, "sidecar")
+            self.stats.wait_s += time.perf_counter() - began
+
+    def _ensure_file(
+        self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None, what: str = "shard"
+    ) -> bool:
+        """True if it had to be downloaded (``what``: the file's kind, as an error names it)."""
         if self._verified(path, want):
             return False
         with _flock(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
             if self._verified(path, want):  # another process fetched it while we waited
                 return False
-            self._download(store, path, rel, want, size)
+            self._download(store, path, rel, want, size, what)
         return True
 
     def _verified(self, path: Path, want: str) -> bool:
@@ -209,7 +230,9 @@ class DataCache:
         path.unlink(missing_ok=True)
         return False
 
-    def _download(self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None) -> None:
+    def _download(
+        self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None, what: str
+    ) -> None:
         """Fetch ``rel`` into ``path`` under a temporary name, hashed as it arrives; it takes its
         final name only if it is what the manifest says (nothing half-written is ever left)."""
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -239,7 +262,7 @@ class DataCache:
             tmp.unlink(missing_ok=True)
             if isinstance(exc.__cause__, FileNotFoundError):
                 raise DataError(
-                    f"{store.where(rel)}: a shard the manifest lists is missing from the store (deleted "
+                    f"{store.where(rel)}: a {what} the manifest lists is missing from the store (deleted "
                     "after prepare?); run `tokshard verify` on the manifest, or prepare the data again"
                 ) from None
             raise
@@ -345,6 +368,7 @@ class ShardFetcher:
         self.cache = cache
         self.manifest = m
         self.by_path = {e.bin_path: e for e in m.shards}
+        self.by_origin_path = {e.origin_path: e for e in m.shards if e.origin_hash is not None}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -363,8 +387,13 @@ class ShardFetcher:
         except BaseException as exc:  # the training thread meets it at its next ready()
             self._error = exc
 
-    def ready(self, bin_path: Path) -> None:
-        entry = self.by_path.get(Path(bin_path))
+    def ready(self, path: Path) -> None:
+        """Wait for a shard (its ``.bin`` path) or fetch its provenance sidecar (its ``.origin``
+        path; only a reader of origins asks for one)."""
+        if (sidecar_of := self.by_origin_path.get(Path(path))) is not None:
+            self.cache.ensure_origin(self.manifest, sidecar_of)
+            return
+        entry = self.by_path.get(Path(path))
         if entry is None:
             return
         if self._error is not None:
@@ -386,6 +415,20 @@ def load_manifest(location: str | os.PathLike, cache_dir: str | None = None) -> 
     m = cache.open_manifest(place.where(name))
     ShardFetcher(cache, m).fetch_all()
     return m
+
+
+def view_source(manifest: str | os.PathLike) -> tuple[str, Path] | None:
+    """For a manifest in a data cache's view folder (the path a run trained on a URL records):
+    the URL it was read from and the cache folder; None for any other manifest."""
+    path = Path(manifest)
+    folder = path.parent if path.name.endswith(".json") else path
+    if is_url(str(manifest)) or folder.parent.name != VIEWS:
+        return None
+    try:
+        url = (folder / SOURCE_URL).read_text().strip()
+    except OSError:
+        return None
+    return url, folder.parent.parent
 
 
 def _idx_rel(bin_rel: str) -> str:

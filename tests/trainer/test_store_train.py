@@ -51,6 +51,25 @@ def test_train_from_an_s3_manifest_goes_through_the_cache_and_a_second_run_downl
     assert not (tmp_path / "s3:").exists()
 
 
+def test_samples_origin_of_a_run_on_an_s3_manifest_reads_sidecars_through_the_cache(s3_manifest, tmp_path):
+    cache, save = tmp_path / "cache", tmp_path / "ckpt"
+    args = ["train", "--manifest", s3_manifest, "--data-cache", str(cache), "--save", str(save)]
+    args += ["--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny", "--seq-len", "32"]
+    args += ["--steps", "1", "--micro-batch", "4", "--eval-every", "0", "--run-dir", str(tmp_path / "r")]
+    trained = cli(*args, cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert not list(cache.rglob("*.origin")), "training alone fetches no sidecar"
+    traced = cli("samples", str(save), "--steps", "1", "--origin", "--json")  # the run's cache, by its record
+    assert traced.returncode == 0, traced.stderr
+    origins = [d["origin"] for line in traced.stdout.splitlines() for d in json.loads(line)["documents"]]
+    assert origins and all(o["input"].endswith("/train.jsonl") for o in origins)
+    for o in origins:  # each names the start of its line in the input
+        with open(o["input"], "rb") as f:
+            f.seek(max(0, o["offset"] - 1))
+            assert o["offset"] == 0 or f.read(1) == b"\n"
+    assert list(cache.rglob("text/train/*.origin.ok")), "the sidecars come through the cache, checked"
+
+
 def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3_manifest, tmp_path):
     first = DataCache(tmp_path / "cache")
     m = first.open_manifest(s3_manifest)

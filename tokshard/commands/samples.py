@@ -7,7 +7,6 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
 from tokshard.commands.command import Command
 from tokshard.usage import folder_arg, path_arg, positive_int
@@ -29,6 +28,8 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
+    from pipeline.storage.data_cache import default_cache_dir
+
     p.add_argument(
         "run_dir",
         metavar="RUN_DIR",
@@ -55,6 +56,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
         type=path_arg,
         help="where the manifests are now (default: the paths the run recorded)",
     )
+    p.add_argument(
+        "--data-cache",
+        metavar="DIR",
+        type=folder_arg,
+        help="node-local folder for the files of a manifest URL, as train's --data-cache (default "
+        f"{default_cache_dir()})",
+    )
 
 
 def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
@@ -75,7 +83,7 @@ def tokenizer_decoder(run: RunData):
     """``--decode``: the manifest's tokenizer.json (copied beside it by prepare)."""
     from tokenizers import Tokenizer
 
-    path = manifest_mod.load(run.manifest_paths[0]).tokenizer_path
+    path = run.manifests[0].tokenizer_path
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises a bare Exception for a missing or unreadable file
@@ -129,7 +137,7 @@ def untrained_note(run: RunData, first: int, last: int) -> str:
 def run(args: argparse.Namespace) -> int:
     from trainer.samples import RunData
 
-    recorded = RunData(args.run_dir, args.manifest)
+    recorded = RunData(args.run_dir, args.manifest, args.data_cache)
     decode = tokenizer_decoder(recorded) if args.decode else None
     if args.origin:
         recorded.check_origins()

@@ -7,29 +7,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.format import provenance
-from pipeline.format.provenance import Origin, sidecar_path
+from pipeline.format.provenance import Input, Origin, OriginColumns, sidecar_path
 from pipeline.format.shard_reader import read_index
 from pipeline.format.shard_writer import ShardSequence
-from pipeline.sources.base import Location
 
 EOS = 0
 SHARD = 12
 
 
-def docs(first: int, last: int) -> tuple[np.ndarray, np.ndarray, list[Location]]:
+JSONL, PARQUET = Input("data/a.jsonl", "offset"), Input("s3://b/c.parquet", "row")
+
+
+def docs(first: int, last: int) -> tuple[np.ndarray, np.ndarray, OriginColumns]:
     """Documents first..last-1 (three tokens and EOS each), from two inputs by turns."""
     tokens = np.array([t for i in range(first, last) for t in (i, i, i, EOS)], dtype=np.uint16)
-    places = [
-        Location("data/a.jsonl", offset=100 * i) if i % 3 else Location("s3://b/c.parquet", row=i)
-        for i in range(first, last)
-    ]
-    return tokens, np.full(last - first, 4, dtype=np.int32), places
-
-
-def as_origin(loc: Location) -> Origin:
-    return (
-        Origin(loc.file, "offset", loc.offset) if loc.offset is not None else Origin(loc.file, "row", loc.row)
+    numbers = range(first, last)
+    origins = OriginColumns(
+        [JSONL if i % 3 else PARQUET for i in numbers], [100 * i if i % 3 else i for i in numbers]
     )
+    return tokens, np.full(last - first, 4, dtype=np.int32), origins
+
+
+def as_origins(columns: OriginColumns) -> list[Origin]:
+    return [Origin(*inp, at) for inp, at in zip(columns.inputs, columns.places, strict=True)]
 
 
 def folder_files(folder) -> dict[str, bytes]:
@@ -47,7 +47,7 @@ def test_each_document_of_the_index_has_its_origin_in_order(tmp_path):
         assert len(side) == read_index((tmp_path / rec.path).with_suffix(".idx")).documents
         assert rec.origin_bytes == sidecar_path(tmp_path / rec.path).stat().st_size
         found += [side[d] for d in range(len(side))]
-    assert found == [as_origin(p) for p in places]
+    assert found == as_origins(places)
 
 
 def test_a_kill_between_commits_and_a_rerun_give_byte_identical_sidecars(tmp_path):
@@ -70,7 +70,8 @@ def test_a_kill_between_commits_and_a_rerun_give_byte_identical_sidecars(tmp_pat
 def test_a_sidecar_costs_a_few_bytes_per_document(tmp_path):
     n = 10_000
     tokens = np.tile(np.array([7, 8, EOS], np.uint16), n)
-    origins = [Location("/data/corpus/part-00001.jsonl", offset=517 * i) for i in range(n)]
+    part = Input("/data/corpus/part-00001.jsonl", "offset")
+    origins = OriginColumns([part] * n, [517 * i for i in range(n)])
     seq = ShardSequence(tmp_path, "p", "uint16", 1 << 20)
     seq.add(tokens, np.full(n, 3, np.int32), origins)
     (rec,) = seq.finish()
@@ -104,9 +105,7 @@ def test_a_run_begun_without_provenance_resumes_with_unknown_places_for_what_it_
     again.add(tokens, lengths, places)
     (rec,) = again.finish()
     side = provenance.read(sidecar_path(tmp_path / rec.path))
-    assert [side[d] for d in range(len(side))] == [provenance.UNKNOWN_ORIGIN] * 3 + [
-        as_origin(p) for p in places
-    ]
+    assert [side[d] for d in range(len(side))] == [provenance.UNKNOWN_ORIGIN] * 3 + as_origins(places)
 
 
 @settings(max_examples=60, deadline=None)

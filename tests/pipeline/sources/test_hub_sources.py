@@ -623,10 +623,11 @@ def test_every_document_names_its_file_and_first_row(mirror):
     checked = 0
     for part in src.partitions():
         for rec in src.read(part, None):
-            loc = rec.location
-            if loc.file not in rows:
-                rows[loc.file] = pq.read_table(loc.file).column("text").to_pylist()
-            first = rows[loc.file][loc.row]
+            loc = rec.origin
+            assert loc.unit == "row"
+            if loc.input not in rows:
+                rows[loc.input] = pq.read_table(loc.input).column("text").to_pylist()
+            first = rows[loc.input][loc.place]
             assert rec.text.startswith(first) if first.strip() else not rec.text.strip(), (loc, rec.text[:60])
             checked += 1
     assert checked > 70 and len(rows) == 4

@@ -38,8 +38,8 @@ from support import (
 from pipeline.format import manifest
 from pipeline.format.errors import DataError
 from pipeline.format.manifest import content_hash
+from pipeline.format.provenance import Origin
 from pipeline.run.run_state import STATE_DIR
-from pipeline.sources.base import Location
 from pipeline.sources.files import FilesSource
 
 #: one of each format the files source reads, in the order the test's file names sort
@@ -259,17 +259,18 @@ def test_records_carry_their_location_in_the_input(tmp_path, docs):
         write_input(tmp_path / f"x{suffix}", docs[:5])
     source = source_of([str(tmp_path / "x*")], 1 << 30)
     records = [r for p in source.partitions() for r in source.read(p, None)]
-    by_file: dict[str, list[Location]] = {}
+    by_file: dict[str, list[Origin]] = {}
     for r in records:
-        by_file.setdefault(os.path.basename(r.location.file), []).append(r.location)
+        by_file.setdefault(os.path.basename(r.origin.input), []).append(r.origin)
     lines = (tmp_path / "x.jsonl").read_bytes().splitlines(keepends=True)
     offsets = [sum(map(len, lines[:i])) for i in range(5)]
-    assert [loc.offset for loc in by_file["x.jsonl"]] == offsets
-    assert [loc.line for loc in by_file["x.jsonl.gz"]] == [1, 2, 3, 4, 5]
-    assert [loc.row for loc in by_file["x.parquet"]] == [0, 1, 2, 3, 4]
-    assert by_file["x.txt"] == [Location(str(tmp_path / "x.txt"), offset=0)]
+    path = str(tmp_path / "x")
+    assert by_file["x.jsonl"] == [Origin(path + ".jsonl", "offset", at) for at in offsets]
+    assert by_file["x.jsonl.gz"] == [Origin(path + ".jsonl.gz", "line", n) for n in range(1, 6)]
+    assert by_file["x.parquet"] == [Origin(path + ".parquet", "row", n) for n in range(5)]
+    assert by_file["x.txt"] == [Origin(path + ".txt", "offset", 0)]
     with open(tmp_path / "x.jsonl", "rb") as f:
-        f.seek(by_file["x.jsonl"][3].offset)
+        f.seek(by_file["x.jsonl"][3].place)
         assert json.loads(f.readline())["text"] == docs[3]
 
 

@@ -5,11 +5,15 @@ Against a real S3 API server (moto_server on 127.0.0.1, started by the tests).""
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from pathlib import Path
 
 import pytest
 from support import REPO, cli, copy_run, corpus, run_prepare, upload_folder
+
+from pipeline.format.errors import DataError
 
 CONFIGS = REPO / "trainer" / "configs"
 TRAIN = ["--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny", "--seq-len", "32"]
@@ -119,3 +123,60 @@ def test_a_full_disk_under_the_data_cache_is_one_line_and_leaves_no_temporary_fi
         one_line(proc),
     )
     assert not temporary_files(cache)
+
+
+def test_origins_of_a_manifest_url_are_read_from_sidecars_the_cache_fetched_and_checked(
+    s3_manifest, tmp_path, tokenizer_path
+):
+    """`TrainingSamples.origin` over an s3:// manifest: each document's sidecar comes into the
+    view folder (with its hash record) and names the line its text is read back from."""
+    from tokenizers import Tokenizer
+
+    from pipeline.format.shard_reader import Shard
+    from trainer.api import TrainingSamples
+
+    cache = tmp_path / "cache"
+    api = TrainingSamples(s3_manifest, seq_len=32, global_batch=4, micro_batch=4, data_cache=cache)
+    (m,) = api.manifests
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    checked = 0
+    for batch in itertools.islice(api, 3):
+        for pieces in batch["documents"]:
+            for piece in pieces:
+                o = api.origin(piece.source, piece.document)
+                ids = Shard(m.resolve(o["shard"]), m.dtype).document(o["shard_document"])
+                with open(o["input"], "rb") as f:
+                    f.seek(o["offset"])
+                    assert (
+                        tok.decode([i for i in ids.tolist() if i != m.eos_id])
+                        == json.loads(f.readline())["text"]
+                    )
+                checked += 1
+    assert checked >= 12
+    sidecars = list(cache.rglob("text/train/*.origin"))
+    assert sidecars and all(p.with_name(p.name + ".ok").is_file() for p in sidecars)
+
+
+def test_a_sidecar_replaced_in_the_store_is_refused_by_its_hash_and_not_kept(
+    s3_server, s3_manifest, tmp_path
+):
+    url = copy_run(s3_server, s3_manifest)
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    s3 = s3_server.client()
+    for key in [k for k in s3_server.objects(bucket, "run/text/train/") if k.endswith(".origin")]:
+        key = f"run/text/train/{key}"
+        data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        data[-1] ^= 0xFF
+        s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    cache = tmp_path / "cache"
+    from trainer.api import TrainingSamples
+
+    api = TrainingSamples(url, seq_len=32, global_batch=4, micro_batch=4, data_cache=cache)
+    piece = next(iter(api))["documents"][0][0]
+    with pytest.raises(DataError) as caught:
+        api.origin(piece.source, piece.document)
+    assert re.fullmatch(
+        rf"s3://{bucket}/run/text/train/\d+-\d+\.origin changed since its manifest was read .*",
+        str(caught.value),
+    )
+    assert not list(cache.rglob("*.origin")) and not temporary_files(cache)

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.format.errors import DataError
-from pipeline.sources.base import Location, Record
+from pipeline.format.provenance import Input
+from pipeline.sources.base import Record
 from pipeline.sources.files.access import decompress
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
@@ -23,6 +24,7 @@ class CompressedJsonLinesReader(Reader):
         path = piece.path
         skip = position["line"] if position else 0
         head_unchecked = True
+        origin = Input(path, "line")
         try:
             with open_piece(piece) as raw, decompress(raw, piece.kind) as f:
                 for lineno, line in enumerate(f, 1):
@@ -41,7 +43,8 @@ class CompressedJsonLinesReader(Reader):
                         f"{path}:{lineno}",
                         bad,
                         progress,
-                        Location(path, line=lineno),
+                        origin,
+                        lineno,
                     )
         except (OSError, EOFError) as exc:
             raise DataError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc

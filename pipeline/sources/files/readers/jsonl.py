@@ -11,7 +11,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from pipeline.sources.base import Location, Record
+from pipeline.format.provenance import Input
+from pipeline.sources.base import Record
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
@@ -36,6 +37,7 @@ class JsonLinesReader(Reader):
                 pos = 0
             read_line = (lambda _pos: f.readline()) if is_url(path) else functools.partial(read_line_at, f)
             head_unchecked = pos == 0
+            origin = Input(path, "offset")
             while pos < end:
                 line = read_line(pos)
                 if not line:
@@ -55,7 +57,8 @@ class JsonLinesReader(Reader):
                     where,
                     bad,
                     place.before + pos - start,
-                    Location(path, offset=line_start),
+                    origin,
+                    line_start,
                 )
 
 

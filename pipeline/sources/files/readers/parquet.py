@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.sources.base import Location, Record
+from pipeline.format.provenance import Input
+from pipeline.sources.base import Record
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, open_piece
@@ -46,6 +47,7 @@ class ParquetReader(Reader):
         first_row = sum(meta.row_group(g).num_rows for g in range(groups[0]))  # rows before the piece
         rows = max(1, sum(meta.row_group(g).num_rows for g in groups))
         row = 0
+        origin = Input(path, "row")
         for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=[field]):
             if row + batch.num_rows <= skip:
                 row += batch.num_rows
@@ -57,9 +59,7 @@ class ParquetReader(Reader):
                 where = f"{path} row group {groups[0]}+, row {row}"
                 text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
                 progress = place.before + piece.size * row // rows
-                yield Record(
-                    text, place.cursor(row=row), where, bad, progress, Location(path, row=first_row + row - 1)
-                )
+                yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
 
 def check_magic(f: BinaryIO) -> None:

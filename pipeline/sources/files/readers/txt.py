@@ -6,7 +6,8 @@ import codecs
 from collections.abc import Iterator
 from typing import Any
 
-from pipeline.sources.base import Location, Record
+from pipeline.format.provenance import Input
+from pipeline.sources.base import Record
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
@@ -39,15 +40,15 @@ class TextReader(Reader):
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
         path = piece.path
-        cursor, progress, location = (
+        cursor, progress, origin = (
             {"piece": place.index + 1},
             place.before + piece.size,
-            Location(path, offset=0),
+            Input(path, "offset"),
         )
         if piece.size > STREAM_TXT_BYTES:
             with open_piece(piece) as f:
                 check_text_head(path, f.read(HEAD_BYTES))
-            yield Record(TextStream(path, piece.size), cursor, path, None, progress, location)  # type: ignore[arg-type]
+            yield Record(TextStream(path, piece.size), cursor, path, None, progress, origin)  # type: ignore[arg-type]
             return
         with open_piece(piece) as f:
             data = f.read()
@@ -56,4 +57,4 @@ class TextReader(Reader):
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
         except UnicodeDecodeError:
             text, bad = None, "invalid UTF-8"
-        yield Record(text, cursor, path, bad, progress, location)
+        yield Record(text, cursor, path, bad, progress, origin)
