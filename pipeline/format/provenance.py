@@ -6,11 +6,14 @@ revision), the unit its place is counted in (``line``, 1-based; ``row``, 0-based
 bytes) and the place. Layout::
 
     magic    b"TKORIGIN"
-    header   <II   version, length of the JSON that follows
-    JSON     {"documents": n, "inputs": [[input, unit], ...]}  (sorted keys, compact)
+    header   <II   version, length of the table that follows
+    table    zlib of the JSON {"documents": n, "inputs": [[input, unit], ...]} (sorted keys,
+             compact; version 1, still read, kept it uncompressed)
     body     zlib of int64[2n]: the n input numbers, then the n places, each delta-encoded,
              stored byte plane by byte plane (all lowest bytes first, ..., highest last)
 
+The inputs' names share most of their text (one folder, one bucket), so the table compresses
+well: with thousands of small input files, a name per document or two, it is most of the file.
 Consecutive documents mostly come from one input at growing places, so the deltas are small:
 their high byte planes are zeros and the body compresses to a byte or two per document. The sidecar is written under a temporary
 name, fsynced and renamed like the shard, and hashed into the manifest (``origin_hash``).
@@ -36,7 +39,9 @@ from typing import NamedTuple
 import numpy as np
 
 MAGIC = b"TKORIGIN"
-VERSION = 1
+VERSION = 2
+#: versions `decode` reads (1: the inputs table uncompressed)
+READABLE = (1, 2)
 HEADER = struct.Struct("<8sII")
 SUFFIX = ".origin"
 LOG_SUFFIX = ".orig.tmp"
@@ -83,12 +88,13 @@ def sidecar_path(bin_path: Path) -> Path:
 
 def encode(origins: Origins) -> bytes:
     """The sidecar's bytes for ``origins`` (a pure function of them)."""
-    header = json.dumps(
+    table = json.dumps(
         {"documents": len(origins), "inputs": [list(k) for k in origins.inputs]},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
     ).encode()
+    header = zlib.compress(table, 6)
     input_of = np.asarray(origins.input_of, np.int64)
     place = np.asarray(origins.place, np.int64)
     deltas = np.concatenate([_delta(input_of), _delta(place)]).astype("<i8")
@@ -105,10 +111,13 @@ def decode(raw: bytes, where: str | os.PathLike = "sidecar") -> Origins:
     if len(raw) < HEADER.size:
         raise ProvenanceError(f"{where}: provenance sidecar is truncated ({len(raw)} bytes)")
     magic, version, size = HEADER.unpack_from(raw)
-    if magic != MAGIC or version != VERSION:
-        raise ProvenanceError(f"{where}: not a version {VERSION} provenance sidecar")
+    if magic != MAGIC or version not in READABLE:
+        raise ProvenanceError(
+            f"{where}: not a provenance sidecar of version {' or '.join(map(str, READABLE))}"
+        )
     try:
-        head = json.loads(raw[HEADER.size : HEADER.size + size])
+        table = raw[HEADER.size : HEADER.size + size]
+        head = json.loads(zlib.decompress(table) if version >= 2 else table)
         n = head["documents"]
         inputs = [(str(name), str(unit)) for name, unit in head["inputs"]]
         planes = np.frombuffer(zlib.decompress(raw[HEADER.size + size :]), np.uint8)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -76,6 +78,33 @@ def test_a_sidecar_costs_a_few_bytes_per_document(tmp_path):
     seq.add(tokens, np.full(n, 3, np.int32), origins)
     (rec,) = seq.finish()
     assert rec.origin_bytes < 1 * n
+
+
+def test_a_document_from_each_of_many_small_files_still_costs_a_few_bytes(tmp_path):
+    """The inputs table is compressed: thousands of files of one folder, a document each."""
+    n = 10_000
+    tokens = np.tile(np.array([7, 8, EOS], np.uint16), n)
+    files = [Input(f"/data/news/2024-06-{i % 30:02d}/article-{i:06d}.jsonl", "line") for i in range(n)]
+    seq = ShardSequence(tmp_path, "p", "uint16", 1 << 20)
+    seq.add(tokens, np.full(n, 3, np.int32), OriginColumns(files, [1] * n))
+    (rec,) = seq.finish()
+    assert rec.origin_bytes < 12 * n  # the names alone are 41 bytes each
+    assert provenance.read(sidecar_path(tmp_path / rec.path))[n - 1] == Origin(*files[-1], 1)
+
+
+def test_a_version_1_sidecar_with_its_table_uncompressed_still_reads(tmp_path):
+    """Sidecars written before the table was compressed keep their meaning."""
+    origins = provenance.Origins([tuple(JSONL), tuple(PARQUET)], np.array([0, 1, 0]), np.array([5, 0, 90]))
+    raw = provenance.encode(origins)
+    _, _, size = provenance.HEADER.unpack_from(raw)
+    table = zlib.decompress(raw[provenance.HEADER.size : provenance.HEADER.size + size])
+    body = raw[provenance.HEADER.size + size :]
+    old = provenance.HEADER.pack(provenance.MAGIC, 1, len(table)) + table + body
+    assert [provenance.decode(old)[d] for d in range(3)] == [
+        Origin(*JSONL, 5),
+        Origin(*PARQUET, 0),
+        Origin(*JSONL, 90),
+    ]
 
 
 def test_damage_is_named_not_misread(tmp_path):
