@@ -58,7 +58,7 @@ def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step
     """The pieces of a split's files, in order, each with what a worker checks before reading
     it (``fingerprints``: the files' origin entries; a small object without a version tag
     reuses its sample)."""
-    kinds = [kind_of(f.path) for f in files]
+    kinds = [f.kind or kind_of(f.path) for f in files]
     big_parquet = [
         f.path for f, kind in zip(files, kinds, strict=True) if f.size > step and kind == ".parquet"
     ]

@@ -84,7 +84,8 @@ class FilesSource(Source):
             with gc_paused():
                 files = list_files(self.config["splits"][split], self.config["base_dir"])
                 for f in files:
-                    kind_of(f.path)
+                    if f.kind is None:
+                        kind_of(f.path)  # refused by name
             self._listed[split] = files
         return self._listed[split]
 
