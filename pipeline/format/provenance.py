@@ -30,6 +30,7 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -267,8 +268,9 @@ class OriginLog:
         pairs = np.empty((new.stop - new.start, 2), "<i8")
         pairs[:, 0] = np.frombuffer(self.input_of, np.int64)[new]
         pairs[:, 1] = np.frombuffer(self.place, np.int64)[new]
+        text = encode_basestring  # each line as json.dumps([name, unit], ensure_ascii=False) writes it
         lines = "".join(
-            json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
+            f"[{text(name)}, {text(unit)}]\n" for name, unit in self.inputs[self._inputs_written :]
         )
         self._inputs.write(lines.encode())
         self._entries.write(pairs.tobytes())
