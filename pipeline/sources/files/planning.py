@@ -11,8 +11,6 @@ not either."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -32,20 +30,6 @@ AUTO_MIN_BYTES = 8 << 20
 AUTO_MAX_BYTES = 64 << 20
 AUTO_FEW = 8
 AUTO_SMALLEST = 1 << 20
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a plan's records are made: a plan holds a few per
-    file, none in a cycle, and every collection pass would walk all of them again (for
-    100,000 files, most of planning's own time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def auto_partition_bytes(total: int) -> int:
