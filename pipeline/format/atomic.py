@@ -60,12 +60,64 @@ def copy_file(src: str | os.PathLike, dest: str | os.PathLike) -> None:
 
 
 def json_bytes(obj: Any, compact: bool = False) -> bytes:
-    """How tokshard writes JSON (the same bytes on a filesystem and in an object store).
-    ``compact``: no indentation, for machine state that can be large (a plan of 100,000
-    files): only then does ``json`` use its C encoder."""
+    """How tokshard writes JSON (the same bytes on a filesystem and in an object store):
+    indented by one space, each item of a list that holds no container (a record of a table:
+    a shard, an input file) and each list of plain values on one line. ``compact``: no
+    indentation at all, for machine state that can be large (a plan of 100,000 files).
+
+    Both are written by ``json``'s C encoder: its indenting encoder is pure Python, and
+    tables of 100,000 records (a manifest's input files) are why this lays lines out itself."""
     if compact:
         return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-    return (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode()
+    return (_readable(obj, "") + "\n").encode()
+
+
+#: one line of JSON as `json.dumps` writes it (its C encoder; ASCII, NaN allowed)
+_LINE = json.JSONEncoder(separators=(", ", ": "))
+_CONTAINERS = frozenset({dict, list, tuple})
+
+
+def _readable(value: Any, indent: str) -> str:
+    """``value`` laid out as `json_bytes` says, its inner lines indented past ``indent``."""
+    inner = indent + " "
+    if isinstance(value, dict) and value:
+        items = (f"{inner}{_LINE.encode(_key(k))}: {_readable(v, inner)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, (list, tuple)) and value:
+        if _flat(value):
+            return _LINE.encode(value)
+        table = _table(value, inner)
+        if table is not None:
+            return f"[\n{table}\n{indent}]"
+        items = (inner + (_LINE.encode(v) if _flat(v) else _readable(v, inner)) for v in value)
+        return "[\n" + ",\n".join(items) + f"\n{indent}]"
+    return _LINE.encode(value)
+
+
+def _table(rows: list | tuple, inner: str) -> str | None:
+    """A list of flat dicts, one per line, from one encoding of the whole list: its text
+    holds ``}, {`` once between each two rows, and when it holds it no more often than that
+    (no string contains it) each one is a boundary. None: not such a list, or such a string."""
+    if not all(isinstance(row, dict) and _flat(row) for row in rows):
+        return None
+    text = _LINE.encode(rows)
+    if text.count("}, {") != len(rows) - 1:
+        return None
+    return inner + text[1:-1].replace("}, {", "},\n" + inner + "{")
+
+
+def _flat(value: Any) -> bool:
+    """Whether ``value`` holds no dict or list (a scalar, or a record of scalars)."""
+    if isinstance(value, dict):
+        return _CONTAINERS.isdisjoint(map(type, value.values()))
+    if isinstance(value, (list, tuple)):
+        return _CONTAINERS.isdisjoint(map(type, value))
+    return True
+
+
+def _key(key: Any) -> str:
+    """An object key as `json` writes it: a string as it is, a number, bool or None as its JSON."""
+    return key if isinstance(key, str) else json.dumps(key)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

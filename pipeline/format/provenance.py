@@ -33,6 +33,7 @@ import zlib
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import NamedTuple
 
@@ -265,8 +266,9 @@ class OriginLog:
         pairs[:, 1] = np.frombuffer(self.place, np.int64)[new]
         changed = [self._entries]
         if self._inputs_written < len(self.inputs):
+            text = encode_basestring  # each line as json.dumps([name, unit], ensure_ascii=False) writes it
             lines = "".join(
-                json.dumps(list(k), ensure_ascii=False) + "\n" for k in self.inputs[self._inputs_written :]
+                f"[{text(name)}, {text(unit)}]\n" for name, unit in self.inputs[self._inputs_written :]
             )
             self._inputs.write(lines.encode())
             changed.append(self._inputs)

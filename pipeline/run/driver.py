@@ -12,12 +12,13 @@ between.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import queue
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, encode_texts
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition, check_path_name, check_read_once
+from pipeline.sources.base import Partition, check_path_name, check_read_once, gc_paused
 from pipeline.sources.files import TextPieces
 
 Log = Callable[[str], None]
@@ -115,7 +116,8 @@ def prepare(
                     f"{resumed} to resume, {len(todo) - resumed} to start"
                 )
                 tasks = [_task(recipe, state, plan, p, run_id, decision.spec) for p in todo]
-                _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
+                with _heap_frozen():
+                    _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
         finally:
             if early is not None:
                 early.discard()
@@ -124,6 +126,19 @@ def prepare(
         path = state.write_manifest(doc)
         log(f"wrote {path}")
         return path
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """What this process holds before the tasks run (modules, the plan, the encoder check's
+    tables) is left out of the collections made while they run: the local scheduler
+    unpickles every task's partition (a dict per input file) in this process, and each full
+    collection those allocations set off would walk all of it again."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
@@ -169,7 +184,8 @@ def _checked_or_new_plan(
     if plan is not None:
         check_same_recipe(plan, recipe, state.location)
         return plan
-    plan = make_plan(recipe, tok, log)
+    with gc_paused():  # the sources' listings are freed here, by reference counts
+        plan = make_plan(recipe, tok, log)
     state.save_plan(plan)
     return plan
 

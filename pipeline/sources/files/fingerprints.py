@@ -72,9 +72,11 @@ def content_sample(path: str, start: int, end: int, edge: int = RANGE_SAMPLE) ->
 def fingerprints(files: list[InputFile]) -> list[dict[str, Any]]:
     """`fingerprint` of every file: those that need a read on a few threads, the others (small
     local files, objects) from their listing at once."""
-    reads = [i for i, f in enumerate(files) if needs_read(f)]
-    read = dict(zip(reads, io_map(fingerprint, [files[i] for i in reads]), strict=True))
-    return [read[i] if i in read else fingerprint(f) for i, f in enumerate(files)]
+    found = [None if needs_read(f) else listed_fingerprint(f) for f in files]
+    reads = [i for i, entry in enumerate(found) if entry is None]
+    for i, entry in zip(reads, io_map(fingerprint, [files[i] for i in reads]), strict=True):
+        found[i] = entry
+    return found  # type: ignore[return-value]
 
 
 def needs_read(f: InputFile) -> bool:
@@ -89,17 +91,20 @@ def fingerprint(f: InputFile, check: bool = True) -> dict[str, Any]:
     kind (UTF-16 text, a JSON array, a parquet file without its magic numbers); a small one's
     worker checks the same when it reads it."""
     if not needs_read(f):
-        return (
-            {"path": f.path, "size": f.size, "etag": f.etag}
-            if f.etag
-            else {"path": f.path, "size": f.size, "mtime": f.mtime}
-        )
+        return listed_fingerprint(f)
     ends = read_ends(f.path, 0, f.size, FILE_SAMPLE)
     if check:
         check_ends(f.path, kind_of(f.path), ends.head, ends.tail)
     if is_url(f.path):  # a store that gives no version tag
         return {"path": f.path, "size": f.size, "sample": ends.sample}
     return {"path": f.path, "size": f.size, "mtime": f.mtime, "sample": ends.sample}
+
+
+def listed_fingerprint(f: InputFile) -> dict[str, Any]:
+    """`fingerprint` of a file whose listing says all of it (`needs_read` false)."""
+    if f.etag:
+        return {"path": f.path, "size": f.size, "etag": f.etag}
+    return {"path": f.path, "size": f.size, "mtime": f.mtime}
 
 
 def fingerprint_now(entry: dict[str, Any]) -> dict[str, Any]:

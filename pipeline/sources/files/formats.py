@@ -34,6 +34,7 @@ FOREIGN_BOMS = (
     (b"\xff\xfe", "UTF-16"),
     (b"\xfe\xff", "UTF-16"),
 )
+_FOREIGN_BOM_STARTS = tuple(bom for bom, _ in FOREIGN_BOMS)
 #: wide encodings without a byte-order mark, told by where mostly-ASCII text has its NUL
 #: bytes: (name, bytes per character, offsets of the NULs within a character)
 BOMLESS_WIDE = (
@@ -93,7 +94,7 @@ def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
 def check_text_head(path: str, head: bytes) -> None:
     """The first bytes of a text input (a .txt file, or the first line of JSON Lines): UTF-8,
     and for a .json file JSON Lines rather than one JSON array."""
-    for bom, encoding in FOREIGN_BOMS:
+    for bom, encoding in FOREIGN_BOMS if head.startswith(_FOREIGN_BOM_STARTS) else ():
         if head.startswith(bom):
             raise DataError(
                 f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not UTF-8; "

@@ -12,8 +12,7 @@ import fnmatch
 import glob
 import os
 import stat
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
@@ -31,15 +30,17 @@ _SPECIAL = (
 )
 
 
-@dataclass(frozen=True)
-class InputFile:
-    """One input file as listed: its path (absolute and resolved, or a URL), its size, and
-    what tells a later version apart (local: modification time; object: version tag)."""
+class InputFile(NamedTuple):
+    """One input file as listed: its path (absolute and resolved, or a URL), its size, what
+    tells a later version apart (local: modification time; object: version tag), and its
+    kind by its name (None: no reader takes it). An immutable record; a named tuple because
+    a listing makes one per file, 100,000 of them for as many small files."""
 
     path: str
     size: int
     mtime: int | None = None  # local: st_mtime_ns
     etag: str | None = None  # object store: `pipeline.sources.files.access.version_tag`
+    kind: str | None = None  # `pipeline.sources.files.formats.known_kind` of ``path``
 
 
 def expand(patterns: list[str], base_dir: str) -> list[str]:
@@ -83,8 +84,7 @@ class _LocalGlob:
         matches = self._matches()
         self._check_listable(self._folders_searched(matches))
         outputs = TokshardOutputs(_static_prefix(self.path) or ".")
-        matches = [m for m in matches if not outputs.holds(m)]
-        files = [f for m in matches if (f := self._file(m)) is not None]
+        files = [f for m in matches if not outputs.holds(m) and (f := self._file(m)) is not None]
         if not files:
             raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))
         return files
@@ -141,7 +141,7 @@ class _LocalGlob:
         if stat.S_ISREG(st.st_mode):
             if not st.st_mode & stat.S_IROTH and not os.access(match, os.R_OK):
                 raise unreadable(os.path.abspath(match), PermissionError(errno.EACCES, "Permission denied"))
-            return InputFile(real, st.st_size, mtime=st.st_mtime_ns)
+            return InputFile(real, st.st_size, st.st_mtime_ns, None, known_kind(real))
         if stat.S_ISDIR(st.st_mode):
             if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
                 raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
@@ -223,7 +223,8 @@ def _url_files(pattern: str) -> list[InputFile]:
 
 
 def _object(fs: Any, path: str, info: dict[str, Any]) -> InputFile:
-    return InputFile(fs.unstrip_protocol(path), int(info["size"]), etag=version_tag(info))
+    url = fs.unstrip_protocol(path)
+    return InputFile(url, int(info["size"]), etag=version_tag(info), kind=known_kind(url))
 
 
 def descends(pattern: str) -> bool:

@@ -61,9 +61,12 @@ class Piece(NamedTuple):
             found["end"] = self.end
         if self.row_groups is not None:
             found["row_groups"] = list(self.row_groups)
-        for name in ("mtime", "sample", "etag"):
-            if (value := getattr(self, name)) is not None:
-                found[name] = value
+        if self.mtime is not None:
+            found["mtime"] = self.mtime
+        if self.sample is not None:
+            found["sample"] = self.sample
+        if self.etag is not None:
+            found["etag"] = self.etag
         return found
 
     @classmethod

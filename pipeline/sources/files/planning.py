@@ -11,8 +11,6 @@ not either."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -34,20 +32,6 @@ AUTO_FEW = 8
 AUTO_SMALLEST = 1 << 20
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a plan's records are made: a plan holds a few per
-    file, none in a cycle, and every collection pass would walk all of them again (for
-    100,000 files, most of planning's own time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def auto_partition_bytes(total: int) -> int:
     """The partition size for "auto": enough tasks to keep any cluster busy."""
     step = min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, total // AUTO_PARTITIONS))
@@ -58,7 +42,7 @@ def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step
     """The pieces of a split's files, in order, each with what a worker checks before reading
     it (``fingerprints``: the files' origin entries; a small object without a version tag
     reuses its sample)."""
-    kinds = [kind_of(f.path) for f in files]
+    kinds = [f.kind or kind_of(f.path) for f in files]
     big_parquet = [
         f.path for f, kind in zip(files, kinds, strict=True) if f.size > step and kind == ".parquet"
     ]

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
+from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name, gc_paused
 from pipeline.sources.files.access import file_size
 from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
 from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile, list_files
 from pipeline.sources.files.pieces import Piece, partition_key, partition_spec, pieces_of
-from pipeline.sources.files.planning import auto_partition_bytes, gc_paused, pack, plan_pieces
+from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
 from pipeline.sources.files.readers import read_partition
 from pipeline.sources.files.readers.base import open_piece
 from pipeline.sources.files.readers.long_json import TextPieces
@@ -84,7 +84,8 @@ class FilesSource(Source):
             with gc_paused():
                 files = list_files(self.config["splits"][split], self.config["base_dir"])
                 for f in files:
-                    kind_of(f.path)
+                    if f.kind is None:
+                        kind_of(f.path)  # refused by name
             self._listed[split] = files
         return self._listed[split]
 

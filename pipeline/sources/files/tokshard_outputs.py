@@ -25,8 +25,20 @@ class TokshardOutputs:
         #: folders above it are the user's choice of where to look, not searched
         self.top = os.path.abspath(top)
         self._known: dict[str, bool] = {}
+        #: the answer by a match's folder as the glob spelled it: the files of one folder
+        #: (100,000 of them, often) cost one answer, not a path resolution each
+        self._by_parent: dict[str, bool] = {}
 
     def holds(self, path: str) -> bool:
+        parent, _, name = path.rpartition(os.sep)
+        if not name:  # a folder spelled with a trailing separator
+            return self._holds(path)
+        known = self._by_parent.get(parent)
+        if known is None:
+            known = self._by_parent[parent] = self._holds(path)
+        return known
+
+    def _holds(self, path: str) -> bool:
         folder = os.path.dirname(os.path.abspath(path))
         while True:
             if self._is_output(folder):

@@ -285,6 +285,19 @@ def test_a_fifo_put_where_a_planned_file_was_is_refused_without_waiting(tmp_path
         list(source.read(part, None))
 
 
+@pytest.mark.parametrize("texts", [slice(0, 3), slice(0, 60)], ids=["small", "large"])
+def test_a_folder_put_where_a_planned_file_was_is_named_as_a_folder(tmp_path, docs, texts):
+    """A worker never reads a folder as the planned file, whether the file was small (read on
+    one descriptor) or large (read through a file object)."""
+    write_jsonl(tmp_path / "a.jsonl", docs[texts])
+    source = files_source(str(tmp_path / "*.jsonl"))
+    (part,) = source.partitions()
+    (tmp_path / "a.jsonl").unlink()
+    (tmp_path / "a.jsonl").mkdir()
+    with pytest.raises(DataError, match=rf"cannot read input {tmp_path / 'a.jsonl'}: it is a directory"):
+        list(source.read(part, None))
+
+
 def test_an_input_gone_since_planning_is_named_on_resume(folder, tokenizer_path, dask_client, docs):
     recipe = {
         "tokenizer": str(tokenizer_path),

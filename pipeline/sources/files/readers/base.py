@@ -7,15 +7,17 @@ a late worker, never reads a later version of a file beside shards of the planne
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, BinaryIO, ClassVar, NamedTuple
 
 from pipeline.format.errors import DataError
 from pipeline.sources.base import Cursor, Record
-from pipeline.sources.files.access import open_binary, open_local, version_tag
+from pipeline.sources.files.access import open_binary, open_local, unreadable, version_tag
 from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample
 from pipeline.sources.files.pieces import Piece
 from pipeline.storage.locations import is_url
@@ -49,8 +51,11 @@ class Reader(ABC):
 
 def open_piece(piece: Piece) -> BinaryIO:
     """A piece's bytes, checked against the plan: a local file's size and time when it is
-    opened (a small whole file is then read in one call), a larger piece's sampled ends
-    before that, an object's version tag when it is opened."""
+    opened (a small whole file is then read in one call, `small_file_bytes`), a larger
+    piece's sampled ends before that, an object's version tag when it is opened."""
+    data = small_file_bytes(piece)
+    if data is not None:
+        return io.BytesIO(data)
     path = piece.path
     if is_url(path):
         f = open_binary(path)
@@ -63,24 +68,47 @@ def open_piece(piece: Piece) -> BinaryIO:
         return f
     if piece.sample is not None:
         _check_sample(piece)
-    small = piece.whole and piece.size <= SMALL_FILE
-    f = open_local(path, 0 if small else 1 << 20)
+    f = open_local(path, 1 << 20)
     try:
-        st = os.fstat(f.fileno())
-        if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
-            piece.whole and st.st_size != piece.size
-        ):
-            raise changed(piece, "size or modification time")
-        if small:
-            with f:
-                data = f.read(piece.size + 1)
-            if len(data) != piece.size:
-                raise changed(piece, "size")
-            return io.BytesIO(data)
+        _check_listed(piece, os.fstat(f.fileno()))
     except BaseException:
         f.close()
         raise
     return f
+
+
+def small_file_bytes(piece: Piece) -> bytes | None:
+    """All of a small whole local file (at most `SMALL_FILE` bytes), read in one call on one
+    descriptor once its size and time are found as planned; None for any other piece. A
+    partition of many small files opens each with this: a few system calls and no file
+    object."""
+    if not piece.whole or piece.size > SMALL_FILE or piece.sample is not None or is_url(piece.path):
+        return None
+    try:
+        fd = os.open(piece.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there: no waiting
+    except OSError as exc:
+        raise unreadable(piece.path, exc) from exc
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise unreadable(piece.path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        _check_listed(piece, st)
+        data = os.read(fd, piece.size + 1)  # one byte more: a file grown since shows
+        while 0 < len(data) < piece.size and (more := os.read(fd, piece.size + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) != piece.size:
+        raise changed(piece, "size")
+    return data
+
+
+def _check_listed(piece: Piece, st: os.stat_result) -> None:
+    """A local file as opened is the one planned: its modification time, and a whole file's size."""
+    if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
+        piece.whole and st.st_size != piece.size
+    ):
+        raise changed(piece, "size or modification time")
 
 
 def _check_sample(piece: Piece) -> None:

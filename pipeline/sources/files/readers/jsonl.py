@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import orjson
@@ -16,7 +16,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.base import Place, Reader, open_piece, small_file_bytes
 from pipeline.sources.files.readers.long_json import LONG_LINE_BYTES, TextPieces, text_pieces
 from pipeline.storage.locations import is_url
 
@@ -25,41 +25,51 @@ class JsonLinesReader(Reader):
     kinds = (".jsonl",)
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
-        path, start, end = piece.path, piece.start, piece.stop
+        pos = 0 if position is None else position["offset"]
+        data = small_file_bytes(piece)
+        if data is not None:  # a small whole file: its lines cut from its bytes in memory
+            yield from self._records(piece, place, pos, functools.partial(line_in, data))
+            return
         with open_piece(piece) as f:
             if position is not None:
-                pos = position["offset"]
                 f.seek(pos)
-            elif start > 0:  # the line under way at ``start`` belongs to the piece before
-                pos = after_newline(f, start - 1)
+            elif piece.start > 0:  # the line under way at ``start`` belongs to the piece before
+                pos = after_newline(f, piece.start - 1)
                 f.seek(pos)
-            else:
-                pos = 0
-            read_line = (lambda _pos: f.readline()) if is_url(path) else functools.partial(read_line_at, f)
-            head_unchecked = pos == 0
-            origin = Input(path, "offset")
-            while pos < end:
-                line = read_line(pos)
-                if not line:
-                    break
-                line_start = pos
-                pos += len(line)
-                if line.isspace():  # (strip() would copy a long line to find out)
-                    continue
-                if head_unchecked:
-                    check_text_head(path, line[:HEAD_BYTES])
-                    head_unchecked = False
-                text, bad = line_text(line, self.text_field)
-                where = f"{path}:{line_number(path, line_start)}" if bad else path
-                yield Record(
-                    text,
-                    place.cursor(offset=pos),
-                    where,
-                    bad,
-                    place.before + pos - start,
-                    origin,
-                    line_start,
-                )
+            read_line = (
+                (lambda _pos: f.readline()) if is_url(piece.path) else functools.partial(read_line_at, f)
+            )
+            yield from self._records(piece, place, pos, read_line)
+
+    def _records(
+        self, piece: Piece, place: Place, pos: int, read_line: Callable[[int], bytes]
+    ) -> Iterator[Record]:
+        """The piece's documents from the line at ``pos`` on (``read_line``: the line there)."""
+        path, start, end = piece.path, piece.start, piece.stop
+        head_unchecked = pos == 0
+        origin = Input(path, "offset")
+        while pos < end:
+            line = read_line(pos)
+            if not line:
+                break
+            line_start = pos
+            pos += len(line)
+            if line.isspace():  # (strip() would copy a long line to find out)
+                continue
+            if head_unchecked:
+                check_text_head(path, line[:HEAD_BYTES])
+                head_unchecked = False
+            text, bad = line_text(line, self.text_field)
+            where = f"{path}:{line_number(path, line_start)}" if bad else path
+            yield Record(
+                text,
+                place.cursor(offset=pos),
+                where,
+                bad,
+                place.before + pos - start,
+                origin,
+                line_start,
+            )
 
 
 def line_text(line: bytes, field: str) -> tuple[str | TextPieces | None, str | None]:
@@ -115,6 +125,12 @@ def line_number(path: str, offset: int) -> int:
             count += chunk.count(b"\n")
             remaining -= len(chunk)
     return count + 1
+
+
+def line_in(data: bytes, pos: int) -> bytes:
+    """The line of ``data`` at ``pos``, with its newline (b"" at the end)."""
+    end = data.find(b"\n", pos)
+    return data[pos:] if end < 0 else data[pos : end + 1]
 
 
 def read_line_at(f: BinaryIO, pos: int, head: int = 1 << 20) -> bytes:
