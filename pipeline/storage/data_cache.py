@@ -224,6 +224,8 @@ class DataCache:
         elif _xxh_file(path) == want:
             self._write(ok, json.dumps(stamp).encode())
             return True
+        elif not recorded:  # no record of a check (a cache filled by an older tokshard, a copy)
+            self.log(f"cached {path} has no record of its check and is not the manifest's; fetching it")
         else:
             self.stats.refetched_corrupt += 1
             self.log(f"cached {path} was changed on this disk since it was checked; fetching it again")
@@ -254,6 +256,9 @@ class DataCache:
                     f"manifest says {want}): the data was prepared again or edited in the store; start "
                     "again to read its new manifest, or run `tokshard verify` on it"
                 )
+            # its record first (a rename keeps the inode and times it names), so a process that
+            # ends between the two leaves a record without a file, never a file without a record
+            self._write(path.with_name(path.name + ".ok"), json.dumps(_stamp(want, tmp.stat())).encode())
             os.replace(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
@@ -269,7 +274,6 @@ class DataCache:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        self._write(path.with_name(path.name + ".ok"), json.dumps(_stamp(want, path.stat())).encode())
         self.stats.downloaded += 1
         self.stats.downloaded_bytes += n
 

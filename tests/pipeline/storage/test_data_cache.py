@@ -89,6 +89,8 @@ def test_data_prepared_again_at_the_same_url_is_fetched_again_and_not_called_cor
     cache = tmp_path / "cache"
     first = train(url, cache, tmp_path / "r1")
     assert first.returncode == 0, first.stderr
+    unrecorded = sorted(cache.rglob("text/train/*.bin.ok"))[0]
+    unrecorded.unlink()  # a copy with no record of its check (a cache an older tokshard filled)
     # the same sources and splits, other text (the documents in the other order)
     train_docs = corpus(tmp_path / "train.jsonl", docs[:150][::-1], copies=1)
     valid_docs = corpus(tmp_path / "valid.jsonl", docs[150:180][::-1], copies=1)
@@ -104,6 +106,7 @@ def test_data_prepared_again_at_the_same_url_is_fetched_again_and_not_called_cor
     out = second.stdout + second.stderr
     assert "corrupt" not in out and "damaged" not in out.replace("0 damaged on this disk", ""), out
     assert "is of an earlier version of the data (its manifest changed since the cache was filled)" in out
+    assert f"{unrecorded.with_suffix('')} has no record of its check and is not the manifest's" in out
     (summary,) = [ln for ln in second.stdout.splitlines() if ln.startswith("tokshard: data cache ")]
     changed = int(re.search(r"(\d+) of an earlier version of the data", summary).group(1))
     assert changed >= 1 and "0 damaged on this disk fetched again" in summary, summary
