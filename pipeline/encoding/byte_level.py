@@ -254,3 +254,31 @@ def is_sentencepiece_bpe(spec: dict[str, Any]) -> bool:
 def sentencepiece_text(token: str) -> str:
     """The text a SentencePiece-style vocabulary entry stands for (its "▁" are spaces)."""
     return token.replace("\u2581", " ")
+
+
+#: Split patterns in which no pre-token holds a character no engine calls white space
+#: followed by U+0020 (a space only ever starts a pre-token or sits in an all-whitespace one),
+#: with no look-behind, and whose look-aheads (``(?!\\S)``) see a space there as the end of
+#: the text: GPT-2's (ByteLevel's own), Llama 3's, cl100k_base's and o200k_base's. In them every such
+#: "word character, space" position is a pre-token boundary of the whole text, and the text
+#: before it pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
+SPACE_CUT_PATTERNS = (GPT2_PATTERN, LLAMA3_PATTERN, CL100K_PATTERN, O200K_PATTERN)
+
+
+def space_cuts_apply(spec: dict[str, Any]) -> bool:
+    """Can a parsed tokenizer.json's long documents be cut at every "word character, space"
+    (`pipeline.encoding.documents.space_cut`)? A BPE without a normalizer whose split pattern
+    is one of `SPACE_CUT_PATTERNS`, and no non-special added token holding a space (those are
+    cut out of the text before pre-tokenizing, so one may span a pre-token boundary)."""
+    try:
+        pattern = pattern_of(spec.get("pre_tokenizer"))
+    except NotEquivalent:
+        return False
+    model = spec.get("model") or {}
+    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
+    return bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added(spec))
+
+
+def plain_added(spec: dict[str, Any]) -> list[str]:
+    """The contents of a parsed tokenizer.json's non-special added tokens."""
+    return [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]

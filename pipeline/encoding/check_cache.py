@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from pipeline.encoding import tokenizer
+from pipeline.encoding import byte_level, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
@@ -138,6 +138,18 @@ def derived(parts: dict[str, object] | None, make: Callable[[], str]) -> str:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     return text
+
+
+def space_cuts(tokenizer_path: str) -> bool:
+    """Whether the tokenizer's long documents may be cut at spaces
+    (`byte_level.space_cuts_apply`), kept beside the checks: finding out parses the whole
+    file (a second or more for a 100k-200k vocabulary), which the driver's check does anyway
+    and a worker at its first long document otherwise did again."""
+
+    def find() -> str:
+        return "yes" if byte_level.space_cuts_apply(tokenizer.read_spec(tokenizer_path)) else "no"
+
+    return derived(key_parts("space-cuts", tokenizer_path), find) == "yes"
 
 
 def resolve_tokenizer(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:

@@ -24,14 +24,7 @@ import numpy as np
 
 from pipeline.encoding import check_cache
 from pipeline.encoding.backend import Encoder
-from pipeline.encoding.byte_level import (
-    CL100K_PATTERN,
-    GPT2_PATTERN,
-    LLAMA3_PATTERN,
-    O200K_PATTERN,
-    NotEquivalent,
-    pattern_of,
-)
+from pipeline.encoding.byte_level import plain_added
 from pipeline.encoding.routing import routed_count
 from pipeline.format.errors import DataError
 from pipeline.format.provenance import Input, OriginColumns
@@ -161,20 +154,13 @@ def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> 
     return None
 
 
-#: Split patterns in which no pre-token holds a character no engine calls white space
-#: followed by U+0020 (a space only ever starts a pre-token or sits in an all-whitespace one),
-#: with no look-behind, and whose look-aheads (``(?!\\S)``) see a space there as the end of
-#: the text: GPT-2's (ByteLevel's own), Llama 3's, cl100k_base's and o200k_base's. In them every such
-#: "word character, space" position is a pre-token boundary of the whole text, and the text
-#: before it pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
-SPACE_CUT_PATTERNS = (GPT2_PATTERN, LLAMA3_PATTERN, CL100K_PATTERN, O200K_PATTERN)
 _ASCII_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 @dataclass(frozen=True)
 class SpaceCuts:
     """Cut points by string search: for a tokenizer whose split pattern is one of
-    `SPACE_CUT_PATTERNS` (no pre-tokenizer needed, so `tokenizers` is never loaded for it)."""
+    `byte_level.SPACE_CUT_PATTERNS` (no pre-tokenizer needed, so `tokenizers` is never loaded for it)."""
 
 
 def _certainly_not_space(ch: str) -> bool:
@@ -497,42 +483,22 @@ def _grouped(parts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield group
 
 
-def byte_level_pre_tokenizer(tokenizer_path: str) -> PreTokenize | SpaceCuts | None:
+def byte_level_pre_tokenizer(
+    tokenizer_path: str, space_cuts: bool | None = None
+) -> PreTokenize | SpaceCuts | None:
     """How to cut this tokenizer's long documents exactly: `SpaceCuts` where its pattern
-    allows (decided from the JSON alone), else its own pre-tokenizer if it is a byte-level
-    BPE, else None (no exact cut points). Whether space cuts apply is kept for the run's
-    workers on this machine (`check_cache.derived`): each would otherwise parse a 100k-200k
-    vocabulary's file (half a second) at its first long document to learn one bit."""
+    allows, else its own pre-tokenizer if it is a byte-level BPE, else None (no exact cut
+    points). ``space_cuts``: whether space cuts apply, where the caller knows (a run's
+    `EncoderSpec` says, from the driver); else it is looked up (`check_cache.space_cuts`)."""
     from pipeline.encoding.tokenizer import is_byte_level_bpe, load, read_spec
 
-    parts = check_cache.key_parts("space-cuts", tokenizer_path)
-    if (
-        check_cache.derived(parts, lambda: "yes" if space_cuts_apply(read_spec(tokenizer_path)) else "no")
-        == "yes"
-    ):
+    if space_cuts is None:
+        space_cuts = check_cache.space_cuts(tokenizer_path)
+    if space_cuts:
         return SpaceCuts()
-    if _plain_added(read_spec(tokenizer_path)):
+    if plain_added(read_spec(tokenizer_path)):
         return None
     tok = load(tokenizer_path)
     if not is_byte_level_bpe(tok):
         return None
     return tok.pre_tokenizer.pre_tokenize_str
-
-
-def space_cuts_apply(spec: dict) -> bool:
-    """Can a parsed tokenizer.json's long documents be cut by `space_cut`? A BPE without a
-    normalizer whose split pattern is one of `SPACE_CUT_PATTERNS`, and no non-special added
-    token holding a space (those are cut out of the text before pre-tokenizing, so one may
-    span a pre-token boundary)."""
-    try:
-        pattern = pattern_of(spec.get("pre_tokenizer"))
-    except NotEquivalent:
-        return False
-    model = spec.get("model") or {}
-    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
-    return bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in _plain_added(spec))
-
-
-def _plain_added(spec: dict) -> list[str]:
-    """The non-special added tokens (no cut at all where any exists and space cuts do not apply)."""
-    return [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]

@@ -38,6 +38,10 @@ class EncoderSpec:
     checked_with: tuple[tuple[str, str], ...] = ()
     #: fastokens: the code points whose documents go to `tokenizers` (`pipeline.encoding.routing`)
     route: frozenset[int] = frozenset()
+    #: whether long documents may be cut at spaces (`check_cache.space_cuts`), found once by
+    #: the driver for a fast back end, whose check reads the file anyway; None: not found (a
+    #: worker looks it up at its first long document)
+    space_cuts: bool | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_NAMES:
@@ -47,8 +51,8 @@ class EncoderSpec:
 
     @classmethod
     def checked_here(cls, backend: str, tokenizer: str, sha256: str, threads: int = 1) -> EncoderSpec:
-        """The spec of ``backend`` as the driver checks it: with this process's library versions
-        and, for fastokens, the class proven for them."""
+        """The spec of ``backend`` as the driver checks it: with this process's library versions,
+        for fastokens the class proven for them, and for a fast one how long documents are cut."""
         fast = backend != "tokenizers"
         return cls(
             backend,
@@ -57,6 +61,7 @@ class EncoderSpec:
             threads,
             checked_with=library_versions() if fast else (),
             route=routed_class(tokenizer) if backend == "fastokens" else frozenset(),
+            space_cuts=check_cache.space_cuts(tokenizer) if fast else None,
         )
 
     def reading(self, tokenizer: str) -> EncoderSpec:

@@ -175,7 +175,7 @@ class PartitionRun:
             task.eos_id,
             token_dtype(task.dtype),
             self.spool,
-            functools.partial(_pre_tokenizer, spec.tokenizer, spec.sha256),
+            functools.partial(_pre_tokenizer, spec),
             # small items per thread: fine-grained commit points, and no slower than bigger
             # batches (encode_batch's cost is per character)
             batch_chars=ITEM_CHARS * max(1, spec.threads),
@@ -282,7 +282,9 @@ class PartitionRun:
 _pre_tokenizers: dict[str, Any] = {}
 
 
-def _pre_tokenizer(path: str, sha256: str):
-    if sha256 not in _pre_tokenizers:
-        _pre_tokenizers[sha256] = byte_level_pre_tokenizer(path)
-    return _pre_tokenizers[sha256]
+def _pre_tokenizer(spec: EncoderSpec):
+    """How this worker cuts long documents, found once per tokenizer; where the driver's spec
+    says space cuts apply, without opening the tokenizer at all."""
+    if spec.sha256 not in _pre_tokenizers:
+        _pre_tokenizers[spec.sha256] = byte_level_pre_tokenizer(spec.tokenizer, spec.space_cuts)
+    return _pre_tokenizers[spec.sha256]

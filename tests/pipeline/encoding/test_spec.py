@@ -9,6 +9,7 @@ import pytest
 from published_vocabs import tokenizer_json
 
 from pipeline.encoding.backend import library_versions
+from pipeline.encoding.documents import SpaceCuts, byte_level_pre_tokenizer
 from pipeline.encoding.routing import RoutedEncoder, fastokens_class
 from pipeline.encoding.selection import decide
 from pipeline.encoding.spec import EncoderSpec, routed_class, worker_encoder
@@ -51,6 +52,37 @@ def test_a_routed_spec_builds_the_routed_encoder_and_an_empty_class_the_plain_on
     texts = ["plain text", "a\u180eb"]
     assert [list(x) for x in routed.encode_batch(texts)] == [list(x) for x in plain.encode_batch(texts)]
     assert routed.routed == 1
+
+
+def test_a_fast_spec_says_how_long_documents_are_cut_so_no_worker_parses_the_file_for_it(
+    gpt2_tokenizer_path, tmp_path, monkeypatch
+):
+    """The driver finds whether space cuts apply (a worker at its first long document parsed a
+    100k-200k vocabulary's file for that one answer); a worker given the spec opens nothing."""
+    from pipeline.encoding import tokenizer
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # nothing kept from other runs
+    path = str(gpt2_tokenizer_path)
+    spec = EncoderSpec.checked_here("fastokens", path, "sha-gpt2")
+    assert spec.space_cuts is True
+    assert EncoderSpec.checked_here("tokenizers", path, "sha-gpt2").space_cuts is None  # not looked up
+
+    def refuse(path):
+        raise AssertionError(f"{path} parsed again")
+
+    monkeypatch.setattr(tokenizer, "read_spec", refuse)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-node"))  # nor is it kept there
+    travelled = pickle.loads(pickle.dumps(spec))
+    assert isinstance(byte_level_pre_tokenizer(travelled.tokenizer, travelled.space_cuts), SpaceCuts)
+
+
+def test_a_spec_says_space_cuts_do_not_apply_to_another_split_pattern(docs, tmp_path):
+    from support import train_tokenizer_json
+
+    tok = train_tokenizer_json(tmp_path / "tokenizer.json", docs[:40], split=r" ?\p{L}+| ?[^\s\p{L}]+|\s+")
+    spec = EncoderSpec.checked_here("tiktoken", str(tok), "sha-other")
+    assert spec.space_cuts is False
+    assert callable(byte_level_pre_tokenizer(str(tok), spec.space_cuts))  # its own pre-tokenizer
 
 
 def test_an_unknown_back_end_is_refused_in_one_line():
