@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,21 +209,55 @@ def pieces(chunks: Iterable[str], piece_chars: int, pre_tokenize: PreTokenize | 
 
 def _space_pieces(chunks: Iterable[str], piece_chars: int) -> Iterator[str]:
     """`pieces` by `space_cut`; a stretch without a usable space grows the piece (to the next
-    one) rather than cutting elsewhere. The buffer is sliced once per chunk, not per piece."""
-    buf, start = "", 0
-    target = piece_chars
+    one) rather than cutting elsewhere. A chunk is never copied whole: the text left from
+    the chunks before is joined only to the chunk's head, as far as the first cut inside it
+    (`_across_seam`); the rest of the chunk is cut where it is."""
+    buf, start, target = "", 0, piece_chars
     for chunk in chunks:
-        buf = buf[start:] + chunk
-        start, target = 0, target - start
-        while target < len(buf):
-            cut = space_cut(buf, start, target)
-            if cut is None:
-                target += piece_chars // 2
+        carry, target = buf[start:], target - start
+        buf, start = chunk, 0
+        if carry:
+            start, target, joined = yield from _across_seam(carry, chunk, target, piece_chars)
+            if joined is not None:  # no cut inside the chunk: the whole of it is left over
+                buf = joined
                 continue
-            yield buf[start:cut]
-            start, target = cut, cut + piece_chars
+        start, target = yield from _cut_spaces(buf, start, target, piece_chars)
     if start < len(buf):
         yield buf[start:]
+
+
+def _across_seam(
+    carry: str, chunk: str, target: int, piece_chars: int
+) -> Generator[str, None, tuple[int, int, str | None]]:
+    """The pieces of ``carry + chunk`` up to the first cut inside ``chunk``, found on a join of
+    the chunk's head only (longer heads while no cut is found), as on the whole join: the
+    cuts depend on the text before ``target`` alone. Returns where the next piece starts and
+    its target, in ``chunk``'s positions, or the whole join if no cut falls in ``chunk``."""
+    start, width = 0, piece_chars
+    while width < len(chunk):
+        joined = carry + chunk[:width]
+        start, target = yield from _cut_spaces(joined, start, target, piece_chars, stop=len(carry))
+        if start >= len(carry):
+            return start - len(carry), target - len(carry), None
+        width *= 2
+    joined = carry + chunk
+    start, target = yield from _cut_spaces(joined, start, target, piece_chars)
+    return start, target, joined
+
+
+def _cut_spaces(
+    buf: str, start: int, target: int, piece_chars: int, stop: int | None = None
+) -> Generator[str, None, tuple[int, int]]:
+    """Pieces of ``buf`` from ``start`` while the target lies inside it (and, with ``stop``,
+    until a piece ends at or past it); returns the next piece's start and target."""
+    while target < len(buf) and (stop is None or start < stop):
+        cut = space_cut(buf, start, target)
+        if cut is None:
+            target += piece_chars // 2
+            continue
+        yield buf[start:cut]
+        start, target = cut, cut + piece_chars
+    return start, target
 
 
 class DocumentEncoder:
