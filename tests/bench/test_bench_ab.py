@@ -38,3 +38,32 @@ def test_both_sides_run_each_round_and_the_ratio_is_reported(tmp_path):
     assert any(line.startswith("| before (HEAD) |") for line in lines)
     assert any(line.startswith("| after / before |") for line in lines)
     assert _worktrees() == before
+
+
+def _bench_ab(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_ab.py"), "--before", "HEAD", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_primed_run_first_runs_the_command_on_the_prime_input(tmp_path):
+    """Each timed run follows an untimed one with ``--input`` replaced: a prime input that
+    cannot be read stops the benchmark at the first round, named, and no worktree is left."""
+    before = _worktrees()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the same few words again and again\n" * 50)
+    missing = tmp_path / "no-such-prime.txt"
+    command = ["tokenizer", "train", "--input", str(corpus), "--vocab-size", "300", "--out", "OUT"]
+    proc = _bench_ab(tmp_path, "--rounds", "1", "--prime-input", str(missing), "--", *command)
+    assert proc.returncode != 0
+    assert "no-such-prime.txt" in proc.stderr and "#0" not in proc.stdout
+    assert _worktrees() == before
+
+
+def test_a_prime_input_needs_a_command_with_an_input(tmp_path):
+    proc = _bench_ab(tmp_path, "--prime-input", "x.jsonl", "--", "--version")
+    assert proc.returncode == 2 and "--prime-input replaces the command's --input" in proc.stderr

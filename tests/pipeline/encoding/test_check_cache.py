@@ -211,8 +211,9 @@ def test_what_fastokens_is_built_from_is_derived_once_and_a_damaged_entry_is_mad
     path = str(tokenizer_json("o200k_base"))
     first = spec.build(EncoderSpec.checked_here("fastokens", path, "sha"))
     kept = sorted((cache / "derived").glob("*.txt"))
-    assert len(kept) == 2  # the rewritten text (ids without gaps, native spelling) and the class
-    assert {p.read_text()[:1] for p in kept} == {"[", "{"}
+    # the rewritten text (ids without gaps, native spelling), the class, and that space cuts apply
+    assert len(kept) == 3
+    assert {p.read_text()[:1] for p in kept} == {"[", "{", "y"}
     for p in kept:
         if p.read_text().startswith("["):
             p.write_text("not a class")
