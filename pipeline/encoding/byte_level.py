@@ -156,7 +156,10 @@ def check_model(spec: dict[str, Any]) -> dict[str, Any]:
         raise NotEquivalent(f"model {model.get('type')} is not BPE")
     if spec.get("normalizer") is not None:
         kind = spec["normalizer"].get("type", "?")
-        raise NotEquivalent(f"normalizer {kind} changes the text before BPE; the fast back ends have none")
+        raise NotEquivalent(
+            f"normalizer {kind} changes the text before BPE; tiktoken takes none, fastokens only NFC "
+            "(with no non-special added token)"
+        )
     for option, harmless in (
         ("dropout", (None, 0, 0.0)),
         ("continuing_subword_prefix", (None, "")),
