@@ -20,6 +20,7 @@ from published_vocabs import EOS, reference, tokenizer_json
 from support import cli, english_documents, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.documents import LONG_DOC_CHARS
 from pipeline.encoding.fastokens_backend import FastokensEncoder
 from pipeline.encoding.normalizing import normalizing, run_ahead
 from pipeline.encoding.selection import decide
@@ -122,8 +123,10 @@ def test_an_added_token_that_is_not_special_keeps_the_normalizer_in_tokenizers(q
 
 def test_prepare_with_qwen2_writes_tiktokens_ids_of_the_nfc_text_on_fastokens(tmp_path, prose):
     """The whole command on Qwen2's real vocabulary: uint32 by itself, fastokens, and the ids
-    of the text in NFC, whether the documents came in NFC or not."""
-    docs = [prose[0], *NOT_NFC, prose[1], "ordinary ascii text " * 50, prose[2]]
+    of the text in NFC, whether the documents came in NFC or not, a long document too."""
+    joined = " ".join(prose)
+    long_doc = (joined * (LONG_DOC_CHARS // len(joined) + 2))[: LONG_DOC_CHARS + 20_000] + " e\u0301nd"
+    docs = [prose[0], *NOT_NFC, prose[1], long_doc, "ordinary ascii text " * 50, prose[2]]
     data = write_jsonl(tmp_path / "in.jsonl", docs)
     out = tmp_path / "out"
     cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_json(QWEN)), "--out", str(out),
