@@ -1,7 +1,7 @@
 """Where fastokens parts from `tokenizers`, bounded to a class of characters, and the encoder
 that sends only the documents holding one of them to the reference.
 
-fastokens splits the published patterns (GPT-2's, Llama 3's, and cl100k_base's and
+fastokens splits the published patterns (GPT-2's, Llama 3's, Qwen's, and cl100k_base's and
 o200k_base's in the spelling `fastokens_backend.NATIVE_SPELLING` gives them) without a regex
 engine, and any other on PCRE2, where `tokenizers` runs Oniguruma. The two can part on a class
 of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as white space, which Unicode
@@ -26,6 +26,7 @@ from pipeline.encoding.byte_level import (
     CL100K_PATTERN,
     LLAMA3_PATTERN,
     O200K_PATTERN,
+    QWEN2_PATTERN,
     NotEquivalent,
     pattern_of,
 )
@@ -37,6 +38,7 @@ PROVEN: dict[tuple[str, str, str], frozenset[int]] = {
     ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset(),
     ("0.3.5", "0.23.3", O200K_PATTERN): frozenset(),
     ("0.3.5", "0.23.3", LLAMA3_PATTERN): frozenset(),
+    ("0.3.5", "0.23.3", QWEN2_PATTERN): frozenset(),
 }
 
 #: one code point ``c`` in every context the patterns tell apart

@@ -7,6 +7,7 @@ nothing else decides which back end runs or which documents fastokens sends to `
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from functools import lru_cache
 from pipeline.encoding import BACKEND_NAMES, check_cache
 from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_versions
 from pipeline.encoding.equivalence import confirm_builtin
-from pipeline.encoding.fastokens_backend import FastokensEncoder, rewritten_text
+from pipeline.encoding.fastokens_backend import FastokensEncoder, normalizer_ahead, rewritten_text
+from pipeline.encoding.normalizing import RUN_AHEAD
 from pipeline.encoding.routing import RoutedEncoder, fastokens_class
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
@@ -38,6 +40,9 @@ class EncoderSpec:
     checked_with: tuple[tuple[str, str], ...] = ()
     #: fastokens: the code points whose documents go to `tokenizers` (`pipeline.encoding.routing`)
     route: frozenset[int] = frozenset()
+    #: fastokens: the tokenizer's normalizer, run ahead of it by `tokenizers` itself, as JSON
+    #: (``null`` where none is; `pipeline.encoding.normalizing`)
+    normalizer: str = "null"
     #: whether long documents may be cut at spaces (`check_cache.space_cuts`), found once by
     #: the driver for a fast back end, whose check reads the file anyway; None: not found (a
     #: worker looks it up at its first long document)
@@ -61,6 +66,7 @@ class EncoderSpec:
             threads,
             checked_with=library_versions() if fast else (),
             route=routed_class(tokenizer) if backend == "fastokens" else frozenset(),
+            normalizer=kept_normalizer(tokenizer) if backend == "fastokens" else "null",
             space_cuts=check_cache.space_cuts(tokenizer) if fast else None,
         )
 
@@ -85,6 +91,19 @@ def routed_class(tokenizer: str) -> frozenset[int]:
         return frozenset(json.loads(make()))
 
 
+def kept_normalizer(tokenizer: str) -> str:
+    """`fastokens_backend.normalizer_ahead`, kept beside the checks for the run's workers on
+    this machine (`check_cache.derived`: finding it parses the whole file); an entry that is
+    not one of its answers is made again."""
+    kept = check_cache.derived(
+        check_cache.key_parts("fastokens-normalizer", tokenizer), lambda: normalizer_ahead(tokenizer)
+    )
+    with contextlib.suppress(ValueError):
+        if kept == "null" or json.loads(kept) in RUN_AHEAD:
+            return kept
+    return normalizer_ahead(tokenizer)
+
+
 def build(spec: EncoderSpec) -> Encoder:
     """The encoder ``spec`` names. Where this process's library versions are not those the
     driver checked with (another node, another environment), a fast one first compares the
@@ -98,7 +117,9 @@ def build(spec: EncoderSpec) -> Encoder:
     rewritten = check_cache.derived(
         check_cache.key_parts("fastokens-text", spec.tokenizer), lambda: rewritten_text(spec.tokenizer)
     )
-    fast = FastokensEncoder(spec.tokenizer, spec.threads, confirm=False, rewritten=rewritten)
+    fast = FastokensEncoder(
+        spec.tokenizer, spec.threads, confirm=False, rewritten=rewritten, normalizer=spec.normalizer
+    )
     # the class is proven for the driver's libraries; other libraries route their own (if any)
     route = routed_class(spec.tokenizer) if confirm else spec.route
     encoder: Encoder = fast
