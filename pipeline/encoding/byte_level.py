@@ -157,8 +157,7 @@ def check_model(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("normalizer") is not None:
         kind = spec["normalizer"].get("type", "?")
         raise NotEquivalent(
-            f"normalizer {kind} changes the text before BPE; tiktoken takes none, fastokens only NFC "
-            "(with no non-special added token)"
+            f"normalizer {kind} changes the text before BPE; tiktoken takes none, fastokens only NFC"
         )
     for option, harmless in (
         ("dropout", (None, 0, 0.0)),

@@ -328,7 +328,7 @@ def fastokens_spec(tokenizer_path: str) -> tuple[dict, str]:
         check_fast_shape(spec)
         return spec, "byte-level BPE"
     check_fast_shape(without_normalizer(spec))
-    return spec, f"byte-level BPE after its {ahead['type']} normalizer (run by tokenizers itself)"
+    return spec, f"byte-level BPE after its {ahead.normalizer['type']} normalizer (run by tokenizers itself)"
 
 
 def confirm_builtin(tokenizer_path: str, fast) -> None:

@@ -14,7 +14,6 @@ does that).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
@@ -35,7 +34,7 @@ from pipeline.encoding.byte_level import (
     pre_tokenizer_parts,
 )
 from pipeline.encoding.equivalence import confirm_builtin
-from pipeline.encoding.normalizing import Normalize, normalizing, run_ahead, without_normalizer
+from pipeline.encoding.normalizing import Ahead, Normalize, normalizing, run_ahead, without_normalizer
 from pipeline.encoding.tokenizer import read_bytes, read_spec, unreadable
 
 LIBRARY = "fastokens"
@@ -161,8 +160,10 @@ def rewritten_text(path: str) -> str:
 
 
 def normalizer_ahead(path: str) -> str:
-    """The tokenizer's normalizer that runs ahead of fastokens, as JSON (``null`` where none does)."""
-    return json.dumps(run_ahead(read_spec(path)), sort_keys=True)
+    """How the tokenizer's normalizer runs ahead of fastokens (`Ahead.to_json`; ``null`` where
+    none does)."""
+    ahead = run_ahead(read_spec(path))
+    return "null" if ahead is None else ahead.to_json()
 
 
 class FastokensEncoder:
@@ -170,7 +171,8 @@ class FastokensEncoder:
 
     name = LIBRARY
 
-    #: `tokenizers`' own normalizer, run on the texts first (None: the file has none)
+    #: `tokenizers`' own normalizer, run on the texts first (None: the file has none, or
+    #: texts it changes are routed to `tokenizers` instead)
     normalize: Normalize | None = None
 
     def __init__(
@@ -190,9 +192,9 @@ class FastokensEncoder:
             rewritten = rewritten_text(path)
         if normalizer is None:
             normalizer = normalizer_ahead(path)
-        ahead = json.loads(normalizer)
-        if ahead is not None:
-            self.normalize = normalizing(ahead)
+        ahead = Ahead.from_json(normalizer)
+        if ahead is not None and not ahead.route_changed:  # else the caller routes (`spec.build`)
+            self.normalize = normalizing(ahead.normalizer)
         # as it is, most often: rewriting it costs each worker's start, and a refusal costs a
         # whole build (1.5 s for a 200k vocabulary), so a file known to need it is rewritten first
         try:

@@ -7,16 +7,20 @@ without its normalizer and given text that `tokenizers`' own normalizer (the sam
 deserialized from the same JSON) has already normalized: the ids are exact by construction,
 and the run's equivalence check still compares them with `tokenizers` on the whole file.
 
-Only normalizers in `RUN_AHEAD` are taken out, and only where the file has no non-special added
-token (`tokenizers` finds those in the text before it normalizes). Every Unicode normalization
-form leaves ASCII text as it is, in every Unicode version, so such text is passed through
-without a call.
+Only normalizers in `RUN_AHEAD` are taken out. Where the file has non-special added tokens
+(Qwen2.5's tool-call and fill-in-the-middle markers), `tokenizers` finds those in the text
+before it normalizes, so the text cannot be normalized first: there a text the normalizer
+would change goes to `tokenizers` whole (`Ahead.route_changed`), and every other is encoded as
+it is (a part of a normalized text is normalized too, so `tokenizers` changes none of its
+pieces either). Every Unicode normalization form leaves ASCII text as it is, in every Unicode
+version, so such text is passed through without a call.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: the normalizers a fast back end takes as already-normalized text
@@ -28,14 +32,37 @@ ASCII_STABLE = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
 Normalize = Callable[[str], str]
 
 
-def run_ahead(spec: dict[str, Any]) -> dict[str, Any] | None:
-    """The parsed tokenizer.json's normalizer where it can run ahead of a fast back end, else None."""
+@dataclass(frozen=True)
+class Ahead:
+    """How a tokenizer's normalizer is taken off a fast back end."""
+
+    normalizer: dict[str, Any]
+    #: the file has non-special added tokens: texts the normalizer changes go to `tokenizers`,
+    #: the others are encoded as they are; else every text is normalized first
+    route_changed: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Ahead | None:
+        """`to_json`'s text back (``null``: none); `ValueError` for any other text."""
+        data = json.loads(text)
+        if data is None:
+            return None
+        if not isinstance(data, dict) or data.get("normalizer") not in RUN_AHEAD:
+            raise ValueError(f"not a normalizer run ahead: {text[:80]!r}")
+        if not isinstance(data.get("route_changed"), bool):
+            raise ValueError(f"not a normalizer run ahead: {text[:80]!r}")
+        return cls(data["normalizer"], data["route_changed"])
+
+
+def run_ahead(spec: dict[str, Any]) -> Ahead | None:
+    """How the parsed tokenizer.json's normalizer runs ahead of a fast back end, None where it cannot."""
     normalizer = spec.get("normalizer")
     if normalizer not in RUN_AHEAD:
         return None
-    if any(not t.get("special") for t in spec.get("added_tokens") or []):
-        return None
-    return normalizer
+    return Ahead(normalizer, any(not t.get("special") for t in spec.get("added_tokens") or []))
 
 
 def without_normalizer(spec: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ nothing else decides which back end runs or which documents fastokens sends to `
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pipeline.encoding import BACKEND_NAMES, check_cache
 from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_versions
 from pipeline.encoding.equivalence import confirm_builtin
 from pipeline.encoding.fastokens_backend import FastokensEncoder, normalizer_ahead, rewritten_text
-from pipeline.encoding.normalizing import RUN_AHEAD
+from pipeline.encoding.normalizing import Ahead, normalizing
 from pipeline.encoding.routing import RoutedEncoder, fastokens_class
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
@@ -40,8 +39,8 @@ class EncoderSpec:
     checked_with: tuple[tuple[str, str], ...] = ()
     #: fastokens: the code points whose documents go to `tokenizers` (`pipeline.encoding.routing`)
     route: frozenset[int] = frozenset()
-    #: fastokens: the tokenizer's normalizer, run ahead of it by `tokenizers` itself, as JSON
-    #: (``null`` where none is; `pipeline.encoding.normalizing`)
+    #: fastokens: how the tokenizer's normalizer runs ahead of it (`normalizing.Ahead.to_json`;
+    #: ``null`` where none does)
     normalizer: str = "null"
     #: whether long documents may be cut at spaces (`check_cache.space_cuts`), found once by
     #: the driver for a fast back end, whose check reads the file anyway; None: not found (a
@@ -98,10 +97,11 @@ def kept_normalizer(tokenizer: str) -> str:
     kept = check_cache.derived(
         check_cache.key_parts("fastokens-normalizer", tokenizer), lambda: normalizer_ahead(tokenizer)
     )
-    with contextlib.suppress(ValueError):
-        if kept == "null" or json.loads(kept) in RUN_AHEAD:
-            return kept
-    return normalizer_ahead(tokenizer)
+    try:
+        Ahead.from_json(kept)
+    except (ValueError, TypeError):
+        return normalizer_ahead(tokenizer)
+    return kept
 
 
 def build(spec: EncoderSpec) -> Encoder:
@@ -122,9 +122,12 @@ def build(spec: EncoderSpec) -> Encoder:
     )
     # the class is proven for the driver's libraries; other libraries route their own (if any)
     route = routed_class(spec.tokenizer) if confirm else spec.route
+    ahead = Ahead.from_json(spec.normalizer)
+    changed_by = normalizing(ahead.normalizer) if ahead is not None and ahead.route_changed else None
     encoder: Encoder = fast
-    if route:
-        encoder = RoutedEncoder(fast, lambda: TokenizersEncoder(spec.tokenizer, spec.threads), route)
+    if route or changed_by:
+        reference = lambda: TokenizersEncoder(spec.tokenizer, spec.threads)  # noqa: E731
+        encoder = RoutedEncoder(fast, reference, route, changed_by)
     if confirm:
         confirm_builtin(spec.tokenizer, encoder)
     return encoder

@@ -113,12 +113,51 @@ def test_a_normalizer_fastokens_does_not_take_leaves_the_run_on_tokenizers(qwen,
     assert "normalizer NFKC" in decision.reason
 
 
-def test_an_added_token_that_is_not_special_keeps_the_normalizer_in_tokenizers(qwen):
-    """`tokenizers` finds such a token in the text before it normalizes: nothing runs ahead."""
-    spec = dict(read_spec(qwen))
-    assert run_ahead(spec) == {"type": "NFC"}
-    plain = {"id": 151646, "content": "caf\u00e9 au lait", "special": False, "normalized": True}
-    assert run_ahead({**spec, "added_tokens": [*spec["added_tokens"], plain]}) is None
+#: Qwen2.5's added tokens after Qwen2's three, as its tokenizer_config.json lists them: the
+#: tool-call and fill-in-the-middle markers are not special, so they are found in any text
+QWEN25_ADDED = [
+    *((t, True) for t in ("<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
+                          "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+                          "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")),
+    *((t, False) for t in ("<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                           "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def qwen25(qwen, tmp_path_factory) -> str:
+    """Qwen's ranks and NFC with Qwen2.5's added tokens."""
+    spec = json.loads(Path(qwen).read_text(encoding="utf-8"))
+    first = 1 + max(t["id"] for t in spec["added_tokens"])
+    for i, (content, special) in enumerate(QWEN25_ADDED):
+        spec["added_tokens"].append({"id": first + i, "content": content, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": special})  # fmt: skip
+    path = tmp_path_factory.mktemp("qwen25") / "tokenizer.json"
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def test_with_added_tokens_that_are_not_special_the_texts_nfc_changes_go_to_tokenizers(qwen25, prose):
+    """`tokenizers` finds such tokens before it normalizes, so the text cannot be normalized
+    first: fastokens takes the texts NFC leaves as they are, `tokenizers` the others, and the
+    ids are `tokenizers`' for both, a marker that NFC would join to a mark included."""
+    assert run_ahead(read_spec(qwen25)).route_changed
+    decision = decide("auto", qwen25, lambda: prose)
+    assert decision.name == "fastokens", decision.reason
+    assert "documents its NFC normalizer changes go to tokenizers" in decision.reason
+    texts = [
+        prose[0],
+        "<tool_call>{}</tool_call> <|fim_prefix|>x",
+        *NOT_NFC,
+        "a <tool_call>\u0338 b",
+        prose[1],
+    ]
+    encoder = worker_encoder(decision.spec)
+    got = encoder.encode_batch(texts)
+    assert [list(ids) for ids in got] == TokenizersEncoder(qwen25).encode_batch(texts)
+    assert encoder.routed == sum(unicodedata.normalize("NFC", t) != t for t in texts) == 5
+    assert decision.manifest_entry(routed_documents=6)["routed"] == {
+        "class": "text its NFC normalizer changes", "to": "tokenizers", "documents": 6}  # fmt: skip
 
 
 def test_prepare_with_qwen2_writes_tiktokens_ids_of_the_nfc_text_on_fastokens(tmp_path, prose):
