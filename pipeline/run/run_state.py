@@ -61,6 +61,9 @@ class RunState(ABC):
     resumes_partials: bool = True
     #: how often the driver reads running partitions' progress for its progress line
     poll_seconds: float = 0.5
+    #: the manifest this object wrote, sealed, as written (None: none yet): what `prepare`
+    #: reports without reading back, and checking again, the file it has just written
+    written_manifest: dict[str, Any] | None = None
 
     @property
     def location(self) -> str:
@@ -171,7 +174,9 @@ class RunState(ABC):
 
     def write_manifest(self, doc: dict[str, Any]) -> Path | str:
         """Seal and write the manifest whole, last; returns where it is."""
-        self.place.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(manifest_mod.sealed(doc)))
+        sealed = manifest_mod.sealed(doc)
+        self.place.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(sealed))
+        self.written_manifest = sealed
         self.after_manifest()
         return self.manifest_location
 
