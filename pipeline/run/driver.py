@@ -98,7 +98,13 @@ def prepare(
                     settings.threads,
                     EarlyWorkers(early, state.warm),
                 )
-            plan = _checked_or_new_plan(plan, recipe, state, tok, log)
+            try:
+                plan = _checked_or_new_plan(plan, recipe, state, tok, log)
+            except BaseException:
+                if early is not None:  # a fresh run that could not be planned leaves none behind
+                    with contextlib.suppress(Exception):  # (the planning's error is the one to say)
+                        state.remove_tokenizer()
+                raise
             if early is None:  # a rerun's, once its plan is found to be this recipe's
                 state.install_tokenizer(src, tok)
             if _is_complete(state, plan):

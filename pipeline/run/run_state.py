@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.encoding.spec import EncoderSpec
-from pipeline.encoding.tokenizer import TokenizerInfo
+from pipeline.encoding.tokenizer import TOKENIZER_FILE, TokenizerInfo
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import json_bytes
 from pipeline.run.records import Checkpoint, Holder, Plan
@@ -156,6 +156,11 @@ class RunState(ABC):
     @abstractmethod
     def install_tokenizer(self, src: Path, tok: TokenizerInfo) -> Path:
         """Put the run's tokenizer.json beside the manifest; returns a local copy's path."""
+
+    def remove_tokenizer(self) -> None:
+        """Take back the tokenizer put beside the manifest for a run that could not be planned
+        (a fresh run puts it there first, for its workers to build from while it plans)."""
+        self.place.delete(TOKENIZER_FILE)
 
     @abstractmethod
     def worker_tokenizer(self, sha256: str) -> str:
