@@ -12,7 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from background import JOBS, Job, readers_last, wanted_jobs
 from support import EOS, REPO, english_documents
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    readers_last(items)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,6 +28,18 @@ def user_cache(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(folder))
         yield folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_jobs(request, tmp_path_factory, user_cache) -> dict[str, Job]:
+    """Every background job (tests/background.py) that a selected test reads, started now."""
+    jobs = {}
+    for name in wanted_jobs(request.session.items):
+        folder = tmp_path_factory.mktemp(name)
+        jobs[name] = Job(name, JOBS[name](folder), folder)
+    yield jobs
+    for job in jobs.values():
+        job.stop()
 
 
 @pytest.fixture(scope="session")

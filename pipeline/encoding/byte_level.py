@@ -22,6 +22,12 @@ LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+#: Qwen's split pattern (Qwen2 and Qwen2.5 as their tokenizer.json spells it): Llama 3's with
+#: one digit a pre-token
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 #: the contractions of the patterns below, each case spelled out (as tiktoken's converted
 #: files spell them) and as one case-insensitive group (as Llama 3's own file does): the same
 #: matches, since no character but the ASCII letters folds to one of them save U+017F LATIN
@@ -150,7 +156,9 @@ def check_model(spec: dict[str, Any]) -> dict[str, Any]:
         raise NotEquivalent(f"model {model.get('type')} is not BPE")
     if spec.get("normalizer") is not None:
         kind = spec["normalizer"].get("type", "?")
-        raise NotEquivalent(f"normalizer {kind} changes the text before BPE; the fast back ends have none")
+        raise NotEquivalent(
+            f"normalizer {kind} changes the text before BPE; tiktoken takes none, fastokens only NFC"
+        )
     for option, harmless in (
         ("dropout", (None, 0, 0.0)),
         ("continuing_subword_prefix", (None, "")),

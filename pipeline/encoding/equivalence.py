@@ -34,6 +34,7 @@ from pipeline.encoding.byte_level import (
     sentencepiece_text,
     to_bytes,
 )
+from pipeline.encoding.normalizing import run_ahead, without_normalizer
 from pipeline.encoding.tokenizer import read_spec
 from pipeline.format.errors import TokshardError
 
@@ -316,13 +317,18 @@ def byte_level_spec(tokenizer_path: str) -> dict:
 
 def fastokens_spec(tokenizer_path: str) -> tuple[dict, str]:
     """The parsed tokenizer.json and its shape, if fastokens is checked on that shape: a
-    byte-level BPE (`byte_level_spec`), or a SentencePiece-style BPE in Llama 2's shape;
+    byte-level BPE (`byte_level_spec`), also after a normalizer that runs ahead of it
+    (`pipeline.encoding.normalizing`), or a SentencePiece-style BPE in Llama 2's shape;
     `NotEquivalent` naming the byte-level rule broken otherwise."""
     spec = read_spec(tokenizer_path)
     if is_sentencepiece_bpe(spec):
         return spec, "SentencePiece-style BPE with byte fallback"
-    check_fast_shape(spec)
-    return spec, "byte-level BPE"
+    ahead = run_ahead(spec)
+    if ahead is None:
+        check_fast_shape(spec)
+        return spec, "byte-level BPE"
+    check_fast_shape(without_normalizer(spec))
+    return spec, f"byte-level BPE after its {ahead.normalizer['type']} normalizer (run by tokenizers itself)"
 
 
 def confirm_builtin(tokenizer_path: str, fast) -> None:

@@ -34,6 +34,7 @@ from pipeline.encoding.byte_level import (
     pre_tokenizer_parts,
 )
 from pipeline.encoding.equivalence import confirm_builtin
+from pipeline.encoding.normalizing import Ahead, Normalize, normalizing, run_ahead, without_normalizer
 from pipeline.encoding.tokenizer import read_bytes, read_spec, unreadable
 
 LIBRARY = "fastokens"
@@ -145,13 +146,24 @@ def rewritten_text(path: str) -> str:
     """The text fastokens is built from where the file's own is known not to do, or to cost
     more than it need (`encoding_part`: a vocabulary whose ids leave gaps; merges BPE never
     applies, which fastokens would read on every worker's start; a split pattern it would run
-    on its regex engine), else "" (the file as it is)."""
+    on its regex engine; a normalizer that runs ahead of it, `pipeline.encoding.normalizing`),
+    else "" (the file as it is)."""
     spec = read_spec(path)
+    ahead = run_ahead(spec)
+    if ahead is not None:
+        spec = without_normalizer(spec)
     merges = applied_merges(spec.get("model") or {})
     native = natively_spelled(spec.get("pre_tokenizer"))
-    if merges is None and native is None and not has_id_gaps(spec):
+    if merges is None and native is None and not has_id_gaps(spec) and ahead is None:
         return ""
     return encoding_part(spec, merges, native)
+
+
+def normalizer_ahead(path: str) -> str:
+    """How the tokenizer's normalizer runs ahead of fastokens (`Ahead.to_json`; ``null`` where
+    none does)."""
+    ahead = run_ahead(read_spec(path))
+    return "null" if ahead is None else ahead.to_json()
 
 
 class FastokensEncoder:
@@ -159,21 +171,38 @@ class FastokensEncoder:
 
     name = LIBRARY
 
+    #: `tokenizers`' own normalizer, run on the texts first (None: the file has none, or
+    #: texts it changes are routed to `tokenizers` instead)
+    normalize: Normalize | None = None
+
     def __init__(
-        self, path: str, threads: int = 1, confirm: bool = True, rewritten: str | None = None
+        self,
+        path: str,
+        threads: int = 1,
+        confirm: bool = True,
+        rewritten: str | None = None,
+        normalizer: str | None = None,
     ) -> None:
-        """``rewritten``: `rewritten_text`'s answer for this file, where the caller has it."""
+        """``rewritten`` and ``normalizer``: `rewritten_text`'s and `normalizer_ahead`'s answers
+        for this file, where the caller has them."""
         set_threads(threads)
         import fastokens
 
         if rewritten is None:
             rewritten = rewritten_text(path)
+        if normalizer is None:
+            normalizer = normalizer_ahead(path)
+        ahead = Ahead.from_json(normalizer)
+        if ahead is not None and not ahead.route_changed:  # else the caller routes (`spec.build`)
+            self.normalize = normalizing(ahead.normalizer)
         # as it is, most often: rewriting it costs each worker's start, and a refusal costs a
         # whole build (1.5 s for a 200k vocabulary), so a file known to need it is rewritten first
         try:
             self.tokenizer = fastokens.Tokenizer.from_json_str(rewritten or file_text(path))
         except ValueError:  # a part encoding never runs that fastokens cannot build
-            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(read_spec(path)))
+            spec = read_spec(path)
+            own = without_normalizer(spec) if ahead is not None else spec
+            self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(own))
         if confirm:
             confirm_builtin(path, self)
 
@@ -188,6 +217,8 @@ class FastokensEncoder:
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """All texts' ids as one uint32 array, and ``len(texts) + 1`` int64 offsets into it.
         Special-token text is encoded as text (``split_special_tokens``)."""
+        if self.normalize is not None:
+            texts = [self.normalize(t) for t in texts]
         ids, offsets = self.tokenizer.encode_batch_flat(
             texts, add_special_tokens=False, split_special_tokens=True
         )

@@ -1,7 +1,7 @@
 """Where fastokens parts from `tokenizers`, bounded to a class of characters, and the encoder
 that sends only the documents holding one of them to the reference.
 
-fastokens splits the published patterns (GPT-2's, Llama 3's, and cl100k_base's and
+fastokens splits the published patterns (GPT-2's, Llama 3's, Qwen's, and cl100k_base's and
 o200k_base's in the spelling `fastokens_backend.NATIVE_SPELLING` gives them) without a regex
 engine, and any other on PCRE2, where `tokenizers` runs Oniguruma. The two can part on a class
 of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as white space, which Unicode
@@ -26,6 +26,7 @@ from pipeline.encoding.byte_level import (
     CL100K_PATTERN,
     LLAMA3_PATTERN,
     O200K_PATTERN,
+    QWEN2_PATTERN,
     NotEquivalent,
     pattern_of,
 )
@@ -37,6 +38,7 @@ PROVEN: dict[tuple[str, str, str], frozenset[int]] = {
     ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset(),
     ("0.3.5", "0.23.3", O200K_PATTERN): frozenset(),
     ("0.3.5", "0.23.3", LLAMA3_PATTERN): frozenset(),
+    ("0.3.5", "0.23.3", QWEN2_PATTERN): frozenset(),
 }
 
 #: one code point ``c`` in every context the patterns tell apart
@@ -96,22 +98,35 @@ def _ids(ids: Sequence[int]) -> list[int]:
     return ids.tolist() if hasattr(ids, "tolist") else list(ids)
 
 
-def describe(code_points: frozenset[int]) -> str:
-    """The class as the manifest and the log name it, e.g. ``U+180E``."""
-    return ", ".join(f"U+{c:04X}" for c in sorted(code_points))
+def describe(code_points: frozenset[int], changed_by: str | None = None) -> str:
+    """The class as the manifest and the log name it, e.g. ``holding U+180E``, or ``text its
+    NFC normalizer changes`` (``changed_by``, the normalizer's type), or both."""
+    parts = ["holding " + ", ".join(f"U+{c:04X}" for c in sorted(code_points))] if code_points else []
+    if changed_by:
+        parts.append(f"text its {changed_by} normalizer changes")
+    return " or ".join(parts)
 
 
 class RoutedEncoder:
-    """The fast encoder for every text without a character of ``route``, the reference
-    (built at the first such text) for those with one; ``routed`` counts the latter."""
+    """The fast encoder for every text without a character of ``route`` (and, with
+    ``changed_by``, that this normalizer leaves as it is), the reference (built at the first
+    such text) for the others; ``routed`` counts the latter."""
 
-    def __init__(self, fast, reference: Callable[[], object], route: frozenset[int]) -> None:
+    def __init__(
+        self,
+        fast,
+        reference: Callable[[], object],
+        route: frozenset[int],
+        changed_by: Callable[[str], str] | None = None,
+    ) -> None:
         self.name = fast.name
         self.fast = fast
         self.route = route
         self._reference_factory = reference
         self._reference = None
-        self._finds = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(route)) + "]").search
+        holds = "[" + "".join(re.escape(chr(c)) for c in sorted(route)) + "]"
+        self._finds = re.compile(holds).search if route else None
+        self._changed_by = changed_by
         self.routed = 0
 
     @property
@@ -121,8 +136,12 @@ class RoutedEncoder:
         return self._reference
 
     def _split(self, texts: list[str]) -> list[int]:
-        finds = self._finds
-        return [i for i, text in enumerate(texts) if finds(text)]
+        finds, changed_by = self._finds, self._changed_by
+        return [
+            i
+            for i, text in enumerate(texts)
+            if (finds is not None and finds(text)) or (changed_by is not None and changed_by(text) != text)
+        ]
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         routed = self._split(texts)

@@ -31,6 +31,7 @@ from pipeline.encoding.equivalence import (
     vocabulary_of,
 )
 from pipeline.encoding.fastokens_backend import available
+from pipeline.encoding.normalizing import Ahead
 from pipeline.encoding.routing import describe
 from pipeline.encoding.spec import EncoderSpec, build
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
@@ -80,10 +81,21 @@ class Decision:
             "library": spec.backend,
             "version": library_version(spec.backend) or "unknown",
         }
-        if spec.route:
-            routed = {"class": describe(spec.route), "to": "tokenizers", "documents": routed_documents}
+        changed_by = _changed_by(spec)
+        if spec.route or changed_by:
+            routed = {
+                "class": describe(spec.route, changed_by),
+                "to": "tokenizers",
+                "documents": routed_documents,
+            }
             entry["routed"] = routed
         return entry
+
+
+def _changed_by(spec: EncoderSpec) -> str | None:
+    """The normalizer whose changes send a text to `tokenizers` (`normalizing.Ahead`), if any."""
+    ahead = Ahead.from_json(spec.normalizer)
+    return ahead.normalizer.get("type") if ahead is not None and ahead.route_changed else None
 
 
 def decide(
@@ -154,12 +166,19 @@ def _likely_choice(requested: str) -> str:
 
 def _routing_note(spec: EncoderSpec) -> str:
     """What the reason adds where fastokens routes a class of documents to `tokenizers`."""
-    if not spec.route:
-        return ""
-    return (
-        f"; documents holding {describe(spec.route)} go to tokenizers (fastokens' regex engine "
-        "parts from it on that class alone, proven over every code point)"
-    )
+    note = ""
+    if spec.route:
+        note += (
+            f"; documents {describe(spec.route)} go to tokenizers (fastokens' regex engine "
+            "parts from it on that class alone, proven over every code point)"
+        )
+    changed_by = _changed_by(spec)
+    if changed_by:
+        note += (
+            f"; documents its {changed_by} normalizer changes go to tokenizers (the file's "
+            "non-special added tokens are found before it normalizes)"
+        )
+    return note
 
 
 def _build(spec: EncoderSpec) -> tuple[object, Callable[[], Vocabulary]] | Verdict:

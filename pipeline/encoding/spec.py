@@ -15,7 +15,8 @@ from functools import lru_cache
 from pipeline.encoding import BACKEND_NAMES, check_cache
 from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_versions
 from pipeline.encoding.equivalence import confirm_builtin
-from pipeline.encoding.fastokens_backend import FastokensEncoder, rewritten_text
+from pipeline.encoding.fastokens_backend import FastokensEncoder, normalizer_ahead, rewritten_text
+from pipeline.encoding.normalizing import Ahead, normalizing
 from pipeline.encoding.routing import RoutedEncoder, fastokens_class
 from pipeline.encoding.tiktoken_backend import TiktokenEncoder
 from pipeline.format.errors import TokshardError
@@ -38,6 +39,9 @@ class EncoderSpec:
     checked_with: tuple[tuple[str, str], ...] = ()
     #: fastokens: the code points whose documents go to `tokenizers` (`pipeline.encoding.routing`)
     route: frozenset[int] = frozenset()
+    #: fastokens: how the tokenizer's normalizer runs ahead of it (`normalizing.Ahead.to_json`;
+    #: ``null`` where none does)
+    normalizer: str = "null"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_NAMES:
@@ -57,6 +61,7 @@ class EncoderSpec:
             threads,
             checked_with=library_versions() if fast else (),
             route=routed_class(tokenizer) if backend == "fastokens" else frozenset(),
+            normalizer=kept_normalizer(tokenizer) if backend == "fastokens" else "null",
         )
 
     def reading(self, tokenizer: str) -> EncoderSpec:
@@ -80,6 +85,20 @@ def routed_class(tokenizer: str) -> frozenset[int]:
         return frozenset(json.loads(make()))
 
 
+def kept_normalizer(tokenizer: str) -> str:
+    """`fastokens_backend.normalizer_ahead`, kept beside the checks for the run's workers on
+    this machine (`check_cache.derived`: finding it parses the whole file); an entry that is
+    not one of its answers is made again."""
+    kept = check_cache.derived(
+        check_cache.key_parts("fastokens-normalizer", tokenizer), lambda: normalizer_ahead(tokenizer)
+    )
+    try:
+        Ahead.from_json(kept)
+    except (ValueError, TypeError):
+        return normalizer_ahead(tokenizer)
+    return kept
+
+
 def build(spec: EncoderSpec) -> Encoder:
     """The encoder ``spec`` names. Where this process's library versions are not those the
     driver checked with (another node, another environment), a fast one first compares the
@@ -93,12 +112,17 @@ def build(spec: EncoderSpec) -> Encoder:
     rewritten = check_cache.derived(
         check_cache.key_parts("fastokens-text", spec.tokenizer), lambda: rewritten_text(spec.tokenizer)
     )
-    fast = FastokensEncoder(spec.tokenizer, spec.threads, confirm=False, rewritten=rewritten)
+    fast = FastokensEncoder(
+        spec.tokenizer, spec.threads, confirm=False, rewritten=rewritten, normalizer=spec.normalizer
+    )
     # the class is proven for the driver's libraries; other libraries route their own (if any)
     route = routed_class(spec.tokenizer) if confirm else spec.route
+    ahead = Ahead.from_json(spec.normalizer)
+    changed_by = normalizing(ahead.normalizer) if ahead is not None and ahead.route_changed else None
     encoder: Encoder = fast
-    if route:
-        encoder = RoutedEncoder(fast, lambda: TokenizersEncoder(spec.tokenizer, spec.threads), route)
+    if route or changed_by:
+        reference = lambda: TokenizersEncoder(spec.tokenizer, spec.threads)  # noqa: E731
+        encoder = RoutedEncoder(fast, reference, route, changed_by)
     if confirm:
         confirm_builtin(spec.tokenizer, encoder)
     return encoder

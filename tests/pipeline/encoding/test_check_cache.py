@@ -203,21 +203,24 @@ def test_without_a_kept_pass_the_check_runs_here_in_full(
 
 
 def test_what_fastokens_is_built_from_is_derived_once_and_a_damaged_entry_is_made_again(cache):
-    """A worker's start on a 200k vocabulary reads the rewritten file and the routed class the
-    driver derived, instead of parsing the file again; an entry that does not read as a class
-    is made again, and the encoder is the same either way."""
+    """A worker's start on a 200k vocabulary reads the rewritten file, the routed class and the
+    normalizer run ahead (none) the driver derived, instead of parsing the file again; an entry
+    that does not read as a class or a normalizer is made again, and the encoder is the same
+    either way."""
     from published_vocabs import tokenizer_json
 
     path = str(tokenizer_json("o200k_base"))
     first = spec.build(EncoderSpec.checked_here("fastokens", path, "sha"))
     kept = sorted((cache / "derived").glob("*.txt"))
-    assert len(kept) == 2  # the rewritten text (ids without gaps, native spelling) and the class
-    assert {p.read_text()[:1] for p in kept} == {"[", "{"}
+    # the rewritten text (ids without gaps, native spelling), the class and the normalizer
+    assert len(kept) == 3
+    assert {p.read_text()[:1] for p in kept} == {"[", "{", "n"}
     for p in kept:
-        if p.read_text().startswith("["):
-            p.write_text("not a class")
+        if p.read_text()[:1] in "[n":
+            p.write_text("damaged")
     again = spec.build(EncoderSpec.checked_here("fastokens", path, "sha"))
     assert spec.routed_class(path) == frozenset()  # proven empty, made again from the file
+    assert spec.kept_normalizer(path) == "null"
     texts = ["hello world", "a\u180eb 've", "日本語"]
     assert [list(x) for x in again.encode_batch(texts)] == [list(x) for x in first.encode_batch(texts)]
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
 
 import fastokens
 import numpy as np
 import pytest
+from background import Command, background_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from published_vocabs import EOS, NAMES, reference, tokenizer_json
+from published_vocabs import EOS, NAMES, NORMALIZED, reference, tokenizer_json
 from support import REPO, cli, english_documents, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
@@ -60,9 +61,37 @@ def test_the_published_vocabularies_encode_as_tiktoken_from_their_ranks(prose):
         assert enc.tokenizer.token_to_id(EOS[name]) == ref._special_tokens[EOS[name]], name
 
 
+#: the scans, in a process of their own: there `tokenizers` can take two threads (this
+#: process's pool has one)
+SCAN = """
+import json, sys
+from published_vocabs import tokenizer_json
+from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.fastokens_backend import FastokensEncoder
+from pipeline.encoding.routing import disagreeing_code_points
+
+for name in sys.argv[1:]:
+    path = str(tokenizer_json(name))
+    fast = FastokensEncoder(path, confirm=False)
+    found = disagreeing_code_points(fast.encode_batch, TokenizersEncoder(path, threads=2).encode_batch)
+    print(json.dumps({name: found}), flush=True)
+"""
+
+
+#: every published vocabulary, Qwen2's with its NFC normalizer run ahead of fastokens
+SCANNED = (*NAMES, *NORMALIZED)
+
+
+@background_job
+def routing_scans(folder: Path) -> Command:
+    """Every vocabulary's exhaustive scan: one JSON line per vocabulary, its disagreeing code points."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    return Command([sys.executable, "-c", SCAN, *SCANNED], env)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NAMES)
-def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(name):
+@pytest.mark.parametrize("name", SCANNED)
+def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(name, routing_scans):
     """Every Unicode scalar value, in every context the split patterns tell apart (letters of
     both cases, digits, spaces, tabs, newlines, contractions): fastokens and `tokenizers` give
     the same ids exactly on the code points outside the proven class."""
@@ -70,30 +99,9 @@ def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(na
     route = proven_class(pattern_of(read_spec(path)["pre_tokenizer"]), dict(library_versions()))
     if route is None:
         pytest.fail(f"no class is proven for {name} with {library_versions()}; prove one (routing.PROVEN)")
-    assert set(scan_in_a_fresh_process(name)) == route
-
-
-#: the scan, in a process of its own: there `tokenizers` can still take two threads (this
-#: process's pool has one), which halves the test's time on two cores
-SCAN = """
-import json, sys
-from published_vocabs import tokenizer_json
-from pipeline.encoding.backend import TokenizersEncoder
-from pipeline.encoding.fastokens_backend import NATIVE_SPELLING, FastokensEncoder, encoding_part, rewritten_text
-from pipeline.encoding.routing import disagreeing_code_points
-
-path = str(tokenizer_json(sys.argv[1]))
-fast = FastokensEncoder(path, confirm=False)
-print(json.dumps(disagreeing_code_points(fast.encode_batch, TokenizersEncoder(path, threads=2).encode_batch)))
-"""
-
-
-def scan_in_a_fresh_process(name: str) -> list[int]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCAN, name], capture_output=True, text=True, env=env, check=True
-    )
-    return json.loads(proc.stdout)
+    assert routing_scans.returncode == 0, routing_scans.stderr[-3000:]
+    found = {k: v for line in routing_scans.stdout.splitlines() for k, v in json.loads(line).items()}
+    assert set(found[name]) == route
 
 
 def on_its_regex_engine(path: str) -> FastokensEncoder:
