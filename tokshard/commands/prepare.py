@@ -228,9 +228,7 @@ def prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str
                 skipped[reason] = skipped.get(reason, 0) + n
     routed = data.get("encoder", {}).get("routed")
     routed_text = (
-        f"; {routed['documents']:,} documents ({routed['class']}) encoded by {routed['to']}"
-        if routed
-        else ""
+        f"; {routed['documents']:,} documents ({routed['class']}) encoded by {routed['to']}" if routed else ""
     )
     return (
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
