@@ -148,6 +148,14 @@ def decide(
     return Decision(spec_of("tokenizers"), f"auto: {'; '.join(refused)}")
 
 
+def warm_likely(requested: str, tokenizer: str, sha256: str, threads: int, workers: Workers) -> None:
+    """Have ``workers`` build the back end `decide` will most likely choose before it is called
+    (a run of many input files plans for a while after its workers boot); `decide`'s own
+    warm-up asks for the same spec and finds it built. An unknown name: `decide` refuses it."""
+    if requested in NAMES:
+        workers.warm(EncoderSpec.checked_here(_likely_choice(requested), tokenizer, sha256, threads))
+
+
 def _likely_choice(requested: str) -> str:
     """The back end a run will most likely use, built on the workers while the driver checks:
     the one asked for, or for `auto` the fastest installed."""

@@ -97,10 +97,16 @@ def _readable(value: Any, indent: str) -> str:
 def _table(rows: list | tuple, inner: str) -> str | None:
     """A list of flat dicts, one per line, from one encoding of the whole list: its text
     holds ``}, {`` once between each two rows, and when it holds it no more often than that
-    (no string contains it) each one is a boundary. None: not such a list, or such a string."""
-    if not all(isinstance(row, dict) and _flat(row) for row in rows):
+    (no string contains it) each one is a boundary. None: not such a list, or such a string.
+
+    The rows are dicts and their text holds no ``[`` but the list's own and one ``{`` a row:
+    then no row holds a container (each would add one), and no row is looked at one by one."""
+    if not all(type(row) is dict for row in rows):
         return None
     text = _LINE.encode(rows)
+    plain = text.count("{") == len(rows) and text.count("[") == 1
+    if not plain and not all(_flat(row) for row in rows):
+        return None
     if text.count("}, {") != len(rows) - 1:
         return None
     return inner + text[1:-1].replace("}, {", "},\n" + inner + "{")

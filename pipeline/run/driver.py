@@ -25,7 +25,7 @@ from typing import Any
 
 from pipeline.encoding import check_cache, tokenizer
 from pipeline.encoding.equivalence import SAMPLE_DOC_CHARS
-from pipeline.encoding.selection import Decision, decide
+from pipeline.encoding.selection import Decision, decide, warm_likely
 from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
@@ -86,11 +86,27 @@ def prepare(
         recipe.pin_tokenizer(tok)
         plan = state.load_plan()
         # a fresh run needs its workers: they boot while the driver plans (many small files:
-        # planning is most of the time before the first task)
+        # planning is most of the time before the first task), and build the likely encoder
         early = _early_workers(options, settings.threads) if plan is None else None
         try:
-            plan = _checked_or_new_plan(plan, recipe, state, tok, log)
-            state.install_tokenizer(src, tok)
+            if early is not None:  # a fresh run: its tokenizer goes in now, for the workers
+                state.install_tokenizer(src, tok)
+                warm_likely(
+                    settings.encoder,
+                    state.worker_tokenizer(tok.sha256),
+                    tok.sha256,
+                    settings.threads,
+                    EarlyWorkers(early, state.warm),
+                )
+            try:
+                plan = _checked_or_new_plan(plan, recipe, state, tok, log)
+            except BaseException:
+                if early is not None:  # a fresh run that could not be planned leaves none behind
+                    with contextlib.suppress(Exception):  # (the planning's error is the one to say)
+                        state.remove_tokenizer()
+                raise
+            if early is None:  # a rerun's, once its plan is found to be this recipe's
+                state.install_tokenizer(src, tok)
             if _is_complete(state, plan):
                 log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
                 return state.manifest_location

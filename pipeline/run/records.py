@@ -19,9 +19,13 @@ from pipeline.encoding.documents import LongProgress
 from pipeline.format.atomic import json_bytes
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import OpenShard, ShardRecord
-from pipeline.sources.base import Partition
+from pipeline.sources import SOURCE_TYPES
+from pipeline.sources.base import Partition, Source
 
-PLAN_VERSION = 1
+#: 2: a files partition's pieces name their files by index into the origin's entries;
+#: a plan of version 1 (pieces written whole) still reads
+PLAN_VERSION = 2
+READ_PLAN_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -39,26 +43,54 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as run.json holds it: its fields as they are (plain data already; a deep
-        copy of 100,000 files' entries would cost more than writing them)."""
+        copy of 100,000 files' entries would cost more than writing them), each partition's
+        spec as its source writes it beside its origin (`Source.specs_json`)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["partitions"] = [p.to_json() for p in self.partitions]
+        specs: list[dict[str, Any] | None] = [None] * len(self.partitions)
+        for name, indexes in self._by_source().items():
+            written = self._source_type(name).specs_json(
+                [self.partitions[i] for i in indexes], self.origins[name]
+            )
+            for i, spec in zip(indexes, written, strict=True):
+                specs[i] = spec
+        d["partitions"] = [
+            {**p.to_json(), "spec": spec} for p, spec in zip(self.partitions, specs, strict=True)
+        ]
+        d["version"] = PLAN_VERSION
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Plan:
         d = dict(d)
-        d["partitions"] = [Partition.from_json(p) for p in d["partitions"]]
-        return cls(**d)
+        written = [Partition.from_json(p) for p in d["partitions"]]
+        plan = cls(**{**d, "partitions": written})
+        for name, indexes in plan._by_source().items():
+            specs = plan._source_type(name).specs_of_json(
+                [(written[i].split, written[i].spec) for i in indexes], plan.origins[name]
+            )
+            for i, spec in zip(indexes, specs, strict=True):
+                written[i] = replace(written[i], spec=spec)
+        return plan
+
+    def _by_source(self) -> dict[str, list[int]]:
+        """Each source's partitions, by their places in the plan."""
+        found: dict[str, list[int]] = {}
+        for i, p in enumerate(self.partitions):
+            found.setdefault(p.source, []).append(i)
+        return found
+
+    def _source_type(self, name: str) -> type[Source]:
+        return SOURCE_TYPES[self.recipe["sources"][name]["type"]]
 
     @classmethod
     def parse(cls, data: bytes, where: str, out: str) -> Plan:
         """The plan file's bytes as a `Plan` (``where``: the file, ``out``: its run's folder)."""
         try:
             d = json.loads(data)
-            if d.get("version") != PLAN_VERSION:
+            if d.get("version") not in READ_PLAN_VERSIONS:
                 raise TokshardError(f"{where}: made by another tokshard version; use a new --out")
             return cls.from_json(d)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
             raise TokshardError(
                 f"{where}: unreadable run plan ({exc}); use a new --out or delete {out}"
             ) from exc

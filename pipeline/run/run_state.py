@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.encoding.spec import EncoderSpec
-from pipeline.encoding.tokenizer import TokenizerInfo
+from pipeline.encoding.tokenizer import TOKENIZER_FILE, TokenizerInfo
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import json_bytes
 from pipeline.run.records import Checkpoint, Holder, Plan
@@ -61,6 +61,9 @@ class RunState(ABC):
     resumes_partials: bool = True
     #: how often the driver reads running partitions' progress for its progress line
     poll_seconds: float = 0.5
+    #: the manifest this object wrote, sealed, as written (None: none yet): what `prepare`
+    #: reports without reading back, and checking again, the file it has just written
+    written_manifest: dict[str, Any] | None = None
 
     @property
     def location(self) -> str:
@@ -154,6 +157,11 @@ class RunState(ABC):
     def install_tokenizer(self, src: Path, tok: TokenizerInfo) -> Path:
         """Put the run's tokenizer.json beside the manifest; returns a local copy's path."""
 
+    def remove_tokenizer(self) -> None:
+        """Take back the tokenizer put beside the manifest for a run that could not be planned
+        (a fresh run puts it there first, for its workers to build from while it plans)."""
+        self.place.delete(TOKENIZER_FILE)
+
     @abstractmethod
     def worker_tokenizer(self, sha256: str) -> str:
         """The path a worker of this machine builds its encoder from."""
@@ -171,7 +179,9 @@ class RunState(ABC):
 
     def write_manifest(self, doc: dict[str, Any]) -> Path | str:
         """Seal and write the manifest whole, last; returns where it is."""
-        self.place.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(manifest_mod.sealed(doc)))
+        sealed = manifest_mod.sealed(doc)
+        self.place.write_bytes(manifest_mod.MANIFEST_NAME, json_bytes(sealed))
+        self.written_manifest = sealed
         self.after_manifest()
         return self.manifest_location
 

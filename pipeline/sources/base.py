@@ -162,6 +162,19 @@ class Source(ABC):
     def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
         """Yield the partition's documents in order, starting after ``cursor`` if given."""
 
+    @classmethod
+    def specs_json(cls, partitions: list[Partition], origin: dict[str, Any]) -> list[dict[str, Any]]:
+        """These partitions' specs as the run plan writes them beside ``origin`` (their source's
+        recorded origin; default: as they are)."""
+        return [p.spec for p in partitions]
+
+    @classmethod
+    def specs_of_json(
+        cls, specs: list[tuple[str, dict[str, Any]]], origin: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The inverse of `specs_json` (``specs``: each partition's split and written spec)."""
+        return [spec for _, spec in specs]
+
     def named_inputs(self) -> dict[str, list[str]]:
         """The input files the recipe itself names, per split, which `check_read_once` holds to
         one split each (default: none; a hub dataset's layout is its publisher's, and some

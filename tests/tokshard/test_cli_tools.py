@@ -85,3 +85,19 @@ def test_unknown_recipe_key_and_unknown_source_type_are_named(tmp_path, tokenize
     bad_type.write_text(f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = "filez"\n')
     proc = cli("prepare", str(bad_type), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "unknown type 'filez'" in proc.stderr and "files" in proc.stderr
+
+
+def test_prepare_ends_with_what_the_manifest_it_wrote_holds_and_a_rerun_with_what_is_there(
+    tmp_path, tokenizer_path, docs
+):
+    """The final line names the manifest's tokens, documents and shards: on the first run from
+    the sealed manifest the run wrote, on a rerun of the complete folder from the file."""
+    source = write_jsonl(tmp_path / "in.jsonl", docs[:30])
+    out = tmp_path / "out"
+    args = ("prepare", "--input", str(source), "--tokenizer", str(tokenizer_path), "--out", str(out))
+    first = cli(*args, "--workers", "1", check=True)
+    totals = manifest.load(out).data["totals"]
+    said = f"{out / 'manifest.json'}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
+    assert first.stdout.startswith(said + f"{totals['shards']} shards (")
+    again = cli(*args, check=True)
+    assert "already complete" in again.stderr and again.stdout.startswith(said)

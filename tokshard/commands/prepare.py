@@ -211,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
         batch=batch,
     )
     path = prepare(recipe, state, options)
-    print(prepared_line(path, state.manifest_doc() or {}, time.monotonic() - started))
+    doc = state.written_manifest or state.manifest_doc() or {}  # (already complete: read)
+    print(prepared_line(path, doc, time.monotonic() - started))
     return 0
 
 

@@ -72,7 +72,14 @@ def content_sample(path: str, start: int, end: int, edge: int = RANGE_SAMPLE) ->
 def fingerprints(files: list[InputFile]) -> list[dict[str, Any]]:
     """`fingerprint` of every file: those that need a read on a few threads, the others (small
     local files, objects) from their listing at once."""
-    found = [None if needs_read(f) else listed_fingerprint(f) for f in files]
+    found: list[dict[str, Any] | None] = []
+    add = found.append
+    for f in files:
+        path, size, mtime, etag, _ = f
+        if etag is None and mtime is not None and size <= SMALL_FILE:  # inline: once per file
+            add({"path": path, "size": size, "mtime": mtime})  # (`listed_fingerprint`'s entry)
+        else:
+            add(None if needs_read(f) else listed_fingerprint(f))
     reads = [i for i, entry in enumerate(found) if entry is None]
     for i, entry in zip(reads, io_map(fingerprint, [files[i] for i in reads]), strict=True):
         found[i] = entry

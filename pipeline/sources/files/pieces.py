@@ -2,12 +2,20 @@
 plan records it (serialized here and only here), and a partition's cursor: the piece where
 reading resumes and the position in it.
 
-A partition's spec is ``{"pieces": [...]}``; plans of older tokshard versions (one file, range
-or run of .txt files per partition, with cursors that name no piece) are read as the same
-pieces, so a folder started by one resumes with this one."""
+A partition's spec is ``{"pieces": [...]}``, each piece a plain tuple of `Piece`'s fields (what
+a task carries to its worker: pickled as plain data, where a named tuple or a dict per file
+would cost more to pickle and unpickle; `pieces_of` makes them `Piece`s again). The plan writes
+each piece as a reference
+into its split's file table, the origin's entries, which the plan holds anyway (`FileTable`):
+the entry's index alone for a whole file as listed, else the index and what differs, so
+100,000 small files are named once in the plan, not twice. Plans of older tokshard versions
+(pieces written whole; or one file, range or run of .txt files per partition, with cursors
+that name no piece) are read as the same pieces, so a folder started by one resumes with this
+one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from pipeline.sources.base import Cursor
@@ -76,7 +84,77 @@ class Piece(NamedTuple):
 
 
 def partition_spec(pieces: list[Piece]) -> dict[str, Any]:
-    return {"pieces": [p.to_json() for p in pieces]}
+    """A partition's spec: its pieces as plain tuples (the plan writes them through `FileTable`)."""
+    return {"pieces": [tuple(p) for p in pieces]}
+
+
+class FileTable:
+    """A split's files as the run's origin lists them (each entry's path, size and, as listed,
+    modification time or version tag), which the plan's pieces refer to by index."""
+
+    def __init__(self, entries: Sequence[dict[str, Any]]) -> None:
+        self.entries = entries
+        self._index: dict[str, int] | None = None
+        self._next = 0  # where the next piece's file is, most likely (pieces are in file order)
+
+    def _position(self, path: str) -> int | None:
+        """The index of ``path``'s entry (the one after the last piece's first)."""
+        i: int | None = self._next
+        if i >= len(self.entries) or self.entries[i]["path"] != path:  # type: ignore[operator]
+            if self._index is None:
+                self._index = {e["path"]: i for i, e in enumerate(self.entries)}
+            i = self._index.get(path)
+        if i is not None:
+            self._next = i + 1
+        return i
+
+    def listed(self, i: int, kind: str) -> Piece:
+        """Entry ``i`` as a whole piece of ``kind``, with what its worker checks (size, time,
+        version tag): the piece a small file becomes at planning."""
+        e = self.entries[i]
+        return Piece(e["path"], kind, e["size"], 0, None, None, e.get("mtime"), None, e.get("etag"))
+
+    def spec_json(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A partition's spec as the plan writes it: ``kind``, the first piece's, and each piece
+        as the index of its file (a piece of `listed` form) or ``{"file": index, ...}`` with the
+        fields that differ from that form (a piece of a file not in the table: written whole)."""
+        if "pieces" not in spec:  # an older plan's, kept as it was
+            return spec
+        pieces: list[tuple] = spec["pieces"]
+        kind = pieces[0][1] if pieces else None
+        written: list[int | dict[str, Any]] = []
+        for piece in pieces:
+            i = self._position(piece[0])
+            written.append(Piece._make(piece).to_json() if i is None else self._piece_json(piece, i, kind))
+        return {"kind": kind, "pieces": written}
+
+    def _piece_json(self, piece: tuple, i: int, kind: str | None) -> int | dict[str, Any]:
+        e = self.entries[i]
+        if piece[1:] == (kind, e["size"], 0, None, None, e.get("mtime"), None, e.get("etag")):
+            return i  # (`listed`'s fields, without building the piece: one per input file)
+        listed = self.listed(i, kind)  # type: ignore[arg-type]
+        found: dict[str, Any] = {"file": i}
+        for name, value, base in zip(Piece._fields, piece, listed, strict=True):
+            if value != base:
+                found[name] = list(value) if name == "row_groups" and value is not None else value
+        return found
+
+    def spec_of_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The inverse of `spec_json` (a spec of an older plan: its pieces written whole)."""
+        if "pieces" not in data:
+            return data
+        kind = data.get("kind")
+        return {"pieces": [tuple(self._piece_of_json(p, kind)) for p in data["pieces"]]}
+
+    def _piece_of_json(self, data: int | dict[str, Any], kind: str | None) -> Piece:
+        if isinstance(data, int):
+            return self.listed(data, kind)  # type: ignore[arg-type]
+        if "file" not in data:
+            return Piece.from_json(data)
+        changed = {k: v for k, v in data.items() if k != "file"}
+        if changed.get("row_groups") is not None:
+            changed["row_groups"] = tuple(changed["row_groups"])
+        return self.listed(data["file"], changed.pop("kind", kind))._replace(**changed)
 
 
 def partition_key(pieces: list[Piece]) -> str:
@@ -87,7 +165,7 @@ def partition_key(pieces: list[Piece]) -> str:
 def pieces_of(spec: dict[str, Any], size: int) -> list[Piece]:
     """A partition's pieces (``size``: its planned bytes, which an older plan's one piece has)."""
     if "pieces" in spec:
-        return [Piece.from_json(p) for p in spec["pieces"]]
+        return list(map(Piece._make, spec["pieces"]))
     kind = spec["kind"]
     if kind == ".txt":
         return [Piece(path, kind, file_size(path)) for path in spec["files"]]

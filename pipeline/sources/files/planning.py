@@ -41,24 +41,22 @@ def auto_partition_bytes(total: int) -> int:
 def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step: int) -> list[Piece]:
     """The pieces of a split's files, in order, each with what a worker checks before reading
     it (``fingerprints``: the files' origin entries; a small object without a version tag
-    reuses its sample)."""
-    kinds = [f.kind or kind_of(f.path) for f in files]
-    big_parquet = [
-        f.path for f, kind in zip(files, kinds, strict=True) if f.size > step and kind == ".parquet"
-    ]
+    reuses its sample). One pass, a piece per small file and little else: for 100,000 small
+    files, this loop is most of the plan's time after the listing."""
+    big_parquet = [f.path for f in files if f.size > step and (f.kind or kind_of(f.path)) == ".parquet"]
     runs = dict(zip(big_parquet, io_map(lambda p: row_group_runs(p, step), big_parquet), strict=True))
     pieces: list[Piece] = []
-    for f, kind, entry in zip(files, kinds, fingerprints, strict=True):
-        path, size, mtime, etag = f.path, f.size, f.mtime, f.etag
-        if size <= step or kind not in (".jsonl", ".parquet"):
-            small = size <= SMALL_FILE  # an object without a version tag: its file sample hashes it all
-            pieces.append(
-                Piece(path, kind, size, 0, None, None, mtime, entry.get("sample") if small else None, etag)
-            )
+    add = pieces.append
+    for (path, size, mtime, etag, kind), entry in zip(files, fingerprints, strict=True):
+        kind = kind or kind_of(path)
+        if size <= SMALL_FILE:  # an object without a version tag: its file sample hashes it all
+            add(Piece(path, kind, size, 0, None, None, mtime, entry.get("sample"), etag))
+        elif size <= step or kind not in (".jsonl", ".parquet"):
+            add(Piece(path, kind, size, 0, None, None, mtime, None, etag))
         elif kind == ".jsonl":
             for start in range(0, size, step):
                 end = min(size, start + step)
-                pieces.append(Piece(path, kind, end - start, start, end, None, mtime, None, etag))
+                add(Piece(path, kind, end - start, start, end, None, mtime, None, etag))
         else:
             pieces += [Piece(path, kind, n, 0, None, groups, mtime, None, etag) for groups, n in runs[path]]
     return with_range_samples(pieces)
@@ -70,10 +68,8 @@ def with_range_samples(pieces: list[Piece]) -> list[Piece]:
     todo = [
         i
         for i, p in enumerate(pieces)
-        if p.kind == ".jsonl"
-        and p.sample is None
-        and p.etag is None
-        and not (p.whole and p.size <= SMALL_FILE)
+        if p.size > SMALL_FILE or not p.whole  # not a small whole file (its size tested first)
+        if p.kind == ".jsonl" and p.sample is None and p.etag is None
     ]
     samples = io_map(lambda i: content_sample(pieces[i].path, pieces[i].start, pieces[i].stop), todo)
     found = list(pieces)
@@ -87,12 +83,15 @@ def pack(pieces: Iterable[Piece], step: int) -> Iterator[list[Piece]]:
     each part of a file that had to be cut is a partition of its own, as it always was."""
     group: list[Piece] = []
     total = 0
+    last_whole = True
     for piece in pieces:
-        if group and (total + piece.size > step or not piece.whole or not group[-1].whole):
+        whole = piece.end is None and piece.row_groups is None  # (`Piece.whole`, inline: once per file)
+        if group and (total + piece.size > step or not whole or not last_whole):
             yield group
             group, total = [], 0
         group.append(piece)
         total += piece.size
+        last_whole = whole
     if group:
         yield group
 

@@ -12,7 +12,7 @@ from pipeline.sources.files.access import file_size
 from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
 from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile, list_files
-from pipeline.sources.files.pieces import Piece, partition_key, partition_spec, pieces_of
+from pipeline.sources.files.pieces import FileTable, Piece, partition_key, partition_spec, pieces_of
 from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
 from pipeline.sources.files.readers import read_partition
 from pipeline.sources.files.readers.base import open_piece
@@ -102,6 +102,19 @@ class FilesSource(Source):
 
     def origin(self) -> dict[str, Any]:
         return {"files": {split: self.split_fingerprints(split) for split in self.splits()}}
+
+    @classmethod
+    def specs_json(cls, partitions: list[Partition], origin: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each piece as a reference into its split's entries in ``origin`` (`FileTable`)."""
+        tables = {split: FileTable(entries) for split, entries in origin["files"].items()}
+        return [tables[p.split].spec_json(p.spec) for p in partitions]
+
+    @classmethod
+    def specs_of_json(
+        cls, specs: list[tuple[str, dict[str, Any]]], origin: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        tables = {split: FileTable(entries) for split, entries in origin["files"].items()}
+        return [tables[split].spec_of_json(spec) for split, spec in specs]
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
         """Every recorded input is still what it was, and the globs match no file the run did

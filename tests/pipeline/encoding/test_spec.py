@@ -11,7 +11,7 @@ from published_vocabs import tokenizer_json
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.documents import SpaceCuts, byte_level_pre_tokenizer
 from pipeline.encoding.routing import RoutedEncoder, fastokens_class
-from pipeline.encoding.selection import decide
+from pipeline.encoding.selection import decide, warm_likely
 from pipeline.encoding.spec import EncoderSpec, routed_class, worker_encoder
 from pipeline.format.errors import TokshardError
 
@@ -88,3 +88,28 @@ def test_a_spec_says_space_cuts_do_not_apply_to_another_split_pattern(docs, tmp_
 def test_an_unknown_back_end_is_refused_in_one_line():
     with pytest.raises(TokshardError, match="encoder 'sentencepiece' is not available; use one of"):
         EncoderSpec("sentencepiece", "tokenizer.json", "sha")
+
+
+class WarmedSpecs:
+    """The `Workers` hook of `decide` as a record of what it was asked to build (no workers)."""
+
+    def __init__(self) -> None:
+        self.warmed: list[EncoderSpec] = []
+
+    def warm(self, spec: EncoderSpec) -> None:
+        self.warmed.append(spec)
+
+    def probe(self, spec: EncoderSpec, texts: list[str]) -> list | None:
+        return None
+
+
+def test_workers_warmed_before_the_decision_build_the_spec_it_returns(gpt2_tokenizer_path, docs):
+    """`warm_likely`, called while a run plans, asks the workers for the very spec `decide`
+    then asks for and returns: each worker's one encoder for it is built once, early."""
+    path = str(gpt2_tokenizer_path)
+    workers = WarmedSpecs()
+    warm_likely("auto", path, "sha-gpt2", 2, workers)
+    decision = decide("auto", path, lambda: docs, sha256="sha-gpt2", threads=2, workers=workers)
+    assert workers.warmed == [decision.spec, decision.spec]
+    warm_likely("no-such-encoder", path, "sha-gpt2", 2, workers)  # `decide` refuses it by name
+    assert len(workers.warmed) == 2

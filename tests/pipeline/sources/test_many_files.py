@@ -36,11 +36,15 @@ from support import (
 )
 
 from pipeline.format import manifest
+from pipeline.format.atomic import json_bytes
 from pipeline.format.errors import DataError
 from pipeline.format.manifest import content_hash
 from pipeline.format.provenance import Origin
+from pipeline.run.records import Plan
 from pipeline.run.run_state import STATE_DIR
 from pipeline.sources.files import FilesSource
+from pipeline.sources.files.listing import list_files
+from pipeline.sources.files.pieces import FileTable, Piece, partition_spec, pieces_of
 
 #: one of each format the files source reads, in the order the test's file names sort
 FORMATS = (".jsonl", ".json", ".jsonl.gz", ".json.zst", ".parquet", ".txt")
@@ -137,11 +141,85 @@ def test_large_files_keep_one_partition_per_range_or_row_group_run(tmp_path, doc
     ranges = [f"{big}@{s}-{min(size, s + step)}" for s in range(0, size, step)]
     assert [p.key for p in parts][: len(ranges)] == ranges
     small = parts[len(ranges)]
-    assert [os.path.basename(p["path"]) for p in small.spec["pieces"]] == [f"b{i}.jsonl" for i in range(4)]
+    assert [os.path.basename(p.path) for p in pieces_of(small.spec, small.size)] == [
+        f"b{i}.jsonl" for i in range(4)
+    ]
     runs = parts[len(ranges) + 1 :]
     assert len(runs) > 1 and all(len(p.spec["pieces"]) == 1 for p in runs)
     groups = [g for p in runs for g in range(*_groups(p.key))]
     assert groups == list(range(pq.read_metadata(tmp_path / "c.parquet").num_row_groups))
+
+
+def test_the_plan_names_each_input_file_once_and_reads_back_the_same(tmp_path, docs):
+    """run.json's pieces refer to the origin's entries by index: each file's path is written
+    once (its entry); the plan read back holds the very same partitions, and so does a plan
+    of version 1, whose pieces were written whole."""
+    write_jsonl(tmp_path / "a.jsonl", docs[:60])
+    for i in range(40):
+        write_jsonl(tmp_path / f"b{i:02d}.jsonl", docs[60 + i : 61 + i])
+    pq.write_table(pa.table({"text": docs[:80]}), tmp_path / "c.parquet", row_group_size=10)
+    (tmp_path / "d.txt").write_text(docs[0])
+    source = source_of([str(tmp_path / "*")], 64 << 10)
+    plan = Plan({}, "", {"sources": {"d": source.config}}, {}, {"d": source.origin()}, {"d": ["train"]},
+                source.partitions())  # fmt: skip
+    data = json_bytes(plan.to_json(), compact=True)
+    unkeyed = json.dumps([{k: v for k, v in p.items() if k != "key"} for p in json.loads(data)["partitions"]])
+    assert not any(f.path in unkeyed for f in source.files("train"))  # (a key names its first piece)
+    assert Plan.parse(data, "run.json", "out").partitions == plan.partitions
+    older = json.loads(data)
+    for written, part in zip(older["partitions"], plan.partitions, strict=True):
+        written["spec"] = {"pieces": [p.to_json() for p in pieces_of(part.spec, part.size)]}
+    older["version"] = 1
+    assert Plan.parse(json.dumps(older).encode(), "run.json", "out").partitions == plan.partitions
+
+
+def test_every_shape_of_piece_is_written_against_the_file_table_and_read_back():
+    """An object's piece (its version tag, or its sample), runs of row groups, a .txt file, and
+    a piece of a file the table does not hold: each written as the plan writes it and read back
+    equal; a whole file as listed is written as its index alone."""
+    entries = [
+        {"path": "s3://b/x.jsonl", "size": 10, "etag": "e1"},
+        {"path": "s3://b/y.jsonl", "size": 10, "sample": "abc"},
+        {"path": "/l/z.parquet", "size": 900, "mtime": 5, "sample": "s"},
+        {"path": "/l/w.txt", "size": 3, "mtime": 7},
+    ]
+    pieces = [
+        Piece("s3://b/x.jsonl", ".jsonl", 10, etag="e1"),
+        Piece("s3://b/y.jsonl", ".jsonl", 10, sample="abc"),
+        Piece("/l/z.parquet", ".parquet", 400, row_groups=(0, 1), mtime=5),
+        Piece("/l/z.parquet", ".parquet", 500, row_groups=(2,), mtime=5),
+        Piece("/l/w.txt", ".txt", 3, mtime=7),
+        Piece("/elsewhere.jsonl", ".jsonl", 4, 0, 4, sample="q"),
+    ]
+    written = json.loads(json.dumps(FileTable(entries).spec_json(partition_spec(pieces))))
+    assert written["pieces"][0] == 0 and written["pieces"][2]["file"] == 2
+    assert pieces_of(FileTable(entries).spec_of_json(written), 0) == pieces
+
+
+def test_a_folder_listing_records_each_file_as_its_own_stat_says(tmp_path, docs):
+    """Listing a folder of many files (one lstat each; whether the folder is an output of
+    `prepare`, and its resolved path, found once) records each match as a stat of it alone
+    does: regular files, a file only its owner may read, a symbolic link (its target's size,
+    resolved path), through a folder reached by a link and directly; an output is left out."""
+    real = tmp_path / "real"
+    real.mkdir()
+    for i in range(5):
+        write_jsonl(real / f"a{i}.jsonl", docs[i : i + 1])
+    (real / "a2.jsonl").chmod(0o600)
+    (real / "z.jsonl").symlink_to(real / "a0.jsonl")
+    (tmp_path / "via").symlink_to(real)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / STATE_DIR).mkdir()
+    write_jsonl(tmp_path / "out" / "x.jsonl", docs[:1])
+    listed = list_files([str(tmp_path / "via" / "*.jsonl"), str(tmp_path / "*" / "*.jsonl")], ".")
+    names = [*(f"a{i}.jsonl" for i in range(5)), "z.jsonl"]
+    expected = []
+    for name in names:
+        st = os.stat(real / name)
+        expected.append(
+            (os.path.realpath(tmp_path / "via" / name), st.st_size, st.st_mtime_ns, None, ".jsonl")
+        )
+    assert [tuple(f) for f in listed] == sorted(set(expected))
 
 
 def _groups(key: str) -> tuple[int, int]:
@@ -237,10 +315,12 @@ def as_older_tokshard(out: Path, glob_written: str) -> None:
     """Rewrite a folder's plan and checkpoints as the tokshard before packing wrote them."""
     plan_path = out / STATE_DIR / "run.json"
     plan = json.loads(plan_path.read_text())
+    files = plan["origins"]["text"]["files"]["train"]
     for part in plan["partitions"]:
-        (piece,) = part["spec"]["pieces"]
-        part["spec"] = {"kind": ".jsonl", "path": piece["path"], "start": piece.get("start", 0),
+        (piece,) = part["spec"]["pieces"]  # a range: {"file": its index in the origin, and the rest}
+        part["spec"] = {"kind": ".jsonl", "path": files[piece["file"]]["path"], "start": piece.get("start", 0),
                         "end": piece.get("end", piece["size"]), "sample": piece["sample"]}  # fmt: skip
+    plan["version"] = 1
     identity = plan["identity"]
     identity["sources"]["text"]["splits"] = {"train": [glob_written]}
     plan["identity_hash"] = content_hash(identity)

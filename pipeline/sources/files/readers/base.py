@@ -82,7 +82,13 @@ def small_file_bytes(piece: Piece) -> bytes | None:
     descriptor once its size and time are found as planned; None for any other piece. A
     partition of many small files opens each with this: a few system calls and no file
     object."""
-    if not piece.whole or piece.size > SMALL_FILE or piece.sample is not None or is_url(piece.path):
+    if (
+        piece.size > SMALL_FILE
+        or piece.end is not None  # not whole (`Piece.whole`, inline: this runs once per file)
+        or piece.row_groups is not None
+        or piece.sample is not None
+        or "://" in piece.path  # a URL, perhaps (`is_url` says), read as one below
+    ):
         return None
     try:
         fd = os.open(piece.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there: no waiting
