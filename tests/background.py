@@ -38,6 +38,8 @@ class Finished:
 
 #: job name -> what builds its command in a folder of its own
 JOBS: dict[str, Callable[[Path], Command]] = {}
+#: the process ids of the jobs started (each leads its own process group)
+LEADERS: set[int] = set()
 
 
 class Job:
@@ -54,6 +56,7 @@ class Job:
                 env=command.env,
                 start_new_session=True,  # stopped as a group: its own children go with it
             )
+        LEADERS.add(self.proc.pid)
 
     def wait(self, timeout: float) -> Finished:
         returncode = self.proc.wait(timeout)
@@ -63,6 +66,17 @@ class Job:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+
+def in_a_job(process) -> bool:
+    """Is this `psutil.Process` a job or one of its descendants? Tests that count the
+    processes they leave behind leave those out: a job starts and ends its own all along."""
+    import psutil
+
+    try:
+        return process.pid in LEADERS or any(p.pid in LEADERS for p in process.parents())
+    except psutil.Error:
+        return False
 
 
 def background_job(build: Callable[[Path], Command]) -> Callable:

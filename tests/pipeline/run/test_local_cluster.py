@@ -9,6 +9,7 @@ import urllib.request
 
 import psutil
 import pytest
+from background import in_a_job
 from support import train_tokenizer_json, write_jsonl
 
 from pipeline import recipe
@@ -19,10 +20,13 @@ from pipeline.run.driver import RunOptions, prepare
 
 
 def _children() -> set[int]:
-    """This process's live descendants (other tests' shared clusters among them)."""
+    """This process's live descendants (other tests' shared clusters among them), but for the
+    suite's background jobs (tests/background.py), which start and end processes of their own."""
     alive = []
     for c in psutil.Process().children(recursive=True):
         try:
+            if in_a_job(c):
+                continue
             if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline()):
                 alive.append(c.pid)
         except psutil.Error:
