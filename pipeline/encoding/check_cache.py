@@ -26,12 +26,15 @@ import time
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from pipeline.encoding import byte_level, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
 from pipeline.storage.data_cache import cache_root
+
+T = TypeVar("T")
 
 FOLDER = "checks"
 
@@ -138,6 +141,15 @@ def derived(parts: dict[str, object] | None, make: Callable[[], str]) -> str:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     return text
+
+
+def derived_as(parts: dict[str, object] | None, make: Callable[[], str], parse: Callable[[str], T]) -> T:
+    """`derived`, read through ``parse``: a kept text ``parse`` refuses (`ValueError`,
+    `TypeError`), a damaged entry, is made again."""
+    try:
+        return parse(derived(parts, make))
+    except (ValueError, TypeError):
+        return parse(make())
 
 
 def space_cuts(tokenizer_path: str) -> bool:

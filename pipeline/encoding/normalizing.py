@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipeline.encoding.byte_level import plain_added
+
 #: the normalizers a fast back end takes as already-normalized text
 RUN_AHEAD: tuple[dict[str, Any], ...] = ({"type": "NFC"},)
 
@@ -62,7 +64,7 @@ def run_ahead(spec: dict[str, Any]) -> Ahead | None:
     normalizer = spec.get("normalizer")
     if normalizer not in RUN_AHEAD:
         return None
-    return Ahead(normalizer, any(not t.get("special") for t in spec.get("added_tokens") or []))
+    return Ahead(normalizer, bool(plain_added(spec)))
 
 
 def without_normalizer(spec: dict[str, Any]) -> dict[str, Any]:

@@ -76,32 +76,30 @@ class EncoderSpec:
 
 def routed_class(tokenizer: str) -> frozenset[int]:
     """`routing.fastokens_class` (empty where none is proven), kept beside the checks for the
-    run's workers on this machine (`check_cache.derived`; an entry that does not read as a
+    run's workers on this machine (`check_cache.derived_as`: an entry that does not read as a
     class is made again)."""
-
-    def make() -> str:
-        return json.dumps(sorted(fastokens_class(tokenizer) or ()))
-
-    parts = check_cache.key_parts("fastokens-class", tokenizer)
-    try:
-        kept = json.loads(check_cache.derived(parts, make))
-        return frozenset(int(c) for c in kept)
-    except (ValueError, TypeError):
-        return frozenset(json.loads(make()))
+    return check_cache.derived_as(
+        check_cache.key_parts("fastokens-class", tokenizer),
+        lambda: json.dumps(sorted(fastokens_class(tokenizer) or ())),
+        lambda text: frozenset(int(c) for c in json.loads(text)),
+    )
 
 
 def kept_normalizer(tokenizer: str) -> str:
     """`fastokens_backend.normalizer_ahead`, kept beside the checks for the run's workers on
-    this machine (`check_cache.derived`: finding it parses the whole file); an entry that is
-    not one of its answers is made again."""
-    kept = check_cache.derived(
-        check_cache.key_parts("fastokens-normalizer", tokenizer), lambda: normalizer_ahead(tokenizer)
+    this machine (`check_cache.derived_as`: finding it parses the whole file; an entry that is
+    not one of its answers is made again)."""
+    return check_cache.derived_as(
+        check_cache.key_parts("fastokens-normalizer", tokenizer),
+        lambda: normalizer_ahead(tokenizer),
+        _checked_normalizer,
     )
-    try:
-        Ahead.from_json(kept)
-    except (ValueError, TypeError):
-        return normalizer_ahead(tokenizer)
-    return kept
+
+
+def _checked_normalizer(text: str) -> str:
+    """``text`` if it reads as `Ahead.to_json`'s (or ``null``); `ValueError` otherwise."""
+    Ahead.from_json(text)
+    return text
 
 
 def build(spec: EncoderSpec) -> Encoder:
