@@ -202,6 +202,9 @@ def _check_settings(settings: dict[str, Any], where: str) -> None:
     for key, choices in CHOICES.items():
         if settings[key] not in choices:
             raise TokshardError(f"{where}: {key} = {settings[key]!r}; choose one of {', '.join(choices)}")
+    eos = settings["eos_token"]
+    if eos is not None and (not isinstance(eos, str) or not eos):
+        raise TokshardError(f"{where}: eos_token must be the text of a token, got {eos!r}")
     st = settings["shard_tokens"]
     if not isinstance(st, int) or isinstance(st, bool) or st < 1:
         raise TokshardError(f"{where}: shard_tokens must be a positive integer, got {st!r}")

@@ -174,7 +174,12 @@ def resolve_tokenizer(spec: str, eos_token: str | None, dtype: str) -> tuple[Pat
     def inspect() -> str:
         return json.dumps(tokenizer.inspect_file(src, spec, eos_token, dtype).to_json())
 
-    parts = key_parts(f"facts|{eos_token}|{dtype}", str(src))
+    # the EOS may come from the tokenizer_config.json beside it: its content is in the key too
+    beside = ""
+    if eos_token is None:
+        with contextlib.suppress(OSError):
+            beside = sha256_file(src.with_name(tokenizer.CONFIG_FILE))
+    parts = key_parts(f"facts|{eos_token}|{dtype}|{beside}", str(src))
     try:
         facts = json.loads(derived(parts, inspect))
         return src, TokenizerInfo(**{**facts, "origin": spec})

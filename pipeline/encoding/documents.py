@@ -403,7 +403,7 @@ class DocumentEncoder:
         if len(hits):
             raise DataError(
                 f"{where(int(hits[0]))}: the document's text encodes to the EOS id {self.eos_id}, which "
-                "only the pipeline's separators may write; name another eos_token, or leave this "
+                "only the pipeline's separators may write; name another with --eos-token, or leave this "
                 "document out"
             )
 

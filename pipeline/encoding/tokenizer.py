@@ -25,9 +25,22 @@ from pipeline.format.errors import TokshardError
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 TOKENIZER_FILE = "tokenizer.json"
+#: the file a model's hub folder keeps beside its tokenizer.json, naming its EOS
+CONFIG_FILE = "tokenizer_config.json"
 DEFAULT_EOS = "<|endoftext|>"
-#: EOS spellings tried in order when a recipe does not name one.
-EOS_CANDIDATES = (DEFAULT_EOS, "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "[SEP]")
+#: EOS spellings tried in order when a recipe does not name one: the end of a document in the
+#: published families (GPT-2, GPT-4 and Qwen; Llama 2 and Mistral; Llama 3; Gemma; DeepSeek;
+#: Command R), which a chat model's tokenizer_config.json may name otherwise (its end of turn)
+EOS_CANDIDATES = (
+    DEFAULT_EOS,
+    "</s>",
+    "<|end_of_text|>",
+    "<eos>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+    "<EOS_TOKEN>",
+    "<|eos|>",
+    "[SEP]",
+)
 UINT16_LIMIT = 1 << 16
 
 
@@ -76,13 +89,14 @@ def _from_hub(repo: str, revision: str | None) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
+        HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
     try:
-        return Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
+        path = Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
     except LocalEntryNotFoundError as exc:  # offline, or the hub unreachable: nothing cached
         raise TokshardError(
             f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
@@ -96,6 +110,10 @@ def _from_hub(repo: str, revision: str | None) -> Path:
         raise TokshardError(f"hub repo {repo!r} has no {TOKENIZER_FILE}; pass a local file") from exc
     except OSError as exc:
         raise TokshardError(f"cannot fetch tokenizer {repo!r} from the hub: {exc}") from exc
+    # beside it in the same snapshot, where the repo has one: it may name the EOS (`find_eos`)
+    with contextlib.suppress(OSError, EntryNotFoundError, HfHubHTTPError):  # none, or unreachable
+        hf_hub_download(repo, CONFIG_FILE, revision=revision, etag_timeout=5)
+    return path
 
 
 def load(path: str | os.PathLike):
@@ -213,16 +231,57 @@ def max_id(tok) -> int:
 
 
 def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, str, str]:
-    """The EOS id and spelling, and how it was found; a one-line refusal where document text
-    could encode to it (the EOS id must come only from the pipeline's own separators)."""
-    names = (eos_token,) if eos_token else EOS_CANDIDATES
-    for name in names:
+    """The EOS id and spelling, and how it was found: the one named, else the first of
+    `EOS_CANDIDATES` the tokenizer has that document text cannot reach, else the one the
+    tokenizer_config.json beside it names. A one-line refusal where document text could
+    encode to it (the EOS id must come only from the pipeline's own separators)."""
+    if eos_token:
+        tid = tok.token_to_id(eos_token)
+        if tid is None:
+            raise TokshardError(f"{path} has no token {eos_token!r} (named by eos_token); {_eos_advice()}")
+        return tid, eos_token, f"named by eos_token; {eos_kind(tok, eos_token, tid, path)}"
+    unsafe: list[tuple[str, TokshardError]] = []
+    for name in EOS_CANDIDATES:
         tid = tok.token_to_id(name)
-        if tid is not None:
-            how = "named by eos_token" if eos_token else "the first of the usual EOS spellings it has"
-            return tid, name, f"{how}; {eos_kind(tok, name, tid, path)}"
-    wanted = repr(eos_token) if eos_token else "any of " + ", ".join(EOS_CANDIDATES)
-    raise TokshardError(f"{path} has no EOS token ({wanted}); set eos_token in the recipe")
+        if tid is None:
+            continue
+        try:
+            kind = eos_kind(tok, name, tid, path)
+        except TokshardError as exc:  # text reaches it: another spelling may be safe
+            unsafe.append((name, exc))
+            continue
+        skipped = f" (not {', '.join(repr(n) for n, _ in unsafe)}, which text reaches)" if unsafe else ""
+        return tid, name, f"the first of the usual EOS spellings it has{skipped}; {kind}"
+    named = configured_eos(path)
+    if named is not None and tok.token_to_id(named) is not None:
+        tid = tok.token_to_id(named)
+        return tid, named, f"named by the {CONFIG_FILE} beside it; {eos_kind(tok, named, tid, path)}"
+    if unsafe:
+        raise unsafe[0][1]
+    if named is None:
+        beside = f", and no {CONFIG_FILE} beside it names one"
+    else:
+        beside = f"; the {CONFIG_FILE} beside it names {named!r}, which it lacks"
+    raise TokshardError(
+        f"{path} has no EOS token (none of {', '.join(EOS_CANDIDATES)}{beside}); {_eos_advice()}"
+    )
+
+
+def _eos_advice() -> str:
+    return "name the token that ends a document with --eos-token TEXT (or eos_token in the recipe)"
+
+
+def configured_eos(path: str | os.PathLike) -> str | None:
+    """The EOS the tokenizer_config.json beside a tokenizer.json names (None: no such file, or
+    it names none); a config that does not read is no answer, not an error."""
+    config = Path(path).with_name(CONFIG_FILE)
+    try:
+        named = orjson.loads(config.read_bytes()).get("eos_token")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(named, dict):  # written as an AddedToken
+        named = named.get("content")
+    return named if isinstance(named, str) and named else None
 
 
 def eos_kind(tok, name: str, tid: int, path: str | os.PathLike) -> str:
@@ -233,7 +292,7 @@ def eos_kind(tok, name: str, tid: int, path: str | os.PathLike) -> str:
         raise TokshardError(
             f"{path}: its EOS {name!r} is an added token not marked special, so tokenizers cuts "
             f"it out of document text and a literal {name!r} would become the EOS id; mark it "
-            '"special": true in the tokenizer.json, or name a special token with eos_token'
+            '"special": true in the tokenizer.json, or name a special token with --eos-token'
         )
     model = type(tok.model).__name__
     reached = whole_word_reaches(tok, name, tid, path)
@@ -241,7 +300,7 @@ def eos_kind(tok, name: str, tid: int, path: str | os.PathLike) -> str:
         raise TokshardError(
             f"{path}: its EOS {name!r} is an entry of the {model} vocabulary that document text "
             f"reaches ({reached}), so a literal {name!r} would become the EOS id; name another "
-            "eos_token, or use a tokenizer whose EOS is a special token outside its vocabulary"
+            "with --eos-token, or use a tokenizer whose EOS is a special token outside its vocabulary"
         )
     if token is None:
         return f"an entry of the {model} vocabulary no text reaches (no merge makes it)"

@@ -98,6 +98,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help=f"token dtype; auto: uint16 where every id fits, else uint32 ({recipe_default('dtype')})",
     )
     p.add_argument(
+        "--eos-token",
+        metavar="TEXT",
+        help="the token that ends each document (default: the recipe's eos_token, else the first of "
+        "the usual spellings the tokenizer has, else the one its tokenizer_config.json names)",
+    )
+    p.add_argument(
         "--shard-tokens",
         type=positive_int,
         help=f"at most this many tokens per shard ({recipe_default('shard_tokens')})",
@@ -246,6 +252,7 @@ def recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
         "threads": args.threads,
         "encoder": args.encoder,
         "dtype": args.dtype,
+        "eos_token": args.eos_token,
         "shard_tokens": args.shard_tokens,
         "on_bad_record": args.on_bad_record,
     }

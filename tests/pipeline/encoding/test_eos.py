@@ -192,3 +192,119 @@ def test_a_batch_whose_text_encodes_to_the_eos_id_stops_naming_the_document(word
     records = [Record("fine words", None, "in.jsonl:1"), Record("a </s> inside", None, "in.jsonl:2")]
     with pytest.raises(DataError, match=r"in.jsonl:2: the document's text encodes to the EOS id"):
         list(docs.run(records))
+
+
+@pytest.fixture(scope="module")
+def own_eos(tmp_path_factory, prose) -> Path:
+    """A byte-level BPE whose only special token, ``<|doc_end|>``, is none of the usual EOS
+    spellings (as a model family that names its own would ship it)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=800,
+        special_tokens=["<|doc_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(prose, trainer)
+    return save(tok, tmp_path_factory.mktemp("own-eos") / "tokenizer.json")
+
+
+def test_an_eos_named_only_by_the_tokenizer_config_beside_it_ends_each_document(own_eos, tmp_path, prose):
+    """As a hub folder holds it: tokenizer_config.json names the EOS (here as an AddedToken)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(own_eos.read_bytes())
+    config = {"eos_token": {"__type": "AddedToken", "content": "<|doc_end|>", "special": True}}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    proc, out = prepare(tmp_path, folder, prose[:20])
+    assert proc.returncode == 0, proc.stderr
+    m = manifest.load(out / "manifest.json")
+    assert m.data["tokenizer"]["eos_token"] == "<|doc_end|>"
+    assert m.eos_id == load(own_eos).token_to_id("<|doc_end|>")
+    assert m.data["tokenizer"]["eos_found"].startswith("named by the tokenizer_config.json beside it")
+    assert documents_in(out) == reference_ids(own_eos, prose[:20])
+
+
+def test_no_known_eos_and_no_config_is_refused_in_one_line_naming_the_flag(own_eos, tmp_path):
+    proc, out = prepare(tmp_path, own_eos, ["hello world"])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "has no EOS token" in proc.stderr and "--eos-token" in proc.stderr
+    assert not out.exists()
+
+
+def test_eos_token_on_the_command_line_names_the_eos(own_eos, tmp_path, prose):
+    proc, out = prepare(tmp_path, own_eos, prose[:5], "--eos-token", "<|doc_end|>")
+    assert proc.returncode == 0, proc.stderr
+    m = manifest.load(out / "manifest.json")
+    assert m.data["tokenizer"]["eos_found"].startswith("named by eos_token")
+    assert documents_in(out) == reference_ids(own_eos, prose[:5])
+
+
+@pytest.mark.parametrize("eos", ["<|absent|>", ""])
+def test_an_eos_token_the_tokenizer_lacks_or_an_empty_one_is_refused_in_one_line(own_eos, tmp_path, eos):
+    proc, out = prepare(tmp_path, own_eos, ["hello world"], "--eos-token", eos)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert ("has no token '<|absent|>'" if eos else "--eos-token: must not be empty") in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "eos", "skipped"),
+    [("gemma2", "<eos>", "'</s>'"), ("deepseek_v3", "<\uff5cend\u2581of\u2581sentence\uff5c>", None)],
+)
+def test_a_published_models_folder_ends_documents_with_its_own_eos(name, eos, skipped):
+    """Gemma 2 has a plain (not special) ``</s>`` that text reaches, passed over for its
+    ``<eos>``; DeepSeek V3 spells its end of sentence with fullwidth bars."""
+    from published_vocabs import hub_folder
+
+    from pipeline.encoding.tokenizer import inspect_file
+
+    path = hub_folder(name) / "tokenizer.json"
+    info = inspect_file(path, name, None, "auto")
+    assert info.eos_token == eos and info.eos_id == load(path).token_to_id(eos)
+    assert info.eos_found.startswith("the first of the usual EOS spellings it has")
+    assert (f"(not {skipped}, which text reaches)" in info.eos_found) == (skipped is not None)
+
+
+def test_a_hub_tokenizer_s_eos_comes_from_the_config_in_its_snapshot(own_eos, tmp_path, prose):
+    """A hub name resolved from the hub cache (offline, in the cache's own layout): its
+    tokenizer_config.json is taken from the same snapshot and names the EOS."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--acme--doc-end"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    (snapshot / "tokenizer.json").write_bytes(own_eos.read_bytes())
+    (snapshot / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|doc_end|>"}))
+    data = write_jsonl(tmp_path / "in.jsonl", prose[:5])
+    out = tmp_path / "out"
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    proc = cli("prepare", "--input", str(data), "--tokenizer", "acme/doc-end", "--out", str(out), "--workers", "1",
+               env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    m = manifest.load(out / "manifest.json")
+    assert m.data["tokenizer"]["eos_token"] == "<|doc_end|>"
+    assert m.data["tokenizer"]["eos_found"].startswith("named by the tokenizer_config.json beside it")
+
+
+def test_the_kept_facts_of_a_tokenizer_follow_the_config_beside_it(own_eos, tmp_path):
+    """The facts kept for a tokenizer's content (`check_cache.resolve_tokenizer`) are found
+    again when the tokenizer_config.json beside it changes."""
+    from pipeline.encoding import check_cache
+    from pipeline.format.errors import TokshardError
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(own_eos.read_bytes())
+    config = folder / "tokenizer_config.json"
+    config.write_text(json.dumps({"eos_token": "<|doc_end|>"}))
+    _, info = check_cache.resolve_tokenizer(str(folder), None, "auto")
+    assert info.eos_token == "<|doc_end|>"
+    config.write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    with pytest.raises(TokshardError, match=r"names '<\|im_end\|>', which it lacks\); .*--eos-token"):
+        check_cache.resolve_tokenizer(str(folder), None, "auto")
