@@ -53,6 +53,24 @@ O200K_PATTERN = _o200k(CONTRACTIONS_SPELLED_OUT)
 O200K_FOLDED_PATTERN = _o200k(CONTRACTIONS_FOLDED)
 
 
+#: split patterns that start a non-empty match at every position of any text: every code point
+#: is a letter, a number, white space or none of those, and each of the four classes has an
+#: alternative that matches it whatever stands around it (``\p{L}+``, ``\p{N}``, ``\s+``,
+#: ``[^\s\p{L}\p{N}]+``; o200k_base's letter runs take ``\p{M}`` too, which the last one also
+#: matches). Splitting on one leaves no text between two matches, so a Split that drops that text
+#: (behavior ``Removed`` with ``invert``, as Xenova's GPT-4 and GPT-4o files spell it) cuts the
+#: same pieces as one that isolates each match; tests/pipeline/encoding/test_byte_level.py proves
+#: it over every code point with `tokenizers`' own Split
+TOTAL_PATTERNS = (
+    GPT2_PATTERN,
+    LLAMA3_PATTERN,
+    QWEN2_PATTERN,
+    CL100K_PATTERN,
+    O200K_PATTERN,
+    O200K_FOLDED_PATTERN,
+)
+
+
 class NotEquivalent(TokshardError):
     """A fast back end cannot encode exactly like `tokenizers` for this tokenizer; says why."""
 
@@ -141,13 +159,25 @@ def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:
         regex = (split.get("pattern") or {}).get("Regex")
         if regex is None:
             raise NotEquivalent("Split pre-tokenizer on a literal string, not a regex")
-        if split.get("behavior") != "Isolated" or split.get("invert"):
+        if not isolates_matches(split):
             raise NotEquivalent(
                 f"Split pre-tokenizer with behavior {split.get('behavior')}"
                 f"{' inverted' if split.get('invert') else ''}; tiktoken isolates matches"
             )
         return regex
     raise NotEquivalent(f"pre-tokenizer sequence {'+'.join(map(str, kinds))} has no tiktoken equivalent")
+
+
+def isolates_matches(split: dict[str, Any]) -> bool:
+    """Does this regex Split cut text as tiktoken does, into its pattern's matches and the text
+    between them? Behavior ``Isolated`` does; ``Removed`` with ``invert`` keeps the matches and
+    drops the text between them, which is the same where a match starts at every position
+    (`TOTAL_PATTERNS`)."""
+    behavior, inverted = split.get("behavior"), bool(split.get("invert"))
+    if behavior == "Isolated":
+        return not inverted
+    regex = (split.get("pattern") or {}).get("Regex")
+    return behavior == "Removed" and inverted and regex in TOTAL_PATTERNS
 
 
 def check_model(spec: dict[str, Any]) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def encoding_part(
     vocabulary entries that are special added tokens no merge makes where they leave gaps in
     its ids (cl100k_base's and o200k_base's, kept there at their published ids), since fastokens
     wants the ids without gaps. Text encodes to such an entry only where a whole pre-token equals it
-    (``ignore_merges``), so the check's special-token probes see any difference this makes.
+    (``ignore_merges``), so the check's special-token probes see any difference this makes; and
+    with none for an empty subword prefix or suffix (`EMPTY_MEANS_NONE`).
     Text, because ``from_json_str`` takes JSON: pre-tokenizer and added tokens pass through
     unchanged unless ``pre_tokenizer`` (`natively_spelled`) replaces the one, and the merges
     unless ``merges`` (`applied_merges`) replaces them. ``spec`` (shared, see `read_spec`) is
@@ -102,11 +103,25 @@ def encoding_part(
             kept = {t: i for t, i in vocab.items() if t not in left_out}
             if not has_id_gaps({"model": {"vocab": kept}}):  # only where that closes the gaps
                 part["model"] = {**model, "vocab": kept}
+    if spells_none_empty(model):
+        part["model"] = {**part["model"], **dict.fromkeys(EMPTY_MEANS_NONE)}
     if merges is not None:
         part["model"] = {**part["model"], "merges": spelled_as_strings(merges)}
     if pre_tokenizer is not None:
         part["pre_tokenizer"] = pre_tokenizer
     return orjson.dumps(part).decode("utf-8")
+
+
+#: BPE options that `tokenizers` reads as none where a file spells them "" (Xenova's GPT-4 and
+#: GPT-4o copies do): it puts the prefix before each part of a word but the first and the
+#: suffix after the last, so an empty one changes no string (tests/pipeline/encoding/
+#: test_byte_level.py compares the two spellings); the text fastokens is built from says none
+EMPTY_MEANS_NONE = ("continuing_subword_prefix", "end_of_word_suffix")
+
+
+def spells_none_empty(model: dict[str, Any]) -> bool:
+    """Does the model spell one of `EMPTY_MEANS_NONE` as ""?"""
+    return any(model.get(option) == "" for option in EMPTY_MEANS_NONE)
 
 
 def spelled_as_strings(merges: list[Any]) -> list[Any]:
@@ -118,20 +133,29 @@ def spelled_as_strings(merges: list[Any]) -> list[Any]:
     return [f"{a} {b}" for a, b in pairs]
 
 
+#: how a Split that isolates its pattern's matches is spelled
+ISOLATED = {"behavior": "Isolated", "invert": False}
+
+
 def natively_spelled(pre_tokenizer: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The pre-tokenizer with its split pattern spelled as `NATIVE_SPELLING` says, None where
-    the pattern has no other spelling."""
+    """The pre-tokenizer with its split pattern spelled as `NATIVE_SPELLING` says, and its
+    Split spelled `ISOLATED`, None where neither changes it. A Split that `pattern_of` takes in
+    another spelling (``Removed`` with ``invert``) cuts the same pieces on that pattern
+    (`byte_level.isolates_matches`), so fastokens is built from the spelling its native splitter
+    and `pipeline.encoding.routing.PROVEN` know."""
     try:
-        native = NATIVE_SPELLING.get(pattern_of(pre_tokenizer))
+        pattern = pattern_of(pre_tokenizer)
     except NotEquivalent:
         return None
-    if native is None:
-        return None
+    native = NATIVE_SPELLING.get(pattern, pattern)
     parts = pre_tokenizer_parts(pre_tokenizer)
+    splits = [p for p in parts if p.get("type") == "Split"]
+    if native == pattern and all(p.get("behavior") == "Isolated" for p in splits):
+        return None
     return {
         "type": "Sequence",
         "pretokenizers": [
-            {**p, "pattern": {"Regex": native}} if p.get("type") == "Split" else p for p in parts
+            {**p, "pattern": {"Regex": native}, **ISOLATED} if p.get("type") == "Split" else p for p in parts
         ],
     }
 
@@ -146,15 +170,22 @@ def rewritten_text(path: str) -> str:
     """The text fastokens is built from where the file's own is known not to do, or to cost
     more than it need (`encoding_part`: a vocabulary whose ids leave gaps; merges BPE never
     applies, which fastokens would read on every worker's start; a split pattern it would run
-    on its regex engine; a normalizer that runs ahead of it, `pipeline.encoding.normalizing`),
-    else "" (the file as it is)."""
+    on its regex engine, or a Split spelled other than `ISOLATED`; an empty subword prefix or
+    suffix; a normalizer that runs ahead of it, `pipeline.encoding.normalizing`), else "" (the
+    file as it is)."""
     spec = read_spec(path)
     ahead = run_ahead(spec)
     if ahead is not None:
         spec = without_normalizer(spec)
     merges = applied_merges(spec.get("model") or {})
     native = natively_spelled(spec.get("pre_tokenizer"))
-    if merges is None and native is None and not has_id_gaps(spec) and ahead is None:
+    if (
+        merges is None
+        and native is None
+        and not has_id_gaps(spec)
+        and ahead is None
+        and not spells_none_empty(spec.get("model") or {})
+    ):
         return ""
     return encoding_part(spec, merges, native)
 

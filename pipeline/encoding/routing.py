@@ -56,7 +56,13 @@ def proven_class(pattern: str | None, versions: dict[str, str]) -> frozenset[int
 
 def fastokens_class(tokenizer_path: str) -> frozenset[int] | None:
     """The proven class of a byte-level tokenizer.json for the installed libraries (None: none
-    is proven, or it is not a byte-level BPE with one split pattern)."""
+    is proven, or it is not a byte-level BPE with one split pattern).
+
+    Keyed by the pattern alone, whichever way the file's Split keeps its matches: the classes
+    were proven on Splits that isolate them, and `pattern_of` takes one that drops the text
+    between them (``Removed`` with ``invert``, Xenova's GPT-4 files) only for a pattern that
+    leaves no such text (`byte_level.TOTAL_PATTERNS`), so `tokenizers` cuts the same pieces, and
+    fastokens is built from the isolating spelling (`fastokens_backend.natively_spelled`)."""
     try:
         pattern = pattern_of(read_spec(tokenizer_path).get("pre_tokenizer"))
     except NotEquivalent:

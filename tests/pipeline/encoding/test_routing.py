@@ -18,7 +18,7 @@ import pytest
 from background import Command, background_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from published_vocabs import EOS, NAMES, NORMALIZED, reference, tokenizer_json
+from published_vocabs import EOS, NAMES, NORMALIZED, hub_folder, reference, tokenizer_json
 from support import REPO, cli, english_documents, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
@@ -237,3 +237,28 @@ def test_fastokens_as_built_gives_tokenizers_ids_on_any_mix_of_the_classes(fast_
     any order: fastokens as `FastokensEncoder` builds it gives `tokenizers`' ids."""
     fast, reference = fast_and_reference
     assert [list(ids) for ids in fast.encode_batch(texts)] == reference.encode_batch(texts)
+
+
+@pytest.mark.parametrize(("folder", "name"), [("gpt4", "cl100k_base"), ("gpt4o", "o200k_base")])
+def test_xenovas_gpt4_files_as_published_run_on_fastokens_with_exact_ids(tmp_path, prose, folder, name):
+    """Xenova's GPT-4 and GPT-4o tokenizer.json as users download them (a Split that drops the
+    text between its matches, an empty subword prefix and suffix, ids with gaps): `prepare`
+    takes fastokens, and writes the ids of `tokenizers` on the file itself and of tiktoken from
+    the published ranks, each document ended by their ``<|endoftext|>``."""
+    path = str(hub_folder(folder) / "tokenizer.json")
+    docs = [
+        *prose[:12],
+        "Grüße aus Köln, don't SHOUT 1234567",
+        "Привет, мир!\n\n  日本語のテキスト。",
+        f"a{MVS}b 's",
+    ]
+    data = write_jsonl(tmp_path / "in.jsonl", docs)
+    out = tmp_path / "out"
+    cli("prepare", "--input", str(data), "--tokenizer", path, "--out", str(out), "--workers", "1", check=True)
+    m = manifest.load(out / "manifest.json")
+    assert m.data["encoder"]["name"] == "fastokens", m.data["encoder"]["reason"]
+    ref = reference(name)
+    assert m.eos_id == ref._special_tokens[EOS[name]]
+    got = np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards]).tolist()
+    assert got == [i for d in docs for i in (*ref.encode_ordinary(d), m.eos_id)]
+    assert got == [i for ids in TokenizersEncoder(path).encode_batch(docs) for i in (*ids, m.eos_id)]
