@@ -317,10 +317,11 @@ def sentencepiece_text(token: str) -> str:
 #: Split patterns in which no pre-token holds a character no engine calls white space
 #: followed by U+0020 (a space only ever starts a pre-token or sits in an all-whitespace one),
 #: with no look-behind, and whose look-aheads (``(?!\\S)``) see a space there as the end of
-#: the text: GPT-2's (ByteLevel's own), Llama 3's, cl100k_base's and o200k_base's. In them every such
-#: "word character, space" position is a pre-token boundary of the whole text, and the text
-#: before it pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
-SPACE_CUT_PATTERNS = (GPT2_PATTERN, LLAMA3_PATTERN, CL100K_PATTERN, O200K_PATTERN)
+#: the text: GPT-2's (ByteLevel's own), Llama 3's, cl100k_base's and o200k_base's (in both
+#: spellings of its contractions, which hold no space). In them every such "word character,
+#: space" position is a pre-token boundary of the whole text, and the text before it
+#: pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
+SPACE_CUT_PATTERNS = (GPT2_PATTERN, LLAMA3_PATTERN, CL100K_PATTERN, O200K_PATTERN, O200K_FOLDED_PATTERN)
 
 
 def space_cuts_apply(spec: dict[str, Any]) -> bool:

@@ -6,9 +6,11 @@ import random
 
 import numpy as np
 import pytest
+import tokenizers
 from support import plain_encode, run_prepare, stream_of
 
 from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.byte_level import SPACE_CUT_PATTERNS
 from pipeline.encoding.documents import (
     SPOOL_BYTES,
     DocumentEncoder,
@@ -106,6 +108,19 @@ def test_space_cuts_are_exact_for_gpt2_and_the_llama3_pattern(docs, gpt2_tokeniz
         cut = list(pieces([text], 10_000, pre))
         assert len(cut) > 20 and "".join(cut) == text
         assert [i for ids in enc.encode_batch(cut) for i in ids] == enc.encode_batch([text])[0]
+
+
+@pytest.mark.parametrize("pattern", SPACE_CUT_PATTERNS, ids=range(len(SPACE_CUT_PATTERNS)))
+def test_every_space_cut_is_a_boundary_of_tokenizers_own_split_on_each_space_cut_pattern(docs, pattern):
+    """The pieces, each split alone by `tokenizers`' Split on the pattern, give the whole
+    text's pre-tokens (and so its ids): for every pattern `SpaceCuts` is used with, o200k_base's
+    folded spelling (Xenova's GPT-4o file) among them."""
+    split = tokenizers.pre_tokenizers.Split(tokenizers.Regex(pattern), behavior="isolated")
+    text = nasty_text(docs, 11, 400_000) + " 'quoted' don't \u0085 x\u180e y \u3000 z/ ABCdef's 'LL \u017fs"
+    cut = list(pieces([text], 10_000, SpaceCuts()))
+    assert len(cut) > 20 and "".join(cut) == text
+    whole = [p for p, _ in split.pre_tokenize_str(text)]
+    assert [p for piece in cut for p, _ in split.pre_tokenize_str(piece)] == whole
 
 
 def test_space_cuts_do_not_depend_on_how_the_text_arrives(docs, tokenizer_path):

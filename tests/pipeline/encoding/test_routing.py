@@ -239,26 +239,69 @@ def test_fastokens_as_built_gives_tokenizers_ids_on_any_mix_of_the_classes(fast_
     assert [list(ids) for ids in fast.encode_batch(texts)] == reference.encode_batch(texts)
 
 
-@pytest.mark.parametrize(("folder", "name"), [("gpt4", "cl100k_base"), ("gpt4o", "o200k_base")])
-def test_xenovas_gpt4_files_as_published_run_on_fastokens_with_exact_ids(tmp_path, prose, folder, name):
+#: Xenova's GPT-4 and GPT-4o folders as published -> the vocabulary whose ranks they hold
+XENOVA = {"gpt4": "cl100k_base", "gpt4o": "o200k_base"}
+#: both folders through `prepare` as a user runs it, and `tokenizers` on each file itself
+PREPARE_XENOVA = """
+import json, sys
+from pathlib import Path
+from published_vocabs import hub_folder
+from support import cli
+from pipeline.encoding.backend import TokenizersEncoder
+
+folder = Path(sys.argv[1])
+docs = json.loads((folder / "docs.json").read_text())
+for name in sys.argv[2:]:
+    path = str(hub_folder(name) / "tokenizer.json")
+    cli("prepare", "--input", str(folder / "in.jsonl"), "--tokenizer", path, "--out", str(folder / name),
+        "--workers", "1", check=True)
+    ids = [[int(i) for i in doc] for doc in TokenizersEncoder(path).encode_batch(docs)]
+    (folder / f"{name}.tokenizers.json").write_text(json.dumps(ids))
+"""
+
+
+@background_job
+def xenova_prepared(folder: Path) -> Command:
+    """`prepare` on real prose and a few strings of other scripts with each Xenova file (a
+    process of its own: most of it is the first run's check of a 100k-200k vocabulary)."""
+    docs = [
+        *english_documents(12),
+        "Grüße aus Köln, don't SHOUT 1234567",
+        "Привет, мир!\n\n  日本語。",
+        f"a{MVS}b 's",
+    ]
+    (folder / "docs.json").write_text(json.dumps(docs))
+    write_jsonl(folder / "in.jsonl", docs)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    return Command([sys.executable, "-c", PREPARE_XENOVA, str(folder), *XENOVA], env)
+
+
+@pytest.mark.parametrize(("folder", "name"), XENOVA.items())
+def test_xenovas_gpt4_files_as_published_run_on_fastokens_with_exact_ids(folder, name, xenova_prepared):
     """Xenova's GPT-4 and GPT-4o tokenizer.json as users download them (a Split that drops the
     text between its matches, an empty subword prefix and suffix, ids with gaps): `prepare`
     takes fastokens, and writes the ids of `tokenizers` on the file itself and of tiktoken from
     the published ranks, each document ended by their ``<|endoftext|>``."""
-    path = str(hub_folder(folder) / "tokenizer.json")
-    docs = [
-        *prose[:12],
-        "Grüße aus Köln, don't SHOUT 1234567",
-        "Привет, мир!\n\n  日本語のテキスト。",
-        f"a{MVS}b 's",
-    ]
-    data = write_jsonl(tmp_path / "in.jsonl", docs)
-    out = tmp_path / "out"
-    cli("prepare", "--input", str(data), "--tokenizer", path, "--out", str(out), "--workers", "1", check=True)
-    m = manifest.load(out / "manifest.json")
+    done = xenova_prepared
+    assert done.returncode == 0, done.stderr[-3000:]
+    docs = json.loads((done.folder / "docs.json").read_text())
+    m = manifest.load(done.folder / folder / "manifest.json")
     assert m.data["encoder"]["name"] == "fastokens", m.data["encoder"]["reason"]
     ref = reference(name)
     assert m.eos_id == ref._special_tokens[EOS[name]]
     got = np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards]).tolist()
     assert got == [i for d in docs for i in (*ref.encode_ordinary(d), m.eos_id)]
-    assert got == [i for ids in TokenizersEncoder(path).encode_batch(docs) for i in (*ids, m.eos_id)]
+    by_tokenizers = json.loads((done.folder / f"{folder}.tokenizers.json").read_text())
+    assert got == [i for ids in by_tokenizers for i in (*ids, m.eos_id)]
+
+
+def test_tiktoken_is_also_exact_on_xenovas_gpt4_file(prose):
+    """Without ``ignore_merges`` every merged token still comes back whole from `tokenizers`,
+    so the check passes tiktoken too, and its ids are those of the published ranks."""
+    path = str(hub_folder("gpt4") / "tokenizer.json")
+    decision = decide("tiktoken", path, lambda: prose[:20])
+    assert decision.name == "tiktoken"
+    encoder = worker_encoder(decision.spec)
+    assert [list(ids) for ids in encoder.encode_batch(prose[:40])] == reference(
+        "cl100k_base"
+    ).encode_ordinary_batch(prose[:40])
