@@ -14,16 +14,29 @@ would change goes to `tokenizers` whole (`Ahead.route_changed`), and every other
 it is (a part of a normalized text is normalized too, so `tokenizers` changes none of its
 pieces either). Every Unicode normalization form leaves ASCII text as it is, in every Unicode
 version, so such text is passed through without a call.
+
+Other text is passed through too where Python's own tables prove NFC leaves it as it is
+(`unicodedata.is_normalized`, many times faster than `tokenizers`' NFC), but only for the code
+points on which those tables and `tokenizers`' agree. NFC is decided per code point by its
+canonical decomposition, its combining class and the pairs that compose; `nfc_disagreements`
+compares those on every code point (alone, decomposed and composed again, and ordered against
+marks of known class), and `NFC_PROVEN` holds what it found for these versions: the marks of
+Unicode versions after `tokenizers`' tables. A text holding one of them is normalized by
+`tokenizers`, as is every text where no proof is kept for the installed versions.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipeline.encoding.backend import library_version
 from pipeline.encoding.byte_level import plain_added
+from pipeline.encoding.routing import every_code_point
 
 #: the normalizers a fast back end takes as already-normalized text
 RUN_AHEAD: tuple[dict[str, Any], ...] = ({"type": "NFC"},)
@@ -32,6 +45,21 @@ RUN_AHEAD: tuple[dict[str, Any], ...] = ({"type": "NFC"},)
 ASCII_STABLE = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
 
 Normalize = Callable[[str], str]
+
+#: (`tokenizers` version, Python's Unicode version) -> ranges of the code points whose NFC
+#: `tokenizers` and Python's `unicodedata` decide differently (`nfc_disagreements`)
+NFC_PROVEN: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
+    ("0.23.3", "14.0.0"): (
+        (0x07FD, 0x07FD), (0x0898, 0x089F), (0x08CA, 0x08D3), (0x09FE, 0x09FE), (0x0C3C, 0x0C3C),
+        (0x0D3B, 0x0D3C), (0x0EBA, 0x0EBA), (0x1715, 0x1715), (0x1ABF, 0x1ACE), (0x1DF6, 0x1DFA),
+        (0xA82C, 0xA82C), (0x10D24, 0x10D27), (0x10EAB, 0x10EAC), (0x10F46, 0x10F50),
+        (0x10F82, 0x10F85), (0x11070, 0x11070), (0x1133B, 0x1133B), (0x1145E, 0x1145E),
+        (0x11839, 0x1183A), (0x11938, 0x11938), (0x1193D, 0x1193E), (0x11943, 0x11943),
+        (0x119E0, 0x119E0), (0x11A34, 0x11A34), (0x11A47, 0x11A47), (0x11A99, 0x11A99),
+        (0x11D42, 0x11D42), (0x11D44, 0x11D45), (0x11D97, 0x11D97), (0x16FF0, 0x16FF1),
+        (0x1E130, 0x1E136), (0x1E2AE, 0x1E2AE), (0x1E2EC, 0x1E2EF),
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,8 +109,82 @@ def normalizing(normalizer: dict[str, Any]) -> Normalize:
     normalize_str = host.normalizer.normalize_str
     if normalizer.get("type") not in ASCII_STABLE:
         return normalize_str
+    leaves = python_proves_nfc() if normalizer == {"type": "NFC"} else None
 
     def normalize(text: str) -> str:
-        return text if text.isascii() else normalize_str(text)
+        if text.isascii() or (leaves is not None and leaves(text)):
+            return text
+        return normalize_str(text)
 
     return normalize
+
+
+def python_proves_nfc() -> Callable[[str], bool] | None:
+    """A test that `tokenizers`' NFC leaves a text as it is, by Python's tables, for the
+    installed versions (`NFC_PROVEN`); None where none is kept for them."""
+    ranges = NFC_PROVEN.get((library_version("tokenizers") or "", unicodedata.unidata_version))
+    if ranges is None:
+        return None
+    finds = re.compile(_covering_class(ranges)).search
+
+    def leaves(text: str) -> bool:
+        return finds(text) is None and unicodedata.is_normalized("NFC", text)
+
+    return leaves
+
+
+def _covering_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    """A regex class holding every code point of ``ranges``: those above the Basic Multilingual
+    Plane as one range from the first to the last (Python's `re` scans text against a class of
+    many such ranges at a tenth of its speed on one; a text it holds goes to `tokenizers`)."""
+    bmp = [(a, b) for a, b in ranges if b <= 0xFFFF]
+    above = [(a, b) for a, b in ranges if b > 0xFFFF]
+    if above:
+        bmp.append((min(a for a, _ in above), max(b for _, b in above)))
+    return "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in bmp) + "]"
+
+
+def nfc_disagreements(nfc: Normalize, nfd: Normalize, code_points: Iterable[int] | None = None) -> list[int]:
+    """Every code point whose NFC properties differ between `tokenizers` (its ``nfc`` and
+    ``nfd``) and Python's tables: its decomposition and composition (NFD and NFC of it alone, its
+    decomposition composed again) and its combining class, by the order NFD gives it beside a
+    mark of each class that Unicode 3.2 already had (so both tables know the mark)."""
+    marks = _marks_by_class()
+    first, last = marks[min(marks)], marks[max(marks)]
+    found = []
+    for c in every_code_point() if code_points is None else code_points:
+        ch = chr(c)
+        whole = unicodedata.normalize("NFD", ch)
+        beside = marks.values() if unicodedata.combining(ch) else (first, last)
+        probes = [f"a{m}{ch}" for m in beside] + [f"a{ch}{m}" for m in beside]
+        if (
+            nfd(ch) != whole
+            or nfc(ch) != unicodedata.normalize("NFC", ch)
+            or nfc(whole) != unicodedata.normalize("NFC", whole)
+            or any(nfd(p) != unicodedata.normalize("NFD", p) for p in probes)
+        ):
+            found.append(c)
+    return found
+
+
+def _marks_by_class() -> dict[int, str]:
+    """One combining mark of each class, from those Unicode 3.2 had with that class."""
+    old = unicodedata.ucd_3_2_0
+    marks: dict[int, str] = {}
+    for c in every_code_point():
+        ch = chr(c)
+        cls = old.combining(ch)
+        if cls and cls not in marks and not old.decomposition(ch) and unicodedata.combining(ch) == cls:
+            marks[cls] = ch
+    return marks
+
+
+def code_point_ranges(code_points: list[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted code points as (first, last) runs, as `NFC_PROVEN` keeps them."""
+    runs: list[tuple[int, int]] = []
+    for c in sorted(code_points):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1] = (runs[-1][0], c)
+        else:
+            runs.append((c, c))
+    return tuple(runs)

@@ -19,10 +19,17 @@ from hypothesis import strategies as st
 from published_vocabs import EOS, reference, tokenizer_json
 from support import cli, english_documents, write_jsonl
 
-from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.backend import TokenizersEncoder, library_version
 from pipeline.encoding.documents import LONG_DOC_CHARS
 from pipeline.encoding.fastokens_backend import FastokensEncoder
-from pipeline.encoding.normalizing import normalizing, run_ahead
+from pipeline.encoding.normalizing import (
+    NFC_PROVEN,
+    code_point_ranges,
+    nfc_disagreements,
+    normalizing,
+    python_proves_nfc,
+    run_ahead,
+)
 from pipeline.encoding.selection import decide
 from pipeline.encoding.spec import worker_encoder
 from pipeline.encoding.tokenizer import read_spec
@@ -61,6 +68,62 @@ def test_ascii_text_is_passed_through_and_other_text_normalized_as_tokenizers_do
     ascii_text = "plain ASCII, kept as the very same object"
     assert nfc(ascii_text) is ascii_text
     assert nfc("e\u0301") == "\u00e9" and nfc("\u2126") == "\u03a9"
+
+
+def tokenizers_nfc(text: str) -> str:
+    from tokenizers import normalizers
+
+    return normalizers.NFC().normalize_str(text)
+
+
+def test_python_and_tokenizers_nfc_part_only_on_the_kept_code_points():
+    """The proof `NFC_PROVEN` keeps, made again over every code point (for other versions
+    than the kept ones, no text is passed through on Python's word)."""
+    from tokenizers import normalizers
+
+    found = code_point_ranges(
+        nfc_disagreements(normalizers.NFC().normalize_str, normalizers.NFD().normalize_str)
+    )
+    key = (library_version("tokenizers"), unicodedata.unidata_version)
+    if key in NFC_PROVEN:
+        assert found == NFC_PROVEN[key]
+    else:
+        assert python_proves_nfc() is None
+
+
+def test_the_scan_finds_nothing_where_both_sides_are_the_same_tables():
+    """No false alarm: Python's tables against themselves, over marks of many classes, Hangul,
+    the code points `NFC_PROVEN` names for tokenizers and compositions of every kind."""
+    probe = [*range(0x0300, 0x0370), *range(0x0890, 0x08D4), *range(0x11930, 0x11940), 0xAC00, 0x212B, 0x0958]
+    same = nfc_disagreements(
+        lambda t: unicodedata.normalize("NFC", t), lambda t: unicodedata.normalize("NFD", t), probe
+    )
+    assert same == []
+
+
+def test_text_python_proves_in_nfc_is_passed_through_and_text_with_a_later_mark_is_not():
+    nfc = normalizing({"type": "NFC"})
+    if python_proves_nfc() is None:
+        pytest.skip("no proof kept for these versions: every non-ASCII text goes to tokenizers")
+    cjk = "中文文本，日本語のテキスト、한국어 문장, Ελληνικά, café"
+    assert nfc(cjk) is cjk  # the very same object: tokenizers was not called
+    later_mark = "ب࢘ and café"  # U+0898: a mark of Unicode 14, after tokenizers' tables
+    assert unicodedata.is_normalized("NFC", later_mark)
+    assert nfc(later_mark) is not later_mark and nfc(later_mark) == tokenizers_nfc(later_mark)
+    assert nfc("e\u0301") == "\u00e9"
+
+
+#: code points of both kinds: those Python's and tokenizers' tables agree on, and marks and a
+#: composition of later Unicode versions (`NFC_PROVEN`)
+NFC_EDGE = (
+    "ae\u0300\u0301\u0316\u0345\u1100\u1161\u11ab\u0898\u08ca\u1ac0\U00011935\U00011930\U00011938\u07fd 日"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=NFC_EDGE, max_size=30))
+def test_the_nfc_run_ahead_is_tokenizers_nfc_on_any_text(text):
+    assert normalizing({"type": "NFC"})(text) == tokenizers_nfc(text)
 
 
 def test_a_normalizer_that_changes_ascii_is_always_called():
