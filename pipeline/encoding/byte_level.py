@@ -34,6 +34,15 @@ QWEN2_PATTERN = (
 #: SMALL LETTER LONG S, which `tokenizers` matches with neither spelling
 CONTRACTIONS_SPELLED_OUT = r"('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)"
 CONTRACTIONS_FOLDED = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+#: DeepSeek V3's (and R1's) split patterns, as its tokenizer.json runs them one after another:
+#: runs of up to three digits, runs of CJK ideographs and kana, then a GPT-style pattern
+DEEPSEEK_V3_PATTERNS = (
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    # the file holds CR and LF themselves where this spells their escapes
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+    r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""".replace("\\r\\n", "\r\n"),
+)
 #: OpenAI's cl100k_base (GPT-4) and o200k_base (GPT-4o) patterns, as their tiktoken files spell them
 CL100K_PATTERN = (
     CONTRACTIONS_SPELLED_OUT
@@ -91,6 +100,24 @@ def byte_level_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in parts if p.get("type") == "ByteLevel"]
 
 
+def changes_nothing(normalizer: dict[str, Any] | None) -> bool:
+    """Is this normalizer none at all: absent, or a ``Sequence`` of normalizers that each change
+    nothing (DeepSeek V3 ships ``{"type": "Sequence", "normalizers": []}``)?"""
+    if normalizer is None:
+        return True
+    if not isinstance(normalizer, dict) or normalizer.get("type") != "Sequence":
+        return False
+    steps = normalizer.get("normalizers")
+    return isinstance(steps, list) and all(isinstance(s, dict) and changes_nothing(s) for s in steps)
+
+
+def normalizer_of(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """A parsed tokenizer.json's normalizer, None where it changes nothing (`changes_nothing`):
+    the one place the shape rules read it."""
+    normalizer = spec.get("normalizer")
+    return None if changes_nothing(normalizer) else normalizer
+
+
 def is_byte_level_bpe(spec: dict[str, Any]) -> bool:
     """True for a parsed tokenizer.json of the shape above."""
     model = spec.get("model") or {}
@@ -98,7 +125,7 @@ def is_byte_level_bpe(spec: dict[str, Any]) -> bool:
     byte_level = byte_level_parts(parts)
     return (
         model.get("type") == "BPE"
-        and spec.get("normalizer") is None
+        and normalizer_of(spec) is None
         and len(byte_level) == 1
         and not byte_level[0].get("add_prefix_space", False)
         and all(p.get("type") in BYTE_LEVEL_COMPANIONS for p in parts)
@@ -180,12 +207,42 @@ def isolates_matches(split: dict[str, Any]) -> bool:
     return behavior == "Removed" and inverted and regex in TOTAL_PATTERNS
 
 
+def split_patterns(pre_tokenizer: dict[str, Any] | None) -> tuple[str, ...]:
+    """The regexes that cut text into pieces, in the order they run, as fastokens takes them:
+    `pattern_of`'s one, or those of a ``Sequence`` of several Isolated, non-inverted regex
+    ``Split``s then ``ByteLevel(use_regex=false)`` (DeepSeek V3's three), where each ``Split``
+    cuts the pieces the ones before it left, in both libraries. `NotEquivalent` otherwise."""
+    parts = pre_tokenizer_parts(pre_tokenizer)
+    kinds = [p.get("type") for p in parts]
+    if len(parts) < 3 or kinds != ["Split"] * (len(parts) - 1) + ["ByteLevel"]:
+        return (pattern_of(pre_tokenizer),)
+    if parts[-1].get("add_prefix_space") or parts[-1].get("use_regex", True):
+        raise NotEquivalent(
+            f"pre-tokenizer {'+'.join(kinds)} ends in a ByteLevel that adds a space or splits again"
+        )
+    return tuple(map(isolated_regex, parts[:-1]))
+
+
+def isolated_regex(split: dict[str, Any]) -> str:
+    """One of several ``Split``s' regex, if it isolates its matches (the one shape checked)."""
+    regex = (split.get("pattern") or {}).get("Regex")
+    if regex is None:
+        raise NotEquivalent("one of several Split pre-tokenizers splits on a literal string, not a regex")
+    if split.get("behavior") != "Isolated" or split.get("invert"):
+        raise NotEquivalent(
+            f"one of several Split pre-tokenizers has behavior {split.get('behavior')}"
+            f"{' inverted' if split.get('invert') else ''}; only Isolated ones are checked"
+        )
+    return regex
+
+
 def check_model(spec: dict[str, Any]) -> dict[str, Any]:
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
         raise NotEquivalent(f"model {model.get('type')} is not BPE")
-    if spec.get("normalizer") is not None:
-        kind = spec["normalizer"].get("type", "?")
+    normalizer = normalizer_of(spec)
+    if normalizer is not None:
+        kind = normalizer.get("type", "?")
         raise NotEquivalent(
             f"normalizer {kind} changes the text before BPE; tiktoken takes none, fastokens only NFC"
         )
@@ -254,7 +311,7 @@ def check_fast_shape(spec: dict[str, Any]) -> None:
     conversion, minus the ones about tiktoken's own merge order); `NotEquivalent` naming the
     first one broken."""
     vocab = check_model(spec).get("vocab") or {}
-    pattern_of(spec.get("pre_tokenizer"))
+    split_patterns(spec.get("pre_tokenizer"))
     missing = [b for ch, b in byte_decoder().items() if ch not in vocab]
     if missing:
         raise NotEquivalent(
@@ -320,22 +377,33 @@ def sentencepiece_text(token: str) -> str:
 #: the text: GPT-2's (ByteLevel's own), Llama 3's, cl100k_base's and o200k_base's (in both
 #: spellings of its contractions, which hold no space). In them every such "word character,
 #: space" position is a pre-token boundary of the whole text, and the text before it
-#: pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents").
-SPACE_CUT_PATTERNS = (GPT2_PATTERN, LLAMA3_PATTERN, CL100K_PATTERN, O200K_PATTERN, O200K_FOLDED_PATTERN)
+#: pre-tokenizes the same alone (docs/ENCODERS.md, "Long documents"). DeepSeek V3's three
+#: too: its first two hold no space and look neither ahead nor behind, so a cut there leaves
+#: their pieces as they were, and its third is of the same kind as those above (a space starts
+#: a piece or sits in an all-whitespace one, and every white space character is matched by
+#: ``\s+``, so none sits in a span no alternative matches).
+SPACE_CUT_PATTERNS = (
+    (GPT2_PATTERN,),
+    (LLAMA3_PATTERN,),
+    (CL100K_PATTERN,),
+    (O200K_PATTERN,),
+    (O200K_FOLDED_PATTERN,),
+    DEEPSEEK_V3_PATTERNS,
+)
 
 
 def space_cuts_apply(spec: dict[str, Any]) -> bool:
     """Can a parsed tokenizer.json's long documents be cut at every "word character, space"
     (`pipeline.encoding.documents.space_cut`)? A BPE without a normalizer whose split pattern
-    is one of `SPACE_CUT_PATTERNS`, and no non-special added token holding a space (those are
+    are one of `SPACE_CUT_PATTERNS`, and no non-special added token holding a space (those are
     cut out of the text before pre-tokenizing, so one may span a pre-token boundary)."""
     try:
-        pattern = pattern_of(spec.get("pre_tokenizer"))
+        patterns = split_patterns(spec.get("pre_tokenizer"))
     except NotEquivalent:
         return False
     model = spec.get("model") or {}
-    bpe = model.get("type") == "BPE" and spec.get("normalizer") is None
-    return bpe and pattern in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added(spec))
+    bpe = model.get("type") == "BPE" and normalizer_of(spec) is None
+    return bpe and patterns in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added(spec))
 
 
 def plain_added(spec: dict[str, Any]) -> list[str]:

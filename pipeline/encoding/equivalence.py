@@ -33,6 +33,7 @@ from pipeline.encoding.byte_level import (
     merge_pairs,
     plain_added,
     sentencepiece_text,
+    split_patterns,
     to_bytes,
 )
 from pipeline.encoding.normalizing import run_ahead, without_normalizer
@@ -331,7 +332,8 @@ def fastokens_spec(tokenizer_path: str) -> tuple[dict, str]:
     ahead = run_ahead(spec)
     if ahead is None:
         check_fast_shape(spec)
-        return spec, "byte-level BPE"
+        splits = len(split_patterns(spec.get("pre_tokenizer")))
+        return spec, "byte-level BPE" + (f" with {splits} split patterns in a row" if splits > 1 else "")
     check_fast_shape(without_normalizer(spec))
     return spec, f"byte-level BPE after its {ahead.normalizer['type']} normalizer (run by tokenizers itself)"
 

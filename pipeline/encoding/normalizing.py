@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipeline.encoding.backend import library_version
-from pipeline.encoding.byte_level import plain_added
+from pipeline.encoding.byte_level import normalizer_of, plain_added
 from pipeline.encoding.routing import every_code_point
 
 #: the normalizers a fast back end takes as already-normalized text
@@ -89,7 +89,7 @@ class Ahead:
 
 def run_ahead(spec: dict[str, Any]) -> Ahead | None:
     """How the parsed tokenizer.json's normalizer runs ahead of a fast back end, None where it cannot."""
-    normalizer = spec.get("normalizer")
+    normalizer = normalizer_of(spec)
     if normalizer not in RUN_AHEAD:
         return None
     return Ahead(normalizer, bool(plain_added(spec)))

@@ -24,50 +24,72 @@ import numpy as np
 from pipeline.encoding.backend import flat, library_versions
 from pipeline.encoding.byte_level import (
     CL100K_PATTERN,
+    DEEPSEEK_V3_PATTERNS,
     LLAMA3_PATTERN,
     O200K_PATTERN,
     QWEN2_PATTERN,
     NotEquivalent,
-    pattern_of,
+    split_patterns,
 )
 from pipeline.encoding.tokenizer import read_spec
 
-#: (fastokens version, tokenizers version, the file's split pattern) -> the code points on which
-#: they part
-PROVEN: dict[tuple[str, str, str], frozenset[int]] = {
-    ("0.3.5", "0.23.3", CL100K_PATTERN): frozenset(),
-    ("0.3.5", "0.23.3", O200K_PATTERN): frozenset(),
-    ("0.3.5", "0.23.3", LLAMA3_PATTERN): frozenset(),
-    ("0.3.5", "0.23.3", QWEN2_PATTERN): frozenset(),
+#: (fastokens version, tokenizers version, the file's split patterns as
+#: `byte_level.split_patterns` gives them) -> the code points on which they part
+PROVEN: dict[tuple[str, str, tuple[str, ...]], frozenset[int]] = {
+    ("0.3.5", "0.23.3", (CL100K_PATTERN,)): frozenset(),
+    ("0.3.5", "0.23.3", (O200K_PATTERN,)): frozenset(),
+    ("0.3.5", "0.23.3", (LLAMA3_PATTERN,)): frozenset(),
+    ("0.3.5", "0.23.3", (QWEN2_PATTERN,)): frozenset(),
+    ("0.3.5", "0.23.3", DEEPSEEK_V3_PATTERNS): frozenset(),
 }
 
 #: one code point ``c`` in every context the patterns tell apart
 CONTEXT = "a{c}a {c}1{c} 'll{c}'s {c}{c}\n{c} A{c}b {c}'VE\t{c}\r\nn'{c}t"
+#: the same for DeepSeek V3's patterns (`DEEPSEEK_V3_PATTERNS`). They ask a character which of
+#: these it is: a digit (\p{N}), a letter or mark (\p{L}, \p{M}: asked together everywhere,
+#: save that a mark may also be the one character before a run of letters, where it joins
+#: the run all the same), punctuation or a symbol (\p{P}, \p{S}: asked together everywhere),
+#: white space (\s), or none; the CJK and kana ranges, the ASCII marks and letters and CR
+#: and LF are code points listed in the patterns, the same to any engine. A character's bytes
+#: seldom merge with their neighbours, so each context shows its answer in a boundary
+#: elsewhere that moves with it: "1{c}23" (a digit takes "2" into its run of three, so "23"
+#: is no token), " x  {c}b" (white space keeps the two spaces together, anything else leaves
+#: one before it), "{c}.com" and "{c}'s" (punctuation takes the mark, so ".com" and "'s" are
+#: no tokens), " {c}" (a letter or punctuation takes the space before it, which merges with
+#: its first byte, none leaves it alone), and a letter or kana beside it, and newlines after.
+DEEPSEEK_CONTEXT = "1{c}23 x  {c}b {c}.com {c}'s 中{c}ab{c} {c}\n\n"
+
+
+def context_for(patterns: tuple[str, ...]) -> str:
+    """The contexts the scan puts each code point in for these split patterns."""
+    return DEEPSEEK_CONTEXT if patterns == DEEPSEEK_V3_PATTERNS else CONTEXT
+
+
 #: code points compared per string (a difference is then narrowed down to its code point)
 CHUNK = 256
 
 
-def proven_class(pattern: str | None, versions: dict[str, str]) -> frozenset[int] | None:
-    """The proven class for this split pattern and these library versions, None if none is."""
-    if pattern is None:
+def proven_class(patterns: tuple[str, ...] | None, versions: dict[str, str]) -> frozenset[int] | None:
+    """The proven class for these split patterns and library versions, None if none is."""
+    if patterns is None:
         return None
-    return PROVEN.get((versions.get("fastokens", ""), versions.get("tokenizers", ""), pattern))
+    return PROVEN.get((versions.get("fastokens", ""), versions.get("tokenizers", ""), patterns))
 
 
 def fastokens_class(tokenizer_path: str) -> frozenset[int] | None:
     """The proven class of a byte-level tokenizer.json for the installed libraries (None: none
-    is proven, or it is not a byte-level BPE with one split pattern).
+    is proven, or it is not a byte-level BPE of a shape fastokens is checked on).
 
-    Keyed by the pattern alone, whichever way the file's Split keeps its matches: the classes
+    Keyed by the patterns alone, whichever way the file's Split keeps its matches: the classes
     were proven on Splits that isolate them, and `pattern_of` takes one that drops the text
     between them (``Removed`` with ``invert``, Xenova's GPT-4 files) only for a pattern that
     leaves no such text (`byte_level.TOTAL_PATTERNS`), so `tokenizers` cuts the same pieces, and
     fastokens is built from the isolating spelling (`fastokens_backend.natively_spelled`)."""
     try:
-        pattern = pattern_of(read_spec(tokenizer_path).get("pre_tokenizer"))
+        patterns = split_patterns(read_spec(tokenizer_path).get("pre_tokenizer"))
     except NotEquivalent:
         return None
-    return proven_class(pattern, dict(library_versions()))
+    return proven_class(patterns, dict(library_versions()))
 
 
 def every_code_point() -> list[int]:
@@ -75,25 +97,29 @@ def every_code_point() -> list[int]:
     return [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
 
 
-def in_context(code_points: Sequence[int]) -> str:
-    return "".join(CONTEXT.format(c=chr(c)) for c in code_points)
+def in_context(code_points: Sequence[int], context: str = CONTEXT) -> str:
+    return "".join(context.format(c=chr(c)) for c in code_points)
 
 
 EncodeBatch = Callable[[list[str]], Sequence[Sequence[int]]]
 
 
 def disagreeing_code_points(
-    fast: EncodeBatch, reference: EncodeBatch, code_points: Sequence[int] | None = None
+    fast: EncodeBatch,
+    reference: EncodeBatch,
+    code_points: Sequence[int] | None = None,
+    context: str = CONTEXT,
 ) -> list[int]:
-    """Every code point on which ``fast`` and ``reference`` give different ids in `CONTEXT`."""
+    """Every code point on which ``fast`` and ``reference`` give different ids in ``context``
+    (`context_for` the patterns)."""
     cps = list(every_code_point() if code_points is None else code_points)
     chunks = [cps[i : i + CHUNK] for i in range(0, len(cps), CHUNK)]
-    texts = [in_context(chunk) for chunk in chunks]
+    texts = [in_context(chunk, context) for chunk in chunks]
     found = []
     for chunk, want, got in zip(chunks, reference(texts), fast(texts), strict=True):
         if _ids(want) == _ids(got):
             continue
-        alone = [in_context([c]) for c in chunk]
+        alone = [in_context([c], context) for c in chunk]
         found += [
             c for c, w, g in zip(chunk, reference(alone), fast(alone), strict=True) if _ids(w) != _ids(g)
         ]

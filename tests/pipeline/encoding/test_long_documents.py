@@ -110,13 +110,16 @@ def test_space_cuts_are_exact_for_gpt2_and_the_llama3_pattern(docs, gpt2_tokeniz
         assert [i for ids in enc.encode_batch(cut) for i in ids] == enc.encode_batch([text])[0]
 
 
-@pytest.mark.parametrize("pattern", SPACE_CUT_PATTERNS, ids=range(len(SPACE_CUT_PATTERNS)))
-def test_every_space_cut_is_a_boundary_of_tokenizers_own_split_on_each_space_cut_pattern(docs, pattern):
-    """The pieces, each split alone by `tokenizers`' Split on the pattern, give the whole
-    text's pre-tokens (and so its ids): for every pattern `SpaceCuts` is used with, o200k_base's
-    folded spelling (Xenova's GPT-4o file) among them."""
-    split = tokenizers.pre_tokenizers.Split(tokenizers.Regex(pattern), behavior="isolated")
+@pytest.mark.parametrize("patterns", SPACE_CUT_PATTERNS, ids=range(len(SPACE_CUT_PATTERNS)))
+def test_every_space_cut_is_a_boundary_of_tokenizers_own_split_on_each_space_cut_pattern(docs, patterns):
+    """The pieces, each split alone by `tokenizers`' Splits on the patterns (one after another),
+    give the whole text's pre-tokens (and so its ids): for every pattern set `SpaceCuts` is used
+    with, o200k_base's folded spelling (Xenova's GPT-4o file) and DeepSeek V3's three among them."""
+    split = tokenizers.pre_tokenizers.Sequence(
+        [tokenizers.pre_tokenizers.Split(tokenizers.Regex(p), behavior="isolated") for p in patterns]
+    )
     text = nasty_text(docs, 11, 400_000) + " 'quoted' don't \u0085 x\u180e y \u3000 z/ ABCdef's 'LL \u017fs"
+    text += " 日本語のテキスト123456 中文，数字７８９ and .com 'x ٣٤٥٦"
     cut = list(pieces([text], 10_000, SpaceCuts()))
     assert len(cut) > 20 and "".join(cut) == text
     whole = [p for p, _ in split.pre_tokenize_str(text)]
