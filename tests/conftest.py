@@ -78,6 +78,23 @@ def gpt2_tokenizer_path(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def deepseek_v3() -> str:
+    """DeepSeek V3's tokenizer.json as published (`published_vocabs.hub_folder`): 128k
+    byte-level BPE, three split patterns in a row, an empty normalizer sequence."""
+    from published_vocabs import hub_folder
+
+    return str(hub_folder("deepseek_v3") / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def deepseek_v3_tokenizers(deepseek_v3):
+    """`tokenizers` on DeepSeek V3's file, the reference (built once: about a second)."""
+    from pipeline.encoding.backend import TokenizersEncoder
+
+    return TokenizersEncoder(deepseek_v3)
+
+
+@pytest.fixture(scope="session")
 def dask_client():
     """One real local cluster (2 worker processes) shared by the tests that need no other."""
     from distributed import Client, LocalCluster

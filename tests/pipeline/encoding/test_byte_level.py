@@ -18,11 +18,18 @@ from published_vocabs import hub_folder, tokenizer_json
 from support import REPO, english_documents
 
 from pipeline.encoding.byte_level import (
+    DEEPSEEK_V3_PATTERNS,
     LLAMA3_PATTERN,
     TOTAL_PATTERNS,
     NotEquivalent,
     applied_merges,
+    changes_nothing,
+    check_fast_shape,
+    is_byte_level_bpe,
+    normalizer_of,
     pattern_of,
+    space_cuts_apply,
+    split_patterns,
     to_bytes,
 )
 from pipeline.encoding.equivalence import fuzz
@@ -232,3 +239,72 @@ def test_fastokens_is_built_from_xenovas_gpt4_file_with_an_isolating_split_and_n
     )
     assert [built["model"][option] for option in EMPTY_MEANS_NONE] == [None, None]
     assert fastokens_class(path) == frozenset()
+
+
+@pytest.mark.parametrize(
+    "normalizer",
+    [
+        None,
+        {"type": "Sequence", "normalizers": []},
+        {"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": []}]},
+    ],
+)
+def test_a_normalizer_that_changes_nothing_counts_as_none(normalizer):
+    assert changes_nothing(normalizer)
+    assert normalizer_of({"normalizer": normalizer}) is None
+
+
+@pytest.mark.parametrize(
+    "normalizer",
+    [
+        {"type": "NFC"},
+        {"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "NFC"}]}]},
+    ],
+)
+def test_a_normalizer_with_any_step_in_it_is_one(normalizer, deepseek_spec):
+    assert not changes_nothing(normalizer)
+    spec = {**deepseek_spec, "normalizer": normalizer}
+    assert not is_byte_level_bpe(spec) and not space_cuts_apply(spec)
+    with pytest.raises(NotEquivalent, match=f"normalizer {normalizer['type']} changes the text"):
+        check_fast_shape(spec)
+
+
+@pytest.fixture(scope="module")
+def deepseek_spec(deepseek_v3) -> dict:
+    return read_spec(deepseek_v3)
+
+
+def test_deepseek_v3s_three_splits_are_a_fast_shape_but_not_tiktokens(deepseek_spec):
+    """DeepSeek V3 as published (empty normalizer sequence, three Isolated splits then
+    ByteLevel without its regex): a byte-level BPE fastokens is checked on, whose long
+    documents are cut at spaces; tiktoken takes one regex, so it is refused there."""
+    assert deepseek_spec["normalizer"] == {"type": "Sequence", "normalizers": []}
+    check_fast_shape(deepseek_spec)
+    assert is_byte_level_bpe(deepseek_spec) and space_cuts_apply(deepseek_spec)
+    assert split_patterns(deepseek_spec["pre_tokenizer"]) == DEEPSEEK_V3_PATTERNS
+    with pytest.raises(NotEquivalent, match=r"Split\+Split\+Split\+ByteLevel has no tiktoken equivalent"):
+        pattern_of(deepseek_spec["pre_tokenizer"])
+
+
+def with_split(spec: dict, at: int, **changes) -> dict:
+    parts = [dict(p) for p in spec["pre_tokenizer"]["pretokenizers"]]
+    parts[at].update(changes)
+    return {**spec, "pre_tokenizer": {"type": "Sequence", "pretokenizers": parts}}
+
+
+@pytest.mark.parametrize(
+    ("at", "changes", "says"),
+    [
+        (1, {"invert": True}, "behavior Isolated inverted"),
+        (2, {"behavior": "Removed"}, "behavior Removed"),
+        (0, {"behavior": "MergedWithPrevious"}, "behavior MergedWithPrevious"),
+        (0, {"pattern": {"String": "1"}}, "literal string"),
+        (3, {"use_regex": True}, "splits again"),
+        (3, {"add_prefix_space": True}, "adds a space"),
+    ],
+)
+def test_several_splits_that_do_not_all_isolate_are_refused_for_fastokens(deepseek_spec, at, changes, says):
+    spec = with_split(deepseek_spec, at, **changes)
+    with pytest.raises(NotEquivalent, match=says):
+        check_fast_shape(spec)
+    assert not space_cuts_apply(spec)

@@ -18,11 +18,11 @@ import pytest
 from background import Command, background_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from published_vocabs import EOS, NAMES, NORMALIZED, hub_folder, reference, tokenizer_json
+from published_vocabs import EOS, HUB_FOLDERS, NAMES, NORMALIZED, hub_folder, reference, tokenizer_json
 from support import REPO, cli, english_documents, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
-from pipeline.encoding.byte_level import pattern_of
+from pipeline.encoding.byte_level import DEEPSEEK_V3_PATTERNS, pattern_of, split_patterns
 from pipeline.encoding.documents import LONG_DOC_CHARS, SpaceCuts, byte_level_pre_tokenizer, pieces
 from pipeline.encoding.equivalence import fuzz
 from pipeline.encoding.fastokens_backend import (
@@ -34,6 +34,7 @@ from pipeline.encoding.fastokens_backend import (
 from pipeline.encoding.routing import (
     CONTEXT,
     RoutedEncoder,
+    context_for,
     disagreeing_code_points,
     fastokens_class,
     proven_class,
@@ -65,27 +66,38 @@ def test_the_published_vocabularies_encode_as_tiktoken_from_their_ranks(prose):
 #: process's pool has one)
 SCAN = """
 import json, sys
-from published_vocabs import tokenizer_json
+from test_routing import scanned_path
 from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.byte_level import split_patterns
 from pipeline.encoding.fastokens_backend import FastokensEncoder
-from pipeline.encoding.routing import disagreeing_code_points
+from pipeline.encoding.routing import context_for, disagreeing_code_points
+from pipeline.encoding.tokenizer import read_spec
 
 for name in sys.argv[1:]:
-    path = str(tokenizer_json(name))
+    path = scanned_path(name)
+    context = context_for(split_patterns(read_spec(path)["pre_tokenizer"]))
     fast = FastokensEncoder(path, confirm=False)
-    found = disagreeing_code_points(fast.encode_batch, TokenizersEncoder(path, threads=2).encode_batch)
+    reference = TokenizersEncoder(path, threads=2)
+    found = disagreeing_code_points(fast.encode_batch, reference.encode_batch, context=context)
     print(json.dumps({name: found}), flush=True)
 """
 
 
-#: every published vocabulary, Qwen2's with its NFC normalizer run ahead of fastokens
-SCANNED = (*NAMES, *NORMALIZED)
+#: every published vocabulary, Qwen2's with its NFC normalizer run ahead of fastokens, and
+#: DeepSeek V3's file as published (three split patterns in a row)
+SCANNED = (*NAMES, *NORMALIZED, "deepseek_v3")
+
+
+def scanned_path(name: str) -> str:
+    """The tokenizer.json scanned for ``name``: a model's folder as published, or a converted one."""
+    return str(hub_folder(name) / "tokenizer.json") if name in HUB_FOLDERS else str(tokenizer_json(name))
 
 
 @background_job
 def routing_scans(folder: Path) -> Command:
     """Every vocabulary's exhaustive scan: one JSON line per vocabulary, its disagreeing code points."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    paths = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return Command([sys.executable, "-c", SCAN, *SCANNED], env)
 
 
@@ -93,10 +105,10 @@ def routing_scans(folder: Path) -> Command:
 @pytest.mark.parametrize("name", SCANNED)
 def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(name, routing_scans):
     """Every Unicode scalar value, in every context the split patterns tell apart (letters of
-    both cases, digits, spaces, tabs, newlines, contractions): fastokens and `tokenizers` give
+    both cases, digits, spaces, tabs, newlines, contractions; `routing.context_for`): fastokens and `tokenizers` give
     the same ids exactly on the code points outside the proven class."""
-    path = str(tokenizer_json(name))
-    route = proven_class(pattern_of(read_spec(path)["pre_tokenizer"]), dict(library_versions()))
+    path = scanned_path(name)
+    route = proven_class(split_patterns(read_spec(path)["pre_tokenizer"]), dict(library_versions()))
     if route is None:
         pytest.fail(f"no class is proven for {name} with {library_versions()}; prove one (routing.PROVEN)")
     assert routing_scans.returncode == 0, routing_scans.stderr[-3000:]
@@ -305,3 +317,97 @@ def test_tiktoken_is_also_exact_on_xenovas_gpt4_file(prose):
     assert [list(ids) for ids in encoder.encode_batch(prose[:40])] == reference(
         "cl100k_base"
     ).encode_ordinary_batch(prose[:40])
+
+
+#: sentences in the scripts DeepSeek V3's patterns tell apart (CJK and kana runs beside other
+#: letters, digit runs, punctuation before ASCII letters, white space PCRE2 and Oniguruma part on)
+CJK_AND_DIGITS = (
+    "日本語のテキストです。漢字かなカナ混じり文、2024年6月1日に12345円を払った。",
+    "中文文本，包括标点符号！还有“引号”和数字3.14159与1,000,000。第123456章",
+    "한국어 문장입니다. 띄어쓰기 포함 42개.",
+    "Ελληνικά κείμενα, Русский ТЕКСТ 1234567890, العربية ٣٤٥٦٧, हिंदी १२३४",
+    "mixed日本語text中文123abc, カタカナABC ひらがな123 ｆｕｌｌｗｉｄｔｈ １２３ ①②③ ½ x²",
+    f"x  {MVS} y\u3000z\u00a0w 'quoted'.com {{braces}} $100 #tag @user e\u0301\u0301 \u0085\n\n\t.",
+)
+
+
+def test_auto_takes_fastokens_for_deepseek_v3_as_published_and_routes_nothing(deepseek_v3, prose):
+    """The empty normalizer sequence is no normalizer and three Isolated splits are a shape
+    fastokens is checked on; fastokens splits DeepSeek's patterns natively, where the
+    exhaustive scan finds no code point on which it parts from `tokenizers`."""
+    decision = decide("auto", deepseek_v3, lambda: [*prose[:20], *CJK_AND_DIGITS])
+    assert decision.name == "fastokens", decision.reason
+    assert "byte-level BPE with 3 split patterns in a row" in decision.reason
+    assert decision.spec.route == frozenset() and "go to tokenizers" not in decision.reason
+    assert decision.spec.space_cuts is True
+    assert "routed" not in decision.manifest_entry(routed_documents=0)
+
+
+def test_the_scan_finds_where_deepseeks_patterns_on_fastokens_regex_engine_part(
+    deepseek_v3, deepseek_v3_tokenizers
+):
+    """The DeepSeek contexts show a difference of white space: the same three patterns spelled
+    otherwise run on PCRE2, which parts on U+180E, and the scan names it and nothing else."""
+    spec = read_spec(deepseek_v3)
+    parts = [
+        {**p, "pattern": {"Regex": f"(?:{p['pattern']['Regex']})"}}
+        for p in spec["pre_tokenizer"]["pretokenizers"][:3]
+    ]
+    respelled = {
+        **spec,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [*parts, spec["pre_tokenizer"]["pretokenizers"][3]],
+        },
+    }
+    fast = FastokensEncoder.wrapping(fastokens.Tokenizer.from_json_str(encoding_part(respelled)))
+    code_points = [0x41, 0x20, 0x31, 0x180E, 0x3000, 0x0663, 0x4E2D, 0x3042, 0x0301, 0x3002, 0x1F642]
+    context = context_for(DEEPSEEK_V3_PATTERNS)
+    assert disagreeing_code_points(
+        fast.encode_batch, deepseek_v3_tokenizers.encode_batch, code_points, context
+    ) == [0x180E]
+
+
+#: characters of every class DeepSeek V3's patterns tell apart, for strings in which they meet
+DEEPSEEK_MIXED = "aZé日本かなカナ한Д\u0301 \t\n\r\u3000\u00a0\u180e\u0085.,'!?-_()$+=0123456789٣½"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=DEEPSEEK_MIXED, min_size=1, max_size=120), st.integers(4, 40))
+def test_deepseek_space_cuts_change_no_id(deepseek_v3_tokenizers, text, piece_chars):
+    """A document cut at every "word character, space" the cut rule finds (pieces of a few
+    characters) encodes, piece by piece, to the ids of the whole."""
+    cut = list(pieces([text], piece_chars, SpaceCuts()))
+    assert "".join(cut) == text
+    encode = deepseek_v3_tokenizers.encode_batch
+    assert [i for ids in encode(cut) for i in ids] == list(encode([text])[0])
+
+
+def test_prepare_with_deepseek_v3_writes_tokenizers_ids_on_fastokens(
+    tmp_path, prose, deepseek_v3, deepseek_v3_tokenizers
+):
+    """The whole command on the file as published: EOS from its tokenizer_config.json, CJK and
+    digit runs, and a document longer than `LONG_DOC_CHARS` (cut at spaces), all on fastokens
+    and all as `tokenizers` says."""
+    long_doc = " ".join([*prose, *CJK_AND_DIGITS] * 3)[: LONG_DOC_CHARS + 50_000] + " 末尾 123"
+    docs = [prose[0], *CJK_AND_DIGITS, long_doc, prose[3]]
+    out = tmp_path / "out"
+    data = write_jsonl(tmp_path / "in.jsonl", docs)
+    cli(
+        "prepare",
+        "--input",
+        str(data),
+        "--tokenizer",
+        deepseek_v3,
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        check=True,
+    )
+    m = manifest.load(out / "manifest.json")
+    assert m.data["encoder"]["name"] == "fastokens" and "routed" not in m.data["encoder"]
+    assert m.eos_id == deepseek_v3_tokenizers.tokenizer.token_to_id("<｜end▁of▁sentence｜>")
+    got = np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards])
+    want = [i for ids in deepseek_v3_tokenizers.encode_batch(docs) for i in (*ids, m.eos_id)]
+    assert got.tolist() == want
