@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from bench_encoders import fastokens_ceiling, load_texts, long_corpus, read_through  # noqa: E402
-from published_vocabs import EOS, NAMES, reference, tokenizer_json  # noqa: E402
+from published_vocabs import EOS, HUB_FOLDERS, NAMES, hub_folder, reference, tokenizer_json  # noqa: E402
 
 from pipeline.format import manifest  # noqa: E402
 
@@ -63,17 +63,33 @@ def run_prepare(corpus: Path, tok: Path, out: Path, workers: int) -> dict:
     }
 
 
+def tokenizer_of(name: str) -> Path:
+    """The vocabulary's tokenizer.json: a model's folder as published (DeepSeek V3's), or converted."""
+    return hub_folder(name) / "tokenizer.json" if name in HUB_FOLDERS else tokenizer_json(name)
+
+
+def reference_ids(name: str):
+    """text -> ids of the reference: tiktoken from the ranks, or (a folder as published, which
+    has no ranks) `tokenizers` on the file itself."""
+    if name not in HUB_FOLDERS:
+        return reference(name).encode_ordinary
+    from pipeline.encoding.backend import TokenizersEncoder
+
+    enc = TokenizersEncoder(str(tokenizer_of(name)))
+    return lambda text: list(enc.encode_batch([text])[0])
+
+
 def identical_to_reference(out: Path, texts: list[str], name: str) -> bool:
-    """Every shard token against tiktoken from the ranks, document by document, EOS after each."""
+    """Every shard token against the reference (`reference_ids`), document by document, EOS after each."""
     m = manifest.load(out / "manifest.json")
     got = np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards])
-    enc = reference(name)
+    encode = reference_ids(name)
     eos = m.eos_id
     pos = 0
     for text in texts:
         if not text.strip():
             continue
-        want = enc.encode_ordinary(text)
+        want = encode(text)
         n = len(want)
         if got[pos : pos + n].tolist() != want or got[pos + n] != eos:
             return False
@@ -99,7 +115,7 @@ def main() -> None:
     read_through(long)
     results = {}
     for name in args.vocabs:
-        tok = tokenizer_json(name)
+        tok = tokenizer_of(name)
         run_prepare(small, tok, args.work / "warm", args.workers)  # the check's static half, kept
         ceiling = fastokens_ceiling(args.corpus, tok)
         published = fastokens_ceiling(args.corpus, tok, as_published=True)
@@ -128,6 +144,8 @@ def main() -> None:
             r["identical_to_tiktoken_reference"] = identical_to_reference(
                 args.work / f"{name}-ordinary", texts, name
             )
+            if name in HUB_FOLDERS:  # no ranks: the long documents against `tokenizers` too
+                r["long_identical"] = identical_to_reference(args.work / f"{name}-long", load_texts(long), name)
         results[name] = r
         print(json.dumps({name: r}, default=str), flush=True)
     print(
@@ -138,7 +156,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, r in results.items():
         print(
-            f"| {name} ({EOS[name]}) | {r['fastokens_as_published_1_thread_tok_s'] / 1e6:.1f} M tok/s | "
+            f"| {name} ({EOS.get(name, 'EOS of its config')}) | {r['fastokens_as_published_1_thread_tok_s'] / 1e6:.1f} M tok/s | "
             f"{r['vs_2_threads_as_published']:.2f} | {r['fastokens_1_thread_tok_s'] / 1e6:.1f} M tok/s | "
             f"{r['processes_vs_2_threads'] * 2 * r['fastokens_1_thread_tok_s'] / 1e6:.1f} M tok/s | "
             f"{r['prepare_tok_s'] / 1e6:.1f} M tok/s ({r['ordinary']['wall']:.1f} s) | "

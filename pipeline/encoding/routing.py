@@ -1,14 +1,14 @@
 """Where fastokens parts from `tokenizers`, bounded to a class of characters, and the encoder
 that sends only the documents holding one of them to the reference.
 
-fastokens splits the published patterns (GPT-2's, Llama 3's, Qwen's, and cl100k_base's and
-o200k_base's in the spelling `fastokens_backend.NATIVE_SPELLING` gives them) without a regex
-engine, and any other on PCRE2, where `tokenizers` runs Oniguruma. The two can part on a class
+fastokens splits the published patterns (GPT-2's, Llama 3's, Qwen's, DeepSeek V3's three in a
+row, and cl100k_base's and o200k_base's in the spelling `fastokens_backend.NATIVE_SPELLING`
+gives them) without a regex engine, and any other on PCRE2, where `tokenizers` runs Oniguruma. The two can part on a class
 of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as white space, which Unicode
 stopped doing in 6.3, so on its regex route a document holding U+180E may split differently.
 `disagreeing_code_points` finds such a class by comparing the two on every code point in the
 contexts the patterns tell apart (letters of both cases, digits, spaces, tabs, newlines,
-contractions); `PROVEN` holds what it found for fastokens as `FastokensEncoder` builds it on
+contractions; `context_for` a file's patterns); `PROVEN` holds what it found for fastokens as `FastokensEncoder` builds it on
 the published patterns and these library versions (nothing, since the native spellings), which
 tests/pipeline/encoding/test_routing.py proves again, exhaustively. Where no class is proven,
 nothing is routed and the check decides as before (a difference refuses fastokens for the run).
