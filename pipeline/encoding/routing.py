@@ -57,6 +57,8 @@ CONTEXT = "a{c}a {c}1{c} 'll{c}'s {c}{c}\n{c} A{c}b {c}'VE\t{c}\r\nn'{c}t"
 #: one before it), "{c}.com" and "{c}'s" (punctuation takes the mark, so ".com" and "'s" are
 #: no tokens), " {c}" (a letter or punctuation takes the space before it, which merges with
 #: its first byte, none leaves it alone), and a letter or kana beside it, and newlines after.
+#: A mark taken for a letter by one engine and for none of these by the other moves only the
+#: boundaries beside it, which change ids only where its bytes merge with that neighbour.
 DEEPSEEK_CONTEXT = "1{c}23 x  {c}b {c}.com {c}'s 中{c}ab{c} {c}\n\n"
 
 

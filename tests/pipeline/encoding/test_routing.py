@@ -343,29 +343,62 @@ def test_auto_takes_fastokens_for_deepseek_v3_as_published_and_routes_nothing(de
     assert "routed" not in decision.manifest_entry(routed_documents=0)
 
 
+def respelled(spec: dict, respell) -> dict:
+    """DeepSeek V3's file with ``respell`` applied to each of its three split patterns."""
+    parts = spec["pre_tokenizer"]["pretokenizers"]
+    splits = [{**p, "pattern": {"Regex": respell(p["pattern"]["Regex"])}} for p in parts[:3]]
+    return {**spec, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*splits, parts[3]]}}
+
+
 def test_the_scan_finds_where_deepseeks_patterns_on_fastokens_regex_engine_part(
     deepseek_v3, deepseek_v3_tokenizers
 ):
     """The DeepSeek contexts show a difference of white space: the same three patterns spelled
     otherwise run on PCRE2, which parts on U+180E, and the scan names it and nothing else."""
-    spec = read_spec(deepseek_v3)
-    parts = [
-        {**p, "pattern": {"Regex": f"(?:{p['pattern']['Regex']})"}}
-        for p in spec["pre_tokenizer"]["pretokenizers"][:3]
-    ]
-    respelled = {
-        **spec,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [*parts, spec["pre_tokenizer"]["pretokenizers"][3]],
-        },
-    }
-    fast = FastokensEncoder.wrapping(fastokens.Tokenizer.from_json_str(encoding_part(respelled)))
+    spec = respelled(read_spec(deepseek_v3), lambda regex: f"(?:{regex})")
+    fast = FastokensEncoder.wrapping(fastokens.Tokenizer.from_json_str(encoding_part(spec)))
     code_points = [0x41, 0x20, 0x31, 0x180E, 0x3000, 0x0663, 0x4E2D, 0x3042, 0x0301, 0x3002, 0x1F642]
     context = context_for(DEEPSEEK_V3_PATTERNS)
     assert disagreeing_code_points(
         fast.encode_batch, deepseek_v3_tokenizers.encode_batch, code_points, context
     ) == [0x180E]
+
+
+@pytest.mark.parametrize(
+    ("narrowed", "code_points", "found"),
+    [
+        ({r"\p{N}": "[0-9]"}, [0x31, 0x41, 0x0663, 0x2162, 0xFF13, 0xB2], [0xB2, 0x0663, 0x2162, 0xFF13]),
+        (
+            {r"\s": r"[ \t\r\n]", r"\S": r"[^ \t\r\n]"},
+            [0x20, 0x0A, 0x41, 0x3000, 0xA0, 0x2009, 0x85],
+            [0x85, 0xA0, 0x2009, 0x3000],
+        ),
+        (
+            {r"\p{P}\p{S}": r"!-/:-@\[-`{-~"},
+            [0x2E, 0x41, 0x3002, 0x2014, 0x20AC, 0xA9],
+            [0xA9, 0x2014, 0x20AC, 0x3002],
+        ),
+        ({r"\p{L}": "A-Za-z"}, [0x41, 0x61, 0xE9, 0x0416, 0x05D0, 0xAC00], [0xE9, 0x0416, 0x05D0, 0xAC00]),
+    ],
+)
+def test_each_class_deepseeks_patterns_ask_shows_in_the_scans_contexts(
+    deepseek_v3, deepseek_v3_tokenizers, narrowed, code_points, found
+):
+    """fastokens with one class of the patterns narrowed to ASCII (digits, white space,
+    punctuation and symbols, letters) parts from `tokenizers` on exactly the characters the
+    narrowing moved: `DEEPSEEK_CONTEXT` shows each of them (U+180E, on which every such
+    PCRE2 build also parts, is left out of the code points)."""
+
+    def narrow(regex: str) -> str:
+        for wide, ascii_only in narrowed.items():
+            regex = regex.replace(wide, ascii_only)
+        return regex
+
+    spec = respelled(read_spec(deepseek_v3), narrow)
+    fast = FastokensEncoder.wrapping(fastokens.Tokenizer.from_json_str(encoding_part(spec)))
+    context = context_for(DEEPSEEK_V3_PATTERNS)
+    reference = deepseek_v3_tokenizers.encode_batch
+    assert sorted(disagreeing_code_points(fast.encode_batch, reference, code_points, context)) == found
 
 
 #: characters of every class DeepSeek V3's patterns tell apart, for strings in which they meet
