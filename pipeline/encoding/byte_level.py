@@ -394,7 +394,7 @@ SPACE_CUT_PATTERNS = (
 
 def space_cuts_apply(spec: dict[str, Any]) -> bool:
     """Can a parsed tokenizer.json's long documents be cut at every "word character, space"
-    (`pipeline.encoding.documents.space_cut`)? A BPE without a normalizer whose split pattern
+    (`pipeline.encoding.documents.space_cut`)? A BPE without a normalizer whose split patterns
     are one of `SPACE_CUT_PATTERNS`, and no non-special added token holding a space (those are
     cut out of the text before pre-tokenizing, so one may span a pre-token boundary)."""
     try:

@@ -3,15 +3,16 @@ that sends only the documents holding one of them to the reference.
 
 fastokens splits the published patterns (GPT-2's, Llama 3's, Qwen's, DeepSeek V3's three in a
 row, and cl100k_base's and o200k_base's in the spelling `fastokens_backend.NATIVE_SPELLING`
-gives them) without a regex engine, and any other on PCRE2, where `tokenizers` runs Oniguruma. The two can part on a class
-of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as white space, which Unicode
-stopped doing in 6.3, so on its regex route a document holding U+180E may split differently.
-`disagreeing_code_points` finds such a class by comparing the two on every code point in the
-contexts the patterns tell apart (letters of both cases, digits, spaces, tabs, newlines,
-contractions; `context_for` a file's patterns); `PROVEN` holds what it found for fastokens as `FastokensEncoder` builds it on
-the published patterns and these library versions (nothing, since the native spellings), which
-tests/pipeline/encoding/test_routing.py proves again, exhaustively. Where no class is proven,
-nothing is routed and the check decides as before (a difference refuses fastokens for the run).
+gives them) without a regex engine, and any other on PCRE2, where `tokenizers` runs Oniguruma.
+The two can part on a class of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as
+white space, which Unicode stopped doing in 6.3, so on its regex route a document holding
+U+180E may split differently. `disagreeing_code_points` finds such a class by comparing the two
+on every code point in the contexts the patterns tell apart (letters of both cases, digits,
+spaces, tabs, newlines, contractions; `context_for` a file's patterns); `PROVEN` holds what it
+found for fastokens as `FastokensEncoder` builds it on the published patterns and these library
+versions (nothing, since the native spellings), which tests/pipeline/encoding/test_routing.py
+proves again, exhaustively. Where no class is proven, nothing is routed and the check decides
+as before (a difference refuses fastokens for the run).
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ CONTEXT = "a{c}a {c}1{c} 'll{c}'s {c}{c}\n{c} A{c}b {c}'VE\t{c}\r\nn'{c}t"
 #: white space (\s), or none; the CJK and kana ranges, the ASCII marks and letters and CR
 #: and LF are code points listed in the patterns, the same to any engine. A character's bytes
 #: seldom merge with their neighbours, so each context shows its answer in a boundary
-#: elsewhere that moves with it: "1{c}23" (a digit takes "2" into its run of three, so "23"
-#: is no token), " x  {c}b" (white space keeps the two spaces together, anything else leaves
-#: one before it), "{c}.com" and "{c}'s" (punctuation takes the mark, so ".com" and "'s" are
-#: no tokens), " {c}" (a letter or punctuation takes the space before it, which merges with
+#: elsewhere that moves with it: "1{c}23" (a digit takes "2" into its run of three, which
+#: parts "2" from "3", one token otherwise), " x  {c}b" (white space keeps the two spaces
+#: together, anything else leaves one before it), "{c}.com" and "{c}'s" (punctuation takes
+#: the mark, which parts it from the letters after it, one token otherwise), " {c}" (a letter or punctuation takes the space before it, which merges with
 #: its first byte, none leaves it alone), and a letter or kana beside it, and newlines after.
 #: A mark taken for a letter by one engine and for none of these by the other moves only the
 #: boundaries beside it, which change ids only where its bytes merge with that neighbour.
