@@ -145,7 +145,9 @@ def main() -> None:
                 args.work / f"{name}-ordinary", texts, name
             )
             if name in HUB_FOLDERS:  # no ranks: the long documents against `tokenizers` too
-                r["long_identical"] = identical_to_reference(args.work / f"{name}-long", load_texts(long), name)
+                r["long_identical"] = identical_to_reference(
+                    args.work / f"{name}-long", load_texts(long), name
+                )
         results[name] = r
         print(json.dumps({name: r}, default=str), flush=True)
     print(
