@@ -207,13 +207,27 @@ def isolates_matches(split: dict[str, Any]) -> bool:
     return behavior == "Removed" and inverted and regex in TOTAL_PATTERNS
 
 
+#: what ``Digits(individual_digits=true)`` cuts, spelled as a split pattern: each character
+#: Unicode calls a number (Nd, Nl, No; Rust's ``char::is_numeric``) a piece of its own
+EACH_DIGIT = r"\p{N}"
+
+
 def split_patterns(pre_tokenizer: dict[str, Any] | None) -> tuple[str, ...]:
     """The regexes that cut text into pieces, in the order they run, as fastokens takes them:
-    `pattern_of`'s one, or those of a ``Sequence`` of several Isolated, non-inverted regex
+    `pattern_of`'s one; those of a ``Sequence`` of several Isolated, non-inverted regex
     ``Split``s then ``ByteLevel(use_regex=false)`` (DeepSeek V3's three), where each ``Split``
-    cuts the pieces the ones before it left, in both libraries. `NotEquivalent` otherwise."""
+    cuts the pieces the ones before it left, in both libraries; or each digit alone, then
+    GPT-2's pattern (``Digits(individual_digits=true)`` then ``ByteLevel(use_regex=true)``, as
+    Command R ships it). `NotEquivalent` otherwise."""
     parts = pre_tokenizer_parts(pre_tokenizer)
     kinds = [p.get("type") for p in parts]
+    if kinds == ["Digits", "ByteLevel"]:
+        digits, bl = parts
+        if not digits.get("individual_digits") or bl.get("add_prefix_space") or not bl.get("use_regex", True):
+            raise NotEquivalent(
+                "pre-tokenizer Digits+ByteLevel other than each digit alone then GPT-2's split"
+            )
+        return (EACH_DIGIT, GPT2_PATTERN)
     if len(parts) < 3 or kinds != ["Split"] * (len(parts) - 1) + ["ByteLevel"]:
         return (pattern_of(pre_tokenizer),)
     if parts[-1].get("add_prefix_space") or parts[-1].get("use_regex", True):

@@ -399,3 +399,37 @@ def test_cli_logs_the_choice_and_threads_reach_the_manifest(tmp_path, docs, gpt2
     assert np.array_equal(
         stream_of(tmp_path / "out" / "manifest.json"), plain_encode(gpt2_tokenizer_path, docs[:30])
     )
+
+
+def command_r_shape(individual: bool):
+    """Command R's pre-tokenizer: each digit alone, then ByteLevel with GPT-2's split; and its
+    NFC normalizer."""
+
+    def edit(spec):
+        spec["normalizer"] = {"type": "NFC"}
+        spec["pre_tokenizer"] = {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Digits", "individual_digits": individual},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            ],
+        }
+
+    return edit
+
+
+def test_auto_takes_fastokens_for_each_digit_alone_then_gpt2s_split(tokenizer_path, docs, tmp_path):
+    path = edited(tokenizer_path, tmp_path / "command-r" / "tokenizer.json", command_r_shape(True))
+    decision = decide("auto", str(path), lambda: docs)
+    assert decision.name == "fastokens", decision.reason
+    assert "after its NFC normalizer" in decision.reason
+    texts = [*docs[:30], "call 555-0199, ١٢٣ and ⅷ or ½ at 12:30", "e\u0301cole 2024 x² 10\u2126"]
+    got = worker_encoder(decision.spec).encode_batch(texts)
+    assert [as_list(g) for g in got] == TokenizersEncoder(str(path)).encode_batch(texts)
+
+
+def test_digit_runs_kept_together_before_gpt2s_split_stay_on_tokenizers(tokenizer_path, docs, tmp_path):
+    path = edited(tokenizer_path, tmp_path / "digit-runs" / "tokenizer.json", command_r_shape(False))
+    decision = decide("auto", str(path), lambda: docs)
+    assert decision.name == "tokenizers"
+    assert "Digits+ByteLevel other than each digit alone" in decision.reason

@@ -320,12 +320,14 @@ def test_the_kept_facts_of_a_tokenizer_follow_the_config_beside_it(own_eos, tmp_
         check_cache.resolve_tokenizer(str(folder), None, "auto")
 
 
-def test_gemma2_as_published_runs_on_fastokens_exactly(tmp_path, prose):
+def test_gemma2_as_published_runs_on_fastokens_exactly(prose):
     """Gemma's shape: spaces made "▁" by a lone Replace, then a Split on " " that finds none;
     243 added tokens that are not special, which `tokenizers` finds in text first."""
     from published_vocabs import hub_folder
 
     from pipeline.encoding.byte_level import plain_added
+    from pipeline.encoding.selection import decide
+    from pipeline.encoding.spec import worker_encoder
     from pipeline.encoding.tokenizer import read_spec
 
     tok = hub_folder("gemma2") / "tokenizer.json"
@@ -337,13 +339,11 @@ def test_gemma2_as_published_runs_on_fastokens_exactly(tmp_path, prose):
         "a literal </s> and <eos> and <bos> are text",
         "  two spaces,\n\nnew lines\t\ttabs " + prose[1][:500],
     ]
-    proc, out = prepare(tmp_path, tok.parent, docs)
-    assert proc.returncode == 0, proc.stderr
-    m = manifest.load(out / "manifest.json")
-    assert m.data["encoder"]["name"] == "fastokens", m.data["encoder"]["reason"]
-    assert m.data["encoder"]["reason"].startswith("auto: SentencePiece-style BPE with byte fallback, and")
-    assert m.data["tokenizer"]["eos_token"] == "<eos>" and m.dtype == "uint32"
-    assert documents_in(out) == reference_ids(tok, docs)
+    decision = decide("auto", str(tok), lambda: docs)
+    assert decision.name == "fastokens", decision.reason
+    assert decision.reason.startswith("auto: SentencePiece-style BPE with byte fallback, and")
+    got = worker_encoder(decision.spec).encode_batch(docs)
+    assert [list(ids) for ids in got] == reference_ids(tok, docs)
 
 
 def test_the_check_quotes_every_added_token_that_is_not_special():
