@@ -8,7 +8,8 @@ one untimed run first (it fills the kept check) and then ``--rounds`` timed runs
 the table gives each side's median wall time, the encoder the run chose, and whether every
 token of this checkout's shards equals `tokenizers` on the file itself (the reference,
 independent of tokshard's own loading: special-token text as text, no special tokens added).
-A side that refuses the tokenizer shows its one line instead.
+A side that finds no EOS runs a recipe naming the one the other side found ("EOS named"), so
+the two encode the same; a side that refuses otherwise shows its one line.
 
     python bench/bench_published.py --corpus /work/bench-data/intl/mixed2.jsonl --before 2322d5a
 """
@@ -65,16 +66,30 @@ def tokenizers_to_bench(names: list[str]) -> dict[str, Path]:
     return {name: every[name] for name in names} if names else every
 
 
-def run(checkout: Path, corpus: Path, tok: Path, out: Path) -> tuple[float, str | None]:
-    """(wall seconds, None) of one run, or (wall, its error line) where it refused."""
+def run(
+    checkout: Path, corpus: Path, tok: Path, out: Path, eos: str | None = None
+) -> tuple[float, str | None]:
+    """(wall seconds, None) of one run, or (wall, its error line) where it refused. With
+    ``eos``, the run is a recipe naming that EOS (an older checkout may find none itself)."""
     shutil.rmtree(out, ignore_errors=True)
-    argv = [sys.executable, "-m", "tokshard.cli", "prepare", "--input", str(corpus), "--tokenizer", str(tok),
-            "--out", str(out), "--workers", "2"]  # fmt: skip
+    if eos is None:
+        what = ["--input", str(corpus), "--tokenizer", str(tok)]
+    else:
+        recipe = out.with_suffix(".toml")
+        recipe.write_text(
+            f"tokenizer = {json.dumps(str(tok))}\neos_token = {json.dumps(eos)}\n"
+            f'[sources.data]\ntype = "files"\npaths = [{json.dumps(str(corpus))}]\n'
+        )
+        what = [str(recipe)]
+    argv = [sys.executable, "-m", "tokshard.cli", "prepare", *what, "--out", str(out), "--workers", "2"]
     began = time.perf_counter()
     proc = subprocess.run(argv, cwd=checkout, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout),
                           "HOME": str(Path.home())}, capture_output=True, text=True)  # fmt: skip
     wall = time.perf_counter() - began
-    return wall, None if proc.returncode == 0 else proc.stderr.strip().splitlines()[-1]
+    if proc.returncode == 0:
+        return wall, None
+    line = proc.stderr.strip().splitlines()[-1]
+    return wall, line.replace(f"{tok}/tokenizer.json", "TOK").replace(str(tok), "TOK")
 
 
 def identical_to_tokenizers(out: Path, tok: Path, texts: list[str]) -> bool:
@@ -121,23 +136,28 @@ def main() -> None:
                 walls: dict[str, list[float]] = {side: [] for side in sides}
                 refused: dict[str, str | None] = {}
                 encoders: dict[str, str] = {}
-                for side, checkout in sides.items():  # untimed: fills the kept check
-                    _, refused[side] = run(checkout, args.corpus, tok, work / side)
+                eos: dict[str, str | None] = dict.fromkeys(sides)
+                found_eos = None
+                for side in reversed(sides):  # untimed: fills the kept check; this checkout first
+                    _, refused[side] = run(sides[side], args.corpus, tok, work / side)
+                    if refused[side] and "has no EOS" in refused[side] and found_eos:
+                        eos[side] = found_eos  # the one this checkout found, named in a recipe
+                        _, refused[side] = run(sides[side], args.corpus, tok, work / side, found_eos)
                     if refused[side] is None:
-                        encoders[side] = json.loads((work / side / "manifest.json").read_text())["encoder"][
-                            "name"
-                        ]
+                        manifest = json.loads((work / side / "manifest.json").read_text())
+                        encoders[side] = manifest["encoder"]["name"] + (", EOS named" if eos[side] else "")
+                        found_eos = found_eos or manifest["tokenizer"]["eos_token"]
                 for rnd in range(args.rounds):
                     order = list(sides.items())
                     for side, checkout in order if rnd % 2 == 0 else order[::-1]:
                         if refused[side] is None:
-                            walls[side].append(run(checkout, args.corpus, tok, work / side)[0])
+                            walls[side].append(run(checkout, args.corpus, tok, work / side, eos[side])[0])
                 cells, medians = [], {}
                 for side in ("before", "after"):
                     if side not in sides:
                         cells.append("")
                     elif refused[side] is not None:
-                        cells.append(f"refused: {refused[side][:90]}")
+                        cells.append(f"refused: {refused[side].removeprefix('tokshard: error: ')[:120]}")
                     else:
                         medians[side] = statistics.median(walls[side])
                         cells.append(f"{medians[side]:.2f} s ({encoders[side]})")
