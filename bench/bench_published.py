@@ -8,7 +8,7 @@ one untimed run first (it fills the kept check) and then ``--rounds`` timed runs
 the table gives each side's median wall time, the encoder the run chose, and whether every
 token of this checkout's shards equals `tokenizers` on the file itself (the reference,
 independent of tokshard's own loading: special-token text as text, no special tokens added).
-A side that finds no EOS runs a recipe naming the one the other side found ("EOS named"), so
+A side that finds no EOS it can use runs a recipe naming the one the other side found ("EOS named"), so
 the two encode the same; a side that refuses otherwise shows its one line.
 
     python bench/bench_published.py --corpus /work/bench-data/intl/mixed2.jsonl --before 2322d5a
@@ -140,7 +140,7 @@ def main() -> None:
                 found_eos = None
                 for side in reversed(sides):  # untimed: fills the kept check; this checkout first
                     _, refused[side] = run(sides[side], args.corpus, tok, work / side)
-                    if refused[side] and "has no EOS" in refused[side] and found_eos:
+                    if refused[side] and "EOS" in refused[side] and found_eos:
                         eos[side] = found_eos  # the one this checkout found, named in a recipe
                         _, refused[side] = run(sides[side], args.corpus, tok, work / side, found_eos)
                     if refused[side] is None:
