@@ -26,12 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))  # before tests/, whose pipeline/ folder holds the tests
 from bench_ab import worktree  # noqa: E402
+from bench_vocab import shards_equal  # noqa: E402
 from checkout import compile_bytecode  # noqa: E402
 from published_vocabs import NAMES, NORMALIZED, npm_package, tokenizer_json  # noqa: E402
 
@@ -96,21 +95,11 @@ def identical_to_tokenizers(out: Path, tok: Path, texts: list[str]) -> bool:
     """Every token of the shards against `tokenizers` on the file itself, EOS after each document."""
     from tokenizers import Tokenizer
 
-    manifest = json.loads((out / "manifest.json").read_text())
-    dtype, eos = np.dtype(manifest["dtype"]), manifest["tokenizer"]["eos_id"]
-    got = np.concatenate([np.fromfile(p, dtype) for p in sorted(out.rglob("*.bin"))])
-    file = tok / "tokenizer.json" if tok.is_dir() else tok
-    ref = Tokenizer.from_file(str(file))
+    ref = Tokenizer.from_file(str(tok / "tokenizer.json" if tok.is_dir() else tok))
     ref.encode_special_tokens = True
-    pos = 0
-    kept = [t for t in texts if t.strip()]
-    for i in range(0, len(kept), 256):
-        for enc in ref.encode_batch(kept[i : i + 256], add_special_tokens=False):
-            n = len(enc.ids)
-            if got[pos : pos + n].tolist() != enc.ids or got[pos + n] != eos:
-                return False
-            pos += n + 1
-    return pos == len(got)
+    return shards_equal(
+        out, texts, lambda batch: (e.ids for e in ref.encode_batch(batch, add_special_tokens=False))
+    )
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -81,19 +82,25 @@ def reference_ids(name: str):
 
 def identical_to_reference(out: Path, texts: list[str], name: str) -> bool:
     """Every shard token against the reference (`reference_ids`), document by document, EOS after each."""
+    encode = reference_ids(name)
+    return shards_equal(out, texts, lambda batch: map(encode, batch))
+
+
+def shards_equal(
+    out: Path, texts: list[str], encode_many: Callable[[list[str]], Iterable[list[int]]]
+) -> bool:
+    """Do the shards of the prepared folder ``out`` hold exactly ``encode_many``'s ids of each
+    non-empty text, in order, each followed by the EOS?"""
     m = manifest.load(out / "manifest.json")
     got = np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards])
-    encode = reference_ids(name)
-    eos = m.eos_id
+    kept = [t for t in texts if t.strip()]
     pos = 0
-    for text in texts:
-        if not text.strip():
-            continue
-        want = encode(text)
-        n = len(want)
-        if got[pos : pos + n].tolist() != want or got[pos + n] != eos:
-            return False
-        pos += n + 1
+    for i in range(0, len(kept), 256):
+        for want in encode_many(kept[i : i + 256]):
+            n = len(want)
+            if got[pos : pos + n].tolist() != want or got[pos + n] != m.eos_id:
+                return False
+            pos += n + 1
     return pos == len(got)
 
 

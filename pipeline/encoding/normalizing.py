@@ -144,27 +144,44 @@ def _covering_class(ranges: tuple[tuple[int, int], ...]) -> str:
     return "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in bmp) + "]"
 
 
+#: code points compared together, in one string, before those of a differing string alone
+CHUNK = 256
+
+
 def nfc_disagreements(nfc: Normalize, nfd: Normalize, code_points: Iterable[int] | None = None) -> list[int]:
     """Every code point whose NFC properties differ between `tokenizers` (its ``nfc`` and
     ``nfd``) and Python's tables: its decomposition and composition (NFD and NFC of it alone, its
     decomposition composed again) and its combining class, by the order NFD gives it beside a
-    mark of each class that Unicode 3.2 already had (so both tables know the mark)."""
+    mark of each class that Unicode 3.2 already had (so both tables know the mark). The probes
+    of `CHUNK` code points are compared as one string first, each probe set off by spaces
+    (a starter nothing composes with, so each is normalized as if alone); a string that
+    differs has its code points compared one by one."""
     marks = _marks_by_class()
-    first, last = marks[min(marks)], marks[max(marks)]
+    classes = tuple(marks.values())
+    ends = (marks[min(marks)], marks[max(marks)])  # any class but 0 is reordered beside one
+    cps = list(every_code_point() if code_points is None else code_points)
     found = []
-    for c in every_code_point() if code_points is None else code_points:
-        ch = chr(c)
-        whole = unicodedata.normalize("NFD", ch)
-        beside = marks.values() if unicodedata.combining(ch) else (first, last)
-        probes = [f"a{m}{ch}" for m in beside] + [f"a{ch}{m}" for m in beside]
-        if (
-            nfd(ch) != whole
-            or nfc(ch) != unicodedata.normalize("NFC", ch)
-            or nfc(whole) != unicodedata.normalize("NFC", whole)
-            or any(nfd(p) != unicodedata.normalize("NFD", p) for p in probes)
-        ):
-            found.append(c)
+    for i in range(0, len(cps), CHUNK):
+        chunk = cps[i : i + CHUNK]
+        probes = [_probes(chr(c), classes if unicodedata.combining(chr(c)) else ends) for c in chunk]
+        if _same(nfc, nfd, " ".join(" ".join(p) for p in probes)):
+            continue
+        found += [c for c, p in zip(chunk, probes, strict=True) if not all(_same(nfc, nfd, t) for t in p)]
     return found
+
+
+def _probes(ch: str, beside: tuple[str, ...]) -> list[str]:
+    """``ch`` alone, its decomposition, and ``ch`` after and before each mark of ``beside``."""
+    return [
+        ch,
+        unicodedata.normalize("NFD", ch),
+        *["a" + m + ch for m in beside],
+        *["a" + ch + m for m in beside],
+    ]
+
+
+def _same(nfc: Normalize, nfd: Normalize, text: str) -> bool:
+    return nfd(text) == unicodedata.normalize("NFD", text) and nfc(text) == unicodedata.normalize("NFC", text)
 
 
 def _marks_by_class() -> dict[int, str]:
