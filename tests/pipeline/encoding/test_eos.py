@@ -327,7 +327,6 @@ def test_gemma2_as_published_runs_on_fastokens_exactly(prose):
 
     from pipeline.encoding.byte_level import plain_added
     from pipeline.encoding.selection import decide
-    from pipeline.encoding.spec import worker_encoder
     from pipeline.encoding.tokenizer import read_spec
 
     tok = hub_folder("gemma2") / "tokenizer.json"
@@ -339,11 +338,10 @@ def test_gemma2_as_published_runs_on_fastokens_exactly(prose):
         "a literal </s> and <eos> and <bos> are text",
         "  two spaces,\n\nnew lines\t\ttabs " + prose[1][:500],
     ]
-    decision = decide("auto", str(tok), lambda: docs)
+    decision = decide("auto", str(tok), lambda: docs)  # its check compares these documents' ids
     assert decision.name == "fastokens", decision.reason
     assert decision.reason.startswith("auto: SentencePiece-style BPE with byte fallback, and")
-    got = worker_encoder(decision.spec).encode_batch(docs)
-    assert [list(ids) for ids in got] == reference_ids(tok, docs)
+    assert decision.reason.endswith(f"and the run's first {len(docs)} documents")
 
 
 def test_the_check_quotes_every_added_token_that_is_not_special():
