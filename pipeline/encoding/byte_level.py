@@ -420,6 +420,11 @@ def space_cuts_apply(spec: dict[str, Any]) -> bool:
     return bpe and patterns in SPACE_CUT_PATTERNS and not any(" " in t for t in plain_added(spec))
 
 
+def special_added(spec: dict[str, Any]) -> list[str]:
+    """The contents of a parsed tokenizer.json's special added tokens."""
+    return [t.get("content", "") for t in spec.get("added_tokens") or [] if t.get("special")]
+
+
 def plain_added(spec: dict[str, Any]) -> list[str]:
     """The contents of a parsed tokenizer.json's non-special added tokens."""
     return [t.get("content", "") for t in spec.get("added_tokens") or [] if not t.get("special")]

@@ -33,6 +33,7 @@ from pipeline.encoding.byte_level import (
     merge_pairs,
     plain_added,
     sentencepiece_text,
+    special_added,
     split_patterns,
     to_bytes,
 )
@@ -248,7 +249,7 @@ def vocabulary_from_spec(spec: dict) -> Vocabulary:
         except ValueError:
             continue
     merged = {vocab[a + b]: a + b for a, b in merge_pairs(model.get("merges") or []) if a + b in vocab}
-    specials = tuple(t["content"] for t in spec.get("added_tokens") or [] if t.get("special"))
+    specials = tuple(special_added(spec))
     return Vocabulary(specials, tuple(sorted(pieces)), merged, plain_added=tuple(plain_added(spec)))
 
 
@@ -256,7 +257,7 @@ def _sentencepiece_vocabulary(spec: dict, vocab: dict[str, int]) -> Vocabulary:
     merged = {
         vocab[a + b]: a + b for a, b in merge_pairs(spec["model"].get("merges") or []) if a + b in vocab
     }
-    specials = tuple(t["content"] for t in spec.get("added_tokens") or [] if t.get("special"))
+    specials = tuple(special_added(spec))
     pieces = tuple(sorted({sentencepiece_text(t).encode("utf-8") for t in vocab if t not in specials}))
     texts = {tid: sentencepiece_text(t) for tid, t in merged.items()}
     return Vocabulary(specials, pieces, merged, texts, tuple(plain_added(spec)))

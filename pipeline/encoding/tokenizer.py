@@ -253,8 +253,8 @@ def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, 
         skipped = f" (not {', '.join(repr(n) for n, _ in unsafe)}, which text reaches)" if unsafe else ""
         return tid, name, f"the first of the usual EOS spellings it has{skipped}; {kind}"
     named = configured_eos(path)
-    if named is not None and tok.token_to_id(named) is not None:
-        tid = tok.token_to_id(named)
+    tid = tok.token_to_id(named) if named is not None else None
+    if tid is not None:
         return tid, named, f"named by the {CONFIG_FILE} beside it; {eos_kind(tok, named, tid, path)}"
     if unsafe:
         raise unsafe[0][1]
