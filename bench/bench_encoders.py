@@ -53,8 +53,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import orjson
 import psutil
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -267,7 +269,9 @@ def _run_cli(encoder: str, args, out: Path, partition_bytes: int, where: list[st
     return wall
 
 
-def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1, as_published: bool = False) -> dict:
+def fastokens_ceiling(
+    corpus: Path, tokenizer: Path, processes: int = 1, as_published: bool = False, with_reading: bool = False
+) -> dict:
     """fastokens on one thread, texts in memory, in the ~1 MB batches `prepare` encodes, in a
     fresh process with a worker's allocator settings (`pipeline.run.cluster.MALLOC_ENV`), as
     each worker is: in a process that has encoded before (an earlier round, the check) the same
@@ -275,12 +279,17 @@ def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1, as_publ
     each on its share of the texts, started together: what this machine gives that many
     encoders side by side (the wall time is the slowest one's). ``as_published``: fastokens
     built from the file's own text, as a user of fastokens alone builds it (only the id gaps
-    it refuses closed), not as `FastokensEncoder` builds it (`rewritten_text`)."""
+    it refuses closed), not as `FastokensEncoder` builds it (`rewritten_text`). ``with_reading``:
+    the timed pass also reads its share of the file's lines (page cache) and parses each with
+    orjson, as `prepare`'s JSON-lines reader does: what any `prepare` pays at the least, start-up,
+    writing and everything else left out (a floor under its wall time)."""
     saved = {k: os.environ.get(k) for k in MALLOC_ENV}
     os.environ.update({k: os.environ.get(k) or v for k, v in MALLOC_ENV.items()})  # a worker's allocator
     try:
         ctx = multiprocessing.get_context("spawn")
-        jobs = [(str(corpus), str(tokenizer), i, processes, as_published) for i in range(processes)]
+        jobs = [
+            (str(corpus), str(tokenizer), i, processes, as_published, with_reading) for i in range(processes)
+        ]
         with ctx.Pool(processes, initializer=_join_barrier, initargs=(ctx.Barrier(processes),)) as pool:
             parts = pool.map(_fastokens_pass, jobs)
     finally:
@@ -296,14 +305,12 @@ def fastokens_ceiling(corpus: Path, tokenizer: Path, processes: int = 1, as_publ
     }
 
 
-def _fastokens_pass(job: tuple[str, str, int, int, bool]) -> dict:
-    from pipeline.encoding.documents import BATCH_CHARS
+def _fastokens_pass(job: tuple[str, str, int, int, bool, bool]) -> dict:
     from pipeline.encoding.fastokens_backend import FastokensEncoder, encoding_part
     from pipeline.encoding.tokenizer import read_spec
 
-    corpus, tokenizer, part, parts, as_published = job
+    corpus, tokenizer, part, parts, as_published, with_reading = job
     os.environ["FASTOKENS_BPE_THREADS"] = "1"
-    texts = load_texts(Path(corpus), part, parts)
     if as_published:
         import fastokens
 
@@ -312,18 +319,49 @@ def _fastokens_pass(job: tuple[str, str, int, int, bool]) -> dict:
         )
     else:
         fast = FastokensEncoder(tokenizer, threads=1, confirm=False)
-    batches, batch, chars = [], [], 0
+    if with_reading:
+        lines = line_share(Path(corpus), part, parts)
+        _barrier.wait()
+        r = timed(
+            lambda: [fast.encode_flat(b)[0] for b in in_batches(orjson.loads(x)["text"] for x in lines)]
+        )
+    else:
+        batches = list(in_batches(load_texts(Path(corpus), part, parts)))
+        _barrier.wait()
+        r = timed(lambda: [fast.encode_flat(b)[0] for b in batches])
+    r.pop("ids")
+    return r
+
+
+def in_batches(texts: Iterable[str]) -> Iterator[list[str]]:
+    """Texts grouped as `prepare` groups them for the encoder (about ``BATCH_CHARS`` each)."""
+    from pipeline.encoding.documents import BATCH_CHARS
+
+    batch, chars = [], 0
     for t in texts:
         batch.append(t)
         chars += len(t)
         if chars >= BATCH_CHARS:
-            batches.append(batch)
+            yield batch
             batch, chars = [], 0
-    batches.append(batch)
-    _barrier.wait()
-    r = timed(lambda: [fast.encode_flat(b)[0] for b in batches])
-    r.pop("ids")
-    return r
+    if batch:
+        yield batch
+
+
+def line_share(corpus: Path, part: int, parts: int) -> Iterator[bytes]:
+    """The lines of the ``part``-th of ``parts`` byte ranges of the file (a line belongs to
+    the range it starts in), read as they are consumed."""
+    size = corpus.stat().st_size
+    start, end = size * part // parts, size * (part + 1) // parts
+    with open(corpus, "rb") as f:
+        if start:
+            f.seek(start - 1)
+            f.readline()  # the rest of the line that started in the range before
+        while f.tell() < end:
+            line = f.readline()
+            if not line:
+                break
+            yield line
 
 
 def read_through(path: Path) -> None:
