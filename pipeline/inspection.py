@@ -9,7 +9,9 @@ import numpy as np
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError
+from pipeline.format.manifest import ShardEntry
 from pipeline.format.shard_reader import Shard, ShardFormatError
+from pipeline.format.verify import files_faults
 from pipeline.storage.data_cache import load_manifest
 
 
@@ -27,11 +29,16 @@ def _index(bin_path: Path, dtype: str):
         raise _damaged(bin_path.with_suffix(".idx"), exc) from exc
 
 
-def _first_document(bin_path: Path, dtype: str) -> np.ndarray:
+def _first_document(entry: ShardEntry, dtype: str) -> np.ndarray:
+    """The shard's first document, where the .bin is the one the manifest names (a replaced
+    one would show its bytes as a sample of text)."""
+    faults = files_faults(entry)
+    if faults:
+        raise DataError(f"{faults[0]} (`tokshard verify` shows every fault)")
     try:
-        return np.array(Shard(bin_path, dtype).document(0)[:-1])
+        return np.array(Shard(entry.bin_path, dtype).document(0)[:-1])
     except (OSError, ValueError, IndexError) as exc:  # missing, empty or short .bin
-        raise _damaged(bin_path, exc) from exc
+        raise _damaged(entry.bin_path, exc) from exc
 
 
 def _damaged(path: Path, exc: Exception) -> DataError:
@@ -63,7 +70,7 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
                     "max": int(lengths.max()),
                 }
                 first = m.select(source, split)[0]
-                ids = _first_document(first.bin_path, m.dtype)
+                ids = _first_document(first, m.dtype)
                 if tok is None:
                     from pipeline.encoding.tokenizer import load
 

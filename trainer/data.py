@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.manifest import Manifest, ShardEntry, content_hash
 from pipeline.format.shard_reader import (
@@ -433,6 +434,8 @@ def check_shard_size(entry: ShardEntry, dtype: str, itemsize: int) -> None:
         raise DataError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
     if size == entry.bytes:
         return
+    if size < lfs_pointer.MAX_BYTES and lfs_pointer.is_pointer_file(entry.bin_path):
+        raise DataError(f"{entry.bin_path} is a Git LFS pointer, not the shard; {lfs_pointer.FETCH}")
     for other, (np_dtype, _) in DTYPES.items():
         if other != dtype and size == entry.tokens * np_dtype.itemsize:
             raise DataError(
@@ -452,6 +455,10 @@ def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
     except OSError as exc:
         raise DataError(f"{entry.idx_path}: {exc.strerror}; is the prepared folder complete?") from exc
     except ShardFormatError as exc:
+        if lfs_pointer.is_pointer_file(entry.idx_path):
+            raise DataError(
+                f"{entry.idx_path} is a Git LFS pointer, not the index; {lfs_pointer.FETCH}"
+            ) from exc
         raise DataError(f"{entry.idx_path}: truncated index; re-run `tokshard prepare`") from exc
     if code != DTYPES[dtype][1]:
         found = dtype_named_by(code) or f"code {code}"

@@ -7,6 +7,7 @@ sha256, so a prepared folder says exactly which vocabulary made it.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -19,6 +20,7 @@ from typing import Any
 import orjson
 
 from pipeline.encoding import byte_level
+from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
@@ -130,8 +132,24 @@ def load(path: str | os.PathLike):
 
 def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
     """The one error for a tokenizer.json that cannot be read or parsed, whichever encoder reads it."""
+    head = _head(Path(path))
+    if lfs_pointer.size_stood_for(head) is not None:
+        return TokshardError(
+            f"{path} is a Git LFS pointer, not the tokenizer.json it stands for; {lfs_pointer.FETCH}"
+        )
     hint = foreign_hint(Path(path))
+    if head.startswith(codecs.BOM_UTF8):
+        hint = "it starts with a UTF-8 byte-order mark, which `tokenizers` does not read: save it without one"
     return TokshardError(f"{path} is not a readable tokenizer.json: {exc}" + (f"; {hint}" if hint else ""))
+
+
+def _head(path: Path) -> bytes:
+    """The file's first bytes, enough to tell a Git LFS pointer (b"" where it cannot be read)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(lfs_pointer.MAX_BYTES)
+    except OSError:
+        return b""
 
 
 #: how the vocabularies users bring in other formats become a tokenizer.json

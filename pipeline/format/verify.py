@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline.format import lfs_pointer
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.content_hash import file_hash, sha256_file
 from pipeline.format.errors import TokshardError, VerifyError
@@ -68,15 +69,27 @@ def check_shards(
     return faults, totals
 
 
-def check_shard(entry: manifest_mod.ShardEntry, dtype: str, eos_id: int) -> list[str]:
+def files_faults(entry: manifest_mod.ShardEntry) -> list[str]:
+    """What a look at the shard's two files finds, without reading them through: one missing,
+    a Git LFS pointer (a prepared folder in a repo, cloned without git-lfs), a .bin of another size."""
     name = entry.rel_path
     for p in (entry.bin_path, entry.idx_path):
         if not p.is_file():
             return [f"{name}: {p.name} is missing"]
+    pointers = [p.suffix for p in (entry.bin_path, entry.idx_path) if lfs_pointer.is_pointer_file(p)]
+    if pointers:
+        return [f"{name}: {p} is a Git LFS pointer, not the file; {lfs_pointer.FETCH}" for p in pointers]
     size = entry.bin_path.stat().st_size
     if size != entry.bytes:
         return [f"{name}: .bin is {size} bytes, the manifest says {entry.bytes} (truncated or replaced)"]
-    faults = []
+    return []
+
+
+def check_shard(entry: manifest_mod.ShardEntry, dtype: str, eos_id: int) -> list[str]:
+    name = entry.rel_path
+    faults = files_faults(entry)
+    if faults:
+        return faults
     if file_hash(entry.bin_path) != entry.hash:
         faults.append(f"{name}: .bin content hash differs from the manifest (corrupted)")
     if file_hash(entry.idx_path) != entry.idx_hash:

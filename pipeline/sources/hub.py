@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Any
 from urllib.parse import quote
 
+from pipeline.format import lfs_pointer
 from pipeline.format.errors import TokshardError
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.locations import is_url
@@ -34,7 +35,6 @@ PIN_RETRY_WAITS = (1.0, 2.0, 4.0)
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _SHA = re.compile(r"[0-9a-f]{40}")
 _SPLIT_ORDER = ("train", "validation", "test")
-_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 
 
 def is_commit(revision: str) -> bool:
@@ -425,10 +425,7 @@ def file_layout(repo: Repo, rel: str) -> FileLayout:
             schema = meta.schema.to_arrow_schema()
         except Exception as exc:
             f.seek(0)
-            if f.read(len(_LFS_POINTER)) == _LFS_POINTER:
-                raise TokshardError(
-                    f"{repo.url(rel)} is a git-lfs pointer, not the file; run `git lfs pull` in the mirror"
-                ) from exc
+            lfs_pointer.refuse(repo.url(rel), f.read(lfs_pointer.MAX_BYTES))
             raise read_error(exc, repo, rel) from exc
     rows, nbytes = [], []
     for i in range(meta.num_row_groups):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import zlib
 
+from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
 
 #: file name endings (in any case) and the reader each gets; a .json file is read as JSON Lines,
@@ -79,6 +80,7 @@ def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
     """Refuse a file whose first or last bytes show it cannot be read as its name says (the
     raw bytes; a compressed file's head is decompressed here, and a damaged one is left for
     its reader to name)."""
+    lfs_pointer.refuse(path, head)
     if kind == ".parquet":
         if head[:4] not in PARQUET_MAGIC or tail[-4:] not in PARQUET_MAGIC:
             end = "start" if head[:4] not in PARQUET_MAGIC else "end"

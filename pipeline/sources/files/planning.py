@@ -102,7 +102,7 @@ def row_group_runs(path: str, step: int) -> list[tuple[tuple[int, ...], int]]:
     import pyarrow.parquet as pq
 
     with corrupt_parquet_is_one_line(path), open_binary(path) as f:
-        check_magic(f)
+        check_magic(f, path)
         meta = pq.ParquetFile(f).metadata
     runs: list[tuple[tuple[int, ...], int]] = []
     group: list[int] = []

@@ -169,6 +169,32 @@ def test_a_malformed_tokenizer_json_is_a_clear_error_for_both_encoders(tmp_path,
             read(bad)
 
 
+def test_a_tokenizer_json_that_is_a_git_lfs_pointer_says_so(tmp_path, tokenizer_path):
+    """A model repo cloned without git-lfs: its tokenizer.json (tens of MB for a 256k
+    vocabulary) is a pointer; the error says that and how to fetch it, for both encoders."""
+    from pipeline.encoding.tiktoken_backend import read_spec
+
+    pointer = tmp_path / "tokenizer.json"
+    pointer.write_bytes(
+        b"version https://git-lfs.github.com/spec/v1\n"
+        b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 34362873\n"
+    )
+    for read in (load, read_spec):
+        with pytest.raises(
+            TokshardError, match=r"tokenizer\.json is a Git LFS pointer, not the tokenizer.*git lfs pull"
+        ):
+            read(pointer)
+
+
+def test_a_tokenizer_json_saved_with_a_byte_order_mark_says_so(tmp_path, tokenizer_path):
+    """Windows editors may save a UTF-8 BOM, which `tokenizers` (and so the model's own
+    loader) refuses too: the error names it."""
+    bom = tmp_path / "tokenizer.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + tokenizer_path.read_bytes())
+    with pytest.raises(TokshardError, match=r"starts with a UTF-8 byte-order mark.*save it without one"):
+        load(bom)
+
+
 GPT2_FILES = Path(__file__).resolve().parents[2] / "data" / "gpt2"
 
 

@@ -48,6 +48,17 @@ def remove(suffix: str):
     return lambda out: (out / f"{SHARD}{suffix}").unlink()
 
 
+#: what a clone of a repo made without git-lfs holds in place of a file
+LFS_POINTER = (
+    b"version https://git-lfs.github.com/spec/v1\n"
+    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 40000\n"
+)
+
+
+def lfs_pointer(suffix: str):
+    return lambda out: (out / f"{SHARD}{suffix}").write_bytes(LFS_POINTER)
+
+
 def edit_manifest(out: Path) -> None:
     path = out / "manifest.json"
     doc = json.loads(path.read_text())
@@ -93,6 +104,8 @@ def origins_short_of_one(out: Path) -> None:
         (truncate(".idx", 0.9), rf"FAULT {SHARD}\.bin: \.idx content hash differs"),
         (remove(".bin"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.bin is missing"),
         (remove(".idx"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.idx is missing"),
+        (lfs_pointer(".bin"), rf"FAULT {SHARD}\.bin: \.bin is a Git LFS pointer, not the file; fetch it"),
+        (lfs_pointer(".idx"), rf"FAULT {SHARD}\.bin: \.idx is a Git LFS pointer, not the file; fetch it"),
         (edit_manifest, r"FAULT .*manifest\.json: manifest was edited after prepare wrote it"),
         (resealed_totals, r"FAULT .*manifest\.json: totals .* disagree with the shard list"),
         (remove(".origin"), rf"FAULT {SHARD}\.bin: {Path(SHARD).name}\.origin \(provenance\) is missing"),
@@ -108,6 +121,8 @@ def origins_short_of_one(out: Path) -> None:
         "truncated-idx",
         "missing-bin",
         "missing-idx",
+        "lfs-pointer-bin",
+        "lfs-pointer-idx",
         "edited-manifest",
         "resealed-totals",
         "missing-origin",
@@ -161,3 +176,32 @@ def test_an_unreadable_manifest_is_a_fault_not_a_usage_error(prepared, tmp_path)
     proc = cli("verify", str(out))
     assert proc.returncode == 1
     assert "manifest.json: not a readable manifest" in proc.stderr
+
+
+def test_inspect_of_a_shard_that_is_a_git_lfs_pointer_shows_no_sample(prepared, tmp_path):
+    """`inspect` decoded the pointer's bytes as ids and showed them as the sample text."""
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    first = json.loads((out / "manifest.json").read_text())["shards"][0]["path"]
+    (out / first).write_bytes(LFS_POINTER)
+    proc = cli("inspect", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "sample:" not in proc.stdout
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"tokshard: error: {first}: .bin is a Git LFS pointer")
+    )
+
+
+def test_training_on_a_shard_that_is_a_git_lfs_pointer_is_refused_before_any_step(prepared, tmp_path):
+    from pipeline.format import manifest
+    from pipeline.format.errors import DataError
+    from trainer.data import ModelLimits, check_manifest
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    (out / f"{SHARD}.bin").write_bytes(LFS_POINTER)
+    m = manifest.load(out / "manifest.json")
+    with pytest.raises(DataError, match=rf"{SHARD}\.bin is a Git LFS pointer, not the shard; fetch it"):
+        check_manifest(m, ModelLimits("tiny", 1 << 16, 1024), seq_len=64)

@@ -21,7 +21,7 @@ import pytest
 from support import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
 
 from pipeline import recipe
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources import SOURCE_TYPES, build_source
 from pipeline.sources.hub import locate_mirror
 
@@ -414,9 +414,7 @@ def test_half_copied_or_lfs_pointer_mirror_file_is_refused_before_any_work(tmp_p
     with pytest.raises(TokshardError, match=r"train-00001-of-00002.parquet is not a readable parquet file"):
         source("cc_news", tmp_path).partitions()
     victim.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1000\n")
-    with pytest.raises(
-        TokshardError, match=r"train-00001-of-00002.parquet is a git-lfs pointer, not the file"
-    ):
+    with pytest.raises(DataError, match=r"train-00001-of-00002.parquet is a Git LFS pointer, not the file"):
         source("cc_news", tmp_path).partitions()
 
 

@@ -491,3 +491,53 @@ def test_a_small_file_changed_after_planning_is_refused_by_its_reader(tmp_path, 
         DataError, match=r"input .*d1\.jsonl changed since this run started \(size or modification time\)"
     ):
         list(source.read(part, None))
+
+
+# --- a clone made without git-lfs -----------------------------------------------------------------
+
+#: a Git LFS pointer as `git lfs` writes one (its spec's example), and as a Windows checkout
+#: with autocrlf leaves it
+LFS_POINTER = (
+    b"version https://git-lfs.github.com/spec/v1\n"
+    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+    b"size 12345\n"
+)
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.parquet"])
+def test_a_git_lfs_pointer_among_the_inputs_is_named_and_never_read_as_text(folder, tokenizer_path, name):
+    """A dataset repo cloned without git-lfs holds pointers in place of its files: a .txt one
+    would have become a document of its three lines, and a parquet one was called corrupt.
+    Under either bad-record policy the run stops naming the file and the fix."""
+    (folder / "data" / name).write_bytes(LFS_POINTER)
+    proc = prepare_cli(folder, "data/*", tokenizer=tokenizer_path, extra=("--on-bad-record", "skip"))
+    says = f"{folder / 'data' / name} is a Git LFS pointer, not the file it stands for (12,345 bytes"
+    refused(proc, says, folder / "out")
+    assert "git lfs pull" in one_error_line(proc)
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.json", "a.jsonl.gz", "a.jsonl.zst", "a.txt", "a.parquet"])
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"])
+def test_every_reader_refuses_a_git_lfs_pointer(tmp_path, name, line_end):
+    path = tmp_path / name
+    path.write_bytes(LFS_POINTER.replace(b"\n", line_end))
+    with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')} is a Git LFS pointer"):
+        list(iter_texts([str(path)]))
+
+
+def test_an_object_that_is_a_git_lfs_pointer_is_refused(s3_server, docs):
+    """A clone copied into a bucket as it is (`aws s3 sync`): the object's reader says it."""
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    s3.put_object(Bucket=bucket, Key="in/a.jsonl", Body=json.dumps({"text": docs[0]}).encode() + b"\n")
+    s3.put_object(Bucket=bucket, Key="in/b.txt", Body=LFS_POINTER)
+    assert list(iter_texts([f"s3://{bucket}/in/a.jsonl"])) == [docs[0]]
+    with pytest.raises(DataError, match=rf"s3://{bucket}/in/b\.txt is a Git LFS pointer"):
+        list(iter_texts([f"s3://{bucket}/in/b.txt"]))
+
+
+def test_a_document_that_only_starts_like_a_pointer_is_text(tmp_path):
+    """Only the whole of a small file is a pointer: a longer text that quotes one is read."""
+    text = (LFS_POINTER + b"and a page of prose about it. " * 40).decode()
+    (tmp_path / "a.txt").write_text(text)
+    assert list(iter_texts([str(tmp_path / "a.txt")])) == [text]

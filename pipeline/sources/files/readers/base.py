@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, BinaryIO, ClassVar, NamedTuple
 
+from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files.access import open_binary, open_local, unreadable, version_tag
@@ -65,6 +66,11 @@ def open_piece(piece: Piece) -> BinaryIO:
             raise changed(piece, f"its version {now} is not {piece.etag}")
         if piece.sample is not None and piece.etag is None:
             _check_sample(piece)
+        if piece.whole and piece.size < lfs_pointer.MAX_BYTES:  # small enough to be a Git LFS pointer
+            with f:
+                data = f.read()
+            lfs_pointer.refuse(path, data)
+            return io.BytesIO(data)
         return f
     if piece.sample is not None:
         _check_sample(piece)
@@ -106,6 +112,7 @@ def small_file_bytes(piece: Piece) -> bytes | None:
         os.close(fd)
     if len(data) != piece.size:
         raise changed(piece, "size")
+    lfs_pointer.refuse(piece.path, data)
     return data
 
 

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
@@ -24,7 +25,7 @@ class ParquetReader(Reader):
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
         with corrupt_parquet_is_one_line(piece.path), open_piece(piece) as f:
-            check_magic(f)
+            check_magic(f, piece.path)
             yield from self._records(f, piece, place, position["row"] if position else 0)
 
     def _records(self, f: BinaryIO, piece: Piece, place: Place, skip: int) -> Iterator[Record]:
@@ -62,9 +63,12 @@ class ParquetReader(Reader):
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
 
-def check_magic(f: BinaryIO) -> None:
-    """A parquet file starts with its magic number too (pyarrow checks only the footer's)."""
+def check_magic(f: BinaryIO, path: str) -> None:
+    """A parquet file starts with its magic number too (pyarrow checks only the footer's); one
+    that is a Git LFS pointer is refused as that."""
     if f.read(4) not in PARQUET_MAGIC:
+        f.seek(0)
+        lfs_pointer.refuse(path, f.read(lfs_pointer.MAX_BYTES))
         raise OSError("no parquet magic number at its start")
     f.seek(0)
 
