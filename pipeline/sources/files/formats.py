@@ -109,6 +109,8 @@ def check_text_head(path: str, head: bytes) -> None:
         )
     if is_json_name(path):
         check_not_json_array(path, head)
+    if known_kind(path) != ".txt":
+        check_not_html(path, head)
 
 
 def bomless_wide(head: bytes) -> str | None:
@@ -133,6 +135,24 @@ def check_not_json_array(path: str, head: bytes) -> None:
         raise DataError(
             f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
             "(e.g. with jq -c '.[]') and name the converted file"
+        )
+
+
+#: how an HTML page starts (lower-cased): what a web address gives where it names a page
+#: about a file (a hub or GitHub "blob" address) rather than the file itself
+HTML_STARTS = (b"<!doctype html", b"<html")
+
+
+def check_not_html(path: str, head: bytes) -> None:
+    """JSON Lines whose text starts as an HTML page is one: say so by name, not as a
+    "malformed JSON" record at its line 1 (or, skipping bad records, as that many skipped)."""
+    head = head.lstrip()
+    if head.startswith(UTF8_BOM):
+        head = head[3:].lstrip()
+    if head[:16].lower().startswith(HTML_STARTS):
+        raise DataError(
+            f"{path} is an HTML page, not JSON Lines; if it came from a web address, give the "
+            "address of the file itself (on the hub .../resolve/REVISION/FILE, on GitHub the raw one)"
         )
 
 

@@ -541,3 +541,65 @@ def test_a_document_that_only_starts_like_a_pointer_is_text(tmp_path):
     text = (LFS_POINTER + b"and a page of prose about it. " * 40).decode()
     (tmp_path / "a.txt").write_text(text)
     assert list(iter_texts([str(tmp_path / "a.txt")])) == [text]
+
+
+# --- a web page where a file was meant ------------------------------------------------------------
+
+PAGE = b'<!DOCTYPE html>\n<html lang="en">\n<head><title>in.jsonl</title></head>\n<body><pre>{"text": "a"}</pre></body>\n</html>\n'
+
+
+@pytest.fixture
+def web_folder(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving ``tmp_path / "web"``."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    (tmp_path / "web").mkdir()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "web")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield tmp_path / "web", f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_html_page_given_as_json_lines_is_named_even_when_skipping_bad_records(
+    folder, tokenizer_path, web_folder
+):
+    """A hub or GitHub "blob" address gives the page about a file: each of its lines was a
+    skipped bad record and the run went on without the file."""
+    web, url = web_folder
+    (web / "train.jsonl").write_bytes(PAGE)
+    proc = prepare_cli(
+        folder,
+        f"{url}/train.jsonl",
+        "data/*.jsonl",
+        tokenizer=tokenizer_path,
+        extra=("--on-bad-record", "skip"),
+    )
+    refused(proc, f"{url}/train.jsonl is an HTML page, not JSON Lines", folder / "out")
+    assert "resolve" in one_error_line(proc)
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.json", "a.jsonl.gz", "a.jsonl.zst"])
+def test_every_json_lines_reader_names_an_html_page(tmp_path, name):
+    body = codecs.BOM_UTF8 + b"  " + PAGE.replace(b"DOCTYPE html", b"doctype HTML")
+    if name.endswith(".gz"):
+        body = gzip.compress(body)
+    elif name.endswith(".zst"):
+        body = zstandard.ZstdCompressor().compress(body)
+    (tmp_path / name).write_bytes(body)
+    with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')} is an HTML page, not JSON Lines"):
+        list(iter_texts([str(tmp_path / name)]))
+
+
+def test_a_txt_file_of_html_is_text(tmp_path):
+    """Text files may hold HTML on purpose (a corpus of web pages): only JSON Lines cannot."""
+    (tmp_path / "page.txt").write_bytes(PAGE)
+    assert list(iter_texts([str(tmp_path / "page.txt")])) == [PAGE.decode()]
