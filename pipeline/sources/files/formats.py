@@ -21,11 +21,16 @@ SUFFIXES = {
     ".json.zst": ".jsonl.zst",
     ".parquet": ".parquet",
     ".txt": ".txt",
+    ".arrow": ".arrow",
 }
 COMPRESSED = (".jsonl.gz", ".jsonl.zst")
 _COMPRESSIONS = frozenset({".gz", ".zst"})
 #: what a parquet file starts with, and ends with (plain, or encrypted footer)
 PARQUET_MAGIC = (b"PAR1", b"PARE")
+#: how an Arrow IPC file starts: the file format (Feather v2), and the stream format's
+#: continuation marker (what `datasets`' save_to_disk writes)
+ARROW_FILE_MAGIC = b"ARROW1"
+ARROW_STREAM_START = b"\xff\xff\xff\xff"
 UTF8_BOM = b"\xef\xbb\xbf"
 #: byte-order marks of the encodings a UTF-8 reader must not half read (UTF-32 LE first: it
 #: starts with UTF-16 LE's), and the name iconv knows each by
@@ -86,6 +91,12 @@ def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
             end = "start" if head[:4] not in PARQUET_MAGIC else "end"
             raise DataError(
                 f"{path}: corrupt parquet file (no parquet magic number at its {end}); re-create it or remove it"
+            )
+        return
+    if kind == ".arrow":
+        if not head.startswith((ARROW_FILE_MAGIC, ARROW_STREAM_START)):
+            raise DataError(
+                f"{path}: not an Arrow IPC file (it starts with neither ARROW1 nor a stream message)"
             )
         return
     if kind in COMPRESSED:

@@ -272,7 +272,53 @@ def _static_prefix(path: str) -> str:
 
 def _directory_given(pattern: str) -> str:
     folder = pattern.rstrip("/") or "/"
-    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*.jsonl' (quoted)"
+    splits = _datasets_splits(folder)
+    if splits:  # datasets' DatasetDict.save_to_disk
+        each = ", ".join(f'{s} = ["{folder}/{s}/*.arrow"]' for s in splits)
+        return (
+            f"{folder} holds the `datasets` splits {', '.join(splits)}; name one split's files "
+            f"('{folder}/{splits[0]}/*.arrow', quoted, with --split {splits[0]}), or each in a recipe: "
+            f"splits = {{ {each} }}"
+        )
+    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*{_usual_ending(folder)}' (quoted)"
+
+
+def _datasets_splits(folder: str) -> list[str]:
+    """The splits a `datasets` DatasetDict folder names in its dataset_dict.json ([] for any other folder)."""
+    import json
+
+    try:
+        with open(os.path.join(folder, "dataset_dict.json"), "rb") as f:
+            splits = json.load(f).get("splits")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [s for s in splits if isinstance(s, str)] if isinstance(splits, list) else []
+
+
+#: the folder entries looked at to suggest an ending
+SUGGEST_FROM = 1000
+
+
+def _usual_ending(folder: str) -> str:
+    """The input ending most of the folder's first entries have (.jsonl where none does or it
+    cannot be listed): a `datasets` save_to_disk folder holds .arrow files beside .json ones."""
+    counts: dict[str, int] = {}
+    try:
+        with os.scandir(folder) as entries:
+            for _, entry in zip(range(SUGGEST_FROM), entries, strict=False):
+                kind = known_kind(entry.name)
+                if kind is not None and not entry.name.startswith("."):
+                    ending = (
+                        entry.name[len(entry.name) - len(kind) :]
+                        if entry.name.lower().endswith(kind)
+                        else kind
+                    )
+                    counts[ending] = counts.get(ending, 0) + 1
+    except OSError:
+        return ".jsonl"
+    if os.path.isfile(os.path.join(folder, "state.json")) and any(e.lower() == ".arrow" for e in counts):
+        return ".arrow"  # datasets' Dataset.save_to_disk: its .json files are its own records
+    return max(counts, key=lambda e: counts[e]) if counts else ".jsonl"
 
 
 def _directory_matched(folder: str, pattern: str) -> str:

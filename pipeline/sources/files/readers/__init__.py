@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline.sources.base import Cursor, Record
 from pipeline.sources.files.pieces import pieces_of, resume_point
+from pipeline.sources.files.readers.arrow import ArrowReader
 from pipeline.sources.files.readers.base import Place, Reader
 from pipeline.sources.files.readers.compressed import CompressedJsonLinesReader
 from pipeline.sources.files.readers.jsonl import JsonLinesReader
@@ -16,7 +17,7 @@ from pipeline.sources.files.readers.txt import TextReader
 
 READERS: dict[str, type[Reader]] = {
     kind: cls
-    for cls in (JsonLinesReader, CompressedJsonLinesReader, ParquetReader, TextReader)
+    for cls in (JsonLinesReader, CompressedJsonLinesReader, ParquetReader, ArrowReader, TextReader)
     for kind in cls.kinds
 }
 
