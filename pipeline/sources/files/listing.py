@@ -10,8 +10,10 @@ from __future__ import annotations
 import errno
 import fnmatch
 import glob
+import json
 import os
 import stat
+from pathlib import PurePath
 from typing import Any, NamedTuple
 
 from pipeline.format.errors import DataError, TokshardError
@@ -285,8 +287,6 @@ def _directory_given(pattern: str) -> str:
 
 def _datasets_splits(folder: str) -> list[str]:
     """The splits a `datasets` DatasetDict folder names in its dataset_dict.json ([] for any other folder)."""
-    import json
-
     try:
         with open(os.path.join(folder, "dataset_dict.json"), "rb") as f:
             splits = json.load(f).get("splits")
@@ -300,25 +300,22 @@ SUGGEST_FROM = 1000
 
 
 def _usual_ending(folder: str) -> str:
-    """The input ending most of the folder's first entries have (.jsonl where none does or it
-    cannot be listed): a `datasets` save_to_disk folder holds .arrow files beside .json ones."""
-    counts: dict[str, int] = {}
+    """The input ending most of the folder's first entries have, as written (.jsonl where none
+    does or it cannot be listed); .arrow for a `datasets` save_to_disk folder, whose .json
+    files are its own records."""
+    endings: list[str] = []
     try:
         with os.scandir(folder) as entries:
             for _, entry in zip(range(SUGGEST_FROM), entries, strict=False):
-                kind = known_kind(entry.name)
-                if kind is not None and not entry.name.startswith("."):
-                    ending = (
-                        entry.name[len(entry.name) - len(kind) :]
-                        if entry.name.lower().endswith(kind)
-                        else kind
-                    )
-                    counts[ending] = counts.get(ending, 0) + 1
+                if known_kind(entry.name) is not None and not entry.name.startswith("."):
+                    suffixes = PurePath(entry.name).suffixes
+                    compressed = suffixes[-1].lower() in (".gz", ".zst")
+                    endings.append("".join(suffixes[-2:]) if compressed else suffixes[-1])
     except OSError:
         return ".jsonl"
-    if os.path.isfile(os.path.join(folder, "state.json")) and any(e.lower() == ".arrow" for e in counts):
-        return ".arrow"  # datasets' Dataset.save_to_disk: its .json files are its own records
-    return max(counts, key=lambda e: counts[e]) if counts else ".jsonl"
+    if ".arrow" in endings and os.path.isfile(os.path.join(folder, "state.json")):
+        return ".arrow"
+    return max(set(endings), key=endings.count) if endings else ".jsonl"
 
 
 def _directory_matched(folder: str, pattern: str) -> str:

@@ -392,6 +392,14 @@ def test_a_directory_as_input_says_so_and_suggests_a_glob(tmp_path, docs, tokeni
     assert proc.returncode == 2 and "corpus is a directory" in line and "'corpus/*.jsonl'" in line
 
 
+def test_a_directory_is_answered_with_the_ending_most_of_its_files_have(tmp_path, docs, tokenizer_path):
+    for name in ("c4-train.00000-of-01024.json.gz", "c4-train.00001-of-01024.json.gz", "README.md"):
+        (tmp_path / "c4" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "c4" / name).write_bytes(b"")
+    proc = cli("prepare", "--input", "c4", "--tokenizer", str(tokenizer_path), "--out", "o", cwd=tmp_path)
+    assert proc.returncode == 2 and "e.g. 'c4/*.json.gz'" in one_error_line(proc)
+
+
 def test_tokenizer_train_on_a_directory_says_so(tmp_path, docs):
     write_jsonl(tmp_path / "corpus" / "a.jsonl", docs[:3])
     proc = cli("tokenizer", "train", "--input", "corpus", "--vocab-size", "300", "--out", "t", cwd=tmp_path)
