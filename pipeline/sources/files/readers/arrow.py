@@ -9,12 +9,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
 from pipeline.sources.files.readers.jsonl import checked
 from pipeline.sources.text_columns import is_text_type
 
@@ -23,7 +23,7 @@ class ArrowReader(Reader):
     kinds = (".arrow",)
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
-        with corrupt_arrow_is_one_line(piece.path), open_piece(piece) as f:
+        with corrupt_is_one_line(piece.path, "Arrow"), open_piece(piece) as f:
             yield from self._records(f, piece, place, position["row"] if position else 0)
 
     def _records(self, f: BinaryIO, piece: Piece, place: Place, skip: int) -> Iterator[Record]:
@@ -74,18 +74,3 @@ def _position(f: BinaryIO) -> int:
     with contextlib.suppress(OSError, ValueError):
         return f.tell()
     return 0
-
-
-@contextlib.contextmanager
-def corrupt_arrow_is_one_line(path: str) -> Iterator[None]:
-    """pyarrow's errors for a damaged file (a cut stream, a bad message) become one line that
-    names the file."""
-    import pyarrow as pa
-
-    try:
-        yield
-    except FileNotFoundError as exc:
-        raise DataError(f"input {path} is gone; restore it and rerun") from exc
-    except (pa.ArrowException, OSError, EOFError) as exc:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path}: corrupt Arrow file ({why}); re-create it or remove it") from exc

@@ -7,6 +7,7 @@ a late worker, never reads a later version of a file beside shards of the planne
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -133,3 +134,18 @@ def changed(piece: Piece, what: str) -> DataError:
     return DataError(
         f"input {piece.path} changed since this run started ({what}); restore it or start over with a new --out"
     )
+
+
+@contextlib.contextmanager
+def corrupt_is_one_line(path: str, kind: str) -> Iterator[None]:
+    """pyarrow's errors for a damaged file of ``kind`` (parquet, Arrow: a bad magic number, a cut
+    footer or stream, a flipped page) become one line that names the file."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise DataError(f"input {path} is gone; restore it and rerun") from exc
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: corrupt {kind} file ({why}); re-create it or remove it") from exc

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from pipeline.format import lfs_pointer
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
 from pipeline.sources.files.readers.jsonl import checked
 from pipeline.sources.text_columns import is_text_type
 
@@ -73,16 +73,5 @@ def check_magic(f: BinaryIO, path: str) -> None:
     f.seek(0)
 
 
-@contextlib.contextmanager
-def corrupt_parquet_is_one_line(path: str) -> Iterator[None]:
-    """pyarrow's errors for a damaged file (bad magic, a cut footer, a flipped page) become
-    one line that names the file."""
-    import pyarrow as pa
-
-    try:
-        yield
-    except FileNotFoundError as exc:
-        raise DataError(f"input {path} is gone; restore it and rerun") from exc
-    except (pa.ArrowException, OSError, EOFError) as exc:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path}: corrupt parquet file ({why}); re-create it or remove it") from exc
+def corrupt_parquet_is_one_line(path: str) -> contextlib.AbstractContextManager[None]:
+    return corrupt_is_one_line(path, "parquet")
