@@ -33,7 +33,7 @@ class Piece(NamedTuple):
     #: .jsonl: the byte range [start, end) whose lines it owns; ``end`` None: the whole file
     start: int = 0
     end: int | None = None
-    #: .parquet: these row groups; None: all of them
+    #: .parquet: these row groups; .arrow: these record batches; None: all of them
     row_groups: tuple[int, ...] | None = None
     #: a local file: its modification time (ns) as listed, checked when it is opened
     mtime: int | None = None

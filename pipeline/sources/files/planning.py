@@ -19,7 +19,9 @@ from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample, io_m
 from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile
 from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.arrow import batch_sizes
 from pipeline.sources.files.readers.parquet import check_magic, corrupt_parquet_is_one_line
+from pipeline.storage.locations import is_url
 
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
 #: AUTO_MAX_BYTES each, yet at least AUTO_FEW tasks (of AUTO_SMALLEST or more) so a small split
@@ -43,15 +45,23 @@ def plan_pieces(files: list[InputFile], fingerprints: list[dict[str, Any]], step
     it (``fingerprints``: the files' origin entries; a small object without a version tag
     reuses its sample). One pass, a piece per small file and little else: for 100,000 small
     files, this loop is most of the plan's time after the listing."""
-    big_parquet = [f.path for f in files if f.size > step and (f.kind or kind_of(f.path)) == ".parquet"]
-    runs = dict(zip(big_parquet, io_map(lambda p: row_group_runs(p, step), big_parquet), strict=True))
+    big = [
+        (f.path, kind)
+        for f in files
+        if f.size > step and (kind := f.kind or kind_of(f.path)) in SPLIT_BY_GROUPS
+    ]
+    runs = dict(zip((p for p, _ in big), io_map(lambda pk: group_runs(*pk, step), big), strict=True))
     pieces: list[Piece] = []
     add = pieces.append
     for (path, size, mtime, etag, kind), entry in zip(files, fingerprints, strict=True):
         kind = kind or kind_of(path)
         if size <= SMALL_FILE:  # an object without a version tag: its file sample hashes it all
             add(Piece(path, kind, size, 0, None, None, mtime, entry.get("sample"), etag))
-        elif size <= step or kind not in (".jsonl", ".parquet"):
+        elif (
+            size <= step
+            or kind not in (".jsonl", *SPLIT_BY_GROUPS)
+            or (kind != ".jsonl" and runs[path] is None)
+        ):
             add(Piece(path, kind, size, 0, None, None, mtime, None, etag))
         elif kind == ".jsonl":
             for start in range(0, size, step):
@@ -96,20 +106,40 @@ def pack(pieces: Iterable[Piece], step: int) -> Iterator[list[Piece]]:
         yield group
 
 
-def row_group_runs(path: str, step: int) -> list[tuple[tuple[int, ...], int]]:
-    """A large parquet file's row groups in consecutive runs of at most ``step`` compressed
-    bytes (one group at least), each with its bytes: the footer is all that is read."""
+#: the kinds a large file of which is read in runs of its groups (`Piece.row_groups`): parquet's
+#: row groups, and a local Arrow file's record batches
+SPLIT_BY_GROUPS = (".parquet", ".arrow")
+
+
+def group_runs(path: str, kind: str, step: int) -> list[tuple[tuple[int, ...], int]] | None:
+    """A large file's groups in consecutive runs of at most ``step`` bytes (one group at least),
+    each with its bytes; None where the file is read whole (an object's Arrow stream, read from
+    its start anyway; a stream with dictionary batches, which later batches depend on)."""
+    if kind == ".parquet":
+        return consecutive_runs(row_group_sizes(path), step)
+    sizes = None if is_url(path) else batch_sizes(path)
+    return None if sizes is None else consecutive_runs(sizes, step)
+
+
+def row_group_sizes(path: str) -> list[int]:
+    """A parquet file's row groups' compressed bytes: the footer is all that is read."""
     import pyarrow.parquet as pq
 
     with corrupt_parquet_is_one_line(path), open_binary(path) as f:
         check_magic(f, path)
         meta = pq.ParquetFile(f).metadata
+    return [
+        sum(meta.row_group(i).column(c).total_compressed_size for c in range(meta.row_group(i).num_columns))
+        for i in range(meta.num_row_groups)
+    ]
+
+
+def consecutive_runs(sizes: list[int], step: int) -> list[tuple[tuple[int, ...], int]]:
+    """Groups of these sizes in consecutive runs of at most ``step`` bytes (one group at least)."""
     runs: list[tuple[tuple[int, ...], int]] = []
     group: list[int] = []
     group_bytes = 0
-    for i in range(meta.num_row_groups):
-        rg = meta.row_group(i)
-        rg_bytes = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+    for i, rg_bytes in enumerate(sizes):
         if group and group_bytes + rg_bytes > step:
             runs.append((tuple(group), group_bytes))
             group, group_bytes = [], 0

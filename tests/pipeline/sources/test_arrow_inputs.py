@@ -132,3 +132,62 @@ def test_arrow_files_in_a_bucket_read_as_the_local_ones(saved, s3_server):
         s3.put_object(Bucket=bucket, Key=f"ds/{p.name}", Body=p.read_bytes())
     urls = [f"s3://{bucket}/ds/data-0000{i}-of-00003.arrow" for i in range(3)]
     assert list(iter_texts(urls)) == texts
+
+
+@pytest.fixture(params=["stream", "file"])
+def one_big_file(request, tmp_path, docs):
+    """One Arrow file of 240 documents in batches of 8 rows, far larger than a task: a saved
+    dataset's stream, or a Feather v2 file."""
+    texts = [d for _ in range(4) for d in docs[:60]]
+    table = pa.table({"text": texts})
+    path = tmp_path / "big" / "data-00000-of-00001.arrow"
+    path.parent.mkdir()
+    if request.param == "file":
+        feather.write_feather(table, path, chunksize=8, compression="uncompressed")
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table, max_chunksize=8)
+    return path, texts
+
+
+def test_a_large_arrow_file_spreads_over_tasks_by_its_batches_with_rows_in_the_file(
+    one_big_file, tokenizer_path, tmp_path
+):
+    """A save_to_disk shard (up to 500 MB by default) is read by several workers, each from
+    its run of record batches; the tokens are the file's, and each document's origin is its row."""
+    from pipeline.format import provenance
+
+    path, texts = one_big_file
+    size = path.stat().st_size
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {"d": {"type": "files", "paths": [str(path)], "partition_bytes": size // 5}},
+    }
+    out = run_prepare(recipe, tmp_path / "out")
+    m = manifest.load(out)
+    assert len(m.shards) >= 4  # a shard or more per task
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, texts))
+    rows = np.concatenate([provenance.read(s.bin_path.with_suffix(".origin")).place for s in m.shards])
+    assert rows.tolist() == list(range(len(texts)))
+
+
+def test_a_run_of_batches_resumes_at_the_row_after_its_cursor(one_big_file):
+    path, texts = one_big_file
+    piece = Piece(str(path), ".arrow", 1000, row_groups=(3, 4, 5))  # rows 24..47 of the file
+    records = list(ArrowReader("text").read(piece, Place(0, 0), {"row": 10}))
+    assert [r.text for r in records] == texts[34:48]
+    assert records[0].cursor == {"piece": 0, "row": 11}
+    assert [r.where for r in records[:1]] == [f"{path} row 35"]
+
+
+def test_a_stream_with_dictionary_batches_is_one_task(tmp_path, docs):
+    """Later batches of such a stream depend on its dictionary batches: it is not cut."""
+    from pipeline.sources.files.planning import group_runs
+
+    texts = pa.array([d for _ in range(3) for d in docs[:40]]).dictionary_encode()
+    table = pa.table({"text": texts})
+    path = tmp_path / "d.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=8)
+    assert group_runs(str(path), ".arrow", 1000) is None
+    assert list(iter_texts([str(path)])) == texts.to_pylist()

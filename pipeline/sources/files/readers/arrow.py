@@ -1,13 +1,15 @@
 """Arrow IPC files: what `datasets`' ``save_to_disk`` writes (``data-00000-of-00003.arrow``,
-the stream format) and what Feather v2 / ``pyarrow.ipc.new_file`` write (the file format). A
-file is one piece, read batch by batch, the text column only; a document's location is its
-row in the file."""
+the stream format) and what Feather v2 / ``pyarrow.ipc.new_file`` write (the file format). The
+text column only, batch by batch; a document's location is its row in the file. A large local
+file is planned as runs of its record batches, as a parquet file is of its row groups, so one
+file spreads over several workers; a local file is read memory-mapped, where skipping the
+batches before a run reads only their headers."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input
@@ -17,18 +19,23 @@ from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
 from pipeline.sources.files.readers.jsonl import checked
 from pipeline.sources.text_columns import is_text_type
+from pipeline.storage.locations import is_url
 
 
 class ArrowReader(Reader):
     kinds = (".arrow",)
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
-        with corrupt_is_one_line(piece.path, "Arrow"), open_piece(piece) as f:
-            yield from self._records(f, piece, place, position["row"] if position else 0)
+        import pyarrow as pa
 
-    def _records(self, f: BinaryIO, piece: Piece, place: Place, skip: int) -> Iterator[Record]:
+        with corrupt_is_one_line(piece.path, "Arrow"), open_piece(piece) as f:  # checked as planned
+            mapped = None if is_url(piece.path) else pa.memory_map(piece.path)
+            with mapped or contextlib.nullcontext():
+                yield from self._records(mapped or f, piece, place, position["row"] if position else 0)
+
+    def _records(self, source: Any, piece: Piece, place: Place, skip: int) -> Iterator[Record]:
         path, field = piece.path, self.text_field
-        batches = record_batches(f)
+        batches = record_batches(source)
         schema = next(batches)
         if field not in schema.names:
             raise TokshardError(
@@ -38,39 +45,73 @@ class ArrowReader(Reader):
         if not is_text_type(col_type):
             raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
         column = schema.get_field_index(field)
+        wanted = None if piece.row_groups is None else set(piece.row_groups)
+        last = None if piece.row_groups is None else max(piece.row_groups)
         origin = Input(path, "row")
-        row = 0
-        for batch in batches:
+        first_row = 0  # rows of the file before the piece's first batch
+        row = 0  # rows of the piece read
+        done = 0  # bytes of the piece's batches read: its progress
+        for index, batch in enumerate(batches):
+            if wanted is not None and index not in wanted:
+                if index > last:
+                    break
+                first_row += batch.num_rows
+                continue
+            done += batch.nbytes
             if row + batch.num_rows <= skip:
                 row += batch.num_rows
                 continue
-            progress = place.before + min(piece.size, _position(f))
+            progress = place.before + min(piece.size, done)
             for value in batch.column(column).to_pylist():
                 row += 1
                 if row <= skip:
                     continue
                 text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
-                yield Record(text, place.cursor(row=row), f"{path} row {row}", bad, progress, origin, row - 1)
+                where = f"{path} row {first_row + row}"
+                yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
 
-def record_batches(f: BinaryIO) -> Iterator[Any]:
+def record_batches(source: Any) -> Iterator[Any]:
     """The file's schema, then its record batches in order, whichever IPC format it is in."""
     import pyarrow as pa
 
-    head = f.read(len(ARROW_FILE_MAGIC))
-    f.seek(0)
-    if head == ARROW_FILE_MAGIC:
-        reader = pa.ipc.open_file(f)
+    if _is_file_format(source):
+        reader = pa.ipc.open_file(source)
         yield reader.schema
         for i in range(reader.num_record_batches):
             yield reader.get_batch(i)
         return
-    reader = pa.ipc.open_stream(f)
+    reader = pa.ipc.open_stream(source)
     yield reader.schema
     yield from reader
 
 
-def _position(f: BinaryIO) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        return f.tell()
-    return 0
+def _is_file_format(source: Any) -> bool:
+    head = source.read(len(ARROW_FILE_MAGIC))
+    source.seek(0)
+    return head == ARROW_FILE_MAGIC
+
+
+def batch_sizes(path: str) -> list[int] | None:
+    """The bytes of each record batch of a local Arrow file, from its messages' headers
+    (memory-mapped: no batch is read); None where its batches cannot be read apart (a stream
+    with dictionary batches, which later batches depend on)."""
+    import pyarrow as pa
+
+    with corrupt_is_one_line(path, "Arrow"), pa.memory_map(path) as source:
+        if _is_file_format(source):
+            reader = pa.ipc.open_file(source)
+            return [reader.get_batch(i).nbytes for i in range(reader.num_record_batches)]
+        messages = pa.ipc.MessageReader.open_stream(source)
+        sizes: list[int] = []
+        at = source.tell()
+        while True:
+            try:
+                message = messages.read_next_message()
+            except StopIteration:
+                return sizes
+            if message.type.startswith("dictionary"):
+                return None
+            if message.type == "record batch":
+                sizes.append(source.tell() - at)
+            at = source.tell()
