@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,22 +161,42 @@ CONVERSIONS = {
     "(transformers.integrations.tiktoken.convert_tiktoken_to_fast) into tokenizer.json",
     "sentencepiece": "a SentencePiece model: convert it with transformers "
     "(AutoTokenizer.from_pretrained(FOLDER).save_pretrained(OUT) writes tokenizer.json)",
+    "tekken": "Mistral's tekken.json: convert it with transformers and mistral-common "
+    "(AutoTokenizer.from_pretrained(FOLDER).save_pretrained(OUT) writes tokenizer.json)",
 }
 
 
 def foreign_hint(path: Path) -> str:
     """What to do with a vocabulary in another format than tokenizer.json ('' for none known)."""
     try:
-        names = {p.name for p in path.iterdir()} if path.is_dir() else {path.name}
+        files = sorted(path.iterdir()) if path.is_dir() else [path]
     except OSError:  # a folder this user may not list: nothing to say of its format
         return ""
+    names = {p.name for p in files}
     if names & {"encoder.json", "vocab.bpe"} or path.suffix == ".bpe":
         return CONVERSIONS["gpt2"]
-    if path.suffix == ".tiktoken" or any(n.endswith(".tiktoken") for n in names):
+    if names & {"tekken.json"}:
+        return CONVERSIONS["tekken"]
+    if any(p.suffix == ".tiktoken" or (p.suffix == ".model" and _holds_tiktoken_ranks(p)) for p in files):
         return CONVERSIONS["tiktoken"]
-    if path.suffix == ".model" or any(n.endswith(".model") for n in names):
+    if any(p.suffix == ".model" for p in files):
         return CONVERSIONS["sentencepiece"]
     return "pass the tokenizer.json itself" if path.is_dir() else ""
+
+
+#: a tiktoken rank file's line: a token's bytes in base64, a space, its rank
+_RANK_LINE = re.compile(rb"[A-Za-z0-9+/]+=* [0-9]+\r?\n")
+
+
+def _holds_tiktoken_ranks(path: Path) -> bool:
+    """Is this ``.model`` file tiktoken's ranks (Meta's Llama 3 ``original/tokenizer.model``),
+    not a SentencePiece protobuf?"""
+    try:
+        with path.open("rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return _RANK_LINE.match(head) is not None
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:

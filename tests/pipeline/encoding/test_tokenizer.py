@@ -211,11 +211,24 @@ def test_gpt2s_original_files_are_named_and_the_advised_conversion_works(tmp_pat
     assert load(out).get_vocab_size() == 50257
 
 
+#: the head of Mistral's tekken.json as its hub repos publish it (a tiktoken-style vocabulary)
+TEKKEN = (
+    b'{"config": {"pattern": "[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{Lu}]*", "num_vocab_tokens": 3, '
+    b'"default_vocab_size": 3, "default_num_special_tokens": 0, "version": "v7"}, '
+    b'"vocab": [{"rank": 0, "token_bytes": "AA==", "token_str": null}, '
+    b'{"rank": 1, "token_bytes": "IQ==", "token_str": "!"}, {"rank": 2, "token_bytes": "Ig==", "token_str": "\\""}], '
+    b'"special_tokens": []}'
+)
+
+
 @pytest.mark.parametrize(
     ("name", "content", "says"),
     [
         ("cl100k_base.tiktoken", b"IQ== 0\nIg== 1\n", "a tiktoken rank file: convert it"),
         ("tokenizer.model", b"\n\x0b\n\x05<unk>", "a SentencePiece model: convert it"),
+        # Meta's Llama 3 checkpoints ship tiktoken's ranks under SentencePiece's usual name
+        ("tokenizer.model", b"IQ== 0\nIg== 1\nIw== 2\n", "a tiktoken rank file: convert it"),
+        ("tekken.json", TEKKEN, "Mistral's tekken.json: convert it"),
     ],
 )
 def test_a_vocabulary_in_another_format_says_how_to_convert_it(tmp_path, name, content, says):
