@@ -15,6 +15,8 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +140,51 @@ def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
         return TokshardError(
             f"{path} is a Git LFS pointer, not the tokenizer.json it stands for; {lfs_pointer.FETCH}"
         )
-    hint = foreign_hint(Path(path))
+    hint = foreign_hint(Path(path)) or settings_hint(Path(path)) or newer_format_hint(exc)
     if head.startswith(codecs.BOM_UTF8):
         hint = "it starts with a UTF-8 byte-order mark, which `tokenizers` does not read: save it without one"
     return TokshardError(f"{path} is not a readable tokenizer.json: {exc}" + (f"; {hint}" if hint else ""))
+
+
+#: the JSON files beside a tokenizer.json in a model's folder, which hold settings, not a vocabulary
+SETTINGS_FILES = (
+    "tokenizer_config.json",
+    "config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "added_tokens.json",
+)
+
+
+def settings_hint(path: Path) -> str:
+    """Where a model folder's settings file was given for its tokenizer (a JSON object without
+    the ``model`` every tokenizer.json has): which file to pass instead ('' otherwise)."""
+    if path.suffix != ".json" or path.name == TOKENIZER_FILE:
+        return ""
+    try:
+        obj = orjson.loads(read_bytes(path))
+    except (TokshardError, orjson.JSONDecodeError):
+        return ""
+    if not isinstance(obj, dict) or "model" in obj:
+        return ""
+    beside = path.with_name(TOKENIZER_FILE)
+    instead = f"pass {beside}" if beside.is_file() else f"pass the model's {TOKENIZER_FILE}"
+    known = " (a model's settings)" if path.name in SETTINGS_FILES else ""
+    return f'it is JSON without the "model" section of a {TOKENIZER_FILE}{known}: {instead}'
+
+
+def newer_format_hint(exc: Exception) -> str:
+    """Where `tokenizers` met a part it has no variant for: perhaps a newer release wrote the file."""
+    if "did not match any variant" not in str(exc):
+        return ""
+    try:
+        installed = f"tokenizers {_version('tokenizers')}"
+    except PackageNotFoundError:
+        installed = "the installed tokenizers"
+    return (
+        f"it has a part {installed} does not know: if a newer tokenizers saved it, upgrade "
+        "tokenizers (pip install -U tokenizers)"
+    )
 
 
 def _head(path: Path) -> bytes:

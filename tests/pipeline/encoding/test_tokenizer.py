@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -193,6 +195,68 @@ def test_a_tokenizer_json_saved_with_a_byte_order_mark_says_so(tmp_path, tokeniz
     bom.write_bytes(b"\xef\xbb\xbf" + tokenizer_path.read_bytes())
     with pytest.raises(TokshardError, match=r"starts with a UTF-8 byte-order mark.*save it without one"):
         load(bom)
+
+
+#: a model folder's settings files as hub repos publish them (abridged)
+SETTINGS = {
+    "tokenizer_config.json": b'{\n  "add_bos_token": true,\n  "bos_token": "<|begin_of_text|>",\n'
+    b'  "eos_token": "<|end_of_text|>",\n  "model_max_length": 131072,\n'
+    b'  "tokenizer_class": "PreTrainedTokenizerFast"\n}\n',
+    "config.json": b'{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_a_models_settings_file_given_as_its_tokenizer_names_the_tokenizer_json_beside_it(
+    tmp_path, tokenizer_path, name
+):
+    """A model folder holds several JSON files; pointing --tokenizer at the wrong one said only
+    where a JSON parser stopped. The line now names the file to pass, and nothing is written."""
+    (tmp_path / name).write_bytes(SETTINGS[name])
+    (tmp_path / "tokenizer.json").write_bytes(tokenizer_path.read_bytes())
+    (tmp_path / "in.jsonl").write_text('{"text": "hello"}\n')
+    out = tmp_path / "out"
+    proc = cli(
+        "prepare",
+        "--input",
+        str(tmp_path / "in.jsonl"),
+        "--tokenizer",
+        str(tmp_path / name),
+        "--out",
+        str(out),
+    )
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2, proc.stderr
+    assert f"{name} is not a readable tokenizer.json" in last
+    assert f"(a model's settings): pass {tmp_path / 'tokenizer.json'}" in last
+    assert not out.exists()
+
+
+def test_json_without_a_model_section_and_no_tokenizer_json_beside_it_says_which_file_to_pass(tmp_path):
+    other = tmp_path / "vocab-notes.json"
+    other.write_bytes(b'{"merges": 3}')
+    with pytest.raises(
+        TokshardError, match=r'JSON without the "model" section.*: pass the model\'s tokenizer\.json$'
+    ):
+        load(other)
+
+
+def test_a_tokenizer_json_with_a_part_this_tokenizers_lacks_names_the_installed_version(
+    tmp_path, tokenizer_path
+):
+    """A file saved by a newer `tokenizers` (a model type this one has no variant for): the line
+    names the installed release and the upgrade."""
+    from importlib.metadata import version
+
+    spec = json.loads(tokenizer_path.read_text())
+    spec["model"]["type"] = "BPE2"
+    newer = tmp_path / "tokenizer.json"
+    newer.write_text(json.dumps(spec))
+    with pytest.raises(
+        TokshardError,
+        match=rf"a part tokenizers {re.escape(version('tokenizers'))} does not know.*pip install -U",
+    ):
+        load(newer)
 
 
 GPT2_FILES = Path(__file__).resolve().parents[2] / "data" / "gpt2"
