@@ -234,12 +234,7 @@ _RANK_LINE = re.compile(rb"[A-Za-z0-9+/]+=* [0-9]+\r?\n")
 def _holds_tiktoken_ranks(path: Path) -> bool:
     """Is this ``.model`` file tiktoken's ranks (Meta's Llama 3 ``original/tokenizer.model``),
     not a SentencePiece protobuf?"""
-    try:
-        with path.open("rb") as f:
-            head = f.read(256)
-    except OSError:
-        return False
-    return _RANK_LINE.match(head) is not None
+    return _RANK_LINE.match(_head(path)) is not None
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:

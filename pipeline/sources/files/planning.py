@@ -20,7 +20,8 @@ from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.arrow import batch_sizes
-from pipeline.sources.files.readers.parquet import check_magic, corrupt_parquet_is_one_line
+from pipeline.sources.files.readers.base import corrupt_is_one_line
+from pipeline.sources.files.readers.parquet import check_magic
 from pipeline.storage.locations import is_url
 
 #: partition_bytes = "auto": about AUTO_PARTITIONS tasks per split of AUTO_MIN_BYTES to
@@ -125,7 +126,7 @@ def row_group_sizes(path: str) -> list[int]:
     """A parquet file's row groups' compressed bytes: the footer is all that is read."""
     import pyarrow.parquet as pq
 
-    with corrupt_parquet_is_one_line(path), open_binary(path) as f:
+    with corrupt_is_one_line(path, "parquet"), open_binary(path) as f:
         check_magic(f, path)
         meta = pq.ParquetFile(f).metadata
     return [

@@ -3,7 +3,6 @@ checked. A document's location is its row in the file."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -24,7 +23,7 @@ class ParquetReader(Reader):
     kinds = (".parquet",)
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
-        with corrupt_parquet_is_one_line(piece.path), open_piece(piece) as f:
+        with corrupt_is_one_line(piece.path, "parquet"), open_piece(piece) as f:
             check_magic(f, piece.path)
             yield from self._records(f, piece, place, position["row"] if position else 0)
 
@@ -71,7 +70,3 @@ def check_magic(f: BinaryIO, path: str) -> None:
         lfs_pointer.refuse(path, f.read(lfs_pointer.MAX_BYTES))
         raise OSError("no parquet magic number at its start")
     f.seek(0)
-
-
-def corrupt_parquet_is_one_line(path: str) -> contextlib.AbstractContextManager[None]:
-    return corrupt_is_one_line(path, "parquet")
