@@ -190,3 +190,28 @@ def test_a_busy_worker_holds_the_run_back_only_briefly(dask_client, monkeypatch)
     client.close()
     sleeper.result()
     assert took < 4.0
+
+
+def test_a_rerun_with_fewer_partitions_left_than_workers_boots_one_per_partition(
+    tmp_path, docs, tokenizer_path
+):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:60])
+    r = recipe.from_dict(
+        {
+            "tokenizer": str(tokenizer_path),
+            "sources": {"d": {"type": "files", "paths": [str(data)], "partition_bytes": 20_000}},
+        },
+        "test",
+    )
+    out = tmp_path / "out"
+    first = manifest.load(prepare(r, out, RunOptions(workers=2), log=lambda m: None))
+    shards = {s.rel_path: s.bin_path.read_bytes() for s in first.select()}
+    (out / "manifest.json").unlink()
+    checkpoints = sorted(out.glob(".tokshard/parts/d/train/*.json"))
+    assert len(checkpoints) > 2
+    checkpoints[1].unlink()  # that partition is redone, the others are kept
+    said: list[str] = []
+    again = manifest.load(prepare(r, out, RunOptions(workers=2), log=said.append))
+    assert f"{len(checkpoints)} partitions: {len(checkpoints) - 1} done, 0 to resume, 1 to start" in said
+    assert any(line.startswith("Dask: 1 local worker processes") for line in said), said
+    assert {s.rel_path: s.bin_path.read_bytes() for s in again.select()} == shards
