@@ -7,7 +7,9 @@
 #                                        # manifest always run; --micro-batch stands in for the probe)
 #
 # Steps, each with its own time limit inside an overall deadline (a step that fails or runs out
-# of time is recorded and the next one runs; the summary is always written):
+# of time is recorded and the next one runs; the summary is always written). --step-limit-s S
+# gives every step the limit S instead (still cut to the deadline): a dry run at low priority,
+# as the test suite runs it, may wait long for a core.
 #   wheels    install the carried wheels (.whl/: deepspeed + what the image lacks) into /tmp/site
 #   env       GPU, driver, versions, this command
 #   manifest  a real-text manifest from the carried text (bench/data/gpu/text.jsonl.gz)
@@ -37,6 +39,7 @@ WORK=${GPU_CHECK_WORK:-/tmp/gpu-check}
 TEXT=""
 PY=${PYTHON:-python3}
 DEADLINE_S=${GPU_CHECK_DEADLINE_S:-450}
+STEP_LIMIT_S=""
 ONLY=""
 MICRO_GIVEN=""
 while [ $# -gt 0 ]; do
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
         --work) WORK=$2; shift ;;
         --text) TEXT=$2; shift ;;
         --deadline-s) DEADLINE_S=$2; shift ;;
+        --step-limit-s) STEP_LIMIT_S=$2; shift ;;
         --only) ONLY=",$2,"; shift ;;
         --micro-batch) MICRO_GIVEN=$2; shift ;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -108,15 +112,16 @@ else
 fi
 
 limit_of() {  # the step's own limit (or its group's: compile-on-32 -> compile), cut to what is left
-    local name=$1 spec left
+    local name=$1 limit=60 spec left
     for spec in "${LIMITS[@]}"; do
         if [ "${spec%%=*}" = "$name" ] || [ "${spec%%=*}" = "${name%%-*}" ]; then
-            left=$((DEADLINE_S - ($(date +%s) - START)))
-            echo $((${spec#*=} < left ? ${spec#*=} : left))
-            return
+            limit=${spec#*=}
+            break
         fi
     done
-    echo 60
+    limit=${STEP_LIMIT_S:-$limit}
+    left=$((DEADLINE_S - ($(date +%s) - START)))
+    echo $((limit < left ? limit : left))
 }
 
 # run_step NAME CMD...: the exact command in the log, its status and seconds in steps.jsonl

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from background import JOBS, Job, readers_last, wanted_jobs
+from background import JOB_TIMEOUT, JOBS, Job, owned_here, readers_last, shared_folder, wanted_jobs
 from support import EOS, REPO, english_documents
 
 
@@ -22,24 +22,40 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def user_cache(tmp_path_factory) -> Path:
-    """The suite's own ~/.cache (XDG_CACHE_HOME), shared by its tests as by a user's runs:
-    nothing is written to the real one, and no earlier session's kept checks count."""
-    folder = tmp_path_factory.mktemp("xdg-cache")
+    """The suite's own ~/.cache (XDG_CACHE_HOME), shared by its tests (in every pytest-xdist
+    worker) as by a user's runs: nothing is written to the real one, no earlier session's kept
+    checks count, and what is built once (DeepSpeed's CPUAdam, a check) is built once a session."""
+    folder = shared_folder(tmp_path_factory.getbasetemp()) / "xdg-cache"
+    folder.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(folder))
         yield folder
 
 
+#: set by Ctrl-C: the background jobs are stopped at once instead of run to their end
+INTERRUPTED = False
+
+
 @pytest.fixture(scope="session", autouse=True)
 def background_jobs(request, tmp_path_factory, user_cache) -> dict[str, Job]:
-    """Every background job (tests/background.py) that a selected test reads, started now."""
-    jobs = {}
-    for name in wanted_jobs(request.session.items):
-        folder = tmp_path_factory.mktemp(name)
-        jobs[name] = Job(name, JOBS[name](folder), folder)
+    """Every background job (tests/background.py) that a selected test reads, each started now
+    by the one process that owns it (`owned_here`), in a folder all of them read."""
+    shared = shared_folder(tmp_path_factory.getbasetemp()) / "background"
+    wanted = wanted_jobs(request.session.items)
+    jobs = {name: Job(name, shared / name) for name in wanted}
+    for name in owned_here(wanted):
+        jobs[name].folder.mkdir(parents=True, exist_ok=True)
+        jobs[name].start(JOBS[name](jobs[name].folder))
     yield jobs
+    session = request.session
+    interrupted = INTERRUPTED or bool(session.shouldstop or session.shouldfail)
     for job in jobs.values():
-        job.stop()
+        job.finish(interrupted, timeout=JOB_TIMEOUT)
+
+
+def pytest_keyboard_interrupt(excinfo) -> None:
+    global INTERRUPTED
+    INTERRUPTED = True
 
 
 @pytest.fixture(scope="session")
@@ -96,13 +112,13 @@ def deepseek_v3_tokenizers(deepseek_v3):
 
 @pytest.fixture(scope="session")
 def dask_client():
-    """One real local cluster (2 worker processes) shared by the tests that need no other."""
-    from distributed import Client, LocalCluster
+    """One real local cluster (2 worker processes) shared by the tests that need no other,
+    started as `prepare` starts its own (`EarlyStart`), so its idle event loops wake as
+    seldom as a run's: it stays up all session, in each pytest-xdist worker."""
+    from pipeline.run.cluster import EarlyStart
 
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
-        Client(cluster) as client,
-    ):
+    cluster, client = EarlyStart(2, None, threads=1, memory_limit=None).take()
+    with cluster, client:
         yield client
 
 

@@ -36,13 +36,13 @@ def write_text(path: Path, docs: list[str]) -> Path:
 def gpu_check_dry_run(folder: Path) -> Command:
     """One CPU dry run of the whole script, shared by the tests that read its results."""
     text = write_text(folder / "text.jsonl", english_documents(400))
-    # a generous deadline: at nice 19 the run only gets the time the rest of the suite leaves
+    # a generous deadline, for the run and each step: at nice 19 the run gets only the time the
+    # rest of the suite leaves, and a step may wait minutes for it
     env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_DEADLINE_S": "1500"}
     out, work = folder / "out", folder / "work"
     script = str(REPO / "bench" / "gpu_check.sh")
-    return Command(
-        ["bash", script, "--cpu-dry-run", "--out", str(out), "--work", str(work), "--text", str(text)], env
-    )
+    paths = ["--out", str(out), "--work", str(work), "--text", str(text)]
+    return Command(["bash", script, "--cpu-dry-run", *paths, "--step-limit-s", "1500"], env)
 
 
 @pytest.fixture(scope="module")

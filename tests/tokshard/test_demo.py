@@ -241,7 +241,7 @@ def test_a_png_that_cannot_be_written_is_one_line(demo, tmp_path, command):
 
 def test_the_test_suite_collects_from_the_clean_copy(copy):
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"],
         capture_output=True,
         text=True,
         cwd=copy,
