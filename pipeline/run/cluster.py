@@ -27,6 +27,10 @@ BATCH_SYSTEMS = ("slurm", "pbs")
 LOCAL_MEMORY_LIMIT = "auto"
 #: the longest a run waits for its workers' warm-up before it sends its tasks anyway
 WARM_UP_SECONDS = 10.0
+#: the longest local workers wait to boot for the number of partitions the run has to do, so
+#: that a run smaller than the machine boots no idle ones; a longer plan (many input files)
+#: boots them all meanwhile
+PLAN_WAIT_SECONDS = 0.25
 
 
 @dataclass
@@ -175,7 +179,10 @@ class EarlyStart:
     """The workers made ready in a background thread while the driver plans partitions and
     checks the encoder: local worker processes booted (interpreter, imports) or the scheduler
     joined, then each worker given what its first task needs (`warm`), so that this start-up
-    overlaps the driver's own instead of coming before the first token."""
+    overlaps the driver's own instead of coming before the first token.
+
+    ``planning``: the caller is still planning and will say how many partitions the run has
+    (`planned`); local workers wait briefly for that number, and boot no more than it."""
 
     def __init__(
         self,
@@ -184,12 +191,24 @@ class EarlyStart:
         threads: int,
         memory_limit: str | None,
         dashboard: bool = False,
+        planning: bool = False,
     ) -> None:
         #: the run's own worker processes (not a shared scheduler's, which may be busy for long)
         self.local = scheduler is None
+        self._partitions: Future[int | None] = Future()
+        if not planning:
+            self._partitions.set_result(None)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokshard-workers")
-        self._ready: Future = self._pool.submit(_start, workers, scheduler, threads, memory_limit, dashboard)
+        self._ready: Future = self._pool.submit(
+            _start, workers, scheduler, threads, memory_limit, dashboard, self._partitions
+        )
         self._taken = False
+
+    def planned(self, partitions: int) -> None:
+        """The number of partitions the run has to do, once known: local workers not yet booted
+        boot no more than that (`PLAN_WAIT_SECONDS`)."""
+        if not self._partitions.done():
+            self._partitions.set_result(partitions)
 
     def warm(self, fn: Callable[..., None], *args: object) -> None:
         """Run ``fn(*args)`` as a task on each worker connected once they are ready, still in
@@ -232,9 +251,10 @@ class EarlyStart:
         return self._ready.result()
 
     def discard(self) -> None:
-        """Close what nobody took (the run failed before it needed workers)."""
+        """Close what nobody took (the run failed before it needed workers, or had no task)."""
         if not self._taken:
             self._taken = True
+            self.planned(0)  # workers still waiting for the plan boot none
             self._pool.shutdown(wait=False, cancel_futures=True)
             with contextlib.suppress(Exception):
                 cluster, client = self._ready.result()
@@ -261,14 +281,23 @@ def check_local_workers(workers: int | None) -> None:
 
 
 def _start(
-    workers: int | None, scheduler: str | None, threads: int, memory_limit: str | None, dashboard: bool
+    workers: int | None,
+    scheduler: str | None,
+    threads: int,
+    memory_limit: str | None,
+    dashboard: bool,
+    partitions: Future[int | None],
 ):
     from distributed import Client
 
     if scheduler:
         return None, _join(scheduler)
     keep_ctrl_c_from_workers()
-    cluster = _local_cluster(workers or os.cpu_count() or 1, threads, memory_limit, dashboard)
+    n = workers or os.cpu_count() or 1
+    with contextlib.suppress(TimeoutError):
+        if (planned := partitions.result(timeout=PLAN_WAIT_SECONDS)) is not None:
+            n = min(n, planned)
+    cluster = _local_cluster(n, threads, memory_limit, dashboard)
     try:
         return cluster, Client(cluster)
     except BaseException:

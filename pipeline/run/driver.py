@@ -115,7 +115,9 @@ def prepare(
             todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
             resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
             if early is None and todo:
-                early = _early_workers(options, settings.threads, partitions=len(todo))
+                early = _early_workers(options, settings.threads)
+            if early is not None:
+                early.planned(len(todo))
             sha256 = plan.tokenizer["sha256"]
             decision = decide(
                 settings.encoder,
@@ -170,17 +172,16 @@ def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint
             checkpoints[part.key] = None
 
 
-def _early_workers(options: RunOptions, threads: int, partitions: int | None = None) -> EarlyStart | None:
-    """Boot the local workers (or join the scheduler) now, while the driver checks the encoder.
-
-    With the number of ``partitions`` left to run known (a rerun), no more local workers than
-    that: a resume with one partition left on a 64-core node would boot 63 idle processes."""
+def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:
+    """Boot the local workers (or join the scheduler) now, while the driver plans and checks
+    the encoder; told the number of partitions to run (`EarlyStart.planned`), they boot no
+    more than that: a small input, or a resume with one partition left, on a 64-core node
+    would boot dozens of idle processes."""
     if options.client is not None or options.batch is not None:
         return None
-    workers = options.workers
-    if partitions is not None and options.scheduler is None:
-        workers = min(workers or os.cpu_count() or 1, partitions)
-    return EarlyStart(workers, options.scheduler, threads, options.memory_limit, options.dashboard)
+    return EarlyStart(
+        options.workers, options.scheduler, threads, options.memory_limit, options.dashboard, planning=True
+    )
 
 
 @dataclass(frozen=True)

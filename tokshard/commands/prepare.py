@@ -67,7 +67,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
         type=folder_arg,
         help="output folder or store URL (shards, manifest.json, run state)",
     )
-    p.add_argument("--workers", type=positive_int, help="local Dask worker processes (default: one per core)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        help="local Dask worker processes (default: one per core; never more than the partitions to do)",
+    )
     p.add_argument(
         "--threads",
         type=positive_int,

@@ -215,3 +215,14 @@ def test_a_rerun_with_fewer_partitions_left_than_workers_boots_one_per_partition
     assert f"{len(checkpoints)} partitions: {len(checkpoints) - 1} done, 0 to resume, 1 to start" in said
     assert any(line.startswith("Dask: 1 local worker processes") for line in said), said
     assert {s.rel_path: s.bin_path.read_bytes() for s in again.select()} == shards
+
+
+def test_a_run_with_fewer_partitions_than_workers_boots_one_per_partition(tmp_path, docs, tokenizer_path):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])  # one partition
+    r = recipe.from_dict(
+        {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
+    )
+    said: list[str] = []
+    prepare(r, tmp_path / "out", RunOptions(workers=2), log=said.append)
+    assert "1 partitions: 0 done, 0 to resume, 1 to start" in said
+    assert any(line.startswith("Dask: 1 local worker processes") for line in said), said
