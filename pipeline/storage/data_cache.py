@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import xxhash
@@ -88,6 +88,8 @@ def parse_size(text: str, flag: str = "--data-cache-limit") -> int:
 
 @dataclass
 class CacheStats:
+    """What a run's data cache did; counted from the trainer's loader threads at once."""
+
     downloaded: int = 0
     downloaded_bytes: int = 0
     cached: int = 0
@@ -97,6 +99,13 @@ class CacheStats:
     refetched_corrupt: int = 0
     evicted: int = 0
     wait_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: float) -> None:
+        """Add to counters under a lock: ``x += 1`` from two threads can lose one."""
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
 
     def summary(self, root: Path) -> str:
         """The line a run ends with: what came from the store and what the cache held."""
@@ -170,9 +179,9 @@ class DataCache:
             except BaseException:
                 self._unpin(entry.bin_path)  # not there: whoever asks next meets the failure too
                 raise
-            self.stats.wait_s += time.perf_counter() - began
+            self.stats.add(wait_s=time.perf_counter() - began)
             if not got:
-                self.stats.cached += 1
+                self.stats.add(cached=1)
             elif self.limit is not None:
                 self.evict()
 
@@ -187,7 +196,7 @@ class DataCache:
             began = time.perf_counter()
             store = self._stores[str(m.folder)]
             self._ensure_file(store, entry.origin_path, entry.origin_rel, entry.origin_hash, None, "sidecar")
-            self.stats.wait_s += time.perf_counter() - began
+            self.stats.add(wait_s=time.perf_counter() - began)
 
     def _ensure_file(
         self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None, what: str = "shard"
@@ -216,7 +225,7 @@ class DataCache:
             os.utime(ok)  # last use, for eviction
             return True
         if recorded.get("hash") not in (None, want):
-            self.stats.refetched_changed += 1
+            self.stats.add(refetched_changed=1)
             self.log(
                 f"cached {path} is of an earlier version of the data (its manifest changed since the "
                 "cache was filled); fetching the new one"
@@ -227,7 +236,7 @@ class DataCache:
         elif not recorded:  # no record of a check (a cache filled by an older tokshard, a copy)
             self.log(f"cached {path} has no record of its check and is not the manifest's; fetching it")
         else:
-            self.stats.refetched_corrupt += 1
+            self.stats.add(refetched_corrupt=1)
             self.log(f"cached {path} was changed on this disk since it was checked; fetching it again")
         path.unlink(missing_ok=True)
         return False
@@ -274,8 +283,7 @@ class DataCache:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        self.stats.downloaded += 1
-        self.stats.downloaded_bytes += n
+        self.stats.add(downloaded=1, downloaded_bytes=n)
 
     def _write(self, path: Path, data: bytes) -> None:
         """`_write_whole`, with a full or unwritable cache disk said in one line."""
@@ -359,7 +367,7 @@ class DataCache:
                         total -= p.stat().st_size
                         p.unlink()
                     p.with_name(p.name + ".ok").unlink(missing_ok=True)
-                self.stats.evicted += 1
+                self.stats.add(evicted=1)
             finally:
                 os.close(fd)
 
