@@ -106,7 +106,7 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     finally:
         prefetcher.close()
         if data.fetchers:
-            log.note(remote.report(list(data.fetchers)))
+            log.note(remote.finish(list(data.fetchers)))
         if sample_log is not None:
             sample_log.close()
         log.close()

@@ -70,6 +70,9 @@ def start_downloads(fetchers: list[ShardFetcher], dataset, sampler, first_positi
         f.start([f.by_path[p] for p in order if owner.get(p) is f])
 
 
-def report(fetchers: list[ShardFetcher]) -> str:
+def finish(fetchers: list[ShardFetcher]) -> str:
+    """Stop the prefetch (the run is over) and say what the data cache did."""
+    for f in fetchers:
+        f.stop()
     cache = fetchers[0].cache
-    return cache.stats.summary(cache.root)
+    return cache.stats.summary(cache.root, sum(f.not_fetched() for f in fetchers))

@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -56,6 +57,10 @@ VIEWS = "views"
 #: a view folder's record of the manifest URL it holds
 SOURCE_URL = "source.url"
 _CHUNK = 1 << 23
+
+
+class DownloadStopped(Exception):
+    """A download abandoned because its fetcher was stopped (the run ended first)."""
 
 
 def cache_root() -> Path:
@@ -107,12 +112,14 @@ class CacheStats:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
 
-    def summary(self, root: Path) -> str:
-        """The line a run ends with: what came from the store and what the cache held."""
+    def summary(self, root: Path, not_fetched: int = 0) -> str:
+        """The line a run ends with: what came from the store, what the cache held, and how many
+        shards the run ended before fetching."""
+        left = f"; {not_fetched} shards not fetched (the run ended first)" if not_fetched else ""
         return (
             f"data cache {root}: {self.downloaded} files downloaded ({self.downloaded_bytes / 2**20:.1f} MiB), "
             f"{self.cached} shards found cached, {self.refetched_changed} of an earlier version of the data "
-            f"and {self.refetched_corrupt} damaged on this disk fetched again, {self.evicted} evicted"
+            f"and {self.refetched_corrupt} damaged on this disk fetched again, {self.evicted} evicted{left}"
         )
 
 
@@ -163,8 +170,11 @@ class DataCache:
 
     # --- shards --------------------------------------------------------------------------
 
-    def ensure(self, m: manifest_mod.Manifest, entry: manifest_mod.ShardEntry) -> None:
-        """Make ``entry``'s .bin and .idx local and hash-checked, and pin them for this process."""
+    def ensure(
+        self, m: manifest_mod.Manifest, entry: manifest_mod.ShardEntry, stop: threading.Event | None = None
+    ) -> None:
+        """Make ``entry``'s .bin and .idx local and hash-checked, and pin them for this process
+        (``stop``, once set, abandons a download in flight: `DownloadStopped`, nothing kept)."""
         with self._guard:
             lock = self._locks.setdefault(entry.bin_path, threading.Lock())
         with lock:
@@ -174,8 +184,11 @@ class DataCache:
             self._pin(entry.bin_path)
             store = self._stores[str(m.folder)]
             try:
-                got = self._ensure_file(store, entry.idx_path, _idx_rel(entry.rel_path), entry.idx_hash, None)
-                got |= self._ensure_file(store, entry.bin_path, entry.rel_path, entry.hash, entry.bytes)
+                idx_rel = _idx_rel(entry.rel_path)
+                got = self._ensure_file(store, entry.idx_path, idx_rel, entry.idx_hash, None, stop=stop)
+                got |= self._ensure_file(
+                    store, entry.bin_path, entry.rel_path, entry.hash, entry.bytes, stop=stop
+                )
             except BaseException:
                 self._unpin(entry.bin_path)  # not there: whoever asks next meets the failure too
                 raise
@@ -184,6 +197,10 @@ class DataCache:
                 self.stats.add(cached=1)
             elif self.limit is not None:
                 self.evict()
+
+    def holds(self, entry: manifest_mod.ShardEntry) -> bool:
+        """This process made ``entry`` local (and pins it)."""
+        return entry.bin_path in self._pins
 
     def ensure_origin(self, m: manifest_mod.Manifest, entry: manifest_mod.ShardEntry) -> None:
         """Make ``entry``'s provenance sidecar local and checked against its ``origin_hash``
@@ -195,11 +212,21 @@ class DataCache:
         with lock:
             began = time.perf_counter()
             store = self._stores[str(m.folder)]
-            self._ensure_file(store, entry.origin_path, entry.origin_rel, entry.origin_hash, None, "sidecar")
+            self._ensure_file(
+                store, entry.origin_path, entry.origin_rel, entry.origin_hash, None, what="sidecar"
+            )
             self.stats.add(wait_s=time.perf_counter() - began)
 
     def _ensure_file(
-        self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None, what: str = "shard"
+        self,
+        store: ObjectStore,
+        path: Path,
+        rel: str,
+        want: str,
+        size: int | None,
+        *,
+        stop: threading.Event | None = None,
+        what: str = "shard",
     ) -> bool:
         """True if it had to be downloaded (``what``: the file's kind, as an error names it)."""
         if self._verified(path, want):
@@ -207,7 +234,8 @@ class DataCache:
         with _flock(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
             if self._verified(path, want):  # another process fetched it while we waited
                 return False
-            self._download(store, path, rel, want, size, what)
+            _remove_abandoned_downloads(path)
+            self._download(store, path, rel, want, size, stop=stop, what=what)
         return True
 
     def _verified(self, path: Path, want: str) -> bool:
@@ -242,17 +270,27 @@ class DataCache:
         return False
 
     def _download(
-        self, store: ObjectStore, path: Path, rel: str, want: str, size: int | None, what: str
+        self,
+        store: ObjectStore,
+        path: Path,
+        rel: str,
+        want: str,
+        size: int | None,
+        *,
+        stop: threading.Event | None,
+        what: str,
     ) -> None:
         """Fetch ``rel`` into ``path`` under a temporary name, hashed as it arrives; it takes its
         final name only if it is what the manifest says (nothing half-written is ever left)."""
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp = _download_name(path)
         h = xxhash.xxh3_128()
         n = 0
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with store.open_read(rel) as src, open(tmp, "wb") as dst:
                 while chunk := src.read(_CHUNK):
+                    if stop is not None and stop.is_set():
+                        raise DownloadStopped(rel)
                     h.update(chunk)
                     dst.write(chunk)
                     n += len(chunk)
@@ -383,6 +421,7 @@ class ShardFetcher:
         self.by_origin_path = {e.origin_path: e for e in m.shards if e.origin_hash is not None}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def start(self, order: list[manifest_mod.ShardEntry]) -> None:
         first = set(order)
@@ -395,9 +434,24 @@ class ShardFetcher:
     def _run(self, entries: list[manifest_mod.ShardEntry]) -> None:
         try:
             for entry in entries:
-                self.cache.ensure(self.manifest, entry)
+                if self._stop.is_set():
+                    return
+                self.cache.ensure(self.manifest, entry, self._stop)
+        except DownloadStopped:
+            return
         except BaseException as exc:  # the training thread meets it at its next ready()
             self._error = exc
+
+    def stop(self) -> None:
+        """End the prefetch when the run ends: a download in flight is abandoned and its
+        temporary file deleted, rather than cut off half-written when the process exits."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def not_fetched(self) -> int:
+        """Shards of the manifest this process has not made local."""
+        return sum(not self.cache.holds(e) for e in self.manifest.shards)
 
     def ready(self, path: Path) -> None:
         """Wait for a shard (its ``.bin`` path) or fetch its provenance sidecar (its ``.origin``
@@ -443,6 +497,20 @@ def view_source(manifest: str | os.PathLike) -> tuple[str, Path] | None:
     return url, folder.parent.parent
 
 
+def _download_name(path: Path) -> Path:
+    """The temporary name a download of ``path`` is written under (one per process and thread)."""
+    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def _remove_abandoned_downloads(path: Path) -> None:
+    """Delete downloads of ``path`` that a killed process left; called under ``path``'s exclusive
+    download lock, so no live process is writing one."""
+    pattern = re.compile(re.escape(path.name) + r"\.\d+\.\d+\.tmp")
+    for tmp in path.parent.glob(path.name + ".*.tmp"):
+        if pattern.fullmatch(tmp.name):
+            tmp.unlink(missing_ok=True)
+
+
 def _idx_rel(bin_rel: str) -> str:
     return bin_rel[: -len(".bin")] + ".idx"
 
@@ -462,7 +530,7 @@ def _write_whole(path: Path, data: bytes) -> None:
     """Temporary name, then rename: another process reads the old file or the new one, and a
     failed write leaves neither a partial file nor its temporary one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.write.tmp")
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)

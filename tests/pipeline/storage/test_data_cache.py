@@ -8,12 +8,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
 from support import REPO, cli, copy_run, corpus, run_prepare, upload_folder
 
 from pipeline.format.errors import DataError
+from pipeline.storage.data_cache import DataCache, DownloadStopped, ShardFetcher
 
 CONFIGS = REPO / "trainer" / "configs"
 TRAIN = ["--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny", "--seq-len", "32"]
@@ -186,8 +188,8 @@ def test_a_sidecar_replaced_in_the_store_is_refused_by_its_hash_and_not_kept(
 
 
 def test_counts_from_many_loader_threads_add_up_exactly():
-    """The trainer's loader threads fetch shards at once; the run's last line counts them all
-    (one run said 23 of 24 files downloaded)."""
+    """The trainer's loader threads and its prefetch thread fetch shards at once; the run's last
+    line counts them all."""
     import sys
     import threading
 
@@ -210,3 +212,46 @@ def test_counts_from_many_loader_threads_add_up_exactly():
     finally:
         sys.setswitchinterval(interval)
     assert (stats.downloaded, stats.downloaded_bytes) == (160_000, 480_000)
+
+
+def test_a_download_stopped_in_flight_keeps_no_file_and_counts_nothing(s3_manifest, tmp_path):
+    cache = DataCache(tmp_path / "cache")
+    m = cache.open_manifest(s3_manifest)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(DownloadStopped):
+        cache.ensure(m, m.shards[0], stop)
+    assert not m.shards[0].bin_path.exists() and not m.shards[0].idx_path.exists()
+    assert not temporary_files(tmp_path / "cache") and not cache.holds(m.shards[0])
+    assert cache.stats.downloaded == 0
+
+
+def test_a_stopped_prefetch_leaves_whole_shards_only_and_its_count_is_what_it_kept(s3_manifest, tmp_path):
+    """The run ends while the prefetch thread is still downloading (a short run on a big manifest):
+    it stops, and the last line's counts are exactly the files now in the cache."""
+    root = tmp_path / "cache"
+    cache = DataCache(root)
+    m = cache.open_manifest(s3_manifest)
+    fetcher = ShardFetcher(cache, m)
+    fetcher.start(list(m.shards))
+    fetcher.stop()
+    kept = [p for p in root.rglob("*") if p.suffix in (".bin", ".idx")]
+    assert cache.stats.downloaded == len(kept)
+    assert fetcher.not_fetched() == len(m.shards) - sum(p.suffix == ".bin" for p in kept)
+    assert not temporary_files(root)
+    summary = cache.stats.summary(root, fetcher.not_fetched())
+    assert (f"; {fetcher.not_fetched()} shards not fetched (the run ended first)" in summary) == (
+        fetcher.not_fetched() > 0
+    )
+
+
+def test_a_download_a_killed_process_left_is_deleted_by_the_next_one(s3_manifest, tmp_path):
+    cache = DataCache(tmp_path / "cache")
+    m = cache.open_manifest(s3_manifest)
+    entry = m.shards[0]
+    entry.bin_path.parent.mkdir(parents=True, exist_ok=True)
+    abandoned = entry.bin_path.with_name(entry.bin_path.name + ".4242.139872.tmp")
+    abandoned.write_bytes(b"half a shard")
+    cache.ensure(m, entry)
+    assert not abandoned.exists() and entry.bin_path.is_file()
+    assert not temporary_files(tmp_path / "cache")
