@@ -346,7 +346,8 @@ def output_files(folder: Path) -> list[str]:
 
 def assert_same_output(ref: Path, out: Path, context: str = "") -> None:
     """Shards, indexes, tokenizer byte for byte; the manifest equal but for its creation time."""
-    assert output_files(out) == output_files(ref), context
+    got, want = set(output_files(out)), set(output_files(ref))
+    assert got == want, f"extra {sorted(got - want)}, missing {sorted(want - got)} {context}"
     for rel in output_files(ref):
         a, b = (ref / rel).read_bytes(), (out / rel).read_bytes()
         if rel == "manifest.json":

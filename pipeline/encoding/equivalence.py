@@ -155,6 +155,8 @@ EncodeBatch = Callable[[list[str]], Sequence[Sequence[int]]]
 class Verdict:
     equivalent: bool
     reason: str
+    #: the run-independent comparisons' pass was read from the node's check cache
+    kept: bool = False
 
 
 def show(text: str, limit: int = 60) -> str:

@@ -64,11 +64,25 @@ class Decision:
     """The run's encoder: what each worker builds, and why it was chosen."""
 
     spec: EncoderSpec
+    #: why, as the manifest keeps it: the same for a run however this node's check cache stands,
+    #: so a rerun after a kill writes the manifest an uninterrupted run would have
     reason: str
+    #: the run-independent comparisons' pass was read from the check cache (the log says so)
+    kept: bool = False
 
     @property
     def name(self) -> str:
         return self.spec.backend
+
+    def log_line(self) -> str:
+        """The run's line about its encoder: the reason, and where a kept pass came from."""
+        kept = (
+            f"; all but the documents an earlier run's pass, kept in {check_cache.cache_dir()} "
+            "for this tokenizer and these libraries"
+            if self.kept
+            else ""
+        )
+        return f"encoder: {self.name} ({self.reason}{kept})"
 
     def manifest_entry(self, routed_documents: int) -> dict[str, object]:
         """The manifest's ``encoder`` entry: which back end, why, the library that ran it, and
@@ -138,7 +152,7 @@ def decide(
         if verdict.equivalent:
             how = "auto" if requested == "auto" else f"requested with --encoder {name}"
             passed_over = "".join(f"; {r}" for r in refused)
-            return Decision(spec, f"{how}: {verdict.reason}{_routing_note(spec)}{passed_over}")
+            return Decision(spec, f"{how}: {verdict.reason}{_routing_note(spec)}{passed_over}", verdict.kept)
         if requested != "auto":
             raise TokshardError(
                 f"--encoder {name} would change the ids: {verdict.reason}; "
@@ -231,20 +245,19 @@ def check(spec: EncoderSpec, samples: Callable[[], list[str]], probe: Probe | No
         want = _ids(reference(), docs, candidate)  # while the workers boot
         got = _probed(probe, docs)
         if got is not None:
-            return _documents_verdict(candidate, tokenizer_path, _kept_text(kept), docs, want, got)
+            return _documents_verdict(candidate, tokenizer_path, kept, docs, want, got, kept=True)
     built = _build(spec)
     if isinstance(built, Verdict):
         return built
     fast, vocabulary = built
-    static = (
-        _kept_text(kept) if kept is not None else _static_check(key, candidate, fast, reference(), vocabulary)
-    )
+    static = kept if kept is not None else _static_check(key, candidate, fast, reference(), vocabulary)
     if isinstance(static, Verdict):
         return static
     docs = _documents(samples)
     if want is None:
         want = _ids(reference(), docs, candidate)
-    return _documents_verdict(candidate, tokenizer_path, static, docs, want, _ids(fast, docs, candidate))
+    got = _ids(fast, docs, candidate)
+    return _documents_verdict(candidate, tokenizer_path, static, docs, want, got, kept=kept is not None)
 
 
 def _documents(samples: Callable[[], list[str]]) -> list[str]:
@@ -272,8 +285,11 @@ def _documents_verdict(
     docs: list[str],
     want: list | Verdict,
     got: list | Verdict,
+    *,
+    kept: bool,
 ) -> Verdict:
-    """The verdict once the static half passed: the run's documents decide."""
+    """The verdict once the static half passed (``kept``: read from the check cache): the run's
+    documents decide."""
     for failed in (want, got):
         if isinstance(failed, Verdict):
             return failed
@@ -284,6 +300,7 @@ def _documents_verdict(
         True,
         f"{_shape(candidate, tokenizer_path)}, and {candidate} gave the same ids as tokenizers on {static} "
         f"and the run's first {len(docs)} documents",
+        kept,
     )
 
 
@@ -301,10 +318,6 @@ def _shape(candidate: str, tokenizer_path: str) -> str:
             return "byte-level BPE"
 
     return check_cache.derived(check_cache.key_parts("fastokens-shape", tokenizer_path), find)
-
-
-def _kept_text(kept: str) -> str:
-    return f"{kept} (a pass kept in {check_cache.cache_dir()} for this tokenizer and these libraries)"
 
 
 def _static_check(

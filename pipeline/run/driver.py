@@ -127,7 +127,7 @@ def prepare(
                 threads=settings.threads,
                 workers=EarlyWorkers(early, state.warm) if early is not None else None,
             )
-            log(f"encoder: {decision.name} ({decision.reason})")
+            log(decision.log_line())
             if todo:
                 log(
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "

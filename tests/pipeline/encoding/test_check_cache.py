@@ -10,7 +10,7 @@ from pipeline.encoding import check_cache, selection, spec
 from pipeline.encoding.selection import decide
 from pipeline.encoding.spec import EncoderSpec
 
-KEPT = "a pass kept in"
+KEPT = "kept in"
 
 
 @pytest.fixture
@@ -40,9 +40,19 @@ def test_a_second_check_of_the_same_tokenizer_reuses_the_kept_pass(
     second = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
     assert first.name == second.name == "fastokens"
     assert static_runs == ["fastokens"]
-    assert KEPT not in first.reason and f"{KEPT} {cache}" in second.reason
+    assert (first.kept, second.kept) == (False, True)
+    assert KEPT not in first.log_line() and f"{KEPT} {cache}" in second.log_line()
     assert "50,000 merged tokens" in second.reason and "first 64 documents" in second.reason
     assert len(list(cache.glob("*.json"))) == 1
+
+
+def test_the_reason_a_manifest_keeps_is_the_same_with_the_pass_kept_or_not(cache, gpt2_tokenizer_path, docs):
+    """A run killed on a node's first run, then rerun with the pass kept, writes the manifest an
+    uninterrupted run would have: the reason names what was compared, not this node's cache."""
+    first = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
+    second = decide("auto", str(gpt2_tokenizer_path), lambda: docs)
+    assert second.kept and first.reason == second.reason
+    assert str(cache) not in second.reason
 
 
 def test_a_kept_pass_still_compares_the_run_s_own_documents(
@@ -96,10 +106,9 @@ def test_a_damaged_entry_is_ignored_and_rewritten(cache, static_runs, tokenizer_
     (entry,) = cache.glob("*.json")
     entry.write_text(damage)
     decision = decide("fastokens", str(tokenizer_path), lambda: docs)
-    name, reason = decision.name, decision.reason
-    assert name == "fastokens" and KEPT not in reason
+    assert decision.name == "fastokens" and not decision.kept
     assert len(static_runs) == 2
-    assert KEPT in decide("fastokens", str(tokenizer_path), lambda: docs).reason
+    assert decide("fastokens", str(tokenizer_path), lambda: docs).kept
 
 
 def test_a_cache_that_cannot_be_written_costs_only_the_full_check(
@@ -166,7 +175,7 @@ def test_with_a_kept_pass_the_documents_are_encoded_where_the_candidate_is_built
     driver_builds.clear()
     workers = Asked(workers_copy)
     decision = decide("auto", path, lambda: docs, workers=workers)
-    assert decision.name == "fastokens" and KEPT in decision.reason
+    assert decision.name == "fastokens" and decision.kept
     assert "first 64 documents" in decision.reason
     assert driver_builds == [] and len(workers.asked) == 1 and len(workers.asked[0]) == 64
     assert workers.warmed == [decision.spec]  # what the run's tasks will build

@@ -167,9 +167,11 @@ def test_with_a_kept_check_the_driver_compares_a_worker_s_copy_and_builds_none(
     r = recipe.from_dict(
         {"tokenizer": str(tok), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
     )
-    path = prepare(r, tmp_path / "out", RunOptions(workers=1), log=lambda m: None)
-    entry = manifest.load(path).data["encoder"]
-    assert entry["name"] == "fastokens" and "a pass kept in" in entry["reason"]
+    said: list[str] = []
+    path = prepare(r, tmp_path / "out", RunOptions(workers=1), log=said.append)
+    assert manifest.load(path).data["encoder"]["name"] == "fastokens"
+    (line,) = [m for m in said if m.startswith("encoder: ")]
+    assert f"kept in {tmp_path / 'xdg'}" in line
     assert built == []
     assert _settle(before) == set()
 
