@@ -85,7 +85,9 @@ def test_sigkill_at_random_moments_then_rerun_gives_identical_bytes(kill_setup, 
             time.sleep(delay)
             moment = f"{delay:.2f}s into the work"
         if proc.poll() is not None:
-            history.append(f"finished before the kill ({moment})")
+            _, stderr = proc.communicate()
+            history.append(f"finished before the kill ({moment}, exit {proc.returncode})")
+            assert proc.returncode == 0, f"seed {seed} {history}: {stderr}"
             break
         if rng.random() < 0.5:
             kill_group(proc)  # the whole machine: driver and workers at once
