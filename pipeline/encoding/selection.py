@@ -77,7 +77,7 @@ class Decision:
     def log_line(self) -> str:
         """The run's line about its encoder: the reason, and where a kept pass came from."""
         kept = (
-            f"; all but the documents an earlier run's pass, kept in {check_cache.cache_dir()} "
+            f"; all but the documents' comparison passed in an earlier run, kept in {check_cache.cache_dir()} "
             "for this tokenizer and these libraries"
             if self.kept
             else ""
