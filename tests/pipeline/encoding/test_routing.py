@@ -62,7 +62,7 @@ def test_the_published_vocabularies_encode_as_tiktoken_from_their_ranks(prose):
         assert enc.tokenizer.token_to_id(EOS[name]) == ref._special_tokens[EOS[name]], name
 
 
-#: the scans, in a process of their own: there `tokenizers` can take two threads (this
+#: the scans, in a process of their own: there both libraries can take two threads (this
 #: process's pool has one)
 SCAN = """
 import json, sys
@@ -76,7 +76,7 @@ from pipeline.encoding.tokenizer import read_spec
 for name in sys.argv[1:]:
     path = scanned_path(name)
     context = context_for(split_patterns(read_spec(path)["pre_tokenizer"]))
-    fast = FastokensEncoder(path, confirm=False)
+    fast = FastokensEncoder(path, confirm=False, threads=2)
     reference = TokenizersEncoder(path, threads=2)
     found = disagreeing_code_points(fast.encode_batch, reference.encode_batch, context=context)
     print(json.dumps({name: found}), flush=True)
