@@ -83,3 +83,27 @@ def test_rerun_of_a_complete_folder_does_nothing(tmp_path, docs, tokenizer_path)
     )
     assert first.read_bytes() == before
     assert any("already complete" in m for m in messages)
+
+
+def test_a_rerun_that_finds_the_encoder_check_kept_writes_the_manifest_of_the_first_run(
+    tmp_path, docs, tokenizer_path, dask_client, monkeypatch
+):
+    """A node's first run checks the encoder in full and keeps the pass; its rerun (after a kill)
+    reads the pass. The manifest says what was compared, not what this node had kept, so the
+    rerun's is the uninterrupted run's but for its creation time."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # this node's cache, cold
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:30])
+    out = tmp_path / "out"
+    runs: list[list[str]] = []
+    manifests = []
+    for _ in range(2):
+        said: list[str] = []
+        r = recipe.from_dict(files_recipe(tokenizer_path, data), "test")
+        path = prepare(r, out, RunOptions(client=dask_client), log=said.append)
+        manifests.append(json.loads(path.read_bytes()))
+        runs.append([m for m in said if m.startswith("encoder: ")])
+        path.unlink()  # the rerun writes it again, as one after a kill between the last task and it
+    assert "kept in" not in runs[0][0] and f"kept in {tmp_path / 'xdg'}" in runs[1][0]
+    for doc in manifests:
+        del doc["created"], doc["checksum"]
+    assert manifests[0] == manifests[1]
