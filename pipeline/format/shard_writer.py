@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +34,8 @@ from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, OriginColumns,
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.provenance import encode as encode_origins
 from pipeline.format.shard_reader import index_bytes, token_dtype
+
+T = TypeVar("T")
 
 
 def _lost_commit(path: Path, size: int) -> TokshardError:
@@ -268,23 +271,33 @@ def shard_problem(out_dir: Path, rec: ShardRecord, hashes: bool = True) -> str |
     (None if nothing): both files there (under their final or, renames pending, temporary
     names), the .bin of the recorded size, and with ``hashes`` both files' content hashes.
     Reads only; a rerun redoes a partition whose shard has a problem."""
-    bin_path = out_dir / rec.path
-    found = {}
+    found: dict[str, tuple[Path, os.stat_result]] = {}
     for final in _final_files(rec, out_dir):
-        path = final if final.exists() else _tmp_of(final)
-        if not path.exists():
+        st = _settled(final, os.stat)
+        if st is None:
             return f"{final.relative_to(out_dir)} is missing"
-        found[final.suffix] = path
-    size = found[".bin"].stat().st_size
+        found[final.suffix] = (final, st)
+    size = found[".bin"][1].st_size
     if size != rec.bytes:
         return f"{rec.path} is {size} bytes, its checkpoint says {rec.bytes}"
-    if ORIGIN_SUFFIX in found and found[ORIGIN_SUFFIX].stat().st_size != rec.origin_bytes:
+    if ORIGIN_SUFFIX in found and found[ORIGIN_SUFFIX][1].st_size != rec.origin_bytes:
         return f"{rec.path}: its provenance sidecar is not the size its checkpoint says"
     if hashes:
         wanted = {".bin": rec.hash, ".idx": rec.idx_hash, ORIGIN_SUFFIX: rec.origin_hash}
-        for suffix, want in ((s, wanted[s]) for s in found):
-            if file_hash(found[suffix]) != want:
-                return f"{bin_path.with_suffix(suffix).relative_to(out_dir)} differs from its checkpoint (content hash)"
+        for suffix, (final, _) in found.items():
+            if _settled(final, file_hash) != wanted[suffix]:
+                return f"{final.relative_to(out_dir)} differs from its checkpoint (content hash)"
+    return None
+
+
+def _settled(final: Path, read: Callable[[Path], T]) -> T | None:
+    """``read`` of a finished shard's file under its final name or, renames pending, its
+    temporary one (None: neither is there). The final name is looked at again last: a live
+    run's rename between the first two looks (`status` reads a folder while it is written)
+    moves the file from the second to the third."""
+    for path in (final, _tmp_of(final), final):
+        with contextlib.suppress(FileNotFoundError):
+            return read(path)
     return None
 
 

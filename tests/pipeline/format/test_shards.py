@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from pipeline.format.content_hash import file_hash
 from pipeline.format.shard_reader import Shard, read_index
-from pipeline.format.shard_writer import OpenShard, ShardSequence, ShardWriter
+from pipeline.format.shard_writer import OpenShard, ShardSequence, ShardWriter, finalize, shard_problem
 
 EOS = 0
 
@@ -112,3 +114,21 @@ def test_problems_names_a_truncated_bin(tmp_path):
         f.truncate(4)
     (problem,) = Shard(tmp_path / "t-0000.bin").problems(EOS)
     assert "t-0000.bin" in problem and "4 bytes" in problem
+
+
+def test_a_shard_given_its_final_names_while_it_is_checked_is_not_called_missing(tmp_path, monkeypatch):
+    """`tokshard status` checks the shards of a folder a live run is writing: one renamed to its
+    final names between two looks is found under them (a clean run met a traceback here)."""
+    seq = ShardSequence(tmp_path, "p", "uint16", shard_tokens=1000)
+    seq.add(*docs_to_stream([[1, 2, 3], [4, 5]]))
+    (rec,) = seq.finish(finalize=False)  # sealed, still under its temporary names
+    real_stat = os.stat
+
+    def renamed_just_before(path, *args, **kwargs):
+        if str(path).endswith(".tmp"):
+            finalize(tmp_path, [rec])  # the run's worker gives the final names now
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", renamed_just_before)
+    assert shard_problem(tmp_path, rec) is None
+    assert (tmp_path / rec.path).is_file()
