@@ -57,6 +57,8 @@ VIEWS = "views"
 #: a view folder's record of the manifest URL it holds
 SOURCE_URL = "source.url"
 _CHUNK = 1 << 23
+#: how long the end of a run waits for the prefetch thread to abandon its download
+STOP_WAIT_SECONDS = 30.0
 
 
 class DownloadStopped(Exception):
@@ -443,11 +445,13 @@ class ShardFetcher:
             self._error = exc
 
     def stop(self) -> None:
-        """End the prefetch when the run ends: a download in flight is abandoned and its
-        temporary file deleted, rather than cut off half-written when the process exits."""
+        """End the prefetch when the run ends: a download in flight is abandoned at its next
+        chunk and its temporary file deleted, rather than cut off half-written when the process
+        exits. A read the store holds up longer is left to the exit (and its file to the next
+        process that fetches the shard)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=STOP_WAIT_SECONDS)
 
     def not_fetched(self) -> int:
         """Shards of the manifest this process has not made local."""
@@ -530,7 +534,7 @@ def _write_whole(path: Path, data: bytes) -> None:
     """Temporary name, then rename: another process reads the old file or the new one, and a
     failed write leaves neither a partial file nor its temporary one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.write.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
