@@ -110,14 +110,30 @@ def deepseek_v3_tokenizers(deepseek_v3):
     return TokenizersEncoder(deepseek_v3)
 
 
+#: the shared cluster's idle timers, slowed: it waits between tests all session in each
+#: pytest-xdist process, where Dask's defaults (a 20 ms event-loop check in the scheduler and
+#: nannies, a 100 ms memory poll per worker, 100 ms work stealing) cost 1.7 CPU-s every 30 s
+#: against 0.6 (bench/RESULTS.md, "The test suite's wall time")
+IDLE_TIMERS = {
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "2s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.scheduler.work-stealing-interval": "1s",
+}
+
+
 @pytest.fixture(scope="session")
 def dask_client():
     """One real local cluster (2 worker processes) shared by the tests that need no other,
-    started as `prepare` starts its own (`EarlyStart`), so its idle event loops wake as
-    seldom as a run's: it stays up all session, in each pytest-xdist worker."""
+    started as `prepare` starts its own (`EarlyStart`), with its idle timers slowed
+    (`IDLE_TIMERS`): it stays up all session, in each pytest-xdist worker."""
+    import dask
+    import distributed  # noqa: F401  (its config keys exist once it is imported)
+
     from pipeline.run.cluster import EarlyStart
 
-    cluster, client = EarlyStart(2, None, threads=1, memory_limit=None).take()
+    with dask.config.set(IDLE_TIMERS):  # read as the scheduler, nannies and workers start
+        cluster, client = EarlyStart(2, None, threads=1, memory_limit=None).take()
     with cluster, client:
         yield client
 
