@@ -61,6 +61,30 @@ _CHUNK = 1 << 23
 STOP_WAIT_SECONDS = 30.0
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """One file of a shard to make local: where it goes, its key in the store, the hash (and
+    for a .bin the size) the manifest gives it, and its kind as an error names it."""
+
+    path: Path
+    rel: str
+    hash: str
+    size: int | None = None
+    what: str = "shard"
+
+    @classmethod
+    def bin_of(cls, entry: manifest_mod.ShardEntry) -> Wanted:
+        return cls(entry.bin_path, entry.rel_path, entry.hash, entry.bytes)
+
+    @classmethod
+    def index_of(cls, entry: manifest_mod.ShardEntry) -> Wanted:
+        return cls(entry.idx_path, _idx_rel(entry.rel_path), entry.idx_hash)
+
+    @classmethod
+    def sidecar_of(cls, entry: manifest_mod.ShardEntry) -> Wanted:
+        return cls(entry.origin_path, entry.origin_rel, entry.origin_hash, what="sidecar")
+
+
 class DownloadStopped(Exception):
     """A download abandoned because its fetcher was stopped (the run ended first)."""
 
@@ -186,11 +210,8 @@ class DataCache:
             self._pin(entry.bin_path)
             store = self._stores[str(m.folder)]
             try:
-                idx_rel = _idx_rel(entry.rel_path)
-                got = self._ensure_file(store, entry.idx_path, idx_rel, entry.idx_hash, None, stop=stop)
-                got |= self._ensure_file(
-                    store, entry.bin_path, entry.rel_path, entry.hash, entry.bytes, stop=stop
-                )
+                got = self._ensure_file(store, Wanted.index_of(entry), stop)
+                got |= self._ensure_file(store, Wanted.bin_of(entry), stop)
             except BaseException:
                 self._unpin(entry.bin_path)  # not there: whoever asks next meets the failure too
                 raise
@@ -214,30 +235,18 @@ class DataCache:
         with lock:
             began = time.perf_counter()
             store = self._stores[str(m.folder)]
-            self._ensure_file(
-                store, entry.origin_path, entry.origin_rel, entry.origin_hash, None, what="sidecar"
-            )
+            self._ensure_file(store, Wanted.sidecar_of(entry))
             self.stats.add(wait_s=time.perf_counter() - began)
 
-    def _ensure_file(
-        self,
-        store: ObjectStore,
-        path: Path,
-        rel: str,
-        want: str,
-        size: int | None,
-        *,
-        stop: threading.Event | None = None,
-        what: str = "shard",
-    ) -> bool:
-        """True if it had to be downloaded (``what``: the file's kind, as an error names it)."""
-        if self._verified(path, want):
+    def _ensure_file(self, store: ObjectStore, file: Wanted, stop: threading.Event | None = None) -> bool:
+        """True if it had to be downloaded."""
+        if self._verified(file.path, file.hash):
             return False
-        with _flock(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
-            if self._verified(path, want):  # another process fetched it while we waited
+        with _flock(file.path.with_name(file.path.name + ".lock"), fcntl.LOCK_EX):
+            if self._verified(file.path, file.hash):  # another process fetched it while we waited
                 return False
-            _remove_abandoned_downloads(path)
-            self._download(store, path, rel, want, size, stop=stop, what=what)
+            _remove_abandoned_downloads(file.path)
+            self._download(store, file, stop)
         return True
 
     def _verified(self, path: Path, want: str) -> bool:
@@ -271,19 +280,10 @@ class DataCache:
         path.unlink(missing_ok=True)
         return False
 
-    def _download(
-        self,
-        store: ObjectStore,
-        path: Path,
-        rel: str,
-        want: str,
-        size: int | None,
-        *,
-        stop: threading.Event | None,
-        what: str,
-    ) -> None:
-        """Fetch ``rel`` into ``path`` under a temporary name, hashed as it arrives; it takes its
-        final name only if it is what the manifest says (nothing half-written is ever left)."""
+    def _download(self, store: ObjectStore, file: Wanted, stop: threading.Event | None) -> None:
+        """Fetch ``file`` under a temporary name, hashed as it arrives; it takes its final name
+        only if it is what the manifest says (nothing half-written is ever left)."""
+        path, rel, want, size = file.path, file.rel, file.hash, file.size
         tmp = _download_name(path)
         h = xxhash.xxh3_128()
         n = 0
@@ -316,7 +316,7 @@ class DataCache:
             tmp.unlink(missing_ok=True)
             if isinstance(exc.__cause__, FileNotFoundError):
                 raise DataError(
-                    f"{store.where(rel)}: a {what} the manifest lists is missing from the store (deleted "
+                    f"{store.where(rel)}: a {file.what} the manifest lists is missing from the store (deleted "
                     "after prepare?); run `tokshard verify` on the manifest, or prepare the data again"
                 ) from None
             raise
