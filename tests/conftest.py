@@ -113,7 +113,7 @@ def deepseek_v3_tokenizers(deepseek_v3):
 #: the shared cluster's idle timers, slowed: it waits between tests all session in each
 #: pytest-xdist process, where Dask's defaults (a 20 ms event-loop check in the scheduler and
 #: nannies, a 100 ms memory poll per worker, 100 ms work stealing) cost 1.7 CPU-s every 30 s
-#: against 0.6 (bench/RESULTS.md, "The test suite's wall time")
+#: against 0.6 (bench/RESULTS.md, "the suite is CPU-bound, and its idle cluster")
 IDLE_TIMERS = {
     "distributed.admin.tick.interval": "1s",
     "distributed.worker.memory.monitor-interval": "2s",
