@@ -231,27 +231,35 @@ def finalize(out_dir: Path, records: Iterable[ShardRecord]) -> None:
     """Give sealed shards their final names; idempotent, so a resume can finish a crashed one.
 
     The sidecar and the .idx are renamed before the .bin: a reader that finds a .bin finds
-    its index and its origins.
+    its index and its origins. The open shard's logs (lengths, origins, inputs: sealed into
+    those two) are deleted before it too, so a .bin in place means its shard is wholly
+    finished: a rerun that finds every .bin of a finished partition looks no further.
     """
     folders: set[Path] = set()
     for rec in records:
         bin_path = out_dir / rec.path
-        for final in _final_files(rec, out_dir):
-            tmp = _tmp_of(final)
-            try:
-                os.replace(tmp, final)
-                folders.add(final.parent)
-            except FileNotFoundError:
-                if not final.exists():
-                    raise TokshardError(
-                        f"{final}: a finished shard is missing (deleted or moved?); delete its "
-                        f"partition's checkpoint under {out_dir / '.tokshard' / 'parts'} to redo it"
-                    ) from None
+        *companions, _ = _final_files(rec, out_dir)
+        for final in companions:
+            _publish(final, out_dir, folders)
         bin_path.with_suffix(".lens" + TMP_SUFFIX).unlink(missing_ok=True)
         for log in (LOG_SUFFIX, INPUTS_SUFFIX):
             bin_path.with_suffix(log).unlink(missing_ok=True)
+        _publish(bin_path, out_dir, folders)
     for folder in folders:
         fsync_dir(folder)
+
+
+def _publish(final: Path, out_dir: Path, renamed_in: set[Path]) -> None:
+    """Rename a sealed file to its final name (nothing to do if a crashed finalize did)."""
+    try:
+        os.replace(_tmp_of(final), final)
+        renamed_in.add(final.parent)
+    except FileNotFoundError:
+        if not final.exists():
+            raise TokshardError(
+                f"{final}: a finished shard is missing (deleted or moved?); delete its "
+                f"partition's checkpoint under {out_dir / '.tokshard' / 'parts'} to redo it"
+            ) from None
 
 
 def shard_files(rec: ShardRecord) -> list[str]:

@@ -132,3 +132,19 @@ def test_a_shard_given_its_final_names_while_it_is_checked_is_not_called_missing
     monkeypatch.setattr(os, "stat", renamed_just_before)
     assert shard_problem(tmp_path, rec) is None
     assert (tmp_path / rec.path).is_file()
+
+
+def test_a_bin_takes_its_final_name_after_everything_else_of_its_shard(tmp_path, monkeypatch):
+    """A kill inside `finalize` leaves either the .bin under its temporary name (a rerun
+    finishes the shard) or nothing of the shard to clean up: a rerun that finds every .bin of a
+    finished partition does not look for the open shard's logs (one run left an .inputs.tmp)."""
+    seq = ShardSequence(tmp_path, "p", "uint16", shard_tokens=1000)
+    seq.add(*docs_to_stream([[1, 2, 3], [4, 5]]))
+    (rec,) = seq.finish(finalize=False)
+    steps: list[str] = []
+    real_replace, real_unlink = os.replace, os.unlink
+    monkeypatch.setattr(os, "replace", lambda a, b: (steps.append(f"name {b}"), real_replace(a, b))[1])
+    monkeypatch.setattr(os, "unlink", lambda p, **k: (steps.append(f"delete {p}"), real_unlink(p, **k))[1])
+    finalize(tmp_path, [rec])
+    assert steps[-1] == f"name {tmp_path / rec.path}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p-0000.bin", "p-0000.idx", "p-0000.origin"]
