@@ -2,7 +2,7 @@
 and the exit code each way a command can end.
 
 User mistakes raise `TokshardError` and end as one line on stderr with its exit code (1 for bad
-data, 2 for bad usage); Ctrl-C and SIGTERM end in one line too. Anything else is a bug and
+data, 2 for bad usage); Ctrl-C, SIGTERM and SIGHUP end in one line too. Anything else is a bug and
 keeps its traceback.
 """
 
@@ -26,7 +26,7 @@ from tokshard.commands import (
     train,
     verify,
 )
-from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated, sigterm_raises
+from tokshard.commands.command import INTERRUPTED, Command, Terminated, stopping_signals_raise
 from tokshard.usage import OneLineParser
 from trainer.console import reader_gone, stdout_reader_left
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     try:
-        with sigterm_raises():
+        with stopping_signals_raise():
             status = args.run(args)
             sys.stdout.flush()  # a reader that quit shows here, not in Python's flush at exit
             return status
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tokshard: interrupted; rerun the same command to resume", file=sys.stderr)
         return INTERRUPTED
-    except Terminated:
-        print("tokshard: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr)
-        return TERMINATED
+    except Terminated as stop:
+        print(f"tokshard: {stop.what}; rerun the same command to resume", file=sys.stderr)
+        return stop.exit_code
 
 
 def _command_in(argv: list[str]) -> set[str]:

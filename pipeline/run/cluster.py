@@ -306,14 +306,19 @@ def _start(
 
 
 def keep_ctrl_c_from_workers() -> None:
-    """Block SIGINT in this thread, so in the event-loop thread it starts for the local cluster
-    and in every worker process that thread spawns (a blocked signal stays blocked across fork
-    and exec). A terminal's Ctrl-C goes to the whole process group; this way only the driver's
-    main thread takes it, stops the workers itself and says one line, where each worker would
-    print a traceback of its own. SIGTERM, which stops a worker, is left as it is.
+    """Block SIGINT and SIGHUP in this thread, so in the event-loop thread it starts for the
+    local cluster and in every worker process that thread spawns (a blocked signal stays
+    blocked across fork and exec). A terminal sends both to the whole process group (Ctrl-C;
+    the terminal closing); this way only the driver's main thread takes them, stops the
+    workers itself and says one line, where each worker would print a traceback of its own or
+    die mid-write. SIGTERM, which stops a worker, is left as it is.
 
-    multiprocessing's resource tracker is started first: the thread that starts it has SIGINT
-    unblocked again afterwards, which would undo this in the thread that spawns the workers."""
+    multiprocessing's resource tracker is started between the two: it ignores SIGINT itself,
+    but would die of a SIGHUP it had not inherited blocked (and a tracker started again
+    prints a traceback for each semaphore it was never told of); the thread that starts it
+    has SIGINT unblocked again afterwards, which would undo this in the thread that spawns
+    the workers."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     resource_tracker.ensure_running()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 

@@ -150,11 +150,12 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
         assert fed == sorted(want), f"step {step}"
 
 
-# --- issue 29, item 8: Ctrl-C and SIGTERM say how to continue ---
+# --- issue 29, item 8: Ctrl-C, SIGTERM and SIGHUP say how to continue ---
 
 
 @pytest.mark.parametrize(("signum", "said", "code"), [(signal.SIGINT, "interrupted", 130),
-                                                      (signal.SIGTERM, "stopped by SIGTERM", 143)])  # fmt: skip
+                                                      (signal.SIGTERM, "stopped by SIGTERM", 143),
+                                                      (signal.SIGHUP, "stopped by SIGHUP (its terminal closed)", 129)])  # fmt: skip
 def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_path, signum, said, code):
     save = tmp_path / "ck"
     args = [*endless(manifest, save), "--save-every", "2"]
@@ -167,7 +168,8 @@ def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_pat
         while latest(save) is None and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        proc.send_signal(signum)  # Ctrl-C at a terminal sends SIGINT; a job's time limit SIGTERM
+        proc.send_signal(signum)  # Ctrl-C at a terminal sends SIGINT; a job's time limit SIGTERM;
+        # a closed terminal (a lost ssh session) SIGHUP
         err = proc.communicate(timeout=120)[1]
     finally:
         proc.kill()

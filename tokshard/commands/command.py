@@ -73,35 +73,56 @@ class Command:
             args = self.parser().parse_args(argv)
         except SystemExit as exc:  # --help
             return int(exc.code or 0)
-        with sigterm_raises():
+        with stopping_signals_raise():
             return self.run(args)
 
 
-#: the exit status of a command stopped by Ctrl-C, and by SIGTERM (a shell's 128 + signal)
+#: the exit status of a command stopped by Ctrl-C (a shell's 128 + signal)
 INTERRUPTED = 128 + signal.SIGINT
-TERMINATED = 128 + signal.SIGTERM
+#: the signals that stop a command as Ctrl-C does, each as its one line names it: a job's time
+#: limit or ``kill``, and the terminal a run was started from closing (an ssh session lost)
+STOPPING = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)"}
 
 
 class Terminated(BaseException):
-    """SIGTERM (a job's time limit, ``kill``) as an exception of the main thread: a command
-    stops as on Ctrl-C (workers closed, committed work kept) and says so in one line, where
-    the default would end it without a word. A BaseException, so that no ``except Exception``
-    on the way swallows it."""
+    """A `STOPPING` signal as an exception of the main thread: a command stops as on Ctrl-C
+    (workers closed, committed work kept) and says so in one line, where the default would
+    end it without a word. A BaseException, so that no ``except Exception`` on the way
+    swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def what(self) -> str:
+        return f"stopped by {STOPPING[self.signum]}"
 
 
 def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
+    raise Terminated(signum)
 
 
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (only the main thread handles signals;
-    elsewhere nothing changes); the previous handler is back afterwards."""
+def stopping_signals_raise() -> Iterator[None]:
+    """Within the block, each `STOPPING` signal raises `Terminated` (only the main thread
+    handles signals; elsewhere nothing changes); the previous handlers are back afterwards. A
+    signal the command was started ignoring stays ignored: under ``nohup`` a closed terminal
+    must not stop the run."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    previous = {
+        signum: signal.signal(signum, _terminated)
+        for signum in STOPPING
+        if signal.getsignal(signum) is signal.SIG_DFL
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

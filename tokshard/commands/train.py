@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline.format.errors import TokshardError
-from tokshard.commands.command import INTERRUPTED, TERMINATED, Command, Terminated
+from tokshard.commands.command import INTERRUPTED, Command, Terminated
 from tokshard.usage import (
     file_arg,
     folder_arg,
@@ -332,7 +332,7 @@ def parse(argv: list[str]) -> TrainSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train; Ctrl-C and SIGTERM end in one line saying where the run can continue from."""
+    """Train; Ctrl-C, SIGTERM and SIGHUP end in one line saying where the run can continue from."""
     from trainer.checkpoint.state import how_to_continue
     from trainer.loop import train
 
@@ -340,8 +340,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         train(settings)
     except (KeyboardInterrupt, Terminated) as stop:
-        terminated = isinstance(stop, Terminated)
-        what, code = ("stopped by SIGTERM", TERMINATED) if terminated else ("interrupted", INTERRUPTED)
+        what, code = (
+            (stop.what, stop.exit_code) if isinstance(stop, Terminated) else ("interrupted", INTERRUPTED)
+        )
         save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
         if os.environ.get("RANK", "0") == "0":  # one line per run, not per rank
             print(

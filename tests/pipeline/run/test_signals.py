@@ -1,6 +1,7 @@
-"""Ctrl-C and SIGTERM on a running `prepare`: it ends with tokshard's one line (no traceback of
-the driver or of any Dask worker), its workers are gone, and the first rerun finishes with the
-bytes of an uninterrupted run."""
+"""Ctrl-C, SIGTERM and a closed terminal's SIGHUP on a running `prepare`: it ends with
+tokshard's one line (no traceback of the driver, of any Dask worker or of multiprocessing's
+resource tracker), its workers are gone, and the first rerun finishes with the bytes of an
+uninterrupted run."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def encoding(out) -> bool:
     [
         ("Ctrl-C", 130, "tokshard: interrupted; rerun the same command to resume"),
         ("SIGTERM", 143, "tokshard: stopped by SIGTERM; rerun the same command to resume"),
+        (
+            "SIGHUP",
+            129,
+            "tokshard: stopped by SIGHUP (its terminal closed); rerun the same command to resume",
+        ),
     ],
 )
 def test_a_signal_ends_prepare_with_one_line_and_the_rerun_finishes(busy_setup, tmp_path, how, code, line):
@@ -32,10 +38,10 @@ def test_a_signal_ends_prepare_with_one_line_and_the_rerun_finishes(busy_setup, 
     wait_for(lambda: encoding(out), 120, "the first commit", proc)
     workers = dask_worker_pids(proc.pid)
     assert proc.poll() is None and workers, "the run ended before the signal"
-    if how == "Ctrl-C":  # a terminal sends it to the whole foreground process group
-        os.killpg(proc.pid, signal.SIGINT)
-    else:  # `kill PID`: the driver alone
+    if how == "SIGTERM":  # `kill PID`: the driver alone
         os.kill(proc.pid, signal.SIGTERM)
+    else:  # a terminal sends these to the whole process group (Ctrl-C; the terminal closing)
+        os.killpg(proc.pid, signal.SIGINT if how == "Ctrl-C" else signal.SIGHUP)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
