@@ -58,3 +58,13 @@ def test_help_and_version_return_zero(capsys):
     assert main(["--version"]) == 0
     assert main(["status", "--help"]) == 0
     assert "usage: tokshard status" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["prepare"], ["tokenizer", "train", "--vocab-size", "300"]])
+def test_input_takes_every_path_an_unquoted_glob_expands_to(command):
+    """The shell expands ``--input data/*.jsonl`` to many words; each is an input, and a
+    second --input adds to them."""
+    args = build_parser().parse_args(
+        [*command, "--input", "a.jsonl", "b.jsonl", "--input", "c.jsonl", "--out", "o"]
+    )
+    assert args.input == ["a.jsonl", "b.jsonl", "c.jsonl"]

@@ -42,10 +42,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--input",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="GLOB",
         type=path_arg,
-        help="ad hoc: local or fsspec files instead of a recipe (repeatable)",
+        help="ad hoc: local or fsspec files or globs instead of a recipe (one or more, as the shell "
+        "expands a glob, or a quoted glob tokshard expands; repeatable)",
     )
     p.add_argument(
         "--text-field", default=files["text_field"], help="ad hoc: JSON/parquet field holding the text"

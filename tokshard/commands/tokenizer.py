@@ -15,11 +15,12 @@ from tokshard.usage import folder_arg, path_arg, positive_int
 def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input",
-        action="append",
+        action="extend",
+        nargs="+",
         required=True,
         metavar="GLOB",
         type=path_arg,
-        help="training files (repeatable)",
+        help="training files or globs (one or more; repeatable)",
     )
     p.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
     p.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")

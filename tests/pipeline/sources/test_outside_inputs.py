@@ -40,7 +40,7 @@ def parts(tmp_path, docs):
     return tmp_path
 
 
-# --- 2. globs as the shell writes them ---------------------------------------------------------
+# --- 2. globs as the shell writes them, and as it expands them -------------------------------
 
 
 def test_input_takes_a_bracket_glob_as_typed(parts, tokenizer_path):
@@ -51,6 +51,23 @@ def test_input_takes_a_bracket_glob_as_typed(parts, tokenizer_path):
     assert proc.returncode == 0, proc.stderr
     files = manifest.load(parts / "out" / "manifest.json").data["sources"]["data"]["origin"]["files"]["train"]
     assert [os.path.basename(f["path"]) for f in files] == ["part-00001.jsonl", "part-00002.jsonl"]
+
+
+def test_input_takes_the_files_an_unquoted_glob_expands_to(parts, tokenizer_path):
+    """``--input part-0000[12].jsonl`` unquoted reaches tokshard as the shell expanded it: two
+    paths after one --input, read as the quoted glob's files are."""
+    common = ["--tokenizer", str(tokenizer_path), "--workers", "1"]
+    quoted = cli("prepare", "--input", "part-0000[12].jsonl", "--out", "quoted", *common, cwd=parts)
+    assert quoted.returncode == 0, quoted.stderr
+    expanded = cli(
+        "prepare", "--input", "part-00001.jsonl", "part-00002.jsonl", "--out", "expanded", *common, cwd=parts
+    )
+    assert expanded.returncode == 0, expanded.stderr
+    files = manifest.load(parts / "expanded" / "manifest.json").data["sources"]["data"]["origin"]["files"]
+    assert [os.path.basename(f["path"]) for f in files["train"]] == ["part-00001.jsonl", "part-00002.jsonl"]
+    assert np.array_equal(
+        stream_of(parts / "expanded" / "manifest.json"), stream_of(parts / "quoted" / "manifest.json")
+    )
 
 
 @pytest.mark.parametrize(
