@@ -60,11 +60,17 @@ def test_help_and_version_return_zero(capsys):
     assert "usage: tokshard status" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", [["prepare"], ["tokenizer", "train", "--vocab-size", "300"]])
-def test_input_takes_every_path_an_unquoted_glob_expands_to(command):
-    """The shell expands ``--input data/*.jsonl`` to many words; each is an input, and a
-    second --input adds to them."""
-    args = build_parser().parse_args(
-        [*command, "--input", "a.jsonl", "b.jsonl", "--input", "c.jsonl", "--out", "o"]
-    )
-    assert args.input == ["a.jsonl", "b.jsonl", "c.jsonl"]
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["prepare", "--out", "o"], "--input"),
+        (["tokenizer", "train", "--vocab-size", "300", "--out", "o"], "--input"),
+        (["train"], "--manifest"),
+        (["samples", "ck", "--steps", "1"], "--manifest"),
+    ],
+)
+def test_a_repeatable_option_takes_every_path_an_unquoted_glob_expands_to(command, option):
+    """The shell expands ``--input data/*.jsonl`` or ``--manifest runs/*/`` to many words; each
+    is one value, and the option given again adds to them."""
+    args = build_parser().parse_args([*command, option, "a", "b", option, "c"])
+    assert getattr(args, option[2:]) == ["a", "b", "c"]

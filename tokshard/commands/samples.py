@@ -52,9 +52,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--manifest",
-        action="append",
+        action="extend",
+        nargs="+",
         type=path_arg,
-        help="where the manifests are now (default: the paths the run recorded)",
+        help="where the manifests are now, one or more (default: the paths the run recorded)",
     )
     p.add_argument(
         "--data-cache",

@@ -68,11 +68,12 @@ def _data_options(g) -> None:
     g.add_argument(
         "--manifest",
         required=True,
-        action="append",
+        action="extend",
+        nargs="+",
         type=path_arg,
         help="manifest.json, or the folder holding it, or its URL (s3://bucket/run/manifest.json: "
-        "shards then go through --data-cache); repeat it to train on the sources of several "
-        "prepared folders (one tokenizer, source names unique across them)",
+        "shards then go through --data-cache); give several (or repeat it) to train on the sources "
+        "of several prepared folders (one tokenizer, source names unique across them)",
     )
     g.add_argument(
         "--data-cache",
