@@ -37,6 +37,33 @@ def test_verify_names_a_corrupted_shard_and_exits_1(prepared):
     assert shard.rel_path in proc.stdout and "hash" in proc.stdout
 
 
+def test_verify_of_several_manifests_checks_each_and_names_the_faulty_one(prepared, tmp_path):
+    """``tokshard verify runs/*/`` as the shell expands it: each manifest checked, a copy
+    with one changed byte named, a folder without a manifest said, the others OK."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(prepared.parent, bad)
+    shard = manifest.load(bad / "manifest.json").shards[0]
+    data = bytearray(shard.bin_path.read_bytes())
+    data[100] ^= 0xFF
+    shard.bin_path.write_bytes(bytes(data))
+    (tmp_path / "running").mkdir()
+    proc = cli("verify", str(prepared.parent), str(bad), str(tmp_path / "running"))
+    assert proc.returncode == 2, proc.stderr  # the worst: a fault is 1, a folder without a manifest 2
+    assert proc.stdout.splitlines()[0].startswith(f"OK: {prepared.parent}: ")
+    assert proc.stdout.splitlines()[1].startswith(f"FAULT {bad}: {shard.rel_path}")
+    assert f"no manifest at {tmp_path / 'running'}" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "tokshard: 2 of 3 manifests failed verification"
+
+
+def test_status_of_several_folders_shows_each_in_order(prepared, tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = cli("status", str(prepared.parent), str(tmp_path / "empty"), str(prepared.parent), "--json")
+    assert proc.returncode == 2 and "holds no tokshard run" in proc.stderr, proc.stderr
+    assert [s["out"] for s in json.loads(proc.stdout)] == [str(prepared.parent)] * 2
+
+
 def test_inspect_reports_counts_length_stats_and_a_decoded_sample(prepared, docs):
     proc = cli("inspect", str(prepared), check=True)
     assert "docs/train (files): 40 docs" in proc.stdout

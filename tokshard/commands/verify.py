@@ -1,28 +1,52 @@
-"""``tokshard verify MANIFEST``: its options and output (``pipeline.storage.verify_place`` checks)."""
+"""``tokshard verify MANIFEST...``: its options and output (``pipeline.storage.verify_place`` checks)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from pipeline.format.errors import TokshardError
 from tokshard.commands.command import Command
 from tokshard.usage import path_arg
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("manifest", type=path_arg, help="manifest.json or its folder")
+    p.add_argument(
+        "manifest",
+        nargs="+",
+        type=path_arg,
+        help="manifest.json or its folder; several (runs/*/, as the shell expands it) are each checked",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if len(args.manifest) == 1:
+        return _verify_one(args.manifest[0], where="")
+    codes = []
+    for manifest in args.manifest:  # one that cannot be read is said, and the rest still checked
+        try:
+            codes.append(_verify_one(manifest, where=f"{manifest}: "))
+        except TokshardError as exc:
+            print(f"tokshard: error: {exc}", file=sys.stderr)
+            codes.append(exc.exit_code)
+    if faulty := sum(1 for code in codes if code):
+        print(f"tokshard: {faulty} of {len(codes)} manifests failed verification", file=sys.stderr)
+    return max(codes)
+
+
+def _verify_one(manifest: str, where: str) -> int:
     from pipeline.storage.verify_place import verify
 
-    faults, totals = verify(args.manifest)
+    faults, totals = verify(manifest)
     for fault in faults:
-        print(f"FAULT {fault}")
+        print(f"FAULT {where}{fault}")
     if faults:
-        print(f"tokshard: verify found {len(faults)} fault(s)", file=sys.stderr)
+        print(
+            f"tokshard: verify found {len(faults)} fault(s){' in ' + manifest if where else ''}",
+            file=sys.stderr,
+        )
         return 1
-    print(f"OK: {totals['shards']} shards, {totals['tokens']:,} tokens match the manifest")
+    print(f"OK: {where}{totals['shards']} shards, {totals['tokens']:,} tokens match the manifest")
     return 0
 
 
