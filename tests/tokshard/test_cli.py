@@ -23,7 +23,7 @@ def test_every_command_module_is_listed_once_by_name():
 def test_a_launchers_local_rank_before_the_command_is_accepted(form):
     """`deepspeed --module tokshard train ...` starts `python -m tokshard --local_rank=N train ...`."""
     args = build_parser().parse_args([*form, "status", "some/folder"])
-    assert args.command == "status" and args.dir == "some/folder"
+    assert args.command == "status" and args.dir == ["some/folder"]
 
 
 def test_only_the_command_run_gets_its_options():

@@ -12,13 +12,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from pipeline.format.errors import TokshardError
 from tokshard.usage import OneLineParser
+
+T = TypeVar("T")
 
 #: options are added to the command's own parser
 AddOptions = Callable[[argparse.ArgumentParser], None]
@@ -126,3 +130,17 @@ def stopping_signals_raise() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def each_path(paths: list[str], do: Callable[[str], T]) -> tuple[list[T], int]:
+    """``do`` on each of the several paths a command was given (``runs/*/`` as the shell
+    expands it): one that fails is said in its one line and the rest still done. Returns what
+    the others gave, and the worst exit status of those that failed (0 if none did)."""
+    done, worst = [], 0
+    for path in paths:
+        try:
+            done.append(do(path))
+        except TokshardError as exc:
+            print(f"tokshard: error: {exc}", file=sys.stderr)
+            worst = max(worst, exc.exit_code)
+    return done, worst

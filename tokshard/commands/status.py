@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from pipeline.format.errors import TokshardError
-from tokshard.commands.command import Command
+from tokshard.commands.command import Command, each_path
 from tokshard.usage import folder_arg
 
 
@@ -31,25 +29,12 @@ def run(args: argparse.Namespace) -> int:
     if len(args.dir) == 1:
         found, code = [status(args.dir[0])], 0
     else:
-        found, code = _each_status(args.dir, status)
+        found, code = each_path(args.dir, status)
     if args.json:
         print(json.dumps(found if len(args.dir) > 1 else found[0], indent=1))
     elif found:
         print("\n\n".join(render(s) for s in found))
     return code
-
-
-def _each_status(folders: list[str], status) -> tuple[list[dict], int]:
-    """Each folder's status; one that cannot be read is said in its line and the rest still
-    read (the exit status is the worst of theirs)."""
-    found, code = [], 0
-    for folder in folders:
-        try:
-            found.append(status(folder))
-        except TokshardError as exc:
-            print(f"tokshard: error: {exc}", file=sys.stderr)
-            code = max(code, exc.exit_code)
-    return found, code
 
 
 COMMAND = Command(

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.format.errors import TokshardError
-from tokshard.commands.command import Command
+from tokshard.commands.command import Command, each_path
 from tokshard.usage import path_arg
 
 
@@ -22,16 +21,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if len(args.manifest) == 1:
         return _verify_one(args.manifest[0], where="")
-    codes = []
-    for manifest in args.manifest:  # one that cannot be read is said, and the rest still checked
-        try:
-            codes.append(_verify_one(manifest, where=f"{manifest}: "))
-        except TokshardError as exc:
-            print(f"tokshard: error: {exc}", file=sys.stderr)
-            codes.append(exc.exit_code)
-    if faulty := sum(1 for code in codes if code):
-        print(f"tokshard: {faulty} of {len(codes)} manifests failed verification", file=sys.stderr)
-    return max(codes)
+    codes, worst = each_path(args.manifest, lambda manifest: _verify_one(manifest, where=f"{manifest}: "))
+    if failed := sum(1 for code in codes if code) + len(args.manifest) - len(codes):
+        print(f"tokshard: {failed} of {len(args.manifest)} manifests failed verification", file=sys.stderr)
+    return max([worst, *codes])
 
 
 def _verify_one(manifest: str, where: str) -> int:
