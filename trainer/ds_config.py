@@ -9,7 +9,8 @@ gradient clipping 1.0, bf16 on GPUs that have it and fp32 elsewhere.
 
 A config without an ``"optimizer"`` block gets the default's AdamW (and its warmup + cosine
 schedule if it names no scheduler), as the Transformers integration gives its own to such configs; ``check``
-refuses a ZeRO stage, optimizer or scheduler DeepSpeed does not have, naming the file.
+refuses a ZeRO stage, optimizer or scheduler DeepSpeed does not have, and an NVMe offload this
+machine cannot run, naming the file.
 
 Adam/AdamW without optimizer offload runs as torch's AdamW (fused on GPUs) unless the config
 says ``"torch_adam": false``: same algorithm, no JIT build of DeepSpeed's FusedAdam. With
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,50 @@ def check(cfg: dict[str, Any], where: str) -> None:
         params = section.get("params", {})
         if not isinstance(params, dict):
             raise TokshardError(f"{where}: {block} params must be an object, not {params!r}")
+    _check_nvme_offload(zero or {}, where)
+
+
+def _check_nvme_offload(zero: dict[str, Any], where: str) -> None:
+    """ZeRO-Infinity's NVMe offload (configs copied from its tutorials) needs a folder to write
+    to and DeepSpeed's async_io op, which builds only where libaio is installed: without either
+    DeepSpeed stops deep in initialize with a traceback."""
+    for block in ("offload_optimizer", "offload_param"):
+        section = zero.get(block)
+        if not isinstance(section, dict) or section.get("device") != "nvme":
+            continue
+        name = f"zero_optimization.{block}"
+        path = section.get("nvme_path")
+        if not isinstance(path, str) or not path:
+            raise TokshardError(
+                f'{where}: {name} offloads to "nvme" but names no nvme_path; give a folder on a local NVMe drive'
+            )
+        if not _writable_folder_or_can_make(path):
+            raise TokshardError(
+                f"{where}: {name}.nvme_path {path} is not a folder this user can write or create; give "
+                'one on a local NVMe drive, or offload to "cpu"'
+            )
+        if not _async_io_builds():
+            raise TokshardError(
+                f'{where}: {name} offloads to "nvme", which needs DeepSpeed\'s async_io op, and it cannot be '
+                "built on this machine (DeepSpeed finds no libaio: install libaio-dev, e.g. apt-get install libaio-dev); "
+                'or offload to "cpu"'
+            )
+
+
+def _writable_folder_or_can_make(path: str) -> bool:
+    """A folder this user can write, or one DeepSpeed can create (as it does): its nearest
+    existing parent is such a folder."""
+    here = os.path.abspath(path)
+    while not os.path.exists(here):
+        here = os.path.dirname(here)
+    return os.path.isdir(here) and os.access(here, os.W_OK | os.X_OK)
+
+
+def _async_io_builds() -> bool:
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
+    return builder is not None and builder.is_compatible(verbose=False)
 
 
 def _known_optimizer(kind: str) -> bool:

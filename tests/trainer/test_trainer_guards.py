@@ -122,6 +122,47 @@ def test_an_invalid_deepspeed_config_is_one_line_naming_the_file(manifest, tmp_p
         cli.main(["--manifest", str(manifest), *SMALL, "--deepspeed", str(ds)])
 
 
+@pytest.mark.parametrize(
+    ("offload", "says"),
+    [
+        ({"device": "nvme"}, r'zero_optimization.offload_param offloads to "nvme" but names no nvme_path'),
+        (
+            {"device": "nvme", "nvme_path": "{file}/swap"},
+            r"zero_optimization.offload_param.nvme_path .*/file/swap is not a folder this user can write or create",
+        ),
+    ],
+    ids=["no-path", "path-under-a-file"],
+)
+def test_an_nvme_offload_without_a_usable_folder_is_one_line(tmp_path, offload, says):
+    (tmp_path / "file").write_text("")
+    offload = {k: v.replace("{file}", str(tmp_path / "file")) for k, v in offload.items()}
+    cfg = {"zero_optimization": {"stage": 3, "offload_param": offload}}
+    with pytest.raises(TokshardError, match=rf"^ds.json: {says}"):
+        ds_config.check(cfg, "ds.json")
+
+
+def test_an_nvme_offload_is_refused_in_one_line_exactly_where_deepspeeds_async_io_op_cannot_build(tmp_path):
+    """ZeRO-Infinity's configs offload to NVMe through DeepSpeed's async_io op, which needs
+    libaio; this machine's answer decides whether the config passes or is refused by name."""
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
+    builds = builder is not None and builder.is_compatible(verbose=False)
+    cfg = {
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "nvme", "nvme_path": str(tmp_path / "new")},
+        }
+    }
+    if builds:
+        ds_config.check(cfg, "ds.json")
+    else:
+        with pytest.raises(
+            TokshardError, match=r"needs DeepSpeed's async_io op, and it cannot be built on this machine"
+        ):
+            ds_config.check(cfg, "ds.json")
+
+
 def test_a_config_without_an_optimizer_gets_the_default_adamw():
     user = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"}
     assert ds_config.missing_blocks(user) == ["optimizer", "scheduler"]
