@@ -261,9 +261,30 @@ def reference(recipe_path: Path, out: Path, client) -> Path:
     return prepare(r, out, RunOptions(client=client), log=lambda m: None)
 
 
+#: the command after it with SIGHUP at its default, as a command typed at a terminal has it: a
+#: suite started under ``nohup`` (or by a runner that ignores SIGHUP) passes the ignoring on to
+#: every process it starts, and a command started ignoring SIGHUP keeps ignoring it
+AS_AT_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 def start_prepare(recipe_path: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    """`tokshard prepare` as its own process group (so a test can kill it like a machine)."""
-    cmd = [sys.executable, "-m", "tokshard.cli", "prepare", str(recipe_path), "--out", str(out), *extra]
+    """`tokshard prepare` as its own process group (so a test can kill it like a machine),
+    started as at a terminal."""
+    cmd = [
+        *AS_AT_A_TERMINAL,
+        sys.executable,
+        "-m",
+        "tokshard.cli",
+        "prepare",
+        str(recipe_path),
+        "--out",
+        str(out),
+        *extra,
+    ]
     return subprocess.Popen(
         cmd,
         cwd=REPO,

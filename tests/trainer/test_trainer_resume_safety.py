@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO, cached_manifest, make_manifest, samples_by_step
+from support import AS_AT_A_TERMINAL, REPO, cached_manifest, make_manifest, samples_by_step
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
@@ -161,7 +161,12 @@ def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_pat
     args = [*endless(manifest, save), "--save-every", "2"]
     cmd, env = trainer_cmd(*args)
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*AS_AT_A_TERMINAL, *cmd],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 240
