@@ -1,4 +1,4 @@
-"""The `files` source: local or fsspec paths in .jsonl, .json, their .gz/.zst, .parquet, .txt.
+"""The `files` source: local or fsspec paths in .jsonl, .json, their .gz/.zst/.xz/.bz2, .parquet, .txt, .arrow.
 
 A partition is a list of pieces: whole files of any format packed up to the partition size,
 so that 100,000 small files make a few tasks and shards, or one part of a file too large for

@@ -3,9 +3,11 @@ decompressed, and the one line that says why a file cannot be read."""
 
 from __future__ import annotations
 
+import bz2
 import errno
 import gzip
 import io
+import lzma
 import os
 from typing import Any, BinaryIO
 
@@ -70,9 +72,13 @@ def version_tag(info: dict[str, Any]) -> str | None:
 
 
 def decompress(raw: BinaryIO, kind: str) -> BinaryIO:
-    """The decompressed bytes of a .jsonl.gz or .jsonl.zst file's raw bytes."""
+    """The decompressed bytes of a compressed JSON Lines file's raw bytes (`formats.COMPRESSED`)."""
     if kind == ".jsonl.gz":
         return gzip.GzipFile(fileobj=raw)
+    if kind == ".jsonl.xz":
+        return lzma.LZMAFile(raw)
+    if kind == ".jsonl.bz2":
+        return bz2.BZ2File(raw)
     return io.BufferedReader(ZstdFrames(raw), 1 << 20)
 
 

@@ -4,7 +4,9 @@ files, at the start of each file by the worker)."""
 
 from __future__ import annotations
 
+import bz2
 import io
+import lzma
 import zlib
 
 from pipeline.format import lfs_pointer
@@ -16,15 +18,20 @@ SUFFIXES = {
     ".jsonl": ".jsonl",
     ".jsonl.gz": ".jsonl.gz",
     ".jsonl.zst": ".jsonl.zst",
+    ".jsonl.xz": ".jsonl.xz",
+    ".jsonl.bz2": ".jsonl.bz2",
     ".json": ".jsonl",
     ".json.gz": ".jsonl.gz",
     ".json.zst": ".jsonl.zst",
+    ".json.xz": ".jsonl.xz",
+    ".json.bz2": ".jsonl.bz2",
     ".parquet": ".parquet",
     ".txt": ".txt",
     ".arrow": ".arrow",
 }
-COMPRESSED = (".jsonl.gz", ".jsonl.zst")
-_COMPRESSIONS = frozenset({".gz", ".zst"})
+#: JSON Lines in a compressed stream (gzip, zstd, and the xz and bzip2 `datasets` also reads)
+COMPRESSED = (".jsonl.gz", ".jsonl.zst", ".jsonl.xz", ".jsonl.bz2")
+COMPRESSIONS = frozenset({".gz", ".zst", ".xz", ".bz2"})
 #: what a parquet file starts with, and ends with (plain, or encrypted footer)
 PARQUET_MAGIC = (b"PAR1", b"PARE")
 #: how an Arrow IPC file starts: the file format (Feather v2), and the stream format's
@@ -71,14 +78,14 @@ def known_kind(path: str) -> str | None:
     if last < 0:
         return None
     ending = name[last:]
-    if ending in _COMPRESSIONS:
+    if ending in COMPRESSIONS:
         ending = name[name.rfind(".", 0, last) :]
     return SUFFIXES.get(ending)
 
 
 def is_json_name(path: str) -> bool:
     """A .json file (plain or compressed) may hold one JSON array instead of JSON Lines."""
-    return path.lower().endswith((".json", ".json.gz", ".json.zst"))
+    return path.lower().endswith((".json", ".json.gz", ".json.zst", ".json.xz", ".json.bz2"))
 
 
 def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
@@ -173,6 +180,10 @@ def _decompressed_head(raw: bytes, kind: str) -> bytes:
     try:
         if kind == ".jsonl.gz":
             return zlib.decompressobj(wbits=31).decompress(raw, HEAD_BYTES)
+        if kind == ".jsonl.xz":
+            return lzma.LZMADecompressor().decompress(raw, HEAD_BYTES)
+        if kind == ".jsonl.bz2":
+            return bz2.BZ2Decompressor().decompress(raw, HEAD_BYTES)
         import zstandard
 
         with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:

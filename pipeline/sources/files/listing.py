@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
-from pipeline.sources.files.formats import known_kind
+from pipeline.sources.files.formats import COMPRESSIONS, known_kind
 from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
 from pipeline.storage.locations import checked_location, is_url
 from pipeline.storage.object_store import errors as store_errors
@@ -309,7 +309,7 @@ def _usual_ending(folder: str) -> str:
             for _, entry in zip(range(SUGGEST_FROM), entries, strict=False):
                 if known_kind(entry.name) is not None and not entry.name.startswith("."):
                     suffixes = PurePath(entry.name).suffixes
-                    compressed = suffixes[-1].lower() in (".gz", ".zst")
+                    compressed = suffixes[-1].lower() in COMPRESSIONS
                     endings.append("".join(suffixes[-2:]) if compressed else suffixes[-1])
     except OSError:
         return ".jsonl"

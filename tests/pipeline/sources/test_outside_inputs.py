@@ -7,8 +7,10 @@ download or disk leaves them.
 
 from __future__ import annotations
 
+import bz2
 import io
 import json
+import lzma
 import os
 
 import numpy as np
@@ -166,13 +168,23 @@ def test_inputs_with_no_text_at_all_are_an_error_not_an_empty_manifest(
 
 
 @pytest.mark.parametrize(
-    "name", ["B.JSONL", "c.json", "c4-train.00000-of-01024.json.gz", "d.JSONL.ZST", "e.Json.Zst"]
+    "name",
+    [
+        "B.JSONL",
+        "c.json",
+        "c4-train.00000-of-01024.json.gz",
+        "d.JSONL.ZST",
+        "e.Json.Zst",
+        "f.jsonl.xz",
+        "g.JSON.BZ2",
+    ],
 )
 def test_suffixes_in_any_case_and_json_files_read_as_json_lines(
     tmp_path, docs, tokenizer_path, dask_client, name
 ):
-    """C4 ships JSON Lines as ``.json.gz``, `datasets` reads ``.json`` as JSON Lines, and a
-    file name's case is the user's: each gives the shards of the same text as ``a.jsonl``."""
+    """C4 ships JSON Lines as ``.json.gz``, `datasets` reads ``.json`` as JSON Lines (and xz
+    and bzip2 streams), and a file name's case is the user's: each gives the shards of the
+    same text as ``a.jsonl``."""
     lines = write_jsonl(tmp_path / "a.jsonl", docs[:30]).read_bytes()
     data = lines
     if name.lower().endswith(".gz"):
@@ -181,6 +193,10 @@ def test_suffixes_in_any_case_and_json_files_read_as_json_lines(
         data = gzip.compress(lines)
     elif name.lower().endswith(".zst"):
         data = zstandard.ZstdCompressor().compress(lines)
+    elif name.lower().endswith(".xz"):
+        data = lzma.compress(lines)
+    elif name.lower().endswith(".bz2"):
+        data = bz2.compress(lines)
     (tmp_path / name).write_bytes(data)
     hashes = []
     for given in ("a.jsonl", name):
@@ -327,6 +343,21 @@ def test_a_truncated_zstd_file_is_a_corrupt_file(tmp_path, docs, tokenizer_path,
         tokenizer_path, [path], on_bad_record=policy, encoder="tokenizers"
     )  # read by a worker
     with pytest.raises(DataError, match=r"in\.jsonl\.zst: corrupt compressed file \(.*truncated"):
+        run_prepare(recipe, tmp_path / "out", dask_client)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(("ending", "compress"), [(".xz", lzma.compress), (".bz2", bz2.compress)])
+def test_a_truncated_xz_or_bzip2_file_is_a_corrupt_file(
+    tmp_path, docs, tokenizer_path, dask_client, ending, compress
+):
+    data = compress(write_jsonl(tmp_path / "a.jsonl", docs[:60]).read_bytes())
+    path = tmp_path / f"in.jsonl{ending}"
+    path.write_bytes(data[: len(data) // 2])  # a download cut short
+    recipe = files_recipe(tokenizer_path, [path], encoder="tokenizers")  # read by a worker
+    with pytest.raises(
+        DataError, match=rf"in\.jsonl\{ending}: corrupt compressed file \(Compressed file ended"
+    ):
         run_prepare(recipe, tmp_path / "out", dask_client)
     assert not (tmp_path / "out" / "manifest.json").exists()
 

@@ -1,9 +1,9 @@
-"""JSON Lines compressed with gzip or zstd: read from the start (a compressed stream cannot be
+"""JSON Lines compressed with gzip, zstd, xz or bzip2: read from the start (a compressed stream cannot be
 entered in the middle), so each file is one piece, read by line number."""
 
 from __future__ import annotations
 
-import gzip
+import lzma
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,14 +11,14 @@ from pipeline.format.errors import DataError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.access import decompress
-from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.formats import COMPRESSED, HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, open_piece
 from pipeline.sources.files.readers.jsonl import line_text
 
 
 class CompressedJsonLinesReader(Reader):
-    kinds = (".jsonl.gz", ".jsonl.zst")
+    kinds = COMPRESSED
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
         path = piece.path
@@ -36,7 +36,7 @@ class CompressedJsonLinesReader(Reader):
                     if lineno <= skip:
                         continue
                     text, bad = line_text(line, self.text_field)
-                    progress = place.before + min(piece.size, _raw_pos(f))
+                    progress = place.before + min(piece.size, _raw_pos(raw))
                     yield Record(
                         text,
                         place.cursor(line=lineno),
@@ -46,7 +46,7 @@ class CompressedJsonLinesReader(Reader):
                         origin,
                         lineno,
                     )
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, lzma.LZMAError) as exc:
             raise DataError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
         except Exception as exc:
             if type(exc).__name__ == "ZstdError":
@@ -54,9 +54,9 @@ class CompressedJsonLinesReader(Reader):
             raise
 
 
-def _raw_pos(f: Any) -> int:
+def _raw_pos(raw: Any) -> int:
     """Compressed bytes consumed so far (progress only; 0 if the stream does not say)."""
     try:
-        return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.raw.tell()
+        return raw.tell()
     except (AttributeError, OSError, ValueError):
         return 0
