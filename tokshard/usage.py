@@ -116,12 +116,33 @@ def path_arg(text: str) -> str:
 
 
 def folder_arg(text: str) -> str:
-    """`path_arg` for a folder a command writes or reads: an existing file is refused at once
-    (exit 2), not when the command gets to it."""
+    """`path_arg` for a folder a command writes or reads: an existing file, or a symbolic link
+    on the way that leads nowhere, is refused at once (exit 2), not when the command gets to it."""
     text = path_arg(text)
-    if text.strip() and not is_url(text) and os.path.exists(text) and not os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text} is a file; this names a folder")
+    if text.strip() and not is_url(text):
+        if os.path.exists(text) and not os.path.isdir(text):
+            raise argparse.ArgumentTypeError(f"{text} is a file; this names a folder")
+        if (link := dangling_link_in(text)) is not None:
+            raise argparse.ArgumentTypeError(
+                f"{link} is a symbolic link to {os.readlink(link)}, which does not exist (a disk not "
+                "mounted?); create that folder, or give another"
+            )
     return text
+
+
+def dangling_link_in(path: str) -> str | None:
+    """The path itself or the folder above it that is a symbolic link to nothing, if any: no
+    folder can be made through it, and making one where it points may mean writing onto the
+    disk a mount was meant to cover."""
+    here = os.path.abspath(path)
+    while not os.path.exists(here):
+        if os.path.islink(here):
+            return here if os.path.isabs(path) else os.path.relpath(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+    return None
 
 
 def file_arg(text: str) -> str:

@@ -74,3 +74,23 @@ def test_a_repeatable_option_takes_every_path_an_unquoted_glob_expands_to(comman
     is one value, and the option given again adds to them."""
     args = build_parser().parse_args([*command, option, "a", "b", option, "c"])
     assert getattr(args, option[2:]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["prepare", "--input", "a.jsonl", "--out", "{link}"],
+        ["prepare", "--input", "a.jsonl", "--out", "{link}/run"],
+        ["tokenizer", "train", "--input", "a.jsonl", "--vocab-size", "300", "--out", "{link}"],
+        ["train", "--manifest", "m", "--save", "{link}/ck"],
+    ],
+)
+def test_a_folder_through_a_symbolic_link_to_nothing_is_refused_naming_both(tmp_path, command, capsys):
+    """``--out data`` where ``data`` links to a disk not mounted: one line naming the link and
+    where it leads (exit 2), where the run used to stop with "cannot write ...: File exists"."""
+    link = tmp_path / "data"
+    link.symlink_to(tmp_path / "mnt" / "nvme")
+    assert main([word.replace("{link}", str(link)) for word in command]) == 2
+    err = capsys.readouterr().err
+    assert f"{link} is a symbolic link to {tmp_path / 'mnt' / 'nvme'}, which does not exist" in err, err
+    assert not (tmp_path / "mnt").exists()
