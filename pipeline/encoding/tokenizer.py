@@ -81,6 +81,11 @@ def locate(spec: str, revision: str | None = None) -> Path:
         if (path / TOKENIZER_FILE).is_file():
             return path / TOKENIZER_FILE
         raise TokshardError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}; {foreign_hint(path)}")
+    if path.is_symlink():  # it exists, and leads nowhere: a local path, never a hub name
+        raise TokshardError(
+            f"tokenizer {spec} is a symbolic link to {os.readlink(path)}, which does not exist; "
+            "fix the link, or pass the tokenizer.json itself"
+        )
     looks_local = spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1
     if looks_local:
         raise TokshardError(

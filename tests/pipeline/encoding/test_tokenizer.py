@@ -30,6 +30,18 @@ def test_missing_local_tokenizer_is_a_clear_error(tmp_path):
         locate(str(tmp_path))
 
 
+def test_a_link_to_no_tokenizer_is_named_as_a_link_not_looked_up_on_the_hub(tmp_path, monkeypatch):
+    """``--tokenizer tok`` where ``tok`` is a symbolic link whose target is gone: a local path
+    the user meant, not a hub repo named "tok"."""
+    monkeypatch.chdir(tmp_path)
+    Path("tok").symlink_to(tmp_path / "gone" / "tokenizer.json")
+    with pytest.raises(
+        TokshardError,
+        match=rf"^tokenizer tok is a symbolic link to {tmp_path}/gone/tokenizer\.json, which does not exist",
+    ):
+        locate("tok")
+
+
 def test_hub_name_offline_fails_fast_and_names_the_fix(tmp_path):
     started = time.monotonic()
     proc = cli(
