@@ -64,6 +64,19 @@ def test_status_of_several_folders_shows_each_in_order(prepared, tmp_path):
     assert [s["out"] for s in json.loads(proc.stdout)] == [str(prepared.parent)] * 2
 
 
+def test_inspect_of_several_manifests_reports_each_and_plots_beside_each(prepared, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(prepared.parent, other)
+    proc = cli("inspect", str(prepared.parent), str(other), "--json", "--plot")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["sources"]["docs"]["splits"]["train"]["documents"] for r in json.loads(proc.stdout)] == [40, 40]
+    assert (prepared.parent / "doc_lengths.png").is_file() and (other / "doc_lengths.png").is_file()
+    one_png = cli("inspect", str(prepared.parent), str(other), "--plot-file", str(tmp_path / "x.png"))
+    assert one_png.returncode == 2 and "--plot-file names one PNG" in one_png.stderr, one_png.stderr
+
+
 def test_inspect_reports_counts_length_stats_and_a_decoded_sample(prepared, docs):
     proc = cli("inspect", str(prepared), check=True)
     assert "docs/train (files): 40 docs" in proc.stdout

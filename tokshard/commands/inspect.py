@@ -1,4 +1,4 @@
-"""``tokshard inspect MANIFEST``: its options and output (``pipeline.inspection`` reads the
+"""``tokshard inspect MANIFEST...``: its options and output (``pipeline.inspection`` reads the
 shards, ``tokshard.inspection_plot`` draws ``--plot``)."""
 
 from __future__ import annotations
@@ -9,15 +9,24 @@ import sys
 
 from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import refuse_url
-from tokshard.commands.command import Command
+from tokshard.commands.command import Command, each_path
 from tokshard.usage import file_arg, path_arg
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
     from tokshard.inspection_plot import PLOT_FILE
 
-    p.add_argument("manifest", type=path_arg, help="manifest.json or its folder")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "manifest",
+        nargs="+",
+        type=path_arg,
+        help="manifest.json or its folder; several (runs/*/, as the shell expands it) are each inspected",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable output (for several manifests, a list in their order)",
+    )
     p.add_argument(
         "--plot", action="store_true", help="also draw a histogram of document lengths per source (PNG)"
     )
@@ -41,19 +50,36 @@ def check_plot_file(manifest: str, plot_file: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    plot = args.plot or args.plot_file
+    if plot and args.plot_file and len(args.manifest) > 1:
+        raise TokshardError(
+            "--plot-file names one PNG: give one manifest, or --plot alone (a PNG beside each)"
+        )
+    if plot:
+        for manifest in args.manifest:
+            check_plot_file(manifest, args.plot_file)
+    if len(args.manifest) == 1:
+        reports, code = [_inspect_one(args.manifest[0], args.json, args.plot_file if plot else None, plot)], 0
+    else:
+        reports, code = each_path(args.manifest, lambda m: _inspect_one(m, args.json, None, plot))
+    if args.json:
+        print(json.dumps(reports if len(args.manifest) > 1 else reports[0], indent=1))
+    return code
+
+
+def _inspect_one(manifest: str, as_json: bool, plot_file: str | None, plot: bool) -> dict:
+    """One manifest's report (printed here unless it goes out as JSON), and its plot."""
     from pipeline.inspection import render, summary
 
-    plot = args.plot or args.plot_file
-    if plot:
-        check_plot_file(args.manifest, args.plot_file)
-    report = summary(args.manifest)
-    print(json.dumps(report, indent=1) if args.json else render(report))
+    report = summary(manifest)
+    if not as_json:
+        print(render(report))
     if plot:
         from tokshard.inspection_plot import plot_doc_lengths
 
-        png = plot_doc_lengths(args.manifest, args.plot_file)
-        print(f"wrote {png}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+        png = plot_doc_lengths(manifest, plot_file)
+        print(f"wrote {png}", file=sys.stderr if as_json else sys.stdout)
+    return report
 
 
 COMMAND = Command(
