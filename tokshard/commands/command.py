@@ -133,9 +133,12 @@ def stopping_signals_raise() -> Iterator[None]:
 
 
 def each_path(paths: list[str], do: Callable[[str], T]) -> tuple[list[T], int]:
-    """``do`` on each of the several paths a command was given (``runs/*/`` as the shell
-    expands it): one that fails is said in its one line and the rest still done. Returns what
-    the others gave, and the worst exit status of those that failed (0 if none did)."""
+    """``do`` on each of the paths a command was given (``runs/*/`` as the shell expands it):
+    of several, one that fails is said in its one line and the rest still done; a single one's
+    failure is the command's own, raised as usual. Returns what the others gave, and the worst
+    exit status of those that failed (0 if none did)."""
+    if len(paths) == 1:
+        return [do(paths[0])], 0
     done, worst = [], 0
     for path in paths:
         try:

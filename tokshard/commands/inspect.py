@@ -58,10 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if plot:
         for manifest in args.manifest:
             check_plot_file(manifest, args.plot_file)
-    if len(args.manifest) == 1:
-        reports, code = [_inspect_one(args.manifest[0], args.json, args.plot_file if plot else None, plot)], 0
-    else:
-        reports, code = each_path(args.manifest, lambda m: _inspect_one(m, args.json, None, plot))
+    reports, code = each_path(args.manifest, lambda m: _inspect_one(m, args.json, args.plot_file, plot))
     if args.json:
         print(json.dumps(reports if len(args.manifest) > 1 else reports[0], indent=1))
     return code

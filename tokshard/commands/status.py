@@ -26,10 +26,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pipeline.run.status import render, status
 
-    if len(args.dir) == 1:
-        found, code = [status(args.dir[0])], 0
-    else:
-        found, code = each_path(args.dir, status)
+    found, code = each_path(args.dir, status)
     if args.json:
         print(json.dumps(found if len(args.dir) > 1 else found[0], indent=1))
     elif found:

@@ -19,10 +19,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if len(args.manifest) == 1:
-        return _verify_one(args.manifest[0], where="")
-    codes, worst = each_path(args.manifest, lambda manifest: _verify_one(manifest, where=f"{manifest}: "))
-    if failed := sum(1 for code in codes if code) + len(args.manifest) - len(codes):
+    several = len(args.manifest) > 1
+    codes, worst = each_path(args.manifest, lambda m: _verify_one(m, where=f"{m}: " if several else ""))
+    failed = len(args.manifest) - codes.count(0)  # faults, and manifests that could not be read
+    if several and failed:
         print(f"tokshard: {failed} of {len(args.manifest)} manifests failed verification", file=sys.stderr)
     return max([worst, *codes])
 

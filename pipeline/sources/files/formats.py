@@ -85,7 +85,7 @@ def known_kind(path: str) -> str | None:
 
 def is_json_name(path: str) -> bool:
     """A .json file (plain or compressed) may hold one JSON array instead of JSON Lines."""
-    return path.lower().endswith((".json", ".json.gz", ".json.zst", ".json.xz", ".json.bz2"))
+    return path.lower().endswith((".json", *(".json" + c for c in COMPRESSIONS)))
 
 
 def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
