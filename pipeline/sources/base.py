@@ -35,6 +35,12 @@ def check_path_name(what: str, name: Any, where: str) -> str:
     return name
 
 
+def null_field(field: str) -> str:
+    """A bad record's reason for a null text: the field is there, so "missing" would send a
+    user looking for a typo in the column's name."""
+    return f"null field {field!r}"
+
+
 def check_globs(value: Any, what: str) -> list[str]:
     """A glob or a list of globs, as the user wrote it, as a list of non-empty strings."""
     globs = [value] if isinstance(value, str) else value

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pipeline.format.errors import TokshardError
+from pipeline.sources.base import null_field
 from pipeline.sources.rows import Doc, HubSource
 
 
@@ -42,5 +43,5 @@ class HfSource(HubSource):
     def row_document(self, values: tuple[Any, ...], row: int, file: str) -> Doc:
         (text,) = values
         if text is None:
-            return Doc(None, row, row + 1, file, bad=f"missing field {self.config['text_field']!r}")
+            return Doc(None, row, row + 1, file, bad=null_field(self.config["text_field"]))
         return Doc(text, row, row + 1, file)

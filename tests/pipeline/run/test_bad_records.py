@@ -19,6 +19,7 @@ BAD_LINES = {
     "malformed JSON": b'{"text": "unterminated\n',
     "invalid UTF-8": b'{"text": "caf\xe9"}\n',
     "missing field 'text'": b'{"body": "wrong field"}\n',
+    "null field 'text'": b'{"text": null}\n',
     "non-string field 'text'": b'{"text": 42}\n',
     "invalid unicode (lone surrogate)": b'{"text": "half \\ud800 pair"}\n',
     "JSON nested too deeply": b'{"text": "deep", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\n",
@@ -79,9 +80,7 @@ def test_null_text_in_parquet_is_a_bad_record(tmp_path, tokenizer_path, dask_cli
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": ["a", None, "b"]}), path)
     out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
-    assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {
-        "missing field 'text'": 1
-    }
+    assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"null field 'text'": 1}
 
 
 def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_path, dask_client):

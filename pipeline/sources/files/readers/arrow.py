@@ -17,7 +17,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
-from pipeline.sources.files.readers.jsonl import checked
+from pipeline.sources.files.readers.jsonl import column_text
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.locations import is_url
 
@@ -66,7 +66,7 @@ class ArrowReader(Reader):
                 row += 1
                 if row <= skip:
                     continue
-                text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
+                text, bad = column_text(value, field)
                 where = f"{path} row {first_row + row}"
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from pipeline.format.provenance import Input
-from pipeline.sources.base import Record
+from pipeline.sources.base import Record, null_field
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
@@ -99,12 +99,19 @@ def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
             return None, "JSON nested too deeply"
     if not isinstance(obj, dict):
         return None, "not a JSON object"
-    if field not in obj or obj[field] is None:
+    if field not in obj:
         return None, f"missing field {field!r}"
     text = obj[field]
+    if text is None:
+        return None, null_field(field)
     if not isinstance(text, str):
         return None, f"non-string field {field!r}"
     return (text, None) if strict else checked(text)  # orjson refuses lone surrogates itself
+
+
+def column_text(value: str | None, field: str) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason) for one value of a text column (parquet, Arrow)."""
+    return (None, null_field(field)) if value is None else checked(value)
 
 
 def checked(text: str) -> tuple[str | None, str | None]:

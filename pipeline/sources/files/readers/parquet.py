@@ -13,7 +13,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
-from pipeline.sources.files.readers.jsonl import checked
+from pipeline.sources.files.readers.jsonl import column_text
 from pipeline.sources.text_columns import is_text_type
 
 BATCH_ROWS = 1024
@@ -57,7 +57,7 @@ class ParquetReader(Reader):
                 if row <= skip:
                     continue
                 where = f"{path} row group {groups[0]}+, row {row}"
-                text, bad = (None, f"missing field {field!r}") if value is None else checked(value)
+                text, bad = column_text(value, field)
                 progress = place.before + piece.size * row // rows
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
