@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from pipeline.format.errors import TokshardError
-from pipeline.storage.locations import is_url, location_problem, normalized
+from pipeline.storage.locations import PROCESS_LOCAL_PROTOCOLS, is_url, location_problem, normalized, protocol
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -112,6 +112,11 @@ def path_arg(text: str) -> str:
     problem = location_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)
+    if is_url(text) and protocol(text) in PROCESS_LOCAL_PROTOCOLS:
+        raise argparse.ArgumentTypeError(
+            f"{text}: a {protocol(text)}:// store lives inside one process, and tokshard's workers "
+            "and ranks are others; give a folder or a store URL such as s3://BUCKET/PATH"
+        )
     return normalized(text)
 
 

@@ -26,6 +26,9 @@ KNOWN_PROTOCOLS = frozenset(
 ) | frozenset({"http", "https", "ftp", "sftp", "hdfs", "webhdfs", "file", "memory"})
 #: protocols that cannot be written to: refused as a prepare's --out
 READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
+#: protocols whose store lives inside one process: tokshard's workers and ranks are other
+#: processes, so a path a user gives cannot name one (tests use it in one process)
+PROCESS_LOCAL_PROTOCOLS = frozenset({"memory"})
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 

@@ -278,6 +278,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a URL with a slash missing", "s3:/bucket/x"),
             ("a URL naming no bucket", "s3://"),
             ("a file:// URL", f"file://{root}/x"),
+            ("a store inside one process", "memory://x"),
         ]
     metavar = str(action.metavar or "")
     if metavar == "SIZE":
