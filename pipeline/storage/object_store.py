@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,6 +166,25 @@ class _Reading:
             return self._f.read(size)
 
 
+#: a store's answers when it is overloaded or failing (S3 codes, and botocore's own words for a
+#: connection it dropped or a reply that never came): its client retries each with backoff, so
+#: one that reaches tokshard means the store kept failing
+STILL_FAILING_AFTER_RETRIES = (
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "reached max retries",
+    "ConnectionClosedError",
+    "ReadTimeoutError",
+)
+
+
+def errno_free(text: str) -> str:
+    """``[Errno 16] Please reduce your request rate.`` without the errno s3fs puts first."""
+    return re.sub(r"^\[Errno \d+\] ", "", text)
+
+
 def _precondition_failed(exc: BaseException) -> bool:
     """S3 answered 412 (or 409 for a racing conditional write): the condition did not hold."""
     text = f"{exc} {exc.__cause__ or ''}"
@@ -209,6 +229,11 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
         return TokshardError(
             f"access denied to {url} ({text.splitlines()[0][:120] if text else name}); "
             "check the credentials and the bucket's permissions"
+        )
+    if any(answer in chain for answer in STILL_FAILING_AFTER_RETRIES):
+        return TokshardError(
+            f"the store kept failing on {url} after its client's retries ({errno_free(first)[:120]}): it is "
+            "overloaded or down; try again later (what was written is kept)"
         )
     if (
         "EndpointConnectionError" in chain

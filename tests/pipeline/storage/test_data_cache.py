@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
+from faulty_store import FAULTS, faults_given, faulty_store
 from support import REPO, cli, copy_run, corpus, run_prepare, upload_folder
 
 from pipeline.format.errors import DataError
@@ -255,3 +259,35 @@ def test_a_download_a_killed_process_left_is_deleted_by_the_next_one(s3_manifest
     cache.ensure(m, entry)
     assert not abandoned.exists() and entry.bin_path.is_file()
     assert not temporary_files(tmp_path / "cache")
+
+
+FETCH_ALL = """
+import sys
+from pipeline.storage.data_cache import DataCache, ShardFetcher
+cache = DataCache(sys.argv[1])
+ShardFetcher(cache, cache.open_manifest(sys.argv[2])).fetch_all()
+"""
+
+
+def test_shards_fetched_through_a_store_that_fails_every_few_requests_arrive_whole(
+    s3_server, s3_manifest, tmp_path
+):
+    """Throttling (503 SlowDown), a 500 and a dropped connection, in turn on every 4th request:
+    the store client's retries fetch every shard, byte for byte the stored object."""
+    root = tmp_path / "cache"
+    with faulty_store(s3_server.endpoint, every=4) as endpoint:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint}
+        proc = subprocess.run(
+            [sys.executable, "-c", FETCH_ALL, str(root), s3_manifest], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert faults_given(endpoint) >= 2 * len(FAULTS)
+    cache = DataCache(root)
+    m = cache.open_manifest(s3_manifest)
+    bucket, prefix = s3_manifest.removeprefix("s3://").split("/")[0], "run"
+    stored = s3_server.objects(bucket, prefix)
+    assert m.shards
+    for e in m.shards:
+        assert e.bin_path.read_bytes() == stored[e.rel_path], e.rel_path
+        assert e.idx_path.read_bytes() == stored[e.rel_path.removesuffix(".bin") + ".idx"], e.rel_path
+    assert not temporary_files(root)

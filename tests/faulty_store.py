@@ -1,0 +1,114 @@
+"""A store that fails now and then, as a real one does under load: an HTTP proxy in front of the
+tests' S3 server that answers every Nth request itself with a fault instead of passing it on.
+
+Faults, taken in turn: ``slow-down`` (503 SlowDown, S3's throttling), ``internal`` (500
+InternalError) and ``drop`` (the connection closed with no answer). Run as a script (its own
+process, so the proxy never shares the test's event loop); `faulty_store` starts one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+FAULTS = ("slow-down", "internal", "drop")
+_ERROR_XML = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>'
+    "<RequestId>faulty-store</RequestId></Error>"
+)
+_ANSWERS = {
+    "slow-down": (503, "SlowDown", "Please reduce your request rate."),
+    "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
+}
+#: hop-by-hop headers, and those aiohttp sets again for the body it sends
+_NOT_PASSED_ON = {"host", "transfer-encoding", "content-encoding", "connection", "keep-alive"}
+
+
+@contextlib.contextmanager
+def faulty_store(upstream: str, every: int, faults: tuple[str, ...] = FAULTS) -> Iterator[str]:
+    """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request, cycling
+    through ``faults``; a request to ``/faults`` answers how many it has given."""
+    from support import free_port
+
+    port = free_port()
+    args = [sys.executable, __file__, upstream, str(port), str(every), ",".join(faults)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/faults", timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the faulty store did not start") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def faults_given(endpoint: str) -> int:
+    with urllib.request.urlopen(f"{endpoint}/faults", timeout=5) as reply:
+        return int(reply.read())
+
+
+def serve(upstream: str, port: int, every: int, faults: tuple[str, ...]) -> None:
+    from aiohttp import ClientSession, web
+
+    requests, given = itertools.count(1), itertools.count()
+    counted = {"faults": 0}
+
+    async def fault(request: web.Request, kind: str) -> web.StreamResponse:
+        counted["faults"] = next(given) + 1
+        if kind == "drop":
+            request.transport.close()
+            return web.Response(status=500)  # never sent: the connection is gone
+        status, code, message = _ANSWERS[kind]
+        body = _ERROR_XML.format(code=code, message=message).encode()
+        return web.Response(status=status, body=body, content_type="application/xml")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.path == "/faults":
+            return web.Response(text=str(counted["faults"]))
+        n = next(requests)
+        body = await request.read()
+        if n % every == 0:
+            return await fault(request, faults[(n // every - 1) % len(faults)])
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_PASSED_ON}
+        async with (
+            ClientSession(auto_decompress=False) as session,
+            session.request(
+                request.method, upstream + request.path_qs, data=body, headers=headers, allow_redirects=False
+            ) as reply,
+        ):
+            data = await reply.read()
+            dropped = _NOT_PASSED_ON | ({"content-length"} if request.method != "HEAD" else set())
+            out = {k: v for k, v in reply.headers.items() if k.lower() not in dropped}
+            if request.method == "HEAD":  # the object's length stands in the header alone
+                return web.Response(status=reply.status, headers=out)
+            return web.Response(status=reply.status, body=data, headers=out)
+
+    app = web.Application(client_max_size=1 << 31)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("upstream")
+    parser.add_argument("port", type=int)
+    parser.add_argument("every", type=int)
+    parser.add_argument("faults")
+    a = parser.parse_args()
+    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")))
