@@ -94,15 +94,20 @@ def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace)
 def size_arg(text: str) -> str:
     """An argparse type for a size (``500GB``, ``50GiB``, a byte count): refused at once (exit 2)
     unless it reads as one above 0."""
+    bytes_arg(text)
+    return text
+
+
+def bytes_arg(text: str) -> int:
+    """`size_arg` as the number of bytes it names, for a flag the command uses as a number."""
     from pipeline.storage.data_cache import parse_size
 
     try:
-        parse_size(text)
+        return parse_size(text)
     except TokshardError:
         raise argparse.ArgumentTypeError(
             f"expected a size above 0, such as 200GB or 50GiB, got {text!r}"
         ) from None
-    return text
 
 
 def path_arg(text: str) -> str:

@@ -94,3 +94,14 @@ def test_a_folder_through_a_symbolic_link_to_nothing_is_refused_naming_both(tmp_
     err = capsys.readouterr().err
     assert f"{link} is a symbolic link to {tmp_path / 'mnt' / 'nvme'}, which does not exist" in err, err
     assert not (tmp_path / "mnt").exists()
+
+
+@pytest.mark.parametrize(("given", "size"), [("16MiB", 16 << 20), ("8MB", 8_000_000), ("65536", 65536)])
+def test_partition_bytes_takes_a_size_with_a_unit_as_data_cache_limit_does(given, size):
+    args = build_parser().parse_args(["prepare", "--input", "a.jsonl", "--partition-bytes", given])
+    assert args.partition_bytes == size
+
+
+def test_partition_bytes_below_the_smallest_partition_is_refused_as_a_usage_error(capsys):
+    assert main(["prepare", "--input", "a.jsonl", "--partition-bytes", "4000"]) == 2
+    assert "argument --partition-bytes: expected 4096 bytes or more, got '4000'" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS, Settings
 from pipeline.run.cluster import BATCH_SYSTEMS, LOCAL_MEMORY_LIMIT, BatchJobs
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
-from tokshard.usage import default_of, folder_arg, path_arg, positive_int, size_arg
+from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int, size_arg
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "manifests"
 #: the source name of ``--input`` files
@@ -56,8 +56,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=INPUT_SOURCE, help="ad hoc: source name for --input files")
     p.add_argument(
         "--partition-bytes",
-        type=positive_int,
-        help=f"ad hoc: bytes of input per Dask task (default {files['partition_bytes']}: sized from each "
+        metavar="SIZE",
+        type=partition_size,
+        help=f"ad hoc: input per Dask task, such as 16MiB or a byte count (default {files['partition_bytes']}: sized from each "
         "split's input, the same for any number of workers)",
     )
     p.add_argument(
@@ -143,6 +144,17 @@ def memory_limit_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(
         f"expected auto, 0 (no limit), a fraction such as 0.5 or a size such as 2GiB, got {text!r}"
     )
+
+
+def partition_size(text: str) -> int:
+    """An argparse type for ``--partition-bytes``: a size (16MiB, a byte count) no smaller than a
+    files source allows."""
+    from pipeline.sources.files.source import MIN_PARTITION_BYTES
+
+    size = bytes_arg(text)
+    if size < MIN_PARTITION_BYTES:
+        raise argparse.ArgumentTypeError(f"expected {MIN_PARTITION_BYTES} bytes or more, got {text!r}")
+    return size
 
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,9 @@ from pipeline.sources.files.readers.long_json import TextPieces
 from pipeline.sources.files.readers.txt import TextStream
 from pipeline.storage.locations import is_url
 
+#: the smallest partition_bytes: below it a task's fixed cost is all there is
+MIN_PARTITION_BYTES = 4096
+
 
 class FilesSource(Source):
     type = "files"
@@ -61,9 +64,9 @@ class FilesSource(Source):
             for s, p in splits.items()
         }
         pb = cfg["partition_bytes"]
-        if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < 4096):
+        if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < MIN_PARTITION_BYTES):
             raise TokshardError(
-                f'{where}: [sources.{name}] partition_bytes must be "auto" or an integer >= 4096'
+                f'{where}: [sources.{name}] partition_bytes must be "auto" or an integer >= {MIN_PARTITION_BYTES}'
             )
         return cfg
 
