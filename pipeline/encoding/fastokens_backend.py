@@ -35,7 +35,7 @@ from pipeline.encoding.byte_level import (
 )
 from pipeline.encoding.equivalence import confirm_builtin
 from pipeline.encoding.normalizing import Ahead, Normalize, normalizing, run_ahead, without_normalizer
-from pipeline.encoding.tokenizer import read_bytes, read_spec, unreadable
+from pipeline.encoding.tokenizer import encoding_whole_documents, read_bytes, read_spec, unreadable
 
 LIBRARY = "fastokens"
 
@@ -234,6 +234,7 @@ class FastokensEncoder:
             spec = read_spec(path)
             own = without_normalizer(spec) if ahead is not None else spec
             self.tokenizer = fastokens.Tokenizer.from_json_str(encoding_part(own))
+        encoding_whole_documents(self.tokenizer)
         if confirm:
             confirm_builtin(path, self)
 

@@ -271,6 +271,15 @@ def _parsed(content: _Content):
     if unreachable is not None:
         tok = Tokenizer.from_str(unreachable)
     tok.encode_special_tokens = True
+    return encoding_whole_documents(tok)
+
+
+def encoding_whole_documents(tok: Any) -> Any:
+    """``tok`` (a `tokenizers` or fastokens Tokenizer) with the file's truncation and padding
+    turned off: they shape a model's input batches, and a tokenizer.json saved with them (a
+    ``max_length`` of 512, padding to 64) would otherwise cut every document, or pad it."""
+    tok.no_truncation()
+    tok.no_padding()
     return tok
 
 

@@ -370,6 +370,33 @@ def test_prepare_writes_byte_identical_shards_with_each_encoder(tmp_path, docs, 
     assert shards["tiktoken"] == shards["tokenizers"] and shards["fastokens"] == shards["tokenizers"]
 
 
+def _batch_shaped(spec):
+    """Truncation and padding as a tokenizer.json saved from a model's input pipeline has them."""
+    spec["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    spec["padding"] = {
+        "strategy": {"Fixed": 512}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+        "pad_type_id": 0, "pad_token": EOS,
+    }  # fmt: skip
+
+
+def test_a_tokenizer_saved_with_truncation_and_padding_encodes_whole_documents_with_each_encoder(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    """They shape a model's batches: every document is still encoded whole, never cut at 8 ids or
+    padded to 512, whichever encoder runs."""
+    shaped = edited(tokenizer_path, tmp_path / "shaped" / "tokenizer.json", _batch_shaped)
+    texts = ["short", *docs[:20]]
+    data = write_jsonl(tmp_path / "in.jsonl", texts)
+    for encoder in ("auto", "tokenizers", "tiktoken", "fastokens"):
+        recipe = {
+            "tokenizer": str(shaped),
+            "encoder": encoder,
+            "sources": {"d": {"type": "files", "paths": [str(data)]}},
+        }
+        path = run_prepare(recipe, tmp_path / encoder, dask_client)
+        assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, texts)), encoder
+
+
 def test_manifest_records_a_fallback_and_its_reason(tmp_path, docs, dask_client):
     from tokenizers import normalizers
 
