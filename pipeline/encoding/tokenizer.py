@@ -447,6 +447,7 @@ def choose_dtype(vocab_size: int, requested: str, where: str) -> tuple[str, str]
 
 
 def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> TokenizerInfo:
+    refuse_random_splits(path, origin)
     tok = load(path)
     vocab_size = max_id(tok) + 1
     chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
@@ -462,6 +463,19 @@ def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> 
         dtype_reason=why,
         eos_found=eos_found,
     )
+
+
+def refuse_random_splits(path: Path, origin: str) -> None:
+    """A BPE model with ``dropout`` (BPE-dropout) splits words at random on each call: shards
+    written once would hold one draw for every epoch (not the regularization it is meant to
+    be), and no run could be reproduced, checked against another encoder, or resumed."""
+    dropout = (read_spec(path).get("model") or {}).get("dropout")
+    if dropout:
+        raise TokshardError(
+            f"tokenizer {origin}: its BPE model sets dropout {dropout}, which splits words at random "
+            'on every call, so shards could not be reproduced or resumed; set "dropout" to null in '
+            "its model and pass that file"
+        )
 
 
 def resolve(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:

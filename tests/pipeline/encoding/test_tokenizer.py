@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import cli, run_prepare, write_jsonl
+from support import cli, edited, run_prepare, write_jsonl
 
 from pipeline.encoding.tokenizer import load, locate, resolve
 from pipeline.format import manifest
@@ -120,6 +120,23 @@ def test_uint16_asked_for_a_vocabulary_past_it_is_refused_before_any_work(tmp_pa
     assert "does not fit uint16" in proc.stderr and "--dtype auto or uint32" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (out / ".tokshard" / "run.json").exists()
+
+
+def test_a_bpe_model_with_dropout_is_refused_before_any_work(tmp_path, tokenizer_path):
+    """BPE-dropout splits words at random on every call: such shards could not be reproduced."""
+    tok = edited(
+        tokenizer_path, tmp_path / "dropout" / "tokenizer.json", lambda s: s["model"].update(dropout=0.1)
+    )
+    data = write_jsonl(tmp_path / "a.jsonl", ["hello world"])
+    out = tmp_path / "out"
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"tokshard: error: tokenizer {tok}: its BPE model sets dropout 0.1, which splits words at random on "
+        'every call, so shards could not be reproduced or resumed; set "dropout" to null in its model and '
+        "pass that file"
+    )
+    assert not out.exists()
 
 
 def test_auto_dtype_stores_ids_past_65535_as_uint32_and_says_why(tmp_path, dask_client):
