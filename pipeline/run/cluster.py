@@ -346,6 +346,24 @@ def _join(scheduler: str):
         ) from exc
 
 
+@contextlib.contextmanager
+def scratch_folder_named() -> Iterator[None]:
+    """A local cluster that cannot make or write its scratch folder (Dask's
+    ``temporary-directory`` set to a read-only or missing mount) is one line naming the folder
+    and the setting, not Dask's "Cluster failed to start" traceback."""
+    try:
+        yield
+    except RuntimeError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.filename:
+            raise TokshardError(
+                f"Dask's local workers could not use their scratch folder {cause.filename} ({cause.strerror}); "
+                "point Dask's temporary-directory at a writable local folder (DASK_TEMPORARY_DIRECTORY=DIR, "
+                "or temporary-directory in ~/.config/dask/dask.yaml)"
+            ) from exc
+        raise
+
+
 def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bool):
     """The workers of a run without --scheduler. No dashboard unless asked: building it
     (importing bokeh) holds the worker processes' start back. Without it, the workers' event
@@ -361,7 +379,7 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
         else {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "100ms"}
     )
     before_spawn = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in MALLOC_ENV.items()}
-    with dask.config.set(before_spawn):  # the nannies live in this process and read it here
+    with dask.config.set(before_spawn), scratch_folder_named():  # the nannies read it here
         return LocalCluster(
             n_workers=n,
             threads_per_worker=1,

@@ -10,7 +10,7 @@ import urllib.request
 import psutil
 import pytest
 from background import in_a_job
-from support import train_tokenizer_json, write_jsonl
+from support import cli, train_tokenizer_json, write_jsonl
 
 from pipeline import recipe
 from pipeline.format import manifest
@@ -63,6 +63,26 @@ def test_a_refused_encoder_after_the_workers_booted_leaves_no_worker_behind(tmp_
         prepare(r, tmp_path / "out", RunOptions(workers=2), log=lambda m: None)
     time.sleep(3)  # a worker still booting in the background would have appeared by now
     assert _settle(before, deadline=1.0) == set()
+
+
+def test_a_dask_scratch_folder_that_cannot_be_made_is_one_line_naming_it_and_the_setting(
+    tmp_path, tokenizer_path, docs
+):
+    """Dask's temporary-directory on a read-only or missing mount (here: under a file)."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the scratch folder's parent should be")
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    proc = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "out"),
+        env={"DASK_TEMPORARY_DIRECTORY": str(blocker)},
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"tokshard: error: Dask's local workers could not use their scratch folder {blocker}/dask-scratch-space "
+        "(Not a directory); point Dask's temporary-directory at a writable local folder "
+        "(DASK_TEMPORARY_DIRECTORY=DIR, or temporary-directory in ~/.config/dask/dask.yaml)"
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_an_untaken_early_cluster_is_closed_by_discard(before):
