@@ -29,6 +29,9 @@ READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
 #: protocols whose store lives inside one process: tokshard's workers and ranks are other
 #: processes, so a path a user gives cannot name one (tests use it in one process)
 PROCESS_LOCAL_PROTOCOLS = frozenset({"memory"})
+#: fsspec's URL chaining (``simplecache::s3://b/x``, ``zip://a.txt::s3://b/x.zip``), where the
+#: last link is a URL (a local file may be named ``notes::v2.jsonl``)
+_CHAINED = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*(://[^:]*)?::")
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 
@@ -38,6 +41,11 @@ def location_problem(text: str) -> str | None:
     Caught where a path or URL enters (argparse types, recipe paths, `open_place`): a URL
     typed with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names
     no bucket, and a ``file://`` URL is a local path in disguise."""
+    if _CHAINED.match(text) and _URL.match(text.rsplit("::", 1)[-1]):
+        return (
+            f"{text} is a chained fsspec URL; give the store's own URL ({text.rsplit('::', 1)[-1]}): "
+            "tokshard reads and writes stores itself, and train keeps shards in --data-cache"
+        )
     m = _URL.match(text)
     if m:
         scheme, rest = m.group(1).lower(), text[m.end() :]

@@ -279,6 +279,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a URL naming no bucket", "s3://"),
             ("a file:// URL", f"file://{root}/x"),
             ("a store inside one process", "memory://x"),
+            ("a chained URL", "simplecache::s3://bucket/x"),
         ]
     metavar = str(action.metavar or "")
     if metavar == "SIZE":

@@ -22,6 +22,7 @@ from pipeline.storage.locations import checked_location, location_problem, norma
         "hf://datasets/x/y",
         "a:b",
         "hf:opt-125m",
+        "notes::v2.jsonl",
     ],
 )
 def test_paths_and_urls_as_typed_pass(text):
@@ -37,6 +38,8 @@ def test_paths_and_urls_as_typed_pass(text):
         ("s3://", "names no bucket or location; write s3://BUCKET/PATH"),
         ("s3:///", "names no bucket or location"),
         ("file:///tmp/x", "is a file:// URL; give the local path itself (/tmp/x)"),
+        ("simplecache::s3://b/run", "is a chained fsspec URL; give the store's own URL (s3://b/run)"),
+        ("zip://a.txt::s3://b/x.zip", "is a chained fsspec URL; give the store's own URL (s3://b/x.zip)"),
     ],
 )
 def test_a_mistyped_or_empty_url_is_refused_with_the_fix(text, says):
