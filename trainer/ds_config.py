@@ -289,6 +289,10 @@ def _batch(cfg: dict[str, Any], optim: OptimSettings, world: int) -> tuple[int, 
     total = optim.global_batch or _positive_int(cfg, "train_batch_size")
     micro = optim.micro_batch or _positive_int(cfg, "train_micro_batch_size_per_gpu")
     accum = optim.grad_accum or _positive_int(cfg, "gradient_accumulation_steps")
+    # each value named as the user gave it: a flag, or the config's key
+    total_is = "--global-batch" if optim.global_batch else "the DeepSpeed config's train_batch_size"
+    micro_is = _given_as("--micro-batch", "train_micro_batch_size_per_gpu", optim.micro_batch, cfg)
+    accum_is = _given_as("--grad-accum", "gradient_accumulation_steps", optim.grad_accum, cfg)
     if total is not None:
         if micro is None and accum is None:
             accum = 1
@@ -296,24 +300,30 @@ def _batch(cfg: dict[str, Any], optim: OptimSettings, world: int) -> tuple[int, 
             micro, rest = divmod(total, accum * world)
             if rest or micro < 1:
                 raise TokshardError(
-                    f"train_batch_size {total} does not split into {accum} accumulation steps on "
-                    f"{world} ranks; change train_batch_size or --grad-accum"
+                    f"{total_is} {total} does not split into {accum} accumulation steps on "
+                    f"{world} ranks; change {total_is} or {accum_is}"
                 )
         if accum is None:
             accum, rest = divmod(total, micro * world)
             if rest or accum < 1:
                 raise TokshardError(
-                    f"train_batch_size {total} is not a multiple of micro-batch {micro} x {world} ranks; "
-                    "change train_batch_size or --micro-batch"
+                    f"{total_is} {total} is not a multiple of micro-batch {micro} x {world} ranks; "
+                    f"change {total_is} or {micro_is}"
                 )
         if micro * accum * world != total:
             raise TokshardError(
-                f"train_batch_size {total} != micro-batch {micro} x accumulation {accum} x {world} ranks"
+                f"{total_is} {total} != micro-batch {micro} x accumulation {accum} x {world} ranks; "
+                f"change {total_is}, {micro_is} or {accum_is}"
             )
         return micro, accum, total
     micro = micro or DEFAULT_MICRO_BATCH
     accum = accum or 1
     return micro, accum, micro * accum * world
+
+
+def _given_as(flag: str, key: str, from_flag: int | None, cfg: dict[str, Any]) -> str:
+    """How an error names a batch value: by its flag, unless the DeepSpeed config set it."""
+    return f"the DeepSpeed config's {key}" if not from_flag and cfg.get(key) not in (None, AUTO) else flag
 
 
 def _optimizer(cfg: dict[str, Any], optim: OptimSettings, cuda: bool) -> None:

@@ -68,8 +68,22 @@ def test_global_batch_splits_into_accumulation_for_the_world_size():
     assert resolve(user, world=2)["gradient_accumulation_steps"] == 2
     with pytest.raises(TokshardError, match="not a multiple of micro-batch 2 x 3 ranks"):
         resolve(user, world=3)
-    with pytest.raises(TokshardError, match=r"train_batch_size 8 != micro-batch 2 x accumulation 3"):
+    with pytest.raises(
+        TokshardError,
+        match=r"the DeepSpeed config's train_batch_size 8 != micro-batch 2 x accumulation 3 x 1 ranks; change "
+        r"the DeepSpeed config's train_batch_size, the DeepSpeed config's train_micro_batch_size_per_gpu or "
+        r"--grad-accum",
+    ):
         resolve(user, world=1, grad_accum=3)
+
+
+def test_a_batch_that_does_not_split_names_the_flags_the_user_gave():
+    with pytest.raises(
+        TokshardError,
+        match=r"^--global-batch 8 is not a multiple of micro-batch 3 x 1 ranks; change --global-batch or "
+        r"--micro-batch$",
+    ):
+        resolve({}, world=1, global_batch=8, micro_batch=3)
 
 
 def test_an_auto_tokshard_cannot_fill_is_named():
