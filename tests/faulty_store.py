@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,26 +33,13 @@ _NOT_PASSED_ON = {"host", "transfer-encoding", "content-encoding", "connection",
 def faulty_store(upstream: str, every: int, faults: tuple[str, ...] = FAULTS) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request, cycling
     through ``faults``; a request to ``/faults`` answers how many it has given."""
-    from support import free_port
+    from support import free_port, serving
 
     port = free_port()
-    args = [sys.executable, __file__, upstream, str(port), str(every), ",".join(faults)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [sys.executable, __file__, upstream, str(port), str(every), ",".join(faults)]
     endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/faults", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the faulty store did not start") from None
-                time.sleep(0.1)
+    with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def faults_given(endpoint: str) -> int:

@@ -620,24 +620,29 @@ def _boto_credentials(env: dict[str, str]) -> dict[str, str]:
 @contextlib.contextmanager
 def moto_server(extra_env: dict[str, str] | None = None) -> Iterator[S3Server]:
     port = free_port()
-    proc = subprocess.Popen(
-        [*moto_server_command(), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **(extra_env or {})},
-    )
+    argv = [*moto_server_command(), "-H", "127.0.0.1", "-p", str(port)]
     endpoint = f"http://127.0.0.1:{port}"
+    with serving(argv, f"{endpoint}/moto-api/", "moto_server", {**os.environ, **(extra_env or {})}) as proc:
+        yield S3Server(endpoint, proc)
+
+
+@contextlib.contextmanager
+def serving(
+    argv: list[str], probe: str, what: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
+    """A server process, once ``probe`` (a URL) answers; stopped at the end."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+                urllib.request.urlopen(probe, timeout=1).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
+                    raise RuntimeError(f"{what} did not start") from None
                 time.sleep(0.1)
-        yield S3Server(endpoint, proc)
+        yield proc
     finally:
         proc.terminate()
         try:
