@@ -91,7 +91,26 @@ def locate(spec: str, revision: str | None = None) -> Path:
         raise TokshardError(
             f"no tokenizer at {spec}; pass a tokenizer.json, a folder holding one, or a hub name"
         )
+    if spec in TIKTOKEN_ENCODINGS:  # no hub repo has such a name: say what to pass instead
+        copy = TIKTOKEN_ENCODINGS[spec]
+        instead = f"pass the hub's copy of it (--tokenizer {copy}), or" if copy else "pass"
+        raise TokshardError(
+            f"tokenizer {spec!r} is a tiktoken encoding's name, not a tokenizer.json or hub repo; {instead} "
+            "a tokenizer.json converted from its ranks (transformers' TikTokenConverter)"
+        )
     return _from_hub(spec, revision)
+
+
+#: tiktoken's encoding names (a user of tiktoken types these), each with a hub repo whose
+#: tokenizer.json encodes as it does, where one is known (GPT-2's 50k is r50k_base)
+TIKTOKEN_ENCODINGS = {
+    "cl100k_base": "Xenova/gpt-4",
+    "o200k_base": "Xenova/gpt-4o",
+    "r50k_base": "openai-community/gpt2",
+    "p50k_base": None,
+    "p50k_edit": None,
+    "o200k_harmony": None,
+}
 
 
 def _from_hub(repo: str, revision: str | None) -> Path:

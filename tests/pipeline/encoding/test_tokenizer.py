@@ -42,6 +42,21 @@ def test_a_link_to_no_tokenizer_is_named_as_a_link_not_looked_up_on_the_hub(tmp_
         locate("tok")
 
 
+@pytest.mark.parametrize(
+    ("name", "instead"),
+    [("cl100k_base", "pass the hub's copy of it (--tokenizer Xenova/gpt-4), or a tokenizer.json"),
+     ("o200k_base", "pass the hub's copy of it (--tokenizer Xenova/gpt-4o), or a tokenizer.json"),
+     ("p50k_base", "pass a tokenizer.json converted from its ranks")],
+)  # fmt: skip
+def test_a_tiktoken_encoding_name_says_what_to_pass_instead(tmp_path, monkeypatch, name, instead):
+    """A tiktoken user types the encoding's name; no hub repo has it, so it is not looked up."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        TokshardError, match=rf"^tokenizer '{name}' is a tiktoken encoding's name, .*; {re.escape(instead)}"
+    ):
+        locate(name)
+
+
 def test_hub_name_offline_fails_fast_and_names_the_fix(tmp_path):
     started = time.monotonic()
     proc = cli(
