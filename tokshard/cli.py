@@ -57,7 +57,7 @@ def build_parser(options_of: Collection[str] | None = None) -> argparse.Argument
         p = commands.add_parser(command.name, help=command.summary, **command.parser_settings())
         if options_of is None or command.name in options_of:
             command.add_options(p)
-        p.set_defaults(run=command.run)
+        p.set_defaults(run=command.run, after_stop=command.after_stop)
     return parser
 
 
@@ -81,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     except KeyboardInterrupt:
-        print("tokshard: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"tokshard: interrupted; {args.after_stop}", file=sys.stderr)
         return INTERRUPTED
     except Terminated as stop:
-        print(f"tokshard: {stop.what}; rerun the same command to resume", file=sys.stderr)
+        print(f"tokshard: {stop.what}; {args.after_stop}", file=sys.stderr)
         return stop.exit_code
 
 

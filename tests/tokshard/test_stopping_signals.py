@@ -6,10 +6,17 @@ are in tests/pipeline/run/test_signals.py and tests/trainer/test_trainer_resume_
 from __future__ import annotations
 
 import os
+import random
 import signal
+import string
+import subprocess
+import sys
+import time
 
 import pytest
+from support import AS_AT_A_TERMINAL, REPO, write_jsonl
 
+from tokshard.cli import build_parser
 from tokshard.commands.command import Terminated, stopping_signals_raise
 
 
@@ -42,3 +49,51 @@ def test_a_sighup_ignored_at_start_stays_ignored_as_nohup_asks():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def random_words(path, lines: int = 2000, words: int = 300):
+    """Text of distinct made-up words: read in a moment, its merges take seconds to learn."""
+    rng = random.Random(0)
+    letters = string.ascii_letters + string.digits
+    texts = [
+        " ".join("".join(rng.choices(letters, k=rng.randint(3, 12))) for _ in range(words))
+        for _ in range(lines)
+    ]
+    return write_jsonl(path, texts)
+
+
+def test_ctrl_c_stops_tokenizer_training_at_once_and_says_nothing_was_written(tmp_path):
+    """Training learns its merges in Rust: the command waits on it in short steps, so Ctrl-C is
+    taken at once, not when training ends (it was taken 17 s late on 150 MB)."""
+    corpus = random_words(tmp_path / "words.jsonl")
+    out = tmp_path / "tok"
+    argv = [*AS_AT_A_TERMINAL, sys.executable, "-m", "tokshard.cli", "tokenizer", "train"]
+    argv += ["--input", str(corpus), "--vocab-size", "30000", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(3)  # the words read and counted: learning merges (about 7 s in all)
+    assert proc.poll() is None, "training ended before the signal"
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, stderr = proc.communicate(timeout=120)
+    assert time.monotonic() - sent < 2.0
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "tokshard: interrupted; no tokenizer was written; rerun the same command to train from the start"
+    )
+    assert not (out / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "after"),
+    [
+        (["verify", "some/folder"], "nothing was changed"),
+        (["prepare", "--input", "a.jsonl"], "rerun the same command to resume"),
+        (
+            ["tokenizer", "train", "--input", "a.jsonl", "--vocab-size", "300", "--out", "t"],
+            "no tokenizer was written",
+        ),
+    ],
+)
+def test_each_command_says_what_a_stop_left(argv, after):
+    assert after in build_parser(options_of={argv[0]}).parse_args(argv).after_stop

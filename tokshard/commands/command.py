@@ -55,6 +55,9 @@ class Command:
     run: Run
     #: more about the command, below the summary in its own --help
     details: str = ""
+    #: what the line of a run stopped by Ctrl-C (or SIGTERM, SIGHUP) says after it: what the
+    #: stop left and what a rerun does
+    after_stop: str = "nothing was changed"
 
     def parser_settings(self) -> dict[str, Any]:
         """The keyword arguments of the command's parser (``add_parser`` or a parser alone)."""

@@ -62,4 +62,5 @@ COMMAND = Command(
     example="tokshard demo --out demo-out   # then open demo-out/report.png and demo-out/summary.md",
     add_options=add_options,
     run=run,
+    after_stop="rerun the same command to resume",
 )

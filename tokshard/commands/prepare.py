@@ -317,4 +317,5 @@ COMMAND = Command(
     "tokshard prepare --input 'corpus/*.jsonl.zst' --tokenizer tok/ --out data/mine",
     add_options=add_options,
     run=run,
+    after_stop="rerun the same command to resume",
 )

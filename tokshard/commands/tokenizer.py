@@ -44,6 +44,7 @@ TRAIN = Command(
     example="tokshard tokenizer train --input 'corpus/*.jsonl' --vocab-size 32000 --out tok/",
     add_options=add_train_options,
     run=run_train,
+    after_stop="no tokenizer was written; rerun the same command to train from the start",
 )
 #: the actions of ``tokshard tokenizer``, by name
 ACTIONS = {action.name: action for action in (TRAIN,)}
@@ -52,7 +53,9 @@ ACTIONS = {action.name: action for action in (TRAIN,)}
 def add_options(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action in ACTIONS.values():
-        action.add_options(actions.add_parser(action.name, help=action.summary, **action.parser_settings()))
+        sub = actions.add_parser(action.name, help=action.summary, **action.parser_settings())
+        action.add_options(sub)
+        sub.set_defaults(after_stop=action.after_stop)
 
 
 def run(args: argparse.Namespace) -> int:
