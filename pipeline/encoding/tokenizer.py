@@ -14,8 +14,6 @@ import hashlib
 import json
 import os
 import re
-import threading
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
@@ -25,6 +23,7 @@ from typing import Any
 import orjson
 
 from pipeline.encoding import byte_level
+from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir
 from pipeline.format.content_hash import sha256_file
@@ -539,7 +538,9 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    _in_the_background(lambda: tok.train_from_iterator(_training_texts(files), trainer))
+    interruptible(
+        lambda: tok.train_from_iterator(_training_texts(files), trainer), "tokshard-tokenizer-train"
+    )
     dest = out_dir / TOKENIZER_FILE
     tmp = out_dir / (TOKENIZER_FILE + ".tmp")
     try:
@@ -551,27 +552,6 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
             f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
         ) from exc
     return dest
-
-
-def _in_the_background(work: Callable[[], object]) -> None:
-    """Run ``work`` (long, in Rust) on a thread while this one waits in short steps: Python runs
-    a signal's handler only on the main thread between bytecodes, so Ctrl-C (or SIGTERM) stops
-    the command at once instead of when training ends. A stopped run's thread is left to die
-    with the process."""
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # raised again on the waiting thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="tokshard-tokenizer-train", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.1)
-    if failed:
-        raise failed[0]
 
 
 def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:
