@@ -4,14 +4,19 @@ local manifest (plus the steady-state data wait of each).
 
 The S3 server is moto's `moto_server` on 127.0.0.1 (tests/support.py), so the figures show
 tokshard's own overhead (scratch, uploads, HTTP) without a network's bandwidth or latency.
-Prepare runs alternate local / S3 so that both see the same machine load.
+Prepare runs alternate local / S3 so that both see the same machine load. With
+``--faults-every N`` the S3 prepares go through tests/faulty_store.py, a proxy that answers
+every Nth request itself with a fault (503 SlowDown, 500, a dropped connection, in turn), as a
+store under load does: what the store client's retries cost, and that no byte changes.
 
     python bench/bench_store.py --corpus /work/bench-data/corpus-50.jsonl --mb 20 --rounds 2
+    python bench/bench_store.py --corpus /work/bench-data/corpus-50.jsonl --mb 20 --rounds 2 --steps 0 --faults-every 7
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -29,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests")]
 
 from corpus import gpt2_tokenizer  # noqa: E402
+from faulty_store import faults_given, faulty_store  # noqa: E402
 from support import moto_server  # noqa: E402
 
 
@@ -129,18 +135,26 @@ def first_batch_s(manifest: str, cache: Path, seq_len: int = 256, micro: int = 8
     return took
 
 
+def _faults(endpoint: str, every: int | None) -> contextlib.AbstractContextManager[str | None]:
+    return faulty_store(endpoint, every) if every else contextlib.nullcontext()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--mb", type=int, default=20, help="use the first MB of the corpus")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30, help="training steps per run (0: no training runs)")
+    ap.add_argument(
+        "--faults-every", type=int, help="the S3 prepares through a store failing every Nth request"
+    )
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-store-"))
     data = head_corpus(a.corpus, a.mb, work / "corpus.jsonl")
     tok = gpt2_tokenizer(work / "tokenizer.json")
-    with moto_server() as server:
+    with moto_server() as server, _faults(server.endpoint, a.faults_every) as faulty:
         env = server.env
+        s3_env = {**env, "AWS_ENDPOINT_URL": faulty} if faulty else env
         bucket = server.new_bucket()
         common = ["--input", str(data), "--tokenizer", str(tok), "--workers", "2"]
         server_proc = psutil.Process(server.proc.pid)
@@ -149,7 +163,7 @@ def main() -> None:
             cpu0 = children_cpu_seconds()
             local_s.append(tokshard(["prepare", *common, "--out", str(work / f"local{r}")], env))
             cpu1, server0 = children_cpu_seconds(), cpu_seconds(server_proc)
-            s3_s.append(tokshard(["prepare", *common, "--out", f"s3://{bucket}/run{r}"], env))
+            s3_s.append(tokshard(["prepare", *common, "--out", f"s3://{bucket}/run{r}"], s3_env))
             cpu2, server1 = children_cpu_seconds(), cpu_seconds(server_proc)
             s3_manifest = (
                 server.client().get_object(Bucket=bucket, Key=f"run{r}/manifest.json")["Body"].read()
@@ -161,7 +175,8 @@ def main() -> None:
             print(
                 f"round {r}: local {local_s[-1]:.1f} s ({cpu1 - cpu0:.1f} s CPU), s3 {s3_s[-1]:.1f} s "
                 f"({cpu2 - cpu1:.1f} s CPU in tokshard, {server1 - server0:.1f} s in the S3 server); "
-                f"shards identical: {identical[-1]}",
+                f"shards identical: {identical[-1]}"
+                + (f"; {faults_given(faulty)} faults answered so far" if faulty else ""),
                 flush=True,
             )
         url = f"s3://{bucket}/run0/manifest.json"
