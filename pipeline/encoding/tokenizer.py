@@ -70,6 +70,18 @@ class TokenizerInfo:
         return asdict(self)
 
 
+#: tiktoken's encoding names (a user of tiktoken types these), each with a hub repo whose
+#: tokenizer.json encodes as it does, where one is known (GPT-2's 50k is r50k_base)
+TIKTOKEN_ENCODINGS = {
+    "cl100k_base": "Xenova/gpt-4",
+    "o200k_base": "Xenova/gpt-4o",
+    "r50k_base": "openai-community/gpt2",
+    "p50k_base": None,
+    "p50k_edit": None,
+    "o200k_harmony": None,
+}
+
+
 def locate(spec: str, revision: str | None = None) -> Path:
     """Turn TOK into a local tokenizer.json (downloading a hub name through the hub cache)."""
     from pipeline.storage.locations import refuse_url
@@ -100,18 +112,6 @@ def locate(spec: str, revision: str | None = None) -> Path:
             "a tokenizer.json converted from its ranks (transformers' TikTokenConverter)"
         )
     return _from_hub(spec, revision)
-
-
-#: tiktoken's encoding names (a user of tiktoken types these), each with a hub repo whose
-#: tokenizer.json encodes as it does, where one is known (GPT-2's 50k is r50k_base)
-TIKTOKEN_ENCODINGS = {
-    "cl100k_base": "Xenova/gpt-4",
-    "o200k_base": "Xenova/gpt-4o",
-    "r50k_base": "openai-community/gpt2",
-    "p50k_base": None,
-    "p50k_edit": None,
-    "o200k_harmony": None,
-}
 
 
 def _from_hub(repo: str, revision: str | None) -> Path:
