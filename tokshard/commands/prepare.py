@@ -58,8 +58,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--partition-bytes",
         metavar="SIZE",
         type=partition_size,
-        help=f"ad hoc: input per Dask task, such as 16MiB or a byte count (default {files['partition_bytes']}: sized from each "
-        "split's input, the same for any number of workers)",
+        help="ad hoc: input per Dask task, such as 16MiB or a byte count (default "
+        f"{files['partition_bytes']}: sized from each split's input, the same for any number of workers)",
     )
     p.add_argument(
         "--tokenizer", metavar="TOK", type=path_arg, help="tokenizer.json, a folder with one, or a hub name"
