@@ -230,6 +230,11 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
             f"access denied to {url} ({text.splitlines()[0][:120] if text else name}); "
             "check the credentials and the bucket's permissions"
         )
+    if "offline mode is enabled" in chain:  # huggingface_hub's, for an hf:// URL
+        return TokshardError(
+            f"cannot reach {url}: the hub's offline mode is on (HF_HUB_OFFLINE); unset it where the hub "
+            "is reachable, or copy the files here and give their local paths"
+        )
     if any(answer in chain for answer in STILL_FAILING_AFTER_RETRIES):
         return TokshardError(
             f"the store kept failing on {url} after its client's retries ({errno_free(first)[:120]}): it is "

@@ -113,6 +113,11 @@ def test_url_globs_expand_like_local_ones():
     [
         ("part-0000[89].jsonl", "no files match 'part-0000[89].jsonl'"),
         ("part-00009.jsonl", "no files match 'part-00009.jsonl' (no such file)"),
+        (  # the suite runs with HF_HUB_OFFLINE=1, as a machine without the hub does
+            "hf://datasets/allenai/c4/en/c4-train.0000*-of-01024.json.gz",
+            "cannot reach hf://datasets/allenai/c4/en/c4-train.0000*-of-01024.json.gz: the hub's offline "
+            "mode is on (HF_HUB_OFFLINE); unset it where the hub is reachable, or copy the files here",
+        ),
     ],
 )
 def test_a_pattern_matching_nothing_or_a_missing_file_is_one_line(parts, tokenizer_path, pattern, says):
