@@ -119,6 +119,7 @@ def _from_hub(repo: str, revision: str | None) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
+        GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
@@ -131,6 +132,11 @@ def _from_hub(repo: str, revision: str | None) -> Path:
         raise TokshardError(
             f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
             "pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`)"
+        ) from exc
+    except GatedRepoError as exc:  # Llama's and Gemma's repos, before their terms are accepted
+        raise TokshardError(
+            f"tokenizer {repo!r} is in a gated hub repo: accept its terms on huggingface.co and set "
+            "HF_TOKEN (or `hf auth login`), or pass a local tokenizer.json"
         ) from exc
     except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
         raise TokshardError(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +57,42 @@ def test_a_tiktoken_encoding_name_says_what_to_pass_instead(tmp_path, monkeypatc
         TokshardError, match=rf"^tokenizer '{name}' is a tiktoken encoding's name, .*; {re.escape(instead)}"
     ):
         locate(name)
+
+
+class GatedHub(http.server.BaseHTTPRequestHandler):
+    """The hub's answer for a gated repo to a user who has not accepted its terms."""
+
+    def answer(self) -> None:
+        self.send_response(403)
+        self.send_header("X-Error-Code", "GatedRepo")
+        self.send_header("X-Error-Message", "Access to model meta-llama/Meta-Llama-3-8B is restricted.")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_tokenizer_in_a_gated_hub_repo_says_to_accept_its_terms(tmp_path):
+    """It used to be "not found on the hub; check the name": a gated repo's error is a kind of
+    not-found to the hub client."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), GatedHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}
+        env["HF_HOME"] = str(tmp_path / "hf")
+        data = write_jsonl(tmp_path / "a.jsonl", ["hello"])
+        proc = cli("prepare", "--input", str(data), "--tokenizer", "meta-llama/Meta-Llama-3-8B", "--out",
+                   str(tmp_path / "out"), env=env)  # fmt: skip
+    finally:
+        server.shutdown()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "tokshard: error: tokenizer 'meta-llama/Meta-Llama-3-8B' is in a gated hub repo: accept its terms on "
+        "huggingface.co and set HF_TOKEN (or `hf auth login`), or pass a local tokenizer.json"
+    )
 
 
 def test_hub_name_offline_fails_fast_and_names_the_fix(tmp_path):
