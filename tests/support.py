@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import http.server
 import importlib
 import json
 import os
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.request
 import uuid
@@ -733,3 +735,31 @@ def gpt2_through_from_tiktoken(gpt2: Path, work: Path):
         str(ranks), pattern=conversion.pattern, special_tokens=conversion.special_tokens
     )
     return FastokensEncoder.wrapping(tok)
+
+
+class _GatedHub(http.server.BaseHTTPRequestHandler):
+    """The hub's answer for a gated repo (Llama's, Gemma's) to a user who has not accepted its
+    terms: 403 with the hub's error code, which huggingface_hub turns into GatedRepoError."""
+
+    def answer(self) -> None:
+        self.send_response(403)
+        self.send_header("X-Error-Code", "GatedRepo")
+        self.send_header("X-Error-Message", "Access to model meta-llama/Meta-Llama-3-8B is restricted.")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def gated_hub() -> Iterator[str]:
+    """An endpoint (for HF_ENDPOINT) that answers every request as the hub does for a gated repo."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GatedHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()

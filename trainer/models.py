@@ -91,7 +91,7 @@ def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
     try:
         config = AutoConfig.from_pretrained(where)
     except (OSError, ValueError) as exc:
-        raise TokshardError(f"--model hf:{source}: cannot load a Transformers config ({exc})") from exc
+        raise TokshardError(f"--model hf:{source}: {_config_failure(exc)}") from exc
     if vocab_size:
         config.vocab_size = vocab_size
     positions = _first(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
@@ -103,6 +103,28 @@ def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
         f"embedding of {config.vocab_size} rows ({'--vocab-size' if vocab_size else 'fixed by the config'})"
     )
     return ModelSpec(name, limits, int(hidden or 0), int(layers or 0), hf_config=config, vocab_note=note)
+
+
+def _config_failure(exc: BaseException) -> str:
+    """Why a config could not be loaded, in one line (Transformers' own messages run to several,
+    and call a gated repo a connection problem's neighbour)."""
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    cause = exc.__cause__
+    if isinstance(cause, GatedRepoError):
+        return (
+            "its hub repo is gated: accept its terms on huggingface.co and set HF_TOKEN (or `hf auth login`), "
+            "or give hf:FOLDER holding its config.json"
+        )
+    if isinstance(cause, LocalEntryNotFoundError):
+        return (
+            "not in the local hub cache and the hub cannot be reached; give hf:FOLDER holding its config.json, "
+            "or fetch it where the hub is reachable"
+        )
+    if isinstance(cause, RepositoryNotFoundError):
+        return "no such hub repo (nor a local folder); check the name"
+    first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    return f"cannot load a Transformers config ({first})"
 
 
 def _first(config: Any, *names: str) -> Any:

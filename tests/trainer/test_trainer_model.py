@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import cached_manifest, cli, gated_hub
 
 from pipeline.format.errors import TokshardError
 from trainer import models
@@ -78,3 +79,32 @@ def test_missing_transformers_config_is_one_clear_error(tmp_path):
     pytest.importorskip("transformers")
     with pytest.raises(TokshardError, match="cannot load a Transformers config"):
         models.resolve(f"hf:{tmp_path / 'nothing-here'}")
+
+
+@pytest.mark.parametrize(
+    ("hub", "says"),
+    [
+        ("gated", "its hub repo is gated: accept its terms on huggingface.co and set HF_TOKEN"),
+        ("offline", "not in the local hub cache and the hub cannot be reached; give hf:FOLDER"),
+    ],
+)
+def test_a_hub_config_that_cannot_be_had_is_one_line_saying_why(tmp_path, tmp_path_factory, hub, says):
+    """Transformers' own messages run to several lines (and each is one here)."""
+    pytest.importorskip("transformers")
+    m = str(cached_manifest(tmp_path_factory))
+    argv = [
+        "train",
+        "--manifest",
+        m,
+        "--model",
+        "hf:meta-llama/Meta-Llama-3-8B",
+        "--run-dir",
+        str(tmp_path / "r"),
+    ]
+    with gated_hub() as endpoint:
+        online = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint}
+        proc = cli(*argv, env={"HF_HOME": str(tmp_path / "hf"), **(online if hub == "gated" else {})})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith("tokshard: error: --model hf:meta-llama/Meta-Llama-3-8B: ")
+    assert says in line

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support import cli, edited, run_prepare, write_jsonl
+from support import cli, edited, gated_hub, run_prepare, write_jsonl
 
 from pipeline.encoding.tokenizer import load, locate, resolve
 from pipeline.format import manifest
@@ -59,35 +57,14 @@ def test_a_tiktoken_encoding_name_says_what_to_pass_instead(tmp_path, monkeypatc
         locate(name)
 
 
-class GatedHub(http.server.BaseHTTPRequestHandler):
-    """The hub's answer for a gated repo to a user who has not accepted its terms."""
-
-    def answer(self) -> None:
-        self.send_response(403)
-        self.send_header("X-Error-Code", "GatedRepo")
-        self.send_header("X-Error-Message", "Access to model meta-llama/Meta-Llama-3-8B is restricted.")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_GET = do_HEAD = answer
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 def test_a_tokenizer_in_a_gated_hub_repo_says_to_accept_its_terms(tmp_path):
     """It used to be "not found on the hub; check the name": a gated repo's error is a kind of
     not-found to the hub client."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), GatedHub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}
-        env["HF_HOME"] = str(tmp_path / "hf")
-        data = write_jsonl(tmp_path / "a.jsonl", ["hello"])
+    data = write_jsonl(tmp_path / "a.jsonl", ["hello"])
+    with gated_hub() as endpoint:
+        env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf")}
         proc = cli("prepare", "--input", str(data), "--tokenizer", "meta-llama/Meta-Llama-3-8B", "--out",
                    str(tmp_path / "out"), env=env)  # fmt: skip
-    finally:
-        server.shutdown()
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         "tokshard: error: tokenizer 'meta-llama/Meta-Llama-3-8B' is in a gated hub repo: accept its terms on "
