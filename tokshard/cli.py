@@ -26,7 +26,7 @@ from tokshard.commands import (
     train,
     verify,
 )
-from tokshard.commands.command import INTERRUPTED, Command, Terminated, stopping_signals_raise
+from tokshard.commands.command import INTERRUPTED, Command, Terminated, error_line, stopping_signals_raise
 from tokshard.usage import OneLineParser
 from trainer.console import reader_gone, stdout_reader_left
 
@@ -97,7 +97,7 @@ def _command_in(argv: list[str]) -> set[str]:
 
 
 def _failed(exc: TokshardError) -> int:
-    print(f"tokshard: error: {exc}", file=sys.stderr)
+    print(error_line(exc), file=sys.stderr)
     return exc.exit_code
 
 

@@ -1,6 +1,7 @@
-"""Which signals stop a command in one line (`command.stopping_signals_raise`): SIGTERM and a
-closed terminal's SIGHUP raise `Terminated` with the shell's exit status, and a signal the
-command was started ignoring (``nohup``) stays ignored. The whole `prepare` and `train` runs
+"""How a command stops, and says why in one line: SIGTERM and a closed terminal's SIGHUP raise
+`Terminated` with the shell's exit status (`command.stopping_signals_raise`), a signal the
+command was started ignoring (``nohup``) stays ignored, each command's stop line says what the
+stop left, and an error is one line (`command.error_line`). The whole `prepare` and `train` runs
 are in tests/pipeline/run/test_signals.py and tests/trainer/test_trainer_resume_safety.py."""
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import time
 import pytest
 from support import AS_AT_A_TERMINAL, REPO, write_jsonl
 
+from pipeline.format.errors import TokshardError
 from tokshard.cli import build_parser
-from tokshard.commands.command import Terminated, stopping_signals_raise
+from tokshard.commands.command import Terminated, each_path, error_line, stopping_signals_raise
 
 
 @pytest.mark.parametrize(
@@ -97,3 +99,23 @@ def test_ctrl_c_stops_tokenizer_training_at_once_and_says_nothing_was_written(tm
 )
 def test_each_command_says_what_a_stop_left(argv, after):
     assert after in build_parser(options_of={argv[0]}).parse_args(argv).after_stop
+
+
+def test_an_error_whose_message_runs_to_several_lines_is_said_in_one():
+    """A library's text inside a message (a parser's, the hub client's) may hold newlines."""
+    exc = TokshardError(
+        "--model hf:x: cannot load a config (We couldn't connect.\n  Check your connection.\n)"
+    )
+    assert error_line(exc) == (
+        "tokshard: error: --model hf:x: cannot load a config (We couldn't connect. Check your connection. )"
+    )
+
+
+def test_of_several_paths_each_failure_is_its_own_one_line(capsys):
+    def check(path: str) -> str:
+        if path == "bad":
+            raise TokshardError("bad: no manifest\nhere")
+        return path
+
+    assert each_path(["a", "bad", "b"], check) == (["a", "b"], 2)
+    assert capsys.readouterr().err == "tokshard: error: bad: no manifest here\n"

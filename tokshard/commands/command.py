@@ -135,6 +135,14 @@ def stopping_signals_raise() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def error_line(exc: TokshardError) -> str:
+    """How a command says its error: one line, even where a library's text inside the message
+    (a parser's, the hub client's) runs to several, since a user or a log search reads the last
+    line of a failed command alone."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"tokshard: error: {text}"
+
+
 def each_path(paths: list[str], do: Callable[[str], T]) -> tuple[list[T], int]:
     """``do`` on each of the paths a command was given (``runs/*/`` as the shell expands it):
     of several, one that fails is said in its one line and the rest still done; a single one's
@@ -147,6 +155,6 @@ def each_path(paths: list[str], do: Callable[[str], T]) -> tuple[list[T], int]:
         try:
             done.append(do(path))
         except TokshardError as exc:
-            print(f"tokshard: error: {exc}", file=sys.stderr)
+            print(error_line(exc), file=sys.stderr)
             worst = max(worst, exc.exit_code)
     return done, worst
