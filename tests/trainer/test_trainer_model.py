@@ -81,15 +81,16 @@ def test_missing_transformers_config_is_one_clear_error(tmp_path):
         models.resolve(f"hf:{tmp_path / 'nothing-here'}")
 
 
-@pytest.mark.parametrize(
-    ("hub", "says"),
-    [
-        ("gated", "its hub repo is gated: accept its terms on huggingface.co and set HF_TOKEN"),
-        ("offline", "not in the local hub cache and the hub cannot be reached; give hf:FOLDER"),
-    ],
-)
-def test_a_hub_config_that_cannot_be_had_is_one_line_saying_why(tmp_path, tmp_path_factory, hub, says):
-    """Transformers' own messages run to several lines (and each is one here)."""
+def test_a_hub_config_not_cached_offline_is_one_line_saying_what_to_give():
+    """Transformers' own message runs to several lines (the suite runs offline, as a machine
+    without the hub does)."""
+    pytest.importorskip("transformers")
+    with pytest.raises(TokshardError, match=r"^--model hf:meta-llama/Meta-Llama-3-8B: not in the local hub cache and "
+                       r"the hub cannot be reached; give hf:FOLDER holding its config\.json"):  # fmt: skip
+        models.resolve("hf:meta-llama/Meta-Llama-3-8B")
+
+
+def test_a_hub_config_in_a_gated_repo_says_to_accept_its_terms(tmp_path, tmp_path_factory):
     pytest.importorskip("transformers")
     m = str(cached_manifest(tmp_path_factory))
     argv = [
@@ -102,9 +103,11 @@ def test_a_hub_config_that_cannot_be_had_is_one_line_saying_why(tmp_path, tmp_pa
         str(tmp_path / "r"),
     ]
     with gated_hub() as endpoint:
-        online = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint}
-        proc = cli(*argv, env={"HF_HOME": str(tmp_path / "hf"), **(online if hub == "gated" else {})})
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    line = proc.stderr.strip()
-    assert "\n" not in line and line.startswith("tokshard: error: --model hf:meta-llama/Meta-Llama-3-8B: ")
-    assert says in line
+        proc = cli(
+            *argv, env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint}
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "tokshard: error: --model hf:meta-llama/Meta-Llama-3-8B: its hub repo is gated: accept its terms on "
+        "huggingface.co and set HF_TOKEN (or `hf auth login`), or give hf:FOLDER holding its config.json"
+    )
