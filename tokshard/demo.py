@@ -279,7 +279,7 @@ def train_tokenizer(folder: DemoFolder, size: DemoSize) -> Path:
     trained = train([str(folder.mirror / g) for g in TRAIN_FILES], size.vocab_size, tmp)
     shutil.rmtree(folder.tokenizer.parent, ignore_errors=True)
     os.replace(tmp, folder.tokenizer.parent)  # a stopped run never leaves half a tokenizer.json
-    return folder.tokenizer.parent / trained.name
+    return folder.tokenizer.parent / trained.path.name
 
 
 def recipe_text(folder: DemoFolder) -> str:

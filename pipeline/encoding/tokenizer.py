@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
@@ -27,7 +28,7 @@ from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -525,11 +526,29 @@ def is_byte_level_bpe(tok) -> bool:
     return byte_level.is_byte_level_bpe(json.loads(tok.to_str()))
 
 
-def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DEFAULT_EOS) -> Path:
-    """Train a byte-level BPE (GPT-2 style) with EOS as its only special token."""
+@dataclass(frozen=True)
+class Trained:
+    """What `train` wrote, and from how much: the documents read and the bad records skipped."""
+
+    path: Path
+    documents: int
+    skipped: dict[str, int]
+
+
+def train(
+    inputs: list[str],
+    vocab_size: int,
+    out_dir: Path,
+    eos_token: str = DEFAULT_EOS,
+    text_field: str = "text",
+    skip_bad: bool = False,
+) -> Trained:
+    """Train a byte-level BPE (GPT-2 style) with EOS as its only special token. A bad record
+    stops it as it stops `prepare` (``skip_bad``: counted instead); inputs with no document
+    to learn from are refused, never a tokenizer of bytes alone."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from pipeline.sources.files import expand
+    from pipeline.sources.files import expand, iter_texts
 
     files = expand(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
@@ -544,9 +563,21 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    interruptible(
-        lambda: tok.train_from_iterator(_training_texts(files), trainer), "tokshard-tokenizer-train"
-    )
+    skipped: dict[str, int] = {}
+    documents = 0
+
+    def texts() -> Iterator[str]:
+        nonlocal documents
+        for text in iter_texts(files, text_field, skipped if skip_bad else None):
+            documents += bool(text)
+            yield text
+
+    interruptible(lambda: tok.train_from_iterator(texts(), trainer), "tokshard-tokenizer-train")
+    if not documents:
+        raise DataError(
+            f"the inputs hold no text to train on ({sum(skipped.values())} bad records skipped); check the "
+            "input files and --text-field (no tokenizer was written)"
+        )
     dest = out_dir / TOKENIZER_FILE
     tmp = out_dir / (TOKENIZER_FILE + ".tmp")
     try:
@@ -557,7 +588,7 @@ def train(inputs: list[str], vocab_size: int, out_dir: Path, eos_token: str = DE
         raise TokshardError(
             f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
         ) from exc
-    return dest
+    return Trained(dest, documents, skipped)
 
 
 def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:
@@ -577,13 +608,6 @@ def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: s
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))
     return out
-
-
-def _training_texts(files: list[str]):
-    """Documents for BPE training: text fields of JSON lines and parquet, whole .txt files."""
-    from pipeline.sources.files import iter_texts
-
-    yield from iter_texts(files)
 
 
 def read_spec(path: str | Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from pipeline.encoding.documents import (
 )
 from pipeline.encoding.spec import EncoderSpec, worker_encoder
 from pipeline.format.atomic import DISK_FULL_ERRNOS, UNWRITABLE_ERRNOS, disk_error
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import token_dtype
 from pipeline.format.shard_writer import ShardSequence, finalize
 from pipeline.run.folder_layout import (
@@ -45,7 +45,7 @@ from pipeline.run.folder_layout import (
 )
 from pipeline.run.records import Checkpoint
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition
+from pipeline.sources.base import Partition, bad_record
 
 #: characters per encoded item (batch, or group of long-document pieces) per encoder thread
 ITEM_CHARS = 1 << 18
@@ -231,10 +231,7 @@ class PartitionRun:
         if isinstance(item, Bad):
             if self.task.on_bad_record == "error":
                 self.commit()
-                raise DataError(
-                    f"{item.where}: bad record ({item.reason}); fix it, or rerun with "
-                    "--on-bad-record skip (work done so far is kept)"
-                )
+                raise bad_record(item.where, item.reason)
             ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
         elif isinstance(item, Spooled | Held):
             if isinstance(item, Spooled):

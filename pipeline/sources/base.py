@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.provenance import Input, Origin
 
 Cursor = dict[str, Any]
@@ -39,6 +39,17 @@ def null_field(field: str) -> str:
     """A bad record's reason for a null text: the field is there, so "missing" would send a
     user looking for a typo in the column's name."""
     return f"null field {field!r}"
+
+
+def bad_record(where: str, reason: str, kept: str = "work done so far is kept") -> DataError:
+    """The error that stops a run at a bad record (the default; ``--on-bad-record skip`` counts
+    them instead), with ``kept`` saying what the stop leaves."""
+    fix = (
+        "fix it (or name the right field with --text-field)"
+        if reason.startswith("missing field")
+        else "fix it"
+    )
+    return DataError(f"{where}: bad record ({reason}); {fix}, or rerun with --on-bad-record skip ({kept})")
 
 
 def check_globs(value: Any, what: str) -> list[str]:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from pipeline.encoding.tokenizer import DEFAULT_EOS
+from pipeline.recipe import BAD_RECORD_POLICIES
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
 from tokshard.usage import folder_arg, path_arg, positive_int
@@ -25,16 +26,27 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
     p.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
     p.add_argument("--eos", default=DEFAULT_EOS, help="the EOS token's text")
+    p.add_argument("--text-field", default="text", help="JSON/parquet field holding the text")
+    p.add_argument(
+        "--on-bad-record",
+        choices=BAD_RECORD_POLICIES,
+        default="error",
+        help="stop at a bad record (as prepare does), or skip and count it",
+    )
 
 
 def run_train(args: argparse.Namespace) -> int:
     from pipeline.encoding.tokenizer import train
+    from pipeline.run.status import skipped_text
     from pipeline.storage.ownership import claim_folder
 
     refuse_url(args.out, "--out")
     claim_folder(args.out, "--out", "tokenizer train")
-    path = train(args.input, args.vocab_size, Path(args.out), args.eos)
-    print(f"wrote {path}")
+    trained = train(
+        args.input, args.vocab_size, Path(args.out), args.eos, args.text_field, args.on_bad_record == "skip"
+    )
+    skipped = f"; {skipped_text(trained.skipped)}" if trained.skipped else ""
+    print(f"wrote {trained.path}: trained on {trained.documents:,} documents{skipped}")
     return 0
 
 

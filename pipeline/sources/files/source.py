@@ -7,7 +7,16 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name, gc_paused
+from pipeline.sources.base import (
+    Cursor,
+    Partition,
+    Record,
+    Source,
+    bad_record,
+    check_globs,
+    check_path_name,
+    gc_paused,
+)
 from pipeline.sources.files.access import file_size
 from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
 from pipeline.sources.files.formats import kind_of
@@ -198,12 +207,18 @@ def _check_piece(piece: Piece) -> None:
     open_piece(piece).close()
 
 
-def iter_texts(files: list[str], field: str = "text") -> Iterator[str]:
-    """Every good document of these files in order (for tokenizer training and tools)."""
+def iter_texts(files: list[str], field: str = "text", skipped: dict[str, int] | None = None) -> Iterator[str]:
+    """Every document of these files in order (for tokenizer training and tools). A bad record
+    stops it as it stops `prepare`, unless ``skipped`` is given: then each is counted there by
+    its reason."""
     for path in files:
         piece = Piece(path, kind_of(path), file_size(path))
         for rec in read_partition(partition_spec([piece]), piece.size, None, field):
-            if isinstance(rec.text, str):
+            if rec.bad is not None:
+                if skipped is None:
+                    raise bad_record(rec.where, rec.bad, kept="nothing was written")
+                skipped[rec.bad] = skipped.get(rec.bad, 0) + 1
+            elif isinstance(rec.text, str):
                 yield rec.text
             elif isinstance(rec.text, (TextStream, TextPieces)):
                 yield "".join(rec.text)

@@ -109,6 +109,55 @@ def test_tokenizer_train_cli_makes_a_byte_level_bpe_with_eos(tmp_path, docs):
     assert info.eos_token == "<|endoftext|>" and info.eos_id == 0
 
 
+def train_tokenizer_cli(tmp_path, data, *extra: str):
+    return cli(
+        "tokenizer",
+        "train",
+        "--input",
+        str(data),
+        "--vocab-size",
+        "300",
+        "--out",
+        str(tmp_path / "tok"),
+        *extra,
+    )
+
+
+def test_tokenizer_train_stops_at_a_record_without_the_field_and_names_text_field(tmp_path, docs):
+    """It trained on nothing and wrote a tokenizer of bytes alone, exit 0, where every record
+    was bad (a corpus whose text is in ``content``)."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20], field="content")
+    proc = train_tokenizer_cli(tmp_path, data)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == (
+        f"tokshard: error: {data}:1: bad record (missing field 'text'); fix it (or name the right field with "
+        "--text-field), or rerun with --on-bad-record skip (nothing was written)"
+    )
+    assert not (tmp_path / "tok" / "tokenizer.json").exists()
+    named = train_tokenizer_cli(tmp_path, data, "--text-field", "content")
+    assert named.returncode == 0 and named.stdout.strip().endswith("trained on 20 documents"), named.stderr
+
+
+def test_tokenizer_train_skipping_bad_records_counts_them_and_refuses_inputs_with_none_good(tmp_path, docs):
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(
+        write_jsonl(tmp_path / "good.jsonl", docs[:5]).read_text() + '{"text": null}\n{"body": "x"}\n'
+    )
+    proc = train_tokenizer_cli(tmp_path, mixed, "--on-bad-record", "skip")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(
+        "trained on 5 documents; skipped 2 bad records (1 missing field 'text', 1 null field 'text')"
+    )
+    none_good = write_jsonl(tmp_path / "bad.jsonl", docs[:5], field="body")
+    refused = train_tokenizer_cli(tmp_path / "second", none_good, "--on-bad-record", "skip")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "tokshard: error: the inputs hold no text to train on (5 bad records skipped); check the input files "
+        "and --text-field (no tokenizer was written)"
+    )
+    assert not (tmp_path / "second" / "tok" / "tokenizer.json").exists()
+
+
 def test_tokenizer_is_copied_beside_the_manifest_with_its_sha256(tmp_path, tokenizer_path, dask_client):
     data = write_jsonl(tmp_path / "a.jsonl", ["some text"])
     path = run_prepare(
