@@ -60,6 +60,11 @@ def expand(patterns: list[str], base_dir: str) -> list[str]:
 def list_files(patterns: list[str], base_dir: str) -> list[InputFile]:
     """`expand`, with each file's listing."""
     found: dict[str, InputFile] = {}
+    if "-" in patterns:  # the Unix convention for standard input
+        raise DataError(
+            "input '-': standard input cannot be an input, since a rerun must read the same bytes again; "
+            "save the data to a file and name that"
+        )
     for pattern in map(checked_location, patterns):  # a recipe's paths skip argparse's check
         matches = _url_files(pattern) if is_url(pattern) else _LocalGlob(pattern, base_dir).files()
         for f in matches:

@@ -186,6 +186,15 @@ def test_a_fifo_matched_by_a_glob_is_named_and_never_opened(folder, tokenizer_pa
     refused(proc, "pipe.jsonl (matched by 'data/*.jsonl') is a FIFO (named pipe)", folder / "out")
 
 
+def test_standard_input_named_as_dash_is_refused_saying_why(folder, tokenizer_path):
+    proc = prepare_cli(folder, "-", tokenizer=tokenizer_path)
+    refused(
+        proc,
+        "input '-': standard input cannot be an input, since a rerun must read the same bytes",
+        folder / "out",
+    )
+
+
 def test_a_socket_matched_by_a_glob_is_named(folder, tokenizer_path):
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(folder / "data" / "s.jsonl"))
