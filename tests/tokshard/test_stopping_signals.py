@@ -119,3 +119,27 @@ def test_of_several_paths_each_failure_is_its_own_one_line(capsys):
 
     assert each_path(["a", "bad", "b"], check) == (["a", "b"], 2)
     assert capsys.readouterr().err == "tokshard: error: bad: no manifest here\n"
+
+
+class SignalsWhenCollected:
+    """Sends SIGTERM to this process from its finalizer, as a signal that arrives while Dask
+    releases a future in ``Future.__del__`` does."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_signal_that_arrives_inside_a_finalizer_still_stops_the_command():
+    """Python prints an exception raised in ``__del__`` and drops it: a prepare went on to the
+    end, exit 0, after a SIGTERM that came while a future was being released."""
+    started_with = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(Terminated) as raised, stopping_signals_raise():
+            SignalsWhenCollected()  # collected at once: the signal arrives inside its __del__
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            pytest.fail("the signal did not stop the block")
+        assert raised.value.exit_code == 143
+    finally:
+        signal.signal(signal.SIGTERM, started_with)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, TypeVar
 
 from pipeline.format.errors import TokshardError
@@ -110,8 +112,30 @@ class Terminated(BaseException):
         return f"stopped by {STOPPING[self.signum]}"
 
 
-def _terminated(signum: int, frame: object) -> None:
+#: how soon a signal that arrived inside a finalizer is sent again (see `_terminated`)
+RESEND_SECONDS = 0.05
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    """Raise `Terminated`, unless the signal arrived inside a finalizer (a ``__del__``, a
+    ``weakref.finalize`` callback: Dask releases its futures in one), where Python prints the
+    exception and drops it, and the run would go on: there the signal is sent again a moment
+    later, to be taken outside it."""
+    if _in_a_finalizer(frame):
+        timer = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
     raise Terminated(signum)
+
+
+def _in_a_finalizer(frame: FrameType | None) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith(f"{os.sep}weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager
