@@ -122,24 +122,36 @@ def test_of_several_paths_each_failure_is_its_own_one_line(capsys):
 
 
 class SignalsWhenCollected:
-    """Sends SIGTERM to this process from its finalizer, as a signal that arrives while Dask
+    """Sends a signal to this process from its finalizer, as a signal that arrives while Dask
     releases a future in ``Future.__del__`` does."""
 
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
     def __del__(self) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), self.signum)
 
 
-def test_a_signal_that_arrives_inside_a_finalizer_still_stops_the_command():
+@pytest.mark.parametrize(
+    ("signum", "raised"),
+    [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)],
+    ids=["SIGTERM", "Ctrl-C"],
+)
+def test_a_signal_that_arrives_inside_a_finalizer_still_stops_the_command(signum, raised):
     """Python prints an exception raised in ``__del__`` and drops it: a prepare went on to the
     end, exit 0, after a SIGTERM that came while a future was being released."""
-    started_with = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    started_with = signal.signal(
+        signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+    )
     try:
-        with pytest.raises(Terminated) as raised, stopping_signals_raise():
-            SignalsWhenCollected()  # collected at once: the signal arrives inside its __del__
+        with pytest.raises(raised), stopping_signals_raise():
+            SignalsWhenCollected(signum)  # collected at once: the signal arrives inside its __del__
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 time.sleep(0.01)
             pytest.fail("the signal did not stop the block")
-        assert raised.value.exit_code == 143
+        assert signal.getsignal(signum) is (
+            signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        )
     finally:
-        signal.signal(signal.SIGTERM, started_with)
+        signal.signal(signum, started_with)

@@ -122,11 +122,24 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
     exception and drops it, and the run would go on: there the signal is sent again a moment
     later, to be taken outside it."""
     if _in_a_finalizer(frame):
-        timer = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
-        timer.daemon = True
-        timer.start()
+        _send_again(signum)
         return
     raise Terminated(signum)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    """Python's own Ctrl-C handler (KeyboardInterrupt), but for a signal inside a finalizer,
+    which `_terminated` says why to send again."""
+    if _in_a_finalizer(frame):
+        _send_again(signum)
+        return
+    raise KeyboardInterrupt
+
+
+def _send_again(signum: int) -> None:
+    timer = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
 
 
 def _in_a_finalizer(frame: FrameType | None) -> bool:
@@ -140,10 +153,10 @@ def _in_a_finalizer(frame: FrameType | None) -> bool:
 
 @contextlib.contextmanager
 def stopping_signals_raise() -> Iterator[None]:
-    """Within the block, each `STOPPING` signal raises `Terminated` (only the main thread
-    handles signals; elsewhere nothing changes); the previous handlers are back afterwards. A
-    signal the command was started ignoring stays ignored: under ``nohup`` a closed terminal
-    must not stop the run."""
+    """Within the block, each `STOPPING` signal raises `Terminated`, and Ctrl-C
+    KeyboardInterrupt as ever, wherever they arrive (only the main thread handles signals;
+    elsewhere nothing changes); the previous handlers are back afterwards. A signal the command
+    was started ignoring stays ignored: under ``nohup`` a closed terminal must not stop the run."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -152,6 +165,8 @@ def stopping_signals_raise() -> Iterator[None]:
         for signum in STOPPING
         if signal.getsignal(signum) is signal.SIG_DFL
     }
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupted)
     try:
         yield
     finally:
