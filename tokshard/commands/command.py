@@ -117,8 +117,8 @@ RESEND_SECONDS = 0.05
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
-    """Raise `Terminated`, unless the signal arrived inside a finalizer (a ``__del__``, a
-    ``weakref.finalize`` callback: Dask releases its futures in one), where Python prints the
+    """Raise `Terminated`, unless the signal arrived inside a finalizer (a ``__del__``, where
+    Dask releases its futures, or a ``weakref.finalize`` callback), where Python prints the
     exception and drops it, and the run would go on: there the signal is sent again a moment
     later, to be taken outside it."""
     if _in_a_finalizer(frame):
