@@ -41,9 +41,10 @@ def location_problem(text: str) -> str | None:
     Caught where a path or URL enters (argparse types, recipe paths, `open_place`): a URL
     typed with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names
     no bucket, and a ``file://`` URL is a local path in disguise."""
-    if _CHAINED.match(text) and _URL.match(text.rsplit("::", 1)[-1]):
+    last_link = text.rsplit("::", 1)[-1]
+    if _CHAINED.match(text) and _URL.match(last_link):
         return (
-            f"{text} is a chained fsspec URL; give the store's own URL ({text.rsplit('::', 1)[-1]}): "
+            f"{text} is a chained fsspec URL; give the store's own URL ({last_link}): "
             "tokshard reads and writes stores itself, and train keeps shards in --data-cache"
         )
     m = _URL.match(text)
