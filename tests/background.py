@@ -143,8 +143,13 @@ def wanted_jobs(items: list[pytest.Item]) -> list[str]:
 
 
 def readers_last(items: list[pytest.Item]) -> None:
-    """Move the tests that read a job to the end, in their order (a module's stay together)."""
+    """Move the tests that read a job to the end, in their order (a module's stay together),
+    each allowed to wait for its job as long as `JOB_TIMEOUT` (the suite's per-test timeout
+    counts the wait in its setup: on a slow day the jobs get the CPU only at the end)."""
     reads = [bool(set(getattr(item, "fixturenames", ())) & JOBS.keys()) for item in items]
+    for item, read in zip(items, reads, strict=True):
+        if read:
+            item.add_marker(pytest.mark.timeout(JOB_TIMEOUT + 300))
     items[:] = [i for i, r in zip(items, reads, strict=True) if not r] + [
         i for i, r in zip(items, reads, strict=True) if r
     ]

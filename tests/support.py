@@ -304,6 +304,17 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
+@contextlib.contextmanager
+def paused(proc: subprocess.Popen):
+    """The process group of ``proc`` (`start_prepare`) stopped while the block runs, so what the
+    test does there lands between two of the run's steps however fast or slow the machine."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+
+
 def children(pid: int) -> list[int]:
     """Direct child processes of ``pid`` (from /proc: no extra dependency)."""
     found = []

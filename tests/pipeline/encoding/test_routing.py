@@ -205,7 +205,7 @@ def test_prepare_with_o200k_writes_uint32_tiktokens_ids_on_fastokens_alone(tmp_p
     data = write_jsonl(tmp_path / "in.jsonl", docs)
     out = tmp_path / "out"
     proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_json(name)), "--out", str(out),
-               "--workers", "1", check=True)  # fmt: skip
+               "--workers", "1", check=True, timeout=None)  # at nice 19 it waits on the whole suite  # fmt: skip
     m = manifest.load(out / "manifest.json")
     assert m.dtype == "uint32" and m.data["tokenizer"]["dtype_reason"].startswith("auto: ids go up to 200018")
     assert m.data["encoder"]["name"] == "fastokens"
@@ -266,7 +266,7 @@ docs = json.loads((folder / "docs.json").read_text())
 for name in sys.argv[2:]:
     path = str(hub_folder(name) / "tokenizer.json")
     cli("prepare", "--input", str(folder / "in.jsonl"), "--tokenizer", path, "--out", str(folder / name),
-        "--workers", "1", check=True)
+        "--workers", "1", check=True, timeout=None)  # at nice 19 it waits on the whole suite
     ids = [[int(i) for i in doc] for doc in TokenizersEncoder(path).encode_batch(docs)]
     (folder / f"{name}.tokenizers.json").write_text(json.dumps(ids))
 """

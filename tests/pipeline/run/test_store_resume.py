@@ -15,6 +15,7 @@ from support import (
     kill_group,
     local_output,
     moto_server,
+    paused,
     start_prepare,
     wait_for,
 )
@@ -71,7 +72,9 @@ def test_a_store_that_lost_its_state_midway_is_prepared_whole_by_the_first_rerun
         url = f"s3://{bucket}/run"
         proc = start_prepare(recipe, url, "--workers", "2", env=server.env)
         wait_for(lambda: finished_partitions(server, bucket) >= 1, 120, "a finished partition", proc)
-        urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/moto-api/reset", method="POST"))
+        with paused(proc):
+            assert not server.objects(bucket, "run/manifest.json"), "the run ended before the reset"
+            urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/moto-api/reset", method="POST"))
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode != 0 and "Traceback" not in stderr, stderr
         assert stderr.strip().splitlines()[-1].startswith("tokshard: error: "), stderr
@@ -94,9 +97,13 @@ def test_a_prepare_whose_credentials_were_revoked_finishes_on_its_first_rerun_wi
         wait_for(
             lambda: finished_partitions_as(server, second, bucket) >= 1, 120, "a finished partition", proc
         )
-        boto3_client(server, second, "iam").delete_access_key(
-            UserName="runner", AccessKeyId=first["AWS_ACCESS_KEY_ID"]
-        )
+        with paused(proc):
+            assert "manifest.json" not in _keys_as(server, second, bucket), (
+                "the run ended before the revocation"
+            )
+            boto3_client(server, second, "iam").delete_access_key(
+                UserName="runner", AccessKeyId=first["AWS_ACCESS_KEY_ID"]
+            )
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode != 0 and "Traceback" not in stderr, stderr
         assert stderr.strip().splitlines()[-1].startswith("tokshard: error: "), stderr
@@ -136,14 +143,18 @@ def boto3_client(server, key: dict[str, str], service: str):
     )
 
 
+def _keys_as(server, key: dict[str, str], bucket: str) -> list[str]:
+    s3 = boto3_client(server, key, "s3")
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="run/")
+    return [obj["Key"][len("run/") :] for page in pages for obj in page.get("Contents", [])]
+
+
 def _objects_as(server, key: dict[str, str], bucket: str) -> dict[str, bytes]:
     s3 = boto3_client(server, key, "s3")
-    found = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="run/"):
-        for obj in page.get("Contents", []):
-            found[obj["Key"][len("run/") :]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-    return found
+    return {
+        k: s3.get_object(Bucket=bucket, Key=f"run/{k}")["Body"].read() for k in _keys_as(server, key, bucket)
+    }
 
 
 def finished_partitions_as(server, key: dict[str, str], bucket: str) -> int:
-    return sum(1 for k in _objects_as(server, key, bucket) if k.startswith(".tokshard/parts/"))
+    return sum(1 for k in _keys_as(server, key, bucket) if k.startswith(".tokshard/parts/"))
