@@ -26,16 +26,17 @@ from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.plan import Plan, prepare
 from trainer.prefetch import Batch, Prefetcher
-from trainer.run_folders import RUN_FILE, run_folder, run_record
+from trainer.run_folders import RUN_FILE, one_writer, run_folder, run_record
 from trainer.settings import TrainSettings
 
 
 def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
-    plan = prepare(settings)
-    dist = distributed.init(plan.cuda)
-    last = run_steps(plan, dist)
-    distributed.finish(dist)
+    with one_writer(settings):
+        plan = prepare(settings)
+        dist = distributed.init(plan.cuda)
+        last = run_steps(plan, dist)
+        distributed.finish(dist)
     return last
 
 

@@ -10,13 +10,16 @@ look, to be replaced by the storage package's shared one.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import os
+import socket
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.atomic import check_writable_dir
+from pipeline.format.atomic import check_writable_dir, disk_error, lock_file, try_exclusive
 from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import refuse_url
 from trainer.checkpoint.state import latest_tag
@@ -28,20 +31,89 @@ RUN_FILE = "run.json"
 RUNS = Path("runs")
 
 
+#: held (a POSIX lock) by the run writing into a --save or --run-dir folder, and naming it
+WRITER_LOCK = ".tokshard-train.lock"
+
+
+def writable_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
+    """``--save`` and ``--run-dir`` as (flag, folder), each checked to be a local folder this
+    process can write (made if missing)."""
+    save, run_dir = settings.checkpoint.save, settings.log.run_dir
+    refuse_url(save, "--save")  # checkpoints go to a (shared) filesystem
+    refuse_url(run_dir, "--run-dir")
+    if settings.checkpoint.resume and not save:
+        raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
+    folders = [(flag, Path(folder)) for flag, folder in (("--save", save), ("--run-dir", run_dir)) if folder]
+    for flag, folder in folders:
+        check_writable_dir(folder, flag)
+    return folders
+
+
+@contextlib.contextmanager
+def one_writer(settings: TrainSettings) -> Iterator[None]:
+    """One run at a time writes into a ``--save`` or ``--run-dir``: the same command started
+    again while the first still runs (a second terminal, a requeued job) is refused in one line
+    naming the first, instead of both writing checkpoints and logs into one folder. Held by
+    the main rank (``RANK`` 0, or no launcher) to the run's end; a holder that dies, however,
+    lets go at once. The folders are checked before (a refused run leaves nothing in them)
+    and again under the lock (`trainer.plan.prepare`), so two runs started at once cannot both
+    find an empty folder."""
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    check_outputs(settings)
+    folders = writable_outputs(settings)
+    distinct = [
+        (f, d) for i, (f, d) in enumerate(folders) if not any(same_folder(d, o) for _, o in folders[:i])
+    ]
+    held: list[int] = []
+    try:
+        for flag, folder in distinct:
+            held.append(_take_writer_lock(folder / WRITER_LOCK, flag, folder))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
+    fd = lock_file(path)
+    if not try_exclusive(fd, path):
+        os.close(fd)
+        raise TokshardError(
+            f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
+            "wait for it to end or stop it, then rerun"
+        )
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now().isoformat(" ", "seconds"),
+    }
+    data = json.dumps(record).encode()
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    except OSError as exc:
+        os.close(fd)
+        raise disk_error(exc, path) from exc
+    return fd
+
+
+def _holder_text(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_bytes())
+        return f"pid {holder['pid']} on {holder['host']} since {holder['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its record unreadable"
+
+
 def check_outputs(settings: TrainSettings) -> None:
     """``--save`` and ``--run-dir`` are local folders this process can write, holding nothing a
     run would overwrite: a fresh run writes only into empty folders (or ones it makes), a
     resume only into its own (before any work)."""
     save, run_dir = settings.checkpoint.save, settings.log.run_dir
     resume = settings.checkpoint.resume
-    refuse_url(save, "--save")  # checkpoints go to a (shared) filesystem
-    refuse_url(run_dir, "--run-dir")
-    if resume and not save:
-        raise TokshardError("--resume needs --save DIR: the folder holding the checkpoints")
-    if save:
-        check_writable_dir(Path(save), "--save")
-    if run_dir:
-        check_writable_dir(Path(run_dir), "--run-dir")
+    writable_outputs(settings)
     latest = latest_tag(Path(save)) if save else None
     if latest and not resume:
         raise TokshardError(
@@ -109,7 +181,9 @@ _PROBE = ".tokshard-write-test-"
 def folder_contents(folder: Path) -> list[str]:
     """The names in ``folder`` (none when it does not exist)."""
     try:
-        return sorted(p.name for p in folder.iterdir() if not p.name.startswith(_PROBE))
+        return sorted(
+            p.name for p in folder.iterdir() if not p.name.startswith(_PROBE) and p.name != WRITER_LOCK
+        )
     except FileNotFoundError:
         return []
 

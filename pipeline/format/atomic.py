@@ -7,6 +7,7 @@ crash right after the rename cannot lose it. Stdlib only (the manifest module us
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -191,3 +192,32 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise TokshardError(
             f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
         ) from exc
+
+
+def lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path`` (made, with its folder, if missing), to lock with
+    `try_exclusive`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+
+
+def try_exclusive(fd: int, path: Path) -> bool:
+    """Take the exclusive POSIX lock on ``fd`` (the lock file ``path``) if no other process
+    holds it. It lasts until the descriptor is closed or the process ends, however it ends (a
+    kill -9 too), so a dead holder never blocks the next; it also holds across hosts on a
+    shared filesystem that keeps POSIX locks (NFSv4, Lustre with ``flock``). A filesystem that
+    refuses locks (Lustre without ``flock``, NFS without its lock service) is one line, not
+    taken for a holder."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise TokshardError(
+            f"cannot lock {path} ({exc.strerror or exc}): its filesystem does not keep POSIX locks; "
+            "use a folder on one that does (a local disk, NFSv4, Lustre mounted with flock)"
+        ) from exc
+    return True

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.format.atomic import TMP_SUFFIX, disk_error, write_bytes, write_json
+from pipeline.format.atomic import TMP_SUFFIX, disk_error, lock_file, try_exclusive, write_bytes, write_json
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import finalize
 from pipeline.run.records import Checkpoint, Holder, holder_text
@@ -86,14 +86,6 @@ def read_holder(path: Path) -> Holder | None:
         return None
 
 
-def _lock_fd(path: Path) -> int:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise disk_error(exc, path) from exc
-
-
 def _write_holder(fd: int, path: Path, holder: Holder, written: int = 0) -> int:
     """Write the holder's record over the lock file's content (the lock stays held: the file
     is rewritten in place, padded over a longer old record); returns the bytes written."""
@@ -136,15 +128,13 @@ def run_lock(out: Path, run_id: str | None = None) -> Iterator[RunLock]:
     for a driver that was killed see a newer run take over and stop at their next commit.
     """
     path = state_dir(out) / "lock"
-    fd = _lock_fd(path)
+    fd = lock_file(path)
     try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+        if not try_exclusive(fd, path):
             raise TokshardError(
                 f"another `tokshard prepare` ({holder_text(read_holder(path))}) is running on {out}; "
                 "wait for it to finish or stop it, then rerun"
-            ) from exc
+            )
         lock = RunLock(fd, path, Holder.of_this_process(run_id))
         if run_id:
             write_json(state_dir(out) / RUN_ID_FILE, {"run": run_id})
@@ -215,20 +205,16 @@ def partition_lock(
     if not local.acquire(timeout=wait_seconds):
         raise TokshardError(f"partition {part.key} is busy in this process; rerun later")
     try:
-        fd = _lock_fd(path)
+        fd = lock_file(path)
         try:
             deadline = time.monotonic() + wait_seconds
-            while True:
-                try:
-                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if time.monotonic() > deadline:
-                        raise TokshardError(
-                            f"partition {part.key} is still being written by {holder_text(read_holder(path))} "
-                            f"after {wait_seconds:.0f} s; stop that process, then rerun"
-                        ) from exc
-                    time.sleep(0.2)
+            while not try_exclusive(fd, path):
+                if time.monotonic() > deadline:
+                    raise TokshardError(
+                        f"partition {part.key} is still being written by {holder_text(read_holder(path))} "
+                        f"after {wait_seconds:.0f} s; stop that process, then rerun"
+                    )
+                time.sleep(0.2)
             _write_holder(fd, path, Holder.of_this_process(run_id))
             yield
         finally:

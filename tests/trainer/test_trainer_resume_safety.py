@@ -19,9 +19,11 @@ import pytest
 from support import AS_AT_A_TERMINAL, REPO, cached_manifest, make_manifest, samples_by_step
 
 from pipeline.format import manifest as manifest_mod
+from pipeline.format.atomic import lock_file, try_exclusive
 from pipeline.format.errors import TokshardError
 from tokshard.commands import train as cli
 from trainer.api import TrainingSamples
+from trainer.run_folders import WRITER_LOCK
 
 ROOT = REPO
 SMALL = ["--model", "tiny", "--seq-len", "32", "--log-every", "1", "--micro-batch", "2"]
@@ -148,6 +150,49 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
         crc = [zlib.crc32(row.tobytes()) for row in rows]
         want = zip(b["positions"].tolist(), b["sources"], b["windows"].tolist(), crc, strict=True)
         assert fed == sorted(want), f"step {step}"
+
+
+def test_the_same_run_started_again_while_it_trains_is_refused_and_the_first_goes_on(manifest, tmp_path):
+    """A second ``--resume`` into the ``--save`` of a run still training (a requeued job, a
+    second terminal) is one line naming the first; the first trains on, and lets the folder
+    go when it stops."""
+    save = tmp_path / "ck"
+    args = [*endless(manifest, save), "--save-every", "5"]
+    cmd, env = trainer_cmd(*args)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and latest(save) is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        stop = int(latest(save).removeprefix("step")) + 1  # where the second would stop, were it let in
+        line = one_error_line(train(*args, "--resume", "--stop-at", str(stop), code=2))
+        assert f"another `tokshard train` (pid {proc.pid} on " in line, line
+        assert line.endswith(f"is writing into --save {save}; wait for it to end or stop it, then rerun"), (
+            line
+        )
+        logged = steps_in(save / "metrics.jsonl")
+        deadline = time.monotonic() + 120
+        while (
+            time.monotonic() < deadline
+            and proc.poll() is None
+            and len(steps_in(save / "metrics.jsonl")) <= len(logged) + 2
+        ):
+            time.sleep(0.05)
+        steps = steps_in(save / "metrics.jsonl")
+        assert (
+            proc.poll() is None and steps == list(range(1, len(steps) + 1)) and len(steps) > len(logged) + 2
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, proc.stderr.read().decode()[-3000:]
+    finally:
+        proc.kill()
+        proc.wait()
+    fd = lock_file(save / WRITER_LOCK)
+    try:
+        assert try_exclusive(fd, save / WRITER_LOCK), "the stopped run still holds its --save"
+    finally:
+        os.close(fd)
 
 
 # --- issue 29, item 8: Ctrl-C, SIGTERM and SIGHUP say how to continue ---
