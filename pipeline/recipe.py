@@ -26,7 +26,7 @@ from typing import Any
 
 from pipeline.encoding import BACKEND_NAMES
 from pipeline.encoding.tokenizer import AUTO_DTYPE, TokenizerInfo
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, not_utf8
 from pipeline.format.manifest import content_hash
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
@@ -125,10 +125,12 @@ class Recipe:
 def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str | None = None) -> Recipe:
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is read past
     except FileNotFoundError as exc:
         raise TokshardError(f"recipe {p} does not exist; check the path") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"recipe {p}", exc) from exc
+    except OSError as exc:
         raise TokshardError(f"cannot read recipe {p}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise TokshardError(f"{p}: not valid TOML ({exc})") from exc

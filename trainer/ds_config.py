@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, not_utf8
 from trainer.settings import OptimSettings
 
 AUTO = "auto"
@@ -41,9 +41,11 @@ DEFAULT_GRAD_CLIP = 1.0
 def read(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is read past
     except OSError as exc:
         raise TokshardError(f"--deepspeed {p}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"--deepspeed {p}", exc) from exc
     except json.JSONDecodeError as exc:
         raise TokshardError(f"--deepspeed {p}: not valid JSON ({exc})") from exc
     if not isinstance(cfg, dict):

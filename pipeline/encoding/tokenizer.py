@@ -394,7 +394,7 @@ def configured_eos(path: str | os.PathLike) -> str | None:
     it names none); a config that does not read is no answer, not an error."""
     config = Path(path).with_name(CONFIG_FILE)
     try:
-        named = orjson.loads(config.read_bytes()).get("eos_token")
+        named = orjson.loads(config.read_bytes().removeprefix(codecs.BOM_UTF8)).get("eos_token")
     except (OSError, ValueError, AttributeError):
         return None
     if isinstance(named, dict):  # written as an AddedToken

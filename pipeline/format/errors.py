@@ -24,3 +24,13 @@ class DataError(TokshardError):
 
 class VerifyError(DataError):
     """Data on disk does not match its manifest (exit 1, like a failed check)."""
+
+
+def not_utf8(what: str, exc: UnicodeDecodeError) -> TokshardError:
+    """A config file (a recipe, a DeepSpeed config) that is not UTF-8 text, as an editor or a
+    shell saving UTF-16 writes it: say so and what to do, not the codec's message alone.
+    (A UTF-8 byte-order mark, as Windows editors write, is read past by the callers.)"""
+    return TokshardError(
+        f"{what} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 "
+        "(a UTF-16 file, as PowerShell's `>` writes, is the usual cause)"
+    )

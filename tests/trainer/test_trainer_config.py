@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 
 import pytest
@@ -89,6 +90,19 @@ def test_a_batch_that_does_not_split_names_the_flags_the_user_gave():
 def test_an_auto_tokshard_cannot_fill_is_named():
     with pytest.raises(TokshardError, match=r"optimizer\.params\.momentum"):
         resolve({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": "auto"}}})
+
+
+def test_a_config_with_a_byte_order_mark_reads_as_without_and_one_not_utf8_is_one_line(tmp_path):
+    """As Windows editors save it (UTF-8 with a BOM), and as PowerShell's `>` does (UTF-16)."""
+    cfg = {"train_batch_size": "auto", "gradient_clipping": 0.5}
+    bom, utf16 = tmp_path / "bom.json", tmp_path / "utf16.json"
+    bom.write_bytes(codecs.BOM_UTF8 + json.dumps(cfg).encode())
+    utf16.write_bytes(json.dumps(cfg).encode("utf-16"))
+    assert ds_config.read(bom) == cfg
+    with pytest.raises(
+        TokshardError, match=rf"^--deepspeed {utf16} is not UTF-8 text \(byte 0: .*save it as UTF-8"
+    ):
+        ds_config.read(utf16)
 
 
 def test_unreadable_config_is_one_clear_error(tmp_path):

@@ -8,6 +8,7 @@ Every tokenizer here is a real one, trained with `tokenizers` on real prose."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from support import cli, english_documents, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.documents import DocumentEncoder
-from pipeline.encoding.tokenizer import load
+from pipeline.encoding.tokenizer import configured_eos, load
 from pipeline.format import manifest
 from pipeline.format.errors import DataError
 from pipeline.sources.base import Record
@@ -237,6 +238,12 @@ def test_an_eos_named_only_by_the_tokenizer_config_beside_it_ends_each_document(
     assert m.eos_id == load(own_eos).token_to_id("<|doc_end|>")
     assert m.data["tokenizer"]["eos_found"].startswith("named by the tokenizer_config.json beside it")
     assert documents_in(out) == reference_ids(own_eos, prose[:20])
+
+
+def test_a_tokenizer_config_saved_with_a_byte_order_mark_still_names_the_eos(tmp_path):
+    """Not taken for "no config" (which would leave the EOS to a guess or a refusal)."""
+    (tmp_path / "tokenizer_config.json").write_bytes(codecs.BOM_UTF8 + b'{"eos_token": "<|doc_end|>"}')
+    assert configured_eos(tmp_path / "tokenizer.json") == "<|doc_end|>"
 
 
 def test_no_known_eos_and_no_config_is_refused_in_one_line_naming_the_flag(own_eos, tmp_path):
