@@ -61,8 +61,7 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
     if os.environ.get("RANK", "0") != "0":
         yield
         return
-    check_outputs(settings)
-    folders = writable_outputs(settings)
+    folders = check_outputs(settings)
     distinct = [
         (f, d) for i, (f, d) in enumerate(folders) if not any(same_folder(d, o) for _, o in folders[:i])
     ]
@@ -107,13 +106,13 @@ def _holder_text(path: Path) -> str:
         return "its record unreadable"
 
 
-def check_outputs(settings: TrainSettings) -> None:
+def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
     """``--save`` and ``--run-dir`` are local folders this process can write, holding nothing a
     run would overwrite: a fresh run writes only into empty folders (or ones it makes), a
-    resume only into its own (before any work)."""
+    resume only into its own (before any work). Returns them as `writable_outputs` does."""
     save, run_dir = settings.checkpoint.save, settings.log.run_dir
     resume = settings.checkpoint.resume
-    writable_outputs(settings)
+    folders = writable_outputs(settings)
     latest = latest_tag(Path(save)) if save else None
     if latest and not resume:
         raise TokshardError(
@@ -126,6 +125,7 @@ def check_outputs(settings: TrainSettings) -> None:
                 refuse_unless_empty(Path(folder), flag)
     elif run_dir and not same_folder(Path(run_dir), Path(save)):
         refuse_unless_this_runs(Path(run_dir), Path(save))
+    return folders
 
 
 def refuse_unless_empty(folder: Path, flag: str) -> None:
