@@ -24,7 +24,7 @@ from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.engine import build_engine
 from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
-from trainer.plan import Plan, prepare
+from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
 from trainer.run_folders import RUN_FILE, one_writer, run_folder, run_record
 from trainer.settings import TrainSettings
@@ -32,6 +32,7 @@ from trainer.settings import TrainSettings
 
 def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
+    check_settings(settings)  # a refusal of the settings alone makes no folder
     with one_writer(settings):
         plan = prepare(settings)
         dist = distributed.init(plan.cuda)

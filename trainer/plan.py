@@ -84,11 +84,16 @@ class Plan:
         return Path(save) if save else None
 
 
-def prepare(settings: TrainSettings) -> Plan:
-    """Every guard, then the plan; raises ``TokshardError`` at the first refusal."""
+def check_settings(settings: TrainSettings) -> None:
+    """The guards that read the settings alone, run before any folder is made or locked."""
     guards.check_stop_at(settings)
     guards.check_doc_mask(settings.model)
     guards.check_compile(settings.model, torch.cuda.is_available())
+
+
+def prepare(settings: TrainSettings) -> Plan:
+    """Every guard, then the plan; raises ``TokshardError`` at the first refusal."""
+    check_settings(settings)
     check_outputs(settings)
     manifests, fetchers = remote.open_manifests(
         list(settings.data.manifests), settings.data.cache, settings.data.cache_limit
