@@ -20,7 +20,7 @@ from pipeline.sources.base import (
 from pipeline.sources.files.access import file_size
 from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
 from pipeline.sources.files.formats import kind_of
-from pipeline.sources.files.listing import InputFile, list_files
+from pipeline.sources.files.listing import InputFile, list_files, refuse_non_utf8
 from pipeline.sources.files.pieces import FileTable, Piece, partition_key, partition_spec, pieces_of
 from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
 from pipeline.sources.files.readers import read_partition
@@ -95,6 +95,7 @@ class FilesSource(Source):
         if split not in self._listed:
             with gc_paused():
                 files = list_files(self.config["splits"][split], self.config["base_dir"])
+                refuse_non_utf8(files)
                 for f in files:
                     if f.kind is None:
                         kind_of(f.path)  # refused by name

@@ -195,6 +195,38 @@ def test_standard_input_named_as_dash_is_refused_saying_why(folder, tokenizer_pa
     )
 
 
+LATIN1_NAME = os.fsdecode(b"caf\xe9")  # "café" as a Latin-1 system names it: not UTF-8
+LATIN1_SHOWN = "caf\\xe9"  # as the error line shows its bytes
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        (f"data/{LATIN1_NAME}.jsonl", "(file name 'caf\\xe9.jsonl')"),
+        (f"data/{LATIN1_NAME}/c.jsonl", "(folder name 'caf\\xe9')"),
+    ],
+    ids=["file", "folder"],
+)
+def test_an_input_whose_path_is_not_utf8_is_named_before_any_work(folder, tokenizer_path, docs, where, says):
+    """A file or folder named on a Latin-1 system: its path is kept as UTF-8 in run.json and the
+    shards' provenance, so it is refused at planning, not by a worker's traceback half-way."""
+    write_jsonl(folder / where, docs[6:8])
+    proc = prepare_cli(folder, "data/**/*.jsonl", tokenizer=tokenizer_path)
+    shown = f"{folder}/{where.replace(LATIN1_NAME, LATIN1_SHOWN)}"
+    refused(proc, f"input {shown}: its path is not UTF-8 text {says}", folder / "out")
+    assert "rename the" in one_error_line(proc)
+
+
+def test_tokenizer_training_reads_an_input_whose_path_is_not_utf8(tmp_path, docs):
+    """`tokenizer train` keeps no input's path, so it reads such a file as any other."""
+    write_jsonl(tmp_path / f"{LATIN1_NAME}.jsonl", docs[:20])
+    proc = cli(
+        "tokenizer", "train", "--input", "*.jsonl", "--vocab-size", "300", "--out", "tok", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "tok" / "tokenizer.json").exists()
+
+
 def test_a_socket_matched_by_a_glob_is_named(folder, tokenizer_path):
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(folder / "data" / "s.jsonl"))
