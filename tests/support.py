@@ -774,3 +774,13 @@ def gated_hub() -> Iterator[str]:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+
+
+def unchecked_strings(values: list[bytes]):
+    """An Arrow string column built from raw bytes, unchecked, as Spark and other writers store
+    web text: Arrow takes bytes that are not UTF-8 without looking."""
+    import pyarrow as pa
+
+    offsets = np.cumsum([0, *map(len, values)]).astype(np.int32)
+    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))]
+    return pa.Array.from_buffers(pa.string(), len(values), buffers)

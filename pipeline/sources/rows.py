@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
 from pipeline.sources.hub import (
@@ -331,6 +331,12 @@ def _file_rows(repo: Repo, rel: str, file_first: int, begin: int, columns: tuple
                     row += batch.num_rows
             except TokshardError:
                 raise
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{repo.url(rel)} row group {g}: a text value is not UTF-8 ({exc.reason} at byte "
+                    f"{exc.start}); the file was written without checking its text: fix that row in a "
+                    "copy of the dataset and read the copy (a source's `mirror`)"
+                ) from exc
             except Exception as exc:
                 raise read_error(exc, repo, rel) from exc
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import cli, plain_encode, run_prepare, stream_of
+from support import cli, plain_encode, run_prepare, stream_of, unchecked_strings
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
@@ -81,6 +81,30 @@ def test_null_text_in_parquet_is_a_bad_record(tmp_path, tokenizer_path, dask_cli
     pq.write_table(pa.table({"text": ["a", None, "b"]}), path)
     out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
     assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"null field 'text'": 1}
+
+
+def columns_file(tmp_path, kind: str, column: pa.Array):
+    path = tmp_path / f"in.{kind}"
+    table = pa.table({"text": column})
+    if kind == "parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_a_string_column_value_that_is_not_utf8_is_a_bad_record(tmp_path, tokenizer_path, dask_client, kind):
+    """One undecodable value spoils no other row: it stops the run naming its row, or is
+    skipped and counted as an undecodable JSON line is."""
+    values = [GOOD[0].encode(), b"caf\xe9 in Latin-1", GOOD[1].encode(), GOOD[2].encode()]
+    path = columns_file(tmp_path, kind, unchecked_strings(values))
+    with pytest.raises(TokshardError, match=r"row 2: bad record \(invalid UTF-8\)"):
+        run_prepare(recipe_for(tokenizer_path, path), tmp_path / "stopped", dask_client)
+    out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
+    assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"invalid UTF-8": 1}
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, GOOD))
 
 
 def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_path, dask_client):

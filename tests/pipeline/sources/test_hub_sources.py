@@ -18,7 +18,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import REPO, cli, english_documents, plain_encode, run_prepare, stream_of, validate_manifest
+from support import (
+    REPO,
+    cli,
+    english_documents,
+    plain_encode,
+    run_prepare,
+    stream_of,
+    unchecked_strings,
+    validate_manifest,
+)
 
 from pipeline import recipe
 from pipeline.format.errors import DataError, TokshardError
@@ -404,6 +413,23 @@ def test_a_mirror_file_with_a_flipped_page_is_named_when_read(tmp_path):
     src = source("hf", tmp_path, repo="acme/notes")
     with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet is not a readable parquet file"):
         read_all(src)
+
+
+def test_a_mirror_file_whose_text_is_not_utf8_is_named_with_its_row_group(tmp_path):
+    """A text value Arrow took unchecked (bytes that are not UTF-8) is one line naming the file
+    and its row group, a fault of the data."""
+    repo = tmp_path / "acme" / "notes"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*\n---\n"
+    )
+    (repo / "data").mkdir()
+    column = unchecked_strings([b"fine text", b"caf\xe9 in Latin-1", b"more text"])
+    pq.write_table(pa.table({"text": column}), repo / "data/train-00000-of-00001.parquet")
+    with pytest.raises(
+        DataError, match=r"train-00000-of-00001.parquet row group 0: a text value is not UTF-8"
+    ):
+        read_all(source("hf", tmp_path, repo="acme/notes"))
 
 
 def test_half_copied_or_lfs_pointer_mirror_file_is_refused_before_any_work(tmp_path, mirror):

@@ -17,7 +17,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
-from pipeline.sources.files.readers.jsonl import column_text
+from pipeline.sources.files.readers.jsonl import column_texts
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.locations import is_url
 
@@ -62,11 +62,10 @@ class ArrowReader(Reader):
                 row += batch.num_rows
                 continue
             progress = place.before + min(piece.size, done)
-            for value in batch.column(column).to_pylist():
+            for text, bad in column_texts(batch.column(column), field):
                 row += 1
                 if row <= skip:
                     continue
-                text, bad = column_text(value, field)
                 where = f"{path} row {first_row + row}"
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 

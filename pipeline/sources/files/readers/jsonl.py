@@ -114,6 +114,26 @@ def column_text(value: str | None, field: str) -> tuple[str | None, str | None]:
     return (None, null_field(field)) if value is None else checked(value)
 
 
+def column_texts(column: Any, field: str) -> list[tuple[str | None, str | None]]:
+    """`column_text` for each value of an Arrow text column. Arrow does not check that a string
+    column holds UTF-8 (Spark and other writers store raw web bytes there), and converting a
+    column fails as a whole on one bad value: each value of such a column is then converted
+    alone, and the bad one is a bad record, as an undecodable JSON line is."""
+    try:
+        values = column.to_pylist()
+    except UnicodeDecodeError:
+        return [_one_value(column, i, field) for i in range(len(column))]
+    return [column_text(value, field) for value in values]
+
+
+def _one_value(column: Any, i: int, field: str) -> tuple[str | None, str | None]:
+    try:
+        value = column[i].as_py()
+    except UnicodeDecodeError:
+        return None, "invalid UTF-8"
+    return column_text(value, field)
+
+
 def checked(text: str) -> tuple[str | None, str | None]:
     """Lone surrogates (from JSON escapes) cannot be UTF-8 encoded: a bad record, not a crash."""
     try:

@@ -13,7 +13,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
-from pipeline.sources.files.readers.jsonl import column_text
+from pipeline.sources.files.readers.jsonl import column_texts
 from pipeline.sources.text_columns import is_text_type
 
 BATCH_ROWS = 1024
@@ -52,12 +52,11 @@ class ParquetReader(Reader):
             if row + batch.num_rows <= skip:
                 row += batch.num_rows
                 continue
-            for value in batch.column(0).to_pylist():
+            for text, bad in column_texts(batch.column(0), field):
                 row += 1
                 if row <= skip:
                     continue
                 where = f"{path} row group {groups[0]}+, row {row}"
-                text, bad = column_text(value, field)
                 progress = place.before + piece.size * row // rows
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
