@@ -11,6 +11,7 @@ import zlib
 
 from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
+from pipeline.sources.files.zstd_frames import decompressor
 
 #: file name endings (in any case) and the reader each gets; a .json file is read as JSON Lines,
 #: as `datasets` reads it and as corpora ship it (C4's ``c4-train.00000-of-01024.json.gz``)
@@ -184,9 +185,7 @@ def _decompressed_head(raw: bytes, kind: str) -> bytes:
             return lzma.LZMADecompressor().decompress(raw, HEAD_BYTES)
         if kind == ".jsonl.bz2":
             return bz2.BZ2Decompressor().decompress(raw, HEAD_BYTES)
-        import zstandard
-
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
+        with decompressor().stream_reader(io.BytesIO(raw)) as reader:
             return reader.read(HEAD_BYTES)
     except Exception:
         return b""

@@ -6,6 +6,19 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO
 
+#: the largest window a frame may ask for: zstd's own limit (``--long=31``). The decoder's default
+#: stops at 128 MiB (``--long=27``) and calls a file made with ``zstd --long=31`` unreadable, which
+#: the zstd tool reads with ``--long=31``. A frame's buffer is the window it declares, so this costs
+#: only the files that ask for it.
+MAX_WINDOW = 1 << 31
+
+
+def decompressor() -> Any:
+    """A zstd decompressor that reads every window size the format allows (`MAX_WINDOW`)."""
+    import zstandard
+
+    return zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+
 
 class TruncatedInput(EOFError):
     """A compressed file ends before its compressed data does."""
@@ -22,10 +35,8 @@ class ZstdFrames(io.RawIOBase):
     STEP = 1 << 16
 
     def __init__(self, raw: BinaryIO) -> None:
-        import zstandard
-
         self._raw = raw
-        self._dctx = zstandard.ZstdDecompressor()
+        self._dctx = decompressor()
         self._frame: Any = None  # the decompressor of the frame being read, if any
         self._leftover = b""  # compressed bytes after the frame that just ended
         self._out = b""

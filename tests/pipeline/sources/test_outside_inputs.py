@@ -380,6 +380,21 @@ def test_a_zstd_file_of_several_frames_is_read_to_its_end(tmp_path, docs, tokeni
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:30]))
 
 
+@pytest.mark.parametrize("window_log", [27, 31])
+def test_a_zstd_file_made_with_a_long_window_is_read(tmp_path, docs, tokenizer_path, dask_client, window_log):
+    """`zstd --long=31` writes frames that ask for a 2 GiB window: a valid file (the zstd tool
+    reads it with ``--long=31``), not a corrupt one, though the decoder's default stops at 128 MiB."""
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=window_log, enable_ldm=True)
+    writer = zstandard.ZstdCompressor(compression_params=params).compressobj()  # streamed: no size
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(
+        writer.compress(write_jsonl(tmp_path / "a.jsonl", docs[:30]).read_bytes()) + writer.flush()
+    )
+    assert zstandard.get_frame_parameters(path.read_bytes()).window_size == 1 << window_log
+    out = run_prepare(files_recipe(tokenizer_path, [path]), tmp_path / "out", dask_client)
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:30]))
+
+
 # --- 5. a corrupt parquet file is one line naming it ------------------------------------------------
 
 
