@@ -28,7 +28,7 @@ from tokshard.commands import (
 )
 from tokshard.commands.command import INTERRUPTED, Command, Terminated, error_line, stopping_signals_raise
 from tokshard.usage import OneLineParser
-from trainer.console import reader_gone, stdout_reader_left
+from trainer.console import StdoutUnwritable, checked_stdout, reader_gone, stdout_reader_left
 
 #: every command, in the order ``tokshard --help`` lists them
 COMMANDS: tuple[Command, ...] = tuple(
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     try:
-        with stopping_signals_raise():
+        with stopping_signals_raise(), checked_stdout():
             status = args.run(args)
             sys.stdout.flush()  # a reader that quit shows here, not in Python's flush at exit
             return status
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         if not stdout_reader_left():
             raise
         return reader_gone()
+    except StdoutUnwritable as exc:  # `> file` on a full disk: Python has dropped what failed
+        reader_gone()
+        return _failed(exc)
     except TokshardError as exc:
         return _failed(exc)
     except KeyboardInterrupt:

@@ -7,6 +7,8 @@ CPU runs use gloo, GPUs nccl.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import socket
@@ -54,15 +56,37 @@ def single_process_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
 
 
-def init(cuda: bool) -> Dist:
-    single_process_env()
-    import deepspeed
-    from deepspeed.utils import logger
+#: what DeepSpeed's import says on a machine without a GPU (`import_deepspeed` leaves it out)
+CPU_WARNING = "Setting accelerator to CPU"
+
+
+def import_deepspeed() -> Any:
+    """DeepSpeed, its loggers writing to stderr: stdout is the run's console.
+
+    Its loggers take ``sys.stdout`` when they are made, on import, and the import itself warns
+    "Setting accelerator to CPU" on a machine without a GPU (the run's own first line says where
+    it runs). So the import runs with stdout caught: the loggers are then pointed at stderr, and
+    what the import said, but for that warning, goes there too."""
+    if "deepspeed" in sys.modules:
+        return sys.modules["deepspeed"]
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        import deepspeed
+        from deepspeed.utils import logger
 
     logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
-    for handler in logger.handlers:  # DeepSpeed's diagnostics to stderr: stdout is the run's console
-        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
-            handler.setStream(sys.stderr)
+    for each in [logging.root, *logging.root.manager.loggerDict.values()]:
+        for handler in getattr(each, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is said:
+                handler.setStream(sys.stderr)
+    rest = [line for line in said.getvalue().splitlines(keepends=True) if CPU_WARNING not in line]
+    sys.stderr.write("".join(rest))
+    return deepspeed
+
+
+def init(cuda: bool) -> Dist:
+    single_process_env()
+    deepspeed = import_deepspeed()
     if not cuda:
         # the shared-memory all-reduce is a JIT-compiled extension (a minute) that gloo does not need
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False

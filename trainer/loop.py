@@ -33,6 +33,7 @@ from trainer.settings import TrainSettings
 def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     check_settings(settings)  # a refusal of the settings alone makes no folder
+    distributed.import_deepspeed()  # before anything else imports it (its loggers)
     with one_writer(settings):
         plan = prepare(settings)
         dist = distributed.init(plan.cuda)

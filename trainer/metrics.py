@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.format.atomic import disk_error, write_bytes
-from trainer.console import reader_gone
+from trainer.console import StdoutUnwritable, reader_gone
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_GLOB = "samples-rank*.jsonl"
@@ -102,6 +103,7 @@ class MetricsLog:
         self.path = run_dir / METRICS_FILE
         self._file = open(self.path, "a") if enabled else None
         self._out = out
+        self._console_lost = False
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
@@ -112,13 +114,26 @@ class MetricsLog:
                 raise disk_error(exc, self.path) from exc
 
     def _say(self, line: str) -> None:
-        if not self.enabled:
+        if not self.enabled or self._console_lost:
             return
         try:
             print(line, file=self._out, flush=True)
         except BrokenPipeError:  # the console's reader quit: the run goes on, metrics.jsonl is its record
-            if self._out is None:
-                reader_gone()
+            self._lose_console()
+        except (StdoutUnwritable, OSError) as exc:  # a full disk under `> train.log`: the same
+            reason = exc.reason if isinstance(exc, StdoutUnwritable) else exc.strerror
+            print(
+                f"tokshard: cannot write to standard output ({reason}); training goes on without "
+                f"its console, and {self.path} keeps its record",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._lose_console()
+
+    def _lose_console(self) -> None:
+        self._console_lost = True
+        if self._out is None:
+            reader_gone()
 
     def train(
         self,

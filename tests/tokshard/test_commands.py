@@ -5,6 +5,7 @@ blend file it wrote. Each command is a real `tokshard` process."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -51,6 +52,20 @@ def test_any_command_whose_reader_quits_at_once_ends_quietly(spaced, command):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "megatron-args"])
+def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, command):
+    """`tokshard COMMAND ... > report.txt` on a full disk (here /dev/full): one line, exit 2,
+    where Python's own message was a traceback."""
+    cmd = [sys.executable, "-m", "tokshard.cli", command, str(spaced)]
+    with open(os.devnull.replace("null", "full"), "w") as full:
+        proc = subprocess.run(cmd, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "tokshard: error: cannot write to standard output (No space left on device); send it elsewhere, "
+        "or free space where it goes"
+    ]
 
 
 def test_json_replaces_its_own_blend_but_no_other_file(spaced, tmp_path):

@@ -122,18 +122,26 @@ def test_the_logged_lr_is_the_rate_each_step_applied_and_warmup_0_starts_at_the_
     assert not all(torch.equal(after_step_2["module"][k], v) for k, v in initial.items())
 
 
-def test_a_console_reader_that_quits_leaves_the_run_training(manifest, tmp_path):
-    """`tokshard train ... | head`: the run goes on to its last step, its record complete."""
+@pytest.mark.parametrize("console", ["a reader that quits", "a full disk"])
+def test_a_console_that_goes_away_leaves_the_run_training(manifest, tmp_path, console):
+    """`tokshard train ... | head` or `> train.log` on a full disk (here /dev/full): the run goes
+    on to its last step, its record complete; the console's first line is tokshard's own
+    (DeepSpeed's warnings go to stderr)."""
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), *SMALL, "--micro-batch", "2",
            "--steps", "30", "--run-dir", str(run)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    proc.stdout.close()  # as `head -1` does
+    with open(os.devnull.replace("null", "full"), "w") as full:
+        out = subprocess.PIPE if console == "a reader that quits" else full
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+    if proc.stdout is not None:
+        assert proc.stdout.readline().startswith("tokshard: ")
+        proc.stdout.close()  # as `head -1` does
     err = proc.stderr.read()
-    assert proc.wait(timeout=240) == 0 and "Traceback" not in err, err[-3000:]
+    assert proc.wait(timeout=240) == 0 and "Traceback" not in err and "Logging error" not in err, err[-3000:]
     assert [t["step"] for t in metrics(run)[0]] == list(range(1, 31))
+    lost = "cannot write to standard output (No space left on device); training goes on without its console"
+    assert err.count(lost) == (console == "a full disk")
 
 
 # --- exact resume: the same samples whether or not the run was interrupted, on 1 or 2 ranks ---
