@@ -29,14 +29,23 @@ _ANSWERS = {
 _NOT_PASSED_ON = {"host", "transfer-encoding", "content-encoding", "connection", "keep-alive"}
 
 
+#: the headers of a conditional write (S3's ``If-None-Match: *`` create, ``If-Match`` replace)
+CONDITIONS = {"if-none-match", "if-match"}
+
+
 @contextlib.contextmanager
-def faulty_store(upstream: str, every: int, faults: tuple[str, ...] = FAULTS) -> Iterator[str]:
-    """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request, cycling
-    through ``faults``; a request to ``/faults`` answers how many it has given."""
+def faulty_store(
+    upstream: str, every: int, faults: tuple[str, ...] = FAULTS, ignore_conditions: bool = False
+) -> Iterator[str]:
+    """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
+    cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
+    ``ignore_conditions`` it is a store that ignores conditional writes (as some S3-compatible
+    stores do): it drops their headers, so every such write succeeds."""
     from support import free_port, serving
 
     port = free_port()
     argv = [sys.executable, __file__, upstream, str(port), str(every), ",".join(faults)]
+    argv += ["--ignore-conditions"] if ignore_conditions else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -47,7 +56,7 @@ def faults_given(endpoint: str) -> int:
         return int(reply.read())
 
 
-def serve(upstream: str, port: int, every: int, faults: tuple[str, ...]) -> None:
+def serve(upstream: str, port: int, every: int, faults: tuple[str, ...], ignore_conditions: bool) -> None:
     from aiohttp import ClientSession, web
 
     requests, given = itertools.count(1), itertools.count()
@@ -67,9 +76,10 @@ def serve(upstream: str, port: int, every: int, faults: tuple[str, ...]) -> None
             return web.Response(text=str(counted["faults"]))
         n = next(requests)
         body = await request.read()
-        if n % every == 0:
+        if every and n % every == 0:
             return await fault(request, faults[(n // every - 1) % len(faults)])
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_PASSED_ON}
+        not_passed = _NOT_PASSED_ON | (CONDITIONS if ignore_conditions else set())
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in not_passed}
         async with (
             ClientSession(auto_decompress=False) as session,
             session.request(
@@ -95,5 +105,6 @@ if __name__ == "__main__":
     parser.add_argument("port", type=int)
     parser.add_argument("every", type=int)
     parser.add_argument("faults")
+    parser.add_argument("--ignore-conditions", action="store_true")
     a = parser.parse_args()
-    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")))
+    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")), a.ignore_conditions)

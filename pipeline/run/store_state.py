@@ -249,6 +249,11 @@ def lease(store: ObjectStore, run_id: str, log: Log) -> Iterator[Lease]:
             )
         if found:
             log(f"took over the lease of a dead run ({stale_text(other)})")
+    if store.create(LEASE_FILE, mine.to_bytes()):  # the lease is there: a store that keeps it says no
+        log(
+            f"{store.url}: this store ignores conditional writes (S3's If-None-Match), so a second "
+            "`tokshard prepare` on it would not be refused while this one runs; start one at a time"
+        )
     held = Lease(store, mine, log)
     held.start()
     try:

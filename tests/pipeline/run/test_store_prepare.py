@@ -40,6 +40,7 @@ def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_
     url = f"s3://{bucket}/run"
     done = cli("prepare", str(recipe), "--out", url, "--workers", "2", cwd=tmp_path, check=True)
     assert done.stdout.startswith(f"{url}/manifest.json: ")
+    assert "conditional writes" not in done.stderr  # the server keeps them: its lease is exclusive
     assert_same_as_local(s3_server, bucket, "run", ref)
     assert list(tmp_path.iterdir()) == [], "a URL made a local folder"
     status = cli("status", url, cwd=tmp_path, check=True).stdout
@@ -69,6 +70,23 @@ def test_prepare_through_a_store_that_fails_every_few_requests_gives_the_bytes_o
             "OK: "
         )
         assert faults_given(endpoint) >= len(FAULTS)
+    assert_same_as_local(s3_server, bucket, "run", ref)
+
+
+def test_a_store_that_ignores_conditional_writes_is_named_and_the_run_is_exact(
+    s3_server, store_setup, tmp_path
+):
+    """Some S3-compatible stores ignore If-None-Match (every create succeeds), so the lease
+    cannot keep a second prepare out: the run says so, and its output is still the local run's."""
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    with faulty_store(s3_server.endpoint, every=0, ignore_conditions=True) as endpoint:
+        done = cli(
+            "prepare", str(recipe), "--out", url, cwd=tmp_path, env={"AWS_ENDPOINT_URL": endpoint}, check=True
+        )
+    warned = f"tokshard: {url}: this store ignores conditional writes (S3's If-None-Match), so a second"
+    assert done.stderr.count(warned) == 1, done.stderr
     assert_same_as_local(s3_server, bucket, "run", ref)
 
 
