@@ -1,13 +1,21 @@
-"""How tokshard writes JSON (`pipeline.format.atomic.json_bytes`): readable, and read back as written."""
+"""How tokshard writes JSON (`pipeline.format.atomic.json_bytes`): readable, and read back as
+written; and how it takes a lock file (`lock_file`, `try_exclusive`)."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import os
+import subprocess
+import sys
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.format.atomic import json_bytes
+from pipeline.format.atomic import json_bytes, lock_file, try_exclusive
+from pipeline.format.errors import TokshardError
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
 #: strings that look like the boundary between two records of a table, and like JSON syntax
@@ -42,3 +50,51 @@ def test_compact_json_has_no_line_breaks_inside():
     doc = {"files": [{"path": "a", "size": 1}] * 3, "nested": {"x": [1, [2]]}}
     text = json_bytes(doc, compact=True)
     assert text.count(b"\n") == 1 and json.loads(text) == doc
+
+
+@pytest.mark.parametrize("refusal", [errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP])
+def test_a_filesystem_that_refuses_posix_locks_is_one_line_not_a_holder(tmp_path, monkeypatch, refusal):
+    """NFS without its lock service (ENOLCK), Lustre without ``flock`` (ENOSYS): no such
+    filesystem is at hand, so the refusal is made here. It is named, never taken for another
+    run holding the lock."""
+
+    def refused(fd: int, operation: int) -> None:
+        raise OSError(refusal, os.strerror(refusal))
+
+    path = tmp_path / "lock"
+    fd = lock_file(path)
+    monkeypatch.setattr(fcntl, "lockf", refused)
+    try:
+        with pytest.raises(TokshardError, match=f"cannot lock {path} .*: its filesystem does not keep POSIX"):
+            try_exclusive(fd, path)
+    finally:
+        os.close(fd)
+
+
+def test_a_lock_another_process_holds_is_not_taken(tmp_path):
+    path = tmp_path / "lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        fd = lock_file(path)
+        try:
+            assert not try_exclusive(fd, path)
+        finally:
+            os.close(fd)
+    finally:
+        holder.kill()
+        holder.wait()
+    fd = lock_file(path)
+    try:
+        assert try_exclusive(fd, path)  # its holder is gone, however it ended
+    finally:
+        os.close(fd)
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
