@@ -533,6 +533,8 @@ class Trained:
     path: Path
     documents: int
     skipped: dict[str, int]
+    #: the ids it holds: the --vocab-size asked for, or fewer where the text ran out of pairs to merge
+    ids: int
 
 
 def train(
@@ -588,7 +590,7 @@ def train(
         raise TokshardError(
             f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
         ) from exc
-    return Trained(dest, documents, skipped)
+    return Trained(dest, documents, skipped, tok.get_vocab_size())
 
 
 def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:

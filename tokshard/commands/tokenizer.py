@@ -46,7 +46,15 @@ def run_train(args: argparse.Namespace) -> int:
         args.input, args.vocab_size, Path(args.out), args.eos, args.text_field, args.on_bad_record == "skip"
     )
     skipped = f"; {skipped_text(trained.skipped)}" if trained.skipped else ""
-    print(f"wrote {trained.path}: trained on {trained.documents:,} documents{skipped}")
+    short = (
+        f" where --vocab-size asked for {args.vocab_size:,} (the text has no more pairs to merge: "
+        "train on more text for more)"
+        if trained.ids < args.vocab_size
+        else ""
+    )
+    print(
+        f"wrote {trained.path}: {trained.ids:,} ids{short}, trained on {trained.documents:,} documents{skipped}"
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import cli, edited, gated_hub, run_prepare, write_jsonl
+from tokenizers import Tokenizer
 
 from pipeline.encoding.tokenizer import load, locate, resolve
 from pipeline.format import manifest
@@ -136,6 +137,25 @@ def test_tokenizer_train_stops_at_a_record_without_the_field_and_names_text_fiel
     assert not (tmp_path / "tok" / "tokenizer.json").exists()
     named = train_tokenizer_cli(tmp_path, data, "--text-field", "content")
     assert named.returncode == 0 and named.stdout.strip().endswith("trained on 20 documents"), named.stderr
+
+
+def test_tokenizer_train_says_how_many_ids_it_wrote_and_when_the_text_gave_fewer(tmp_path, docs):
+    """A small corpus runs out of pairs to merge before a big --vocab-size: the line says so,
+    rather than leave the user to find a vocabulary of a few hundred ids later."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
+    full = train_tokenizer_cli(tmp_path / "full", data)
+    assert full.returncode == 0 and full.stdout.startswith(
+        f"wrote {tmp_path / 'full' / 'tok'}/tokenizer.json: 300 ids, trained"
+    )
+    small = write_jsonl(tmp_path / "small.jsonl", ["a tiny corpus", "of two documents"])
+    short = train_tokenizer_cli(tmp_path / "short", small, "--vocab-size", "70000")
+    assert short.returncode == 0, short.stderr
+    ids = Tokenizer.from_file(str(tmp_path / "short" / "tok" / "tokenizer.json")).get_vocab_size()
+    assert ids < 1000
+    assert (
+        f": {ids:,} ids where --vocab-size asked for 70,000 (the text has no more pairs to merge"
+        in short.stdout
+    )
 
 
 def test_tokenizer_train_skipping_bad_records_counts_them_and_refuses_inputs_with_none_good(tmp_path, docs):
