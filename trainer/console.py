@@ -32,13 +32,6 @@ class StdoutUnwritable(TokshardError):
             f"cannot write to standard output ({self.reason}); send it elsewhere, or free space where it goes"
         )
 
-    def __reduce__(self):
-        return (_unpickled, (self.reason,))
-
-
-def _unpickled(reason: str) -> StdoutUnwritable:
-    return StdoutUnwritable(OSError(0, reason))
-
 
 class CheckedStdout:
     """``sys.stdout`` whose failed writes raise `StdoutUnwritable` (`BrokenPipeError` as it is)."""
