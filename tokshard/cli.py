@@ -28,7 +28,7 @@ from tokshard.commands import (
 )
 from tokshard.commands.command import INTERRUPTED, Command, Terminated, error_line, stopping_signals_raise
 from tokshard.usage import OneLineParser
-from trainer.console import StdoutUnwritable, checked_stdout, reader_gone, stdout_reader_left
+from trainer.console import StdoutUnwritable, guarded_console, reader_gone, stdout_reader_left
 
 #: every command, in the order ``tokshard --help`` lists them
 COMMANDS: tuple[Command, ...] = tuple(
@@ -70,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     try:
-        with stopping_signals_raise(), checked_stdout():
+        with stopping_signals_raise(), guarded_console():  # a console that goes away: trainer.console
             status = args.run(args)
             sys.stdout.flush()  # a reader that quit shows here, not in Python's flush at exit
             return status
-    except BrokenPipeError:  # `| head`, a pager quit: what is left to print goes nowhere
+    except BrokenPipeError:  # stdout's own is taken in trainer.console; this one, from elsewhere?
         if not stdout_reader_left():
             raise
         return reader_gone()

@@ -1,14 +1,17 @@
-"""The console (stdout) of training and of the commands that read a run: a reader may leave,
-and the place it goes may fail.
+"""The console (stdout, stderr) of every command: a reader may leave, and the place it goes
+may fail. Neither changes what a command does or the status it exits with.
 
-``tokshard train ... | head``, ``tokshard samples ... | less`` quit early: what is left to
-print then goes nowhere, quietly. A training run goes on (its record is metrics.jsonl, not
-the console); a command that only prints has nothing more to do.
+``tokshard verify ... | head -1``, ``tokshard prepare ... 2>&1 | head``: the reader quits early.
+While a command runs, stdout is `CheckedStdout`: what is left to print goes to /dev/null
+(`reader_gone`), and the command goes on to its end and its own exit status (a verify that
+found a fault still exits 1; a prepare still writes its manifest). A command whose output is
+all it makes may stop early once `reader_left` says so. stderr is `ForgivingStderr`: its lines
+are for a person, and a failure to write them is never the command's failure.
 
 ``tokshard inspect DIR > report.txt`` on a full disk (or a quota, or ``> /dev/full``): a write
-fails with an `OSError` that names no file, and Python drops what it could not write. While a
-command runs, stdout is `CheckedStdout`, which raises `StdoutUnwritable` instead: one line for
-a command, and for a training run one line saying it goes on without its console.
+fails with an `OSError` that names no file, and Python drops what it could not write:
+`CheckedStdout` raises `StdoutUnwritable`, one line for a command; a training run goes on
+without its console (`trainer.metrics`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class StdoutUnwritable(TokshardError):
 
 
 class CheckedStdout:
-    """``sys.stdout`` whose failed writes raise `StdoutUnwritable` (`BrokenPipeError` as it is)."""
+    """``sys.stdout`` whose reader may quit (`reader_gone`, then quiet) and whose failed writes
+    raise `StdoutUnwritable`."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -43,7 +47,8 @@ class CheckedStdout:
         try:
             return self._stream.write(text)
         except BrokenPipeError:
-            raise
+            _reader_quit()
+            return len(text)
         except OSError as exc:
             raise StdoutUnwritable(exc) from exc
 
@@ -51,7 +56,7 @@ class CheckedStdout:
         try:
             self._stream.flush()
         except BrokenPipeError:
-            raise
+            _reader_quit()
         except OSError as exc:
             raise StdoutUnwritable(exc) from exc
 
@@ -59,15 +64,62 @@ class CheckedStdout:
         return getattr(self._stream, name)
 
 
+class ForgivingStderr:
+    """``sys.stderr`` that never fails a command: once a write fails (its reader quit, a full
+    disk), it and what follows go to /dev/null."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            _to_devnull(self._stream)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            _to_devnull(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_left = {"stdout": False}
+
+
+def reader_left() -> bool:
+    """Whether stdout's reader has quit during this command (what it prints goes nowhere)."""
+    return _left["stdout"]
+
+
+def _reader_quit() -> None:
+    _left["stdout"] = True
+    reader_gone()
+
+
+def _to_devnull(stream: Any) -> None:
+    """Point ``stream``'s descriptor at /dev/null, and drop what it holds (it failed to go)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        stream.flush()
+
+
 @contextlib.contextmanager
-def checked_stdout() -> Iterator[None]:
-    """``sys.stdout`` is a `CheckedStdout` inside, and what it was again after."""
-    stream = sys.stdout
-    sys.stdout = CheckedStdout(stream)
+def guarded_console() -> Iterator[None]:
+    """stdout a `CheckedStdout` and stderr a `ForgivingStderr` inside, what they were after."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = CheckedStdout(out), ForgivingStderr(err)
+    _left["stdout"] = False
     try:
         yield
     finally:
-        sys.stdout = stream
+        sys.stdout, sys.stderr = out, err
 
 
 def reader_gone() -> int:

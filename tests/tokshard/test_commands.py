@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from support import REPO, cached_manifest, cli
+from support import REPO, cached_manifest, cli, plain_encode, stream_of, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,37 @@ def test_any_command_whose_reader_quits_at_once_ends_quietly(spaced, command):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_a_reader_that_quits_never_changes_a_verify_verdict(spaced, tmp_path):
+    """`tokshard verify DIR | head -1` on data with faults: the reader has its first line and
+    quits, and verify still exits 1 (it exited 0, as if the data were sound)."""
+    damaged = tmp_path / "damaged"
+    shutil.copytree(spaced, damaged)
+    for shard in sorted(damaged.rglob("*.bin"))[:2]:
+        data = bytearray(shard.read_bytes())
+        data[10] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    cmd = [sys.executable, "-m", "tokshard.cli", "verify", str(damaged)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1, err
+    assert err.splitlines() == ["tokshard: verify found 2 fault(s)"]
+
+
+def test_a_prepare_whose_console_reader_quits_writes_its_whole_output(tmp_path, docs, tokenizer_path):
+    """`tokshard prepare ... 2>&1 | head -1`: the reader takes the first line and quits; the run
+    goes on to its manifest, exit 0 (it stopped at its next line, exit 0, with nothing written)."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tokshard.cli", "prepare", "--input", str(data), "--tokenizer",
+           str(tokenizer_path), "--out", str(out), "--workers", "1", "--partition-bytes", "20000"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout.readline().startswith("tokshard: ")
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 0
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:200]))
 
 
 @pytest.mark.parametrize("command", ["inspect", "verify", "megatron-args"])

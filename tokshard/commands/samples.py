@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.format.errors import DataError, TokshardError
 from tokshard.commands.command import Command
 from tokshard.usage import folder_arg, path_arg, positive_int
+from trainer.console import reader_left
 
 if TYPE_CHECKING:
     from trainer.samples import Layout, RunData
@@ -145,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     first, last = args.steps
     if last > recorded.trained_to:
         print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
-    for step in range(first, last + 1):  # a reader that quits early: `tokshard.cli.main`
+    for step in range(first, last + 1):
+        if reader_left():  # `| head` has what it wanted: nothing more to find for it
+            break
         layout = layout_for(args, recorded.state.step_start(step)[1])
         for rec in recorded.records(step, layout, decode, args.origin):
             print(json.dumps(rec) if args.json else describe(rec))
