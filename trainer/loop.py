@@ -9,6 +9,7 @@ line (``trainer.metrics``), the periodic evaluation (``trainer.evaluate``) and c
 from __future__ import annotations
 
 import json
+import math
 import time
 import zlib
 from typing import Any, TextIO
@@ -16,11 +17,12 @@ from typing import Any, TextIO
 import torch
 
 from pipeline.format.atomic import write_json
+from pipeline.format.errors import TokshardError
 from trainer import distributed, remote
 from trainer.api import micro_batch_positions
 from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
-from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
+from trainer.checkpoint.state import BatchSpan, TrainerState, how_to_continue, tag_for
 from trainer.engine import build_engine
 from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
@@ -267,6 +269,7 @@ class Steps:
             (self.batches.wait_s - self.wait_last) / (now - self.t_last),
             self.dist,
         )
+        before = self.last.get("loss")
         self.last = {
             "step": self.step,
             "loss": loss_value,
@@ -278,6 +281,7 @@ class Steps:
         }
         self.log.train(**self.last)
         self.t_last, self.wait_last, self.steps_since = time.perf_counter(), self.batches.wait_s, 0
+        self._stop_if_diverged(loss_value, before)
 
     def eval_step(self) -> None:
         every = self.settings.eval.every
@@ -291,12 +295,30 @@ class Steps:
         save_dir, every = self.plan.save_dir, self.settings.checkpoint.every
         if save_dir is None or not (self.step == self.end or (every and self.step % every == 0)):
             return
+        if self.last.get("step") != self.step:  # a step not logged: its loss is looked at here
+            loss, _ = reduce_over_ranks(self.step_loss / self.accum, 0.0, self.dist)
+            self._stop_if_diverged(loss, self.last.get("loss"))
         t0 = time.perf_counter()
         barrier = torch.distributed.barrier if self.dist.world > 1 else lambda: None
         tag = tag_for(self.step)
         write_checkpoint(self.engine, save_dir, tag, self.trainer_state(), self.dist.is_main, barrier)
         self.log.note(f"saved {save_dir / tag}")
         self.t_last += time.perf_counter() - t0
+
+    def _stop_if_diverged(self, loss: float, before: float | None) -> None:
+        """A training loss that is NaN or infinite (the same on every rank: it is their mean)
+        stops the run before any checkpoint holds it: every later step and save would carry
+        it, and `latest` would point a resume at it. In fp16 DeepSpeed's loss scaler skips such
+        a step and lowers its scale, so there it is left to the scaler."""
+        if math.isfinite(loss) or self.plan.engine.precision == "fp16":
+            return
+        was = f" (it was {before:.4g} at the last step logged)" if before is not None else ""
+        raise TokshardError(
+            f"step {self.step}: the training loss is {loss}{was}: the run diverged, and it stops "
+            f"before a checkpoint holds it. Lower the learning rate (this step's was {self.step_lr:.3g}), "
+            "warm up longer or clip gradients; "
+            f"{how_to_continue(self.plan.save_dir, self.settings.checkpoint.resume)}"
+        )
 
     def trainer_state(self) -> TrainerState:
         """What a checkpoint saved now records of the run."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -142,6 +143,30 @@ def test_a_console_that_goes_away_leaves_the_run_training(manifest, tmp_path, co
     assert [t["step"] for t in metrics(run)[0]] == list(range(1, 31))
     lost = "cannot write to standard output (No space left on device); training goes on without its console"
     assert err.count(lost) == (console == "a full disk")
+
+
+@pytest.mark.parametrize("log_every", ["1", "5"])
+def test_a_run_whose_loss_turns_nan_stops_before_a_checkpoint_holds_it(manifest, tmp_path, log_every):
+    """A learning rate far too high: the loss turns NaN, and the run stops at once in one line,
+    where it went on to its last step and saved NaN weights as `latest` (exit 0). A step whose
+    loss was not logged is looked at before it is saved."""
+    save = tmp_path / "ck"
+    cmd = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), *SMALL, "--micro-batch", "2",
+           "--steps", "40", "--lr", "1e4", "--warmup", "1", "--log-every", log_every, "--save", str(save),
+           "--save-every", "2"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    stopped = re.fullmatch(r"tokshard: error: step (\d+): the training loss is (nan|inf)\b.*", line)
+    assert stopped and "the run diverged, and it stops before a checkpoint holds it" in line, line
+    at = int(stopped[1])
+    saved = sorted(int(p.name.removeprefix("step")) for p in save.glob("step*"))
+    assert all(step < at for step in saved)
+    latest = (save / "latest").read_text().strip() if saved else None
+    assert latest == (f"step{saved[-1]:08d}" if saved else None)
+    assert f"the last checkpoint is {save / latest}" in line if latest else "no checkpoint was saved" in line
+    assert all(math.isfinite(t["loss"]) for t in metrics(save)[0] if t["step"] < at)
 
 
 # --- exact resume: the same samples whether or not the run was interrupted, on 1 or 2 ranks ---
