@@ -223,33 +223,19 @@ def refuse_non_utf8(files: list[InputFile]) -> None:
     try:
         "".join(f.path for f in files).encode("utf-8")
     except UnicodeEncodeError:
-        path = next(f.path for f in files if not _is_utf8(f.path))
-        raw = path.encode("utf-8", "surrogateescape")
+        raw = next(r for r in (f.path.encode("utf-8", "surrogateescape") for f in files) if not _is_utf8(r))
         parts = raw.split(os.fsencode(os.sep))
-        at = next(i for i, p in enumerate(parts) if not _is_utf8_bytes(p))
+        at = next(i for i, p in enumerate(parts) if not _is_utf8(p))
         kind = "file" if at == len(parts) - 1 else "folder"
         raise DataError(
-            f"input {_shown(path)}: its path is not UTF-8 text ({kind} name "
+            f"input {raw.decode('utf-8', 'backslashreplace')}: its path is not UTF-8 text ({kind} name "
             f"'{parts[at].decode('utf-8', 'backslashreplace')}'), and tokshard keeps every "
             f"input's path as UTF-8 in its run state and provenance; rename the {kind} to UTF-8 "
             "(from Latin-1: convmv -f latin1 -t utf8 --notest NAME), then rerun"
         ) from None
 
 
-def _shown(path: str) -> str:
-    """A path as the shell shows its bytes: a byte that is not UTF-8 as ``\\xe9``."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _is_utf8_bytes(raw: bytes) -> bool:
+def _is_utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
