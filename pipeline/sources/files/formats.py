@@ -66,7 +66,8 @@ def kind_of(path: str) -> str:
     kind = known_kind(path)
     if kind is None:
         raise TokshardError(
-            f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)} (or rename the file)"
+            f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}: rename the file, or narrow "
+            "the glob that matched it (a Spark folder's _SUCCESS, say) to the data files"
         )
     return kind
 

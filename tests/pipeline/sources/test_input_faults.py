@@ -227,6 +227,23 @@ def test_tokenizer_training_reads_an_input_whose_path_is_not_utf8(tmp_path, docs
     assert (tmp_path / "tok" / "tokenizer.json").exists()
 
 
+def test_a_spark_output_folder_matched_whole_names_its_marker_and_says_to_narrow_the_glob(
+    tmp_path, docs, tokenizer_path
+):
+    """Spark writes ``_SUCCESS`` (and hidden ``.crc`` files) beside its part files: ``out/*``
+    matches the marker, which is named with what to do; ``out/*.parquet`` reads the parts."""
+    spark = tmp_path / "spark-out"
+    spark.mkdir()
+    pq.write_table(pa.table({"text": docs[:5]}), spark / "part-00000-1f2e.snappy.parquet")
+    (spark / "_SUCCESS").touch()
+    (spark / ".part-00000-1f2e.snappy.parquet.crc").write_bytes(b"crc")
+    proc = prepare_cli(tmp_path, "spark-out/*", tokenizer=tokenizer_path)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc)
+    assert f"{spark / '_SUCCESS'}: unsupported file type" in line and "narrow the glob" in line
+    assert prepare_cli(tmp_path, "spark-out/*.parquet", tokenizer=tokenizer_path).returncode == 0
+
+
 def test_a_socket_matched_by_a_glob_is_named(folder, tokenizer_path):
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(folder / "data" / "s.jsonl"))
