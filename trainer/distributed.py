@@ -70,17 +70,18 @@ def import_deepspeed() -> Any:
     if "deepspeed" in sys.modules:
         return sys.modules["deepspeed"]
     said = io.StringIO()
-    with contextlib.redirect_stdout(said):
-        import deepspeed
-        from deepspeed.utils import logger
-
+    try:
+        with contextlib.redirect_stdout(said):
+            import deepspeed
+            from deepspeed.utils import logger
+    finally:  # what it said goes to stderr even where the import failed
+        for each in [logging.root, *logging.root.manager.loggerDict.values()]:
+            for handler in getattr(each, "handlers", ()):
+                if isinstance(handler, logging.StreamHandler) and handler.stream is said:
+                    handler.setStream(sys.stderr)
+        rest = [line for line in said.getvalue().splitlines(keepends=True) if CPU_WARNING not in line]
+        sys.stderr.write("".join(rest))
     logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
-    for each in [logging.root, *logging.root.manager.loggerDict.values()]:
-        for handler in getattr(each, "handlers", ()):
-            if isinstance(handler, logging.StreamHandler) and handler.stream is said:
-                handler.setStream(sys.stderr)
-    rest = [line for line in said.getvalue().splitlines(keepends=True) if CPU_WARNING not in line]
-    sys.stderr.write("".join(rest))
     return deepspeed
 
 
