@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             status = args.run(args)
             sys.stdout.flush()  # a reader that quit shows here, not in Python's flush at exit
             return status
-    except BrokenPipeError:  # stdout's own is taken in trainer.console; this one, from elsewhere?
+    except BrokenPipeError:  # stdout's own is taken in trainer.console; a write that went around it
         if not stdout_reader_left():
             raise
         return reader_gone()

@@ -36,56 +36,51 @@ class StdoutUnwritable(TokshardError):
         )
 
 
-class CheckedStdout:
+class _Console:
+    """A console stream whose failed writes go to `_failed` (the rest is the stream's own)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        raise exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class CheckedStdout(_Console):
     """``sys.stdout`` whose reader may quit (`reader_gone`, then quiet) and whose failed writes
     raise `StdoutUnwritable`."""
 
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except BrokenPipeError:
+    def _failed(self, exc: Exception) -> None:
+        if isinstance(exc, BrokenPipeError):
             _reader_quit()
-            return len(text)
-        except OSError as exc:
+        elif isinstance(exc, OSError):
             raise StdoutUnwritable(exc) from exc
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            _reader_quit()
-        except OSError as exc:
-            raise StdoutUnwritable(exc) from exc
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        else:
+            raise exc
 
 
-class ForgivingStderr:
+class ForgivingStderr(_Console):
     """``sys.stderr`` that never fails a command: once a write fails (its reader quit, a full
-    disk), it and what follows go to /dev/null."""
+    disk, a closed stream), it and what follows go to /dev/null."""
 
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except (OSError, ValueError):
-            _to_devnull(self._stream)
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except (OSError, ValueError):
-            _to_devnull(self._stream)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+    def _failed(self, exc: Exception) -> None:
+        _to_devnull(self._stream)
 
 
 _left = {"stdout": False}

@@ -5,7 +5,6 @@ blend file it wrote. Each command is a real `tokshard` process."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -91,7 +90,7 @@ def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, 
     """`tokshard COMMAND ... > report.txt` on a full disk (here /dev/full): one line, exit 2,
     where Python's own message was a traceback."""
     cmd = [sys.executable, "-m", "tokshard.cli", command, str(spaced)]
-    with open(os.devnull.replace("null", "full"), "w") as full:
+    with open("/dev/full", "w") as full:
         proc = subprocess.run(cmd, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
