@@ -223,9 +223,13 @@ class Holder:
             parts.append(f"since {self.since}")
         return " ".join(parts) or "another process"
 
-    def age(self) -> float | None:
-        """Seconds since the holder last wrote its record (None if it never said when)."""
-        return None if self.time is None else max(0.0, time.time() - float(self.time))
+    def age(self, signed: bool = False) -> float | None:
+        """Seconds since the holder last wrote its record, by this host's clock (None if it never
+        said when; below zero only if ``signed``: a holder whose clock runs ahead of this one's)."""
+        if self.time is None:
+            return None
+        age = time.time() - float(self.time)
+        return age if signed else max(0.0, age)
 
 
 def holder_text(holder: Holder | None) -> str:

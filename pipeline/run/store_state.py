@@ -14,8 +14,11 @@ before a kill is simply uploaded again, identical).
 One `prepare` per URL: the driver holds a *lease* object, created with S3's conditional write
 (``If-None-Match: *``), renewed every `LEASE_RENEW` seconds with ``If-Match`` on its ETag, and
 deleted at the end. A second `prepare` is refused while the lease is fresh; a lease whose
-holder is dead (same host: its pid is gone; another host: not renewed for `LEASE_SECONDS`) is
-taken over with ``If-Match``, so two reruns cannot both take it.
+holder is dead is taken over with ``If-Match``, so two reruns cannot both take it. On the same
+host the holder's pid says whether it runs. From another host its record's time cannot be
+trusted alone (the two clocks may differ by minutes), so a lease that looks stale, or written
+in the future, is watched on this host's own monotonic clock for `LEASE_WATCH` seconds: a
+renewal meanwhile means it runs; no change, that it is dead.
 
 State written by another process (a worker, an earlier run) is read past every cache: the
 store is opened without fsspec's listing cache (`pipeline.storage.object_store`).
@@ -51,9 +54,13 @@ from pipeline.storage.ownership import claim_folder
 
 LEASE_FILE = f"{STATE_DIR}/lease.json"
 PROGRESS_DIR = f"{STATE_DIR}/progress"
-#: a lease not renewed for this long belongs to a dead run (on another host)
+#: a lease record this old (by its holder's clock) may belong to a dead run
 LEASE_SECONDS = 90.0
-LEASE_RENEW = 15.0
+LEASE_RENEW = 10.0
+#: seconds a lease from another host must go unrenewed, timed here, before it is taken over
+LEASE_WATCH = 3 * LEASE_RENEW + 5.0
+#: a record written this far in this host's future is still taken as fresh (clocks differ a little)
+CLOCK_SLACK = 5.0
 #: least seconds between two progress records of one running partition (and between two
 #: writes of the driver's rate into its lease)
 PROGRESS_SECONDS = 5.0
@@ -162,18 +169,45 @@ def local_tokenizer(store: ObjectStore, sha256: str) -> Path:
 
 
 def lease_is_dead(holder: Holder | None) -> bool:
-    """A lease whose holder cannot be running: its pid is gone (same host) or it went stale."""
+    """A lease whose holder cannot be running, by its record alone: its pid is gone (same
+    host) or it went stale (`status`, which must not wait, asks this)."""
     if holder is None:
         return True
-    if holder.host == socket.gethostname() and holder.pid is not None:
-        try:
-            os.kill(int(holder.pid), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, ValueError, OverflowError):
-            pass
+    if _on_this_host(holder) and not _alive(int(holder.pid or 0)):
+        return True
     age = holder.age()
     return age is None or age > LEASE_SECONDS
+
+
+def _on_this_host(holder: Holder) -> bool:
+    """A holder whose pid this host can look up (a record may hold anything)."""
+    pid = holder.pid
+    return holder.host == socket.gethostname() and type(pid) is int and 0 < pid < 2**31
+
+
+def _fresh_by_its_clock(holder: Holder) -> bool:
+    age = holder.age(signed=True)
+    return age is not None and -CLOCK_SLACK <= age <= LEASE_SECONDS
+
+
+def _renewed_while_watched(
+    store: ObjectStore, found: tuple[bytes, str], log: Log
+) -> tuple[bytes, str] | None:
+    """Watch another host's lease that looks dead by its record's time for `LEASE_WATCH`
+    seconds of this host's clock: the lease as it changed (a live holder renewed it, or
+    another run took it), None if it did not."""
+    other = Holder.parse(found[0]) or Holder()
+    log(
+        f"the lease on {store.url} ({stale_text(other)}) is from another host, whose clock may "
+        f"differ from this one's; watching it {LEASE_WATCH:.0f} s for a renewal before taking it over"
+    )
+    deadline = time.monotonic() + LEASE_WATCH
+    while time.monotonic() < deadline:
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        now = store.etag(LEASE_FILE)
+        if now is None or now[1] != found[1]:
+            return now or (b"", "")
+    return None
 
 
 class Lease:
@@ -230,25 +264,7 @@ def lease(store: ObjectStore, run_id: str, log: Log) -> Iterator[Lease]:
     """Hold the URL's run lease for the duration (see the module docstring)."""
     mine = Holder.of_this_process(run_id)
     if not store.create(LEASE_FILE, mine.to_bytes()):
-        found = store.etag(LEASE_FILE)
-        other = Holder.parse(found[0]) if found else None
-        if found is not None and not lease_is_dead(other):
-            raise TokshardError(
-                f"another `tokshard prepare` ({(other or Holder()).text()}) is running on {store.url}; "
-                f"wait for it to finish or stop it, then rerun (a lease not renewed for "
-                f"{LEASE_SECONDS:.0f} s expires: its object is {store.where(LEASE_FILE)})"
-            )
-        took = (
-            store.replace_if(LEASE_FILE, mine.to_bytes(), found[1])
-            if found
-            else store.create(LEASE_FILE, mine.to_bytes())
-        )
-        if not took:
-            raise TokshardError(
-                f"another `tokshard prepare` took over {store.url} just now; wait for it, then rerun"
-            )
-        if found:
-            log(f"took over the lease of a dead run ({stale_text(other)})")
+        _take_over(store, mine, log)
     if store.create(LEASE_FILE, mine.to_bytes()):  # the lease is there: a store that keeps it says no
         log(
             f"{store.url}: this store ignores conditional writes (S3's If-None-Match), so a second "
@@ -260,6 +276,55 @@ def lease(store: ObjectStore, run_id: str, log: Log) -> Iterator[Lease]:
         yield held
     finally:
         held.stop()
+
+
+def _take_over(store: ObjectStore, mine: Holder, log: Log) -> None:
+    """Take the lease another run left, or refuse in one line while that run is alive."""
+    found = store.etag(LEASE_FILE)
+    other = Holder.parse(found[0]) if found else None
+    if found is not None and other is not None:
+        if not lease_is_dead(other) and (_on_this_host(other) or _fresh_by_its_clock(other)):
+            raise _running_elsewhere(store, other, "")
+        if not _on_this_host(other):
+            changed = _renewed_while_watched(store, found, log)
+            if changed is not None and changed[1]:
+                raise _renewed_elsewhere(store, other, Holder.parse(changed[0]))
+            if changed is not None:  # its run ended while watched and deleted the lease
+                found = None
+    took = (
+        store.replace_if(LEASE_FILE, mine.to_bytes(), found[1])
+        if found
+        else store.create(LEASE_FILE, mine.to_bytes())
+    )
+    if not took:
+        raise _taken_just_now(store)
+    if found:
+        log(f"took over the lease of a dead run ({stale_text(other)})")
+
+
+def _renewed_elsewhere(store: ObjectStore, watched: Holder, now: Holder | None) -> TokshardError:
+    if now is None or now.run != watched.run:
+        return _taken_just_now(store)
+    return _running_elsewhere(
+        store,
+        now,
+        "; its lease was renewed while this one watched, though its time looked stale: the two hosts' "
+        "clocks differ (check their NTP)",
+    )
+
+
+def _taken_just_now(store: ObjectStore) -> TokshardError:
+    return TokshardError(
+        f"another `tokshard prepare` took over {store.url} just now; wait for it, then rerun"
+    )
+
+
+def _running_elsewhere(store: ObjectStore, other: Holder, why: str) -> TokshardError:
+    return TokshardError(
+        f"another `tokshard prepare` ({other.text()}) is running on {store.url}{why}; wait for it to "
+        f"finish or stop it, then rerun (a lease not renewed for {LEASE_SECONDS:.0f} s expires: its "
+        f"object is {store.where(LEASE_FILE)})"
+    )
 
 
 def stale_text(holder: Holder | None) -> str:

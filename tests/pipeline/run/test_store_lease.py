@@ -1,0 +1,90 @@
+"""The run lease in an object store when the two hosts' clocks disagree: a lease from another
+host is judged by whether it is renewed, timed on this host's own clock, not by the time its
+holder wrote into it (a real S3 API server, as in test_store_prepare.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from pipeline.format.errors import TokshardError
+from pipeline.run.store_state import LEASE_FILE, LEASE_WATCH, lease
+from pipeline.storage.object_store import ObjectStore
+
+
+def _record(run: str, clock_offset: float) -> bytes:
+    """A lease record as a driver on host ``far`` writes it, its clock ``clock_offset`` s off ours."""
+    return json.dumps(
+        {"pid": 7, "host": "far", "since": "then", "time": time.time() + clock_offset, "run": run}
+    ).encode()
+
+
+@pytest.fixture
+def store(s3_server) -> ObjectStore:
+    return ObjectStore(f"s3://{s3_server.new_bucket()}/run")
+
+
+def test_a_live_lease_from_a_host_whose_clock_runs_behind_is_not_taken(store):
+    """Its record says it was last renewed ten minutes ago; it is renewed meanwhile, so the
+    second prepare is refused in one line that names the clocks (before: taken over at once)."""
+    assert store.create(LEASE_FILE, _record("live", -600))
+    stop = threading.Event()
+
+    def renew() -> None:  # the live driver on `far`, renewing as `Lease` does
+        while not stop.wait(2.0):
+            found = store.etag(LEASE_FILE)
+            assert found is not None
+            store.replace_if(LEASE_FILE, _record("live", -600), found[1])
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    said: list[str] = []
+    started = time.monotonic()
+    try:
+        with pytest.raises(TokshardError) as refused, lease(store, "second", said.append):
+            pytest.fail("took a live lease")
+    finally:
+        stop.set()
+        renewer.join()
+    assert time.monotonic() - started < LEASE_WATCH
+    assert "another `tokshard prepare` (pid 7 on far since then) is running" in str(refused.value)
+    assert "the two hosts' clocks differ" in str(refused.value)
+    assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "live"
+    assert [m for m in said if "watching it" in m], said
+
+
+def test_a_dead_lease_from_a_host_whose_clock_runs_ahead_is_taken_over(store):
+    """Its record says it was written an hour from now, so by the record it would block every
+    rerun for an hour; unrenewed for the watch, it is taken over."""
+    assert store.create(LEASE_FILE, _record("dead", +3600))
+    said: list[str] = []
+    started = time.monotonic()
+    with lease(store, "rerun", said.append):
+        assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "rerun"
+    assert time.monotonic() - started >= LEASE_WATCH
+    assert any(m.startswith("took over the lease of a dead run (pid 7 on far since then") for m in said), said
+
+
+def test_a_lease_from_another_host_that_looks_fresh_is_refused_at_once(store):
+    """Within the record's window (and a few seconds either side) there is nothing to watch."""
+    assert store.create(LEASE_FILE, _record("live", +3))
+    started = time.monotonic()
+    with pytest.raises(TokshardError, match=r"is running on s3://"), lease(store, "second", print):
+        pytest.fail("took a fresh lease")
+    assert time.monotonic() - started < 5
+
+
+def test_a_lease_deleted_while_watched_is_created_anew(store):
+    """The run on the other host finished during the watch (it deletes its lease at its end):
+    this one starts."""
+    assert store.create(LEASE_FILE, _record("ending", -600))
+    timer = threading.Timer(2.0, store.delete, args=(LEASE_FILE,))
+    timer.start()
+    said: list[str] = []
+    with lease(store, "next", said.append):
+        assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "next"
+    timer.join()
+    assert not [m for m in said if "took over" in m], said
