@@ -2,15 +2,19 @@
 tests' S3 server that answers every Nth request itself with a fault instead of passing it on.
 
 Faults, taken in turn: ``slow-down`` (503 SlowDown, S3's throttling), ``internal`` (500
-InternalError) and ``drop`` (the connection closed with no answer). Run as a script (its own
-process, so the proxy never shares the test's event loop); `faulty_store` starts one.
+InternalError) and ``drop`` (the connection closed with no answer). It can also play two ways a
+store's answers differ from AWS S3's: conditional writes ignored, and listings that lag behind
+writes (as eventually consistent stores and caching gateways give them). Run as a script (its
+own process, so the proxy never shares the test's event loop); `faulty_store` starts one.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import itertools
+import re
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -33,19 +37,31 @@ _NOT_PASSED_ON = {"host", "transfer-encoding", "content-encoding", "connection",
 CONDITIONS = {"if-none-match", "if-match"}
 
 
+#: one object in a ListObjectsV2 answer, and the time it was last written
+_LISTED = re.compile(rb"<Contents>.*?</Contents>", re.S)
+_MODIFIED = re.compile(rb"<LastModified>([^<]+)</LastModified>")
+
+
 @contextlib.contextmanager
 def faulty_store(
-    upstream: str, every: int, faults: tuple[str, ...] = FAULTS, ignore_conditions: bool = False
+    upstream: str,
+    every: int,
+    faults: tuple[str, ...] = FAULTS,
+    ignore_conditions: bool = False,
+    list_lag: float = 0.0,
 ) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
     cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
     ``ignore_conditions`` it is a store that ignores conditional writes (as some S3-compatible
-    stores do): it drops their headers, so every such write succeeds."""
+    stores do): it drops their headers, so every such write succeeds. With ``list_lag`` its
+    listings leave out every object written in the last ``list_lag`` seconds (reading one by
+    its name still finds it)."""
     from support import free_port, serving
 
     port = free_port()
     argv = [sys.executable, __file__, upstream, str(port), str(every), ",".join(faults)]
     argv += ["--ignore-conditions"] if ignore_conditions else []
+    argv += ["--list-lag", str(list_lag)] if list_lag else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -56,7 +72,21 @@ def faults_given(endpoint: str) -> int:
         return int(reply.read())
 
 
-def serve(upstream: str, port: int, every: int, faults: tuple[str, ...], ignore_conditions: bool) -> None:
+def lagging_listing(xml: bytes, lag: float) -> bytes:
+    """A ListObjectsV2 answer without the objects written in the last ``lag`` seconds."""
+    newest = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=lag)
+
+    def settled(entry: re.Match[bytes]) -> bytes:
+        found = _MODIFIED.search(entry.group(0))
+        written = datetime.datetime.fromisoformat(found.group(1).decode()) if found else newest
+        return entry.group(0) if written < newest else b""
+
+    return _LISTED.sub(settled, xml)
+
+
+def serve(
+    upstream: str, port: int, every: int, faults: tuple[str, ...], ignore_conditions: bool, list_lag: float
+) -> None:
     from aiohttp import ClientSession, web
 
     requests, given = itertools.count(1), itertools.count()
@@ -91,6 +121,8 @@ def serve(upstream: str, port: int, every: int, faults: tuple[str, ...], ignore_
             out = {k: v for k, v in reply.headers.items() if k.lower() not in dropped}
             if request.method == "HEAD":  # the object's length stands in the header alone
                 return web.Response(status=reply.status, headers=out)
+            if list_lag and request.method == "GET" and request.query.get("list-type") == "2":
+                data = lagging_listing(data, list_lag)
             return web.Response(status=reply.status, body=data, headers=out)
 
     app = web.Application(client_max_size=1 << 31)
@@ -106,5 +138,6 @@ if __name__ == "__main__":
     parser.add_argument("every", type=int)
     parser.add_argument("faults")
     parser.add_argument("--ignore-conditions", action="store_true")
+    parser.add_argument("--list-lag", type=float, default=0.0)
     a = parser.parse_args()
-    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")), a.ignore_conditions)
+    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")), a.ignore_conditions, a.list_lag)

@@ -122,8 +122,9 @@ class RunState(ABC):
         """A running partition's latest commit, for the progress line (None: none yet)."""
         return self.load_checkpoint(part)
 
-    def load_progress(self, plan: Plan) -> dict[str, Checkpoint | None]:
-        """Every partition's latest known state, finished or running (for `status`)."""
+    def load_progress(self, plan: Plan, finished: bool = False) -> dict[str, Checkpoint | None]:
+        """Every partition's latest known state, finished or running (for `status`);
+        ``finished``: the run wrote its manifest, so every partition has its checkpoint."""
         return self.load_checkpoints(plan)
 
     @abstractmethod

@@ -34,7 +34,7 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
                 f"{state.location} holds a manifest but no run state; use `tokshard inspect` on it"
             )
         raise TokshardError(f"{state.location} holds no tokshard run; start one with `tokshard prepare`")
-    checkpoints = state.load_progress(plan)
+    checkpoints = state.load_progress(plan, finished=has_manifest)
     holder = state.holder()
     # what a rerun checks before it keeps them (hashes only if no prepare runs: one that runs
     # checked them when it started); a damaged partition is redone whole

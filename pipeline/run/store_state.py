@@ -395,8 +395,18 @@ class StoreState(RunState):
         data = self.place.read_bytes(progress_rel(part))
         return None if data is None else Checkpoint.parse(data, part, self.place.where(progress_rel(part)))
 
-    def load_progress(self, plan: Plan) -> dict[str, Checkpoint | None]:
+    def _every_checkpoint(self, plan: Plan) -> dict[str, Checkpoint | None]:
+        """For a run whose partitions all finished: those the listing leaves out read by name
+        (some stores, eventually consistent ones and caching gateways, list an object only a
+        while after it was written)."""
         found = self.load_checkpoints(plan)
+        for part in plan.partitions:
+            if found[part.key] is None:
+                found[part.key] = self.load_checkpoint(part)
+        return found
+
+    def load_progress(self, plan: Plan, finished: bool = False) -> dict[str, Checkpoint | None]:
+        found = self._every_checkpoint(plan) if finished else self.load_checkpoints(plan)
         running = set(self.place.list(PROGRESS_DIR))
         for part in plan.partitions:
             if found[part.key] is None and progress_rel(part) in running:
@@ -411,23 +421,28 @@ class StoreState(RunState):
         finished = {key: ck for key, ck in checkpoints.items() if ck is not None and ck.complete}
         if not finished:
             return {}
-        sizes = self._shard_sizes(plan)
+        listed = self._shard_sizes(plan)
+
+        def size(rel: str) -> int | None:  # asked by name where the listing may lag the writes
+            return listed[rel] if rel in listed else self.place.size(rel)
+
         problems = {}
         for key, ck in finished.items():
             for rec in ck.closed:
-                missing = [rel for rel in shard_files(rec) if rel not in sizes]
+                missing = [rel for rel in shard_files(rec) if size(rel) is None]
                 if missing:
                     problems[key] = f"{missing[0]} is missing"
-                elif rec.path not in sizes:
+                elif (stored := size(rec.path)) is None:
                     problems[key] = f"{rec.path} is missing"
-                elif sizes[rec.path] != rec.bytes:
-                    problems[key] = f"{rec.path} is {sizes[rec.path]} bytes, its checkpoint says {rec.bytes}"
+                elif stored != rec.bytes:
+                    problems[key] = f"{rec.path} is {stored} bytes, its checkpoint says {rec.bytes}"
                 else:
                     continue
                 break
         return problems
 
     def _shard_sizes(self, plan: Plan) -> dict[str, int]:
+        """One listing per output folder (it may lag the writes: see `_every_checkpoint`)."""
         sizes: dict[str, int] = {}
         for folder in sorted({str(Path(p.stem).parent) for p in plan.partitions}):
             sizes.update(self.place.list(folder))
@@ -443,7 +458,7 @@ class StoreState(RunState):
 
     def finished_checkpoints(self, plan: Plan) -> list[Checkpoint]:
         """Every partition's final checkpoint, after checking each shard it lists is stored whole."""
-        finished = self.load_checkpoints(plan)
+        finished = self._every_checkpoint(plan)
         for part in plan.partitions:
             ck = finished[part.key]
             if ck is None or not ck.complete:

@@ -90,6 +90,25 @@ def test_a_store_that_ignores_conditional_writes_is_named_and_the_run_is_exact(
     assert_same_as_local(s3_server, bucket, "run", ref)
 
 
+def test_a_store_whose_listings_lag_its_writes_finishes_the_run_exactly(s3_server, store_setup, tmp_path):
+    """Eventually consistent stores and caching gateways list an object only a while after it
+    is written: here a minute, longer than the whole run. The run still finishes (before, it
+    stopped at its end with "did not finish", every time), a rerun finds it complete, `status`
+    sees all of it, and the bytes are the local run's."""
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    with faulty_store(s3_server.endpoint, every=0, list_lag=60) as endpoint:
+        env = {"AWS_ENDPOINT_URL": endpoint}
+        done = cli("prepare", str(recipe), "--out", url, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        again = cli("prepare", str(recipe), "--out", url, cwd=tmp_path, env=env, check=True)
+        assert "is already complete" in again.stderr, again.stderr
+        state = json.loads(cli("status", url, "--json", cwd=tmp_path, env=env, check=True).stdout)
+        assert (state["complete"], state["progress"]) == (True, 1.0), state
+    assert_same_as_local(s3_server, bucket, "run", ref)
+
+
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_store_that_keeps_failing_is_one_line_that_says_so(s3_server, store_setup, tmp_path, fault):
     recipe, _ = store_setup
