@@ -2,15 +2,17 @@
 tests' S3 server that answers every Nth request itself with a fault instead of passing it on.
 
 Faults, taken in turn: ``slow-down`` (503 SlowDown, S3's throttling), ``internal`` (500
-InternalError) and ``drop`` (the connection closed with no answer). It can also play two ways a
-store's answers differ from AWS S3's: conditional writes ignored, and listings that lag behind
-writes (as eventually consistent stores and caching gateways give them). Run as a script (its
+InternalError) and ``drop`` (the connection closed with no answer). It can also play three ways a
+store's answers differ from the tests' server on this machine: conditional writes ignored,
+listings that lag behind writes (as eventually consistent stores and caching gateways give
+them), and a network's round trip before each answer. Run as a script (its
 own process, so the proxy never shares the test's event loop); `faulty_store` starts one.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime
 import itertools
@@ -49,19 +51,22 @@ def faulty_store(
     faults: tuple[str, ...] = FAULTS,
     ignore_conditions: bool = False,
     list_lag: float = 0.0,
+    latency: float = 0.0,
 ) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
     cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
     ``ignore_conditions`` it is a store that ignores conditional writes (as some S3-compatible
     stores do): it drops their headers, so every such write succeeds. With ``list_lag`` its
     listings leave out every object written in the last ``list_lag`` seconds (reading one by
-    its name still finds it)."""
+    its name still finds it). With ``latency`` each answer waits that many seconds first, as a
+    store across a network's round trip does (S3 from EC2: tens of milliseconds)."""
     from support import free_port, serving
 
     port = free_port()
     argv = [sys.executable, __file__, upstream, str(port), str(every), ",".join(faults)]
     argv += ["--ignore-conditions"] if ignore_conditions else []
     argv += ["--list-lag", str(list_lag)] if list_lag else []
+    argv += ["--latency", str(latency)] if latency else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -85,7 +90,13 @@ def lagging_listing(xml: bytes, lag: float) -> bytes:
 
 
 def serve(
-    upstream: str, port: int, every: int, faults: tuple[str, ...], ignore_conditions: bool, list_lag: float
+    upstream: str,
+    port: int,
+    every: int,
+    faults: tuple[str, ...],
+    ignore_conditions: bool,
+    list_lag: float,
+    latency: float,
 ) -> None:
     from aiohttp import ClientSession, web
 
@@ -106,6 +117,8 @@ def serve(
             return web.Response(text=str(counted["faults"]))
         n = next(requests)
         body = await request.read()
+        if latency:
+            await asyncio.sleep(latency)
         if every and n % every == 0:
             return await fault(request, faults[(n // every - 1) % len(faults)])
         not_passed = _NOT_PASSED_ON | (CONDITIONS if ignore_conditions else set())
@@ -139,5 +152,6 @@ if __name__ == "__main__":
     parser.add_argument("faults")
     parser.add_argument("--ignore-conditions", action="store_true")
     parser.add_argument("--list-lag", type=float, default=0.0)
+    parser.add_argument("--latency", type=float, default=0.0)
     a = parser.parse_args()
-    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")), a.ignore_conditions, a.list_lag)
+    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")), a.ignore_conditions, a.list_lag, a.latency)

@@ -13,6 +13,7 @@ from pipeline.sources.files.readers.base import Place, Reader
 from pipeline.sources.files.readers.compressed import CompressedJsonLinesReader
 from pipeline.sources.files.readers.jsonl import JsonLinesReader
 from pipeline.sources.files.readers.parquet import ParquetReader
+from pipeline.sources.files.readers.prefetch import Prefetch
 from pipeline.sources.files.readers.txt import TextReader
 
 READERS: dict[str, type[Reader]] = {
@@ -30,9 +31,11 @@ def read_partition(
     first, position = resume_point(spec, cursor)
     readers: dict[str, Reader] = {}
     before = sum(p.size for p in pieces[:first])
-    for index in range(first, len(pieces)):
-        piece = pieces[index]
-        if piece.kind not in readers:
-            readers[piece.kind] = READERS[piece.kind](text_field)
-        yield from readers[piece.kind].read(piece, Place(index, before), position if index == first else None)
-        before += piece.size
+    with Prefetch(pieces[first:]) as prefetch:
+        for index in range(first, len(pieces)):
+            piece = pieces[index]
+            if piece.kind not in readers:
+                readers[piece.kind] = READERS[piece.kind](text_field, prefetch.open)
+            at = position if index == first else None
+            yield from readers[piece.kind].read(piece, Place(index, before), at)
+            before += piece.size

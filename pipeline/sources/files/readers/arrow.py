@@ -16,7 +16,7 @@ from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
+from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
 from pipeline.sources.files.readers.jsonl import column_texts
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.locations import is_url
@@ -28,7 +28,7 @@ class ArrowReader(Reader):
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
         import pyarrow as pa
 
-        with corrupt_is_one_line(piece.path, "Arrow"), open_piece(piece) as f:  # checked as planned
+        with corrupt_is_one_line(piece.path, "Arrow"), self.open(piece) as f:  # checked as planned
             mapped = None if is_url(piece.path) else pa.memory_map(piece.path)
             with mapped or contextlib.nullcontext():
                 yield from self._records(mapped or f, piece, place, position["row"] if position else 0)

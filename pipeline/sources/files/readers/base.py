@@ -13,7 +13,7 @@ import io
 import os
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, ClassVar, NamedTuple
 
 from pipeline.format import lfs_pointer
@@ -36,6 +36,10 @@ class Place(NamedTuple):
         return {"piece": self.index, **position}
 
 
+#: how a reader opens a piece: `open_piece`, or a partition's prefetch of small objects
+Opener = Callable[[Piece], BinaryIO]
+
+
 class Reader(ABC):
     """Base of the format readers; `pipeline.sources.files.readers.read_partition` picks one
     per piece by its kind."""
@@ -43,8 +47,9 @@ class Reader(ABC):
     #: the file kinds (`pipeline.sources.files.formats.SUFFIXES` values) this reader reads
     kinds: ClassVar[tuple[str, ...]]
 
-    def __init__(self, text_field: str) -> None:
+    def __init__(self, text_field: str, opener: Opener | None = None) -> None:
         self.text_field = text_field
+        self.open: Opener = opener or open_piece
 
     @abstractmethod
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:

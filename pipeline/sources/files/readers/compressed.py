@@ -13,7 +13,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.access import decompress
 from pipeline.sources.files.formats import COMPRESSED, HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.base import Place, Reader
 from pipeline.sources.files.readers.jsonl import line_text
 
 
@@ -26,7 +26,7 @@ class CompressedJsonLinesReader(Reader):
         head_unchecked = True
         origin = Input(path, "line")
         try:
-            with open_piece(piece) as raw, decompress(raw, piece.kind) as f:
+            with self.open(piece) as raw, decompress(raw, piece.kind) as f:
                 for lineno, line in enumerate(f, 1):
                     if not line or line.isspace():
                         continue

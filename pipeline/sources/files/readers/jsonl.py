@@ -16,7 +16,7 @@ from pipeline.sources.base import Record, null_field
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, open_piece, small_file_bytes
+from pipeline.sources.files.readers.base import Place, Reader, small_file_bytes
 from pipeline.sources.files.readers.long_json import LONG_LINE_BYTES, TextPieces, text_pieces
 from pipeline.storage.locations import is_url
 
@@ -30,7 +30,7 @@ class JsonLinesReader(Reader):
         if data is not None:  # a small whole file: its lines cut from its bytes in memory
             yield from self._records(piece, place, pos, functools.partial(line_in, data))
             return
-        with open_piece(piece) as f:
+        with self.open(piece) as f:
             if position is not None:
                 f.seek(pos)
             elif piece.start > 0:  # the line under way at ``start`` belongs to the piece before

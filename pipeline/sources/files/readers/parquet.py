@@ -12,7 +12,7 @@ from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, open_piece
+from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
 from pipeline.sources.files.readers.jsonl import column_texts
 from pipeline.sources.text_columns import is_text_type
 
@@ -23,7 +23,7 @@ class ParquetReader(Reader):
     kinds = (".parquet",)
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
-        with corrupt_is_one_line(piece.path, "parquet"), open_piece(piece) as f:
+        with corrupt_is_one_line(piece.path, "parquet"), self.open(piece) as f:
             check_magic(f, piece.path)
             yield from self._records(f, piece, place, position["row"] if position else 0)
 

@@ -11,7 +11,7 @@ from pipeline.sources.base import Record
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, open_piece
+from pipeline.sources.files.readers.base import Place, Reader
 
 #: .txt files larger than this reach the encoder as a stream, never as one string
 STREAM_TXT_BYTES = 16 << 20
@@ -46,11 +46,11 @@ class TextReader(Reader):
             Input(path, "offset"),
         )
         if piece.size > STREAM_TXT_BYTES:
-            with open_piece(piece) as f:
+            with self.open(piece) as f:
                 check_text_head(path, f.read(HEAD_BYTES))
             yield Record(TextStream(path, piece.size), cursor, path, None, progress, origin)  # type: ignore[arg-type]
             return
-        with open_piece(piece) as f:
+        with self.open(piece) as f:
             data = f.read()
         check_text_head(path, data[:HEAD_BYTES])
         try:

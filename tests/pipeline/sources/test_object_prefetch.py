@@ -1,0 +1,117 @@
+"""A partition of many small objects is fetched ahead of its reader, several objects at once
+and within a bound on the bytes held, on the tests' real S3 API server: the documents are the
+same and in the same order, and a fault at one object is raised where the reader reaches it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from pipeline.format.errors import DataError
+from pipeline.sources.files import FilesSource
+from pipeline.sources.files.readers import prefetch
+
+OBJECTS = 40
+
+
+def _source(pattern: str) -> FilesSource:
+    return FilesSource(
+        "d", FilesSource.normalize("d", {"paths": [pattern], "partition_bytes": 1 << 30}, "test")
+    )
+
+
+def _bucket_of_small_objects(s3_server, docs) -> tuple[str, list[str]]:
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    texts = [docs[i % len(docs)] for i in range(OBJECTS)]
+    for i, text in enumerate(texts):
+        s3.put_object(
+            Bucket=bucket, Key=f"in/d{i:03d}.jsonl", Body=json.dumps({"text": text}).encode() + b"\n"
+        )
+    return bucket, texts
+
+
+class GetsInFlight:
+    """The GetObject requests this process's s3fs has under way, watched through botocore's
+    own events: how many at most at once, and which objects were asked for so far."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+        self.asked: list[str] = []
+        self._lock = threading.Lock()
+
+    def started(self, params, **_) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.asked.append(params["url_path"].rsplit("/", 1)[-1])
+
+    def ended(self, **_) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+@pytest.fixture
+def gets():
+    import fsspec
+
+    events = fsspec.filesystem("s3").s3.meta.events
+    watch = GetsInFlight()
+    events.register("before-call.s3.GetObject", watch.started)
+    events.register("after-call.s3.GetObject", watch.ended)
+    yield watch
+    events.unregister("before-call.s3.GetObject", watch.started)
+    events.unregister("after-call.s3.GetObject", watch.ended)
+
+
+def test_small_objects_are_fetched_several_at_once_and_read_in_order(s3_server, docs, gets):
+    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    source = _source(f"s3://{bucket}/in/*.jsonl")
+    (part,) = source.partitions()
+    assert [r.text for r in source.read(part, None)] == texts
+    assert gets.most > 1, "one object at a time: each waits a round trip for the one before"
+    assert sorted(gets.asked) == [f"d{i:03d}.jsonl" for i in range(OBJECTS)]
+
+
+def test_the_bytes_fetched_ahead_stay_within_the_bound(s3_server, docs, gets, monkeypatch):
+    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    source = _source(f"s3://{bucket}/in/*.jsonl")
+    (part,) = source.partitions()
+    sizes = [len(json.dumps({"text": t})) + 1 for t in texts]
+    bound = 3 * max(sizes)
+    monkeypatch.setattr(prefetch, "PREFETCH_BYTES", bound)
+    ahead = []
+    for i, _record in enumerate(source.read(part, None)):
+        time.sleep(0.01)  # a slow reader: the fetches would run far ahead of it unbounded
+        asked = {int(name[1:4]) for name in gets.asked}
+        ahead.append(sum(sizes[j] for j in asked if j > i))
+    assert max(ahead) <= bound, ahead
+    assert max(ahead) > 0, "nothing was fetched ahead"
+
+
+def test_an_object_deleted_after_planning_stops_the_reader_where_it_reaches_it(s3_server, docs):
+    """The documents before it are read as they were; the fault is the reader's own line."""
+    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    source = _source(f"s3://{bucket}/in/*.jsonl")
+    (part,) = source.partitions()
+    s3_server.client().delete_object(Bucket=bucket, Key="in/d020.jsonl")
+    read = []
+    with pytest.raises(DataError, match=rf"input s3://{bucket}/in/d020\.jsonl is gone; restore it and rerun"):
+        read.extend(r.text for r in source.read(part, None))
+    assert read == texts[:20]
+
+
+def test_a_reader_closed_early_leaves_no_fetch_running(s3_server, docs):
+    bucket, _ = _bucket_of_small_objects(s3_server, docs)
+    source = _source(f"s3://{bucket}/in/*.jsonl")
+    (part,) = source.partitions()
+    records = source.read(part, None)
+    next(records)
+    records.close()
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("tokshard-prefetch") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "prefetch threads outlived their partition"
+        time.sleep(0.05)
