@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests")]
+# the repository before tests/, whose mirrored pipeline/ folders would shadow the package
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from faulty_store import faulty_store  # noqa: E402
 from support import moto_server  # noqa: E402
