@@ -18,10 +18,20 @@ from pipeline.format.errors import TokshardError
 TMP_SUFFIX = ".tmp"
 
 
+#: what a filesystem answers when it cannot sync a folder at all (FUSE and network mounts,
+#: such as SMB shares and some cloud-drive mounts); PostgreSQL passes over the same answers
+DIR_SYNC_UNSUPPORTED = frozenset({errno.EINVAL, errno.EBADF, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename in ``path`` durable, where its filesystem can: one that cannot sync a
+    folder keeps renames as its own rules say, and refusing it would leave no way to write there."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in DIR_SYNC_UNSUPPORTED:
+            raise
     finally:
         os.close(fd)
 

@@ -1,5 +1,6 @@
 """How tokshard writes JSON (`pipeline.format.atomic.json_bytes`): readable, and read back as
-written; and how it takes a lock file (`lock_file`, `try_exclusive`)."""
+written; how it takes a lock file (`lock_file`, `try_exclusive`); and how it makes a rename
+durable on a filesystem that cannot sync a folder (`fsync_dir`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.format.atomic import json_bytes, lock_file, try_exclusive
+from pipeline.format import atomic
+from pipeline.format.atomic import fsync_dir, json_bytes, lock_file, try_exclusive
 from pipeline.format.errors import TokshardError
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
@@ -98,3 +100,30 @@ fcntl.lockf(fd, fcntl.LOCK_EX)
 print("held", flush=True)
 time.sleep(600)
 """
+
+
+def _folder_sync_fails(monkeypatch, code: int) -> None:
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(code, os.strerror(code))
+        real(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOTSUP, errno.EBADF])
+def test_a_filesystem_that_cannot_sync_a_folder_still_takes_renames(tmp_path, monkeypatch, code):
+    """SMB shares and some FUSE mounts answer a folder's fsync so; refusing would leave no way
+    to write there (PostgreSQL passes over the same answers)."""
+    _folder_sync_fails(monkeypatch, code)
+    atomic.write_bytes(tmp_path / "f.json", b"{}")
+    fsync_dir(tmp_path)
+    assert (tmp_path / "f.json").read_bytes() == b"{}"
+
+
+def test_a_folder_sync_that_fails_for_real_is_still_an_error(tmp_path, monkeypatch):
+    _folder_sync_fails(monkeypatch, errno.EIO)
+    with pytest.raises(OSError, match="Input/output error"):
+        fsync_dir(tmp_path)
