@@ -11,7 +11,7 @@ from support import REPO, assert_same_output, cli, corpus, files_recipe, referen
 
 from pipeline.format.verify import verify
 
-SHIM = '''
+SHIM = """
 import errno, os, stat
 _fsync = os.fsync
 def fsync(fd):
@@ -19,7 +19,7 @@ def fsync(fd):
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
     return _fsync(fd)
 os.fsync = fsync
-'''
+"""
 
 
 def test_prepare_finishes_where_a_folder_cannot_be_synced(tmp_path, docs, tokenizer_path, dask_client):
