@@ -22,6 +22,7 @@ format has exactly one definition.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.format.errors import TokshardError
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -116,6 +118,29 @@ def index_bytes(lengths: np.ndarray, dtype: str) -> bytes:
     return header + lengths.tobytes() + pointers.tobytes() + doc_indices.tobytes()
 
 
+def unmappable(path: Path, exc: OSError) -> Exception:
+    """Why a whole shard cannot be memory-mapped, as one line where the machine, not the data,
+    is the cause: a filesystem without mmap (some FUSE mounts answer ENODEV) or a process at
+    the kernel's limit of memory maps (ENOMEM: ``vm.max_map_count``, one map per shard)."""
+    if exc.errno in (errno.ENODEV, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return TokshardError(
+            f"{path}: this filesystem cannot memory-map files ({exc.strerror}), and shards are read "
+            "by memory map; copy the folder to a local disk or a filesystem that can (NFS, Lustre "
+            "and GPFS can), then point at the copy"
+        )
+    if exc.errno == errno.ENOMEM:
+        try:
+            limit = f" ({int(Path('/proc/sys/vm/max_map_count').read_text())})"
+        except (OSError, ValueError):
+            limit = ""
+        return TokshardError(
+            f"{path}: cannot memory-map another shard: this process holds as many memory maps as "
+            f"the kernel allows (vm.max_map_count{limit}, one per shard); raise it (sysctl -w "
+            "vm.max_map_count=1048576) or prepare fewer, larger shards (--shard-tokens)"
+        )
+    return exc
+
+
 class Shard:
     """One shard pair, memory-mapped on first use; opening costs two stat calls, not a read."""
 
@@ -130,7 +155,10 @@ class Shard:
         """All tokens of the shard as a read-only memory map (no copy, no read-ahead)."""
         if self.bin_path.stat().st_size == 0:
             return np.empty(0, dtype=self.dtype)
-        return np.memmap(self.bin_path, dtype=self.dtype, mode="r")
+        try:
+            return np.memmap(self.bin_path, dtype=self.dtype, mode="r")
+        except OSError as exc:
+            raise unmappable(self.bin_path, exc) from exc
 
     @cached_property
     def index(self) -> ShardIndex:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 
 import numpy as np
 import pytest
 
 from pipeline.format.content_hash import file_hash
+from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import Shard, read_index
 from pipeline.format.shard_writer import OpenShard, ShardSequence, ShardWriter, finalize, shard_problem
 
@@ -148,3 +151,38 @@ def test_a_bin_takes_its_final_name_after_everything_else_of_its_shard(tmp_path,
     finalize(tmp_path, [rec])
     assert steps[-1] == f"name {tmp_path / rec.path}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p-0000.bin", "p-0000.idx", "p-0000.origin"]
+
+
+def _mmap_fails(monkeypatch, code: int) -> None:
+    def refuse(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(mmap, "mmap", refuse)  # what numpy.memmap calls
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (errno.ENODEV, r"this filesystem cannot memory-map files \(No such device\).* copy the folder"),
+        (errno.ENOMEM, r"cannot memory-map another shard: .*vm\.max_map_count.*--shard-tokens"),
+    ],
+)
+def test_a_shard_the_machine_cannot_map_is_one_line_saying_why(tmp_path, monkeypatch, code, said):
+    """Some FUSE mounts cannot memory-map at all; a process at the kernel's limit of maps cannot
+    map one more: neither is the data's fault, and neither is said as if it were."""
+    w = ShardWriter(tmp_path, "a/s-0000.bin", "uint16", OpenShard(0))
+    w.append(*docs_to_stream([[5, 6, 7]]))
+    shard = Shard(tmp_path / w.close().path)
+    _mmap_fails(monkeypatch, code)
+    with pytest.raises(TokshardError, match=said) as refused:
+        shard.document(0)
+    assert str(shard.bin_path) in str(refused.value)
+
+
+def test_a_shard_that_fails_to_map_for_another_reason_keeps_its_error(tmp_path, monkeypatch):
+    w = ShardWriter(tmp_path, "a/s-0000.bin", "uint16", OpenShard(0))
+    w.append(*docs_to_stream([[5, 6, 7]]))
+    shard = Shard(tmp_path / w.close().path)
+    _mmap_fails(monkeypatch, errno.EIO)
+    with pytest.raises(OSError, match="Input/output error"):
+        shard.document(0)

@@ -1,0 +1,71 @@
+"""Filesystems that lack what a local disk has: one that cannot sync a folder (SMB shares and
+some FUSE mounts answer a folder's fsync with EINVAL), where `prepare` finishes with the bytes
+of an ordinary run; and one that cannot memory-map a file (some FUSE mounts answer ENODEV),
+where every command that reads shards says so in one line.
+
+No such filesystem can be mounted on the test machine, so its answer is played by a shim that
+every tokshard process of the command loads (`sitecustomize`, found through PYTHONPATH): the
+one call such a filesystem refuses fails as it fails there; everything else is as usual."""
+
+from __future__ import annotations
+
+import pytest
+from support import REPO, assert_same_output, cli, corpus, files_recipe, reference
+
+from pipeline.format.verify import verify
+
+NO_FOLDER_SYNC = """
+import errno, os, stat
+_fsync = os.fsync
+def fsync(fd):
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    return _fsync(fd)
+os.fsync = fsync
+"""
+
+
+def test_prepare_finishes_where_a_folder_cannot_be_synced(tmp_path, docs, tokenizer_path, dask_client):
+    data = corpus(tmp_path / "in.jsonl", docs, copies=2)
+    recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, data, partition_bytes=300_000)
+    ref = reference(recipe, tmp_path / "ref", dask_client).parent
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(NO_FOLDER_SYNC)
+    out = tmp_path / "out"
+    proc = cli("prepare", str(recipe), "--out", str(out), env={"PYTHONPATH": f"{shim}:{REPO}"})
+    assert proc.returncode == 0, proc.stderr
+    assert_same_output(ref, out)
+    assert verify(out / "manifest.json")[0] == []
+
+
+NO_MMAP = """
+import errno, mmap, os
+_mmap = mmap.mmap
+class _NoMmap(_mmap):
+    def __new__(cls, fileno, *args, **kwargs):
+        where = os.path.realpath(f"/proc/self/fd/{fileno}") if fileno != -1 else ""
+        if where.startswith(os.environ["NO_MMAP_UNDER"]):
+            raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+        return _mmap.__new__(cls, fileno, *args, **kwargs)
+mmap.mmap = _NoMmap
+"""
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_shards_on_a_filesystem_without_mmap_are_one_line(
+    tmp_path, docs, tokenizer_path, dask_client, command
+):
+    """Before, `verify` ended in a traceback and `inspect` called the data damaged."""
+    data = corpus(tmp_path / "in.jsonl", docs, copies=1)
+    recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, data, partition_bytes=300_000)
+    out = reference(recipe, tmp_path / "out", dask_client).parent
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(NO_MMAP)
+    env = {"PYTHONPATH": f"{shim}:{REPO}", "NO_MMAP_UNDER": str(out.resolve())}
+    proc = cli(command, str(out), env=env)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"tokshard: error: {out}/"), line
+    assert "cannot memory-map files (No such device)" in line, line
