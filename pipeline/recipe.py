@@ -152,7 +152,7 @@ def from_dict(
     if not isinstance(sources_raw, dict) or not sources_raw:
         raise TokshardError(f"{where}: no sources; add at least one [sources.NAME] table with a type")
     from pipeline.sources import source_class
-    from pipeline.sources.base import check_path_name
+    from pipeline.sources.base import check_folder_names_differ, check_path_name
 
     sources: dict[str, dict[str, Any]] = {}
     for name, section in sources_raw.items():
@@ -163,6 +163,7 @@ def from_dict(
         if "base_dir" in cls.defaults and "base_dir" not in section:
             section = {**section, "base_dir": base_dir}
         sources[name] = cls.normalize(name, section, where)
+    check_folder_names_differ("source", sources, where)
     return Recipe(settings, sources, where)
 
 

@@ -38,7 +38,13 @@ from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, encode_texts
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition, check_path_name, check_read_once, gc_paused
+from pipeline.sources.base import (
+    Partition,
+    check_folder_names_differ,
+    check_path_name,
+    check_read_once,
+    gc_paused,
+)
 from pipeline.sources.files import TextPieces
 
 Log = Callable[[str], None]
@@ -245,6 +251,7 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
         splits[name] = [
             check_path_name("split", s, f"{recipe.where}: source {name}") for s in source.splits()
         ]
+        check_folder_names_differ("split", splits[name], f"{recipe.where}: source {name}")
         order = {s: i for i, s in enumerate(splits[name])}
         partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
     if not partitions:

@@ -12,7 +12,7 @@ import contextlib
 import gc
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -33,6 +33,21 @@ def check_path_name(what: str, name: Any, where: str) -> str:
             f"{where}: {what} name {name!r} must be letters, digits, - or _ (it names a folder of the output)"
         )
     return name
+
+
+def check_folder_names_differ(what: str, names: Iterable[str], where: str) -> None:
+    """Refuse two names that differ only in case: each names a folder of the output, and on a
+    filesystem that ignores case (macOS's and Windows' by default) the two would be one
+    folder, one's shards written over the other's."""
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(name.casefold(), name)
+        if other != name:
+            raise TokshardError(
+                f"{where}: {what} names {other!r} and {name!r} differ only in case; each names a folder "
+                "of the output, and a filesystem that ignores case (macOS, Windows) would make them one: "
+                "rename one"
+            )
 
 
 def null_field(field: str) -> str:

@@ -13,6 +13,7 @@ from pipeline.sources.base import (
     Record,
     Source,
     bad_record,
+    check_folder_names_differ,
     check_globs,
     check_path_name,
     gc_paused,
@@ -72,6 +73,7 @@ class FilesSource(Source):
             )
             for s, p in splits.items()
         }
+        check_folder_names_differ("split", cfg["splits"], table)
         pb = cfg["partition_bytes"]
         if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < MIN_PARTITION_BYTES):
             raise TokshardError(

@@ -581,3 +581,32 @@ def test_paths_must_be_globs(tokenizer_path, paths):
     raw = {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": paths}}}
     with pytest.raises(TokshardError, match=r"\[sources\.d\] paths must be a path/glob or a list of them"):
         recipe.from_dict(raw, "r.toml")
+
+
+def test_source_names_that_differ_only_in_case_are_refused(tokenizer_path):
+    """On macOS's and Windows' filesystems `Web/` and `web/` are one folder: one source's shards
+    would be written over the other's."""
+    from pipeline import recipe
+
+    both = {"type": "files", "paths": ["*.jsonl"]}
+    raw = {"tokenizer": str(tokenizer_path), "sources": {"Web": both, "web": both}}
+    with pytest.raises(
+        TokshardError, match=r"source names 'Web' and 'web' differ only in case; .* rename one"
+    ):
+        recipe.from_dict(raw, "r.toml")
+
+
+def test_split_names_that_differ_only_in_case_are_refused_before_anything_is_written(
+    tmp_path, tokenizer_path
+):
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text('{"text": "a"}\n')
+    recipe_path = tmp_path / "r.toml"
+    recipe_path.write_text(
+        f'tokenizer = "{tokenizer_path}"\n[sources.d]\ntype = "files"\n'
+        'splits = { Train = ["a.jsonl"], train = ["b.jsonl"] }\n'
+    )
+    proc = cli("prepare", str(recipe_path), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "split names 'Train' and 'train' differ only in case" in line, line
+    assert not (tmp_path / "out").exists()
