@@ -550,9 +550,9 @@ def train(
     to learn from are refused, never a tokenizer of bytes alone."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from pipeline.sources.files import expand, iter_texts
+    from pipeline.sources.files import iter_texts, list_files
 
-    files = expand(inputs, ".")  # the same globs, and each file once, as `prepare --input`
+    files = list_files(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
     check_writable_dir(out_dir, "--out")

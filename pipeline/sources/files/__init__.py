@@ -15,9 +15,9 @@ per format, on `readers.base`), `source` (the `Source`).
 
 from __future__ import annotations
 
-from pipeline.sources.files.listing import expand
+from pipeline.sources.files.listing import expand, list_files
 from pipeline.sources.files.readers.long_json import TextPieces
 from pipeline.sources.files.readers.txt import TextStream
 from pipeline.sources.files.source import FilesSource, iter_texts
 
-__all__ = ["FilesSource", "TextPieces", "TextStream", "expand", "iter_texts"]
+__all__ = ["FilesSource", "TextPieces", "TextStream", "expand", "iter_texts", "list_files"]

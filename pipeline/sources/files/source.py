@@ -3,7 +3,7 @@ and reading a partition piece by piece."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
@@ -210,18 +210,25 @@ def _check_piece(piece: Piece) -> None:
     open_piece(piece).close()
 
 
-def iter_texts(files: list[str], field: str = "text", skipped: dict[str, int] | None = None) -> Iterator[str]:
-    """Every document of these files in order (for tokenizer training and tools). A bad record
-    stops it as it stops `prepare`, unless ``skipped`` is given: then each is counted there by
-    its reason."""
-    for path in files:
-        piece = Piece(path, kind_of(path), file_size(path))
-        for rec in read_partition(partition_spec([piece]), piece.size, None, field):
-            if rec.bad is not None:
-                if skipped is None:
-                    raise bad_record(rec.where, rec.bad, kept="nothing was written")
-                skipped[rec.bad] = skipped.get(rec.bad, 0) + 1
-            elif isinstance(rec.text, str):
-                yield rec.text
-            elif isinstance(rec.text, (TextStream, TextPieces)):
-                yield "".join(rec.text)
+def iter_texts(
+    files: Sequence[str | InputFile], field: str = "text", skipped: dict[str, int] | None = None
+) -> Iterator[str]:
+    """Every document of these files in order (for tokenizer training and tools), read as one
+    partition, so that many small objects in a store are fetched ahead as `prepare` fetches
+    them (a listed file's size is its listing's; a path's is asked for). A bad record stops it
+    as it stops `prepare`, unless ``skipped`` is given: then each is counted there by its reason."""
+    pieces = [
+        Piece(f.path, kind_of(f.path), f.size)
+        if isinstance(f, InputFile)
+        else Piece(f, kind_of(f), file_size(f))
+        for f in files
+    ]
+    for rec in read_partition(partition_spec(pieces), sum(p.size for p in pieces), None, field):
+        if rec.bad is not None:
+            if skipped is None:
+                raise bad_record(rec.where, rec.bad, kept="nothing was written")
+            skipped[rec.bad] = skipped.get(rec.bad, 0) + 1
+        elif isinstance(rec.text, str):
+            yield rec.text
+        elif isinstance(rec.text, (TextStream, TextPieces)):
+            yield "".join(rec.text)

@@ -115,3 +115,13 @@ def test_a_reader_closed_early_leaves_no_fetch_running(s3_server, docs):
     while any(t.name.startswith("tokshard-prefetch") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "prefetch threads outlived their partition"
         time.sleep(0.05)
+
+
+def test_tokenizer_training_reads_small_objects_ahead_too(s3_server, docs, gets):
+    """`tokenizer train` reads its inputs as one partition: its objects are fetched ahead, and
+    each object's size comes from the listing (no request of its own)."""
+    from pipeline.sources.files import iter_texts, list_files
+
+    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    assert list(iter_texts(list_files([f"s3://{bucket}/in/*.jsonl"], "."))) == texts
+    assert gets.most > 1
