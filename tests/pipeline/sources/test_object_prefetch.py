@@ -125,3 +125,17 @@ def test_tokenizer_training_reads_small_objects_ahead_too(s3_server, docs, gets)
     bucket, texts = _bucket_of_small_objects(s3_server, docs)
     assert list(iter_texts(list_files([f"s3://{bucket}/in/*.jsonl"], "."))) == texts
     assert gets.most > 1
+
+
+def test_a_piece_no_reader_opened_does_not_hold_up_the_ones_after_it(s3_server, docs, gets):
+    """The fetches stay in reading order even where one object is passed over: the ones after
+    it still come from the fetches ahead, with their own bytes."""
+    from pipeline.sources.files.pieces import Piece
+
+    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    bodies = [json.dumps({"text": t}).encode() + b"\n" for t in texts]
+    pieces = [Piece(f"s3://{bucket}/in/d{i:03d}.jsonl", ".jsonl", len(b)) for i, b in enumerate(bodies)]
+    with prefetch.Prefetch(pieces) as ahead:
+        got = [ahead.open(pieces[i]).read() for i in (0, 2, 3, *range(5, OBJECTS))]
+    assert got == [bodies[i] for i in (0, 2, 3, *range(5, OBJECTS))]
+    assert gets.asked.count("d006.jsonl") == 1, "fetched again after being passed over"

@@ -40,8 +40,8 @@ def _fetch(piece: Piece) -> bytes:
 
 
 class Prefetch:
-    """The opener of one partition's pieces (``pieces``: those it will read, in order; the
-    reader opens each once, in that order)."""
+    """The opener of one partition's pieces (``pieces``: those it will read, in the order the
+    readers open them)."""
 
     def __init__(self, pieces: Sequence[Piece]) -> None:
         self._queue = deque(p for p in pieces if fetched_whole(p))
@@ -50,10 +50,14 @@ class Prefetch:
         self._pool = ThreadPoolExecutor(PREFETCH_THREADS, "tokshard-prefetch") if self._queue else None
 
     def open(self, piece: Piece) -> BinaryIO:
-        if not self._fetching or self._fetching[0][0] != piece:
+        if all(fetched != piece for fetched, _ in self._fetching):
             return open_piece(piece)
-        _, future = self._fetching.popleft()
-        self._held -= piece.size
+        while True:  # (pieces fetched before it that a reader never opened are let go)
+            fetched, future = self._fetching.popleft()
+            self._held -= fetched.size
+            if fetched == piece:
+                break
+            future.cancel()
         self._fill()
         return io.BytesIO(future.result())
 
