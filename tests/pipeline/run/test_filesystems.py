@@ -25,15 +25,25 @@ os.fsync = fsync
 """
 
 
-def test_prepare_finishes_where_a_folder_cannot_be_synced(tmp_path, docs, tokenizer_path, dask_client):
-    data = corpus(tmp_path / "in.jsonl", docs, copies=2)
+def _prepared(tmp_path, docs, tokenizer_path, dask_client, copies: int):
+    """A recipe of real text and the folder of its ordinary run."""
+    data = corpus(tmp_path / "in.jsonl", docs, copies=copies)
     recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, data, partition_bytes=300_000)
-    ref = reference(recipe, tmp_path / "ref", dask_client).parent
+    return recipe, reference(recipe, tmp_path / "ref", dask_client).parent
+
+
+def _shimmed(tmp_path, shim_text: str, **env: str) -> dict[str, str]:
+    """The environment of a command whose every process loads ``shim_text`` first."""
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "sitecustomize.py").write_text(NO_FOLDER_SYNC)
+    (shim / "sitecustomize.py").write_text(shim_text)
+    return {"PYTHONPATH": f"{shim}:{REPO}", **env}
+
+
+def test_prepare_finishes_where_a_folder_cannot_be_synced(tmp_path, docs, tokenizer_path, dask_client):
+    recipe, ref = _prepared(tmp_path, docs, tokenizer_path, dask_client, copies=2)
     out = tmp_path / "out"
-    proc = cli("prepare", str(recipe), "--out", str(out), env={"PYTHONPATH": f"{shim}:{REPO}"})
+    proc = cli("prepare", str(recipe), "--out", str(out), env=_shimmed(tmp_path, NO_FOLDER_SYNC))
     assert proc.returncode == 0, proc.stderr
     assert_same_output(ref, out)
     assert verify(out / "manifest.json")[0] == []
@@ -57,14 +67,8 @@ def test_shards_on_a_filesystem_without_mmap_are_one_line(
     tmp_path, docs, tokenizer_path, dask_client, command
 ):
     """Before, `verify` ended in a traceback and `inspect` called the data damaged."""
-    data = corpus(tmp_path / "in.jsonl", docs, copies=1)
-    recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, data, partition_bytes=300_000)
-    out = reference(recipe, tmp_path / "out", dask_client).parent
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(NO_MMAP)
-    env = {"PYTHONPATH": f"{shim}:{REPO}", "NO_MMAP_UNDER": str(out.resolve())}
-    proc = cli(command, str(out), env=env)
+    _, out = _prepared(tmp_path, docs, tokenizer_path, dask_client, copies=1)
+    proc = cli(command, str(out), env=_shimmed(tmp_path, NO_MMAP, NO_MMAP_UNDER=str(out.resolve())))
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"tokshard: error: {out}/"), line
