@@ -256,4 +256,9 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
         )
     if isinstance(exc, FileNotFoundError):
         return TokshardError(f"{url} does not exist")
+    if "support range requests" in chain:  # fsspec's HTTP files read in byte ranges
+        return TokshardError(
+            f"{url}: its server does not answer byte-range requests, which reading a file in parts (and "
+            "checking it again on a rerun) needs; download the file and give its local path"
+        )
     return TokshardError(f"store error on {url}: {name}: {first[:200]}")

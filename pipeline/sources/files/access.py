@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 from pipeline.format.errors import DataError
 from pipeline.sources.files.zstd_frames import ZstdFrames
-from pipeline.storage.locations import is_url
+from pipeline.storage.locations import is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
 
 
@@ -28,9 +28,14 @@ def open_binary(path: str) -> BinaryIO:
             fs, p = fsspec.core.url_to_fs(path)
             fs.invalidate_cache(p)
             try:
-                return fs.open(p, "rb")
+                f = fs.open(p, "rb")
             except FileNotFoundError as exc:  # listed, then deleted: the data's fault, as locally
                 raise unreadable(path, exc) from exc
+            if protocol(path) in ("http", "https") and (f.size or 0) > f.blocksize:
+                f.seek(f.size - 1)  # a server without byte ranges fails here, not mid-read
+                f.read(1)
+                f.seek(0)
+            return f
     return open_local(path, 1 << 20)
 
 

@@ -289,6 +289,13 @@ def _url_files(pattern: str) -> list[InputFile]:
 
 def _object(fs: Any, path: str, info: dict[str, Any]) -> InputFile:
     url = fs.unstrip_protocol(path)
+    if info.get("size") is None:  # an HTTP server's page of links gives names, not sizes
+        info = fs.info(path)
+    if info.get("size") is None:
+        raise TokshardError(
+            f"input {url}: its server does not say how large it is (no Content-Length), which planning "
+            "needs; download it and give its local path"
+        )
     return InputFile(url, int(info["size"]), etag=version_tag(info), kind=known_kind(url))
 
 

@@ -2,20 +2,27 @@
 
 Each case is what a user's disk holds: a link into a filesystem that is not mounted, a file or
 folder nobody may read, a FIFO, a Spark-style ``part.parquet/`` folder, UTF-16 text from a
-Windows tool, a parquet column of pandas categories; and a rerun that names the same files
-by an absolute path. Each refusal is one line naming the input, exit 1 (a fault of the data, not
+Windows tool, a parquet column of pandas categories, a web server's page of links, a web server
+without byte ranges; and a rerun that names the same files by an absolute path. Each refusal is one line naming the input, exit 1 (a fault of the data, not
 of the command), with nothing published."""
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
+import functools
 import gzip
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,6 +32,7 @@ import pytest
 import zstandard
 from support import REPO, cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
+from pipeline.format import manifest
 from pipeline.format.errors import DataError
 from pipeline.sources.files import iter_texts
 from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprints, needs_read
@@ -606,25 +614,84 @@ def test_a_document_that_only_starts_like_a_pointer_is_text(tmp_path):
 PAGE = b'<!DOCTYPE html>\n<html lang="en">\n<head><title>in.jsonl</title></head>\n<body><pre>{"text": "a"}</pre></body>\n</html>\n'
 
 
-@pytest.fixture
-def web_folder(tmp_path):
-    """A real HTTP server on 127.0.0.1 serving ``tmp_path / "web"``."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+class _Quiet(SimpleHTTPRequestHandler):
+    """Python's own file server: a page of links for a folder, and no byte ranges."""
 
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
+    def log_message(self, *args) -> None:
+        pass
 
-    (tmp_path / "web").mkdir()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "web")))
+
+class _Ranged(_Quiet):
+    """A file server that also answers ``Range: bytes=A-B``, as most web servers do."""
+
+    def do_GET(self) -> None:
+        asked = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        path = Path(self.translate_path(self.path))
+        if not asked or not path.is_file():
+            return super().do_GET()
+        data = path.read_bytes()
+        start, end = int(asked[1]), int(asked[2]) if asked[2] else len(data) - 1
+        part = data[start : end + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        self.wfile.write(part)
+
+
+@contextlib.contextmanager
+def _serving(folder: Path, handler: type) -> Iterator[str]:
+    folder.mkdir(exist_ok=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield tmp_path / "web", f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def web_folder(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving ``tmp_path / "web"`` (Python's own)."""
+    with _serving(tmp_path / "web", _Quiet) as url:
+        yield tmp_path / "web", url
+
+
+def _big_and_small_files(web: Path, docs: list[str]) -> None:
+    """A file larger than fsspec's HTTP read block (5 MiB), read in several ranges, and two small."""
+    web.mkdir(exist_ok=True)
+    write_jsonl(web / "big.jsonl", docs * (6 * 2**20 // sum(len(d) for d in docs) + 1))
+    write_jsonl(web / "c.jsonl", docs[:3])
+    write_jsonl(web / "d.jsonl", docs[3:6])
+
+
+def test_files_behind_a_web_servers_page_of_links_read_as_the_same_local_files(
+    tmp_path, docs, tokenizer_path
+):
+    """A glob over an HTTP folder: its page of links names the files without their sizes, which a
+    HEAD of each then gives (before: a traceback); the shards are those of the same files on disk."""
+    _big_and_small_files(tmp_path / "web", docs)
+    for run in "ab":
+        (tmp_path / run).mkdir()
+    with _serving(tmp_path / "web", _Ranged) as url:
+        from_web = prepare_cli(tmp_path / "a", f"{url}/*.jsonl", tokenizer=tokenizer_path)
+    from_disk = prepare_cli(tmp_path / "b", str(tmp_path / "web" / "*.jsonl"), tokenizer=tokenizer_path)
+    assert from_web.returncode == from_disk.returncode == 0, from_web.stderr + from_disk.stderr
+    hashes = [[s.hash for s in manifest.load(tmp_path / d / "out" / "manifest.json").shards] for d in "ab"]
+    assert hashes[0] == hashes[1]
+
+
+def test_a_web_server_without_byte_ranges_is_one_line_before_anything_is_read(tmp_path, docs, tokenizer_path):
+    """Python's own file server answers every request with the whole file: a file larger than
+    one read is then named in one line, not a traceback half-way through it."""
+    _big_and_small_files(tmp_path / "web", docs)
+    with _serving(tmp_path / "web", _Quiet) as url:
+        proc = prepare_cli(tmp_path, f"{url}/big.jsonl", tokenizer=tokenizer_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{url}/big.jsonl: its server does not answer byte-range requests" in line, line
+    assert "download the file" in line
 
 
 def test_an_html_page_given_as_json_lines_is_named_even_when_skipping_bad_records(
