@@ -11,11 +11,13 @@ checkpoint in the store. So the store's commit point is the partition: a kill -9
 the partition each worker was encoding, and a rerun writes the same bytes (a shard uploaded
 before a kill is simply uploaded again, identical).
 
-One `prepare` per URL: the driver holds a *lease* object, created with S3's conditional write
-(``If-None-Match: *``), renewed every `LEASE_RENEW` seconds with ``If-Match`` on its ETag, and
-deleted at the end. A second `prepare` is refused while the lease is fresh; a lease whose
-holder is dead is taken over with ``If-Match``, so two reruns cannot both take it. On the same
-host the holder's pid says whether it runs. From another host its record's time cannot be
+One `prepare` per URL: the driver holds a *lease* object, created only where none is (S3's
+``If-None-Match: *``, GCS's ``ifGenerationMatch=0``: the one conditional write every store with
+conditions has), rewritten every `LEASE_RENEW` seconds while it is still this run's, and deleted
+at the end. A second `prepare` is refused while the lease is fresh. A lease whose holder is dead
+is taken over by first creating a *claim* named after that lease's version (only one contender
+can create it, so two reruns cannot both take it), then rewriting the lease. On the same host
+the holder's pid says whether it runs. From another host its record's time cannot be
 trusted alone (the two clocks may differ by minutes), so a lease that looks stale, or written
 in the future, is watched on this host's own monotonic clock for `LEASE_WATCH` seconds: a
 renewal meanwhile means it runs; no change, that it is dead.
@@ -53,6 +55,8 @@ from pipeline.storage.object_store import ObjectStore
 from pipeline.storage.ownership import claim_folder
 
 LEASE_FILE = f"{STATE_DIR}/lease.json"
+#: one claim per lease taken over from a dead run, named after that lease's version
+CLAIMS_DIR = f"{STATE_DIR}/claims"
 PROGRESS_DIR = f"{STATE_DIR}/progress"
 #: a lease record this old (by its holder's clock) may belong to a dead run
 LEASE_SECONDS = 90.0
@@ -235,13 +239,12 @@ class Lease:
             if self._stop.is_set():
                 return
             try:
-                found = self.store.etag(LEASE_FILE)
-                current = Holder.parse(found[0]) if found else None
-                if found is None or current is None or current.run != self.holder.run:
+                current = Holder.parse(self.store.read_bytes(LEASE_FILE) or b"")
+                if current is None or current.run != self.holder.run:
                     self.log(f"lost the lease on {self.store.url} to another prepare; stop this one")
                     return
                 self.holder = self.holder.updated()
-                self.store.replace_if(LEASE_FILE, self.holder.to_bytes(), found[1])
+                self.store.write_bytes(LEASE_FILE, self.holder.to_bytes())
                 self._written = time.monotonic()
             except TokshardError as exc:  # a blip: the next renewal tries again
                 self.log(f"could not renew the lease on {self.store.url}: {exc}")
@@ -291,15 +294,22 @@ def _take_over(store: ObjectStore, mine: Holder, log: Log) -> None:
                 raise _renewed_elsewhere(store, other, Holder.parse(changed[0]))
             if changed is not None:  # its run ended while watched and deleted the lease
                 found = None
-    took = (
-        store.replace_if(LEASE_FILE, mine.to_bytes(), found[1])
-        if found
-        else store.create(LEASE_FILE, mine.to_bytes())
-    )
-    if not took:
+    if found is None:
+        if not store.create(LEASE_FILE, mine.to_bytes()):
+            raise _taken_just_now(store)
+        return
+    if not store.create(_claim_of(found), mine.to_bytes()):
         raise _taken_just_now(store)
-    if found:
-        log(f"took over the lease of a dead run ({stale_text(other)})")
+    store.write_bytes(LEASE_FILE, mine.to_bytes())
+    log(f"took over the lease of a dead run ({stale_text(other)})")
+
+
+def _claim_of(lease_found: tuple[bytes, str]) -> str:
+    """The claim that takes over this version of the lease: every contender that found the
+    same dead lease names the same claim, and only one can create it."""
+    data, version = lease_found
+    digest = hashlib.sha256(version.encode() + b"\0" + data).hexdigest()
+    return f"{CLAIMS_DIR}/{digest[:32]}.json"
 
 
 def _renewed_elsewhere(store: ObjectStore, watched: Holder, now: Holder | None) -> TokshardError:
@@ -488,3 +498,5 @@ class StoreState(RunState):
 
     def after_manifest(self) -> None:
         self.remove_leftovers()
+        for rel in self.place.list(CLAIMS_DIR):  # the run is complete: no lease is left to take over
+            self.place.delete(rel)

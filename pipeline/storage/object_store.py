@@ -2,8 +2,8 @@
 
 Every access to an object store goes through this module. Besides the `Place` operations
 (whole-object reads and writes: an object appears whole or not at all; uploads, downloads,
-listings, deletes) it offers an exclusive create (S3 ``If-None-Match: *``) and a conditional
-replace (``If-Match``) for the run lease. Endpoints and credentials come from the store's own
+listings, deletes) it offers an exclusive create (S3 ``If-None-Match: *``, GCS
+``ifGenerationMatch=0``, through fsspec's ``mode="create"``) for the run lease. Endpoints and credentials come from the store's own
 configuration (for S3: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ..., ``~/.aws``, fsspec's
 config), never from tokshard. Failures become one-line `TokshardError`s.
 
@@ -64,7 +64,7 @@ class ObjectStore(Place):
                 return None
 
     def etag(self, rel: str) -> tuple[bytes, str] | None:
-        """The object's bytes and its version tag (for `replace_if`), or None if missing."""
+        """The object's bytes and its version tag (changed by every write), or None if missing."""
         with errors(self.where(rel)):
             try:
                 info = self.fs.info(self.full(rel), refresh=True)
@@ -78,20 +78,12 @@ class ObjectStore(Place):
             self.fs.pipe_file(self.full(rel), data)
 
     def create(self, rel: str, data: bytes) -> bool:
-        """Write only if no object has the name (S3 ``If-None-Match: *``); False if one does."""
-        return self._write_if(rel, data, (FileExistsError,), mode="create")
-
-    def replace_if(self, rel: str, data: bytes, etag: str) -> bool:
-        """Overwrite only if the object is still the version ``etag`` (S3 ``If-Match``)."""
-        return self._write_if(rel, data, (FileExistsError, FileNotFoundError), IfMatch=etag)
-
-    def _write_if(self, rel: str, data: bytes, lost: tuple[type[OSError], ...], **condition: str) -> bool:
-        """A conditional PUT: False where the condition failed (``lost``, or a 412 from the
-        store), any other error raised as one line."""
+        """Write only if no object has the name (S3 ``If-None-Match: *``, GCS
+        ``ifGenerationMatch=0``); False if one does (or the store's 412 said so)."""
         with errors(self.where(rel)):
             try:
-                self.fs.pipe_file(self.full(rel), data, **condition)
-            except lost:
+                self.fs.pipe_file(self.full(rel), data, mode="create")
+            except FileExistsError:
                 return False
             except OSError as exc:
                 if _precondition_failed(exc):

@@ -1,10 +1,12 @@
-"""The run lease in an object store when the two hosts' clocks disagree: a lease from another
+"""The run lease in an object store: when the two hosts' clocks disagree, a lease from another
 host is judged by whether it is renewed, timed on this host's own clock, not by the time its
-holder wrote into it (a real S3 API server, as in test_store_prepare.py)."""
+holder wrote into it; and of several reruns that find one dead lease, one takes it (a real S3
+API server, as in test_store_prepare.py)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -35,9 +37,7 @@ def test_a_live_lease_from_a_host_whose_clock_runs_behind_is_not_taken(store):
 
     def renew() -> None:  # the live driver on `far`, renewing as `Lease` does
         while not stop.wait(2.0):
-            found = store.etag(LEASE_FILE)
-            assert found is not None
-            store.replace_if(LEASE_FILE, _record("live", -600), found[1])
+            store.write_bytes(LEASE_FILE, _record("live", -600))
 
     renewer = threading.Thread(target=renew, daemon=True)
     renewer.start()
@@ -88,3 +88,42 @@ def test_a_lease_deleted_while_watched_is_created_anew(store):
         assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "next"
     timer.join()
     assert not [m for m in said if "took over" in m], said
+
+
+def test_of_reruns_that_find_one_dead_lease_at_once_exactly_one_takes_it(store):
+    """The takeover creates a claim named after the dead lease's version, which only one
+    contender can create; the others are refused in one line and the winner keeps the lease."""
+    dead = {
+        "pid": 2**22 + 12335,
+        "host": socket.gethostname(),
+        "since": "then",
+        "time": time.time(),
+        "run": "dead",
+    }
+    assert store.create(LEASE_FILE, json.dumps(dead).encode())
+    start, outcomes = threading.Barrier(4), []
+    release = threading.Event()
+
+    def rerun(i: int) -> None:
+        start.wait()
+        try:
+            with lease(store, f"rerun-{i}", lambda m: None):
+                outcomes.append(f"rerun-{i}")
+                release.wait(10)
+        except TokshardError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=rerun, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(outcomes) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    holders = [o for o in outcomes if o.startswith("rerun-")]
+    held = json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"]
+    release.set()
+    for t in threads:
+        t.join()
+    assert len(holders) == 1, outcomes
+    assert held == holders[0]
+    assert all("took over" in o or "is running" in o for o in outcomes if o not in holders), outcomes
