@@ -127,3 +127,34 @@ def test_of_reruns_that_find_one_dead_lease_at_once_exactly_one_takes_it(store):
     assert len(holders) == 1, outcomes
     assert held == holders[0]
     assert all("took over" in o or "is running" in o for o in outcomes if o not in holders), outcomes
+
+
+def test_the_lease_asks_the_store_for_no_condition_but_create_only(store):
+    """S3's If-Match has no counterpart in every store's client (gcsfs takes none): the
+    takeover and the renewals use only a create that fails where an object is, which S3
+    (If-None-Match) and GCS (ifGenerationMatch=0) both have."""
+    sent: list[dict] = []
+    record = lambda event_name, params, **_: (  # noqa: E731
+        sent.append(dict(params.get("headers", {}))) if event_name.endswith(".PutObject") else None
+    )
+    dead = {
+        "pid": 2**22 + 12335,
+        "host": socket.gethostname(),
+        "since": "then",
+        "time": time.time(),
+        "run": "dead",
+    }
+    assert store.create(LEASE_FILE, json.dumps(dead).encode())
+    events = store.fs.s3.meta.events  # the store's own client (opened past fsspec's caches)
+    events.register("before-call", record)
+    try:
+        with lease(store, "rerun", lambda m: None) as held:
+            held.report(1000.0, None)  # the first rate is written at once: a renewal
+            deadline = time.monotonic() + 10
+            while b"tokens_per_s" not in (store.read_bytes(LEASE_FILE) or b""):
+                assert time.monotonic() < deadline, "the renewal was never written"
+                time.sleep(0.1)
+    finally:
+        events.unregister("before-call", record)
+    assert len(sent) >= 4  # the claim, the lease, the probe, a renewal
+    assert not [h for h in sent if "If-Match" in h], sent
