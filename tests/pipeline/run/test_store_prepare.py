@@ -262,6 +262,7 @@ def test_the_lease_of_a_dead_prepare_is_taken_over_and_named(s3_server, store_se
     assert proc.returncode == 0, proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if "took over the lease" in ln]
     assert re.fullmatch(rf"tokshard: took over the lease of a dead run \({named}\)", line), line
+    assert not s3_server.objects(bucket, "run/.tokshard/claims"), "a finished run left its claim"
 
 
 def _no_local_folder(cwd: Path) -> None:
