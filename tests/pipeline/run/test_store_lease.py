@@ -42,14 +42,12 @@ def test_a_live_lease_from_a_host_whose_clock_runs_behind_is_not_taken(store):
     renewer = threading.Thread(target=renew, daemon=True)
     renewer.start()
     said: list[str] = []
-    started = time.monotonic()
     try:
         with pytest.raises(TokshardError) as refused, lease(store, "second", said.append):
             pytest.fail("took a live lease")
     finally:
         stop.set()
         renewer.join()
-    assert time.monotonic() - started < LEASE_WATCH
     assert "another `tokshard prepare` (pid 7 on far since then) is running" in str(refused.value)
     assert "the two hosts' clocks differ" in str(refused.value)
     assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "live"
@@ -71,10 +69,10 @@ def test_a_dead_lease_from_a_host_whose_clock_runs_ahead_is_taken_over(store):
 def test_a_lease_from_another_host_that_looks_fresh_is_refused_at_once(store):
     """Within the record's window (and a few seconds either side) there is nothing to watch."""
     assert store.create(LEASE_FILE, _record("live", +3))
-    started = time.monotonic()
-    with pytest.raises(TokshardError, match=r"is running on s3://"), lease(store, "second", print):
+    said: list[str] = []
+    with pytest.raises(TokshardError, match=r"is running on s3://"), lease(store, "second", said.append):
         pytest.fail("took a fresh lease")
-    assert time.monotonic() - started < 5
+    assert not [m for m in said if "watching it" in m], said
 
 
 def test_a_lease_deleted_while_watched_is_created_anew(store):
