@@ -88,17 +88,23 @@ def test_a_lease_deleted_while_watched_is_created_anew(store):
     assert not [m for m in said if "took over" in m], said
 
 
+def _dead_here() -> bytes:
+    """The lease a killed `prepare` on this host left: its pid is gone, its time is now."""
+    return json.dumps(
+        {
+            "pid": 2**22 + 12335,
+            "host": socket.gethostname(),
+            "since": "then",
+            "time": time.time(),
+            "run": "dead",
+        }
+    ).encode()
+
+
 def test_of_reruns_that_find_one_dead_lease_at_once_exactly_one_takes_it(store):
     """The takeover creates a claim named after the dead lease's version, which only one
     contender can create; the others are refused in one line and the winner keeps the lease."""
-    dead = {
-        "pid": 2**22 + 12335,
-        "host": socket.gethostname(),
-        "since": "then",
-        "time": time.time(),
-        "run": "dead",
-    }
-    assert store.create(LEASE_FILE, json.dumps(dead).encode())
+    assert store.create(LEASE_FILE, _dead_here())
     start, outcomes = threading.Barrier(4), []
     release = threading.Event()
 
@@ -135,14 +141,7 @@ def test_the_lease_asks_the_store_for_no_condition_but_create_only(store):
     record = lambda event_name, params, **_: (  # noqa: E731
         sent.append(dict(params.get("headers", {}))) if event_name.endswith(".PutObject") else None
     )
-    dead = {
-        "pid": 2**22 + 12335,
-        "host": socket.gethostname(),
-        "since": "then",
-        "time": time.time(),
-        "run": "dead",
-    }
-    assert store.create(LEASE_FILE, json.dumps(dead).encode())
+    assert store.create(LEASE_FILE, _dead_here())
     events = store.fs.s3.meta.events  # the store's own client (opened past fsspec's caches)
     events.register("before-call", record)
     try:
