@@ -194,12 +194,11 @@ def _fresh_by_its_clock(holder: Holder) -> bool:
     return age is not None and -CLOCK_SLACK <= age <= LEASE_SECONDS
 
 
-def _renewed_while_watched(
-    store: ObjectStore, found: tuple[bytes, str], log: Log
-) -> tuple[bytes, str] | None:
+def _watched(store: ObjectStore, found: tuple[bytes, str], log: Log) -> tuple[bytes, str] | None:
     """Watch another host's lease that looks dead by its record's time for `LEASE_WATCH`
-    seconds of this host's clock: the lease as it changed (a live holder renewed it, or
-    another run took it), None if it did not."""
+    seconds of this host's clock: the lease as it changed (a live holder renewed it, another
+    run took it, or it is gone: None), or ``found`` itself if it never changed. The record is
+    compared with its version tag, as a store may give no tag."""
     other = Holder.parse(found[0]) or Holder()
     log(
         f"the lease on {store.url} ({stale_text(other)}) is from another host, whose clock may "
@@ -209,9 +208,9 @@ def _renewed_while_watched(
     while time.monotonic() < deadline:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         now = store.etag(LEASE_FILE)
-        if now is None or now[1] != found[1]:
-            return now or (b"", "")
-    return None
+        if now != found:
+            return now
+    return found
 
 
 class Lease:
@@ -286,14 +285,14 @@ def _take_over(store: ObjectStore, mine: Holder, log: Log) -> None:
     found = store.etag(LEASE_FILE)
     other = Holder.parse(found[0]) if found else None
     if found is not None and other is not None:
-        if not lease_is_dead(other) and (_on_this_host(other) or _fresh_by_its_clock(other)):
+        here = _on_this_host(other)
+        if (not lease_is_dead(other)) if here else _fresh_by_its_clock(other):
             raise _running_elsewhere(store, other, "")
-        if not _on_this_host(other):
-            changed = _renewed_while_watched(store, found, log)
-            if changed is not None and changed[1]:
-                raise _renewed_elsewhere(store, other, Holder.parse(changed[0]))
-            if changed is not None:  # its run ended while watched and deleted the lease
-                found = None
+        if not here:
+            now = _watched(store, found, log)
+            if now is not None and now != found:
+                raise _renewed_elsewhere(store, other, Holder.parse(now[0]))
+            found = now  # None: its run ended while watched and deleted the lease
     if found is None:
         if not store.create(LEASE_FILE, mine.to_bytes()):
             raise _taken_just_now(store)
@@ -439,16 +438,14 @@ class StoreState(RunState):
         problems = {}
         for key, ck in finished.items():
             for rec in ck.closed:
-                missing = [rel for rel in shard_files(rec) if size(rel) is None]
+                stored = {rel: size(rel) for rel in shard_files(rec)}  # the .bin among them
+                missing = [rel for rel, n in stored.items() if n is None]
                 if missing:
                     problems[key] = f"{missing[0]} is missing"
-                elif (stored := size(rec.path)) is None:
-                    problems[key] = f"{rec.path} is missing"
-                elif stored != rec.bytes:
-                    problems[key] = f"{rec.path} is {stored} bytes, its checkpoint says {rec.bytes}"
-                else:
-                    continue
-                break
+                    break
+                if stored[rec.path] != rec.bytes:
+                    problems[key] = f"{rec.path} is {stored[rec.path]} bytes, its checkpoint says {rec.bytes}"
+                    break
         return problems
 
     def _shard_sizes(self, plan: Plan) -> dict[str, int]:
