@@ -35,40 +35,52 @@ def _bucket_of_small_objects(s3_server, docs) -> tuple[str, list[str]]:
 
 
 class GetsInFlight:
-    """The GetObject requests this process's s3fs has under way, watched through botocore's
-    own events: how many at most at once, and which objects were asked for so far."""
+    """The GetObject requests this process's s3fs has under way for one bucket, watched through
+    botocore's own events: how many at most at once, and which objects were asked for so far.
+    (Requests for other buckets are passed over: a fetch another test left running may finish
+    while this one runs.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
         self.now = self.most = 0
         self.asked: list[str] = []
         self._lock = threading.Lock()
 
+    def _ours(self, params) -> bool:
+        return f"/{self.bucket}/" in params["url"]
+
     def started(self, params, **_) -> None:
+        if not self._ours(params):
+            return
         with self._lock:
             self.now += 1
             self.most = max(self.most, self.now)
             self.asked.append(params["url_path"].rsplit("/", 1)[-1])
 
-    def ended(self, **_) -> None:
+    def ended(self, http_response, **_) -> None:
+        if not self._ours({"url": http_response.url}):
+            return
         with self._lock:
             self.now -= 1
 
 
 @pytest.fixture
-def gets():
+def watched(s3_server, docs):
+    """A bucket of small objects, their texts, and the GetObject requests made for them."""
     import fsspec
 
-    events = fsspec.filesystem("s3").s3.meta.events
-    watch = GetsInFlight()
-    events.register("before-call.s3.GetObject", watch.started)
-    events.register("after-call.s3.GetObject", watch.ended)
-    yield watch
-    events.unregister("before-call.s3.GetObject", watch.started)
-    events.unregister("after-call.s3.GetObject", watch.ended)
-
-
-def test_small_objects_are_fetched_several_at_once_and_read_in_order(s3_server, docs, gets):
     bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    events = fsspec.filesystem("s3").s3.meta.events
+    gets = GetsInFlight(bucket)
+    events.register("before-call.s3.GetObject", gets.started)
+    events.register("after-call.s3.GetObject", gets.ended)
+    yield bucket, texts, gets
+    events.unregister("before-call.s3.GetObject", gets.started)
+    events.unregister("after-call.s3.GetObject", gets.ended)
+
+
+def test_small_objects_are_fetched_several_at_once_and_read_in_order(watched):
+    bucket, texts, gets = watched
     source = _source(f"s3://{bucket}/in/*.jsonl")
     (part,) = source.partitions()
     assert [r.text for r in source.read(part, None)] == texts
@@ -76,8 +88,8 @@ def test_small_objects_are_fetched_several_at_once_and_read_in_order(s3_server, 
     assert sorted(gets.asked) == [f"d{i:03d}.jsonl" for i in range(OBJECTS)]
 
 
-def test_the_bytes_fetched_ahead_stay_within_the_bound(s3_server, docs, gets, monkeypatch):
-    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+def test_the_bytes_fetched_ahead_stay_within_the_bound(watched, monkeypatch):
+    bucket, texts, gets = watched
     source = _source(f"s3://{bucket}/in/*.jsonl")
     (part,) = source.partitions()
     sizes = [len(json.dumps({"text": t})) + 1 for t in texts]
@@ -117,22 +129,22 @@ def test_a_reader_closed_early_leaves_no_fetch_running(s3_server, docs):
         time.sleep(0.05)
 
 
-def test_tokenizer_training_reads_small_objects_ahead_too(s3_server, docs, gets):
+def test_tokenizer_training_reads_small_objects_ahead_too(watched):
     """`tokenizer train` reads its inputs as one partition: its objects are fetched ahead, and
     each object's size comes from the listing (no request of its own)."""
     from pipeline.sources.files import iter_texts, list_files
 
-    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    bucket, texts, gets = watched
     assert list(iter_texts(list_files([f"s3://{bucket}/in/*.jsonl"], "."))) == texts
     assert gets.most > 1
 
 
-def test_a_piece_no_reader_opened_does_not_hold_up_the_ones_after_it(s3_server, docs, gets):
+def test_a_piece_no_reader_opened_does_not_hold_up_the_ones_after_it(watched):
     """The fetches stay in reading order even where one object is passed over: the ones after
     it still come from the fetches ahead, with their own bytes."""
     from pipeline.sources.files.pieces import Piece
 
-    bucket, texts = _bucket_of_small_objects(s3_server, docs)
+    bucket, texts, gets = watched
     bodies = [json.dumps({"text": t}).encode() + b"\n" for t in texts]
     pieces = [Piece(f"s3://{bucket}/in/d{i:03d}.jsonl", ".jsonl", len(b)) for i, b in enumerate(bodies)]
     with prefetch.Prefetch(pieces) as ahead:
