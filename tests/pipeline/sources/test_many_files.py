@@ -12,7 +12,10 @@ import gzip
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -357,14 +360,24 @@ def test_records_carry_their_location_in_the_input(tmp_path, docs):
 # --- objects in a bucket ------------------------------------------------------------------------
 
 
-def s3_calls():
-    """Every S3 operation this process's s3fs sends, counted by name (botocore's own events)."""
+@contextmanager
+def s3_calls(bucket: str) -> Iterator[Counter[str]]:
+    """Every S3 operation this process's s3fs sends for one bucket, counted by name (botocore's
+    own events; another test's fetch still running in this process is not counted)."""
     import fsspec
 
     calls: Counter[str] = Counter()
-    fs = fsspec.filesystem("s3")
-    fs.s3.meta.events.register("before-call.s3", lambda model, **kw: calls.update([model.name]))
-    return calls
+
+    def count(model, params, **_) -> None:
+        if urlsplit(params["url"]).path.split("/")[1] == bucket:
+            calls.update([model.name])
+
+    events = fsspec.filesystem("s3").s3.meta.events
+    events.register("before-call.s3", count)
+    try:
+        yield calls
+    finally:
+        events.unregister("before-call.s3", count)
 
 
 def test_planning_objects_costs_one_listing_and_no_request_per_object(s3_server, docs):
@@ -376,10 +389,10 @@ def test_planning_objects_costs_one_listing_and_no_request_per_object(s3_server,
             Key=f"in/day-{i:04d}.jsonl",
             Body=json.dumps({"text": docs[i % 50]}).encode() + b"\n",
         )
-    calls = s3_calls()
-    source = source_of([f"s3://{bucket}/in/*.jsonl"])
-    origin, parts = source.origin(), source.partitions()
-    source.check_unchanged(origin)
+    with s3_calls(bucket) as calls:
+        source = source_of([f"s3://{bucket}/in/*.jsonl"])
+        origin, parts = source.origin(), source.partitions()
+        source.check_unchanged(origin)
     assert len(origin["files"]["train"]) == 300 and len(parts) < 10
     assert set(calls) == {"ListObjectsV2"} and calls["ListObjectsV2"] <= 2, calls  # planning, then the check
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -47,7 +48,7 @@ class GetsInFlight:
         self._lock = threading.Lock()
 
     def _ours(self, params) -> bool:
-        return f"/{self.bucket}/" in params["url"]
+        return urlsplit(params["url"]).path.split("/")[1] == self.bucket
 
     def started(self, params, **_) -> None:
         if not self._ours(params):
