@@ -2,10 +2,11 @@
 tests' S3 server that answers every Nth request itself with a fault instead of passing it on.
 
 Faults, taken in turn: ``slow-down`` (503 SlowDown, S3's throttling), ``internal`` (500
-InternalError) and ``drop`` (the connection closed with no answer). It can also play three ways a
+InternalError) and ``drop`` (the connection closed with no answer). It can also play four ways a
 store's answers differ from the tests' server on this machine: conditional writes ignored,
 listings that lag behind writes (as eventually consistent stores and caching gateways give
-them), and a network's round trip before each answer. Run as a script (its
+them), listings whose ETags lack the quotes the same object's HEAD gives it (NetApp ONTAP),
+and a network's round trip before each answer. Run as a script (its
 own process, so the proxy never shares the test's event loop); `faulty_store` starts one.
 """
 
@@ -42,6 +43,8 @@ CONDITIONS = {"if-none-match", "if-match"}
 #: one object in a ListObjectsV2 answer, and the time it was last written
 _LISTED = re.compile(rb"<Contents>.*?</Contents>", re.S)
 _MODIFIED = re.compile(rb"<LastModified>([^<]+)</LastModified>")
+#: an ETag in a listing, its quotes written as the XML may spell them
+_QUOTED_TAG = re.compile(rb"<ETag>(?:&#34;|&quot;|\")(.*?)(?:&#34;|&quot;|\")</ETag>")
 
 
 @contextlib.contextmanager
@@ -52,6 +55,7 @@ def faulty_store(
     ignore_conditions: bool = False,
     list_lag: float = 0.0,
     latency: float = 0.0,
+    bare_listed_tags: bool = False,
 ) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
     cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
@@ -59,7 +63,8 @@ def faulty_store(
     stores do): it drops their headers, so every such write succeeds. With ``list_lag`` its
     listings leave out every object written in the last ``list_lag`` seconds (reading one by
     its name still finds it). With ``latency`` each answer waits that many seconds first, as a
-    store across a network's round trip does (S3 from EC2: tens of milliseconds)."""
+    store across a network's round trip does (S3 from EC2: tens of milliseconds). With
+    ``bare_listed_tags`` its listings give each ETag without its quotes."""
     from support import free_port, serving
 
     port = free_port()
@@ -67,6 +72,7 @@ def faulty_store(
     argv += ["--ignore-conditions"] if ignore_conditions else []
     argv += ["--list-lag", str(list_lag)] if list_lag else []
     argv += ["--latency", str(latency)] if latency else []
+    argv += ["--bare-listed-tags"] if bare_listed_tags else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -89,6 +95,11 @@ def lagging_listing(xml: bytes, lag: float) -> bytes:
     return _LISTED.sub(settled, xml)
 
 
+def bare_tags(xml: bytes) -> bytes:
+    """A ListObjectsV2 answer with its ETags' quotes left out."""
+    return _QUOTED_TAG.sub(rb"<ETag>\1</ETag>", xml)
+
+
 def serve(
     upstream: str,
     port: int,
@@ -97,6 +108,7 @@ def serve(
     ignore_conditions: bool,
     list_lag: float,
     latency: float,
+    bare_listed_tags: bool,
 ) -> None:
     from aiohttp import ClientSession, web
 
@@ -134,8 +146,11 @@ def serve(
             out = {k: v for k, v in reply.headers.items() if k.lower() not in dropped}
             if request.method == "HEAD":  # the object's length stands in the header alone
                 return web.Response(status=reply.status, headers=out)
-            if list_lag and request.method == "GET" and request.query.get("list-type") == "2":
+            listing = request.method == "GET" and request.query.get("list-type") == "2"
+            if listing and list_lag:
                 data = lagging_listing(data, list_lag)
+            if listing and bare_listed_tags:
+                data = bare_tags(data)
             return web.Response(status=reply.status, body=data, headers=out)
 
     app = web.Application(client_max_size=1 << 31)
@@ -153,5 +168,15 @@ if __name__ == "__main__":
     parser.add_argument("--ignore-conditions", action="store_true")
     parser.add_argument("--list-lag", type=float, default=0.0)
     parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--bare-listed-tags", action="store_true")
     a = parser.parse_args()
-    serve(a.upstream, a.port, a.every, tuple(a.faults.split(",")), a.ignore_conditions, a.list_lag, a.latency)
+    serve(
+        a.upstream,
+        a.port,
+        a.every,
+        tuple(a.faults.split(",")),
+        a.ignore_conditions,
+        a.list_lag,
+        a.latency,
+        a.bare_listed_tags,
+    )

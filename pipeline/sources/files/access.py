@@ -76,6 +76,17 @@ def version_tag(info: dict[str, Any]) -> str | None:
     return str(tag) if tag else None
 
 
+def same_version(listed: str, opened: str) -> bool:
+    """Whether a listing's version tag and an opened object's name one version. The quotes
+    around an ETag (and a weak one's ``W/``) are not part of it: some S3-compatible stores
+    (NetApp ONTAP) leave them out of listings while their HEAD answers carry them."""
+    return _bare_tag(listed) == _bare_tag(opened)
+
+
+def _bare_tag(tag: str) -> str:
+    return tag.removeprefix("W/").strip('"')
+
+
 def decompress(raw: BinaryIO, kind: str) -> BinaryIO:
     """The decompressed bytes of a compressed JSON Lines file's raw bytes (`formats.COMPRESSED`)."""
     if kind == ".jsonl.gz":

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from faulty_store import faulty_store
 from support import (
     assert_same_output,
     checkpoints,
@@ -413,6 +414,28 @@ def test_small_objects_share_partitions_and_give_the_shards_of_the_same_local_fi
     assert len(ms[0].shards) < 12
     assert np.array_equal(
         stream_of(tmp_path / "from-s3" / "manifest.json"), plain_encode(tokenizer_path, expected)
+    )
+
+
+def test_a_store_listing_etags_without_their_quotes_reads_its_objects(
+    s3_server, docs, tokenizer_path, tmp_path
+):
+    """Some S3-compatible stores (NetApp ONTAP) list an ETag without the quotes their HEAD
+    answer gives it: the same version, so each object is read, not refused as changed."""
+    expected = mixed_folder(tmp_path / "in", docs, 12)
+    bucket = s3_server.new_bucket()
+    for path in sorted((tmp_path / "in").iterdir()):
+        s3_server.client().put_object(Bucket=bucket, Key=f"in/{path.name}", Body=path.read_bytes())
+    with faulty_store(s3_server.endpoint, every=0, bare_listed_tags=True) as endpoint:
+        done = cli(
+            "prepare",
+            *("--input", f"s3://{bucket}/in/*", "--out", "out", "--tokenizer", str(tokenizer_path)),
+            cwd=tmp_path,
+            env={"AWS_ENDPOINT_URL": endpoint},
+        )
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(
+        stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, expected)
     )
 
 
