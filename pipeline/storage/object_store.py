@@ -213,7 +213,8 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
     if "NoCredentials" in chain or "Unable to locate credentials" in chain:
         return TokshardError(
             f"no credentials for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-            "or configure ~/.aws (or the store's own fsspec configuration)"
+            "or configure ~/.aws (or the store's own fsspec configuration); a public bucket's "
+            "inputs are read without credentials with FSSPEC_S3_ANON=true"
         )
     if "NoSuchBucket" in chain or "bucket does not exist" in chain.lower():
         return TokshardError(f"the bucket of {url} does not exist; create it, or fix the URL")

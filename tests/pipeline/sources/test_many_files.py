@@ -29,6 +29,7 @@ from support import (
     cli,
     files_recipe,
     kill_group,
+    one_error_line,
     output_files,
     plain_encode,
     reference,
@@ -436,6 +437,33 @@ def test_a_store_listing_etags_without_their_quotes_reads_its_objects(
     assert done.returncode == 0, done.stderr
     assert np.array_equal(
         stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, expected)
+    )
+
+
+def test_a_public_bucket_is_read_without_credentials_as_the_line_without_them_says(
+    s3_server, docs, tokenizer_path, tmp_path
+):
+    """Open datasets sit in buckets anyone may read: with no credentials the line says how to
+    read them anonymously, and so read they give the shards of the same files."""
+    bucket = s3_server.new_bucket()
+    s3_server.client().put_object(
+        Bucket=bucket,
+        Key="in/a.jsonl",
+        Body=write_jsonl(tmp_path / "a.jsonl", docs[:20]).read_bytes(),
+        ACL="public-read",
+    )
+    nobody = {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+    }
+    args = ("prepare", "--input", f"s3://{bucket}/in/*.jsonl", "--tokenizer", str(tokenizer_path))
+    refused = cli(*args, "--out", "refused", cwd=tmp_path, env=nobody)
+    assert refused.returncode == 2 and "FSSPEC_S3_ANON=true" in one_error_line(refused), refused.stderr
+    cli(*args, "--out", "out", cwd=tmp_path, env={**nobody, "FSSPEC_S3_ANON": "true"}, check=True)
+    assert np.array_equal(
+        stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, docs[:20])
     )
 
 
