@@ -36,12 +36,6 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def replace(tmp: Path, final: Path) -> None:
-    """Rename an already fsynced temporary file over its final name, durably."""
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
-
-
 def write_durable(path: str | os.PathLike, data: bytes) -> None:
     """Write and fsync ``path`` itself (a temporary name the caller renames later)."""
     try:
@@ -59,9 +53,13 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     tmp = path.with_name(path.name + TMP_SUFFIX)
     write_durable(tmp, data)
     try:
-        replace(tmp, path)
+        os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
+        raise rename_error(exc, path, len(data)) from exc
+    try:
+        fsync_dir(path.parent)
+    except OSError as exc:
         raise disk_error(exc, path, len(data)) from exc
 
 
@@ -185,6 +183,23 @@ def disk_error(exc: OSError, path: str | os.PathLike, needed: int | None = None)
     return TokshardError(f"cannot write {path}: {exc.strerror or exc}")
 
 
+def rename_error(exc: OSError, path: str | os.PathLike, needed: int | None = None) -> TokshardError:
+    """One line for a whole file written under its temporary name that could not be renamed
+    to ``path``: the folder took the write, so, short of a full disk, its filesystem renames
+    no files (a bucket mounted through FUSE, as mountpoint-s3 mounts one)."""
+    if exc.errno in DISK_FULL_ERRNOS:
+        return disk_error(exc, path, needed)
+    return TokshardError(f"cannot rename a finished file to {path}: {_renames_refused(exc)}")
+
+
+def _renames_refused(exc: OSError) -> str:
+    return (
+        f"its filesystem does not rename files ({exc.strerror or exc}; a bucket mounted through "
+        "FUSE?), and tokshard writes each file whole under a temporary name first; use a folder "
+        "on a local or network disk, or the store's URL (s3://...)"
+    )
+
+
 def check_writable_dir(path: Path, flag: str) -> None:
     """``path`` is (or can become) a folder this process can write: checked before any work, so
     ``--save`` or ``--out`` on a file, a read-only filesystem or under /proc is one line, not a traceback
@@ -193,15 +208,20 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise TokshardError(
             f"{flag} {path} is a file, not a folder; choose a folder (it is created if missing)"
         )
+    probe = path / f".tokshard-write-test-{os.getpid()}"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".tokshard-write-test-{os.getpid()}"
         probe.write_bytes(b"")
-        probe.unlink()
     except OSError as exc:
         raise TokshardError(
             f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
         ) from exc
+    try:
+        os.replace(probe, probe.with_name(probe.name + ".renamed"))
+    except OSError as exc:
+        probe.unlink(missing_ok=True)
+        raise TokshardError(f"{flag} {path}: {_renames_refused(exc)}") from exc
+    probe.with_name(probe.name + ".renamed").unlink()
 
 
 def lock_file(path: Path) -> int:

@@ -1,7 +1,8 @@
 """Filesystems that lack what a local disk has: one that cannot sync a folder (SMB shares and
 some FUSE mounts answer a folder's fsync with EINVAL), where `prepare` finishes with the bytes
-of an ordinary run; and one that cannot memory-map a file (some FUSE mounts answer ENODEV),
-where every command that reads shards says so in one line.
+of an ordinary run; one that cannot memory-map a file (some FUSE mounts answer ENODEV), where
+every command that reads shards says so in one line; and one that renames no files (a bucket
+mounted through FUSE), where every command that writes there says so before any work.
 
 No such filesystem can be mounted on the test machine, so its answer is played by a shim that
 every tokshard process of the command loads (`sitecustomize`, found through PYTHONPATH): the
@@ -10,7 +11,7 @@ one call such a filesystem refuses fails as it fails there; everything else is a
 from __future__ import annotations
 
 import pytest
-from support import REPO, assert_same_output, cli, corpus, files_recipe, reference
+from support import REPO, assert_same_output, cli, corpus, files_recipe, one_error_line, reference
 
 from pipeline.format.verify import verify
 
@@ -73,3 +74,43 @@ def test_shards_on_a_filesystem_without_mmap_are_one_line(
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"tokshard: error: {out}/"), line
     assert "cannot memory-map files (No such device)" in line, line
+
+
+NO_RENAME = """
+import errno, os
+_replace = os.replace
+def replace(src, dst, **kwargs):
+    if os.path.abspath(os.fspath(dst)).startswith(os.environ["NO_RENAME_UNDER"]):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    return _replace(src, dst, **kwargs)
+os.replace = os.rename = replace
+"""
+
+
+@pytest.mark.parametrize("command", ["prepare", "train", "tokenizer train"])
+def test_a_folder_whose_filesystem_renames_no_files_is_one_line_before_any_work(
+    tmp_path, docs, tokenizer_path, dask_client, command
+):
+    """A bucket mounted through FUSE (mountpoint-s3) writes new files but renames none, and
+    tokshard writes every file whole under a temporary name first: before, the line said only
+    "cannot write ...: Function not implemented", with nothing to do."""
+    folder = tmp_path / "mounted"
+    if command == "prepare":
+        recipe, _ = _prepared(tmp_path, docs, tokenizer_path, dask_client, copies=1)
+        args = ["prepare", str(recipe), "--out", str(folder)]
+    elif command == "train":
+        _, prepared = _prepared(tmp_path, docs, tokenizer_path, dask_client, copies=1)
+        args = ["train", "--manifest", str(prepared / "manifest.json"), "--model", "tiny", "--steps", "2"]
+        args += ["--save", str(folder)]
+    else:
+        data = corpus(tmp_path / "in.jsonl", docs, copies=1)
+        args = ["tokenizer", "train", "--input", str(data), "--vocab-size", "300", "--out", str(folder)]
+    proc = cli(*args, env=_shimmed(tmp_path, NO_RENAME, NO_RENAME_UNDER=str(folder)))
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc)
+    assert (
+        "its filesystem does not rename files (Function not implemented; a bucket mounted through FUSE?)"
+        in line
+    )
+    assert "use a folder on a local or network disk, or the store's URL" in line
+    assert "step " not in proc.stdout + proc.stderr  # refused before training
