@@ -53,6 +53,8 @@ class Settings:
     dtype: str = AUTO_DTYPE
     shard_tokens: int = DEFAULT_SHARD_TOKENS
     eos_token: str | None = None
+    #: None: the tokenizer's own BOS, if it starts texts with one (`pipeline.encoding.bos`)
+    bos_token: str | None = None
     # these only decide how a run goes; changing them between reruns is fine
     out: str | None = None
     workers: int | None = None
@@ -67,7 +69,7 @@ class Settings:
 
 
 #: the names of the settings that decide the output
-OUTPUT_SETTINGS: tuple[str, ...] = ("tokenizer", "dtype", "shard_tokens", "eos_token")
+OUTPUT_SETTINGS: tuple[str, ...] = ("tokenizer", "dtype", "shard_tokens", "eos_token", "bos_token")
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings))
 
 
@@ -95,6 +97,10 @@ class Recipe:
         """Everything that decides the output bytes, and nothing else (each source says what
         of its config counts: `pipeline.sources.base.Source.identity`)."""
         settings = {k: v for k, v in self.settings.output().items() if k != "tokenizer"}
+        if (
+            settings["bos_token"] is None
+        ):  # the default: a run planned before it was a setting is the same run
+            del settings["bos_token"]
         return {
             **settings,
             "tokenizer_sha256": self.tokenizer_sha256,
@@ -205,9 +211,10 @@ def _check_settings(settings: dict[str, Any], where: str) -> None:
     for key, choices in CHOICES.items():
         if settings[key] not in choices:
             raise TokshardError(f"{where}: {key} = {settings[key]!r}; choose one of {', '.join(choices)}")
-    eos = settings["eos_token"]
-    if eos is not None and (not isinstance(eos, str) or not eos):
-        raise TokshardError(f"{where}: eos_token must be the text of a token, got {eos!r}")
+    for key in ("eos_token", "bos_token"):
+        token = settings[key]
+        if token is not None and (not isinstance(token, str) or not token):
+            raise TokshardError(f"{where}: {key} must be the text of a token, got {token!r}")
     st = settings["shard_tokens"]
     if not isinstance(st, int) or isinstance(st, bool) or st < 1:
         raise TokshardError(f"{where}: shard_tokens must be a positive integer, got {st!r}")

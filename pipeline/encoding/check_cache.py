@@ -164,24 +164,26 @@ def space_cuts(tokenizer_path: str) -> bool:
     return derived(key_parts("space-cuts", tokenizer_path), find) == "yes"
 
 
-def resolve_tokenizer(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:
-    """`tokenizer.resolve`, its facts (ids, EOS and how it was found, dtype) kept under the
-    tokenizer's content and this code: a later run of a 200k vocabulary then starts its workers
-    without first loading the tokenizer (about a second and a half); the check loads it while
-    they boot. A refusal is never kept."""
+def resolve_tokenizer(
+    spec: str, eos_token: str | None, dtype: str, bos_token: str | None = None
+) -> tuple[Path, TokenizerInfo]:
+    """`tokenizer.resolve`, its facts (ids, EOS and BOS and how they were found, dtype) kept
+    under the tokenizer's content and this code: a later run of a 200k vocabulary then starts
+    its workers without first loading the tokenizer (about a second and a half); the check loads
+    it while they boot. A refusal is never kept."""
     src = tokenizer.locate(spec)
 
     def inspect() -> str:
-        return json.dumps(tokenizer.inspect_file(src, spec, eos_token, dtype).to_json())
+        return json.dumps(tokenizer.inspect_file(src, spec, eos_token, dtype, bos_token).to_json())
 
-    # the EOS may come from the tokenizer_config.json beside it: its content is in the key too
+    # the EOS and BOS may come from the tokenizer_config.json beside it: its content is in the key too
     beside = ""
-    if eos_token is None:
+    if eos_token is None or bos_token is None:
         with contextlib.suppress(OSError):
             beside = sha256_file(src.with_name(tokenizer.CONFIG_FILE))
-    parts = key_parts(f"facts|{eos_token}|{dtype}|{beside}", str(src))
+    parts = key_parts(f"facts|{eos_token}|{bos_token}|{dtype}|{beside}", str(src))
     try:
         facts = json.loads(derived(parts, inspect))
         return src, TokenizerInfo(**{**facts, "origin": spec})
     except (ValueError, TypeError):  # an entry that does not read as the facts: find them again
-        return src, tokenizer.inspect_file(src, spec, eos_token, dtype)
+        return src, tokenizer.inspect_file(src, spec, eos_token, dtype, bos_token)

@@ -51,7 +51,8 @@ PreTokenize = Callable[[str], list[tuple[str, tuple[int, int]]]]
 
 @dataclass
 class Batch:
-    """Whole documents ready for the shard writer (each followed by EOS in ``tokens``)."""
+    """Whole documents ready for the shard writer (each framed by the run's BOS, if any, and
+    its EOS in ``tokens``)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
@@ -66,7 +67,7 @@ class Batch:
 
 @dataclass
 class Held:
-    """One long document whose tokens (EOS included) are still in memory, in the pieces they
+    """One long document whose tokens (its BOS, if any, and EOS included) are still in memory, in the pieces they
     were encoded in: written to the shard one by one, never joined into one more copy."""
 
     parts: list[np.ndarray]
@@ -79,7 +80,7 @@ class Held:
 
 @dataclass
 class Spooled:
-    """One very long document, its tokens (EOS included) in a file."""
+    """One very long document, its tokens (its BOS, if any, and EOS included) in a file."""
 
     path: Path
     tokens: int
@@ -278,9 +279,11 @@ class DocumentEncoder:
         long_doc_chars: int = LONG_DOC_CHARS,
         piece_chars: int = PIECE_CHARS,
         spool_tokens: int | None = None,
+        bos_id: int | None = None,
     ) -> None:
         self.encoder = encoder
         self.eos_id = eos_id
+        self.bos_id = bos_id
         self.dtype = dtype
         self.spool_path = spool_path
         self._load_pre_tokenizer = pre_tokenizer
@@ -367,8 +370,9 @@ class DocumentEncoder:
             yield self._flush(pending)
 
     def _flush(self, p: _Pending) -> Batch:
-        """Each document's ids and its EOS in one array, from the encoder's flat ids in one
-        masked copy (no Python int per token, no loop per document)."""
+        """Each document's ids, framed by its BOS (if the run has one) and EOS, in one array
+        from the encoder's flat ids in one masked copy (no Python int per token, no loop per
+        document)."""
         routed_before = routed_count(self.encoder)
         if p.texts:
             ids, offsets = self.encoder.encode_flat(p.texts)
@@ -378,11 +382,16 @@ class DocumentEncoder:
         else:
             ids, offsets = np.zeros(0, np.uint32), np.zeros(1, np.int64)
         count = len(offsets) - 1
-        lengths = (np.diff(offsets) + 1).astype(np.int32)
-        tokens = np.empty(len(ids) + count, dtype=self.dtype)
-        eos_at = offsets[1:] + np.arange(count)
-        tokens[eos_at] = self.eos_id
+        frame = 1 if self.bos_id is None else 2  # the ids each document has besides its text's
+        lengths = (np.diff(offsets) + frame).astype(np.int32)
+        tokens = np.empty(len(ids) + frame * count, dtype=self.dtype)
         is_text = np.ones(len(tokens), bool)
+        starts = offsets[:-1] + frame * np.arange(count)  # where each document's ids begin
+        if self.bos_id is not None:
+            tokens[starts] = self.bos_id
+            is_text[starts] = False
+        eos_at = starts + lengths - 1
+        tokens[eos_at] = self.eos_id
         is_text[eos_at] = False
         tokens[is_text] = ids
         return Batch(
@@ -428,6 +437,9 @@ class DocumentEncoder:
         self._held, self._held_tokens = [], 0
         if resume is not None:  # its committed tokens are in the spool: the rest follows them
             self._open_spool(total)
+        elif self.bos_id is not None:
+            self._keep(np.array([self.bos_id], dtype=self.dtype))
+            total = 1
         if exact_cuts:
             parts: Iterable[str] = pieces(_skip_chars(chunks, chars), self.piece_chars, self.pre_tokenize)
         else:  # no exact cut points: encode whole (memory grows with it)

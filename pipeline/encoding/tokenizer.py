@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from pipeline.encoding import byte_level
+from pipeline.encoding.bos import find_bos
 from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir
@@ -66,6 +67,10 @@ class TokenizerInfo:
     dtype_reason: str = ""
     #: how the EOS was found, and why no document's text encodes to its id
     eos_found: str = ""
+    #: the token written before each document (`pipeline.encoding.bos`), None for none, and why
+    bos_id: int | None = None
+    bos_token: str | None = None
+    bos_found: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -389,14 +394,20 @@ def _eos_advice() -> str:
     return "name the token that ends a document with --eos-token TEXT (or eos_token in the recipe)"
 
 
+def config_beside(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The tokenizer_config.json beside a tokenizer.json (None: no such file); a config that
+    does not read is no answer, not an error."""
+    try:
+        config = orjson.loads(Path(path).with_name(CONFIG_FILE).read_bytes().removeprefix(codecs.BOM_UTF8))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def configured_eos(path: str | os.PathLike) -> str | None:
     """The EOS the tokenizer_config.json beside a tokenizer.json names (None: no such file, or
-    it names none); a config that does not read is no answer, not an error."""
-    config = Path(path).with_name(CONFIG_FILE)
-    try:
-        named = orjson.loads(config.read_bytes().removeprefix(codecs.BOM_UTF8)).get("eos_token")
-    except (OSError, ValueError, AttributeError):
-        return None
+    it names none)."""
+    named = (config_beside(path) or {}).get("eos_token")
     if isinstance(named, dict):  # written as an AddedToken
         named = named.get("content")
     return named if isinstance(named, str) and named else None
@@ -473,12 +484,15 @@ def choose_dtype(vocab_size: int, requested: str, where: str) -> tuple[str, str]
     return requested, f"requested with --dtype {requested}"
 
 
-def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> TokenizerInfo:
+def inspect_file(
+    path: Path, origin: str, eos_token: str | None, dtype: str, bos_token: str | None = None
+) -> TokenizerInfo:
     refuse_random_splits(path, origin)
     tok = load(path)
     vocab_size = max_id(tok) + 1
     chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
     eos_id, eos_name, eos_found = find_eos(tok, eos_token, path)
+    bos = find_bos(tok, read_spec(path), config_beside(path), bos_token, eos_id, path)
     return TokenizerInfo(
         path=TOKENIZER_FILE,
         sha256=sha256_file(path),
@@ -489,6 +503,9 @@ def inspect_file(path: Path, origin: str, eos_token: str | None, dtype: str) -> 
         dtype=chosen,
         dtype_reason=why,
         eos_found=eos_found,
+        bos_id=bos.id,
+        bos_token=bos.token,
+        bos_found=bos.found,
     )
 
 
@@ -505,10 +522,12 @@ def refuse_random_splits(path: Path, origin: str) -> None:
         )
 
 
-def resolve(spec: str, eos_token: str | None, dtype: str) -> tuple[Path, TokenizerInfo]:
+def resolve(
+    spec: str, eos_token: str | None, dtype: str, bos_token: str | None = None
+) -> tuple[Path, TokenizerInfo]:
     """Find TOK and check it fits the run (EOS present, ids fit the dtype)."""
     src = locate(spec)
-    return src, inspect_file(src, spec, eos_token, dtype)
+    return src, inspect_file(src, spec, eos_token, dtype, bos_token)
 
 
 def install(src: Path, info: TokenizerInfo, out_dir: Path) -> Path:

@@ -79,6 +79,8 @@ class Manifest:
         tok = data["tokenizer"]
         self.vocab_size: int = tok["vocab_size"]
         self.eos_id: int = tok["eos_id"]
+        #: the token each document starts with (None: its text; a manifest before it names none)
+        self.bos_id: int | None = tok.get("bos_id")
         self.shards = [self._entry(s) for s in data["shards"]]
 
     def _entry(self, s: dict[str, Any]) -> ShardEntry:
@@ -226,6 +228,11 @@ def check_fields(p: Path, data: dict[str, Any]) -> None:
             raise damaged(f"tokenizer {key!r}", f"is {tok.get(key)!r}, not a whole number")
     if tok["eos_id"] >= tok["vocab_size"]:
         raise damaged("tokenizer 'eos_id'", f"{tok['eos_id']} is not below vocab_size {tok['vocab_size']}")
+    bos = tok.get("bos_id")
+    if bos is not None and not (_count(bos) and bos < tok["vocab_size"]):
+        raise damaged(
+            "tokenizer 'bos_id'", f"is {bos!r}, not a whole number below vocab_size {tok['vocab_size']}"
+        )
     if not isinstance(data["sources"], dict):
         raise damaged("'sources'", "is not an object")
     if not isinstance(data["shards"], list):

@@ -168,11 +168,11 @@ class Shard:
         return self.index.documents
 
     def document(self, i: int) -> np.ndarray:
-        """Tokens of document i, its trailing EOS included."""
+        """Tokens of document i, its BOS (if the run writes one) and trailing EOS included."""
         start = int(self.index.pointers[i]) // self.dtype.itemsize
         return self.tokens[start : start + int(self.index.lengths[i])]
 
-    def problems(self, eos_id: int | None = None) -> list[str]:
+    def problems(self, eos_id: int | None = None, bos_id: int | None = None) -> list[str]:
         """Every way the .idx disagrees with the .bin or the format (empty list: consistent)."""
         found: list[str] = []
         try:
@@ -199,8 +199,10 @@ class Shard:
         want = int(lengths.sum()) * self.dtype.itemsize
         if size != want:
             found.append(f"{self.bin_path}: {size} bytes, the index describes {want}")
-        elif eos_id is not None and len(lengths):
+        elif len(lengths):
             ends = np.cumsum(lengths) - 1
-            if not (self.tokens[ends] == eos_id).all():
+            if eos_id is not None and not (self.tokens[ends] == eos_id).all():
                 found.append(f"{self.bin_path}: a document does not end with EOS id {eos_id}")
+            if bos_id is not None and not (self.tokens[ends - lengths + 1] == bos_id).all():
+                found.append(f"{self.bin_path}: a document does not start with BOS id {bos_id}")
         return found

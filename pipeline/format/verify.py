@@ -42,7 +42,7 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
     except OSError as exc:
         faults.append(f"{m.tokenizer_path}: {exc.strerror}")
     shard_faults, totals = check_shards(
-        m, str(m.path), lambda entry: check_shard(entry, m.dtype, m.eos_id), on_shard
+        m, str(m.path), lambda entry: check_shard(entry, m.dtype, m.eos_id, m.bos_id), on_shard
     )
     return faults + shard_faults, totals
 
@@ -85,7 +85,9 @@ def files_faults(entry: manifest_mod.ShardEntry) -> list[str]:
     return []
 
 
-def check_shard(entry: manifest_mod.ShardEntry, dtype: str, eos_id: int) -> list[str]:
+def check_shard(
+    entry: manifest_mod.ShardEntry, dtype: str, eos_id: int, bos_id: int | None = None
+) -> list[str]:
     name = entry.rel_path
     faults = files_faults(entry)
     if faults:
@@ -95,7 +97,7 @@ def check_shard(entry: manifest_mod.ShardEntry, dtype: str, eos_id: int) -> list
     if file_hash(entry.idx_path) != entry.idx_hash:
         faults.append(f"{name}: .idx content hash differs from the manifest (corrupted)")
     shard = Shard(entry.bin_path, dtype)
-    problems = shard.problems(eos_id)
+    problems = shard.problems(eos_id, bos_id)
     faults += [f"{name}: {p}" for p in problems]
     if not problems:
         if len(shard) != entry.documents:
@@ -130,7 +132,7 @@ def check_origins(entry: manifest_mod.ShardEntry, documents: int) -> list[str]:
 def first_fault(m: manifest_mod.Manifest) -> str | None:
     """The first shard that is not exactly what the manifest says (None: all are)."""
     for entry in m.shards:
-        faults = check_shard(entry, m.dtype, m.eos_id)
+        faults = check_shard(entry, m.dtype, m.eos_id, m.bos_id)
         if faults:
             return faults[0]
     return None

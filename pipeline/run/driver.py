@@ -81,7 +81,9 @@ def prepare(
     options = options or RunOptions()
     settings = recipe.settings
     # before the output is touched: a wrong --tokenizer leaves no folder behind
-    src, tok = check_cache.resolve_tokenizer(settings.tokenizer, settings.eos_token, settings.dtype)
+    src, tok = check_cache.resolve_tokenizer(
+        settings.tokenizer, settings.eos_token, settings.dtype, settings.bos_token
+    )
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
@@ -306,6 +308,7 @@ def _task(
         on_bad_record=s.on_bad_record,
         commit_seconds=float(s.commit_seconds),
         run_id=run_id,
+        bos_id=plan.tokenizer.get("bos_id"),
     )
 
 

@@ -66,6 +66,8 @@ class PartitionTask:
     on_bad_record: str
     commit_seconds: float
     run_id: str | None = None
+    #: the token written before each document (None: none; a plan older than it has none)
+    bos_id: int | None = None
 
 
 def warm_up(spec: EncoderSpec) -> None:
@@ -179,6 +181,7 @@ class PartitionRun:
             # small items per thread: fine-grained commit points, and no slower than bigger
             # batches (encode_batch's cost is per character)
             batch_chars=ITEM_CHARS * max(1, spec.threads),
+            bos_id=task.bos_id,
         )
         self.shards = ShardSequence(
             out,

@@ -73,7 +73,7 @@ def _check_stored_shard(place: Place, entry: manifest_mod.ShardEntry, m: manifes
         for found, rel in [*copies, *([(origin_path, origin_rel)] if origin_rel else [])]:
             if found is None:
                 return [f"{entry.rel_path}: {Path(rel).name} is missing"]
-        return check_shard(entry, m.dtype, m.eos_id)
+        return check_shard(entry, m.dtype, m.eos_id, m.bos_id)
 
 
 @contextlib.contextmanager

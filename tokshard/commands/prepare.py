@@ -111,6 +111,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "the usual spellings the tokenizer has, else the one its tokenizer_config.json names)",
     )
     p.add_argument(
+        "--bos-token",
+        metavar="TEXT",
+        help="the token that starts each document, or 'none' (default: the recipe's bos_token, else "
+        "the one the tokenizer itself puts before a text, if any: its tokenizer_config.json's "
+        "add_bos_token, else its post-processor's template)",
+    )
+    p.add_argument(
         "--shard-tokens",
         type=positive_int,
         help=f"at most this many tokens per shard ({recipe_default('shard_tokens')})",
@@ -271,6 +278,7 @@ def recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
         "encoder": args.encoder,
         "dtype": args.dtype,
         "eos_token": args.eos_token,
+        "bos_token": args.bos_token,
         "shard_tokens": args.shard_tokens,
         "on_bad_record": args.on_bad_record,
     }

@@ -1,0 +1,103 @@
+"""The token that starts each document, if any: the one the tokenizer itself puts before a text.
+
+Gemma's and Meta's Llama 3 files start every text with their BOS when `tokenizers` or
+transformers encode it (a post-processor's template, or ``add_bos_token`` in the
+tokenizer_config.json beside it), and those models were trained on documents framed so; GPT-2's
+and most byte-level files start none. Peers that encode with the tokenizer's defaults
+(Megatron's ``preprocess_data``) write it, so ``auto`` (the default) writes it where the
+tokenizer does, and ``--bos-token TEXT|none`` overrides. Its id is never written by the
+encoder itself (tokshard encodes document text without the template), only here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.format.errors import TokshardError
+
+#: ``bos_token`` asking for no BOS, whatever the tokenizer does
+NO_BOS = "none"
+
+
+@dataclass(frozen=True)
+class Bos:
+    """The BOS chosen for a run: its id and text (None: documents start with their text), and why."""
+
+    id: int | None
+    token: str | None
+    found: str
+
+
+def find_bos(
+    tok,
+    spec: dict[str, Any],
+    config: dict[str, Any] | None,
+    named: str | None,
+    eos_id: int,
+    path: str | os.PathLike,
+) -> Bos:
+    """The BOS for ``named`` (a token's text, `NO_BOS`, or None for the tokenizer's own): the
+    config's ``add_bos_token`` where it says (transformers' Llama and Gemma tokenizers follow it
+    over the template), else the template of the post-processor in ``spec``. A BOS that is the
+    EOS is not written: the document before already ends with it."""
+    if named == NO_BOS:
+        return Bos(None, None, "none: --bos-token none")
+    if named:
+        tid = tok.token_to_id(named)
+        if tid is None:
+            raise TokshardError(
+                f"{path} has no token {named!r} (named by bos_token); name one it has with --bos-token "
+                f"TEXT, or --bos-token {NO_BOS}"
+            )
+        return Bos(tid, named, "named by bos_token")
+    decided = _by_config(config) or _by_template(spec, path)
+    name, why = decided
+    if name is None:
+        return Bos(None, None, f"none: {why}")
+    tid = tok.token_to_id(name)
+    if tid is None:
+        raise TokshardError(
+            f"{path}: {why}, which it lacks; name its BOS with --bos-token TEXT, or --bos-token {NO_BOS}"
+        )
+    if tid == eos_id:
+        return Bos(None, None, f"none: {why}, its EOS, which already ends the document before")
+    return Bos(tid, name, why)
+
+
+def _by_config(config: dict[str, Any] | None) -> tuple[str | None, str] | None:
+    """What a tokenizer_config.json's ``add_bos_token`` decides (None: it says nothing)."""
+    add = (config or {}).get("add_bos_token")
+    if not isinstance(add, bool):
+        return None
+    if not add:
+        return None, "the tokenizer_config.json beside it sets add_bos_token false"
+    name = (config or {}).get("bos_token")
+    if isinstance(name, dict):  # written as an AddedToken
+        name = name.get("content")
+    if not isinstance(name, str) or not name:
+        return None, "the tokenizer_config.json beside it sets add_bos_token but names no bos_token"
+    return name, f"the tokenizer_config.json beside it sets add_bos_token, with bos_token {name!r}"
+
+
+def _by_template(spec: dict[str, Any], path: str | os.PathLike) -> tuple[str | None, str]:
+    """The special token a tokenizer.json's post-processor puts before a single text."""
+    post = spec.get("post_processor") or {}
+    steps = post.get("processors") or [] if post.get("type") == "Sequence" else [post]
+    templates = [s for s in steps if isinstance(s, dict) and s.get("type") == "TemplateProcessing"]
+    if not templates:
+        return None, "its post-processor puts no token before a text"
+    lead = []
+    for piece in templates[-1].get("single") or []:
+        if "SpecialToken" not in piece:
+            break
+        lead.append(piece["SpecialToken"]["id"])
+    if not lead:
+        return None, "its post-processor's template starts with the text"
+    if len(lead) > 1:
+        raise TokshardError(
+            f"{path}: its post-processor's template puts {len(lead)} tokens before each text ({', '.join(lead)}); "
+            f"tokshard starts a document with one at most: name it with --bos-token TEXT, or --bos-token {NO_BOS}"
+        )
+    return lead[0], f"its post-processor's template starts each text with {lead[0]!r}"

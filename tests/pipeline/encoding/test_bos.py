@@ -1,0 +1,210 @@
+"""Each document starts with the BOS the tokenizer itself puts before a text, where it puts one:
+Gemma's file as published (a post-processor's template, and ``add_bos_token`` in the
+tokenizer_config.json beside it) gives the ids `tokenizers` gives with its defaults, then the
+EOS; byte-level files without a template (GPT-2's, Llama 3's as converted here) start none;
+``--bos-token`` overrides. The id is written by the pipeline alone, at the start of every
+document, short or long, and `verify` checks it is there."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from published_vocabs import hub_folder, tokenizer_json
+from support import cli, english_documents, one_error_line, write_jsonl
+
+from pipeline.encoding.backend import TokenizersEncoder
+from pipeline.encoding.bos import NO_BOS
+from pipeline.encoding.documents import LONG_DOC_CHARS, Batch, DocumentEncoder, Held, Spooled
+from pipeline.encoding.tokenizer import inspect_file, load
+from pipeline.format import manifest
+from pipeline.format.errors import TokshardError
+from pipeline.format.shard_reader import Shard
+from pipeline.format.verify import verify
+from pipeline.sources.base import Record
+
+
+@pytest.fixture(scope="module")
+def prose() -> list[str]:
+    return english_documents(40)
+
+
+@pytest.fixture(scope="module")
+def gemma2() -> Path:
+    return hub_folder("gemma2") / "tokenizer.json"
+
+
+def _alone(tmp_path: Path, tokenizer: Path, config: dict | None = None) -> Path:
+    """A copy of ``tokenizer`` in a folder of its own, with ``config`` as its tokenizer_config.json."""
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    shutil.copy(tokenizer, folder / "tokenizer.json")
+    if config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder / "tokenizer.json"
+
+
+def _prepare(tmp_path: Path, tokenizer: Path | str, docs: list[str], *extra: str) -> manifest.Manifest:
+    data = write_jsonl(tmp_path / "in.jsonl", docs)
+    out = tmp_path / "out"
+    cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer), "--out", str(out), "--workers", "1",
+        *extra, check=True)  # fmt: skip
+    return manifest.load(out / "manifest.json")
+
+
+def _stream(m: manifest.Manifest) -> list[int]:
+    return np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards]).tolist()
+
+
+# --- which BOS --------------------------------------------------------------------------------
+
+
+def test_gemma2_as_published_starts_documents_with_its_bos(gemma2):
+    info = inspect_file(gemma2, "gemma2", None, "auto")
+    assert (info.bos_token, info.bos_id) == ("<bos>", load(gemma2).token_to_id("<bos>"))
+    assert info.bos_found == "the tokenizer_config.json beside it sets add_bos_token, with bos_token '<bos>'"
+
+
+def test_without_its_config_gemma2_s_template_names_the_bos(tmp_path, gemma2):
+    info = inspect_file(_alone(tmp_path, gemma2), "gemma2", None, "auto")
+    assert info.bos_token == "<bos>"
+    assert info.bos_found == "its post-processor's template starts each text with '<bos>'"
+
+
+def test_a_config_that_sets_add_bos_token_false_outweighs_the_template(tmp_path, gemma2):
+    """As transformers' Gemma and Llama tokenizers do: the config rewrites the template."""
+    info = inspect_file(_alone(tmp_path, gemma2, {"add_bos_token": False}), "gemma2", None, "auto")
+    assert info.bos_id is None
+    assert info.bos_found == "none: the tokenizer_config.json beside it sets add_bos_token false"
+
+
+@pytest.mark.parametrize("name", ["llama3", "cl100k_base"])
+def test_a_byte_level_file_without_a_template_starts_none(name):
+    info = inspect_file(tokenizer_json(name), name, None, "auto")
+    assert info.bos_id is None and info.bos_found == "none: its post-processor puts no token before a text"
+
+
+def test_a_template_that_starts_with_the_eos_writes_no_bos(tmp_path, gpt2_tokenizer_path):
+    """OPT's shape: its BOS is its EOS, so the document before already ends with it."""
+    spec = json.loads(gpt2_tokenizer_path.read_text())
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+        ],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {
+            "<|endoftext|>": {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}
+        },
+    }
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    info = inspect_file(path, "opt-style", None, "auto")
+    assert info.bos_id is None
+    assert info.bos_found.endswith("its EOS, which already ends the document before")
+
+
+def test_bos_token_names_one_or_none(gemma2, gpt2_tokenizer_path):
+    assert inspect_file(gemma2, "gemma2", None, "auto", NO_BOS).bos_id is None
+    named = inspect_file(gpt2_tokenizer_path, "gpt2", None, "auto", "<|endoftext|>")
+    assert (named.bos_id, named.bos_found) == (50256, "named by bos_token")
+
+
+def test_a_bos_token_the_tokenizer_lacks_is_refused_naming_the_flag(tmp_path, gemma2):
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text"])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
+               "--bos-token", "<|no such|>")  # fmt: skip
+    assert proc.returncode == 2
+    assert one_error_line(proc).endswith("has no token '<|no such|>' (named by bos_token); name one it has with "
+                                         "--bos-token TEXT, or --bos-token none")  # fmt: skip
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_template_with_two_tokens_before_the_text_is_refused(tmp_path, gemma2):
+    spec = json.loads(gemma2.read_text())
+    single = spec["post_processor"]["single"]
+    spec["post_processor"]["single"] = [single[0], single[0], *single[1:]]
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(
+        TokshardError, match=r"puts 2 tokens before each text \(<bos>, <bos>\); .*--bos-token"
+    ):
+        inspect_file(path, "two", None, "auto")
+
+
+# --- where it is written ----------------------------------------------------------------------
+
+
+def test_prepare_with_gemma2_writes_what_tokenizers_gives_by_default_then_the_eos(tmp_path, gemma2, prose):
+    """Short documents and one longer than `LONG_DOC_CHARS` (encoded in pieces): each is
+    `tokenizers`' ids with its defaults (the template's BOS first), then the EOS."""
+    long_doc = " ".join(prose * 40)[: LONG_DOC_CHARS + 20_000]
+    docs = [prose[0], long_doc, prose[1], "a literal <bos> is text"]
+    m = _prepare(tmp_path, gemma2, docs)
+    tok = load(gemma2)
+    assert m.bos_id == tok.token_to_id("<bos>") and m.data["tokenizer"]["bos_token"] == "<bos>"
+    want = [i for e in tok.encode_batch(docs) for i in (*e.ids, m.eos_id)]
+    assert _stream(m) == want
+    assert verify(m.path)[0] == []
+
+
+def test_bos_token_none_writes_the_text_and_eos_only(tmp_path, gemma2, prose):
+    m = _prepare(tmp_path, gemma2, prose[:3], "--bos-token", "none")
+    assert m.bos_id is None
+    want = [
+        i for e in load(gemma2).encode_batch(prose[:3], add_special_tokens=False) for i in (*e.ids, m.eos_id)
+    ]
+    assert _stream(m) == want
+
+
+def test_a_changed_bos_token_is_another_run(tmp_path, gemma2, prose):
+    _prepare(tmp_path, gemma2, prose[:3])
+    proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(gemma2),
+               "--out", str(tmp_path / "out"), "--bos-token", "none")  # fmt: skip
+    assert proc.returncode == 2
+    assert "holds a run of a different recipe (bos_token: '<unset>' -> 'none')" in one_error_line(proc)
+
+
+def _framed(gemma2: Path, tmp_path: Path, spool_tokens: int | None, docs: list[str]) -> list[int]:
+    """The ids a `DocumentEncoder` with Gemma's BOS (2) and EOS (1) gives for ``docs``, in order."""
+    encoder = DocumentEncoder(
+        TokenizersEncoder(str(gemma2)),
+        eos_id=1,
+        dtype=np.dtype(np.uint32),
+        spool_path=tmp_path / "spool",
+        pre_tokenizer=lambda: None,
+        long_doc_chars=200,
+        spool_tokens=spool_tokens,
+        bos_id=2,
+    )
+    records = [Record(text, None, f"doc {i}") for i, text in enumerate(docs)]
+    out = []
+    for item in encoder.run(records):
+        if isinstance(item, Batch):
+            out.append(item.tokens.tolist())
+        elif isinstance(item, Held):
+            out.append(np.concatenate(item.parts).tolist())
+        elif isinstance(item, Spooled):
+            out.append(np.fromfile(item.path, dtype=np.uint32).tolist()[: item.tokens])
+    return [i for part in out for i in part]
+
+
+@pytest.mark.parametrize("spool_tokens", [None, 8], ids=["held", "spooled"])
+def test_a_long_document_starts_with_the_bos_once_held_or_spooled(tmp_path, gemma2, prose, spool_tokens):
+    docs = [prose[0][:150], " ".join(prose[:3]), prose[1][:100]]
+    got = _framed(gemma2, tmp_path, spool_tokens, docs)
+    want = [i for e in load(gemma2).encode_batch(docs) for i in (*e.ids, 1)]
+    assert got == want
+
+
+def test_verify_names_a_document_that_does_not_start_with_the_bos(tmp_path, gemma2, prose):
+    m = _prepare(tmp_path, gemma2, prose[:3])
+    entry = m.shards[0]
+    tokens = np.fromfile(entry.bin_path, dtype=m.dtype)
+    assert tokens[0] == m.bos_id
+    problems = Shard(entry.bin_path, m.dtype).problems(m.eos_id, m.bos_id + 1)
+    assert problems == [f"{entry.bin_path}: a document does not start with BOS id {m.bos_id + 1}"]
