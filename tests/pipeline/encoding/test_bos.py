@@ -81,6 +81,40 @@ def test_a_config_that_sets_add_bos_token_false_outweighs_the_template(tmp_path,
     assert info.bos_found == "none: the tokenizer_config.json beside it sets add_bos_token false"
 
 
+def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path, prose):
+    """Meta's Llama 3 file runs its ByteLevel step, then a template that starts each text with
+    ``<|begin_of_text|>`` (the converted file here has the first step only): `prepare` writes
+    what `tokenizers` gives with its defaults, then the EOS."""
+    spec = json.loads(tokenizer_json("llama3").read_text())
+    bot = "<|begin_of_text|>"
+    bot_id = load(tokenizer_json("llama3")).token_to_id(bot)
+    spec["post_processor"] = {
+        "type": "Sequence",
+        "processors": [
+            spec["post_processor"],
+            {
+                "type": "TemplateProcessing",
+                "single": [
+                    {"SpecialToken": {"id": bot, "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}},
+                ],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bot: {"id": bot, "ids": [bot_id], "tokens": [bot]}},
+            },
+        ],
+    }
+    path = tmp_path / "meta" / "tokenizer.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(spec))
+    m = _prepare(tmp_path, path, prose[:4])
+    assert (m.bos_id, m.data["tokenizer"]["bos_found"]) == (
+        bot_id,
+        f"its post-processor's template starts each text with {bot!r}",
+    )
+    want = [i for e in load(path).encode_batch(prose[:4]) for i in (*e.ids, m.eos_id)]
+    assert _stream(m) == want and want[0] == bot_id
+
+
 @pytest.mark.parametrize("name", ["llama3", "cl100k_base"])
 def test_a_byte_level_file_without_a_template_starts_none(name):
     info = inspect_file(tokenizer_json(name), name, None, "auto")
