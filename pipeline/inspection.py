@@ -86,14 +86,14 @@ def render(report: dict[str, Any]) -> str:
     t = report["totals"]
     lines = [
         f"{report['manifest']}: {t['tokens']:,} tokens, {t['documents']:,} documents, "
-        f"{t['shards']} shards ({report['dtype']})"
+        f"{t['shards']} shard{'' if t['shards'] == 1 else 's'} ({report['dtype']})"
     ]
     for source, info in report["sources"].items():
         for split, row in info["splits"].items():
             skipped = sum(row["skipped"].values())
             lines.append(
                 f"  {source}/{split} ({info['type']}): {row['documents']:,} docs, {row['tokens']:,} tokens, "
-                f"{row['shards']} shards; dropped empty {row['dropped_empty']:,}, skipped bad {skipped:,}"
+                f"{row['shards']} shard{'' if row['shards'] == 1 else 's'}; dropped empty {row['dropped_empty']:,}, skipped bad {skipped:,}"
             )
             if "doc_tokens" in row:
                 d = row["doc_tokens"]

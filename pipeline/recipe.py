@@ -53,7 +53,8 @@ class Settings:
     dtype: str = AUTO_DTYPE
     shard_tokens: int = DEFAULT_SHARD_TOKENS
     eos_token: str | None = None
-    #: None: the tokenizer's own BOS, if it starts texts with one (`pipeline.encoding.bos`)
+    #: None: no BOS (a document is encode(doc) + [EOS]); "auto": the tokenizer's own, if it
+    #: starts texts with one; else a token's text (`pipeline.encoding.bos`)
     bos_token: str | None = None
     # these only decide how a run goes; changing them between reruns is fine
     out: str | None = None

@@ -1,12 +1,14 @@
-"""The token that starts each document, if any: the one the tokenizer itself puts before a text.
+"""The token that starts each document, if any.
 
-Gemma's and Meta's Llama 3 files start every text with their BOS when `tokenizers` or
-transformers encode it (a post-processor's template, or ``add_bos_token`` in the
-tokenizer_config.json beside it), and those models were trained on documents framed so; GPT-2's
-and most byte-level files start none. Peers that encode with the tokenizer's defaults
-(Megatron's ``preprocess_data``) write it, so ``auto`` (the default) writes it where the
-tokenizer does, and ``--bos-token TEXT|none`` overrides. Its id is never written by the
-encoder itself (tokshard encodes document text without the template), only here.
+By default a document is ``encode(doc) + [EOS]`` (DESIGN.md: the plain tokenizer on the
+document), so a run starts documents with no BOS. But Gemma's and Meta's Llama 3 files start
+every text with their BOS when `tokenizers` or transformers encode it (a post-processor's
+template, or ``add_bos_token`` in the tokenizer_config.json beside it), those models were
+trained on documents framed so, and peers that encode with the tokenizer's defaults (Megatron's
+``preprocess_data``) write it. So ``--bos-token auto`` writes the tokenizer's own BOS where it
+puts one, ``--bos-token TEXT`` a token named, and a run left at the default says when the
+tokenizer has one it does not write. The pipeline writes the id itself (the back ends encode
+the text alone).
 """
 
 from __future__ import annotations
@@ -17,17 +19,21 @@ from typing import Any
 
 from pipeline.format.errors import TokshardError
 
-#: ``bos_token`` asking for no BOS, whatever the tokenizer does
+#: ``bos_token`` asking for the tokenizer's own BOS, where it puts one before a text
+AUTO_BOS = "auto"
+#: ``bos_token`` asking for no BOS, and no word about the tokenizer's
 NO_BOS = "none"
 
 
 @dataclass(frozen=True)
 class Bos:
-    """The BOS chosen for a run: its id and text (None: documents start with their text), and why."""
+    """The BOS chosen for a run: its id and text (None: documents start with their text), and
+    why; ``unused`` is the tokenizer's own BOS where the run leaves it out by default."""
 
     id: int | None
     token: str | None
     found: str
+    unused: str | None = None
 
 
 def find_bos(
@@ -38,22 +44,37 @@ def find_bos(
     eos_id: int,
     path: str | os.PathLike,
 ) -> Bos:
-    """The BOS for ``named`` (a token's text, `NO_BOS`, or None for the tokenizer's own): the
-    config's ``add_bos_token`` where it says (transformers' Llama and Gemma tokenizers follow it
-    over the template), else the template of the post-processor in ``spec``. A BOS that is the
-    EOS is not written: the document before already ends with it."""
+    """The BOS for ``named``: a token's text, `AUTO_BOS`, `NO_BOS`, or None (the default: none,
+    noting the tokenizer's own)."""
     if named == NO_BOS:
         return Bos(None, None, "none: --bos-token none")
-    if named:
+    if named is not None and named != AUTO_BOS:
         tid = tok.token_to_id(named)
         if tid is None:
             raise TokshardError(
                 f"{path} has no token {named!r} (named by bos_token); name one it has with --bos-token "
-                f"TEXT, or --bos-token {NO_BOS}"
+                f"TEXT, --bos-token {AUTO_BOS} for the tokenizer's own, or --bos-token {NO_BOS}"
             )
         return Bos(tid, named, "named by bos_token")
-    decided = _by_config(config) or _by_template(spec, path)
-    name, why = decided
+    try:
+        own = own_bos(tok, spec, config, eos_id, path)
+    except TokshardError:
+        if named == AUTO_BOS:
+            raise
+        return Bos(None, None, "none (the default)")
+    if named == AUTO_BOS or own.id is None:
+        return own
+    return Bos(None, None, f"none (the default; --bos-token {AUTO_BOS} writes it): {own.found}", own.token)
+
+
+def own_bos(
+    tok, spec: dict[str, Any], config: dict[str, Any] | None, eos_id: int, path: str | os.PathLike
+) -> Bos:
+    """The BOS the tokenizer itself puts before a text: the config's ``add_bos_token`` where it
+    says (transformers' Llama and Gemma tokenizers follow it over the template), else the
+    template of the post-processor in ``spec``. A BOS that is the EOS is not written: the
+    document before already ends with it."""
+    name, why = _by_config(config) or _by_template(spec, path)
     if name is None:
         return Bos(None, None, f"none: {why}")
     tid = tok.token_to_id(name)

@@ -71,6 +71,8 @@ class TokenizerInfo:
     bos_id: int | None = None
     bos_token: str | None = None
     bos_found: str = ""
+    #: the tokenizer's own BOS, where the run leaves it out by default
+    bos_unused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -506,6 +508,7 @@ def inspect_file(
         bos_id=bos.id,
         bos_token=bos.token,
         bos_found=bos.found,
+        bos_unused=bos.unused,
     )
 
 

@@ -138,6 +138,6 @@ def test_prepare_ends_with_what_the_manifest_it_wrote_holds_and_a_rerun_with_wha
     first = cli(*args, "--workers", "1", check=True)
     totals = manifest.load(out).data["totals"]
     said = f"{out / 'manifest.json'}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-    assert first.stdout.startswith(said + f"{totals['shards']} shards (")
+    assert first.stdout.startswith(said + f"{totals['shards']} shard{'' if totals['shards'] == 1 else 's'} (")
     again = cli(*args, check=True)
     assert "already complete" in again.stderr and again.stdout.startswith(said)

@@ -113,9 +113,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bos-token",
         metavar="TEXT",
-        help="the token that starts each document, or 'none' (default: the recipe's bos_token, else "
-        "the one the tokenizer itself puts before a text, if any: its tokenizer_config.json's "
-        "add_bos_token, else its post-processor's template)",
+        help="the token that starts each document, or 'auto': the one the tokenizer itself puts before "
+        "a text, if any (its tokenizer_config.json's add_bos_token, else its post-processor's template, "
+        "as Gemma and Llama 3 have); default: the recipe's bos_token, else none",
     )
     p.add_argument(
         "--shard-tokens",
@@ -263,7 +263,7 @@ def prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str
     )
     return (
         f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shards ({seconds:.1f} s)"
+        f"{totals['shards']} shard{'' if totals['shards'] == 1 else 's'} ({seconds:.1f} s)"
         + (f"; {skipped_text(skipped)}" if skipped else "")
         + routed_text
     )

@@ -39,7 +39,9 @@ def _verify_one(manifest: str, where: str) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"OK: {where}{totals['shards']} shards, {totals['tokens']:,} tokens match the manifest")
+    print(
+        f"OK: {where}{totals['shards']} shard{'' if totals['shards'] == 1 else 's'}, {totals['tokens']:,} tokens match the manifest"
+    )
     return 0
 
 

@@ -1,8 +1,10 @@
-"""Each document starts with the BOS the tokenizer itself puts before a text, where it puts one:
+"""Which token starts each document. By default none: a document is ``encode(doc) + [EOS]``
+(DESIGN.md), and a run whose tokenizer starts texts with a BOS of its own says so. With
+``--bos-token auto`` it is the BOS the tokenizer itself puts before a text, where it puts one:
 Gemma's file as published (a post-processor's template, and ``add_bos_token`` in the
-tokenizer_config.json beside it) gives the ids `tokenizers` gives with its defaults, then the
-EOS; byte-level files without a template (GPT-2's, Llama 3's as converted here) start none;
-``--bos-token`` overrides. The id is written by the pipeline alone, at the start of every
+tokenizer_config.json beside it) and Meta's Llama 3 shape then give the ids `tokenizers` gives
+with its defaults, then the EOS; byte-level files without a template (GPT-2's, Llama 3's as
+converted here) start none. The id is written by the pipeline alone, at the start of every
 document, short or long, and `verify` checks it is there."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from published_vocabs import hub_folder, tokenizer_json
 from support import cli, english_documents, one_error_line, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder
-from pipeline.encoding.bos import NO_BOS
+from pipeline.encoding.bos import AUTO_BOS, NO_BOS
 from pipeline.encoding.documents import LONG_DOC_CHARS, Batch, DocumentEncoder, Held, Spooled
 from pipeline.encoding.tokenizer import inspect_file, load
 from pipeline.format import manifest
@@ -62,23 +64,34 @@ def _stream(m: manifest.Manifest) -> list[int]:
 # --- which BOS --------------------------------------------------------------------------------
 
 
-def test_gemma2_as_published_starts_documents_with_its_bos(gemma2):
-    info = inspect_file(gemma2, "gemma2", None, "auto")
+def test_gemma2_as_published_starts_documents_with_its_bos_under_auto(gemma2):
+    info = inspect_file(gemma2, "gemma2", None, "auto", AUTO_BOS)
     assert (info.bos_token, info.bos_id) == ("<bos>", load(gemma2).token_to_id("<bos>"))
     assert info.bos_found == "the tokenizer_config.json beside it sets add_bos_token, with bos_token '<bos>'"
 
 
+def test_by_default_gemma2_s_bos_is_named_but_not_written(gemma2):
+    info = inspect_file(gemma2, "gemma2", None, "auto")
+    assert (info.bos_id, info.bos_unused) == (None, "<bos>")
+    assert info.bos_found == (
+        "none (the default; --bos-token auto writes it): the tokenizer_config.json beside it sets "
+        "add_bos_token, with bos_token '<bos>'"
+    )
+
+
 def test_without_its_config_gemma2_s_template_names_the_bos(tmp_path, gemma2):
-    info = inspect_file(_alone(tmp_path, gemma2), "gemma2", None, "auto")
+    info = inspect_file(_alone(tmp_path, gemma2), "gemma2", None, "auto", AUTO_BOS)
     assert info.bos_token == "<bos>"
     assert info.bos_found == "its post-processor's template starts each text with '<bos>'"
 
 
 def test_a_config_that_sets_add_bos_token_false_outweighs_the_template(tmp_path, gemma2):
     """As transformers' Gemma and Llama tokenizers do: the config rewrites the template."""
-    info = inspect_file(_alone(tmp_path, gemma2, {"add_bos_token": False}), "gemma2", None, "auto")
-    assert info.bos_id is None
-    assert info.bos_found == "none: the tokenizer_config.json beside it sets add_bos_token false"
+    path = _alone(tmp_path, gemma2, {"add_bos_token": False})
+    for named in (AUTO_BOS, None):
+        info = inspect_file(path, "gemma2", None, "auto", named)
+        assert (info.bos_id, info.bos_unused) == (None, None)
+        assert info.bos_found == "none: the tokenizer_config.json beside it sets add_bos_token false"
 
 
 def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path, prose):
@@ -106,7 +119,7 @@ def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path
     path = tmp_path / "meta" / "tokenizer.json"
     path.parent.mkdir()
     path.write_text(json.dumps(spec))
-    m = _prepare(tmp_path, path, prose[:4])
+    m = _prepare(tmp_path, path, prose[:4], "--bos-token", "auto")
     assert (m.bos_id, m.data["tokenizer"]["bos_found"]) == (
         bot_id,
         f"its post-processor's template starts each text with {bot!r}",
@@ -117,8 +130,10 @@ def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path
 
 @pytest.mark.parametrize("name", ["llama3", "cl100k_base"])
 def test_a_byte_level_file_without_a_template_starts_none(name):
-    info = inspect_file(tokenizer_json(name), name, None, "auto")
-    assert info.bos_id is None and info.bos_found == "none: its post-processor puts no token before a text"
+    for named in (AUTO_BOS, None):
+        info = inspect_file(tokenizer_json(name), name, None, "auto", named)
+        assert (info.bos_id, info.bos_unused) == (None, None)
+        assert info.bos_found == "none: its post-processor puts no token before a text"
 
 
 def test_a_template_that_starts_with_the_eos_writes_no_bos(tmp_path, gpt2_tokenizer_path):
@@ -137,13 +152,13 @@ def test_a_template_that_starts_with_the_eos_writes_no_bos(tmp_path, gpt2_tokeni
     }
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
-    info = inspect_file(path, "opt-style", None, "auto")
+    info = inspect_file(path, "opt-style", None, "auto", AUTO_BOS)
     assert info.bos_id is None
     assert info.bos_found.endswith("its EOS, which already ends the document before")
 
 
 def test_bos_token_names_one_or_none(gemma2, gpt2_tokenizer_path):
-    assert inspect_file(gemma2, "gemma2", None, "auto", NO_BOS).bos_id is None
+    assert inspect_file(gemma2, "gemma2", None, "auto", NO_BOS).bos_found == "none: --bos-token none"
     named = inspect_file(gpt2_tokenizer_path, "gpt2", None, "auto", "<|endoftext|>")
     assert (named.bos_id, named.bos_found) == (50256, "named by bos_token")
 
@@ -153,12 +168,14 @@ def test_a_bos_token_the_tokenizer_lacks_is_refused_naming_the_flag(tmp_path, ge
     proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
                "--bos-token", "<|no such|>")  # fmt: skip
     assert proc.returncode == 2
-    assert one_error_line(proc).endswith("has no token '<|no such|>' (named by bos_token); name one it has with "
-                                         "--bos-token TEXT, or --bos-token none")  # fmt: skip
+    assert one_error_line(proc).endswith(
+        "has no token '<|no such|>' (named by bos_token); name one it has with --bos-token TEXT, "
+        "--bos-token auto for the tokenizer's own, or --bos-token none"
+    )
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_a_template_with_two_tokens_before_the_text_is_refused(tmp_path, gemma2):
+def test_a_template_with_two_tokens_before_the_text_is_refused_under_auto_only(tmp_path, gemma2):
     spec = json.loads(gemma2.read_text())
     single = spec["post_processor"]["single"]
     spec["post_processor"]["single"] = [single[0], single[0], *single[1:]]
@@ -167,18 +184,19 @@ def test_a_template_with_two_tokens_before_the_text_is_refused(tmp_path, gemma2)
     with pytest.raises(
         TokshardError, match=r"puts 2 tokens before each text \(<bos>, <bos>\); .*--bos-token"
     ):
-        inspect_file(path, "two", None, "auto")
+        inspect_file(path, "two", None, "auto", AUTO_BOS)
+    assert inspect_file(path, "two", None, "auto").bos_found == "none (the default)"  # nothing asked of it
 
 
 # --- where it is written ----------------------------------------------------------------------
 
 
-def test_prepare_with_gemma2_writes_what_tokenizers_gives_by_default_then_the_eos(tmp_path, gemma2, prose):
+def test_prepare_with_gemma2_under_auto_writes_what_tokenizers_gives_then_the_eos(tmp_path, gemma2, prose):
     """Short documents and one longer than `LONG_DOC_CHARS` (encoded in pieces): each is
     `tokenizers`' ids with its defaults (the template's BOS first), then the EOS."""
     long_doc = " ".join(prose * 40)[: LONG_DOC_CHARS + 20_000]
     docs = [prose[0], long_doc, prose[1], "a literal <bos> is text"]
-    m = _prepare(tmp_path, gemma2, docs)
+    m = _prepare(tmp_path, gemma2, docs, "--bos-token", "auto")
     tok = load(gemma2)
     assert m.bos_id == tok.token_to_id("<bos>") and m.data["tokenizer"]["bos_token"] == "<bos>"
     want = [i for e in tok.encode_batch(docs) for i in (*e.ids, m.eos_id)]
@@ -186,21 +204,36 @@ def test_prepare_with_gemma2_writes_what_tokenizers_gives_by_default_then_the_eo
     assert verify(m.path)[0] == []
 
 
-def test_bos_token_none_writes_the_text_and_eos_only(tmp_path, gemma2, prose):
-    m = _prepare(tmp_path, gemma2, prose[:3], "--bos-token", "none")
-    assert m.bos_id is None
+def test_by_default_gemma2_writes_the_text_and_eos_only_and_says_so(tmp_path, gemma2, prose):
+    data = write_jsonl(tmp_path / "in.jsonl", prose[:3])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
+               "--workers", "1", check=True)  # fmt: skip
+    assert (
+        f"tokshard: note: tokenizer {gemma2} starts each text with '<bos>'; documents here start with their "
+        "own text (encode(doc) + [EOS]): pass --bos-token auto to write it"
+    ) in proc.stderr.splitlines()
+    m = manifest.load(tmp_path / "out" / "manifest.json")
+    assert m.bos_id is None and m.data["tokenizer"]["bos_unused"] == "<bos>"
     want = [
         i for e in load(gemma2).encode_batch(prose[:3], add_special_tokens=False) for i in (*e.ids, m.eos_id)
     ]
     assert _stream(m) == want
 
 
+def test_bos_token_none_says_nothing_of_the_tokenizer_s(tmp_path, gemma2, prose):
+    data = write_jsonl(tmp_path / "in.jsonl", prose[:3])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
+               "--workers", "1", "--bos-token", "none", check=True)  # fmt: skip
+    assert "note:" not in proc.stderr
+    assert manifest.load(tmp_path / "out" / "manifest.json").data["tokenizer"]["bos_unused"] is None
+
+
 def test_a_changed_bos_token_is_another_run(tmp_path, gemma2, prose):
     _prepare(tmp_path, gemma2, prose[:3])
     proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(gemma2),
-               "--out", str(tmp_path / "out"), "--bos-token", "none")  # fmt: skip
+               "--out", str(tmp_path / "out"), "--bos-token", "auto")  # fmt: skip
     assert proc.returncode == 2
-    assert "holds a run of a different recipe (bos_token: '<unset>' -> 'none')" in one_error_line(proc)
+    assert "holds a run of a different recipe (bos_token: '<unset>' -> 'auto')" in one_error_line(proc)
 
 
 def _framed(gemma2: Path, tmp_path: Path, spool_tokens: int | None, docs: list[str]) -> list[int]:
@@ -236,7 +269,7 @@ def test_a_long_document_starts_with_the_bos_once_held_or_spooled(tmp_path, gemm
 
 
 def test_verify_names_a_document_that_does_not_start_with_the_bos(tmp_path, gemma2, prose):
-    m = _prepare(tmp_path, gemma2, prose[:3])
+    m = _prepare(tmp_path, gemma2, prose[:3], "--bos-token", "auto")
     entry = m.shards[0]
     tokens = np.fromfile(entry.bin_path, dtype=m.dtype)
     assert tokens[0] == m.bos_id

@@ -419,10 +419,9 @@ def test_deepseek_space_cuts_change_no_id(deepseek_v3_tokenizers, text, piece_ch
 def test_prepare_with_deepseek_v3_writes_tokenizers_ids_on_fastokens(
     tmp_path, prose, deepseek_v3, deepseek_v3_tokenizers
 ):
-    """The whole command on the file as published: EOS and BOS from its tokenizer_config.json
-    (which sets add_bos_token, as transformers' tokenizer for it follows), CJK and digit runs,
-    and a document longer than `LONG_DOC_CHARS` (cut at spaces), all on fastokens and all as
-    `tokenizers` says."""
+    """The whole command on the file as published: EOS from its tokenizer_config.json, CJK and
+    digit runs, and a document longer than `LONG_DOC_CHARS` (cut at spaces), all on fastokens
+    and all as `tokenizers` says."""
     long_doc = " ".join([*prose, *CJK_AND_DIGITS] * 3)[: LONG_DOC_CHARS + 50_000] + " 末尾 123"
     docs = [prose[0], *CJK_AND_DIGITS, long_doc, prose[3]]
     out = tmp_path / "out"
@@ -442,7 +441,6 @@ def test_prepare_with_deepseek_v3_writes_tokenizers_ids_on_fastokens(
     m = manifest.load(out / "manifest.json")
     assert m.data["encoder"]["name"] == "fastokens" and "routed" not in m.data["encoder"]
     assert m.eos_id == deepseek_v3_tokenizers.tokenizer.token_to_id("<｜end▁of▁sentence｜>")
-    assert m.bos_id == deepseek_v3_tokenizers.tokenizer.token_to_id("<｜begin▁of▁sentence｜>")
     got = np.concatenate([np.fromfile(e.bin_path, dtype=m.dtype) for e in m.shards])
-    want = [i for ids in deepseek_v3_tokenizers.encode_batch(docs) for i in (m.bos_id, *ids, m.eos_id)]
+    want = [i for ids in deepseek_v3_tokenizers.encode_batch(docs) for i in (*ids, m.eos_id)]
     assert got.tolist() == want
