@@ -102,15 +102,23 @@ def _by_config(config: dict[str, Any] | None) -> tuple[str | None, str] | None:
     return name, f"the tokenizer_config.json beside it sets add_bos_token, with bos_token {name!r}"
 
 
+#: post-processors that frame a single text as ``cls TEXT sep`` (BERT's and RoBERTa's files)
+_CLS_SEP = ("BertProcessing", "RobertaProcessing")
+
+
 def _by_template(spec: dict[str, Any], path: str | os.PathLike) -> tuple[str | None, str]:
     """The special token a tokenizer.json's post-processor puts before a single text."""
     post = spec.get("post_processor") or {}
     steps = post.get("processors") or [] if post.get("type") == "Sequence" else [post]
-    templates = [s for s in steps if isinstance(s, dict) and s.get("type") == "TemplateProcessing"]
-    if not templates:
+    framing = [s for s in steps if isinstance(s, dict) and s.get("type") in ("TemplateProcessing", *_CLS_SEP)]
+    if not framing:
         return None, "its post-processor puts no token before a text"
+    last = framing[-1]
+    if last["type"] in _CLS_SEP:
+        cls = last["cls"][0]
+        return cls, f"its post-processor ({last['type']}) starts each text with {cls!r}"
     lead = []
-    for piece in templates[-1].get("single") or []:
+    for piece in last.get("single") or []:
         if "SpecialToken" not in piece:
             break
         lead.append(piece["SpecialToken"]["id"])

@@ -157,6 +157,26 @@ def test_a_template_that_starts_with_the_eos_writes_no_bos(tmp_path, gpt2_tokeni
     assert info.bos_found.endswith("its EOS, which already ends the document before")
 
 
+@pytest.mark.parametrize("kind", ["BertProcessing", "RobertaProcessing"])
+def test_bert_s_and_roberta_s_post_processors_start_texts_with_their_cls(tmp_path, prose, kind):
+    """Their files frame a text as ``cls TEXT sep``: with ``auto`` a document is what
+    `tokenizers` gives (the cls first), with the sep as its EOS."""
+    from tokenizers import BertWordPieceTokenizer, processors
+
+    trained = BertWordPieceTokenizer(lowercase=True)
+    trained.train_from_iterator(prose, vocab_size=2000, show_progress=False)
+    tok = trained._tokenizer
+    cls, sep = ("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))
+    tok.post_processor = getattr(processors, kind)(sep, cls)
+    path = tmp_path / "bert" / "tokenizer.json"
+    path.parent.mkdir()
+    tok.save(str(path))
+    m = _prepare(tmp_path, path, prose[:4], "--bos-token", "auto")
+    assert (m.data["tokenizer"]["bos_token"], m.data["tokenizer"]["eos_token"]) == ("[CLS]", "[SEP]")
+    assert m.data["tokenizer"]["bos_found"] == f"its post-processor ({kind}) starts each text with '[CLS]'"
+    assert _stream(m) == [i for e in load(path).encode_batch(prose[:4]) for i in e.ids]
+
+
 def test_bos_token_names_one_or_none(gemma2, gpt2_tokenizer_path):
     assert inspect_file(gemma2, "gemma2", None, "auto", NO_BOS).bos_found == "none: --bos-token none"
     named = inspect_file(gpt2_tokenizer_path, "gpt2", None, "auto", "<|endoftext|>")
