@@ -15,6 +15,7 @@ from pipeline.encoding.documents import (
     SPOOL_BYTES,
     DocumentEncoder,
     Held,
+    LongProgress,
     SpaceCuts,
     Spooled,
     byte_level_pre_tokenizer,
@@ -282,3 +283,29 @@ def test_a_long_json_line_read_in_pieces_encodes_to_the_reference_ids(
     (item,) = enc.run([rec])
     assert isinstance(item, Held)
     assert np.array_equal(np.concatenate(item.parts), plain_encode(gpt2_tokenizer_path, [text]))
+
+
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_a_long_document_resumed_from_a_commit_point_keeps_its_bos_once(
+    tmp_path, docs, gpt2_tokenizer_path, stop_after
+):
+    """The BOS is the first token of the spool, so a commit point inside the document counts it
+    and a resume from there neither writes it again nor loses it."""
+    text = nasty_text(docs, 9, 200_000)
+    want = [50255, *plain_encode(gpt2_tokenizer_path, [text]).tolist()]
+
+    def encoder():
+        return gpt2_fastokens_long_encoder(gpt2_tokenizer_path, tmp_path, spool_tokens=5_000, bos_id=50255)
+
+    record = Record(text, {"i": 1}, "test")
+    first = encoder()
+    points = []
+    for item in first.run([record], commit_points=True):
+        if isinstance(item, LongProgress):
+            first.sync_spool()
+            points.append(item)
+            if len(points) == stop_after:
+                break  # the worker is killed here, after its commit
+    (item,) = [i for i in encoder().run([record], resume=points[-1]) if not isinstance(i, LongProgress)]
+    assert isinstance(item, Spooled)
+    assert np.fromfile(item.path, dtype="<u2").tolist() == want
