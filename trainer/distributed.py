@@ -39,6 +39,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def launched_local_world() -> int:
+    """The ranks the launcher started on this host (they share its memory)."""
+    for key in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
 def launched_world() -> int:
     """The number of ranks the launcher started, read before any process group exists."""
     for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):

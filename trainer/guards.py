@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from pathlib import Path
 
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
@@ -36,6 +38,48 @@ def check_compile(model: ModelSettings, cuda: bool) -> None:
             "--compile on a CPU needs a C++ compiler (g++ or clang++ on PATH, or CXX) to build its "
             "kernels; install one, or train without --compile"
         )
+
+
+#: the copies of a micro-batch's fp32 logits a training step holds at once on a CPU (the logits,
+#: their log-softmax and its gradient): 2.9-3.0 measured, bench/RESULTS.md ("Logits on a CPU")
+LOGIT_COPIES = 3
+
+
+def check_logits_fit(micro: int, seq_len: int, vocab: int, ranks_here: int, available: int | None) -> None:
+    """On a CPU the logits of a modern vocabulary outgrow memory before anything else does (a
+    256k vocabulary's at 8 x 1024 tokens take about 25 GB), and the kernel then kills the run
+    without a word; refused before any work where they cannot fit in ``available`` bytes."""
+    if available is None:
+        return
+    per_sample = seq_len * vocab * 4 * LOGIT_COPIES * ranks_here
+    if micro * per_sample <= available:
+        return
+    fits = available // per_sample
+    ranks = f" on each of the {ranks_here} ranks here" if ranks_here > 1 else ""
+    what_to_do = (
+        f"pass --micro-batch {fits} or less (--grad-accum keeps the batch)"
+        if fits
+        else "pass a shorter --seq-len, or train where there is more memory"
+    )
+    raise TokshardError(
+        f"a micro-batch of {micro} x {seq_len} tokens over {vocab:,} ids needs about "
+        f"{micro * per_sample / 2**30:.1f} GiB for its logits alone{ranks}, and this machine has "
+        f"{available / 2**30:.1f} GiB available: {what_to_do}"
+    )
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still take: the kernel's MemAvailable, or less where a cgroup
+    (a container, a Slurm job) caps the memory (None: neither can be read)."""
+    found = []
+    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/meminfo") as f:
+        found.append(int(next(line for line in f if line.startswith("MemAvailable:")).split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            found.append(max(0, int(limit) - used))
+    return min(found) if found else None
 
 
 def train_sources(manifests: list[Manifest], split: str) -> list[str]:

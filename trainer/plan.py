@@ -116,6 +116,14 @@ def prepare(settings: TrainSettings) -> Plan:
         bf16_supported=cuda and torch.cuda.is_bf16_supported(),
         hidden_size=spec.hidden_size,
     )
+    if not cuda:
+        guards.check_logits_fit(
+            engine.micro_batch,
+            settings.data.seq_len,
+            spec.limits.vocab_size,
+            distributed.launched_local_world(),
+            guards.available_memory(),
+        )
     saved = saved_checkpoint(settings, spec, engine)
     seed = resume.check_seed(saved[1], settings.data.seed) if saved else settings.data.seed
     seed = DEFAULT_SEED if seed is None else seed

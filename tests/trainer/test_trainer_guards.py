@@ -6,6 +6,7 @@ In-process (``tokshard.commands.train.main``): every refusal here happens before
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -220,6 +221,40 @@ def test_save_on_a_read_only_filesystem_or_under_proc_is_refused(manifest, tmp_p
         cli.main(["--manifest", str(manifest), *SMALL, "--save", str(ro / "ckpt")])
     with pytest.raises(TokshardError, match=r"--save /proc/tokshard-ckpt: cannot write there \(.*\); choose"):
         cli.main(["--manifest", str(manifest), *SMALL, "--save", "/proc/tokshard-ckpt"])
+
+
+def test_logits_that_cannot_fit_in_this_machine_s_memory_are_refused_before_any_work(manifest):
+    """A micro-batch whose fp32 logits outgrow what this machine has left: before, the kernel
+    killed the run at its first step without a word (a 256k vocabulary at 8 x 1024 tokens)."""
+    from trainer import guards
+
+    available = guards.available_memory()
+    vocab = models.padded_vocab(manifest_mod.load(manifest).vocab_size)
+    too_many = 2 * available // (32 * vocab * 4 * guards.LOGIT_COPIES)  # what is free may change meanwhile
+    with pytest.raises(
+        TokshardError, match=rf"a micro-batch of {too_many} x 32 tokens over {vocab:,} ids needs about .* GiB "
+        rf"for its logits alone, and this machine has .* GiB available: pass --micro-batch \d+ or less"
+    ):  # fmt: skip
+        cli.main(["--manifest", str(manifest), *SMALL, "--micro-batch", str(too_many)])
+
+
+@pytest.mark.parametrize(
+    ("ranks", "available", "says"),
+    [
+        (1, 22 << 30, "needs about 23.4 GiB for its logits alone, and this machine has 22.0 GiB available: "
+                      "pass --micro-batch 7 or less (--grad-accum keeps the batch)"),
+        (2, 22 << 30, "needs about 46.9 GiB for its logits alone on each of the 2 ranks here, and this "
+                      "machine has 22.0 GiB available: pass --micro-batch 3 or less"),
+        (1, 1 << 30, "and this machine has 1.0 GiB available: pass a shorter --seq-len, or train where"),
+    ],
+)  # fmt: skip
+def test_the_logits_of_a_256k_vocabulary_say_what_fits(ranks, available, says):
+    from trainer import guards
+
+    with pytest.raises(TokshardError, match=re.escape(says)):
+        guards.check_logits_fit(8, 1024, 256_000, ranks, available)
+    guards.check_logits_fit(8, 1024, 256_000, ranks, None)  # memory unknown: nothing refused
+    guards.check_logits_fit(1, 1024, 50_304, 1, 22 << 30)
 
 
 @pytest.mark.parametrize(
