@@ -43,6 +43,8 @@ def check_compile(model: ModelSettings, cuda: bool) -> None:
 #: the copies of a micro-batch's fp32 logits a training step holds at once on a CPU (the logits,
 #: their log-softmax and its gradient): 2.9-3.0 measured, bench/RESULTS.md ("Logits on a CPU")
 LOGIT_COPIES = 3
+#: of the memory left, what the logits may take (the model, its optimizer and the batches need the rest)
+LOGIT_SHARE = 0.9
 
 
 def check_logits_fit(micro: int, seq_len: int, vocab: int, ranks_here: int, available: int | None) -> None:
@@ -52,9 +54,10 @@ def check_logits_fit(micro: int, seq_len: int, vocab: int, ranks_here: int, avai
     if available is None:
         return
     per_sample = seq_len * vocab * 4 * LOGIT_COPIES * ranks_here
-    if micro * per_sample <= available:
+    budget = int(available * LOGIT_SHARE)
+    if micro * per_sample <= budget:
         return
-    fits = available // per_sample
+    fits = budget // per_sample
     ranks = f" on each of the {ranks_here} ranks here" if ranks_here > 1 else ""
     what_to_do = (
         f"pass --micro-batch {fits} or less (--grad-accum keeps the batch)"

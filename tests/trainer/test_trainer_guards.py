@@ -242,7 +242,7 @@ def test_logits_that_cannot_fit_in_this_machine_s_memory_are_refused_before_any_
     ("ranks", "available", "says"),
     [
         (1, 22 << 30, "needs about 23.4 GiB for its logits alone, and this machine has 22.0 GiB available: "
-                      "pass --micro-batch 7 or less (--grad-accum keeps the batch)"),
+                      "pass --micro-batch 6 or less (--grad-accum keeps the batch)"),
         (2, 22 << 30, "needs about 46.9 GiB for its logits alone on each of the 2 ranks here, and this "
                       "machine has 22.0 GiB available: pass --micro-batch 3 or less"),
         (1, 1 << 30, "and this machine has 1.0 GiB available: pass a shorter --seq-len, or train where"),
