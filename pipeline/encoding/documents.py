@@ -67,8 +67,9 @@ class Batch:
 
 @dataclass
 class Held:
-    """One long document whose tokens (its BOS, if any, and EOS included) are still in memory, in the pieces they
-    were encoded in: written to the shard one by one, never joined into one more copy."""
+    """One long document whose tokens (its BOS, if any, and EOS included) are still in memory,
+    in the pieces they were encoded in: written to the shard one by one, never joined into one
+    more copy."""
 
     parts: list[np.ndarray]
     tokens: int

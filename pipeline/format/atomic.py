@@ -183,11 +183,18 @@ def disk_error(exc: OSError, path: str | os.PathLike, needed: int | None = None)
     return TokshardError(f"cannot write {path}: {exc.strerror or exc}")
 
 
+#: what a filesystem that renames no files answers a rename (a bucket mounted through FUSE, as
+#: mountpoint-s3 mounts one); a full disk, a folder gone or a read-only remount answer otherwise
+RENAME_UNSUPPORTED = frozenset(
+    {errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM, errno.EINVAL}
+)
+
+
 def rename_error(exc: OSError, path: str | os.PathLike, needed: int | None = None) -> TokshardError:
     """One line for a whole file written under its temporary name that could not be renamed
-    to ``path``: the folder took the write, so, short of a full disk, its filesystem renames
-    no files (a bucket mounted through FUSE, as mountpoint-s3 mounts one)."""
-    if exc.errno in DISK_FULL_ERRNOS:
+    to ``path``: the folder took the write a moment ago, so where the answer is one of
+    `RENAME_UNSUPPORTED`, its filesystem renames no files."""
+    if exc.errno not in RENAME_UNSUPPORTED:
         return disk_error(exc, path, needed)
     return TokshardError(f"cannot rename a finished file to {path}: {_renames_refused(exc)}")
 
@@ -220,7 +227,12 @@ def check_writable_dir(path: Path, flag: str) -> None:
         os.replace(probe, probe.with_name(probe.name + ".renamed"))
     except OSError as exc:
         probe.unlink(missing_ok=True)
-        raise TokshardError(f"{flag} {path}: {_renames_refused(exc)}") from exc
+        why = (
+            _renames_refused(exc)
+            if exc.errno in RENAME_UNSUPPORTED
+            else f"cannot write there ({exc.strerror})"
+        )
+        raise TokshardError(f"{flag} {path}: {why}") from exc
     probe.with_name(probe.name + ".renamed").unlink()
 
 

@@ -127,3 +127,26 @@ def test_a_folder_sync_that_fails_for_real_is_still_an_error(tmp_path, monkeypat
     _folder_sync_fails(monkeypatch, errno.EIO)
     with pytest.raises(OSError, match="Input/output error"):
         fsync_dir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        (errno.ENOSYS, "its filesystem does not rename files (Function not implemented; a bucket mounted"),
+        (errno.EXDEV, "its filesystem does not rename files (Invalid cross-device link;"),
+        (errno.ENOENT, "cannot write {path}: No such file or directory"),
+        (errno.EROFS, "cannot write {path}: Read-only file system; choose a writable --out"),
+    ],
+)
+def test_a_failed_rename_says_whether_the_filesystem_renames_at_all(tmp_path, monkeypatch, code, says):
+    """A folder gone or remounted read-only mid-run is not called a filesystem without renames."""
+
+    def refuse(src, dst):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(atomic.os, "replace", refuse)
+    path = tmp_path / "run.json"
+    with pytest.raises(TokshardError) as info:
+        atomic.write_bytes(path, b"{}")
+    assert says.format(path=path) in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # the temporary file is gone too
