@@ -98,10 +98,8 @@ class Recipe:
         """Everything that decides the output bytes, and nothing else (each source says what
         of its config counts: `pipeline.sources.base.Source.identity`)."""
         settings = {k: v for k, v in self.settings.output().items() if k != "tokenizer"}
-        if (
-            settings["bos_token"] is None
-        ):  # the default: a run planned before it was a setting is the same run
-            del settings["bos_token"]
+        if settings["bos_token"] is None:
+            del settings["bos_token"]  # the default: a run planned before the setting is the same run
         return {
             **settings,
             "tokenizer_sha256": self.tokenizer_sha256,
