@@ -71,18 +71,27 @@ def check_logits_fit(micro: int, seq_len: int, vocab: int, ranks_here: int, avai
     )
 
 
-def available_memory() -> int | None:
-    """Bytes this process may still take: the kernel's MemAvailable, or less where a cgroup
-    (a container, a Slurm job) caps the memory (None: neither can be read)."""
+def available_memory(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes this process may still take: the kernel's MemAvailable, or less where its cgroup
+    (a container, a Slurm job) caps the memory, counting the cgroup's page cache as free, as the
+    kernel reclaims it first (None: neither can be read)."""
     found = []
-    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/meminfo") as f:
+    with contextlib.suppress(OSError, ValueError, StopIteration), open(proc / "meminfo") as f:
         found.append(int(next(line for line in f if line.startswith("MemAvailable:")).split()[1]) * 1024)
-    with contextlib.suppress(OSError, ValueError):
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        group = cgroups / _own_cgroup(proc)
+        limit = (group / "memory.max").read_text().strip()
         if limit != "max":
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-            found.append(max(0, int(limit) - used))
+            stat = dict(line.split() for line in (group / "memory.stat").read_text().splitlines())
+            held = int((group / "memory.current").read_text()) - int(stat.get("file", 0))
+            found.append(max(0, int(limit) - held))
     return min(found) if found else None
+
+
+def _own_cgroup(proc: Path) -> str:
+    """This process's cgroup v2 path (``0::/PATH`` in /proc/self/cgroup), relative."""
+    lines = (proc / "self" / "cgroup").read_text().splitlines()
+    return next(line.split("::", 1)[1] for line in lines if line.startswith("0::")).lstrip("/")
 
 
 def train_sources(manifests: list[Manifest], split: str) -> list[str]:

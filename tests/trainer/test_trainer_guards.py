@@ -239,6 +239,28 @@ def test_logits_that_cannot_fit_in_this_machine_s_memory_are_refused_before_any_
 
 
 @pytest.mark.parametrize(
+    ("limit", "expected"),
+    [("max", 20 << 30), (str(8 << 30), 7 << 30)],
+    ids=["no limit", "a container's limit"],
+)
+def test_memory_available_is_the_kernel_s_or_less_where_a_cgroup_caps_it(tmp_path, limit, expected):
+    """A container's cgroup: its page cache (``file`` in memory.stat) is counted as free, as the
+    kernel reclaims it before it kills."""
+    from trainer import guards
+
+    proc, group = tmp_path / "proc", tmp_path / "cgroup" / "job" / "step"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text(f"MemTotal: {32 << 20} kB\nMemAvailable: {20 << 20} kB\n")
+    (proc / "self" / "cgroup").write_text("0::/job/step\n")
+    group.mkdir(parents=True)
+    (group / "memory.max").write_text(limit + "\n")
+    (group / "memory.current").write_text(str(6 << 30))
+    (group / "memory.stat").write_text(f"anon {1 << 30}\nfile {5 << 30}\n")
+    assert guards.available_memory(proc, tmp_path / "cgroup") == expected
+    assert guards.available_memory(tmp_path / "none", tmp_path / "none") is None
+
+
+@pytest.mark.parametrize(
     ("ranks", "available", "says"),
     [
         (1, 22 << 30, "needs about 23.4 GiB for its logits alone, and this machine has 22.0 GiB available: "
