@@ -10,13 +10,16 @@ document, short or long, and `verify` checks it is there."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from background import Command, Finished, background_job
 from published_vocabs import hub_folder, tokenizer_json
-from support import cli, english_documents, one_error_line, write_jsonl
+from support import REPO, cli, english_documents, one_error_line, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.bos import AUTO_BOS, NO_BOS
@@ -96,7 +99,7 @@ def test_a_config_that_sets_add_bos_token_false_outweighs_the_template(tmp_path,
 
 def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path, prose):
     """Meta's Llama 3 file runs its ByteLevel step, then a template that starts each text with
-    ``<|begin_of_text|>`` (the converted file here has the first step only): `prepare` writes
+    ``<|begin_of_text|>`` (the converted file here has the first step only): documents are
     what `tokenizers` gives with its defaults, then the EOS."""
     spec = json.loads(tokenizer_json("llama3").read_text())
     bot = "<|begin_of_text|>"
@@ -119,13 +122,14 @@ def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path
     path = tmp_path / "meta" / "tokenizer.json"
     path.parent.mkdir()
     path.write_text(json.dumps(spec))
-    m = _prepare(tmp_path, path, prose[:4], "--bos-token", "auto")
-    assert (m.bos_id, m.data["tokenizer"]["bos_found"]) == (
+    info = inspect_file(path, "meta-llama3", None, "auto", AUTO_BOS)
+    assert (info.bos_id, info.bos_found) == (
         bot_id,
         f"its post-processor's template starts each text with {bot!r}",
     )
-    want = [i for e in load(path).encode_batch(prose[:4]) for i in (*e.ids, m.eos_id)]
-    assert _stream(m) == want and want[0] == bot_id
+    got = _framed(path, tmp_path, None, prose[:4], info.eos_id, info.bos_id)
+    want = [i for e in load(path).encode_batch(prose[:4]) for i in (*e.ids, info.eos_id)]
+    assert got == want and want[0] == bot_id
 
 
 @pytest.mark.parametrize("name", ["llama3", "cl100k_base"])
@@ -183,9 +187,9 @@ def test_bos_token_names_one_or_none(gemma2, gpt2_tokenizer_path):
     assert (named.bos_id, named.bos_found) == (50256, "named by bos_token")
 
 
-def test_a_bos_token_the_tokenizer_lacks_is_refused_naming_the_flag(tmp_path, gemma2):
+def test_a_bos_token_the_tokenizer_lacks_is_refused_naming_the_flag(tmp_path, gpt2_tokenizer_path):
     data = write_jsonl(tmp_path / "in.jsonl", ["some text"])
-    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gpt2_tokenizer_path), "--out", str(tmp_path / "out"),
                "--bos-token", "<|no such|>")  # fmt: skip
     assert proc.returncode == 2
     assert one_error_line(proc).endswith(
@@ -195,14 +199,22 @@ def test_a_bos_token_the_tokenizer_lacks_is_refused_naming_the_flag(tmp_path, ge
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_a_template_with_two_tokens_before_the_text_is_refused_under_auto_only(tmp_path, gemma2):
-    spec = json.loads(gemma2.read_text())
-    single = spec["post_processor"]["single"]
-    spec["post_processor"]["single"] = [single[0], single[0], *single[1:]]
+def test_a_template_with_two_tokens_before_the_text_is_refused_under_auto_only(tmp_path, gpt2_tokenizer_path):
+    spec = json.loads(gpt2_tokenizer_path.read_text())
+    lead = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [lead, lead, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {
+            "<|endoftext|>": {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}
+        },
+    }
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
     with pytest.raises(
-        TokshardError, match=r"puts 2 tokens before each text \(<bos>, <bos>\); .*--bos-token"
+        TokshardError,
+        match=r"puts 2 tokens before each text \(<\|endoftext\|>, <\|endoftext\|>\); .*--bos-token",
     ):
         inspect_file(path, "two", None, "auto", AUTO_BOS)
     assert inspect_file(path, "two", None, "auto").bos_found == "none (the default)"  # nothing asked of it
@@ -211,62 +223,91 @@ def test_a_template_with_two_tokens_before_the_text_is_refused_under_auto_only(t
 # --- where it is written ----------------------------------------------------------------------
 
 
-def test_prepare_with_gemma2_under_auto_writes_what_tokenizers_gives_then_the_eos(tmp_path, gemma2, prose):
-    """Short documents and one longer than `LONG_DOC_CHARS` (encoded in pieces): each is
-    `tokenizers`' ids with its defaults (the template's BOS first), then the EOS."""
-    long_doc = " ".join(prose * 40)[: LONG_DOC_CHARS + 20_000]
-    docs = [prose[0], long_doc, prose[1], "a literal <bos> is text"]
-    m = _prepare(tmp_path, gemma2, docs, "--bos-token", "auto")
+PREPARE_BOTH = """
+import subprocess, sys
+from pathlib import Path
+folder, tokenizer = Path(sys.argv[1]), sys.argv[2]
+for name, extra in (("auto", ["--bos-token", "auto"]), ("default", [])):
+    argv = ["prepare", "--input", str(folder / "in.jsonl"), "--tokenizer", tokenizer, "--out",
+            str(folder / name), "--workers", "1", *extra]
+    done = subprocess.run([sys.executable, "-m", "tokshard.cli", *argv], capture_output=True, text=True)
+    (folder / f"{name}.stderr").write_text(done.stderr)
+    if done.returncode:
+        sys.exit(f"{name}: {done.stderr}")
+"""
+
+
+@background_job
+def gemma2_runs(folder: Path) -> Command:
+    """Gemma 2's folder as published, one `prepare` with ``--bos-token auto`` and one left at the
+    default (a process of its own: each loads a 256k vocabulary). The documents: short ones,
+    one longer than `LONG_DOC_CHARS` (encoded in pieces), and a literal ``<bos>``."""
+    prose = english_documents(40)
+    docs = [prose[0], " ".join(prose * 40)[: LONG_DOC_CHARS + 20_000], prose[1], "a literal <bos> is text"]
+    (folder / "docs.json").write_text(json.dumps(docs))
+    write_jsonl(folder / "in.jsonl", docs)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return Command(
+        [sys.executable, "-c", PREPARE_BOTH, str(folder), str(hub_folder("gemma2") / "tokenizer.json")], env
+    )
+
+
+def _run(done: Finished, name: str) -> tuple[manifest.Manifest, list[str]]:
+    """One of `gemma2_runs`' runs: its manifest and the documents."""
+    assert done.returncode == 0, done.stderr[-3000:]
+    return manifest.load(done.folder / name / "manifest.json"), json.loads(
+        (done.folder / "docs.json").read_text()
+    )
+
+
+def test_prepare_with_gemma2_under_auto_writes_what_tokenizers_gives_then_the_eos(gemma2_runs, gemma2):
+    """Each document is `tokenizers`' ids with its defaults (the template's BOS first), then the EOS."""
+    m, docs = _run(gemma2_runs, "auto")
     tok = load(gemma2)
     assert m.bos_id == tok.token_to_id("<bos>") and m.data["tokenizer"]["bos_token"] == "<bos>"
-    want = [i for e in tok.encode_batch(docs) for i in (*e.ids, m.eos_id)]
-    assert _stream(m) == want
+    assert _stream(m) == [i for e in tok.encode_batch(docs) for i in (*e.ids, m.eos_id)]
     assert verify(m.path)[0] == []
 
 
-def test_by_default_gemma2_writes_the_text_and_eos_only_and_says_so(tmp_path, gemma2, prose):
-    data = write_jsonl(tmp_path / "in.jsonl", prose[:3])
-    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
-               "--workers", "1", check=True)  # fmt: skip
+def test_by_default_gemma2_writes_the_text_and_eos_only_and_says_so(gemma2_runs, gemma2):
+    m, docs = _run(gemma2_runs, "default")
     assert (
         f"tokshard: note: tokenizer {gemma2} starts each text with '<bos>'; documents here start with their "
         "own text (encode(doc) + [EOS]): pass --bos-token auto to write it"
-    ) in proc.stderr.splitlines()
-    m = manifest.load(tmp_path / "out" / "manifest.json")
+    ) in (gemma2_runs.folder / "default.stderr").read_text().splitlines()
     assert m.bos_id is None and m.data["tokenizer"]["bos_unused"] == "<bos>"
-    want = [
-        i for e in load(gemma2).encode_batch(prose[:3], add_special_tokens=False) for i in (*e.ids, m.eos_id)
-    ]
-    assert _stream(m) == want
+    plain = load(gemma2).encode_batch(docs, add_special_tokens=False)
+    assert _stream(m) == [i for e in plain for i in (*e.ids, m.eos_id)]
 
 
-def test_bos_token_none_says_nothing_of_the_tokenizer_s(tmp_path, gemma2, prose):
-    data = write_jsonl(tmp_path / "in.jsonl", prose[:3])
-    proc = cli("prepare", "--input", str(data), "--tokenizer", str(gemma2), "--out", str(tmp_path / "out"),
-               "--workers", "1", "--bos-token", "none", check=True)  # fmt: skip
-    assert "note:" not in proc.stderr
-    assert manifest.load(tmp_path / "out" / "manifest.json").data["tokenizer"]["bos_unused"] is None
+def test_bos_token_none_says_nothing_of_the_tokenizer_s(gemma2):
+    info = inspect_file(gemma2, "gemma2", None, "auto", NO_BOS)
+    assert (info.bos_id, info.bos_unused, info.bos_found) == (None, None, "none: --bos-token none")
 
 
-def test_a_changed_bos_token_is_another_run(tmp_path, gemma2, prose):
-    _prepare(tmp_path, gemma2, prose[:3])
-    proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(gemma2),
+def test_a_changed_bos_token_is_another_run(gemma2_runs, gemma2, tmp_path):
+    _run(gemma2_runs, "default")
+    shutil.copytree(gemma2_runs.folder / "default", tmp_path / "out")
+    proc = cli("prepare", "--input", str(gemma2_runs.folder / "in.jsonl"), "--tokenizer", str(gemma2),
                "--out", str(tmp_path / "out"), "--bos-token", "auto")  # fmt: skip
     assert proc.returncode == 2
     assert "holds a run of a different recipe (bos_token: '<unset>' -> 'auto')" in one_error_line(proc)
 
 
-def _framed(gemma2: Path, tmp_path: Path, spool_tokens: int | None, docs: list[str]) -> list[int]:
-    """The ids a `DocumentEncoder` with Gemma's BOS (2) and EOS (1) gives for ``docs``, in order."""
+def _framed(
+    tokenizer: Path, tmp_path: Path, spool_tokens: int | None, docs: list[str], eos_id: int, bos_id: int
+) -> list[int]:
+    """The ids a `DocumentEncoder` with that BOS and EOS gives for ``docs``, in order (documents
+    over 200 characters take the long path)."""
     encoder = DocumentEncoder(
-        TokenizersEncoder(str(gemma2)),
-        eos_id=1,
+        TokenizersEncoder(str(tokenizer)),
+        eos_id=eos_id,
         dtype=np.dtype(np.uint32),
         spool_path=tmp_path / "spool",
         pre_tokenizer=lambda: None,
         long_doc_chars=200,
         spool_tokens=spool_tokens,
-        bos_id=2,
+        bos_id=bos_id,
     )
     records = [Record(text, None, f"doc {i}") for i, text in enumerate(docs)]
     out = []
@@ -283,15 +324,14 @@ def _framed(gemma2: Path, tmp_path: Path, spool_tokens: int | None, docs: list[s
 @pytest.mark.parametrize("spool_tokens", [None, 8], ids=["held", "spooled"])
 def test_a_long_document_starts_with_the_bos_once_held_or_spooled(tmp_path, gemma2, prose, spool_tokens):
     docs = [prose[0][:150], " ".join(prose[:3]), prose[1][:100]]
-    got = _framed(gemma2, tmp_path, spool_tokens, docs)
+    got = _framed(gemma2, tmp_path, spool_tokens, docs, eos_id=1, bos_id=2)  # Gemma's
     want = [i for e in load(gemma2).encode_batch(docs) for i in (*e.ids, 1)]
     assert got == want
 
 
-def test_verify_names_a_document_that_does_not_start_with_the_bos(tmp_path, gemma2, prose):
-    m = _prepare(tmp_path, gemma2, prose[:3], "--bos-token", "auto")
+def test_verify_names_a_document_that_does_not_start_with_the_bos(gemma2_runs):
+    m, _ = _run(gemma2_runs, "auto")
     entry = m.shards[0]
-    tokens = np.fromfile(entry.bin_path, dtype=m.dtype)
-    assert tokens[0] == m.bos_id
+    assert np.fromfile(entry.bin_path, dtype=m.dtype)[0] == m.bos_id
     problems = Shard(entry.bin_path, m.dtype).problems(m.eos_id, m.bos_id + 1)
     assert problems == [f"{entry.bin_path}: a document does not start with BOS id {m.bos_id + 1}"]
