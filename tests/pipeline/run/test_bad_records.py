@@ -107,6 +107,21 @@ def test_a_string_column_value_that_is_not_utf8_is_a_bad_record(tmp_path, tokeni
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, GOOD))
 
 
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+@pytest.mark.parametrize("binary", [pa.binary(), pa.large_binary(), pa.dictionary(pa.int32(), pa.binary())])
+def test_a_column_of_bytes_is_read_as_utf8_text(tmp_path, tokenizer_path, dask_client, kind, binary):
+    """Hive and Impala write text as parquet BINARY without its UTF8 annotation: its values are
+    the documents, as from a string column, and one that is not UTF-8 is a bad record."""
+    values = [GOOD[0].encode(), "naïve café 東京".encode(), b"caf\xe9 in Latin-1", GOOD[1].encode()]
+    column = pa.array(values, pa.binary()).cast(binary)
+    path = columns_file(tmp_path, kind, column)
+    with pytest.raises(TokshardError, match=r"row 3: bad record \(invalid UTF-8\)"):
+        run_prepare(recipe_for(tokenizer_path, path), tmp_path / "stopped", dask_client)
+    out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
+    assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"invalid UTF-8": 1}
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, [GOOD[0], "naïve café 東京", GOOD[1]]))
+
+
 def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_path, dask_client):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"body": ["a"]}), path)

@@ -18,7 +18,7 @@ from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
 from pipeline.sources.files.readers.jsonl import column_texts
-from pipeline.sources.text_columns import is_text_type
+from pipeline.sources.text_columns import holds_text
 from pipeline.storage.locations import is_url
 
 
@@ -42,7 +42,7 @@ class ArrowReader(Reader):
                 f"{path}: no column {field!r} (columns: {', '.join(schema.names)}); set text_field"
             )
         col_type = schema.field(field).type
-        if not is_text_type(col_type):
+        if not holds_text(col_type):
             raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
         column = schema.get_field_index(field)
         wanted = None if piece.row_groups is None else set(piece.row_groups)

@@ -109,9 +109,17 @@ def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
     return (text, None) if strict else checked(text)  # orjson refuses lone surrogates itself
 
 
-def column_text(value: str | None, field: str) -> tuple[str | None, str | None]:
-    """(text, None) or (None, reason) for one value of a text column (parquet, Arrow)."""
-    return (None, null_field(field)) if value is None else checked(value)
+def column_text(value: str | bytes | None, field: str) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason) for one value of a text column (parquet, Arrow), or of a
+    column of bytes read as UTF-8 (`text_columns.is_bytes_type`)."""
+    if value is None:
+        return None, null_field(field)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8"), None  # strict: refuses encoded surrogates too
+        except UnicodeDecodeError:
+            return None, "invalid UTF-8"
+    return checked(value)
 
 
 def column_texts(column: Any, field: str) -> list[tuple[str | None, str | None]]:

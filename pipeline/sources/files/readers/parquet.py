@@ -14,7 +14,7 @@ from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
 from pipeline.sources.files.readers.jsonl import column_texts
-from pipeline.sources.text_columns import is_text_type
+from pipeline.sources.text_columns import holds_text
 
 BATCH_ROWS = 1024
 
@@ -38,7 +38,7 @@ class ParquetReader(Reader):
                 f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); set text_field"
             )
         col_type = pf.schema_arrow.field(field).type
-        if not is_text_type(col_type):
+        if not holds_text(col_type):
             raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
         meta = pf.metadata
         groups = list(range(meta.num_row_groups) if piece.row_groups is None else piece.row_groups)
