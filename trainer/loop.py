@@ -8,8 +8,10 @@ line (``trainer.metrics``), the periodic evaluation (``trainer.evaluate``) and c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import time
 import zlib
 from typing import Any, TextIO
@@ -30,6 +32,7 @@ from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
 from trainer.run_folders import RUN_FILE, one_writer, run_folder, run_record
 from trainer.settings import TrainSettings
+from trainer.stop_request import StoppedBySignal, StopRequest
 
 
 def train(settings: TrainSettings) -> dict[str, Any]:
@@ -94,7 +97,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     sample_log = (
         open(run_dir / f"samples-rank{dist.rank}.jsonl", "a", buffering=1) if settings.log.samples else None
     )
-    run = Steps(engine, plan, dist, prefetcher, log, sample_log, (step, samples), history)
+    stop = StopRequest(dist.world) if plan.save_dir is not None else None
+    run = Steps(engine, plan, dist, prefetcher, log, sample_log, (step, samples), history, stop)
     log.note(
         f"{plan.model.name} on {dist.world} x {dist.device.type}, {plan.engine.precision}, "
         f"ZeRO {plan.engine.zero_stage}, global batch {global_batch} "
@@ -102,12 +106,14 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         f"run dir {run_dir}"
     )
     try:
-        run.baseline_eval()
-        while run.step < end:
-            run.train_step()
-            run.log_step()
-            run.eval_step()
-            run.save_step()
+        with stop.listening() if stop is not None else contextlib.nullcontext():
+            run.baseline_eval()
+            while run.step < end:
+                run.train_step()
+                run.log_step()
+                run.eval_step()
+                run.save_step()
+                run.stop_if_asked()
     finally:
         prefetcher.close()
         if data.fetchers:
@@ -214,8 +220,10 @@ class Steps:
         sample_log: TextIO | None,
         start: tuple[int, int],
         history: tuple[BatchSpan, ...],
+        stop: StopRequest | None = None,
     ) -> None:
         self.engine, self.plan, self.dist = engine, plan, dist
+        self.stop, self.saved_at = stop, -1
         self.settings = plan.settings
         self.batches, self.log, self.sample_log = batches, log, sample_log
         self.step, self.samples = start
@@ -295,6 +303,22 @@ class Steps:
         save_dir, every = self.plan.save_dir, self.settings.checkpoint.every
         if save_dir is None or not (self.step == self.end or (every and self.step % every == 0)):
             return
+        self.save()
+
+    def stop_if_asked(self) -> None:
+        """Where SIGTERM asked any rank to stop (`trainer.stop_request`): this step's
+        checkpoint, then the stop, on every rank at this step."""
+        signum = self.stop.agreed() if self.stop is not None and self.step < self.end else 0
+        if not signum:
+            return
+        self.log.note(f"{signal.Signals(signum).name}: saving step {self.step}, then stopping")
+        if self.saved_at != self.step:
+            self.save()
+        raise StoppedBySignal(signum, self.step)
+
+    def save(self) -> None:
+        """This step's checkpoint in ``--save``, its loss checked first."""
+        save_dir = self.plan.save_dir
         if self.last.get("step") != self.step:  # a step not logged: its loss is looked at here
             loss, _ = reduce_over_ranks(self.step_loss / self.accum, 0.0, self.dist)
             self._stop_if_diverged(loss, self.last.get("loss"))
@@ -303,6 +327,7 @@ class Steps:
         tag = tag_for(self.step)
         write_checkpoint(self.engine, save_dir, tag, self.trainer_state(), self.dist.is_main, barrier)
         self.log.note(f"saved {save_dir / tag}")
+        self.saved_at = self.step
         self.t_last += time.perf_counter() - t0
 
     def _stop_if_diverged(self, loss: float, before: float | None) -> None:

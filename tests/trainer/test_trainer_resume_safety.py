@@ -4,6 +4,7 @@ fp32, torch's AdamW via the default config), each a `python -m tokshard train` p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import AS_AT_A_TERMINAL, REPO, cached_manifest, make_manifest, samples_by_step
+from support import AS_AT_A_TERMINAL, REPO, cached_manifest, free_port, make_manifest, samples_by_step
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import lock_file, try_exclusive
@@ -137,6 +138,12 @@ def test_after_kill_9_and_resume_the_logs_hold_each_step_once(manifest, tmp_path
     stop = killed_at + 2
     done = train(*args, "--resume", "--stop-at", str(stop), "--log-samples")
     assert f"written after step {checkpoint_step} (the checkpoint's)" in done.stdout
+    assert_trained_as_uninterrupted(manifest, save, stop, packing)
+
+
+def assert_trained_as_uninterrupted(manifest: Path, save: Path, stop: int, packing: str = "none") -> None:
+    """Steps 1..``stop`` of the run logged in ``save``, once each, trained the very samples an
+    uninterrupted run would (the public API's, which draws them the same way)."""
     assert steps_in(save / "metrics.jsonl") == list(range(1, stop + 1))
     assert steps_in(save / "samples-rank0.jsonl") == list(range(1, stop + 1))
     samples = [json.loads(x)["samples"] for x in (save / "metrics.jsonl").read_text().splitlines()]
@@ -199,9 +206,9 @@ def test_the_same_run_started_again_while_it_trains_is_refused_and_the_first_goe
 
 
 @pytest.mark.parametrize(("signum", "said", "code"), [(signal.SIGINT, "interrupted", 130),
-                                                      (signal.SIGTERM, "stopped by SIGTERM", 143),
                                                       (signal.SIGHUP, "stopped by SIGHUP (its terminal closed)", 129)])  # fmt: skip
 def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_path, signum, said, code):
+    """Ctrl-C and a closed terminal stop at once (SIGTERM saves first: the tests below)."""
     save = tmp_path / "ck"
     args = [*endless(manifest, save), "--save-every", "2"]
     cmd, env = trainer_cmd(*args)
@@ -227,6 +234,100 @@ def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_pat
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"tokshard: train {said}; the last checkpoint is {save}/step")
     assert last.endswith(": rerun it with --resume to continue from there")
+
+
+def stopped_by_sigterm(proc: subprocess.Popen, save: Path, logged: int = 3) -> tuple[int, str]:
+    """SIGTERM to ``proc`` once ``logged`` steps are in the log; its exit status and stderr."""
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            if (save / "metrics.jsonl").is_file() and len(steps_in(save / "metrics.jsonl")) >= logged:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        proc.send_signal(signal.SIGTERM)  # a job's time limit, a preemption
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+def test_sigterm_saves_the_step_in_progress_and_the_resume_trains_the_uninterrupted_samples(
+    manifest, tmp_path
+):
+    """With no --save-every (a checkpoint only at the end), a job's time limit would have lost
+    the whole run: SIGTERM saves the step in progress, and --resume goes on from it."""
+    save = tmp_path / "ck"
+    cmd, env = trainer_cmd(*endless(manifest, save), "--log-samples")
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    code, err = stopped_by_sigterm(proc, save)
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    step = steps_in(save / "metrics.jsonl")[-1]
+    assert latest(save) == f"step{step:08d}"
+    assert err.strip().splitlines()[-1] == (
+        f"tokshard: train stopped by SIGTERM after saving step {step}; the last checkpoint is "
+        f"{save}/step{step:08d}: rerun it with --resume to continue from there"
+    )
+    train(*endless(manifest, save), "--resume", "--stop-at", str(step + 2), "--log-samples")
+    assert_trained_as_uninterrupted(manifest, save, step + 2)
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_saved_step(manifest, tmp_path):
+    """The ranks agree where to stop: a signal that reaches one rank alone (as a launcher or a
+    scheduler may deliver it a step apart) still gives one whole checkpoint of two ranks,
+    where a rank saving alone would wait for the other forever."""
+    save = tmp_path / "ck"
+    cmd, env = trainer_cmd(*endless(manifest, save))
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
+    proc = subprocess.Popen(
+        [*launcher, *cmd[1:]], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    ranks: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            if (save / "metrics.jsonl").is_file() and len(steps_in(save / "metrics.jsonl")) >= 3:
+                break
+            time.sleep(0.05)
+        ranks = rank_pids(proc.pid)
+        assert proc.poll() is None and len(ranks) == 2, proc.stderr.read()[-3000:]
+        os.kill(ranks["1"], signal.SIGTERM)
+        err = proc.communicate(timeout=120)[1]  # ranks that disagree wait in the save forever
+    finally:
+        for pid in [proc.pid, *ranks.values()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    step = steps_in(save / "metrics.jsonl")[-1]
+    assert f"tokshard: train stopped by SIGTERM after saving step {step}; " in err, err[-3000:]
+    assert latest(save) == f"step{step:08d}"
+    state = json.loads((save / latest(save) / "tokshard.json").read_text())
+    assert (state["step"], state["world_size"]) == (step, 2)
+    train(
+        *endless(manifest, save), "--resume", "--stop-at", str(step + 1), "--global-batch", "4"
+    )  # one rank now
+    assert steps_in(save / "metrics.jsonl") == list(range(1, step + 2))
+
+
+def rank_pids(launcher_pid: int) -> dict[str, int]:
+    """The launcher's worker processes, by their RANK."""
+    found = {}
+    for child in Path(f"/proc/{launcher_pid}/task/{launcher_pid}/children").read_text().split():
+        env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        rank = next((v[5:].decode() for v in env if v.startswith(b"RANK=")), None)
+        if rank is not None:
+            found[rank] = int(child)
+    return found
 
 
 # --- item 14 and the model half of item 15: what a resume must keep ---

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline.format.errors import TokshardError
-from tokshard.commands.command import INTERRUPTED, Command, Terminated
+from tokshard.commands.command import INTERRUPTED, STOPPING, Command, Terminated
 from tokshard.usage import (
     file_arg,
     folder_arg,
@@ -239,7 +239,7 @@ def _output_options(g) -> None:
         "--save",
         metavar="DIR",
         type=folder_arg,
-        help="DeepSpeed checkpoints go here (with the data position)",
+        help="DeepSpeed checkpoints go here (with the data position); SIGTERM saves the step in progress, then stops",
     )
     g.add_argument(
         "--save-every",
@@ -333,17 +333,26 @@ def parse(argv: list[str]) -> TrainSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train; Ctrl-C, SIGTERM and SIGHUP end in one line saying where the run can continue from."""
+    """Train; Ctrl-C, SIGTERM and SIGHUP end in one line saying where the run can continue from.
+    With ``--save``, SIGTERM (a job's time limit) first saves the step in progress
+    (`trainer.stop_request`)."""
     from trainer.checkpoint.state import how_to_continue
     from trainer.loop import train
+    from trainer.stop_request import StoppedBySignal
 
     settings = settings_from(args)
     try:
         train(settings)
-    except (KeyboardInterrupt, Terminated) as stop:
-        what, code = (
-            (stop.what, stop.exit_code) if isinstance(stop, Terminated) else ("interrupted", INTERRUPTED)
-        )
+    except (KeyboardInterrupt, Terminated, StoppedBySignal) as stop:
+        if isinstance(stop, StoppedBySignal):
+            what, code = (
+                f"stopped by {STOPPING[stop.signum]} after saving step {stop.step}",
+                128 + stop.signum,
+            )
+        elif isinstance(stop, Terminated):
+            what, code = stop.what, stop.exit_code
+        else:
+            what, code = "interrupted", INTERRUPTED
         save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
         if os.environ.get("RANK", "0") == "0":  # one line per run, not per rank
             print(
