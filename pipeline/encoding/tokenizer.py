@@ -239,6 +239,8 @@ def _head(path: Path) -> bytes:
 CONVERSIONS = {
     "gpt2": "GPT-2's original encoder.json + vocab.bpe: convert them with `tokenizers` "
     "(ByteLevelBPETokenizer('encoder.json', 'vocab.bpe').save('tokenizer.json'))",
+    "bpe_files": "a BPE's vocab.json + merges.txt (what transformers' slow tokenizers read): convert them "
+    "with transformers (AutoTokenizer.from_pretrained(FOLDER).save_pretrained(OUT) writes tokenizer.json)",
     "tiktoken": "a tiktoken rank file: convert it with transformers' TikTokenConverter "
     "(transformers.integrations.tiktoken.convert_tiktoken_to_fast) into tokenizer.json",
     "sentencepiece": "a SentencePiece model: convert it with transformers "
@@ -257,6 +259,8 @@ def foreign_hint(path: Path) -> str:
     names = {p.name for p in files}
     if names & {"encoder.json", "vocab.bpe"} or path.suffix == ".bpe":
         return CONVERSIONS["gpt2"]
+    if names & {"vocab.json", "merges.txt"}:
+        return CONVERSIONS["bpe_files"]
     if names & {"tekken.json"}:
         return CONVERSIONS["tekken"]
     if any(p.suffix == ".tiktoken" or (p.suffix == ".model" and _holds_tiktoken_ranks(p)) for p in files):
@@ -489,8 +493,8 @@ def choose_dtype(vocab_size: int, requested: str, where: str) -> tuple[str, str]
 def inspect_file(
     path: Path, origin: str, eos_token: str | None, dtype: str, bos_token: str | None = None
 ) -> TokenizerInfo:
+    tok = load(path)  # first: a file that is no tokenizer.json is named as such
     refuse_random_splits(path, origin)
-    tok = load(path)
     vocab_size = max_id(tok) + 1
     chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
     eos_id, eos_name, eos_found = find_eos(tok, eos_token, path)

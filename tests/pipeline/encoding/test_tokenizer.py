@@ -403,6 +403,40 @@ def test_gpt2s_original_files_are_named_and_the_advised_conversion_works(tmp_pat
     assert load(out).get_vocab_size() == 50257
 
 
+@pytest.fixture
+def slow_tokenizer_folder(tmp_path) -> Path:
+    """A model folder without tokenizer.json, as older hub repos publish one: GPT-2's real
+    vocabulary as transformers' slow tokenizer reads it (vocab.json + merges.txt)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "vocab.json").write_bytes((GPT2_FILES / "encoder.json").read_bytes())
+    (folder / "merges.txt").write_bytes((GPT2_FILES / "vocab.bpe").read_bytes())
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    return folder
+
+
+def test_a_slow_tokenizers_files_are_named_and_the_advised_conversion_works(slow_tokenizer_folder, tmp_path):
+    """The folder, its vocab.json (a JSON object whose keys include the token "model") and its
+    merges.txt each say what they are and how to convert them, and the conversion loads."""
+    says = "a BPE's vocab.json + merges.txt (what transformers' slow tokenizers read): convert them"
+    for given in ("", "vocab.json", "merges.txt"):
+        with pytest.raises(TokshardError, match=re.escape(says)):
+            resolve(str(slow_tokenizer_folder / given), None, "auto")
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(slow_tokenizer_folder)).save_pretrained(str(tmp_path / "converted"))
+    src, info = resolve(str(tmp_path / "converted"), None, "auto")
+    assert load(src).get_vocab_size() == 50257 and info.eos_token == "<|endoftext|>"
+
+
+def test_prepare_given_a_slow_tokenizers_vocab_json_is_one_line(slow_tokenizer_folder, tmp_path):
+    given = str(slow_tokenizer_folder / "vocab.json")
+    proc = cli("prepare", "--input", given, "--tokenizer", given, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "convert them with transformers" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
+
+
 #: the head of Mistral's tekken.json as its hub repos publish it (a tiktoken-style vocabulary)
 TEKKEN = (
     b'{"config": {"pattern": "[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{Lu}]*", "num_vocab_tokens": 3, '
