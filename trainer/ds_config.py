@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.format import json_kinds
 from pipeline.format.errors import TokshardError, not_utf8
 from trainer.settings import OptimSettings
 
@@ -50,6 +51,11 @@ def read(path: str | Path) -> dict[str, Any]:
         raise TokshardError(f"--deepspeed {p}: not valid JSON ({exc})") from exc
     if not isinstance(cfg, dict):
         raise TokshardError(f"--deepspeed {p}: a DeepSpeed config is a JSON object")
+    kind = json_kinds.kind_of(cfg)
+    if kind not in (None, json_kinds.DEEPSPEED_CONFIG):
+        raise TokshardError(
+            f"--deepspeed {p} is {kind}, not a DeepSpeed config: pass one such as {DEFAULT_CONFIG}"
+        )
     return cfg
 
 

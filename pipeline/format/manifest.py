@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline.format import json_kinds
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import DataError, TokshardError, VerifyError
 from pipeline.format.provenance import SUFFIX as SIDECAR_SUFFIX
@@ -192,8 +193,15 @@ def load(path: str | os.PathLike) -> Manifest:
         data = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{p}: not a readable manifest ({exc})") from exc
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        found = data.get("format") if isinstance(data, dict) else None
+    kind = json_kinds.kind_of(data)
+    if kind != json_kinds.MANIFEST:
+        what = kind or "JSON without a manifest's fields (format, tokenizer, shards)"
+        raise TokshardError(
+            f"{p} is {what}, not a tokshard manifest: pass the manifest.json that `tokshard prepare` "
+            "wrote, or its folder"
+        )
+    if data.get("format") != FORMAT:
+        found = data.get("format")
         raise DataError(
             f"{p}: manifest format {found!r}, this tokshard reads format {FORMAT}; "
             "re-run `tokshard prepare` with this version"

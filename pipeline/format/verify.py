@@ -12,7 +12,7 @@ from pathlib import Path
 from pipeline.format import lfs_pointer
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.content_hash import file_hash, sha256_file
-from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.errors import DataError, VerifyError
 from pipeline.format.provenance import ProvenanceError
 from pipeline.format.provenance import read as read_origins
 from pipeline.format.shard_reader import Shard
@@ -22,7 +22,8 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
     """All faults found (empty: the folder is exactly what its manifest says) and totals.
 
     A manifest that exists but cannot be read, or that points outside its folder, is a
-    fault too (VerifyError, exit 1); only a missing one is a usage error. A URL is checked
+    fault too (VerifyError, exit 1); a missing one, or another file given for it (a
+    tokenizer.json), is a usage error. A URL is checked
     in the store, shard by shard, by `pipeline.storage.verify_place.verify` (with
     `check_shard` on each).
     """
@@ -31,7 +32,7 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
         m = manifest_mod.load(found)
     except VerifyError:
         raise
-    except TokshardError as exc:
+    except DataError as exc:
         raise VerifyError(str(exc)) from exc
     faults: list[str] = []
     if not m.checksum_ok():

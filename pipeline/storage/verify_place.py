@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.errors import DataError, TokshardError, VerifyError
 from pipeline.format.verify import check_shard, check_shards
 from pipeline.format.verify import verify as verify_local
 from pipeline.storage.place import Place
@@ -46,8 +46,9 @@ def _verify_stored(place: Place, name: str, on_shard: OnShard | None) -> tuple[l
         local.write_bytes(data)
         try:
             m = manifest_mod.load(local)
-        except TokshardError as exc:
-            raise VerifyError(str(exc).replace(str(local), murl)) from exc
+        except TokshardError as exc:  # named by its URL; a fault in it is a failed check
+            said = str(exc).replace(str(local), murl)
+            raise (VerifyError(said) if isinstance(exc, DataError) else TokshardError(said)) from exc
         faults: list[str] = []
         if not m.checksum_ok():
             faults.append(f"{murl}: manifest was edited after prepare wrote it (checksum mismatch)")
