@@ -59,6 +59,17 @@ BOMLESS_WIDE = (
 )
 #: decompressed bytes a head check looks at
 HEAD_BYTES = 4096
+#: how each compressed stream starts, the ending that names it, and its name (bzip2's "BZh"
+#: is followed by a block size digit and its first block's magic number)
+COMPRESSION_MAGIC = (
+    (b"\x1f\x8b", ".gz", "gzip"),
+    (b"\x28\xb5\x2f\xfd", ".zst", "zstd"),
+    (b"\xfd7zXZ\x00", ".xz", "xz"),
+    (b"BZh", ".bz2", "bzip2"),
+)
+_BZIP2_BLOCK = b"\x31\x41\x59\x26\x53\x59"
+COMPRESSION_NAMES = {ending: name for _, ending, name in COMPRESSION_MAGIC}
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 def kind_of(path: str) -> str:
@@ -108,9 +119,45 @@ def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
                 f"{path}: not an Arrow IPC file (it starts with neither ARROW1 nor a stream message)"
             )
         return
+    check_compression(path, kind, head)
     if kind in COMPRESSED:
         head = _decompressed_head(head, kind)
     check_text_head(path, head)
+
+
+def compression_of(head: bytes) -> str | None:
+    """The ending of the compression whose stream ``head`` starts (".gz", ...), or None."""
+    for magic, ending, _ in COMPRESSION_MAGIC:
+        if head.startswith(magic) and (ending != ".bz2" or (head[3:4].isdigit() and head[4:10] == _BZIP2_BLOCK)):
+            return ending
+    return None
+
+
+def check_compression(path: str, kind: str, raw_head: bytes) -> None:
+    """A text input compressed otherwise than its name says (a download saved without its
+    ``.gz``, or one a client decompressed under its ``.gz`` name) is named with the name it
+    needs, not read as that many bad records or called corrupt. A head that is neither a
+    known stream nor text is left for the reader to call damaged."""
+    if raw_head.startswith(ZIP_MAGIC):
+        raise DataError(f"{path} is a zip archive: unzip it and name the files inside")
+    found = compression_of(raw_head)
+    said = kind[len(".jsonl") :] if kind in COMPRESSED else None
+    if found == said:
+        return
+    stem = path[: -len(said)] if said else path
+    if found is not None and kind == ".txt":
+        raise DataError(
+            f"{path} is {COMPRESSION_NAMES[found]}-compressed, though its name says plain text: "
+            "decompress it and name the file that gives"
+        )
+    if found is not None:
+        named = f", not {COMPRESSION_NAMES[said]}" if said else ", though its name says plain JSON Lines"
+        raise DataError(f"{path} is {COMPRESSION_NAMES[found]}-compressed{named}: rename it to {stem}{found}")
+    if raw_head.lstrip().removeprefix(UTF8_BOM).startswith(b"{"):
+        raise DataError(
+            f"{path} is not {COMPRESSION_NAMES[said]}-compressed (it starts as JSON text, as a download "
+            f"a client decompressed may): rename it to {stem}"
+        )
 
 
 def check_text_head(path: str, head: bytes) -> None:

@@ -728,3 +728,64 @@ def test_a_txt_file_of_html_is_text(tmp_path):
     """Text files may hold HTML on purpose (a corpus of web pages): only JSON Lines cannot."""
     (tmp_path / "page.txt").write_bytes(PAGE)
     assert list(iter_texts([str(tmp_path / "page.txt")])) == [PAGE.decode()]
+
+
+# --- a file compressed otherwise than its name says ---
+
+
+def compressed(body: bytes, how: str) -> bytes:
+    import bz2
+    import io
+    import lzma
+    import zipfile
+
+    if how == "zip":
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as z:
+            z.writestr("in.jsonl", body)
+        return out.getvalue()
+    return {
+        "gzip": gzip.compress,
+        "zstd": zstandard.ZstdCompressor().compress,
+        "xz": lzma.compress,
+        "bzip2": bz2.compress,
+        "none": bytes,
+    }[how](body)
+
+
+@pytest.mark.parametrize(
+    ("name", "how", "says"),
+    [
+        # a download saved without its ending
+        ("a.jsonl", "gzip", "a.jsonl is gzip-compressed, though its name says plain JSON Lines: rename it to {in}/a.jsonl.gz"),
+        ("a.json", "zstd", "a.json is zstd-compressed, though its name says plain JSON Lines: rename it to {in}/a.json.zst"),
+        ("big.jsonl", "gzip", "big.jsonl is gzip-compressed, though its name says plain JSON Lines: rename it to {in}/big.jsonl.gz"),
+        ("a.txt", "xz", "a.txt is xz-compressed, though its name says plain text: decompress it"),
+        # another compression's ending
+        ("a.jsonl.gz", "zstd", "a.jsonl.gz is zstd-compressed, not gzip: rename it to {in}/a.jsonl.zst"),
+        ("a.jsonl.zst", "bzip2", "a.jsonl.zst is bzip2-compressed, not zstd: rename it to {in}/a.jsonl.bz2"),
+        # a download a client decompressed under its compressed name
+        ("a.jsonl.gz", "none", "a.jsonl.gz is not gzip-compressed (it starts as JSON text"),
+        ("a.json.XZ", "none", "a.json.XZ is not xz-compressed (it starts as JSON text"),
+        ("a.jsonl", "zip", "a.jsonl is a zip archive: unzip it and name the files inside"),
+    ],
+)  # fmt: skip
+def test_a_file_compressed_otherwise_than_its_name_says_is_named_with_the_name_it_needs(
+    tmp_path, docs, tokenizer_path, name, how, says
+):
+    """Read by its name, such a file was that many bad records (skipped, under skip: the run
+    went on without it) or "corrupt"; a big one is refused at planning, the rest by their reader."""
+    write_jsonl(tmp_path / "in" / "0-good.jsonl", docs[:2])
+    body = "".join(
+        json.dumps({"text": d}) + "\n" for d in (docs * 40 if name.startswith("big") else docs[2:6])
+    )
+    (tmp_path / "in" / name).write_bytes(compressed(body.encode(), how))
+    assert not name.startswith("big") or (tmp_path / "in" / name).stat().st_size > SMALL_FILE
+    proc = prepare_cli(tmp_path, "in/*", tokenizer=tokenizer_path, extra=("--on-bad-record", "skip"))
+    refused(proc, f"{tmp_path / 'in'}/{says.format(**{'in': tmp_path / 'in'})}", tmp_path / "out")
+
+
+def test_text_that_starts_like_a_compressed_stream_is_still_text(tmp_path):
+    """bzip2's "BZh" is told by the block that follows it, not by those three letters."""
+    (tmp_path / "a.txt").write_text("BZh9 is a bzip2 header's start, and this is a sentence about it.")
+    assert list(iter_texts([str(tmp_path / "a.txt")])) == [(tmp_path / "a.txt").read_text()]

@@ -11,7 +11,7 @@ from pipeline.format.errors import DataError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.access import decompress
-from pipeline.sources.files.formats import COMPRESSED, HEAD_BYTES, check_text_head
+from pipeline.sources.files.formats import COMPRESSED, HEAD_BYTES, check_compression, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader
 from pipeline.sources.files.readers.jsonl import line_text
@@ -47,11 +47,22 @@ class CompressedJsonLinesReader(Reader):
                         lineno,
                     )
         except (OSError, EOFError, lzma.LZMAError) as exc:
+            self._named_otherwise(piece)
             raise DataError(f"{path}: corrupt compressed file ({exc}); re-create it or remove it") from exc
         except Exception as exc:
             if type(exc).__name__ == "ZstdError":
+                self._named_otherwise(piece)
                 raise DataError(f"{path}: corrupt zstd file ({exc}); re-create it or remove it") from exc
             raise
+
+    def _named_otherwise(self, piece: Piece) -> None:
+        """A stream that would not decompress may be another compression's, or none: say which."""
+        try:
+            with self.open(piece) as raw:
+                head = raw.read(HEAD_BYTES)
+        except OSError:
+            return
+        check_compression(piece.path, piece.kind, head)
 
 
 def _raw_pos(raw: Any) -> int:

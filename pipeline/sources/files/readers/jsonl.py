@@ -14,7 +14,7 @@ import orjson
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record, null_field
 from pipeline.sources.files.access import open_binary
-from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.formats import HEAD_BYTES, check_compression, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, small_file_bytes
 from pipeline.sources.files.readers.long_json import LONG_LINE_BYTES, TextPieces, text_pieces
@@ -57,6 +57,7 @@ class JsonLinesReader(Reader):
             if line.isspace():  # (strip() would copy a long line to find out)
                 continue
             if head_unchecked:
+                check_compression(path, ".jsonl", line[:HEAD_BYTES])
                 check_text_head(path, line[:HEAD_BYTES])
                 head_unchecked = False
             text, bad = line_text(line, self.text_field)

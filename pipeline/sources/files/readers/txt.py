@@ -9,7 +9,7 @@ from typing import Any
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.access import open_binary
-from pipeline.sources.files.formats import HEAD_BYTES, check_text_head
+from pipeline.sources.files.formats import HEAD_BYTES, check_compression, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader
 
@@ -47,11 +47,14 @@ class TextReader(Reader):
         )
         if piece.size > STREAM_TXT_BYTES:
             with self.open(piece) as f:
-                check_text_head(path, f.read(HEAD_BYTES))
+                head = f.read(HEAD_BYTES)
+            check_compression(path, ".txt", head)
+            check_text_head(path, head)
             yield Record(TextStream(path, piece.size), cursor, path, None, progress, origin)  # type: ignore[arg-type]
             return
         with self.open(piece) as f:
             data = f.read()
+        check_compression(path, ".txt", data[:HEAD_BYTES])
         check_text_head(path, data[:HEAD_BYTES])
         try:
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
