@@ -13,6 +13,9 @@ TOKENIZER_CONFIG = "a tokenizer_config.json"
 DEEPSPEED_CONFIG = "a DeepSpeed config"
 VOCABULARY = "a vocabulary (token -> id: a vocab.json or encoder.json)"
 
+#: entries a vocabulary has at least (its byte alphabet alone is 256), where a config whose
+#: settings are all numbers has a few dozen
+VOCABULARY_MIN = 256
 #: top-level keys only a DeepSpeed config has
 DEEPSPEED_KEYS = frozenset(
     {
@@ -42,7 +45,7 @@ def kind_of(data: Any) -> str | None:
         return MANIFEST
     if isinstance(data.get("model"), dict) and isinstance(data.get("added_tokens"), list):
         return TOKENIZER
-    if all(isinstance(value, int) for value in data.values()):
+    if len(data) >= VOCABULARY_MIN and all(isinstance(value, int) for value in data.values()):
         return VOCABULARY
     if isinstance(data.get("model_type"), str) or isinstance(data.get("architectures"), list):
         return MODEL_CONFIG

@@ -38,6 +38,8 @@ def test_the_real_files_are_told_apart(prepared, tokenizer_path):
     for config in (REPO / "trainer" / "configs" / "models").glob("*.json"):
         assert kind(config) == json_kinds.MODEL_CONFIG, config
     assert json_kinds.kind_of({"a": "b"}) is None and json_kinds.kind_of([1]) is None
+    numbers_only = {"train_batch_size": 32, "gradient_accumulation_steps": 4}
+    assert json_kinds.kind_of(numbers_only) == json_kinds.DEEPSPEED_CONFIG  # not a vocabulary
 
 
 def test_a_manifest_that_is_another_file_is_named_as_that_file(prepared, tokenizer_path, tmp_path):
