@@ -52,6 +52,11 @@ def non_negative(text: str) -> int:
     return value
 
 
+def auto_or_non_negative(text: str) -> int | None:
+    """An argparse type: ``auto`` (None: tokshard decides) or a whole number >= 0."""
+    return None if text == "auto" else non_negative(text)
+
+
 def _finite(text: str) -> float:
     try:
         value = float(text)

@@ -44,10 +44,9 @@ def evaluate(
         win = np.array([padded[r][1] for r in rows])
         tokens = torch.from_numpy(dataset.batch(src, win)).to(dist.device)
         doc_ids = None if doc_eos is None else docmask.document_ids(tokens[:, :-1], doc_eos)
-        logits = engine(tokens[:, :-1], None, doc_ids) if doc_ids is not None else engine(tokens[:, :-1])
-        per_token = torch.nn.functional.cross_entropy(
-            logits.float().transpose(1, 2), tokens[:, 1:], reduction="none"
-        )
+        documents = {} if doc_ids is None else {"doc_ids": doc_ids}
+        # the model's own loss, chunked as it trains (`trainer.model.token_losses`)
+        per_token = engine(tokens[:, :-1], tokens[:, 1:], per_token=True, **documents)
         per_sample = per_token.mean(dim=1).double()
         w = torch.from_numpy(weight[rows]).to(dist.device)
         idx = torch.from_numpy(src).to(dist.device)

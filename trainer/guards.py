@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
@@ -45,28 +47,72 @@ def check_compile(model: ModelSettings, cuda: bool) -> None:
 LOGIT_COPIES = 3
 #: of the memory left, what the logits may take (the model, its optimizer and the batches need the rest)
 LOGIT_SHARE = 0.9
+#: of the memory left, what one chunk's logits take where the loss is chunked (the rest: the
+#: model, its optimizer, the activations the chunks do not hold, the batches)
+CHUNK_SHARE = 0.25
+#: the fewest tokens a chunk of the loss makes logits for, and the multiple a chunk is rounded to
+MIN_LOSS_CHUNK = 64
 
 
-def check_logits_fit(micro: int, seq_len: int, vocab: int, ranks_here: int, available: int | None) -> None:
-    """On a CPU the logits of a modern vocabulary outgrow memory before anything else does (a
-    256k vocabulary's at 8 x 1024 tokens take about 25 GB), and the kernel then kills the run
-    without a word; refused before any work where they cannot fit in ``available`` bytes."""
-    if available is None:
-        return
-    per_sample = seq_len * vocab * 4 * LOGIT_COPIES * ranks_here
-    budget = int(available * LOGIT_SHARE)
-    if micro * per_sample <= budget:
-        return
-    fits = budget // per_sample
+@dataclass(frozen=True)
+class LossChunk:
+    """How the loss makes its logits: ``tokens`` at a time (0: the micro-batch's at once), and
+    why, where tokshard chose it."""
+
+    tokens: int
+    note: str = ""
+
+
+def loss_chunk(
+    asked: int | None,
+    own_model: bool,
+    micro: int,
+    seq_len: int,
+    vocab: int,
+    ranks_here: int,
+    available: int | None,
+) -> LossChunk:
+    """``--loss-chunk`` settled. On a CPU the logits of a modern vocabulary outgrow memory
+    before anything else does (a 256k vocabulary's at 8 x 1024 tokens take about 25 GB), and the
+    kernel then kills the run without a word: ``auto`` then makes them a chunk at a time, where
+    the model is tokshard's own; otherwise such a micro-batch is refused before any work.
+    ``available``: bytes left on a CPU (None: a GPU, or unknown, where nothing is chunked unless asked)."""
+    if asked and not own_model:
+        raise TokshardError(
+            f"--loss-chunk {asked} needs one of tokshard's own models ({', '.join(models.SIZES)}); "
+            "drop it for an hf: model"
+        )
+    if asked or available is None:
+        return LossChunk(asked or 0)
+    per_token = vocab * 4 * LOGIT_COPIES * ranks_here
+    whole = micro * seq_len * per_token
+    if whole <= int(available * LOGIT_SHARE):
+        return LossChunk(0)
+    chunk = int(available * CHUNK_SHARE) // per_token // MIN_LOSS_CHUNK * MIN_LOSS_CHUNK
+    if asked is None and own_model and chunk >= MIN_LOSS_CHUNK:
+        return LossChunk(
+            chunk,
+            f"the loss makes its logits {chunk:,} tokens at a time (--loss-chunk auto): the micro-batch's "
+            f"{micro} x {seq_len} over {vocab:,} ids would take about {whole / 2**30:.1f} GiB with their "
+            f"log-softmax and gradient, and this machine has {available / 2**30:.1f} GiB available",
+        )
+    refuse_logits(micro, seq_len, vocab, ranks_here, available, per_token)
+
+
+def refuse_logits(
+    micro: int, seq_len: int, vocab: int, ranks_here: int, available: int, per_token: int
+) -> NoReturn:
+    fits = int(available * LOGIT_SHARE) // (seq_len * per_token)
     ranks = f" on each of the {ranks_here} ranks here" if ranks_here > 1 else ""
     what_to_do = (
-        f"pass --micro-batch {fits} or less (--grad-accum keeps the batch)"
+        f"pass --micro-batch {fits} or less (--grad-accum keeps the batch), or --loss-chunk auto with one of "
+        "tokshard's own models"
         if fits
         else "pass a shorter --seq-len, or train where there is more memory"
     )
     raise TokshardError(
         f"a micro-batch of {micro} x {seq_len} tokens over {vocab:,} ids needs about "
-        f"{micro * per_sample / 2**30:.1f} GiB for its logits alone{ranks}, and this machine has "
+        f"{micro * seq_len * per_token / 2**30:.1f} GiB for its logits alone{ranks}, and this machine has "
         f"{available / 2**30:.1f} GiB available: {what_to_do}"
     )
 

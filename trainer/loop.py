@@ -128,6 +128,8 @@ def start_notes(plan: Plan) -> list[str]:
     """What tokshard chose for the user, said once at the start of the log."""
     settings = plan.settings
     notes = [f"model {plan.model.name}: {plan.model.vocab_note}"] if plan.model.vocab_note else []
+    if plan.model.loss_note:
+        notes.append(plan.model.loss_note)
     was_steps = plan.resume.state.steps if plan.resume else None
     if was_steps is not None and was_steps != settings.optim.steps:
         notes.append(

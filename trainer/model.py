@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trainer import docmask
 from trainer.docmask import Attend
@@ -101,9 +102,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, loss_chunk: int = 0) -> None:
         super().__init__()
         self.config = cfg
+        #: tokens whose logits the loss makes at a time (0: all at once; `chunked_cross_entropy`)
+        self.loss_chunk = loss_chunk
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
@@ -131,9 +134,11 @@ class GPT(nn.Module):
         targets: torch.Tensor | None = None,
         doc_ids: torch.Tensor | None = None,
         flex: bool | None = None,
+        per_token: bool = False,
     ) -> torch.Tensor:
         """Logits ``[B, T, vocab]``, or with ``targets`` the mean next-token cross-entropy over
-        the targets not ignored (-100). ``doc_ids`` (``--doc-mask``): attention within documents
+        the targets not ignored (-100), or with ``per_token`` each target's (``[B, T]``, for
+        evaluation's per-sample means). ``doc_ids`` (``--doc-mask``): attention within documents
         and positions restarting at each (``trainer.docmask``); ``flex`` picks FlexAttention or
         the dense SDPA mask for them (None: FlexAttention where it is fast, on CUDA), so the two
         can be compared on one batch."""
@@ -147,9 +152,14 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x, attend)
-        logits = self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
         if targets is None:
-            return logits
+            return self.lm_head(x)
+        if per_token:
+            return token_losses(x, targets, self.lm_head, self.loss_chunk)
+        if self.loss_chunk:
+            return chunked_cross_entropy(x, targets, self.lm_head, self.loss_chunk)
+        logits = self.lm_head(x)
         return F.cross_entropy(
             logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=docmask.IGNORE
         )
@@ -157,3 +167,42 @@ class GPT(nn.Module):
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
+
+
+def chunked_cross_entropy(
+    hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, chunk: int
+) -> torch.Tensor:
+    """The mean next-token cross-entropy of ``head(hidden)`` against ``targets`` (-100 ignored),
+    ``chunk`` tokens at a time. A modern vocabulary's logits outweigh everything else a step
+    holds (256,000 ids x 8 x 1024 tokens: 8 GiB in fp32, three copies with their log-softmax and
+    gradient); here each chunk's logits are made, reduced to its loss, and dropped, and the
+    backward pass makes them again (activation checkpointing), so a step holds one chunk's.
+    The price is the head's forward once more."""
+    flat, wanted = hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, flat.size(0), chunk):
+        part = slice(start, start + chunk)
+        total = total + checkpoint(_loss_sum, flat[part], wanted[part], head, use_reentrant=False)
+    return total / (wanted != docmask.IGNORE).sum()
+
+
+def token_losses(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, chunk: int) -> torch.Tensor:
+    """Each target's cross-entropy (``targets``' shape; 0 where ignored), ``chunk`` tokens'
+    logits at a time (0: all at once)."""
+    flat, wanted = hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)
+    step = chunk or flat.size(0)
+    parts = [
+        F.cross_entropy(
+            head(flat[i : i + step]).float(),
+            wanted[i : i + step],
+            ignore_index=docmask.IGNORE,
+            reduction="none",
+        )
+        for i in range(0, flat.size(0), step)
+    ]
+    return torch.cat(parts).view(targets.shape)
+
+
+def _loss_sum(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module) -> torch.Tensor:
+    logits = head(hidden).float()
+    return F.cross_entropy(logits, targets, ignore_index=docmask.IGNORE, reduction="sum")

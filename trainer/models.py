@@ -39,11 +39,15 @@ class ModelSpec:
     n_layer: int
     hf_config: Any = None  # a transformers PretrainedConfig for hf: models
     vocab_note: str = ""  # where the embedding size came from, for the log
+    loss_chunk: int = (
+        0  # tokens whose logits the loss makes at a time (0: all; `model.chunked_cross_entropy`)
+    )
+    loss_note: str = ""  # why the loss is chunked, where tokshard chose it (`trainer.guards.loss_chunk`)
 
     def build(self) -> nn.Module:
         """The module DeepSpeed trains: ``forward(idx, targets) -> loss``."""
         if self.hf_config is None:
-            return GPT(gpt_config(self.name, self.limits.vocab_size))
+            return GPT(gpt_config(self.name, self.limits.vocab_size), self.loss_chunk)
         from transformers import AutoModelForCausalLM
 
         return CausalLMWithLoss(AutoModelForCausalLM.from_config(self.hf_config))
@@ -139,8 +143,16 @@ class CausalLMWithLoss(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, per_token: bool = False
+    ) -> torch.Tensor:
+        """Logits, or the mean cross-entropy, or with ``per_token`` each target's (``GPT.forward``)."""
         logits = self.model(input_ids=idx, use_cache=False).logits
         if targets is None:
             return logits
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+        losses = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(),
+            targets.reshape(-1),
+            reduction="none" if per_token else "mean",
+        )
+        return losses.view(targets.shape) if per_token else losses

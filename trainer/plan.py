@@ -7,7 +7,7 @@ start-up. The result is a frozen ``Plan`` that the rest of the run only reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -116,14 +116,16 @@ def prepare(settings: TrainSettings) -> Plan:
         bf16_supported=cuda and torch.cuda.is_bf16_supported(),
         hidden_size=spec.hidden_size,
     )
-    if not cuda:
-        guards.check_logits_fit(
-            engine.micro_batch,
-            settings.data.seq_len,
-            spec.limits.vocab_size,
-            distributed.launched_local_world(),
-            guards.available_memory(),
-        )
+    chunk = guards.loss_chunk(
+        settings.model.loss_chunk,
+        spec.hf_config is None,
+        engine.micro_batch,
+        settings.data.seq_len,
+        spec.limits.vocab_size,
+        distributed.launched_local_world(),
+        None if cuda else guards.available_memory(),
+    )
+    spec = replace(spec, loss_chunk=chunk.tokens, loss_note=chunk.note)
     saved = saved_checkpoint(settings, spec, engine)
     seed = resume.check_seed(saved[1], settings.data.seed) if saved else settings.data.seed
     seed = DEFAULT_SEED if seed is None else seed

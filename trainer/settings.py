@@ -96,6 +96,9 @@ class ModelSettings:
     eod_mask_loss: bool = False
     #: torch.compile the model's forward in place (its checkpoints keep the eager model's keys)
     compile: bool = False
+    #: tokens whose logits the loss makes at a time (0: all at once; None: auto, which chunks
+    #: only where a CPU's memory could not hold the micro-batch's logits; `trainer.guards`)
+    loss_chunk: int | None = None
 
 
 #: warmup without a ``warmup`` setting: ``steps // WARMUP_DIVISOR`` steps, at most

@@ -224,8 +224,9 @@ def test_save_on_a_read_only_filesystem_or_under_proc_is_refused(manifest, tmp_p
 
 
 def test_logits_that_cannot_fit_in_this_machine_s_memory_are_refused_before_any_work(manifest):
-    """A micro-batch whose fp32 logits outgrow what this machine has left: before, the kernel
-    killed the run at its first step without a word (a 256k vocabulary at 8 x 1024 tokens)."""
+    """A micro-batch whose fp32 logits outgrow what this machine has left, made all at once
+    (``--loss-chunk 0``): before, the kernel killed the run at its first step without a word (a
+    256k vocabulary at 8 x 1024 tokens)."""
     from trainer import guards
 
     available = guards.available_memory()
@@ -235,7 +236,7 @@ def test_logits_that_cannot_fit_in_this_machine_s_memory_are_refused_before_any_
         TokshardError, match=rf"a micro-batch of {too_many} x 32 tokens over {vocab:,} ids needs about .* GiB "
         rf"for its logits alone, and this machine has .* GiB available: pass --micro-batch \d+ or less"
     ):  # fmt: skip
-        cli.main(["--manifest", str(manifest), *SMALL, "--micro-batch", str(too_many)])
+        cli.main(["--manifest", str(manifest), *SMALL, "--micro-batch", str(too_many), "--loss-chunk", "0"])
 
 
 @pytest.mark.parametrize(
@@ -264,19 +265,46 @@ def test_memory_available_is_the_kernel_s_or_less_where_a_cgroup_caps_it(tmp_pat
     ("ranks", "available", "says"),
     [
         (1, 22 << 30, "needs about 23.4 GiB for its logits alone, and this machine has 22.0 GiB available: "
-                      "pass --micro-batch 6 or less (--grad-accum keeps the batch)"),
+                      "pass --micro-batch 6 or less (--grad-accum keeps the batch), or --loss-chunk auto"),
         (2, 22 << 30, "needs about 46.9 GiB for its logits alone on each of the 2 ranks here, and this "
                       "machine has 22.0 GiB available: pass --micro-batch 3 or less"),
         (1, 1 << 30, "and this machine has 1.0 GiB available: pass a shorter --seq-len, or train where"),
     ],
 )  # fmt: skip
-def test_the_logits_of_a_256k_vocabulary_say_what_fits(ranks, available, says):
+def test_the_logits_of_a_256k_vocabulary_made_at_once_say_what_fits(ranks, available, says):
+    """An hf: model's loss, or one asked for all at once (``--loss-chunk 0``)."""
     from trainer import guards
 
-    with pytest.raises(TokshardError, match=re.escape(says)):
-        guards.check_logits_fit(8, 1024, 256_000, ranks, available)
-    guards.check_logits_fit(8, 1024, 256_000, ranks, None)  # memory unknown: nothing refused
-    guards.check_logits_fit(1, 1024, 50_304, 1, 22 << 30)
+    for asked, own_model in [(None, False), (0, True)]:
+        with pytest.raises(TokshardError, match=re.escape(says)):
+            guards.loss_chunk(asked, own_model, 8, 1024, 256_000, ranks, available)
+    assert guards.loss_chunk(None, False, 8, 1024, 256_000, ranks, None).tokens == 0  # a GPU, or unknown
+    assert guards.loss_chunk(None, True, 1, 1024, 50_304, 1, 22 << 30).tokens == 0  # it fits
+
+
+@pytest.mark.parametrize(
+    ("ranks", "available", "tokens"),
+    [(1, 22 << 30, 1920), (2, 22 << 30, 960), (1, 1 << 30, 64)],
+)
+def test_auto_makes_the_logits_of_tokshard_s_models_a_chunk_at_a_time_where_they_cannot_fit(
+    ranks, available, tokens
+):
+    """Chunks whose logits take a quarter of the memory left, a multiple of 64 tokens."""
+    from trainer import guards
+
+    chunk = guards.loss_chunk(None, True, 8, 1024, 256_000, ranks, available)
+    assert chunk.tokens == tokens
+    assert chunk.note.startswith(f"the loss makes its logits {tokens:,} tokens at a time (--loss-chunk auto)")
+    with pytest.raises(TokshardError, match="pass a shorter --seq-len, or train where there is more memory"):
+        guards.loss_chunk(None, True, 8, 1024, 256_000, 1, 100 << 20)  # not even 64 tokens' fit
+    assert guards.loss_chunk(4096, True, 8, 1024, 256_000, 1, None).tokens == 4096  # asked for
+
+
+def test_a_loss_chunk_is_refused_for_an_hf_model():
+    from trainer import guards
+
+    with pytest.raises(TokshardError, match=r"--loss-chunk 512 needs one of tokshard's own models \(tiny"):
+        guards.loss_chunk(512, False, 8, 1024, 50_272, 1, None)
 
 
 @pytest.mark.parametrize(

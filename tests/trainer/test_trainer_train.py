@@ -317,6 +317,27 @@ def test_help_has_an_example():
     assert "deepspeed --num_gpus 8 --module tokshard train" in text and "--resume" in text
 
 
+@pytest.mark.parametrize("config", ["zero0-fp32.json", "zero3-opt.json"])
+def test_a_loss_made_a_chunk_at_a_time_trains_and_evaluates_as_the_whole_one(manifest, tmp_path, config):
+    """--loss-chunk makes the logits 24 tokens at a time, and again in the backward pass (under
+    ZeRO 3 too, where the head's weight is gathered at each call): the same losses, the same
+    evaluations, to float rounding."""
+    runs = {}
+    for chunk in ("0", "24"):
+        run = tmp_path / chunk
+        launch(
+            *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / config), *SMALL),
+            *("--micro-batch", "4", "--steps", "4", "--eval-every", "2", "--loss-chunk", chunk, "--run-dir", str(run)),
+        )  # fmt: skip
+        runs[chunk] = metrics(run)
+    (whole_train, whole_eval), (chunked_train, chunked_eval) = runs["0"], runs["24"]
+    assert [t["loss"] for t in chunked_train] == pytest.approx([t["loss"] for t in whole_train], rel=1e-5)
+    assert [e["eval_loss"] for e in chunked_eval] == pytest.approx(
+        [e["eval_loss"] for e in whole_eval], rel=1e-5
+    )
+    assert len(whole_train) == 4 and len(whole_eval) == 3
+
+
 @pytest.mark.slow
 def test_cpu_optimizer_offload_runs(manifest, tmp_path):
     """ZeRO-2 with the optimizer on the CPU (DeepSpeedCPUAdam: compiled on first use, minutes)."""

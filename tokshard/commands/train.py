@@ -16,6 +16,7 @@ from pathlib import Path
 from pipeline.format.errors import TokshardError
 from tokshard.commands.command import INTERRUPTED, STOPPING, Command, Terminated
 from tokshard.usage import (
+    auto_or_non_negative,
     file_arg,
     folder_arg,
     non_negative,
@@ -157,6 +158,15 @@ def _model_options(g) -> None:
         help="torch.compile the model (in place: checkpoints load with or without it); the first steps "
         "wait for the compiler, so a step-time figure leaves them out",
     )
+    g.add_argument(
+        "--loss-chunk",
+        metavar="TOKENS|auto",
+        type=auto_or_non_negative,
+        help="make the loss's logits TOKENS tokens at a time, made again in the backward pass, so a step "
+        "holds one chunk's logits instead of the micro-batch's (a 100k-256k vocabulary's outweigh the "
+        "model); 0: all at once; auto (default): chunked only on a CPU whose memory could not hold them; "
+        "tokshard's own models only",
+    )
 
 
 def _run_options(g) -> None:
@@ -296,6 +306,7 @@ def settings_from(ns: argparse.Namespace) -> TrainSettings:
             doc_mask=ns.doc_mask,
             eod_mask_loss=ns.eod_mask_loss,
             compile=ns.compile,
+            loss_chunk=ns.loss_chunk,
         ),
         optim=OptimSettings(
             deepspeed=ns.deepspeed,
