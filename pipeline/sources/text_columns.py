@@ -5,38 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 
-def _value_type(arrow_type: Any) -> Any:
-    """A dictionary-encoded column's values' type (a pandas category, or a column written with
-    its dictionary type kept); any other type itself."""
+def _one_of(arrow_type: Any, *kinds: str) -> bool:
+    """Whether the column's values (a dictionary-encoded column's too: a pandas category, or a
+    column written with its dictionary type kept) are of one of ``pyarrow.types``' ``is_KIND``."""
     import pyarrow as pa
 
-    return arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    values = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    return any(getattr(pa.types, f"is_{kind}")(values) for kind in kinds)
 
 
 def is_text_type(arrow_type: Any) -> bool:
     """A column type whose values are strings: plain, large, view, or dictionary-encoded."""
-    import pyarrow as pa
-
-    arrow_type = _value_type(arrow_type)
-    return (
-        pa.types.is_string(arrow_type)
-        or pa.types.is_large_string(arrow_type)
-        or pa.types.is_string_view(arrow_type)
-    )
+    return _one_of(arrow_type, "string", "large_string", "string_view")
 
 
 def is_bytes_type(arrow_type: Any) -> bool:
     """A column of raw bytes. Hive and Impala write text so (parquet BINARY without its UTF8
     annotation, what Spark's ``spark.sql.parquet.binaryAsString`` reads as text), so a file
     reader takes such a column's values as UTF-8, each checked."""
-    import pyarrow as pa
-
-    arrow_type = _value_type(arrow_type)
-    return (
-        pa.types.is_binary(arrow_type)
-        or pa.types.is_large_binary(arrow_type)
-        or pa.types.is_binary_view(arrow_type)
-    )
+    return _one_of(arrow_type, "binary", "large_binary", "binary_view")
 
 
 def holds_text(arrow_type: Any) -> bool:

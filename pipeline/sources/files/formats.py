@@ -128,7 +128,9 @@ def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
 def compression_of(head: bytes) -> str | None:
     """The ending of the compression whose stream ``head`` starts (".gz", ...), or None."""
     for magic, ending, _ in COMPRESSION_MAGIC:
-        if head.startswith(magic) and (ending != ".bz2" or (head[3:4].isdigit() and head[4:10] == _BZIP2_BLOCK)):
+        if head.startswith(magic) and (
+            ending != ".bz2" or (head[3:4].isdigit() and head[4:10] == _BZIP2_BLOCK)
+        ):
             return ending
     return None
 
