@@ -236,14 +236,19 @@ def test_a_stopped_run_says_to_resume_from_its_last_checkpoint(manifest, tmp_pat
     assert last.endswith(": rerun it with --resume to continue from there")
 
 
-def stopped_by_sigterm(proc: subprocess.Popen, save: Path, logged: int = 3) -> tuple[int, str]:
-    """SIGTERM to ``proc`` once ``logged`` steps are in the log; its exit status and stderr."""
+def until_logged(proc: subprocess.Popen, save: Path, steps: int = 3) -> None:
+    """Wait until ``steps`` steps of the run training into ``save`` are in its log."""
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        if (save / "metrics.jsonl").is_file() and len(steps_in(save / "metrics.jsonl")) >= steps:
+            return
+        time.sleep(0.05)
+
+
+def stopped_by_sigterm(proc: subprocess.Popen, save: Path) -> tuple[int, str]:
+    """SIGTERM to ``proc`` once a few steps are in the log; its exit status and stderr."""
     try:
-        deadline = time.monotonic() + 240
-        while proc.poll() is None and time.monotonic() < deadline:
-            if (save / "metrics.jsonl").is_file() and len(steps_in(save / "metrics.jsonl")) >= logged:
-                break
-            time.sleep(0.05)
+        until_logged(proc, save)
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         proc.send_signal(signal.SIGTERM)  # a job's time limit, a preemption
         err = proc.communicate(timeout=120)[1]
@@ -294,11 +299,7 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_saved_step(manifest, t
     )
     ranks: dict[str, int] = {}
     try:
-        deadline = time.monotonic() + 240
-        while proc.poll() is None and time.monotonic() < deadline:
-            if (save / "metrics.jsonl").is_file() and len(steps_in(save / "metrics.jsonl")) >= 3:
-                break
-            time.sleep(0.05)
+        until_logged(proc, save)
         ranks = rank_pids(proc.pid)
         assert proc.poll() is None and len(ranks) == 2, proc.stderr.read()[-3000:]
         os.kill(ranks["1"], signal.SIGTERM)
