@@ -173,36 +173,28 @@ def chunked_cross_entropy(
     hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, chunk: int
 ) -> torch.Tensor:
     """The mean next-token cross-entropy of ``head(hidden)`` against ``targets`` (-100 ignored),
-    ``chunk`` tokens at a time. A modern vocabulary's logits outweigh everything else a step
-    holds (256,000 ids x 8 x 1024 tokens: 8 GiB in fp32, three copies with their log-softmax and
-    gradient); here each chunk's logits are made, reduced to its loss, and dropped, and the
-    backward pass makes them again (activation checkpointing), so a step holds one chunk's.
-    The price is the head's forward once more."""
-    flat, wanted = hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, flat.size(0), chunk):
-        part = slice(start, start + chunk)
-        total = total + checkpoint(_loss_sum, flat[part], wanted[part], head, use_reentrant=False)
-    return total / (wanted != docmask.IGNORE).sum()
+    ``chunk`` tokens at a time (`token_losses`)."""
+    return token_losses(hidden, targets, head, chunk).sum() / (targets != docmask.IGNORE).sum()
 
 
 def token_losses(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, chunk: int) -> torch.Tensor:
     """Each target's cross-entropy (``targets``' shape; 0 where ignored), ``chunk`` tokens'
-    logits at a time (0: all at once)."""
+    logits at a time (0: all at once). A modern vocabulary's logits outweigh everything else a
+    step holds (256,000 ids x 8 x 1024 tokens: 8 GiB in fp32, three copies with their
+    log-softmax and gradient); here each chunk's logits are made, reduced to its losses, and
+    dropped, and the backward pass makes them again (activation checkpointing), so a step holds
+    one chunk's. The price is the head's forward once more."""
     flat, wanted = hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)
     step = chunk or flat.size(0)
+    keep_for_backward = torch.is_grad_enabled() and chunk > 0
     parts = [
-        F.cross_entropy(
-            head(flat[i : i + step]).float(),
-            wanted[i : i + step],
-            ignore_index=docmask.IGNORE,
-            reduction="none",
-        )
+        checkpoint(_losses, flat[i : i + step], wanted[i : i + step], head, use_reentrant=False)
+        if keep_for_backward
+        else _losses(flat[i : i + step], wanted[i : i + step], head)
         for i in range(0, flat.size(0), step)
     ]
     return torch.cat(parts).view(targets.shape)
 
 
-def _loss_sum(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module) -> torch.Tensor:
-    logits = head(hidden).float()
-    return F.cross_entropy(logits, targets, ignore_index=docmask.IGNORE, reduction="sum")
+def _losses(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module) -> torch.Tensor:
+    return F.cross_entropy(head(hidden).float(), targets, ignore_index=docmask.IGNORE, reduction="none")
