@@ -7,12 +7,13 @@ gives them) without a regex engine, and any other on PCRE2, where `tokenizers` r
 The two can part on a class of characters: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as
 white space, which Unicode stopped doing in 6.3, so on its regex route a document holding
 U+180E may split differently. `disagreeing_code_points` finds such a class by comparing the two
-on every code point in the contexts the patterns tell apart (letters of both cases, digits,
-spaces, tabs, newlines, contractions; `context_for` a file's patterns); `PROVEN` holds what it
-found for fastokens as `FastokensEncoder` builds it on the published patterns and these library
-versions (nothing, since the native spellings), which tests/pipeline/encoding/test_routing.py
-proves again, exhaustively. Where no class is proven, nothing is routed and the check decides
-as before (a difference refuses fastokens for the run).
+on every code point of the planes Unicode assigns characters in (`scanned_code_points`; in the
+others, alike to every table, their edges and a stride) in the contexts the patterns tell apart
+(letters of both cases, digits, spaces, tabs, newlines, contractions; `context_for` a file's
+patterns); `PROVEN` holds what it found for fastokens as `FastokensEncoder` builds it on the
+published patterns and these library versions (nothing, since the native spellings), which
+tests/pipeline/encoding/test_routing.py proves again. Where no class is proven, nothing is
+routed and the check decides as before (a difference refuses fastokens for the run).
 """
 
 from __future__ import annotations
@@ -100,6 +101,59 @@ def every_code_point() -> list[int]:
     return [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
 
 
+#: the planes that hold every character a Unicode version has assigned so far (the Basic and
+#: Supplementary Multilingual planes, the two Ideographic planes, and the Supplementary
+#: Special-purpose plane's tags and variation selectors): where engines whose tables come from
+#: different Unicode versions can part, as PCRE2 and Oniguruma do on U+180E
+ASSIGNED_PLANES = (0, 1, 2, 3, 14)
+#: In the other planes every code point is alike to any table: planes 4 to 13 hold no character
+#: of any version, 15 and 16 only private use, a category Unicode keeps fixed. What no table
+#: decides there (a code point's four UTF-8 bytes, the ends of ranges) shows on each plane's
+#: first and last code points and on a stride between; that the reference's engine gives them no
+#: class the patterns ask is checked whole (`classed_outside_assigned_planes`).
+PLANE_EDGE = 1024
+#: a prime, so the stride meets every value of a code point's last UTF-8 byte
+PLANE_STRIDE = 61
+
+
+def outside_assigned_planes() -> list[int]:
+    """Every code point of the planes no Unicode version has assigned a character to."""
+    return [c for c in every_code_point() if c >> 16 not in ASSIGNED_PLANES]
+
+
+def scanned_code_points() -> list[int]:
+    """The code points a scan compares: every scalar value of `ASSIGNED_PLANES`, and of each
+    other plane its first and last `PLANE_EDGE` and every `PLANE_STRIDE`-th between."""
+    cps = [c for c in every_code_point() if c >> 16 in ASSIGNED_PLANES]
+    for plane in sorted(set(range(17)) - set(ASSIGNED_PLANES)):
+        start, end = plane << 16, (plane + 1) << 16
+        cps += [
+            c
+            for c in range(start, end)
+            if c < start + PLANE_EDGE or c >= end - PLANE_EDGE or c % PLANE_STRIDE == 0
+        ]
+    return cps
+
+
+#: every class a split pattern of these vocabularies asks a character for (letters and marks,
+#: digits, punctuation and symbols, separators and white space, and what folds to a
+#: contraction's letter)
+ANY_CLASS = r"[\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\s]|(?i:[a-z])"
+
+
+def classed_outside_assigned_planes() -> list[int]:
+    """The code points outside `ASSIGNED_PLANES` that `tokenizers`' regex engine puts in a class
+    of `ANY_CLASS`: none, where the scan's premise holds."""
+    import tokenizers  # the scan's own check, not the encoders': a worker need not load it here
+
+    split = tokenizers.pre_tokenizers.Split(tokenizers.Regex(ANY_CLASS), behavior="removed", invert=True)
+    cps = outside_assigned_planes()
+    found: list[int] = []
+    for i in range(0, len(cps), 4096):
+        found += [ord(piece) for piece, _ in split.pre_tokenize_str("".join(map(chr, cps[i : i + 4096])))]
+    return found
+
+
 def in_context(code_points: Sequence[int], context: str = CONTEXT) -> str:
     return "".join(context.format(c=chr(c)) for c in code_points)
 
@@ -113,9 +167,9 @@ def disagreeing_code_points(
     code_points: Sequence[int] | None = None,
     context: str = CONTEXT,
 ) -> list[int]:
-    """Every code point on which ``fast`` and ``reference`` give different ids in ``context``
-    (`context_for` the patterns)."""
-    cps = list(every_code_point() if code_points is None else code_points)
+    """Every code point of ``code_points`` (by default `scanned_code_points`) on which ``fast``
+    and ``reference`` give different ids in ``context`` (`context_for` the patterns)."""
+    cps = list(scanned_code_points() if code_points is None else code_points)
     chunks = [cps[i : i + CHUNK] for i in range(0, len(cps), CHUNK)]
     texts = [in_context(chunk, context) for chunk in chunks]
     found = []

@@ -32,12 +32,17 @@ from pipeline.encoding.fastokens_backend import (
     rewritten_text,
 )
 from pipeline.encoding.routing import (
+    ASSIGNED_PLANES,
     CONTEXT,
     RoutedEncoder,
+    classed_outside_assigned_planes,
     context_for,
     disagreeing_code_points,
+    every_code_point,
     fastokens_class,
+    outside_assigned_planes,
     proven_class,
+    scanned_code_points,
 )
 from pipeline.encoding.selection import decide
 from pipeline.encoding.spec import EncoderSpec, worker_encoder
@@ -104,9 +109,11 @@ def routing_scans(folder: Path) -> Command:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCANNED)
 def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(name, routing_scans):
-    """Every Unicode scalar value, in every context the split patterns tell apart (letters of
-    both cases, digits, spaces, tabs, newlines, contractions; `routing.context_for`): fastokens and `tokenizers` give
-    the same ids exactly on the code points outside the proven class."""
+    """Every scalar value of the planes Unicode has assigned characters in, and of the others
+    (alike to every table) their edges and a stride (`routing.scanned_code_points`), in every
+    context the split patterns tell apart (letters of both cases, digits, spaces, tabs,
+    newlines, contractions; `routing.context_for`): fastokens and `tokenizers` give the same ids
+    exactly on the code points outside the proven class."""
     path = scanned_path(name)
     route = proven_class(split_patterns(read_spec(path)["pre_tokenizer"]), dict(library_versions()))
     if route is None:
@@ -114,6 +121,21 @@ def test_fastokens_parts_from_tokenizers_on_the_proven_class_and_nowhere_else(na
     assert routing_scans.returncode == 0, routing_scans.stderr[-3000:]
     found = {k: v for line in routing_scans.stdout.splitlines() for k, v in json.loads(line).items()}
     assert set(found[name]) == route
+
+
+def test_the_planes_the_scan_strides_hold_no_character_of_a_class_the_patterns_ask():
+    """The scan's premise, checked whole: to `tokenizers`' regex engine every code point outside
+    the assigned planes is no letter, mark, digit, punctuation, symbol, separator or white space,
+    so a stride of them stands for all."""
+    assert classed_outside_assigned_planes() == []
+
+
+def test_the_scan_takes_every_code_point_of_the_assigned_planes_and_the_edges_of_the_others():
+    scanned = set(scanned_code_points())
+    assigned = {c for c in every_code_point() if c >> 16 in ASSIGNED_PLANES}
+    assert assigned <= scanned
+    assert {0x40000, 0x403FF, 0x4FFFF, 0xF0000, 0x10FFFF} <= scanned
+    assert len(scanned - assigned) < len(outside_assigned_planes()) // 10
 
 
 def on_its_regex_engine(path: str) -> FastokensEncoder:
