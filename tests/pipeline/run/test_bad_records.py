@@ -50,6 +50,18 @@ def test_bad_record_stops_with_file_line_and_reason(tmp_path, tokenizer_path, da
     assert "--on-bad-record skip" in str(err.value)
 
 
+def test_a_text_file_that_is_not_utf8_is_named_with_the_byte_where_it_parts(
+    tmp_path, tokenizer_path, dask_client
+):
+    """A .txt file is one document, so its line says where in it: a Latin-1 file shows its
+    first byte outside UTF-8."""
+    path = tmp_path / "book.txt"
+    path.write_bytes("The crème brûlée was good.\n".encode("latin-1") * 3)
+    with pytest.raises(TokshardError) as err:
+        run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
+    assert "book.txt (byte 6): bad record (invalid UTF-8)" in str(err.value)
+
+
 def test_a_bad_record_is_a_data_error_exit_1_in_one_line(tmp_path, tokenizer_path):
     """Like a corrupt gzip or parquet file: the data is at fault, not the command line."""
     jsonl_with(tmp_path, BAD_LINES["malformed JSON"])

@@ -56,8 +56,10 @@ class TextReader(Reader):
             data = f.read()
         check_compression(path, ".txt", data[:HEAD_BYTES])
         check_text_head(path, data[:HEAD_BYTES])
+        where = path
         try:
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
-        except UnicodeDecodeError:
-            text, bad = None, "invalid UTF-8"
-        yield Record(text, cursor, path, bad, progress, origin)
+        except UnicodeDecodeError as e:
+            # where in a file that is one document: a Latin-1 file, say, shows its first é
+            text, bad, where = None, "invalid UTF-8", f"{path} (byte {e.start:,})"
+        yield Record(text, cursor, where, bad, progress, origin)
