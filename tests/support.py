@@ -263,13 +263,16 @@ def reference(recipe_path: Path, out: Path, client) -> Path:
     return prepare(r, out, RunOptions(client=client), log=lambda m: None)
 
 
-#: the command after it with SIGHUP at its default, as a command typed at a terminal has it: a
-#: suite started under ``nohup`` (or by a runner that ignores SIGHUP) passes the ignoring on to
-#: every process it starts, and a command started ignoring SIGHUP keeps ignoring it
+#: the command after it with SIGHUP and SIGINT at their defaults, as a command typed at a
+#: terminal has them: a suite started under ``nohup`` (or by a runner that ignores SIGHUP), or
+#: in the background of a script (``pytest &``: the shell ignores SIGINT for it), passes the
+#: ignoring on to every process it starts, and a command started ignoring a signal keeps
+#: ignoring it
 AS_AT_A_TERMINAL = [
     sys.executable,
     "-c",
-    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
 ]
 
 
