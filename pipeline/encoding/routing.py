@@ -117,7 +117,8 @@ PLANE_STRIDE = 61
 
 
 def outside_assigned_planes() -> list[int]:
-    """Every code point of the planes no Unicode version has assigned a character to."""
+    """Every code point outside `ASSIGNED_PLANES`: no character in any Unicode version, or
+    private use."""
     return [c for c in every_code_point() if c >> 16 not in ASSIGNED_PLANES]
 
 

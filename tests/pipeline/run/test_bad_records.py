@@ -54,12 +54,13 @@ def test_a_text_file_that_is_not_utf8_is_named_with_the_byte_where_it_parts(
     tmp_path, tokenizer_path, dask_client
 ):
     """A .txt file is one document, so its line says where in it: a Latin-1 file shows its
-    first byte outside UTF-8."""
-    path = tmp_path / "book.txt"
-    path.write_bytes("The crème brûlée was good.\n".encode("latin-1") * 3)
-    with pytest.raises(TokshardError) as err:
-        run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
-    assert "book.txt (byte 6): bad record (invalid UTF-8)" in str(err.value)
+    first byte outside UTF-8, counted from the file's start (a byte-order mark included)."""
+    text = "The crème brûlée was good.\n".encode("latin-1") * 3
+    for name, data, at in [("book.txt", text, 6), ("bom.txt", b"\xef\xbb\xbf" + text, 9)]:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(TokshardError) as err:
+            run_prepare(recipe_for(tokenizer_path, tmp_path / name), tmp_path / f"out-{name}", dask_client)
+        assert f"{name} (byte {at}): bad record (invalid UTF-8)" in str(err.value)
 
 
 def test_a_bad_record_is_a_data_error_exit_1_in_one_line(tmp_path, tokenizer_path):

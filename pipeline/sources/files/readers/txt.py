@@ -61,5 +61,6 @@ class TextReader(Reader):
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
         except UnicodeDecodeError as e:
             # where in a file that is one document: a Latin-1 file, say, shows its first é
-            text, bad, where = None, "invalid UTF-8", f"{path} (byte {e.start:,})"
+            at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+            text, bad, where = None, "invalid UTF-8", f"{path} (byte {at:,})"
         yield Record(text, cursor, where, bad, progress, origin)
