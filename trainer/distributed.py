@@ -122,6 +122,16 @@ def finish(dist: Dist) -> None:
     torch.distributed.destroy_process_group()
 
 
+def abandon() -> None:
+    """Take this rank's process group down after a run stopped by a signal or an error, without
+    waiting for the other ranks (one may never come). Left to interpreter exit, the group's gloo
+    threads abort the process now and then (SIGABRT, "terminate called without an active
+    exception") after its one line was said, and the exit code a job's scheduler reads is lost."""
+    if torch.distributed.is_initialized():
+        with contextlib.suppress(Exception):  # the run's own stop or error is what to report
+            torch.distributed.destroy_process_group()
+
+
 def broadcast(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank."""
     box = [obj]

@@ -42,7 +42,11 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     with one_writer(settings):
         plan = prepare(settings)
         dist = distributed.init(plan.cuda)
-        last = run_steps(plan, dist)
+        try:
+            last = run_steps(plan, dist)
+        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
+            distributed.abandon()
+            raise
         distributed.finish(dist)
     return last
 
