@@ -473,7 +473,8 @@ class DocumentEncoder:
         routed = int(routed_count(self.encoder) > routed_before)  # the document, once
         origin = OriginColumns.one(rec.input, rec.place)
         if any_text is None:
-            yield Bad(rec.where, "invalid UTF-8", rec.cursor, rec.progress)
+            where = text.where if isinstance(text, TextStream) else rec.where  # the byte, where known
+            yield Bad(where, "invalid UTF-8", rec.cursor, rec.progress)
         elif not any_text:
             empty = np.zeros(0, self.dtype)
             yield Batch(empty, np.zeros(0, np.int32), rec.cursor, rec.progress, dropped_empty=1)

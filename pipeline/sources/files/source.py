@@ -230,5 +230,14 @@ def iter_texts(
             skipped[rec.bad] = skipped.get(rec.bad, 0) + 1
         elif isinstance(rec.text, str):
             yield rec.text
-        elif isinstance(rec.text, (TextStream, TextPieces)):
+        elif isinstance(rec.text, TextPieces):
             yield "".join(rec.text)
+        elif isinstance(rec.text, TextStream):
+            try:
+                text = "".join(rec.text)
+            except UnicodeDecodeError:
+                if skipped is None:
+                    raise bad_record(rec.text.where, "invalid UTF-8", kept="nothing was written") from None
+                skipped["invalid UTF-8"] = skipped.get("invalid UTF-8", 0) + 1
+                continue
+            yield text

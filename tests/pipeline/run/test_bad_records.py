@@ -13,6 +13,7 @@ from support import cli, plain_encode, run_prepare, stream_of, unchecked_strings
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
 from pipeline.sources.files.readers.jsonl import json_text
+from pipeline.sources.files.readers.txt import STREAM_TXT_BYTES
 
 GOOD = ["first good document", "second good document", "third good document"]
 BAD_LINES = {
@@ -61,6 +62,38 @@ def test_a_text_file_that_is_not_utf8_is_named_with_the_byte_where_it_parts(
         with pytest.raises(TokshardError) as err:
             run_prepare(recipe_for(tokenizer_path, tmp_path / name), tmp_path / f"out-{name}", dask_client)
         assert f"{name} (byte {at}): bad record (invalid UTF-8)" in str(err.value)
+
+
+def streamed_latin1_book(path) -> int:
+    """A .txt too large to read as one string (`txt.STREAM_TXT_BYTES`), UTF-8 up to one Latin-1
+    é past its first 4 MiB read, a two-byte character cut by that read; the é's byte."""
+    words = b"the cat sat on the mat and read a book. "
+    head = b"\xef\xbb\xbf" + words * ((4 << 20) // len(words) + 1)
+    head = head[: (4 << 20) - 1] + "é".encode()  # its second byte starts the second read
+    book = head + b" the cr\xe8me " + words * ((STREAM_TXT_BYTES - (4 << 20)) // len(words) + 1000)
+    path.write_bytes(book)
+    return len(head) + len(b" the cr")
+
+
+def test_a_streamed_text_file_that_is_not_utf8_is_named_with_the_byte_where_it_parts(
+    tmp_path, tokenizer_path, dask_client
+):
+    """A .txt read as a stream names its byte as a small one does, counted across its reads."""
+    at = streamed_latin1_book(tmp_path / "book.txt")
+    with pytest.raises(TokshardError) as err:
+        run_prepare(recipe_for(tokenizer_path, tmp_path / "book.txt"), tmp_path / "out", dask_client)
+    assert f"book.txt (byte {at:,}): bad record (invalid UTF-8)" in str(err.value)
+
+
+def test_a_streamed_text_file_that_is_not_utf8_stops_tokenizer_training_in_one_line(tmp_path):
+    """Training reads the same files: its line names the byte too, with no traceback."""
+    at = streamed_latin1_book(tmp_path / "book.txt")
+    proc = cli(
+        "tokenizer", "train", "--input", "book.txt", "--out", "tok", "--vocab-size", "300", cwd=tmp_path
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"book.txt (byte {at:,}): bad record (invalid UTF-8)" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_bad_record_is_a_data_error_exit_1_in_one_line(tmp_path, tokenizer_path):

@@ -18,19 +18,43 @@ STREAM_TXT_BYTES = 16 << 20
 _STREAM_CHUNK = 4 << 20
 
 
+def where_undecodable(path: str, at: int) -> str:
+    """A file that is one document names the byte where it stops being UTF-8: a Latin-1
+    book, say, shows its first é."""
+    return f"{path} (byte {at:,})"
+
+
 class TextStream:
-    """A document too large to hold as one string: UTF-8 decoded chunk by chunk."""
+    """A document too large to hold as one string: UTF-8 decoded chunk by chunk. Where it
+    is not UTF-8, iterating raises UnicodeDecodeError and `where` names the byte."""
 
     def __init__(self, path: str, size: int) -> None:
         self.path = path
         self.size = size
+        self.where = path
 
     def __iter__(self) -> Iterator[str]:
-        decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")  # a BOM is no text
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        read = 0  # bytes given to the decoder so far, the byte-order mark included
         with open_binary(self.path) as f:
-            while chunk := f.read(_STREAM_CHUNK):
-                yield decoder.decode(chunk)
-            yield decoder.decode(b"", final=True)
+            chunk = f.read(_STREAM_CHUNK)
+            if chunk.startswith(codecs.BOM_UTF8):  # a BOM is no text (as in JSON lines)
+                chunk, read = chunk[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+            while chunk:
+                yield self._decoded(decoder, chunk, read)
+                read += len(chunk)
+                chunk = f.read(_STREAM_CHUNK)
+            yield self._decoded(decoder, b"", read, final=True)
+
+    def _decoded(
+        self, decoder: codecs.IncrementalDecoder, chunk: bytes, read: int, final: bool = False
+    ) -> str:
+        held = len(decoder.getstate()[0])  # an earlier chunk's unfinished character, decoded with this one
+        try:
+            return decoder.decode(chunk, final=final)
+        except UnicodeDecodeError as e:
+            self.where = where_undecodable(self.path, read - held + e.start)
+            raise
 
 
 class TextReader(Reader):
@@ -60,7 +84,6 @@ class TextReader(Reader):
         try:
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
         except UnicodeDecodeError as e:
-            # where in a file that is one document: a Latin-1 file, say, shows its first é
             at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
-            text, bad, where = None, "invalid UTF-8", f"{path} (byte {at:,})"
+            text, bad, where = None, "invalid UTF-8", where_undecodable(path, at)
         yield Record(text, cursor, where, bad, progress, origin)
