@@ -65,7 +65,7 @@ class LossChunk:
 
 def loss_chunk(
     asked: int | None,
-    own_model: bool,
+    unchunkable: str | None,
     micro: int,
     seq_len: int,
     vocab: int,
@@ -75,13 +75,11 @@ def loss_chunk(
     """``--loss-chunk`` settled. On a CPU the logits of a modern vocabulary outgrow memory
     before anything else does (a 256k vocabulary's at 8 x 1024 tokens take about 25 GB), and the
     kernel then kills the run without a word: ``auto`` then makes them a chunk at a time, where
-    the model is tokshard's own; otherwise such a micro-batch is refused before any work.
-    ``available``: bytes left on a CPU (None: a GPU, or unknown, where nothing is chunked unless asked)."""
-    if asked and not own_model:
-        raise TokshardError(
-            f"--loss-chunk {asked} needs one of tokshard's own models ({', '.join(models.SIZES)}); "
-            "drop it for an hf: model"
-        )
+    the model can (``unchunkable`` None: `models.ModelSpec.unchunkable`); otherwise such a
+    micro-batch is refused before any work. ``available``: bytes left on a CPU (None: a GPU, or
+    unknown, where nothing is chunked unless asked)."""
+    if asked and unchunkable:
+        raise TokshardError(f"--loss-chunk {asked}: {unchunkable}; drop --loss-chunk for this model")
     if asked or available is None:
         return LossChunk(asked or 0)
     per_token = vocab * 4 * LOGIT_COPIES * ranks_here
@@ -89,24 +87,24 @@ def loss_chunk(
     if whole <= int(available * LOGIT_SHARE):
         return LossChunk(0)
     chunk = int(available * CHUNK_SHARE) // per_token // MIN_LOSS_CHUNK * MIN_LOSS_CHUNK
-    if asked is None and own_model and chunk >= MIN_LOSS_CHUNK:
+    if asked is None and unchunkable is None and chunk >= MIN_LOSS_CHUNK:
         return LossChunk(
             chunk,
             f"the loss makes its logits {chunk:,} tokens at a time (--loss-chunk auto): the micro-batch's "
             f"{micro} x {seq_len} over {vocab:,} ids would take about {whole / 2**30:.1f} GiB with their "
             f"log-softmax and gradient, and this machine has {available / 2**30:.1f} GiB available",
         )
-    refuse_logits(micro, seq_len, vocab, ranks_here, available, per_token)
+    refuse_logits(micro, seq_len, vocab, ranks_here, available, per_token, unchunkable is None)
 
 
 def refuse_logits(
-    micro: int, seq_len: int, vocab: int, ranks_here: int, available: int, per_token: int
+    micro: int, seq_len: int, vocab: int, ranks_here: int, available: int, per_token: int, chunkable: bool
 ) -> NoReturn:
     fits = int(available * LOGIT_SHARE) // (seq_len * per_token)
     ranks = f" on each of the {ranks_here} ranks here" if ranks_here > 1 else ""
     what_to_do = (
-        f"pass --micro-batch {fits} or less (--grad-accum keeps the batch), or --loss-chunk auto with one of "
-        "tokshard's own models"
+        f"pass --micro-batch {fits} or less (--grad-accum keeps the batch), or --loss-chunk auto"
+        + ("" if chunkable else f" with {models.CHUNKABLE_MODELS}")
         if fits
         else "pass a shorter --seq-len, or train where there is more memory"
     )

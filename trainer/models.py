@@ -20,11 +20,19 @@ from torch import nn
 
 from pipeline.format.errors import TokshardError
 from trainer.data import ModelLimits
-from trainer.model import GPT, SIZES, gpt_config
+from trainer.model import GPT, SIZES, chunked_cross_entropy, gpt_config, token_losses
 
 HF_PREFIX = "hf:"
 #: Transformers configs shipped with tokshard: ``hf:opt-125m`` works offline
 SHIPPED = Path(__file__).resolve().parent / "configs" / "models"
+
+
+#: Transformers model types whose logits are their output embedding applied to their base
+#: model's last hidden state, nothing after it (no soft-capping or scaling): their loss can make
+#: its logits a chunk at a time (``--loss-chunk``); tests/trainer/test_trainer_model.py checks each
+CHUNKABLE_HF_TYPES = ("gpt2", "gpt_neo", "gpt_neox", "llama", "mistral", "opt", "qwen2")
+#: which models can take ``--loss-chunk``, for the lines that refuse it
+CHUNKABLE_MODELS = f"tokshard's own models or an hf: model of type {', '.join(CHUNKABLE_HF_TYPES)}"
 
 
 #: embeddings are padded to a multiple of this (as Megatron-LM and nanoGPT pad GPT-2's 50257 to 50304)
@@ -44,13 +52,21 @@ class ModelSpec:
     )
     loss_note: str = ""  # why the loss is chunked, where tokshard chose it (`trainer.guards.loss_chunk`)
 
+    @property
+    def unchunkable(self) -> str | None:
+        """Why this model's loss cannot make its logits a chunk at a time (None: it can)."""
+        kind = getattr(self.hf_config, "model_type", None)
+        if self.hf_config is None or kind in CHUNKABLE_HF_TYPES:
+            return None
+        return f"{self.name} is a model of type {kind!r}, and only {CHUNKABLE_MODELS} make their loss a chunk at a time"
+
     def build(self) -> nn.Module:
         """The module DeepSpeed trains: ``forward(idx, targets) -> loss``."""
         if self.hf_config is None:
             return GPT(gpt_config(self.name, self.limits.vocab_size), self.loss_chunk)
         from transformers import AutoModelForCausalLM
 
-        return CausalLMWithLoss(AutoModelForCausalLM.from_config(self.hf_config))
+        return CausalLMWithLoss(AutoModelForCausalLM.from_config(self.hf_config), self.loss_chunk)
 
 
 def padded_vocab(vocab_size: int) -> int:
@@ -137,16 +153,25 @@ def _first(config: Any, *names: str) -> Any:
 
 class CausalLMWithLoss(nn.Module):
     """A Transformers causal LM behind our ``forward(idx, targets)``: windows already hold the
-    shifted targets, so the loss is the plain cross-entropy of its logits."""
+    shifted targets, so the loss is the plain cross-entropy of its logits. With ``loss_chunk``
+    (a model of `CHUNKABLE_HF_TYPES`) they are made that many tokens at a time from the base
+    model's last hidden state, as `trainer.model.token_losses` makes our GPT's."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, loss_chunk: int = 0) -> None:
         super().__init__()
         self.model = model
+        self.loss_chunk = loss_chunk
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, per_token: bool = False
     ) -> torch.Tensor:
         """Logits, or the mean cross-entropy, or with ``per_token`` each target's (``GPT.forward``)."""
+        if targets is not None and self.loss_chunk:
+            hidden = self.model.base_model(input_ids=idx, use_cache=False)[0]
+            head = self.model.get_output_embeddings()
+            if per_token:
+                return token_losses(hidden, targets, head, self.loss_chunk)
+            return chunked_cross_entropy(hidden, targets, head, self.loss_chunk)
         logits = self.model(input_ids=idx, use_cache=False).logits
         if targets is None:
             return logits

@@ -118,7 +118,7 @@ def prepare(settings: TrainSettings) -> Plan:
     )
     chunk = guards.loss_chunk(
         settings.model.loss_chunk,
-        spec.hf_config is None,
+        spec.unchunkable,
         engine.micro_batch,
         settings.data.seq_len,
         spec.limits.vocab_size,

@@ -261,6 +261,10 @@ def test_memory_available_is_the_kernel_s_or_less_where_a_cgroup_caps_it(tmp_pat
     assert guards.available_memory(tmp_path / "none", tmp_path / "none") is None
 
 
+#: what `models.ModelSpec.unchunkable` says of a model whose loss cannot be chunked
+UNCHUNKABLE = f"hf:gemma-2 is a model of type 'gemma2', and only {models.CHUNKABLE_MODELS} make their loss a chunk at a time"
+
+
 @pytest.mark.parametrize(
     ("ranks", "available", "says"),
     [
@@ -272,39 +276,57 @@ def test_memory_available_is_the_kernel_s_or_less_where_a_cgroup_caps_it(tmp_pat
     ],
 )  # fmt: skip
 def test_the_logits_of_a_256k_vocabulary_made_at_once_say_what_fits(ranks, available, says):
-    """An hf: model's loss, or one asked for all at once (``--loss-chunk 0``)."""
+    """An hf: model's loss that cannot be chunked, or one asked for all at once (``--loss-chunk 0``)."""
     from trainer import guards
 
-    for asked, own_model in [(None, False), (0, True)]:
+    for asked, unchunkable in [(None, UNCHUNKABLE), (0, None)]:
         with pytest.raises(TokshardError, match=re.escape(says)):
-            guards.loss_chunk(asked, own_model, 8, 1024, 256_000, ranks, available)
-    assert guards.loss_chunk(None, False, 8, 1024, 256_000, ranks, None).tokens == 0  # a GPU, or unknown
-    assert guards.loss_chunk(None, True, 1, 1024, 50_304, 1, 22 << 30).tokens == 0  # it fits
+            guards.loss_chunk(asked, unchunkable, 8, 1024, 256_000, ranks, available)
+    assert (
+        guards.loss_chunk(None, UNCHUNKABLE, 8, 1024, 256_000, ranks, None).tokens == 0
+    )  # a GPU, or unknown
+    assert guards.loss_chunk(None, None, 1, 1024, 50_304, 1, 22 << 30).tokens == 0  # it fits
 
 
 @pytest.mark.parametrize(
     ("ranks", "available", "tokens"),
     [(1, 22 << 30, 1920), (2, 22 << 30, 960), (1, 1 << 30, 64)],
 )
-def test_auto_makes_the_logits_of_tokshard_s_models_a_chunk_at_a_time_where_they_cannot_fit(
-    ranks, available, tokens
-):
+def test_auto_makes_the_logits_a_chunk_at_a_time_where_they_cannot_fit(ranks, available, tokens):
     """Chunks whose logits take a quarter of the memory left, a multiple of 64 tokens."""
     from trainer import guards
 
-    chunk = guards.loss_chunk(None, True, 8, 1024, 256_000, ranks, available)
+    chunk = guards.loss_chunk(None, None, 8, 1024, 256_000, ranks, available)
     assert chunk.tokens == tokens
     assert chunk.note.startswith(f"the loss makes its logits {tokens:,} tokens at a time (--loss-chunk auto)")
     with pytest.raises(TokshardError, match="pass a shorter --seq-len, or train where there is more memory"):
-        guards.loss_chunk(None, True, 8, 1024, 256_000, 1, 100 << 20)  # not even 64 tokens' fit
-    assert guards.loss_chunk(4096, True, 8, 1024, 256_000, 1, None).tokens == 4096  # asked for
+        guards.loss_chunk(None, None, 8, 1024, 256_000, 1, 100 << 20)  # not even 64 tokens' fit
+    assert guards.loss_chunk(4096, None, 8, 1024, 256_000, 1, None).tokens == 4096  # asked for
 
 
-def test_a_loss_chunk_is_refused_for_an_hf_model():
+def test_a_loss_chunk_is_refused_for_a_model_that_cannot_chunk_it():
     from trainer import guards
 
-    with pytest.raises(TokshardError, match=r"--loss-chunk 512 needs one of tokshard's own models \(tiny"):
-        guards.loss_chunk(512, False, 8, 1024, 50_272, 1, None)
+    with pytest.raises(
+        TokshardError, match=rf"^--loss-chunk 512: {re.escape(UNCHUNKABLE)}; drop --loss-chunk"
+    ):
+        guards.loss_chunk(512, UNCHUNKABLE, 8, 1024, 50_272, 1, None)
+
+
+def test_an_hf_model_of_a_type_that_can_chunk_its_loss_gets_chunks_on_a_cpu(tmp_path):
+    """`models.CHUNKABLE_HF_TYPES`: a Llama-type config is chunked as tokshard's own models are."""
+    transformers = pytest.importorskip("transformers")
+    transformers.LlamaConfig(vocab_size=256_000, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=64).save_pretrained(tmp_path)  # fmt: skip
+    spec = models.resolve(f"hf:{tmp_path}")
+    assert spec.unchunkable is None
+    assert guards_chunk(spec, 22 << 30).tokens == 1920
+
+
+def guards_chunk(spec, available):
+    from trainer import guards
+
+    return guards.loss_chunk(None, spec.unchunkable, 8, 1024, spec.limits.vocab_size, 1, available)
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from support import cached_manifest, cli, gated_hub
 
 from pipeline.format.errors import TokshardError
+from tokshard.commands import train as train_cli
 from trainer import models
 from trainer.model import GPT, gpt_config
 
@@ -111,3 +114,92 @@ def test_a_hub_config_in_a_gated_repo_says_to_accept_its_terms(tmp_path, tmp_pat
         "tokshard: error: --model hf:meta-llama/Meta-Llama-3-8B: its hub repo is gated: accept its terms on "
         "huggingface.co and set HF_TOKEN (or `hf auth login`), or give hf:FOLDER holding its config.json"
     )
+
+
+# --- --loss-chunk for Transformers models: their logits a chunk at a time ---
+
+#: a small config of each type `models.CHUNKABLE_HF_TYPES` names (and Gemma 2, which soft-caps)
+SMALL_HF = {
+    "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64},
+    "gpt_neo": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "max_position_embeddings": 64,
+                "attention_types": [[["global", "local"], 1]], "window_size": 8},
+    "gpt_neox": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                 "max_position_embeddings": 64},
+    "llama": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 64, "max_position_embeddings": 64},
+    "mistral": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                "intermediate_size": 64, "max_position_embeddings": 64},
+    "opt": {"hidden_size": 32, "num_hidden_layers": 2, "ffn_dim": 64, "num_attention_heads": 2,
+            "max_position_embeddings": 64, "word_embed_proj_dim": 32},
+    "qwen2": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 64, "max_position_embeddings": 64},
+    "gemma2": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+               "intermediate_size": 64, "max_position_embeddings": 64, "head_dim": 16,
+               "final_logit_softcapping": 0.01},
+}  # fmt: skip
+
+
+def small_hf_spec(tmp_path, kind: str) -> models.ModelSpec:
+    transformers = pytest.importorskip("transformers")
+    transformers.AutoConfig.for_model(kind, vocab_size=300, **SMALL_HF[kind]).save_pretrained(tmp_path / kind)
+    return models.resolve(f"hf:{tmp_path / kind}")
+
+
+def losses_and_grads(model: torch.nn.Module, x: torch.Tensor, targets: torch.Tensor):
+    """Each target's loss, the mean loss, and every parameter's gradient of the mean loss."""
+    model.zero_grad()
+    loss = model(x, targets)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        return model(x, targets, per_token=True), loss.detach(), grads
+
+
+def test_every_type_named_chunkable_is_listed_with_a_small_config():
+    assert set(models.CHUNKABLE_HF_TYPES) <= set(SMALL_HF)
+
+
+@pytest.mark.parametrize("kind", models.CHUNKABLE_HF_TYPES)
+def test_an_hf_models_loss_made_a_chunk_at_a_time_is_the_models_own(tmp_path, kind):
+    """The chunked loss takes the base model's last hidden state through the output embedding:
+    for these types that is exactly what the model's own forward does, so each token's loss, the
+    mean and every gradient agree with the logits made whole (ignored targets included)."""
+    spec = small_hf_spec(tmp_path, kind)
+    assert spec.unchunkable is None
+    torch.manual_seed(0)
+    whole = spec.build().eval()  # no dropout: the two passes see the same network
+    chunked = models.CausalLMWithLoss(whole.model, loss_chunk=5)
+    x, targets = torch.randint(0, 300, (2, 13)), torch.randint(0, 300, (2, 13))
+    targets[0, :3] = -100  # ignored, as --eod-mask-loss and padding leave them
+    (w_tok, w_loss, w_grads), (c_tok, c_loss, c_grads) = (
+        losses_and_grads(m, x, targets) for m in (whole, chunked)
+    )
+    assert torch.allclose(c_tok, w_tok, rtol=1e-5, atol=1e-6) and (c_tok[0, :3] == 0).all()
+    assert c_loss.item() == pytest.approx(w_loss.item(), rel=1e-6)
+    assert c_grads.keys() == w_grads.keys()
+    assert all(torch.allclose(c_grads[n], w_grads[n], rtol=1e-4, atol=1e-7) for n in w_grads)
+
+
+def test_a_type_that_changes_its_logits_after_the_head_is_not_chunked(tmp_path, tmp_path_factory):
+    """Gemma 2 soft-caps its logits after the head: made from the hidden state they would part
+    from the model's own, so --loss-chunk is refused for it in one line, before any work."""
+    spec = small_hf_spec(tmp_path, "gemma2")
+    torch.manual_seed(0)
+    whole = spec.build().eval()
+    x = torch.randint(0, 300, (2, 13))
+    parted = models.CausalLMWithLoss(whole.model, loss_chunk=5)(x, x)
+    assert parted.item() != pytest.approx(whole(x, x).item(), rel=1e-3)
+    assert spec.unchunkable.startswith(f"hf:{tmp_path / 'gemma2'} is a model of type 'gemma2', and only")
+    model = f"hf:{tmp_path / 'gemma2'}"
+    argv = [
+        "--manifest",
+        str(cached_manifest(tmp_path_factory)),
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--model",
+        model,
+    ]
+    with pytest.raises(
+        TokshardError, match=rf"^--loss-chunk 64: {re.escape(model)} is a model of type 'gemma2'"
+    ):
+        train_cli.main([*argv, "--vocab-size", "1024", "--seq-len", "32", "--loss-chunk", "64"])

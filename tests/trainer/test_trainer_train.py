@@ -75,17 +75,23 @@ def test_example_config_runs_single_process(manifest, tmp_path, config, stage, p
     assert all(torch.isfinite(torch.tensor(t["loss"])) for t in train)
 
 
-def test_transformers_opt_from_config_under_zero3(manifest, tmp_path):
+def small_opt(folder: Path) -> Path:
+    """A Transformers OPT config (a type whose loss can be chunked; dropout as published)."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.OPTConfig(
         vocab_size=1024, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=2,
         max_position_embeddings=64, word_embed_proj_dim=32,
     )  # fmt: skip
-    cfg.save_pretrained(tmp_path / "opt")
+    cfg.save_pretrained(folder)
+    return folder
+
+
+def test_transformers_opt_from_config_under_zero3(manifest, tmp_path):
     run = tmp_path / "run"
     out = launch(
         *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero3-opt.json"), *SMALL),
-        *("--model", f"hf:{tmp_path / 'opt'}", "--steps", "2", "--micro-batch", "2", "--run-dir", str(run)),
+        *("--model", f"hf:{small_opt(tmp_path / 'opt')}", "--steps", "2", "--micro-batch", "2"),
+        *("--run-dir", str(run)),
     )
     assert "ZeRO 3" in out.stdout
     assert len(metrics(run)[0]) == 2
@@ -317,16 +323,20 @@ def test_help_has_an_example():
     assert "deepspeed --num_gpus 8 --module tokshard train" in text and "--resume" in text
 
 
-@pytest.mark.parametrize("config", ["zero0-fp32.json", "zero3-opt.json"])
-def test_a_loss_made_a_chunk_at_a_time_trains_and_evaluates_as_the_whole_one(manifest, tmp_path, config):
+@pytest.mark.parametrize(("config", "model"), [("zero0-fp32.json", "tiny"), ("zero3-opt.json", "hf:opt")])
+def test_a_loss_made_a_chunk_at_a_time_trains_and_evaluates_as_the_whole_one(
+    manifest, tmp_path, config, model
+):
     """--loss-chunk makes the logits 24 tokens at a time, and again in the backward pass (under
-    ZeRO 3 too, where the head's weight is gathered at each call): the same losses, the same
-    evaluations, to float rounding."""
+    ZeRO 3 too, where the tied head's weight is gathered at each call), for tokshard's model and a
+    Transformers one: the same losses, the same evaluations, to float rounding."""
+    if model == "hf:opt":
+        model = f"hf:{small_opt(tmp_path / 'opt')}"
     runs = {}
     for chunk in ("0", "24"):
         run = tmp_path / chunk
         launch(
-            *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / config), *SMALL),
+            *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / config), *SMALL, "--model", model),
             *("--micro-batch", "4", "--steps", "4", "--eval-every", "2", "--loss-chunk", chunk, "--run-dir", str(run)),
         )  # fmt: skip
         runs[chunk] = metrics(run)

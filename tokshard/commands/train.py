@@ -125,7 +125,7 @@ def _data_options(g) -> None:
 
 def _model_options(g) -> None:
     from trainer.model import SIZES  # loads torch: only when train's options are built
-    from trainer.models import VOCAB_MULTIPLE
+    from trainer.models import CHUNKABLE_MODELS, VOCAB_MULTIPLE
 
     d = ModelSettings()
     g.add_argument(
@@ -165,7 +165,7 @@ def _model_options(g) -> None:
         help="make the loss's logits TOKENS tokens at a time, made again in the backward pass, so a step "
         "holds one chunk's logits instead of the micro-batch's (a 100k-256k vocabulary's outweigh the "
         "model); 0: all at once; auto (default): chunked only on a CPU whose memory could not hold them; "
-        "tokshard's own models only",
+        f"{CHUNKABLE_MODELS} only",
     )
 
 
