@@ -24,6 +24,7 @@ from pipeline.format.atomic import lock_file, try_exclusive
 from pipeline.format.errors import TokshardError
 from tokshard.commands import train as cli
 from trainer.api import TrainingSamples
+from trainer.checkpoint.save import clear_interrupted_saves
 from trainer.run_folders import WRITER_LOCK
 
 ROOT = REPO
@@ -488,3 +489,20 @@ def test_resume_with_other_steps_says_the_schedule_changes(manifest, halfway, tm
         "--steps 6, the checkpoint's run was scheduled for 4: the learning rate follows the schedule"
         in done.stdout
     )
+
+
+def test_a_save_clears_only_its_own_interrupted_saves(tmp_path):
+    """A resumed run saves into a folder that may by then hold a user's files: another tool's
+    partial download, a file of the same ending, notes. Only ``stepNNNNNNNN.partial`` goes."""
+    theirs = {
+        "weights.partial/part-0": b"a download in progress",
+        "notes.partial": b"mine",
+        "notes.txt": b"x",
+    }
+    for name, data in theirs.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "step00000009.partial" / "mp_rank_00_model_states.pt").mkdir(parents=True)
+    clear_interrupted_saves(tmp_path)
+    assert {name: (tmp_path / name).read_bytes() for name in theirs} == theirs
+    assert not (tmp_path / "step00000009.partial").exists()

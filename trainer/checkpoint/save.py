@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.format.atomic import disk_error, fsync_dir, write_bytes
 from pipeline.format.errors import TokshardError
-from trainer.checkpoint.state import CLIENT_KEY, LATEST, TrainerState, latest_tag, write_state
+from trainer.checkpoint.state import CLIENT_KEY, LATEST, TrainerState, is_tag, latest_tag, write_state
 
 PARTIAL = ".partial"
 #: less free space than this after a failed torch.save: the disk ran full
@@ -28,8 +28,7 @@ def write_checkpoint(
     partial = save_dir / (tag + PARTIAL)
     try:
         if is_main:
-            for stale in save_dir.glob(f"*{PARTIAL}"):  # a save that a kill interrupted
-                shutil.rmtree(stale, ignore_errors=True)
+            clear_interrupted_saves(save_dir)
             partial.mkdir(parents=True)
             write_state(save_dir, partial.name, state)
         barrier()
@@ -44,6 +43,14 @@ def write_checkpoint(
             shutil.rmtree(partial, ignore_errors=True)
         raise error from exc
     barrier()
+
+
+def clear_interrupted_saves(save_dir: Path) -> None:
+    """Remove the partial folders of saves a kill interrupted: ours only (``TAG.partial``), as
+    the folder may hold a user's files beside the checkpoints."""
+    for stale in save_dir.glob(f"step*{PARTIAL}"):
+        if is_tag(stale.name.removesuffix(PARTIAL)):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def publish(save_dir: Path, partial: Path, final: Path) -> None:

@@ -18,6 +18,7 @@ and a default that reads older checkpoints as they were.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,6 +35,11 @@ LATEST = "latest"
 
 def tag_for(step: int) -> str:
     return f"step{step:08d}"
+
+
+def is_tag(name: str) -> bool:
+    """Whether ``name`` is one `tag_for` makes (a folder of --save that this trainer owns)."""
+    return re.fullmatch(r"step\d{8}", name) is not None
 
 
 def latest_tag(save_dir: Path) -> str | None:
