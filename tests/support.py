@@ -671,17 +671,82 @@ def serving(
 def s3_session_server() -> Iterator[S3Server]:
     """One server for the session (conftest's ``s3_server`` fixture); the test process's
     environment points at it."""
-    with moto_server() as server:
-        saved = {k: os.environ.get(k) for k in server.env}
-        os.environ.update(server.env)
-        try:
+    with moto_server() as server, _environment(server.env):
+        yield server
+
+
+def gcs_emulator_command() -> list[str]:
+    exe = Path(sys.executable).with_name("gcp-storage-emulator")
+    return [str(exe)] if exe.exists() else [shutil.which("gcp-storage-emulator") or "gcp-storage-emulator"]
+
+
+@dataclass
+class GCSServer:
+    """A Google Cloud Storage JSON API server (gcp-storage-emulator), reached as gcsfs reaches
+    one: ``STORAGE_EMULATOR_HOST``. It keeps no preconditions (``ifGenerationMatch``)."""
+
+    endpoint: str
+    proc: subprocess.Popen
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, "GOOGLE_CLOUD_PROJECT": "tokshard-tests"}
+
+    def fs(self):
+        """A client as tokshard's own (by ``env``: an explicit anonymous token would send gcsfs
+        to Google's control API for the bucket's type, which no test machine reaches)."""
+        import gcsfs
+
+        assert os.environ.get("STORAGE_EMULATOR_HOST") == self.endpoint, "use gcs_emulator()'s server"
+        return gcsfs.GCSFileSystem(skip_instance_cache=True)
+
+    def new_bucket(self) -> str:
+        name = f"tokshard-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=tokshard-tests",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        return name
+
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
+        """Every object under ``prefix``: key (relative to prefix) -> bytes."""
+        fs = self.fs()
+        root = f"{bucket}/{prefix}".rstrip("/")
+        return {path[len(root) :].lstrip("/"): fs.cat_file(path) for path in fs.find(root)}
+
+    def upload(self, folder: Path, bucket: str, prefix: str) -> None:
+        fs = self.fs()
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and STATE_DIR not in p.parts:
+                fs.pipe_file(f"{bucket}/{prefix}/{p.relative_to(folder)}", p.read_bytes())
+
+
+@contextlib.contextmanager
+def gcs_emulator() -> Iterator[GCSServer]:
+    port = free_port()
+    argv = [*gcs_emulator_command(), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
+    endpoint = f"http://127.0.0.1:{port}"
+    with serving(argv, f"{endpoint}/storage/v1/b?project=tokshard-tests", "gcp-storage-emulator") as proc:
+        server = GCSServer(endpoint, proc)
+        with _environment(server.env):
             yield server
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` set, restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def upload_folder(server: S3Server, folder: Path, bucket: str, prefix: str) -> None:
@@ -713,7 +778,7 @@ def local_output(folder: Path) -> dict[str, bytes]:
     }
 
 
-def assert_same_as_local(server: S3Server, bucket: str, prefix: str, ref: Path) -> None:
+def assert_same_as_local(server: S3Server | GCSServer, bucket: str, prefix: str, ref: Path) -> None:
     """Every .bin, .idx and the tokenizer in the store byte for byte those of the local run
     ``ref``; the manifest's shard list, totals and sources equal."""
     stored = {k: v for k, v in server.objects(bucket, prefix).items() if not k.startswith(f"{STATE_DIR}/")}

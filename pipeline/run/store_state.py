@@ -269,7 +269,7 @@ def lease(store: ObjectStore, run_id: str, log: Log) -> Iterator[Lease]:
         _take_over(store, mine, log)
     if store.create(LEASE_FILE, mine.to_bytes()):  # the lease is there: a store that keeps it says no
         log(
-            f"{store.url}: this store ignores conditional writes (S3's If-None-Match), so a second "
+            f"{store.url}: this store ignores conditional writes (S3's If-None-Match, GCS's ifGenerationMatch), so a second "
             "`tokshard prepare` on it would not be refused while this one runs; start one at a time"
         )
     held = Lease(store, mine, log)

@@ -85,7 +85,7 @@ def test_a_store_that_ignores_conditional_writes_is_named_and_the_run_is_exact(
         done = cli(
             "prepare", str(recipe), "--out", url, cwd=tmp_path, env={"AWS_ENDPOINT_URL": endpoint}, check=True
         )
-    warned = f"tokshard: {url}: this store ignores conditional writes (S3's If-None-Match), so a second"
+    warned = f"tokshard: {url}: this store ignores conditional writes (S3's If-None-Match, GCS's ifGenerationMatch), so a second"
     assert done.stderr.count(warned) == 1, done.stderr
     assert_same_as_local(s3_server, bucket, "run", ref)
 
