@@ -13,6 +13,7 @@ Stdlib only at import; fsspec is imported on first use, so the trainer can impor
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -27,6 +28,28 @@ from pipeline.storage.place import Place
 #: filesystem object itself is shared within a process (its connections and credentials), and,
 #: keyed by these options, never with code that wants listings cached.
 READ_PAST_CACHES = {"use_listings_cache": False}
+
+
+class SaidOnce(logging.Filter):
+    """Lets each message through once in this process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.said:
+            return False
+        self.said.add(message)
+        return True
+
+
+#: gcsfs (2025 on) asks Google's control API for a bucket's type before each call; where it
+#: cannot (no credentials, a key without that API's permission, an emulator) it warns and goes
+#: on, every time: hundreds of the same line on stderr in one run, around tokshard's own. Each
+#: process that reaches a store (this module: inputs and outputs alike) says it once.
+logging.getLogger("gcsfs").addFilter(SaidOnce())
 
 
 class ObjectStore(Place):

@@ -32,6 +32,9 @@ def test_prepare_to_gcs_gives_the_bytes_of_a_local_run_and_status_and_verify_rea
         "so a second `tokshard prepare` on it would not be refused while this one runs; start one at a time"
     ]
     assert_same_as_local(gcs_server, bucket, "run", ref)
+    # gcsfs warns that it cannot ask this server for the bucket's type on every call: the driver
+    # and each of its workers say it once (a run said it hundreds of times)
+    assert done.stderr.count("Could not determine bucket type") <= 3, done.stderr[-2000:]
     assert list(tmp_path.iterdir()) == [], "a URL made a local folder"
     status = cli("status", url, cwd=tmp_path, env=gcs_server.env, check=True).stdout
     assert "7 done, 0 partial, 0 pending" in status and "running: no" in status
