@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import urllib.request
@@ -557,7 +558,12 @@ def launch(*args: str, procs: int = 1, launcher: str = "python", timeout: int = 
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }
     env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    done = subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    # torchrun leaves a torchelastic_* folder in the temporary folder after every run
+    with tempfile.TemporaryDirectory(prefix="launch-") as scratch:
+        env["TMPDIR"] = scratch
+        done = subprocess.run(
+            [*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        )
     assert done.returncode == 0, f"{' '.join([*cmd, *args])}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return done
 

@@ -295,6 +295,7 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_saved_step(manifest, t
         "--master_port",
         str(free_port()),
     ]
+    env = {**env, "TMPDIR": str(tmp_path)}  # torchrun leaves a torchelastic_* folder there
     proc = subprocess.Popen(
         [*launcher, *cmd[1:]], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
