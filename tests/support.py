@@ -723,10 +723,10 @@ class GCSServer:
         return {path[len(root) :].lstrip("/"): fs.cat_file(path) for path in fs.find(root)}
 
     def upload(self, folder: Path, bucket: str, prefix: str) -> None:
+        """Put every file of a prepared folder (its run state left out) under ``prefix``."""
         fs = self.fs()
-        for p in sorted(folder.rglob("*")):
-            if p.is_file() and STATE_DIR not in p.parts:
-                fs.pipe_file(f"{bucket}/{prefix}/{p.relative_to(folder)}", p.read_bytes())
+        for rel, data in sorted(local_output(folder).items()):
+            fs.pipe_file(f"{bucket}/{prefix}/{rel}", data)
 
 
 @contextlib.contextmanager
@@ -758,9 +758,8 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 def upload_folder(server: S3Server, folder: Path, bucket: str, prefix: str) -> None:
     """Put every file of a prepared folder (its run state left out) under ``prefix``."""
     s3 = server.client()
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and STATE_DIR not in p.parts:
-            s3.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(folder)}", Body=p.read_bytes())
+    for rel, data in sorted(local_output(folder).items()):
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=data)
 
 
 def copy_run(server: S3Server, manifest_url: str) -> str:
