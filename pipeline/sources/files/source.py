@@ -224,20 +224,25 @@ def iter_texts(
         for f in files
     ]
     for rec in read_partition(partition_spec(pieces), sum(p.size for p in pieces), None, field):
-        if rec.bad is not None:
-            if skipped is None:
-                raise bad_record(rec.where, rec.bad, kept="nothing was written")
-            skipped[rec.bad] = skipped.get(rec.bad, 0) + 1
-        elif isinstance(rec.text, str):
-            yield rec.text
-        elif isinstance(rec.text, TextPieces):
-            yield "".join(rec.text)
-        elif isinstance(rec.text, TextStream):
-            try:
-                text = "".join(rec.text)
-            except UnicodeDecodeError:
-                if skipped is None:
-                    raise bad_record(rec.text.where, "invalid UTF-8", kept="nothing was written") from None
-                skipped["invalid UTF-8"] = skipped.get("invalid UTF-8", 0) + 1
-                continue
+        text, bad, where = _whole_text(rec)
+        if bad is None:
             yield text
+        elif skipped is None:
+            raise bad_record(where, bad, kept="nothing was written")
+        else:
+            skipped[bad] = skipped.get(bad, 0) + 1
+
+
+def _whole_text(rec: Record) -> tuple[str, str | None, str]:
+    """A record's text as one string, or why it has none; and where it is (a stream that is
+    not UTF-8 names its byte)."""
+    if rec.bad is not None:
+        return "", rec.bad, rec.where
+    if isinstance(rec.text, TextStream):
+        try:
+            return "".join(rec.text), None, rec.where
+        except UnicodeDecodeError:
+            return "", "invalid UTF-8", rec.text.where
+    if isinstance(rec.text, TextPieces):
+        return "".join(rec.text), None, rec.where
+    return rec.text, None, rec.where
