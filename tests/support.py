@@ -48,6 +48,7 @@ from pipeline.run.driver import RunOptions, prepare
 from pipeline.run.run_state import STATE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
 EOS = "<|endoftext|>"
 SCHEMA = REPO / "manifests" / "schema.json"
 
@@ -689,7 +690,8 @@ def gcs_emulator_command() -> list[str]:
 @dataclass
 class GCSServer:
     """A Google Cloud Storage JSON API server (gcp-storage-emulator), reached as gcsfs reaches
-    one: ``STORAGE_EMULATOR_HOST``. It keeps no preconditions (``ifGenerationMatch``)."""
+    one: ``STORAGE_EMULATOR_HOST``. As published it keeps no preconditions (``ifGenerationMatch``);
+    `gcs_emulator(preconditions=True)` starts it with GCS's (tests/gcs_preconditions.py)."""
 
     endpoint: str
     proc: subprocess.Popen
@@ -730,9 +732,12 @@ class GCSServer:
 
 
 @contextlib.contextmanager
-def gcs_emulator() -> Iterator[GCSServer]:
+def gcs_emulator(preconditions: bool = False) -> Iterator[GCSServer]:
     port = free_port()
-    argv = [*gcs_emulator_command(), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
+    command = (
+        [sys.executable, str(TESTS / "gcs_preconditions.py")] if preconditions else gcs_emulator_command()
+    )
+    argv = [*command, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/storage/v1/b?project=tokshard-tests", "gcp-storage-emulator") as proc:
         server = GCSServer(endpoint, proc)

@@ -1,7 +1,8 @@
 """The run lease in an object store: when the two hosts' clocks disagree, a lease from another
 host is judged by whether it is renewed, timed on this host's own clock, not by the time its
 holder wrote into it; and of several reruns that find one dead lease, one takes it (a real S3
-API server, as in test_store_prepare.py)."""
+API server, as in test_store_prepare.py; the lease's own conditions also against a GCS JSON API
+server that keeps GCS's preconditions, tests/gcs_preconditions.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import time
 
 import pytest
+from support import gcs_emulator
 
 from pipeline.format.errors import TokshardError
 from pipeline.run.store_state import LEASE_FILE, LEASE_WATCH, lease
@@ -24,9 +26,24 @@ def _record(run: str, clock_offset: float) -> bytes:
     ).encode()
 
 
+@pytest.fixture(scope="module")
+def gcs_server():
+    pytest.importorskip("gcsfs")
+    with gcs_emulator(preconditions=True) as server:
+        yield server
+
+
 @pytest.fixture
-def store(s3_server) -> ObjectStore:
-    return ObjectStore(f"s3://{s3_server.new_bucket()}/run")
+def store(request) -> ObjectStore:
+    """A fresh run folder in S3, or (``gs`` by indirect parametrization) in GCS."""
+    if getattr(request, "param", "s3") == "gs":
+        return ObjectStore(f"gs://{request.getfixturevalue('gcs_server').new_bucket()}/run")
+    return ObjectStore(f"s3://{request.getfixturevalue('s3_server').new_bucket()}/run")
+
+
+#: the tests of what a store's conditional create decides, run on both stores (those that
+#: watch a lease for its whole LEASE_WATCH run on S3 alone)
+BOTH_STORES = pytest.mark.parametrize("store", ["s3", "gs"], indirect=True)
 
 
 def test_a_live_lease_from_a_host_whose_clock_runs_behind_is_not_taken(store):
@@ -66,15 +83,20 @@ def test_a_dead_lease_from_a_host_whose_clock_runs_ahead_is_taken_over(store):
     assert any(m.startswith("took over the lease of a dead run (pid 7 on far since then") for m in said), said
 
 
+@BOTH_STORES
 def test_a_lease_from_another_host_that_looks_fresh_is_refused_at_once(store):
     """Within the record's window (and a few seconds either side) there is nothing to watch."""
     assert store.create(LEASE_FILE, _record("live", +3))
     said: list[str] = []
-    with pytest.raises(TokshardError, match=r"is running on s3://"), lease(store, "second", said.append):
+    with (
+        pytest.raises(TokshardError, match=rf"is running on {store.url}"),
+        lease(store, "second", said.append),
+    ):
         pytest.fail("took a fresh lease")
     assert not [m for m in said if "watching it" in m], said
 
 
+@BOTH_STORES
 def test_a_lease_deleted_while_watched_is_created_anew(store):
     """The run on the other host finished during the watch (it deletes its lease at its end):
     this one starts."""
@@ -101,6 +123,7 @@ def _dead_here() -> bytes:
     ).encode()
 
 
+@BOTH_STORES
 def test_of_reruns_that_find_one_dead_lease_at_once_exactly_one_takes_it(store):
     """The takeover creates a claim named after the dead lease's version, which only one
     contender can create; the others are refused in one line and the winner keeps the lease."""
