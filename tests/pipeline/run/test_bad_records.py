@@ -181,7 +181,13 @@ def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_pa
         b'\xef\xbb\xbf{"text": "after a byte order mark"}\n',
         b'{"text": "after a byte order mark", "score": NaN}\n',
         b'{"text": "after a byte order mark", "score": 1e400}\n',
+        # more digits than Python converts from text (`json` raised, a traceback even with skip)
+        b'{"id": ' + b"9" * 5000 + b', "text": "after a byte order mark"}\n',
     ],
 )
 def test_lines_the_fast_parser_refuses_but_json_accepts_are_documents(line):
     assert json_text(line, "text") == ("after a byte order mark", None)
+
+
+def test_a_text_field_holding_a_number_too_long_to_convert_is_a_non_string_field():
+    assert json_text(b'{"text": ' + b"9" * 5000 + b"}\n", "text") == (None, "non-string field 'text'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -91,10 +92,10 @@ def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
     except orjson.JSONDecodeError:
         strict = False
         try:  # decoded here: `json` would take bytes of UTF-16 or UTF-32 for that text
-            obj = json.loads(line.decode("utf-8-sig", "surrogatepass"))
+            obj = json.loads(line.decode("utf-8-sig", "surrogatepass"), parse_int=_integer)
         except UnicodeDecodeError:
             return None, "invalid UTF-8"
-        except json.JSONDecodeError:
+        except ValueError:  # json.JSONDecodeError, and any other refusal of the line
             return None, "malformed JSON"
         except RecursionError:
             return None, "JSON nested too deeply"
@@ -108,6 +109,22 @@ def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
     if not isinstance(text, str):
         return None, f"non-string field {field!r}"
     return (text, None) if strict else checked(text)  # orjson refuses lone surrogates itself
+
+
+class LongInteger:
+    """An integer of more digits than Python converts from text (4,300 by default): orjson
+    refuses any beyond 64 bits, and `json` raises on these. Only the text field's value
+    matters, so another field's such number is kept unconverted; as the text field it is a
+    non-string field, as any number is."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: str) -> None:
+        self.digits = digits
+
+
+def _integer(digits: str) -> int | LongInteger:
+    return int(digits) if len(digits) < sys.get_int_max_str_digits() else LongInteger(digits)
 
 
 def column_text(value: str | bytes | None, field: str) -> tuple[str | None, str | None]:
