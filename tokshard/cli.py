@@ -2,8 +2,8 @@
 and the exit code each way a command can end.
 
 User mistakes raise `TokshardError` and end as one line on stderr with its exit code (1 for bad
-data, 2 for bad usage); Ctrl-C, SIGTERM and SIGHUP end in one line too. Anything else is a bug and
-keeps its traceback.
+data, 2 for bad usage); Ctrl-C, SIGTERM and SIGHUP end in one line too, and so does a path the
+system refuses outright (`path_refused`). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ from tokshard.commands import (
     train,
     verify,
 )
-from tokshard.commands.command import INTERRUPTED, Command, Terminated, error_line, stopping_signals_raise
+from tokshard.commands.command import (
+    INTERRUPTED,
+    Command,
+    Terminated,
+    error_line,
+    path_refused,
+    stopping_signals_raise,
+)
 from tokshard.usage import OneLineParser
 from trainer.console import StdoutUnwritable, guarded_console, reader_gone, stdout_reader_left
 
@@ -83,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(exc)
     except TokshardError as exc:
         return _failed(exc)
+    except OSError as exc:  # after the pipe and disk-full cases above, which are OSErrors too
+        refused = path_refused(exc)
+        if refused is None:
+            raise
+        return _failed(refused)
     except KeyboardInterrupt:
         print(f"tokshard: interrupted; {args.after_stop}", file=sys.stderr)
         return INTERRUPTED

@@ -174,13 +174,22 @@ def free_bytes(folder: str | os.PathLike) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+#: what to do where a write fails for its place, not for its bytes (each command's flag that
+#: named the place differs: the line names the path)
+WRITE_HINTS = {
+    **dict.fromkeys(UNWRITABLE_ERRNOS, "choose a place this user can write"),
+    errno.ENOTDIR: "a part of that path is a file, not a folder; choose another place",
+    errno.ENOENT: "its folder is gone or cannot be made there; choose another place",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+
+
 def disk_error(exc: OSError, path: str | os.PathLike, needed: int | None = None) -> TokshardError:
     """Turn ENOSPC and friends into one line that says where and what to do."""
     if exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(str(path), free_bytes(Path(path).parent), needed)
-    if exc.errno in UNWRITABLE_ERRNOS:
-        return TokshardError(f"cannot write {path}: {exc.strerror}; choose a writable --out")
-    return TokshardError(f"cannot write {path}: {exc.strerror or exc}")
+    hint = WRITE_HINTS.get(exc.errno)
+    return TokshardError(f"cannot write {path}: {exc.strerror or exc}" + (f"; {hint}" if hint else ""))
 
 
 #: what a filesystem that renames no files answers a rename (a bucket mounted through FUSE, as

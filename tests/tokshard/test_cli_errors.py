@@ -128,6 +128,10 @@ MISTAKES = [
     (["prepare", "{url_out}"], "S3:b/run looks like a URL with a slash missing; write s3://b/run"),
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "http://127.0.0.1:1/x"], "http:// cannot be written to"),
     (["prepare", "--input", "http://127.0.0.1:1/a.jsonl", "--tokenizer", "{tok}", "--out", "{root}/o10"], "cannot reach http://127.0.0.1:1/a.jsonl"),
+    # paths the system will not look at (asking whether one exists raised)
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/" + "n" * 300], "File name too long; choose a shorter path"),
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{root}/" + "n" * 300 + "/tokenizer.json", "--out", "{root}/o16"], "File name too long; choose a shorter path"),
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/a-file/o17"], "Not a directory; a part of that path is a file, not a folder"),
     # tokenizer train
     (["tokenizer", "train", "--input", "{root}/nothing/*", "--vocab-size", "512", "--out", "{root}/t"], "no files match"),
     (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "10", "--out", "{root}/t"], "out of range"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -172,6 +173,30 @@ def stopping_signals_raise() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+#: what the system answers for a path it will not even look at, and what the user can do
+PATH_REFUSALS = {
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.EACCES: "check its permissions, or choose another path",
+    errno.EPERM: "check its permissions, or choose another path",
+    errno.EROFS: "choose a writable place",
+    errno.ENOTDIR: "a part of it is a file, not a folder; check the path",
+    errno.ELOOP: "a symbolic link on it leads back to itself; fix the link",
+}
+
+
+def path_refused(exc: OSError) -> TokshardError | None:
+    """An `OSError` that escaped a command for a path the system refused outright (too long, not
+    permitted, a file where a folder should be) as one line naming that path; None for any
+    other, which stays a bug's traceback. Asking whether such a path exists already fails
+    (`pathlib` answers only "no such file" itself), so the class is caught here once rather
+    than at each place a command looks at a path it was given."""
+    if exc.filename is None or exc.errno not in PATH_REFUSALS:
+        return None
+    path = exc.filename if isinstance(exc.filename, str) else os.fsdecode(exc.filename)
+    shown = path if len(path) <= 1000 else f"{path[:600]}...{path[-200:]} ({len(path)} characters)"
+    return TokshardError(f"cannot use {shown}: {exc.strerror}; {PATH_REFUSALS[exc.errno]}")
 
 
 def error_line(exc: TokshardError) -> str:

@@ -134,8 +134,8 @@ def test_a_folder_sync_that_fails_for_real_is_still_an_error(tmp_path, monkeypat
     [
         (errno.ENOSYS, "its filesystem does not rename files (Function not implemented; a bucket mounted"),
         (errno.EXDEV, "its filesystem does not rename files (Invalid cross-device link;"),
-        (errno.ENOENT, "cannot write {path}: No such file or directory"),
-        (errno.EROFS, "cannot write {path}: Read-only file system; choose a writable --out"),
+        (errno.ENOENT, "cannot write {path}: No such file or directory; its folder is gone or cannot be made"),
+        (errno.EROFS, "cannot write {path}: Read-only file system; choose a place this user can write"),
     ],
 )
 def test_a_failed_rename_says_whether_the_filesystem_renames_at_all(tmp_path, monkeypatch, code, says):

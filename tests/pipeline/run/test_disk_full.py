@@ -56,5 +56,5 @@ def test_an_unwritable_output_is_named_with_what_to_do(tmp_path, tmpfs, docs, to
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"tokshard: error: cannot write {disk / 'out' / 'manifest.json'}: Read-only file system; "
-        "choose a writable --out"
+        "choose a place this user can write"
     )
