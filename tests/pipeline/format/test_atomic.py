@@ -134,7 +134,10 @@ def test_a_folder_sync_that_fails_for_real_is_still_an_error(tmp_path, monkeypat
     [
         (errno.ENOSYS, "its filesystem does not rename files (Function not implemented; a bucket mounted"),
         (errno.EXDEV, "its filesystem does not rename files (Invalid cross-device link;"),
-        (errno.ENOENT, "cannot write {path}: No such file or directory; its folder is gone or cannot be made"),
+        (
+            errno.ENOENT,
+            "cannot write {path}: No such file or directory; its folder is gone or cannot be made",
+        ),
         (errno.EROFS, "cannot write {path}: Read-only file system; choose a place this user can write"),
     ],
 )

@@ -367,6 +367,26 @@ def test_a_truncated_xz_or_bzip2_file_is_a_corrupt_file(
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("ending", "name"), [(".gz", "gzip"), (".zst", "zstd"), (".xz", "xz"), (".bz2", "bzip2")]
+)
+def test_an_empty_compressed_file_is_a_corrupt_file_beside_good_ones(
+    tmp_path, docs, tokenizer_path, dask_client, ending, name
+):
+    """Zero bytes hold no stream at all (a download that never started): gzip and zstd read no
+    lines from them without a word, so the file's documents were lost and the run went on."""
+    good = write_jsonl(tmp_path / "a.jsonl", docs[:20])
+    empty = tmp_path / f"b.jsonl{ending}"
+    empty.write_bytes(b"")
+    recipe = files_recipe(tokenizer_path, [good, empty], encoder="tokenizers")  # read by a worker
+    with pytest.raises(
+        DataError,
+        match=rf"b\.jsonl\{ending}: corrupt compressed file \(empty: 0 bytes, not even a {name} header",
+    ):
+        run_prepare(recipe, tmp_path / "out", dask_client)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_a_zstd_file_of_several_frames_is_read_to_its_end(tmp_path, docs, tokenizer_path, dask_client):
     frames = [
         zstandard.ZstdCompressor().compress(

@@ -11,7 +11,13 @@ from pipeline.format.errors import DataError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.access import decompress
-from pipeline.sources.files.formats import COMPRESSED, HEAD_BYTES, check_compression, check_text_head
+from pipeline.sources.files.formats import (
+    COMPRESSED,
+    COMPRESSION_NAMES,
+    HEAD_BYTES,
+    check_compression,
+    check_text_head,
+)
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader
 from pipeline.sources.files.readers.jsonl import line_text
@@ -22,6 +28,12 @@ class CompressedJsonLinesReader(Reader):
 
     def read(self, piece: Piece, place: Place, position: dict[str, Any] | None) -> Iterator[Record]:
         path = piece.path
+        if piece.size == 0:  # gzip and zstd would read no lines from it, and say nothing
+            name = COMPRESSION_NAMES["." + piece.kind.rsplit(".", 1)[-1]]
+            raise DataError(
+                f"{path}: corrupt compressed file (empty: 0 bytes, not even a {name} header; a download "
+                "cut short?); re-create it or remove it"
+            )
         skip = position["line"] if position else 0
         head_unchecked = True
         origin = Input(path, "line")
