@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.atomic import write_bytes
+from pipeline.format.atomic import file_or_nothing, write_bytes
 from pipeline.format.errors import TokshardError
 
 #: the PNG ``Software`` text of tokshard's figures
@@ -32,7 +32,7 @@ def save_png(fig: Any, path: str | Path, hint: str) -> Path:
     """Write ``fig`` to ``path``, replacing only a figure tokshard wrote; ``hint`` says how to
     choose another place."""
     path = Path(path)
-    if path.exists() and not written_by_tokshard(path):
+    if file_or_nothing(path, hint) and not written_by_tokshard(path):
         raise TokshardError(f"{path} exists and is not a figure tokshard wrote, so it is kept; {hint}")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": SOFTWARE})

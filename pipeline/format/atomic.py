@@ -10,6 +10,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,36 @@ def fsync_dir(path: str | os.PathLike) -> None:
             raise
     finally:
         os.close(fd)
+
+
+#: what a path that is not a file is, by its type's test
+NOT_A_FILE = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a device"),
+              (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+
+
+def file_or_nothing(path: Path, hint: str) -> bool:
+    """Whether a file is at ``path`` (False: nothing is), before one is written there. Anything
+    else (a pipe, ``/dev/stdout``, a device, a folder) is refused in one line ending in ``hint``:
+    a file is written whole under a temporary name and renamed over the path, which would
+    replace that thing itself, and reading it to see whose it is may wait forever or never end."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    kind = next((name for test, name in NOT_A_FILE if test(st.st_mode)), "not a file")
+    raise TokshardError(
+        f"{path} is {kind}, not a file: tokshard writes a file whole and renames it there; {hint}"
+    )
+
+
+def file_head(path: Path, limit: int) -> bytes | None:
+    """The first bytes of the file at ``path``, or None where it holds more than ``limit``
+    (what decides whether a file is one tokshard wrote reads no more than that)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data
 
 
 def write_durable(path: str | os.PathLike, data: bytes) -> None:

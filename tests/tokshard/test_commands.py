@@ -5,6 +5,7 @@ blend file it wrote. Each command is a real `tokshard` process."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -110,6 +111,22 @@ def test_json_replaces_its_own_blend_but_no_other_file(spaced, tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"--json {other} exists and is not a blend file megatron-args wrote, so it is kept" in proc.stderr
     assert other.read_text() == '{"lr": 0.1}'
+
+
+@pytest.mark.parametrize("target", ["a pipe", "/dev/zero"])
+def test_json_refuses_a_pipe_or_a_device_at_once(spaced, tmp_path, target):
+    """Deciding whether a blend file is there read the target whole first: a FIFO (or
+    ``/dev/stdout`` into one) waited forever, ``/dev/zero`` filled the machine's memory."""
+    path = tmp_path / "fifo" if target == "a pipe" else Path(target)
+    if target == "a pipe":
+        os.mkfifo(path)
+    proc = cli("megatron-args", str(spaced), "--json", str(path), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    kind = "a pipe" if target == "a pipe" else "a device"
+    assert proc.stderr.splitlines() == [
+        f"tokshard: error: {path} is {kind}, not a file: tokshard writes a file whole and renames it "
+        "there; choose a file path for --json"
+    ]
 
 
 def test_only_a_closed_stdout_counts_as_a_reader_that_quit():

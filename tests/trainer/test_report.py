@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,18 @@ def test_plot_replaces_its_own_figure_but_no_other_file(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert f"{target} exists and is not a figure tokshard wrote, so it is kept" in proc.stderr
         assert target.read_bytes() == what
+
+
+def test_plot_refuses_a_pipe_at_once(tmp_path):
+    """Deciding whether the PNG there was tokshard's opened it to read: a FIFO waited forever."""
+    from support import cli
+
+    log_run(tmp_path, range(0, 6), loss0=8.0)
+    fifo = tmp_path / "report.png"
+    os.mkfifo(fifo)
+    proc = cli("plot", str(tmp_path), "--out", str(fifo), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"{fifo} is a pipe, not a file: tokshard writes a file whole and renames it there" in proc.stderr
 
 
 def test_plot_skips_lines_another_tool_wrote_and_counts_them(tmp_path):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.atomic import write_json
+from pipeline.format.atomic import file_head, file_or_nothing, write_json
 from pipeline.format.errors import TokshardError
 from tokshard.commands.command import Command
 from tokshard.usage import default_of, file_arg, path_arg
@@ -64,11 +64,16 @@ def run(args: argparse.Namespace) -> int:
 BLEND_KEYS = {"train", "valid", "test"}
 
 
+#: more than any blend file holds: a larger file at --json is not one
+BLEND_MAX_BYTES = 1 << 24
+
+
 def write_blend(path: Path, doc: dict) -> None:
     """Write the blend to ``path``, replacing only a blend file written before."""
-    if path.exists():
+    if file_or_nothing(path, "choose a file path for --json"):
         try:
-            old = json.loads(path.read_text())
+            head = file_head(path, BLEND_MAX_BYTES)
+            old = None if head is None else json.loads(head)
         except (OSError, ValueError):
             old = None
         if not (isinstance(old, dict) and set(old) == BLEND_KEYS):
