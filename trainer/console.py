@@ -107,14 +107,35 @@ def _to_devnull(stream: Any) -> None:
 
 @contextlib.contextmanager
 def guarded_console() -> Iterator[None]:
-    """stdout a `CheckedStdout` and stderr a `ForgivingStderr` inside, what they were after."""
+    """stdout a `CheckedStdout` and stderr a `ForgivingStderr` inside, what they were after;
+    each writes what its encoding cannot hold as an escape (`escaping_what_cannot_be_encoded`)."""
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = CheckedStdout(out), ForgivingStderr(err)
-    _left["stdout"] = False
+    with escaping_what_cannot_be_encoded(out), escaping_what_cannot_be_encoded(err):
+        sys.stdout, sys.stderr = CheckedStdout(out), ForgivingStderr(err)
+        _left["stdout"] = False
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = out, err
+
+
+@contextlib.contextmanager
+def escaping_what_cannot_be_encoded(stream: Any) -> Iterator[None]:
+    """A character the stream's encoding lacks (``é`` in a document, on a console that is ASCII
+    or Latin-1 by ``PYTHONIOENCODING`` or an old locale) or cannot hold at all (a file name's
+    undecodable byte, a lone surrogate) is written as its escape, ``\\xe9``: the line still says
+    what and where, where a strict stream raised and lost the command's whole output."""
+    errors = getattr(stream, "errors", None)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is None or errors == "backslashreplace":
+        yield
+        return
+    reconfigure(errors="backslashreplace")
     try:
         yield
     finally:
-        sys.stdout, sys.stderr = out, err
+        with contextlib.suppress(OSError, ValueError):  # a stream closed meanwhile keeps its state
+            reconfigure(errors=errors)
 
 
 def reader_gone() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO, cached_manifest, cli, plain_encode, stream_of, write_jsonl
+from support import REPO, cached_manifest, cli, one_error_line, plain_encode, stream_of, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,20 @@ def spaced(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("megatron") / "my data's copy"
     shutil.copytree(cached_manifest(tmp_path_factory).parent, where)
     return where
+
+
+@pytest.mark.parametrize("command", ["inspect", "megatron-args"])
+def test_a_character_the_console_cannot_show_is_written_as_its_escape(tmp_path_factory, command):
+    """``PYTHONIOENCODING=ascii`` (or latin-1, or an old locale's console): a path whose
+    character the console's encoding lacks is written as its escape, where the strict stream
+    raised and the command's whole output was lost in a traceback."""
+    where = tmp_path_factory.mktemp("escape") / "dätä"
+    shutil.copytree(cached_manifest(tmp_path_factory).parent, where)
+    proc = cli(command, str(where), env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr
+    assert "d\\xe4t\\xe4" in proc.stdout and "Traceback" not in proc.stderr
+    refused = cli(command, str(where / "nowhere"), env={"PYTHONIOENCODING": "ascii"})
+    assert refused.returncode == 2 and "d\\xe4t\\xe4" in one_error_line(refused)
 
 
 def test_paths_with_spaces_are_shell_quoted(spaced):
