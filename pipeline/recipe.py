@@ -207,6 +207,12 @@ def _settings(raw: dict[str, Any], overrides: dict[str, Any], where: str) -> Set
 def _check_settings(settings: dict[str, Any], where: str) -> None:
     if not settings.get("tokenizer"):
         raise TokshardError(f'{where}: no tokenizer; set tokenizer = "..." or pass --tokenizer')
+    for key in ("tokenizer", "out"):
+        value = settings[key]
+        if value is not None and (not isinstance(value, str) or not value):
+            raise TokshardError(
+                f'{where}: {key} must be a path or name in quotes ({key} = "..."), got {value!r}'
+            )
     for key, choices in CHOICES.items():
         if settings[key] not in choices:
             raise TokshardError(f"{where}: {key} = {settings[key]!r}; choose one of {', '.join(choices)}")
@@ -217,9 +223,12 @@ def _check_settings(settings: dict[str, Any], where: str) -> None:
     st = settings["shard_tokens"]
     if not isinstance(st, int) or isinstance(st, bool) or st < 1:
         raise TokshardError(f"{where}: shard_tokens must be a positive integer, got {st!r}")
-    threads = settings["threads"]
-    if not isinstance(threads, int) or threads < 1:
-        raise TokshardError(f"{where}: threads must be a positive integer, got {threads!r}")
+    for key in ("threads", "workers"):
+        count = settings[key]
+        if (count is not None or key == "threads") and (
+            not isinstance(count, int) or isinstance(count, bool) or count < 1
+        ):
+            raise TokshardError(f"{where}: {key} must be a positive integer, got {count!r}")
     commit = settings["commit_seconds"]
     if not isinstance(commit, int | float) or isinstance(commit, bool) or not commit > 0:
         raise TokshardError(f"{where}: commit_seconds must be a positive number of seconds, got {commit!r}")

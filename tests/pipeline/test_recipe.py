@@ -33,3 +33,33 @@ def test_a_recipe_that_is_not_utf8_is_one_line_saying_to_save_it_so(tmp_path, en
     assert str(exc.value).endswith(
         "; save it as UTF-8 (a UTF-16 file, as PowerShell's `>` writes, is the usual cause)"
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("tokenizer = 5", 'tokenizer must be a path or name in quotes (tokenizer = "..."), got 5'),
+        ('out = ["a", "b"]', "out must be a path or name in quotes (out = \"...\"), got ['a', 'b']"),
+        ('workers = "abc"', "workers must be a positive integer, got 'abc'"),
+        ("workers = 0", "workers must be a positive integer, got 0"),
+        ("workers = 2.5", "workers must be a positive integer, got 2.5"),
+        ("workers = true", "workers must be a positive integer, got True"),
+        ("threads = false", "threads must be a positive integer, got False"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_one_line_naming_it(tmp_path, line, says):
+    """Each top-level setting is checked for its type before it is used (``tokenizer = 5`` was a
+    traceback where a path was opened; ``workers`` was taken and never looked at)."""
+    path = tmp_path / "r.toml"
+    rest = RECIPE.split("\n", 1)[1] if line.startswith("tokenizer") else RECIPE  # one tokenizer line
+    path.write_text(line + "\n" + rest)
+    with pytest.raises(TokshardError) as exc:
+        recipe.load(path)
+    assert str(exc.value) == f"{path}: {says}"
+
+
+def test_workers_in_a_recipe_is_the_run_s_unless_the_command_line_gives_it(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text("workers = 3\n" + RECIPE)
+    assert recipe.load(path).settings.workers == 3
+    assert recipe.load(path, overrides={"workers": 1}).settings.workers == 1

@@ -232,10 +232,10 @@ def run(args: argparse.Namespace) -> int:
     if not (args.scheduler or args.cluster):
         from pipeline.run.cluster import check_local_workers
 
-        check_local_workers(args.workers)
+        check_local_workers(recipe.settings.workers)
     started = time.monotonic()
     options = RunOptions(
-        workers=args.workers,
+        workers=recipe.settings.workers,
         scheduler=args.scheduler,
         memory_limit=args.memory_limit,
         dashboard=args.dashboard,
@@ -274,6 +274,7 @@ def recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
     overrides: dict[str, Any] = {
         "tokenizer": args.tokenizer,
         "out": args.out,
+        "workers": args.workers,
         "threads": args.threads,
         "encoder": args.encoder,
         "dtype": args.dtype,

@@ -248,3 +248,17 @@ def test_a_run_with_fewer_partitions_than_workers_boots_one_per_partition(tmp_pa
     prepare(r, tmp_path / "out", RunOptions(workers=2), log=said.append)
     assert "1 partitions: 0 done, 0 to resume, 1 to start" in said
     assert any(line.startswith("Dask: 1 local worker processes") for line in said), said
+
+
+def test_workers_set_in_a_recipe_is_how_many_boot(tmp_path, docs, tokenizer_path):
+    """``workers = 1`` in a recipe file: one worker for several partitions (it was accepted, and
+    the machine's core count booted instead)."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:60])
+    path = tmp_path / "r.toml"
+    path.write_text(
+        f'tokenizer = "{tokenizer_path}"\nworkers = 1\n'
+        f'[sources.d]\ntype = "files"\npaths = ["{data}"]\npartition_bytes = 20000\n'
+    )
+    done = cli("prepare", str(path), "--out", str(tmp_path / "out"), check=True)
+    assert "tokshard: Dask: 1 local worker processes" in done.stderr, done.stderr
+    assert "0 done, 0 to resume, 1 to start" not in done.stderr  # several partitions
