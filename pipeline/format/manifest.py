@@ -69,7 +69,9 @@ class Manifest:
         #: cache of a manifest URL sets it to download the file first (None: they are local already)
         self.ready: Callable[[Path], None] | None = None
         self.path = path
-        self.folder = path.parent
+        #: the folder the shard paths are relative to: a manifest.json that is itself a symbolic
+        #: link (``latest.json -> run3/manifest.json``) names shards beside the file it leads to
+        self.folder = Path(os.path.realpath(path)).parent if path.is_symlink() else path.parent
         #: the folder with every symlink resolved (what a shard's real path must stay inside)
         self.real_folder = Path(os.path.realpath(self.folder))
         self._real_parents: dict[str, str] = {}
@@ -105,9 +107,16 @@ class Manifest:
 
     def resolve(self, rel: str) -> Path:
         """A path inside the manifest's folder; anything that escapes it is refused unopened."""
-        if os.path.isabs(rel) or ".." in rel.split("/") or not self._inside(rel):
+        if os.path.isabs(rel) or ".." in rel.split("/"):
             raise VerifyError(
                 f"{self.path}: shard path {rel!r} leaves the manifest's folder; refusing to open it"
+            )
+        if not self._inside(rel):
+            raise VerifyError(
+                f"{self.path}: shard path {rel!r} leads through a symbolic link to "
+                f"{os.path.realpath(self.folder / rel)}, outside the manifest's folder {self.real_folder}; "
+                "refusing to open it (a link can lead to a pipe or a device). Move the shards back "
+                "into the folder, or link the whole folder instead (its real path is then the folder)"
             )
         return self.folder / rel
 

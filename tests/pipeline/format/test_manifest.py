@@ -72,8 +72,23 @@ def test_a_shard_folder_symlinked_out_of_the_manifests_folder_is_refused(manifes
     outside = tmp_path / "outside"
     folder.rename(outside)
     folder.symlink_to(outside)
-    with pytest.raises(VerifyError, match="leaves the manifest's folder"):
+    with pytest.raises(VerifyError) as refused:
         manifest.load(manifest_path)
+    assert f"leads through a symbolic link to {outside}/" in str(refused.value)
+    assert "link the whole folder instead" in str(refused.value)
+
+
+def test_a_manifest_that_is_a_symbolic_link_reads_the_shards_beside_the_file_it_leads_to(
+    manifest_path, tmp_path
+):
+    """``latest.json -> run3/manifest.json``: the shards are run3's (they were looked for beside
+    the link, and every one was missing)."""
+    link = tmp_path / "links" / "latest.json"
+    link.parent.mkdir()
+    link.symlink_to(manifest_path)
+    m = manifest.load(link)
+    assert m.folder == manifest_path.parent.resolve()
+    assert all(entry.bin_path.is_file() for entry in m.shards)
 
 
 def test_a_shard_folder_symlinked_inside_the_manifests_folder_is_read(manifest_path):
