@@ -17,16 +17,29 @@ from pipeline.storage.data_cache import load_manifest
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
     """Tokens per document (EOS excluded), read from the .idx files only."""
-    parts = [_index(e.bin_path, m.dtype).lengths for e in m.select(source, split)]
+    parts = [_index(e, m.dtype).lengths for e in m.select(source, split)]
     return (np.concatenate(parts) - 1) if parts else np.zeros(0, dtype=np.int32)
 
 
-def _index(bin_path: Path, dtype: str):
-    """A shard's parsed .idx; a missing or damaged one is one line naming it (exit 1)."""
+def _index(entry: ShardEntry, dtype: str):
+    """A shard's parsed .idx, as many documents and tokens as the manifest says it holds; a
+    missing or damaged one is one line naming it (exit 1). (A flipped length showed as a
+    document of a million tokens in the statistics.)"""
+    path = entry.bin_path.with_suffix(".idx")
     try:
-        return Shard(bin_path, dtype).index
+        index = Shard(entry.bin_path, dtype).index
     except (OSError, ShardFormatError) as exc:
-        raise _damaged(bin_path.with_suffix(".idx"), exc) from exc
+        raise _damaged(path, exc) from exc
+    tokens = int(index.lengths.sum(dtype=np.int64))
+    if (index.documents, tokens) != (entry.documents, entry.tokens):
+        raise _damaged(
+            path,
+            ValueError(
+                f"it describes {index.documents:,} documents of {tokens:,} tokens, the manifest "
+                f"{entry.documents:,} of {entry.tokens:,}"
+            ),
+        )
+    return index
 
 
 def _first_document(entry: ShardEntry, dtype: str) -> np.ndarray:

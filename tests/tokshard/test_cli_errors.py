@@ -436,12 +436,21 @@ def first_idx(folder: Path) -> Path:
     return sorted(folder.rglob("*.idx"))[0]
 
 
+def flip_a_length(folder: Path) -> None:
+    """One bit of the second document's length (its high byte: a document of millions of tokens)."""
+    idx = first_idx(folder)
+    data = bytearray(idx.read_bytes())
+    data[34 + 4 + 3] ^= 0x10  # header, the first length, the second's high byte
+    idx.write_bytes(bytes(data))
+
+
 DATA_FAULTS = [
     (["verify"], set_field(["shards", 0, "tokens"], "many"), "shard 0 'tokens' is 'many', not a whole number"),
     (["verify"], set_field(["dtype"], "int7"), "'dtype' is 'int7', not one of uint16, uint32"),
     (["inspect"], set_field(["shards", 0, "documents"], "12x"), "shard 0 'documents' is '12x'"),
     (["inspect"], lambda f: first_idx(f).unlink(), ".idx: No such file or directory; run `tokshard verify`"),
     (["inspect"], lambda f: first_idx(f).write_bytes(first_idx(f).read_bytes()[:20]), ".idx: index is truncated (20 bytes)"),
+    (["inspect"], flip_a_length, ".idx: it describes"),
     (["train", "--model", "tiny", "--seq-len", "32", "--steps", "1", "--manifest"], set_field(["shards", 1, "split"], "renamed"),
      "edited after `tokshard prepare` wrote it"),
     (["inspect"], set_field(["sources", "stdlib", "splits"], None), "source 'stdlib' 'splits' is None, not an object"),
@@ -452,7 +461,8 @@ DATA_FAULTS = [
 
 
 @pytest.mark.parametrize(("command", "change", "says"), DATA_FAULTS, ids=[
-    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-truncated-idx", "train-edited",
+    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-truncated-idx",
+    "inspect-flipped-length", "train-edited",
     "inspect-no-splits", "inspect-skipped", "verify-totals"])  # fmt: skip
 def test_damaged_data_is_one_line_and_exit_1(tmp_path, tmp_path_factory, command, change, says):
     from support import cached_manifest
