@@ -130,13 +130,13 @@ def validate_manifest(path: Path) -> dict:
     return data
 
 
-def run_prepare(recipe_dict: dict, out: Path, client=None, where: str = "test") -> Path:
+def run_prepare(recipe_dict: dict, out: Path, client=None, where: str = "test", log=None) -> Path:
     """Prepare in-process on the shared cluster (the CLI path has its own tests)."""
     from pipeline import recipe
     from pipeline.run.driver import RunOptions, prepare
 
     r = recipe.from_dict(recipe_dict, where)
-    path = prepare(r, out, RunOptions(client=client), log=lambda msg: None)
+    path = prepare(r, out, RunOptions(client=client), log=log or (lambda msg: None))
     validate_manifest(path)
     return path
 

@@ -120,10 +120,16 @@ def prepare(
                 raise
             if early is None:  # a rerun's, once its plan is found to be this recipe's
                 state.install_tokenizer(src, tok)
-            if _is_complete(state, plan):
-                log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
-                return state.manifest_location
             checkpoints = state.load_checkpoints(plan)
+            if _is_complete(state, plan):
+                damaged = state.kept_problems(plan, checkpoints, hashes=False)
+                if not damaged:
+                    log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
+                    return state.manifest_location
+                log(
+                    f"{state.location} is complete, but {len(damaged)} partitions' shards are missing or "
+                    f"cut since ({next(iter(damaged.values()))}); redoing them and writing the manifest again"
+                )
             _redo_damaged(state, plan, checkpoints, log)
             todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
             resumed = sum(1 for p in todo if checkpoints[p.key] is not None)

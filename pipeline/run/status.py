@@ -27,18 +27,21 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
     state = open_run_state(out)
     state.check_readable()
     plan = state.load_plan()
-    has_manifest = state.place.exists(manifest_mod.MANIFEST_NAME)
     if plan is None:
-        if has_manifest:
+        if state.place.exists(manifest_mod.MANIFEST_NAME):
             raise TokshardError(
                 f"{state.location} holds a manifest but no run state; use `tokshard inspect` on it"
             )
         raise TokshardError(f"{state.location} holds no tokshard run; start one with `tokshard prepare`")
+    # the run's own manifest, whole (one that is damaged, or another run's, a rerun writes again)
+    doc = state.manifest_doc()
+    has_manifest = doc is not None and doc.get("recipe_hash") == plan.identity_hash
     checkpoints = state.load_progress(plan, finished=has_manifest)
     holder = state.holder()
-    # what a rerun checks before it keeps them (hashes only if no prepare runs: one that runs
-    # checked them when it started); a damaged partition is redone whole
-    problems = {} if has_manifest else state.kept_problems(plan, checkpoints, hashes=holder is None)
+    # what a rerun checks before it keeps them (hashes only if no prepare runs and the run is
+    # not finished: one that runs checked them when it started, and a finished run's rerun looks
+    # at each shard's size alone); a damaged partition is redone whole
+    problems = state.kept_problems(plan, checkpoints, hashes=holder is None and not has_manifest)
     now = time.time()
     damaged: list[str] = []
     rows: dict[str, dict[str, Any]] = {}

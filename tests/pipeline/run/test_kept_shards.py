@@ -85,6 +85,39 @@ def test_status_of_undamaged_kept_shards_says_only_the_manifest_is_left(rerun_fo
     assert s["rerun"] == "write the manifest (all partitions are done)" and s["damaged"] == []
 
 
+@pytest.mark.parametrize("damage", ["deleted .bin", "deleted .idx", "cut .bin"])
+def test_a_finished_folder_whose_shard_went_missing_is_mended_by_its_rerun(
+    finished, tmp_path, docs, tokenizer_path, dask_client, damage
+):
+    """Its manifest still there: status said nothing was left and the rerun did nothing, so the
+    shard stayed missing while `inspect` said to rerun prepare. Both look at every shard's size
+    now (content is `verify`'s); the rerun redoes that partition and writes the manifest again."""
+    d, raw = finished
+    out = tmp_path / "out"
+    shutil.copytree(d / "out", out)
+    shard = sorted(out.glob("d/train/*.bin"))[1]
+    DAMAGE[damage](shard)
+    s = json.loads(cli("status", str(out), "--json", check=True).stdout)
+    assert s["rerun"].startswith("redo 1 partitions whose shards do not match their checkpoints"), s
+    assert not s["complete"]
+    said: list[str] = []
+    path = run_prepare(raw, out, dask_client, log=said.append)
+    assert any("is complete, but 1 partitions' shards are missing or cut since" in m for m in said), said
+    assert verify(path)[0] == []
+    assert np.array_equal(stream_of(path), plain_encode(tokenizer_path, docs[:80]))
+
+
+def test_status_of_a_finished_folder_with_a_manifest_that_is_not_its_own_says_the_rerun_writes_one(
+    finished, tmp_path
+):
+    d, _ = finished
+    out = tmp_path / "out"
+    shutil.copytree(d / "out", out)
+    (out / "manifest.json").write_text("{bad")
+    s = json.loads(cli("status", str(out), "--json", check=True).stdout)
+    assert s["rerun"] == "write the manifest (all partitions are done)" and not s["complete"]
+
+
 # --- 16. skipped bad records are said, not only counted in the manifest ----------------------------
 
 
