@@ -120,14 +120,16 @@ class RunLock:
 
 
 @contextlib.contextmanager
-def run_lock(out: Path, run_id: str | None = None) -> Iterator[RunLock]:
+def run_lock(out: Path, run_id: str | None = None, made_out: bool = False) -> Iterator[RunLock]:
     """Only one `prepare` per folder: a second one is refused, naming the holder.
 
     The holder then records its ``run_id`` in ``run-id`` (a separate file: reading the lock
     file itself in the holder's process would drop the lock), so that workers still busy
     for a driver that was killed see a newer run take over and stop at their next commit.
+    ``made_out``: this run made the folder (`_unmade` takes it back if the run fails at once).
     """
     path = state_dir(out) / "lock"
+    made_out, made_state = made_out or not out.exists(), not state_dir(out).exists()
     fd = lock_file(path)
     try:
         if not try_exclusive(fd, path):
@@ -138,9 +140,29 @@ def run_lock(out: Path, run_id: str | None = None) -> Iterator[RunLock]:
         lock = RunLock(fd, path, Holder.of_this_process(run_id))
         if run_id:
             write_json(state_dir(out) / RUN_ID_FILE, {"run": run_id})
-        yield lock
+        try:
+            yield lock
+        except BaseException:
+            if made_state:
+                _unmade(out, made_out)
+            raise
     finally:
         os.close(fd)
+
+
+def _unmade(out: Path, made_out: bool) -> None:
+    """Take back the run state a run that failed before its plan made (its lock and run id),
+    and the output folder if the run made it and it is empty: a mistyped glob or a usage error
+    on a new --out leaves no folder behind. A run that planned keeps everything (a rerun goes on)."""
+    folder = state_dir(out)
+    with contextlib.suppress(OSError):
+        if not {p.name for p in folder.iterdir()} <= {"lock", RUN_ID_FILE}:
+            return
+        for name in ("lock", RUN_ID_FILE):
+            (folder / name).unlink(missing_ok=True)
+        folder.rmdir()
+        if made_out:
+            out.rmdir()  # only if empty: anything the run left there stays
 
 
 def current_run(out: Path) -> str | None:

@@ -40,6 +40,8 @@ class FolderState(RunState):
     def __init__(self, place: LocalFolder) -> None:
         self.place = place
         self.out: Path = place.path("")
+        #: whether this run made the output folder (a run that fails at once takes it back)
+        self.made_out = False
 
     @property
     def manifest_location(self) -> Path:
@@ -49,6 +51,7 @@ class FolderState(RunState):
         if self.out.exists() and not self.out.is_dir():
             raise TokshardError(f"output {self.out} is a file, not a folder; choose another --out")
         claim_folder(self.place, "--out", "prepare", OWN_MARKER)
+        self.made_out = not self.out.exists()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -59,7 +62,7 @@ class FolderState(RunState):
             raise TokshardError(f"{self.out} is not a folder; pass the --out folder of a prepare run")
 
     def hold(self, run_id: str, log: Log) -> contextlib.AbstractContextManager[HeldRun]:
-        return folder_layout.run_lock(self.out, run_id)
+        return folder_layout.run_lock(self.out, run_id, self.made_out)
 
     def holder(self) -> Holder | None:
         return folder_layout.lock_holder(self.out)

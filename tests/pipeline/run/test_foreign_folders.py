@@ -141,3 +141,17 @@ def test_tokenizer_train_refuses_a_folder_that_already_holds_files(tmp_path, doc
         proc.stderr.strip(),
     ), proc.stderr
     assert snapshot(model) == before
+
+
+def test_a_run_refused_before_its_plan_leaves_no_folder_or_state_behind(tmp_path, tokenizer_path):
+    """A mistyped glob on a new --out made the folder and left its lock and run id there; in an
+    empty folder of the user's, the run state stayed. Neither is left now."""
+    missing = str(tmp_path / "nothing-*.jsonl")
+    new = tmp_path / "new"
+    proc = cli("prepare", "--input", missing, "--tokenizer", str(tokenizer_path), "--out", str(new))
+    assert proc.returncode == 2 and "no files match" in proc.stderr, proc.stderr
+    assert not new.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = cli("prepare", "--input", missing, "--tokenizer", str(tokenizer_path), "--out", str(empty))
+    assert proc.returncode == 2 and list(empty.iterdir()) == []
