@@ -574,14 +574,29 @@ def train(
     """Train a byte-level BPE (GPT-2 style) with EOS as its only special token. A bad record
     stops it as it stops `prepare` (``skip_bad``: counted instead); inputs with no document
     to learn from are refused, never a tokenizer of bytes alone."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    from pipeline.sources.files import iter_texts, list_files
+    from pipeline.sources.files import list_files
 
     files = list_files(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
+    made = not out_dir.exists()
     check_writable_dir(out_dir, "--out")
+    try:
+        return _train(files, vocab_size, out_dir, eos_token, text_field, skip_bad)
+    except BaseException:
+        if made:  # a failed run leaves no folder of its own behind (only if it is empty)
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
+
+
+def _train(
+    files: list[Any], vocab_size: int, out_dir: Path, eos_token: str, text_field: str, skip_bad: bool
+) -> Trained:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from pipeline.sources.files import iter_texts
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -134,7 +134,7 @@ def test_tokenizer_train_stops_at_a_record_without_the_field_and_names_text_fiel
         f"tokshard: error: {data}:1: bad record (missing field 'text'); fix it (or name the right field with "
         "--text-field), or rerun with --on-bad-record skip (nothing was written)"
     )
-    assert not (tmp_path / "tok" / "tokenizer.json").exists()
+    assert not (tmp_path / "tok").exists()  # "nothing was written": not even the folder
     named = train_tokenizer_cli(tmp_path, data, "--text-field", "content")
     assert named.returncode == 0 and named.stdout.strip().endswith("trained on 20 documents"), named.stderr
 
