@@ -50,6 +50,10 @@ def check_folder_names_differ(what: str, names: Iterable[str], where: str) -> No
             )
 
 
+#: how to name the field that holds the text, from the command line or a recipe
+NAME_THE_FIELD = "name the text's field with --text-field (text_field in a recipe)"
+
+
 def null_field(field: str) -> str:
     """A bad record's reason for a null text: the field is there, so "missing" would send a
     user looking for a typo in the column's name."""

@@ -171,7 +171,10 @@ def test_a_column_of_bytes_is_read_as_utf8_text(tmp_path, tokenizer_path, dask_c
 def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_path, dask_client):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"body": ["a"]}), path)
-    with pytest.raises(TokshardError, match=r"no column 'text' \(columns: body\); set text_field"):
+    with pytest.raises(
+        TokshardError,
+        match=r"no column 'text' \(columns: body\); name the text.s field with --text-field \(text_field in a recipe\)",
+    ):
         run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
 
 

@@ -98,7 +98,8 @@ def test_a_resume_continues_at_the_row_after_the_cursor(saved):
 def test_a_missing_or_non_text_column_is_one_line_naming_the_columns(tmp_path, docs):
     feather.write_feather(pa.table({"content": docs[:3], "n": [1, 2, 3]}), tmp_path / "a.arrow")
     with pytest.raises(
-        TokshardError, match=r"a\.arrow: no column 'text' \(columns: content, n\); set text_field"
+        TokshardError,
+        match=r"a\.arrow: no column 'text' \(columns: content, n\); name the text.s field with --text-field \(text_field in a recipe\)",
     ):
         list(iter_texts([str(tmp_path / "a.arrow")]))
     with pytest.raises(TokshardError, match=r"column 'n' is int64, not text"):

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input
-from pipeline.sources.base import Record
+from pipeline.sources.base import NAME_THE_FIELD, Record
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
@@ -39,11 +39,11 @@ class ArrowReader(Reader):
         schema = next(batches)
         if field not in schema.names:
             raise TokshardError(
-                f"{path}: no column {field!r} (columns: {', '.join(schema.names)}); set text_field"
+                f"{path}: no column {field!r} (columns: {', '.join(schema.names)}); {NAME_THE_FIELD}"
             )
         col_type = schema.field(field).type
         if not holds_text(col_type):
-            raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; set text_field")
+            raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; {NAME_THE_FIELD}")
         column = schema.get_field_index(field)
         wanted = None if piece.row_groups is None else set(piece.row_groups)
         last = None if piece.row_groups is None else max(piece.row_groups)
