@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     except TokshardError as exc:
         return _failed(exc)
+    except KeyboardInterrupt:  # Ctrl-C while `train`'s options load torch: nothing started yet
+        print("tokshard: interrupted before it started", file=sys.stderr)
+        return INTERRUPTED
     try:
         with stopping_signals_raise(), guarded_console():  # a console that goes away: trainer.console
             status = args.run(args)

@@ -29,11 +29,19 @@ class OneLineParser(argparse.ArgumentParser):
         return ns, rest
 
 
+#: the largest whole number any option takes: a count, a step or a seed is a 64-bit integer
+#: where it is used (numpy, torch's seed), and Python's own ints have no bound
+LARGEST_WHOLE = 2**63 - 1
+
+
 def _whole(text: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if abs(value) > LARGEST_WHOLE:
+        raise argparse.ArgumentTypeError(f"{text} is more than the largest number taken ({LARGEST_WHOLE:,})")
+    return value
 
 
 def positive_int(text: str) -> int:

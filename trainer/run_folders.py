@@ -218,6 +218,11 @@ def new_run_folder() -> Path:
             return folder
         except FileExistsError:
             continue
+        except OSError as exc:  # a working folder this user cannot write (cd /proc, a read-only mount)
+            raise TokshardError(
+                f"cannot make the run's folder {folder.absolute()} ({exc.strerror}); pass --run-dir DIR "
+                "(or --save DIR) in a place this user can write"
+            ) from exc
     raise TokshardError(f"{RUNS}: a thousand runs started in the second {stamp}; pass --run-dir DIR")
 
 

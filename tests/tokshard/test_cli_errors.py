@@ -150,6 +150,7 @@ MISTAKES = [
     (["train", "--manifest", "{root}/nowhere/manifest.json", "--model", "tiny"], "no manifest at"),
     (["train", "--model", "tiny"], "--manifest"),
     (["train", "--manifest", "{root}/bad-manifest"], "not a readable manifest"),
+    (["samples", "{root}/nowhere", "--steps", "1-99999999999999999999999"], "names a step past the largest taken"),
     # no command at all, and an unknown one
     ([], "required: COMMAND"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -275,6 +276,8 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
     cases = [("empty", "")]
     if is_number(action):
         cases += [("a word", "seven"), ("negative", "-1")]
+        if isinstance(action.type("7"), int):  # a step, a count, a seed: a 64-bit integer where used
+            cases.append(("past 64 bits", str(2**64)))
     if action.choices:
         cases.append(("unknown choice", "no-such-choice"))
     if takes_a_location(action):

@@ -160,3 +160,16 @@ def test_only_a_closed_stdout_counts_as_a_reader_that_quit():
     proc.stdin.close()
     assert [first.strip(), proc.stderr.read().strip()] == [b"False", b"True"]
     assert proc.wait(timeout=60) == 0
+
+
+def test_ctrl_c_while_the_options_load_is_one_line_and_exit_130(monkeypatch, capsys):
+    """`train`'s options import torch (a second or more): a Ctrl-C then came before the
+    command's own handler, as a KeyboardInterrupt traceback."""
+    from tokshard import cli as cli_module
+
+    def interrupted(**_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "build_parser", interrupted)
+    assert cli_module.main(["train", "--help"]) == 130
+    assert capsys.readouterr().err == "tokshard: interrupted before it started\n"

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import SMALL, cached_manifest, cli, launch, metrics
+from support import SMALL, cached_manifest, cli, launch, metrics, one_error_line
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,12 @@ def test_a_resume_logs_into_its_own_run_folder_and_refuses_another_runs(manifest
     launch(*resume, "--run-dir", str(halfway["run"]))
     assert [t["step"] for t in metrics(halfway["run"])[0]] == [1, 2, 3, 4]
     assert json.loads((halfway["run"] / "run.json").read_text())["start_step"] == 2
+
+
+def test_a_run_started_where_its_runs_folder_cannot_be_made_is_one_line(manifest):
+    """No --run-dir and a working folder this user cannot write (``cd /proc``): three chained
+    tracebacks came after the engine was built."""
+    proc = cli("train", *train_args(manifest), "--steps", "1", cwd="/proc")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert one_error_line(proc).startswith("tokshard: error: cannot make the run's folder /proc/runs/")
+    assert "pass --run-dir DIR (or --save DIR) in a place this user can write" in proc.stderr

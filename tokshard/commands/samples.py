@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.format.errors import DataError, TokshardError
 from tokshard.commands.command import Command
-from tokshard.usage import folder_arg, path_arg, positive_int
+from tokshard.usage import LARGEST_WHOLE, folder_arg, path_arg, positive_int
 from trainer.console import reader_left
 
 if TYPE_CHECKING:
@@ -23,6 +23,8 @@ def parse_steps(text: str) -> tuple[int, int]:
         a, b = int(lo), int(hi) if sep else int(lo)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected STEP or FIRST-LAST, got {text!r}") from None
+    if b > LARGEST_WHOLE:
+        raise argparse.ArgumentTypeError(f"{text} names a step past the largest taken ({LARGEST_WHOLE:,})")
     if a < 1 or b < a:
         raise argparse.ArgumentTypeError(f"steps count from 1 and FIRST <= LAST, got {text!r}")
     return a, b
