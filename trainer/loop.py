@@ -367,6 +367,7 @@ class Steps:
             model=plan.model.name,
             vocab_size=plan.model.limits.vocab_size,
             steps=self.settings.optim.steps,
+            zero_stage=plan.engine.zero_stage,
         )
 
     def _evaluate(self) -> float:

@@ -167,6 +167,7 @@ def saved_checkpoint(
         return None
     tag, saved = state.read_state(Path(settings.checkpoint.save))
     resume.check_model(saved, spec.name, spec.limits.vocab_size)
+    resume.check_zero_stage(saved, engine.zero_stage)
     resume.check_batch(
         saved, engine.global_batch, engine.batch_layout(), settings.checkpoint.allow_batch_change
     )

@@ -93,3 +93,25 @@ def test_a_run_started_where_its_runs_folder_cannot_be_made_is_one_line(manifest
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert one_error_line(proc).startswith("tokshard: error: cannot make the run's folder /proc/runs/")
     assert "pass --run-dir DIR (or --save DIR) in a place this user can write" in proc.stderr
+
+
+def test_a_resume_under_another_zero_stage_is_refused_and_the_checkpoint_kept(manifest, halfway, tmp_path):
+    """Saved under ZeRO 0, resumed with a ZeRO 3 config: an AssertionError deep in DeepSpeed's
+    loader, 40 lines of traceback."""
+    save = tmp_path / "ck"
+    shutil.copytree(halfway["save"], save)
+    before = contents(save)
+    config = Path(__file__).parents[2] / "trainer" / "configs" / "zero3-opt.json"
+    line = refused(
+        *train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(tmp_path / "r"),
+        "--deepspeed", str(config),
+    )  # fmt: skip
+    assert line == (
+        "tokshard: error: --resume: the checkpoint was saved under ZeRO stage 0, this run's --deepspeed "
+        "config asks for stage 3, and one stage cannot load another's files; resume with the --deepspeed "
+        "config it was saved with (stage 0), or start a new run in another --save"
+    )
+    lock = ".tokshard-train.lock"  # the lock file names whoever took it last
+    assert {k: v for k, v in contents(save).items() if k != lock} == {
+        k: v for k, v in before.items() if k != lock
+    }

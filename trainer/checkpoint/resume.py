@@ -57,6 +57,19 @@ def check_batch(saved: TrainerState, global_batch: int, how: str, allow: bool) -
     )
 
 
+def check_zero_stage(saved: TrainerState, stage: int) -> None:
+    """The ZeRO stage is the checkpoint's: each stage saves the optimizer's (and at stage 3 the
+    weights') shards in its own layout, which another stage cannot load (DeepSpeed failed with
+    an assertion deep in its loader)."""
+    was = saved.zero_stage
+    if was is not None and was != stage:
+        raise TokshardError(
+            f"--resume: the checkpoint was saved under ZeRO stage {was}, this run's --deepspeed config "
+            f"asks for stage {stage}, and one stage cannot load another's files; resume with the "
+            f"--deepspeed config it was saved with (stage {was}), or start a new run in another --save"
+        )
+
+
 def check_seed(saved: TrainerState, seed: int | None) -> int:
     """The run's seed: the checkpoint's (a ``--seed`` that differs is refused)."""
     if seed is not None and seed != saved.seed:

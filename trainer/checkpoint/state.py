@@ -147,6 +147,9 @@ class TrainerState:
     vocab_size: int | None = None
     #: the steps its learning-rate schedule ran to (None: not recorded)
     steps: int | None = None
+    #: the ZeRO stage its DeepSpeed state was saved under, which sets the files' layout (None:
+    #: not recorded by an older tokshard)
+    zero_stage: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +162,7 @@ class TrainerState:
             "model": self.model,
             "vocab_size": self.vocab_size,
             "steps": self.steps,
+            "zero_stage": self.zero_stage,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
             "batches": [
@@ -185,6 +189,7 @@ class TrainerState:
             model=d.get("model"),
             vocab_size=d.get("vocab_size"),
             steps=d.get("steps"),
+            zero_stage=d.get("zero_stage"),
         )
 
     def step_start(self, step: int) -> tuple[int, int]:
