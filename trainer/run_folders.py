@@ -11,6 +11,7 @@ look, to be replaced by the storage package's shared one.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -61,6 +62,9 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
     if os.environ.get("RANK", "0") != "0":
         yield
         return
+    for flag, folder in (("--save", settings.checkpoint.save), ("--run-dir", settings.log.run_dir)):
+        if folder:  # a run writing there now is the reason to name, not what it has written so far
+            _refuse_if_written_now(Path(folder), flag)
     folders = check_outputs(settings)
     distinct = [
         (f, d) for i, (f, d) in enumerate(folders) if not any(same_folder(d, o) for _, o in folders[:i])
@@ -98,6 +102,27 @@ def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
     return fd
 
 
+def _refuse_if_written_now(folder: Path, flag: str) -> None:
+    """Refuse, naming it, a run that holds ``folder``'s writer lock, before the folder's
+    contents are judged: its record there (no checkpoint yet) was taken for a stopped run's,
+    and the line said to remove the live run's files. Only a shared lock is tried, on a
+    read-only descriptor, so nothing is written and no holder is disturbed."""
+    path = folder / WRITER_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        raise TokshardError(
+            f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
+            "wait for it to end or stop it, then rerun"
+        ) from None
+    finally:
+        os.close(fd)
+
+
 def _holder_text(path: Path) -> str:
     try:
         holder = json.loads(path.read_bytes())
@@ -114,6 +139,14 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
     resume = settings.checkpoint.resume
     folders = writable_outputs(settings)
     latest = latest_tag(Path(save)) if save else None
+    if resume and save and latest is None:
+        held = folder_contents(Path(save))
+        if RUN_FILE in held or METRICS_FILE in held:
+            raise TokshardError(
+                f"--resume: --save {save} holds the record of a run that stopped before its first "
+                f"checkpoint ({listing(held)}), so there is nothing to resume; remove those files and "
+                "run without --resume to start again there, or choose another --save"
+            )
     if latest and not resume:
         raise TokshardError(
             f"--save {save} already holds checkpoints (latest: {latest}); "

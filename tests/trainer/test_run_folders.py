@@ -71,6 +71,12 @@ def test_a_save_folder_of_a_run_that_saved_no_checkpoint_says_there_is_nothing_t
     line = refused(*train_args(manifest), "--save", str(save))
     assert "holds the record of a run that saved no checkpoint (metrics.jsonl, run.json)" in line
     assert "nothing to resume" in line
+    # with --resume, the same folder says the same (it said to drop --resume, which said this)
+    line = refused(*train_args(manifest), "--save", str(save), "--resume")
+    assert (
+        "holds the record of a run that stopped before its first checkpoint (metrics.jsonl, run.json)" in line
+    )
+    assert "remove those files and run without --resume to start again there" in line
 
 
 def test_a_resume_logs_into_its_own_run_folder_and_refuses_another_runs(manifest, halfway, tmp_path):

@@ -179,6 +179,10 @@ def test_the_same_run_started_again_while_it_trains_is_refused_and_the_first_goe
         assert line.endswith(f"is writing into --save {save}; wait for it to end or stop it, then rerun"), (
             line
         )
+        # started again without --resume: the live run is the reason, not the checkpoints it
+        # wrote so far (the line said to pass --resume, or to remove the live run's files)
+        fresh = one_error_line(train(*args, code=2))
+        assert f"another `tokshard train` (pid {proc.pid} on " in fresh, fresh
         logged = steps_in(save / "metrics.jsonl")
         deadline = time.monotonic() + 120
         while (
