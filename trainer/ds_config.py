@@ -81,6 +81,10 @@ def check(cfg: dict[str, Any], where: str) -> None:
         raise TokshardError(f"{where}: ZeRO stage {stage!r} does not exist; use 0, 1, 2 or 3")
     for block, known in (("optimizer", _known_optimizer), ("scheduler", _known_scheduler)):
         section = cfg.get(block)
+        if section is None and block in cfg:
+            raise TokshardError(
+                f"{where}: {block} is null; give it as an object, or leave the key out for tokshard's own"
+            )
         if section is None:
             continue
         kind = section.get("type") if isinstance(section, dict) else None
@@ -93,6 +97,45 @@ def check(cfg: dict[str, Any], where: str) -> None:
         if not isinstance(params, dict):
             raise TokshardError(f"{where}: {block} params must be an object, not {params!r}")
     _check_nvme_offload(zero or {}, where)
+    _check_values(cfg, zero or {}, where)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_values(cfg: dict[str, Any], zero: dict[str, Any], where: str) -> None:
+    """The values DeepSpeed and torch use only at the first step (a traceback there, after the
+    run's record was written) or read as the wrong type in tokshard's own filling-in."""
+    for key in ("offload_optimizer", "offload_param"):
+        if key in zero and zero[key] is not None and not isinstance(zero[key], dict):
+            raise TokshardError(
+                f'{where}: zero_optimization.{key} must be an object such as {{"device": "cpu"}}, '
+                f"not {zero[key]!r}"
+            )
+    clip = cfg.get("gradient_clipping", 0.0)
+    if clip != AUTO and not (_is_number(clip) and clip >= 0):
+        raise TokshardError(
+            f'{where}: gradient_clipping must be a number >= 0 (0: none) or "auto", not {clip!r}'
+        )
+    every = cfg.get("steps_per_print", 10)
+    if every not in (None, AUTO) and not (
+        isinstance(every, int) and not isinstance(every, bool) and every >= 1
+    ):
+        raise TokshardError(f"{where}: steps_per_print must be a whole number >= 1, not {every!r}")
+    betas = ((cfg.get("optimizer") or {}).get("params") or {}).get("betas", AUTO)
+    if betas != AUTO and not (
+        isinstance(betas, list) and len(betas) == 2 and all(_is_number(b) and 0 <= b < 1 for b in betas)
+    ):
+        raise TokshardError(
+            f'{where}: optimizer betas must be two numbers in [0, 1), e.g. [0.9, 0.95], or "auto"; not {betas!r}'
+        )
+    for key, value in ((cfg.get("scheduler") or {}).get("params") or {}).items():
+        if value == AUTO or _is_number(value) or isinstance(value, bool):
+            continue
+        if key == "warmup_type" and value in ("linear", "log"):
+            continue
+        raise TokshardError(f'{where}: scheduler param {key} must be a number (or "auto"), not {value!r}')
 
 
 def _check_nvme_offload(zero: dict[str, Any], where: str) -> None:

@@ -113,8 +113,28 @@ def test_a_shard_listed_twice_is_refused_even_with_a_resealed_checksum(manifest,
         ),
         ({"optimizer": {"params": {"lr": 1e-3}}}, r"optimizer type None is not one DeepSpeed knows"),
         ({"scheduler": {"type": "Cosine"}}, r"scheduler type 'Cosine' is not one DeepSpeed knows"),
+        # each of these was a traceback: in tokshard's own filling-in, or in DeepSpeed or torch at
+        # the first step, after the run's record was written (and a rerun was then refused)
+        ({"optimizer": None}, r"optimizer is null; give it as an object, or leave the key out"),
+        ({"scheduler": None}, r"scheduler is null"),
+        (
+            {"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}},
+            r'zero_optimization.offload_optimizer must be an object such as \{"device": "cpu"\}',
+        ),
+        ({"gradient_clipping": "x"}, r"gradient_clipping must be a number >= 0 \(0: none\) or \"auto\", not 'x'"),
+        ({"steps_per_print": 0}, r"steps_per_print must be a whole number >= 1, not 0"),
+        (
+            {"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}},
+            r"optimizer betas must be two numbers in \[0, 1\)",
+        ),
+        (
+            {"scheduler": {"type": "WarmupCosineLR", "params": {"cos_min_ratio": "x"}}},
+            r"scheduler param cos_min_ratio must be a number",
+        ),
     ],
-    ids=["stage-4", "stage-string", "optimizer-typo", "optimizer-no-type", "scheduler-unknown"],
+    ids=["stage-4", "stage-string", "optimizer-typo", "optimizer-no-type", "scheduler-unknown", "optimizer-null",
+         "scheduler-null", "offload-a-string", "clipping-a-string", "print-every-0", "one-beta",
+         "scheduler-param-a-string"],  # fmt: skip
 )
 def test_an_invalid_deepspeed_config_is_one_line_naming_the_file(manifest, tmp_path, config, says):
     ds = tmp_path / "ds.json"
