@@ -121,7 +121,10 @@ def test_a_shard_listed_twice_is_refused_even_with_a_resealed_checksum(manifest,
             {"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}},
             r'zero_optimization.offload_optimizer must be an object such as \{"device": "cpu"\}',
         ),
-        ({"gradient_clipping": "x"}, r"gradient_clipping must be a number >= 0 \(0: none\) or \"auto\", not 'x'"),
+        (
+            {"gradient_clipping": "x"},
+            r"gradient_clipping must be a number >= 0 \(0: none\) or \"auto\", not 'x'",
+        ),
         ({"steps_per_print": 0}, r"steps_per_print must be a whole number >= 1, not 0"),
         (
             {"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}},
@@ -132,9 +135,20 @@ def test_a_shard_listed_twice_is_refused_even_with_a_resealed_checksum(manifest,
             r"scheduler param cos_min_ratio must be a number",
         ),
     ],
-    ids=["stage-4", "stage-string", "optimizer-typo", "optimizer-no-type", "scheduler-unknown", "optimizer-null",
-         "scheduler-null", "offload-a-string", "clipping-a-string", "print-every-0", "one-beta",
-         "scheduler-param-a-string"],  # fmt: skip
+    ids=[
+        "stage-4",
+        "stage-string",
+        "optimizer-typo",
+        "optimizer-no-type",
+        "scheduler-unknown",
+        "optimizer-null",
+        "scheduler-null",
+        "offload-a-string",
+        "clipping-a-string",
+        "print-every-0",
+        "one-beta",
+        "scheduler-param-a-string",
+    ],
 )
 def test_an_invalid_deepspeed_config_is_one_line_naming_the_file(manifest, tmp_path, config, says):
     ds = tmp_path / "ds.json"
