@@ -179,6 +179,7 @@ def check_text_head(path: str, head: bytes) -> None:
     if is_json_name(path):
         check_not_json_array(path, head)
     if known_kind(path) != ".txt":
+        check_not_pretty_printed(path, head)
         check_not_html(path, head)
 
 
@@ -204,6 +205,16 @@ def check_not_json_array(path: str, head: bytes) -> None:
         raise DataError(
             f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
             "(e.g. with jq -c '.[]') and name the converted file"
+        )
+
+
+def check_not_pretty_printed(path: str, head: bytes) -> None:
+    """A first line that is ``{`` alone opens one JSON object written over several lines (as
+    ``json.dump(..., indent=2)`` writes it): say so, not "malformed JSON" at line 1."""
+    if head.removeprefix(UTF8_BOM).strip() == b"{":
+        raise DataError(
+            f"{path} holds a JSON object written over several lines, not JSON Lines (one object per "
+            "line); convert it (e.g. with jq -c . or jq -c '.[]' for the array in it) and name the converted file"
         )
 
 

@@ -226,6 +226,22 @@ def test_a_json_file_holding_one_array_is_named_not_read_line_by_line(tmp_path, 
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("name", ["doc.json", "doc.jsonl", "doc.jsonl.gz"])
+def test_a_pretty_printed_json_object_is_named_not_read_line_by_line(tmp_path, tokenizer_path, name):
+    """``json.dump(obj, f, indent=2)``: its first line is ``{`` alone, which read as JSON Lines
+    was a "malformed JSON" record at line 1."""
+    text = json.dumps({"text": "one", "meta": {"id": 1}}, indent=2).encode()
+    if name.endswith(".gz"):
+        import gzip
+
+        text = gzip.compress(text)
+    (tmp_path / name).write_bytes(text)
+    proc = cli("prepare", "--input", name, "--tokenizer", str(tokenizer_path), "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{name} holds a JSON object written over several lines, not JSON Lines" in one_error_line(proc)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_one_file_named_twice_is_read_once(tmp_path, docs, tokenizer_path, dask_client, monkeypatch):
     write_jsonl(tmp_path / "a.jsonl", docs[:20])
     monkeypatch.chdir(tmp_path)
