@@ -181,13 +181,20 @@ def find(path: str | os.PathLike) -> Path:
         raise TokshardError(
             f"{path} is a URL; this command reads a local manifest (or see `tokshard train --help`)"
         )
-    p = Path(path)
-    if p.is_dir():
-        p = p / MANIFEST_NAME
+    given = Path(path)
+    p = given / MANIFEST_NAME if given.is_dir() else given
     if not p.is_file():
-        hint = (
-            " (is `tokshard prepare` still running? `tokshard status DIR` tells)" if p.parent.is_dir() else ""
-        )
+        if p.parent.is_dir() and (p is not given or given.name == MANIFEST_NAME):
+            hint = " (is `tokshard prepare` still running? `tokshard status DIR` tells)"
+        elif not given.exists():
+            pattern = any(c in str(path) for c in "*?[")
+            hint = ": there is no such file or folder" + (
+                " (a pattern such as 'runs/*' is expanded by the shell only where it is not quoted)"
+                if pattern
+                else ""
+            )
+        else:
+            hint = ""
         raise TokshardError(f"no manifest at {p}{hint}")
     return p
 

@@ -143,6 +143,7 @@ MISTAKES = [
     # verify
     (["verify", "{root}/nowhere/manifest.json"], "no manifest at"),
     (["verify", "{root}/bad-manifest"], "not a readable manifest"),
+    (["verify", "{root}/runs-*"], "runs-*: there is no such file or folder (a pattern such as 'runs/*' is expanded"),
     # inspect
     (["inspect", "{root}/nowhere"], "no manifest at"),
     (["inspect", "{root}/nowhere", "--plot"], "no manifest at"),
