@@ -76,13 +76,13 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     else:
         step, samples = 0, 0
         history = (BatchSpan(0, 0, global_batch),)
-    if dist.is_main:
-        write_json(run_dir / RUN_FILE, started_record(plan, dist, engine, config, step, samples))
     end = settings.end
-    if step >= end:
+    if step >= end:  # the run's record stays the one of the part that trained (a rerun is a no-op)
         log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
         log.close()
         return {"step": step, "samples": samples}
+    if dist.is_main:
+        write_json(run_dir / RUN_FILE, started_record(plan, dist, engine, config, step, samples))
 
     data = plan.data
     if data.fetchers:

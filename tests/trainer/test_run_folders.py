@@ -121,3 +121,16 @@ def test_a_resume_under_another_zero_stage_is_refused_and_the_checkpoint_kept(ma
     assert {k: v for k, v in contents(save).items() if k != lock} == {
         k: v for k, v in before.items() if k != lock
     }
+
+
+def test_a_resume_with_nothing_left_to_train_writes_no_run_record(manifest, halfway, tmp_path):
+    """Its checkpoint at step 2, asked to train to step 2 (a finished job requeued): nothing to
+    do, exit 0, and no run.json for the no-op (one was written over the record of the run that
+    trained, its steps and start step the no-op's)."""
+    save, run = tmp_path / "ck", tmp_path / "run"
+    shutil.copytree(halfway["save"], save)
+    args = [a if a != "4" else "2" for a in train_args(manifest)]  # --steps 2
+    proc = cli("train", *args, "--resume", "--save", str(save), "--run-dir", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the checkpoint is at step 2; nothing to do up to step 2" in proc.stdout + proc.stderr
+    assert not (run / "run.json").exists()
