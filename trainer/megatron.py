@@ -12,7 +12,8 @@ The command's options are in ``tokshard/commands/megatron_args.py``.
 from __future__ import annotations
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.verify import files_faults
 from trainer.data import source_owners, sources_with_split
 
 
@@ -36,6 +37,9 @@ def blend(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, flo
         share = weights.get(s, 0.0) / total
         for e in shards[s]:
             if share > 0 and e.tokens:
+                faults = files_faults(e)
+                if faults:  # the blend would name it, and Megatron fail on it at its start
+                    raise DataError(f"{owners[s].path}: {faults[0]} (`tokshard verify` shows every fault)")
                 prefix = owners[s].real_folder / e.rel_path.removesuffix(".bin")
                 out += [repr(share * e.tokens / tokens[s]), str(prefix)]
     return out

@@ -173,3 +173,14 @@ def test_ctrl_c_while_the_options_load_is_one_line_and_exit_130(monkeypatch, cap
     monkeypatch.setattr(cli_module, "build_parser", interrupted)
     assert cli_module.main(["train", "--help"]) == 130
     assert capsys.readouterr().err == "tokshard: interrupted before it started\n"
+
+
+def test_megatron_args_refuses_a_manifest_whose_shard_is_missing(spaced, tmp_path):
+    """It printed the missing shard's prefix, exit 0, and Megatron failed at its start."""
+    copy = tmp_path / "copy"
+    shutil.copytree(spaced, copy)
+    gone = sorted(copy.rglob("*.bin"))[0]
+    gone.unlink()
+    proc = cli("megatron-args", str(copy))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert f"{gone.name} is missing (`tokshard verify` shows every fault)" in one_error_line(proc)
