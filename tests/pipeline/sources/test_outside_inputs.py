@@ -212,9 +212,28 @@ def test_suffixes_in_any_case_and_json_files_read_as_json_lines(
     assert hashes[0] and hashes[0] == hashes[1]
 
 
-@pytest.mark.parametrize("name", ["array.json", "array.json.gz"])
-def test_a_json_file_holding_one_array_is_named_not_read_line_by_line(tmp_path, tokenizer_path, name):
-    text = json.dumps([{"text": "one"}, {"text": "two"}], indent=1).encode()
+ONE_JSON_VALUE = {
+    "array.json": (
+        [{"text": "one"}, {"text": "two"}],
+        "holds one JSON array, not JSON Lines (one object per line)",
+    ),
+    "array.json.gz": ([{"text": "one"}, {"text": "two"}], "holds one JSON array, not JSON Lines"),
+    # ``json.dump(obj, f, indent=2)``: its first line, ``{`` alone, was a "malformed JSON" record
+    "doc.json": (
+        {"text": "one", "meta": {"id": 1}},
+        "holds a JSON object written over several lines, not JSON Lines",
+    ),
+    "doc.jsonl": ({"text": "one", "meta": {"id": 1}}, "holds a JSON object written over several lines"),
+    "doc.jsonl.gz": ({"text": "one", "meta": {"id": 1}}, "holds a JSON object written over several lines"),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_JSON_VALUE))
+def test_a_file_holding_one_json_value_over_several_lines_is_named_not_read_line_by_line(
+    tmp_path, tokenizer_path, name
+):
+    value, says = ONE_JSON_VALUE[name]
+    text = json.dumps(value, indent=1).encode()
     if name.endswith(".gz"):
         import gzip
 
@@ -222,23 +241,7 @@ def test_a_json_file_holding_one_array_is_named_not_read_line_by_line(tmp_path, 
     (tmp_path / name).write_bytes(text)
     proc = cli("prepare", "--input", name, "--tokenizer", str(tokenizer_path), "--out", "out", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert f"{name} holds one JSON array, not JSON Lines (one object per line)" in one_error_line(proc)
-    assert not (tmp_path / "out" / "manifest.json").exists()
-
-
-@pytest.mark.parametrize("name", ["doc.json", "doc.jsonl", "doc.jsonl.gz"])
-def test_a_pretty_printed_json_object_is_named_not_read_line_by_line(tmp_path, tokenizer_path, name):
-    """``json.dump(obj, f, indent=2)``: its first line is ``{`` alone, which read as JSON Lines
-    was a "malformed JSON" record at line 1."""
-    text = json.dumps({"text": "one", "meta": {"id": 1}}, indent=2).encode()
-    if name.endswith(".gz"):
-        import gzip
-
-        text = gzip.compress(text)
-    (tmp_path / name).write_bytes(text)
-    proc = cli("prepare", "--input", name, "--tokenizer", str(tokenizer_path), "--out", "out", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
-    assert f"{name} holds a JSON object written over several lines, not JSON Lines" in one_error_line(proc)
+    assert f"{name} {says}" in one_error_line(proc)
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
