@@ -110,7 +110,9 @@ def locate(spec: str, revision: str | None = None) -> Path:
     looks_local = spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1
     if looks_local:
         raise TokshardError(
-            f"no tokenizer at {spec}; pass a tokenizer.json, a folder holding one, or a hub name"
+            f"no tokenizer at {spec}"
+            + ("" if path.is_absolute() else f" (looked for from {Path.cwd()}, where tokshard runs)")
+            + "; pass a tokenizer.json, a folder holding one, or a hub name"
         )
     if spec in TIKTOKEN_ENCODINGS:  # no hub repo has such a name: say what to pass instead
         copy = TIKTOKEN_ENCODINGS[spec]

@@ -31,6 +31,15 @@ def test_missing_local_tokenizer_is_a_clear_error(tmp_path):
         locate(str(tmp_path))
 
 
+def test_a_missing_relative_tokenizer_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    """A recipe's ``tokenizer = "tok.json"`` is read from where tokshard runs, not the recipe's
+    folder (its ``paths`` are): the line says which folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TokshardError) as err:
+        locate("tok.json")
+    assert f"no tokenizer at tok.json (looked for from {tmp_path}, where tokshard runs)" in str(err.value)
+
+
 def test_a_link_to_no_tokenizer_is_named_as_a_link_not_looked_up_on_the_hub(tmp_path, monkeypatch):
     """``--tokenizer tok`` where ``tok`` is a symbolic link whose target is gone: a local path
     the user meant, not a hub repo named "tok"."""
