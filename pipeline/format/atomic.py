@@ -49,7 +49,7 @@ def file_or_nothing(path: Path, hint: str) -> bool:
     replace that thing itself, and reading it to see whose it is may wait forever or never end."""
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (the write says what is in the way)
         return False
     if stat.S_ISREG(st.st_mode):
         return True
