@@ -11,7 +11,6 @@ look, to be replaced by the storage package's shared one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -20,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.atomic import check_writable_dir, disk_error, lock_file, try_exclusive
+from pipeline.format.atomic import check_writable_dir, disk_error, held_by_another, lock_file, try_exclusive
 from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import refuse_url
 from trainer.checkpoint.state import latest_tag
@@ -105,22 +104,13 @@ def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
 def _refuse_if_written_now(folder: Path, flag: str) -> None:
     """Refuse, naming it, a run that holds ``folder``'s writer lock, before the folder's
     contents are judged: its record there (no checkpoint yet) was taken for a stopped run's,
-    and the line said to remove the live run's files. Only a shared lock is tried, on a
-    read-only descriptor, so nothing is written and no holder is disturbed."""
+    and the line said to remove the live run's files. Nothing is written, no holder disturbed."""
     path = folder / WRITER_LOCK
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
+    if held_by_another(path):
         raise TokshardError(
             f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
             "wait for it to end or stop it, then rerun"
-        ) from None
-    finally:
-        os.close(fd)
+        )
 
 
 def _holder_text(path: Path) -> str:

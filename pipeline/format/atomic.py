@@ -286,6 +286,23 @@ def lock_file(path: Path) -> int:
         raise disk_error(exc, path) from exc
 
 
+def held_by_another(path: Path) -> bool:
+    """Whether another process holds the lock file ``path`` now, asked without disturbing it:
+    only a shared lock is tried, on a read-only descriptor (never call this in the process that
+    holds the lock: closing any descriptor of a file drops that process's POSIX locks on it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def try_exclusive(fd: int, path: Path) -> bool:
     """Take the exclusive POSIX lock on ``fd`` (the lock file ``path``) if no other process
     holds it. It lasts until the descriptor is closed or the process ends, however it ends (a

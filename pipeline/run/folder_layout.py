@@ -21,7 +21,6 @@ partition's lock here directly.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import threading
@@ -29,7 +28,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.format.atomic import TMP_SUFFIX, disk_error, lock_file, try_exclusive, write_bytes, write_json
+from pipeline.format.atomic import (
+    TMP_SUFFIX,
+    disk_error,
+    held_by_another,
+    lock_file,
+    try_exclusive,
+    write_bytes,
+    write_json,
+)
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import finalize
 from pipeline.run.records import Checkpoint, Holder, holder_text
@@ -129,7 +136,7 @@ def run_lock(out: Path, run_id: str | None = None, made_out: bool = False) -> It
     ``made_out``: this run made the folder (`_unmade` takes it back if the run fails at once).
     """
     path = state_dir(out) / "lock"
-    made_out, made_state = made_out or not out.exists(), not state_dir(out).exists()
+    made_state = not state_dir(out).exists()
     fd = lock_file(path)
     try:
         if not try_exclusive(fd, path):
@@ -177,22 +184,10 @@ def current_run(out: Path) -> str | None:
 def lock_holder(out: Path) -> Holder | None:
     """Who holds the run lock now (None if nobody), without disturbing them.
 
-    Only a shared lock is tried, on a read-only descriptor: it cannot take the lock away.
-    (Never call this in the process that holds the run lock: closing any descriptor of a
-    file drops that process's POSIX locks on it.)
+    (`held_by_another`: never call this in the process that holds the run lock.)
     """
     path = state_dir(out) / "lock"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return _settled_holder(path)
-    finally:
-        os.close(fd)
-    return None
+    return _settled_holder(path) if held_by_another(path) else None
 
 
 def _settled_holder(path: Path, tries: int = 5) -> Holder:
