@@ -121,7 +121,7 @@ def prepare(
             if early is None:  # a rerun's, once its plan is found to be this recipe's
                 state.install_tokenizer(src, tok)
             checkpoints = state.load_checkpoints(plan)
-            if _is_complete(state, plan):
+            if state.holds_its_manifest(plan):
                 damaged = state.kept_problems(plan, checkpoints, hashes=False)
                 if not damaged:
                     log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
@@ -279,12 +279,6 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
         partitions=partitions,
     )
     return plan
-
-
-def _is_complete(state: RunState, plan: Plan) -> bool:
-    """Whether the output already holds this run's manifest (a rerun after the end)."""
-    doc = state.manifest_doc()
-    return doc is not None and doc.get("recipe_hash") == plan.identity_hash
 
 
 def _samples(plan: Plan, recipe: Recipe, limit: int = 64) -> list[str]:

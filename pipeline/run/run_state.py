@@ -169,6 +169,12 @@ class RunState(ABC):
 
     # --- the manifest --------------------------------------------------------------------
 
+    def holds_its_manifest(self, plan: Plan) -> bool:
+        """Whether the output holds this run's own manifest, whole (a rerun after the end; one
+        that is damaged, or another run's, is written again)."""
+        doc = self.manifest_doc()
+        return doc is not None and doc.get("recipe_hash") == plan.identity_hash
+
     def manifest_doc(self) -> dict[str, Any] | None:
         """The manifest's content (None: none, or not readable as JSON)."""
         data = self.place.read_bytes(manifest_mod.MANIFEST_NAME)

@@ -33,9 +33,7 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
                 f"{state.location} holds a manifest but no run state; use `tokshard inspect` on it"
             )
         raise TokshardError(f"{state.location} holds no tokshard run; start one with `tokshard prepare`")
-    # the run's own manifest, whole (one that is damaged, or another run's, a rerun writes again)
-    doc = state.manifest_doc()
-    has_manifest = doc is not None and doc.get("recipe_hash") == plan.identity_hash
+    has_manifest = state.holds_its_manifest(plan)
     checkpoints = state.load_progress(plan, finished=has_manifest)
     holder = state.holder()
     # what a rerun checks before it keeps them (hashes only if no prepare runs and the run is
