@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from support import cli, write_jsonl
 
+from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
 from tokshard.usage import file_arg, folder_arg, path_arg
 
@@ -444,7 +445,7 @@ def flip_a_length(folder: Path) -> None:
     """One bit of the second document's length (its high byte: a document of millions of tokens)."""
     idx = first_idx(folder)
     data = bytearray(idx.read_bytes())
-    data[34 + 4 + 3] ^= 0x10  # header, the first length, the second's high byte
+    data[HEADER.size + 4 + 3] ^= 0x10  # header, the first length, the second's high byte
     idx.write_bytes(bytes(data))
 
 
