@@ -31,6 +31,7 @@ import numpy as np
 
 from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.file_kind import require_file
 from pipeline.format.manifest import Manifest, ShardEntry, content_hash
 from pipeline.format.shard_reader import (
     DTYPES,
@@ -429,7 +430,7 @@ def check_shard_size(entry: ShardEntry, dtype: str, itemsize: int) -> None:
             f"{dtype}; the manifest is damaged, re-run `tokshard prepare`"
         )
     try:
-        size = entry.bin_path.stat().st_size
+        size = require_file(entry.bin_path).st_size
     except OSError as exc:
         raise DataError(f"{entry.bin_path}: {exc.strerror}; is the prepared folder complete?") from exc
     if size == entry.bytes:

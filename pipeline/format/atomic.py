@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.file_kind import kind_of
 
 TMP_SUFFIX = ".tmp"
 
@@ -37,11 +38,6 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-#: what a path that is not a file is, by its type's test
-NOT_A_FILE = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a device"),
-              (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
-
-
 def file_or_nothing(path: Path, hint: str) -> bool:
     """Whether a file is at ``path`` (False: nothing is), before one is written there. Anything
     else (a pipe, ``/dev/stdout``, a device, a folder) is refused in one line ending in ``hint``:
@@ -53,9 +49,8 @@ def file_or_nothing(path: Path, hint: str) -> bool:
         return False
     if stat.S_ISREG(st.st_mode):
         return True
-    kind = next((name for test, name in NOT_A_FILE if test(st.st_mode)), "not a file")
     raise TokshardError(
-        f"{path} is {kind}, not a file: tokshard writes a file whole and renames it there; {hint}"
+        f"{path} is {kind_of(st.st_mode)}, not a file: tokshard writes a file whole and renames it there; {hint}"
     )
 
 

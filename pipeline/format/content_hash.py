@@ -11,6 +11,8 @@ import os
 
 import xxhash
 
+from pipeline.format.file_kind import require_file
+
 HASH_NAME = "xxh3_128"
 READ_CHUNK = 1 << 24
 
@@ -33,6 +35,7 @@ def file_hash(path: str | os.PathLike, limit: int | None = None) -> str:
     """Hash of a file (or its first ``limit`` bytes) in the form the manifest records."""
     h = new_hasher()
     remaining = limit
+    require_file(path)
     with open(path, "rb") as f:
         while remaining is None or remaining > 0:
             chunk = f.read(READ_CHUNK if remaining is None else min(READ_CHUNK, remaining))
@@ -45,5 +48,6 @@ def file_hash(path: str | os.PathLike, limit: int | None = None) -> str:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
+    require_file(path)
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()

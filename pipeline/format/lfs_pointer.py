@@ -10,6 +10,7 @@ import os
 import re
 
 from pipeline.format.errors import DataError
+from pipeline.format.file_kind import not_a_file
 
 MAX_BYTES = 1024
 START = b"version https://git-lfs.github.com/spec/"
@@ -30,6 +31,8 @@ def size_stood_for(data: bytes) -> int | None:
 def is_pointer_file(path: str | os.PathLike) -> bool:
     """Is the local file at ``path`` a Git LFS pointer (False where it cannot be read)?"""
     try:
+        if not_a_file(path):  # a pipe would wait forever on open
+            return False
         with open(path, "rb") as f:
             return size_stood_for(f.read(MAX_BYTES)) is not None
     except OSError:

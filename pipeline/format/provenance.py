@@ -39,6 +39,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pipeline.format.file_kind import require_file
+
 MAGIC = b"TKORIGIN"
 VERSION = 2
 #: versions `decode` reads (1: the inputs table uncompressed)
@@ -136,6 +138,7 @@ def decode(raw: bytes, where: str | os.PathLike = "sidecar") -> Origins:
 def read(path: str | os.PathLike) -> Origins:
     path = Path(path)
     try:
+        require_file(path)
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ProvenanceError(f"{path}: provenance sidecar is missing") from None

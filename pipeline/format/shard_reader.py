@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.file_kind import require_file
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -71,6 +72,7 @@ class ShardIndex:
 def read_index(path: str | os.PathLike) -> ShardIndex:
     """Parse a Megatron .idx file, refusing anything that is not exactly the layout."""
     path = Path(path)
+    require_file(path)
     raw = path.read_bytes()
     if len(raw) < HEADER.size:
         raise ShardFormatError(f"{path}: index is truncated ({len(raw)} bytes)")
@@ -93,6 +95,7 @@ def read_index(path: str | os.PathLike) -> ShardIndex:
 
 def read_dtype_code(path: str | os.PathLike) -> int:
     """The dtype code in an .idx header, reading the header alone (a start-up check)."""
+    require_file(path)
     with open(path, "rb") as f:
         head = f.read(HEADER.size)
     if len(head) < HEADER.size:
@@ -153,7 +156,7 @@ class Shard:
     @cached_property
     def tokens(self) -> np.ndarray:
         """All tokens of the shard as a read-only memory map (no copy, no read-ahead)."""
-        if self.bin_path.stat().st_size == 0:
+        if require_file(self.bin_path).st_size == 0:
             return np.empty(0, dtype=self.dtype)
         try:
             return np.memmap(self.bin_path, dtype=self.dtype, mode="r")

@@ -13,6 +13,7 @@ from pipeline.format import lfs_pointer
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.content_hash import file_hash, sha256_file
 from pipeline.format.errors import DataError, VerifyError
+from pipeline.format.file_kind import not_a_file
 from pipeline.format.provenance import ProvenanceError
 from pipeline.format.provenance import read as read_origins
 from pipeline.format.shard_reader import Shard
@@ -75,8 +76,9 @@ def files_faults(entry: manifest_mod.ShardEntry) -> list[str]:
     a Git LFS pointer (a prepared folder in a repo, cloned without git-lfs), a .bin of another size."""
     name = entry.rel_path
     for p in (entry.bin_path, entry.idx_path):
-        if not p.is_file():
-            return [f"{name}: {p.name} is missing"]
+        found = not_a_file(p)
+        if found:
+            return [f"{name}: {p.name} is {_said(found)}"]
     pointers = [p.suffix for p in (entry.bin_path, entry.idx_path) if lfs_pointer.is_pointer_file(p)]
     if pointers:
         return [f"{name}: {p} is a Git LFS pointer, not the file; {lfs_pointer.FETCH}" for p in pointers]
@@ -84,6 +86,10 @@ def files_faults(entry: manifest_mod.ShardEntry) -> list[str]:
     if size != entry.bytes:
         return [f"{name}: .bin is {size} bytes, the manifest says {entry.bytes} (truncated or replaced)"]
     return []
+
+
+def _said(found: str) -> str:
+    return found if found == "missing" else f"{found}, not a file"
 
 
 def check_shard(
@@ -117,8 +123,9 @@ def check_origins(entry: manifest_mod.ShardEntry, documents: int) -> list[str]:
     if entry.origin_hash is None:
         return []
     name = entry.rel_path
-    if not entry.origin_path.is_file():
-        return [f"{name}: {entry.origin_path.name} (provenance) is missing"]
+    found = not_a_file(entry.origin_path)
+    if found:
+        return [f"{name}: {entry.origin_path.name} (provenance) is {_said(found)}"]
     if file_hash(entry.origin_path) != entry.origin_hash:
         return [f"{name}: {entry.origin_path.name} content hash differs from the manifest (corrupted)"]
     try:
