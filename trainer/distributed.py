@@ -66,6 +66,20 @@ def single_process_env() -> None:
 
 #: what DeepSpeed's import says on a machine without a GPU (`import_deepspeed` leaves it out)
 CPU_WARNING = "Setting accelerator to CPU"
+#: what DeepSpeed's WarmupCosineLR warns at every start: its own constructor asks for the rate
+#: before step 0, and sets the first step's rate (0, as it should) from the answer
+SCHEDULER_START_WARNING = "Attempting to get learning rate from scheduler before it has started"
+
+
+class LeavingOut(logging.Filter):
+    """Drops a logger's records that contain ``text`` (a warning about nothing wrong)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def import_deepspeed() -> Any:
@@ -90,6 +104,7 @@ def import_deepspeed() -> Any:
         rest = [line for line in said.getvalue().splitlines(keepends=True) if CPU_WARNING not in line]
         sys.stderr.write("".join(rest))
     logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
+    logger.addFilter(LeavingOut(SCHEDULER_START_WARNING))
     return deepspeed
 
 
