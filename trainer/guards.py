@@ -17,8 +17,15 @@ from trainer.settings import EvalSettings, ModelSettings, TrainSettings
 
 
 def check_stop_at(settings: TrainSettings) -> None:
-    if settings.stop_at is not None and settings.stop_at > settings.optim.steps:
+    if settings.stop_at is None:
+        return
+    if settings.stop_at > settings.optim.steps:
         raise TokshardError(f"--stop-at {settings.stop_at} is past --steps {settings.optim.steps}")
+    if settings.checkpoint.save is None:  # it would stop there and keep nothing to continue from
+        raise TokshardError(
+            f"--stop-at {settings.stop_at} stops the run to continue it later, from a checkpoint in "
+            "--save; add --save DIR (or end the run there with --steps)"
+        )
 
 
 def check_doc_mask(model: ModelSettings) -> None:

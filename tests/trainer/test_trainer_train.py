@@ -303,6 +303,14 @@ def test_mix_naming_an_unknown_source_is_refused(manifest):
         cli.main(["--manifest", str(manifest), *SMALL, "--mix", "stdlib=1,wiki=2"])
 
 
+def test_stop_at_without_save_is_refused(manifest):
+    """It would stop early and keep nothing to continue from."""
+    with pytest.raises(
+        TokshardError, match=r"--stop-at 2 stops the run to continue it later.*add --save DIR"
+    ):
+        cli.main(["--manifest", str(manifest), *SMALL, "--steps", "4", "--stop-at", "2"])
+
+
 def test_command_line_errors_are_one_line_and_exit_2(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
