@@ -64,14 +64,16 @@ def build_parser(options_of: Collection[str] | None = None) -> argparse.Argument
         p = commands.add_parser(command.name, help=command.summary, **command.parser_settings())
         if options_of is None or command.name in options_of:
             command.add_options(p)
-        p.set_defaults(run=command.run, after_stop=command.after_stop)
+        p.set_defaults(run=command.run, after_stop=command.after_stop, usage=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser(options_of=_command_in(argv)).parse_args(argv)
+        args, rest = build_parser(options_of=_command_in(argv)).parse_known_args(argv)
+        if rest:
+            args.usage.unrecognized(rest)
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
     except TokshardError as exc:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import os
+import re
 from typing import Any
 
 from pipeline.format.errors import TokshardError
@@ -27,6 +29,15 @@ class OneLineParser(argparse.ArgumentParser):
         if empty:
             self.error(f"argument {empty}: must not be empty")
         return ns, rest
+
+    def unrecognized(self, words: list[str]) -> None:
+        """Refuse what this command does not take, with the option a typo most likely meant
+        (argparse names the top parser and offers none)."""
+        options = re.findall(r"--[\w-]+", self.format_usage())  # hidden options are not offered
+        typed = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
+        close = difflib.get_close_matches(typed, options, n=1) if typed else []
+        meant = f"; did you mean {close[0]}?" if close else ""
+        self.error(f"unrecognized arguments: {' '.join(words)}{meant}")
 
 
 #: the largest whole number any option takes: a count, a step or a seed is a 64-bit integer

@@ -105,3 +105,11 @@ def test_partition_bytes_takes_a_size_with_a_unit_as_data_cache_limit_does(given
 def test_partition_bytes_below_the_smallest_partition_is_refused_as_a_usage_error(capsys):
     assert main(["prepare", "--input", "a.jsonl", "--partition-bytes", "4000"]) == 2
     assert "argument --partition-bytes: expected 4096 bytes or more, got '4000'" in capsys.readouterr().err
+
+
+def test_an_unknown_option_is_named_under_its_command_with_what_it_likely_meant(capsys):
+    assert main(["prepare", "--input", "x.jsonl", "--tokenizr", "t", "--out", "o"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "tokshard: error: prepare: unrecognized arguments: --tokenizr; did you mean --tokenizer? "
+        "(see `tokshard prepare --help`)"
+    )
