@@ -54,13 +54,13 @@ def load(run_dir: str | Path) -> Metrics:
     evals: dict[int, dict[str, Any]] = {}
     unreadable = 0
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TokshardError(f"cannot read {path}: {exc}") from exc
-    for line in text.splitlines():
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TokshardError(f"cannot read {path}: {exc.strerror}") from exc
+    for line in raw.splitlines():  # a crash may leave a line of other bytes: it is one line lost
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             record = None
         kind = line_kind(record)
         if kind == "eval":

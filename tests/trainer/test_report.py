@@ -111,6 +111,8 @@ def test_plot_skips_lines_another_tool_wrote_and_counts_them(tmp_path):
         f.write(
             '{"step": 3, "loss": "high"}\n{"step": 4, "loss": 1.0}\n{"step": 7, "eval_loss": null}\n[1, 2]\n'
         )
+    with open(tmp_path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 6, "loss": 1.0, \xff\xfe}\n')  # not UTF-8: a disk's garbage after a crash
     proc = cli("plot", str(tmp_path))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert "5 steps" in proc.stdout and "4 unreadable line(s) skipped" in proc.stdout
+    assert "5 steps" in proc.stdout and "5 unreadable line(s) skipped" in proc.stdout
