@@ -368,6 +368,7 @@ class Steps:
             vocab_size=plan.model.limits.vocab_size,
             steps=self.settings.optim.steps,
             zero_stage=plan.engine.zero_stage,
+            data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
         )
 
     def _evaluate(self) -> float:

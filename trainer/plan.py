@@ -7,6 +7,7 @@ start-up. The result is a frozen ``Plan`` that the rest of the run only reads.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -62,6 +63,12 @@ class ResumePoint:
     allowed_changes: tuple[str, ...] = ()
     #: mixture changes and added sources
     schedule_changes: tuple[str, ...] = ()
+
+    @property
+    def data_replaced_at(self) -> int:
+        """The last step trained on data this run no longer has (0: none), as its checkpoints
+        record it: the checkpoint's step where this resume accepted a data change."""
+        return self.state.step if self.allowed_changes else self.state.data_replaced_at
 
 
 @dataclass(frozen=True)
@@ -197,7 +204,8 @@ def resumed_schedule(
 def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule) -> DataState:
     """What this run's checkpoints record of its data."""
     return DataState(
-        manifests=tuple(str(m.path) for m in manifests),
+        # absolute: `tokshard samples` reads them from wherever it is run (a URL's: its cache view)
+        manifests=tuple(os.path.abspath(m.path) for m in manifests),
         fingerprints=tuple(m.fingerprint() for m in manifests),
         seq_len=data.seq_len,
         train_split=data.train_split,

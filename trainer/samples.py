@@ -114,6 +114,13 @@ class RunData:
         return self.state.step
 
     def step_positions(self, step: int) -> np.ndarray:
+        replaced = self.state.data_replaced_at
+        if step <= replaced:  # the schedule and manifests recorded are the data's after the change
+            raise DataError(
+                f"samples: step {step} trained on data the run replaced after step {replaced} "
+                f"(`train --resume --allow-data-change`); the checkpoint fixes the samples of steps "
+                f"{replaced + 1} on, so ask for those"
+            )
         start, global_batch = self.state.step_start(step)
         return np.arange(start, start + global_batch, dtype=np.int64)
 

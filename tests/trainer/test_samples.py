@@ -7,6 +7,7 @@ Each command is a real `tokshard` process against a real checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,33 @@ def test_a_folder_prepared_again_is_refused_and_the_data_where_it_is_now_is_show
         shutil.move(kept, run["data"])
 
 
+@pytest.fixture(scope="module")
+def changed(run, tmp_path_factory) -> Path:
+    """The run resumed at step 4 on other windows of its data (--seq-len 24, where it had 32,
+    accepted by --allow-data-change), its manifest named relative to the folder it ran in."""
+    save = tmp_path_factory.mktemp("changed") / "ck"
+    shutil.copytree(run["save"], save)
+    relative = os.path.relpath(run["data"], REPO)  # `launch` runs in the repository's folder
+    launch("--manifest", relative, *SMALL, "--seq-len", "24", "--micro-batch", "2", "--steps", "6",
+           "--save", str(save), "--resume", "--allow-data-change")  # fmt: skip
+    return save
+
+
+def test_steps_trained_before_a_data_change_are_refused_not_shown_on_the_new_data(changed):
+    line = one_line(cli("samples", str(changed), "--steps", "3-5"), 1)
+    assert line == (
+        "tokshard: error: samples: step 3 trained on data the run replaced after step 4 (`train --resume "
+        "--allow-data-change`); the checkpoint fixes the samples of steps 5 on, so ask for those"
+    )
+
+
+def test_a_manifest_named_relative_to_the_runs_folder_is_found_from_any_folder(changed, tmp_path):
+    proc = cli("samples", str(changed), "--steps", "5", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records and all(r["trained"] and r["tokens"][1] - r["tokens"][0] == 25 for r in records)  # 24 + 1
+
+
 def test_manifests_without_the_runs_sources_are_one_line(run, tmp_path):
     other = make_manifest(tmp_path / "extra", packages=EXTRA, tokenizer_of=run["data"] / "manifest.json")
     line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--manifest", str(other)), 1)
@@ -75,6 +103,15 @@ def test_steps_after_the_checkpoint_are_said_to_be_untrained(run):
     assert {(r["step"], r["trained"]) for r in records} == {(3, True), (4, True), (5, False), (6, False)}
     text = cli("samples", str(run["save"]), "--steps", "4-5").stdout
     assert "step 4 |" in text and "step 5 (not trained) |" in text
+
+
+def test_steps_past_the_runs_steps_say_which_resume_would_train_them(run):
+    """The run ends at --steps 6: a resume with the same settings trains nothing after it."""
+    proc = cli("samples", str(run["save"]), "--steps", "7")
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "shown as a --resume with --steps 7 or more would train them (the run's --steps is 6)" in proc.stderr
+    )
 
 
 @pytest.mark.parametrize("reads", [0, 1], ids=["reader-gone-at-once", "head-1"])

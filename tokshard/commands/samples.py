@@ -132,9 +132,15 @@ def untrained_note(run: RunData, first: int, last: int) -> str:
     """What to say of asked steps after the checkpoint's: the run never recorded them trained."""
     lo = max(first, run.trained_to + 1)
     steps = f"step {lo} comes" if lo == last else f"steps {lo}-{last} come"
+    planned = run.state.steps
+    how = (
+        "shown as a --resume with the same settings would train them"
+        if planned is None or last <= planned
+        else f"shown as a --resume with --steps {last} or more would train them (the run's --steps is {planned})"
+    )
     return (
         f"{steps} after the checkpoint ({run.tag}, step {run.trained_to}): not trained as far as the run "
-        "recorded; shown as a --resume with the same settings would train them"
+        f"recorded; {how}"
     )
 
 
