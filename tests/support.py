@@ -466,12 +466,14 @@ def make_manifest(
     val_docs: int = 8,
     packages: dict[str, tuple[str, ...]] = SOURCES,
     tokenizer_of: Path | None = None,
+    more: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write shards + manifest.json under ``out``; the last ``val_docs`` documents of each
     source form its ``validation`` split. ``tokenizer_of`` reuses another manifest's tokenizer
-    (a corpus prepared later for the same run). Returns the manifest's path."""
+    (a corpus prepared later for the same run); ``more`` adds sources of these documents.
+    Returns the manifest's path."""
     out.mkdir(parents=True, exist_ok=True)
-    texts = docstring_corpus(packages)
+    texts = {**docstring_corpus(packages), **(more or {})}
     tok_path = out / manifest_mod.TOKENIZER_NAME
     if tokenizer_of is not None:
         tok_path.write_bytes(manifest_mod.load(tokenizer_of).tokenizer_path.read_bytes())
@@ -500,7 +502,7 @@ def make_manifest(
             }
         sources[name] = {
             "type": "files",
-            "origin": {"stdlib_packages": list(packages[name])},
+            "origin": {"stdlib_packages": list(packages.get(name, ()))},
             "splits": splits,
         }
     recipe = {"sources": {name: {"type": "files"} for name in texts}}

@@ -172,6 +172,47 @@ def eval_sources(manifests: list[Manifest], evaluation: EvalSettings) -> list[st
     return sources
 
 
+def windowless(manifests: list[Manifest], split: str, sources: list[str], seq_len: int) -> dict[str, int]:
+    """Of ``sources``, those whose ``split`` holds less than one window of ``seq_len`` + 1
+    tokens, with their tokens (from the manifests' counts)."""
+    tokens = {s: sum(e.tokens for m in manifests for e in m.select(s, split)) for s in sources}
+    return {s: n for s, n in tokens.items() if n - 1 < seq_len}
+
+
+def too_short(source: str, split: str, tokens: int, seq_len: int) -> str:
+    return (
+        f"source {source!r} split {split!r} has {tokens} tokens, fewer than one window of "
+        f"--seq-len {seq_len} + 1"
+    )
+
+
+def trainable(
+    sources: list[str], split: str, mix: dict[str, float] | None, short: dict[str, int], seq_len: int
+) -> list[str]:
+    """The sources to train on plain windows: one too short for a window is left out where
+    ``--mix`` gives it no weight, and refused where it would be trained."""
+    for s, tokens in short.items():
+        if mix is None or mix[s] > 0:
+            raise TokshardError(
+                f"{too_short(s, split, tokens, seq_len)}; use a shorter --seq-len, leave it out of --mix, "
+                "or pack documents with --packing best-fit (which pads a short one)"
+            )
+    return [s for s in sources if s not in short]
+
+
+def evaluable(sources: list[str], split: str, short: dict[str, int], seq_len: int) -> list[str]:
+    """The sources evaluated: one too short for a window is left out (said at the start); if
+    that leaves none, evaluation is refused."""
+    kept = [s for s in sources if s not in short]
+    if sources and not kept:
+        s, tokens = next(iter(short.items()))
+        raise TokshardError(
+            f"{too_short(s, split, tokens, seq_len)}, and no source's is longer: nothing to evaluate; "
+            "use a shorter --seq-len, or --eval-every 0 to train without evaluation"
+        )
+    return kept
+
+
 def checked_mix(sources: list[str], split: str, mix: dict[str, float] | None) -> dict[str, float] | None:
     """``--mix`` weights over the training sources (None when not given), naming only those."""
     if mix is None:
@@ -179,7 +220,8 @@ def checked_mix(sources: list[str], split: str, mix: dict[str, float] | None) ->
     unknown = sorted(set(mix) - set(sources))
     if unknown:
         raise TokshardError(
-            f"--mix names {', '.join(unknown)}, which have no {split!r} split in the manifest "
+            f"--mix names {', '.join(unknown)}, which {'has' if len(unknown) == 1 else 'have'} no {split!r} "
+            "split in the manifest "
             f"(sources: {', '.join(sources)})"
         )
     return {s: mix.get(s, 0.0) for s in sources}

@@ -25,6 +25,7 @@ from trainer.api import micro_batch_positions
 from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, how_to_continue, tag_for
+from trainer.data import sources_with_split
 from trainer.engine import build_engine
 from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
@@ -167,11 +168,16 @@ def data_notes(plan: Plan) -> list[str]:
                 "them continues each where it stopped"
             )
     if data.eval_set is not None:
+        split = settings.eval.split
+        held = sources_with_split(list(data.manifests), split)
         unevaluated = [s for s in data.train_sources if s not in data.eval_set.sources]
         if unevaluated:
+            why = [
+                f"{s!r} ({'shorter than one window' if s in held else f'no {split!r} split'})"
+                for s in unevaluated
+            ]
             notes.append(
-                f"evaluation on {settings.eval.split!r} leaves out {', '.join(repr(s) for s in unevaluated)} "
-                f"(no {settings.eval.split!r} split); evaluated: {', '.join(data.eval_set.sources)}"
+                f"evaluation on {split!r} leaves out {', '.join(why)}; evaluated: {', '.join(data.eval_set.sources)}"
             )
     return notes
 

@@ -112,9 +112,20 @@ def prepare(settings: TrainSettings) -> Plan:
         check_manifest(m, spec.limits, settings.data.seq_len, verify=settings.data.verify)
     source_owners(manifests)
     split = settings.data.train_split
+    seq_len = settings.data.seq_len
     trained = guards.train_sources(manifests, split)
     evaluated = guards.eval_sources(manifests, settings.eval)
+    evaluated = guards.evaluable(
+        evaluated,
+        settings.eval.split,
+        guards.windowless(manifests, settings.eval.split, evaluated, seq_len),
+        seq_len,
+    )
     mix = guards.checked_mix(trained, split, settings.data.mix)
+    if not settings.data.packing.packed:  # best-fit pads a document shorter than a window
+        short = guards.windowless(manifests, split, trained, seq_len)
+        trained = guards.trainable(trained, split, mix, short, seq_len)
+        mix = {s: w for s, w in mix.items() if s in trained} if mix is not None else None
     cuda = torch.cuda.is_available()
     engine = ds_config.settle(
         settings.optim,

@@ -402,3 +402,52 @@ def test_folders_made_with_different_tokenizers_are_refused(manifest, tmp_path):
     edit(other, lambda d: d["tokenizer"].update(sha256="0" * 64), reseal=True)
     with pytest.raises(TokshardError, match=r"its tokenizer differs from .*; every --manifest of a run"):
         cli.main(["--manifest", str(manifest), "--manifest", str(other), *SMALL])
+
+
+# --- a source shorter than one window -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_a_tiny_source(tmp_path_factory) -> Path:
+    """stdlib and asyncio, and 'tiny': ten two-word documents, its train and validation splits
+    each shorter than one window of --seq-len 32."""
+    from support import make_manifest
+
+    return make_manifest(tmp_path_factory.mktemp("tiny"), more={"tiny": [f"word {i}" for i in range(10)]})
+
+
+def test_a_source_shorter_than_a_window_that_mix_leaves_out_does_not_stop_training(with_a_tiny_source):
+    from trainer.plan import prepare
+
+    args = ["--manifest", str(with_a_tiny_source), "--model", "tiny", "--seq-len", "32", "--eval-every", "1"]
+    plan = prepare(cli.parse([*args, "--mix", "stdlib=1,asyncio=1"]))
+    assert plan.data.train_sources == ["stdlib", "asyncio"]
+    assert plan.data.eval_set.sources == ["stdlib", "asyncio"]
+
+
+def test_a_source_shorter_than_a_window_that_would_be_trained_names_three_ways_out(with_a_tiny_source):
+    from trainer.plan import prepare
+
+    args = ["--manifest", str(with_a_tiny_source), "--model", "tiny", "--seq-len", "32"]
+    with pytest.raises(TokshardError) as refused:
+        prepare(cli.parse(args))
+    assert str(refused.value).startswith("source 'tiny' split 'train' has ")
+    assert str(refused.value).endswith(
+        "fewer than one window of --seq-len 32 + 1; use a shorter --seq-len, leave it out of --mix, "
+        "or pack documents with --packing best-fit (which pads a short one)"
+    )
+
+
+def test_a_packed_source_without_a_whole_evaluation_window_is_trained_and_said_unevaluated(
+    with_a_tiny_source,
+):
+    from trainer.loop import data_notes
+    from trainer.plan import prepare
+
+    args = ["--manifest", str(with_a_tiny_source), "--model", "tiny", "--seq-len", "32", "--eval-every", "1"]
+    plan = prepare(cli.parse([*args, "--packing", "best-fit"]))
+    assert plan.data.train_sources == ["stdlib", "asyncio", "tiny"]
+    assert (
+        "evaluation on 'validation' leaves out 'tiny' (shorter than one window); evaluated: stdlib, asyncio"
+        in data_notes(plan)
+    )
