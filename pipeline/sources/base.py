@@ -71,6 +71,23 @@ def bad_record(where: str, reason: str, kept: str = "work done so far is kept") 
     return DataError(f"{where}: bad record ({reason}); {fix}, or rerun with --on-bad-record skip ({kept})")
 
 
+def check_size(value: Any, what: str, minimum: int) -> int:
+    """A recipe's size setting: a byte count, or a size as the command line takes it ("16MiB")."""
+    from pipeline.storage.data_cache import parse_size
+
+    refused = TokshardError(
+        f'{what} must be a size of at least {minimum} bytes (such as "16MiB" or {16 << 20}), got {value!r}'
+    )
+    if isinstance(value, str):
+        try:
+            value = parse_size(value)
+        except TokshardError:
+            raise refused from None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise refused
+    return value
+
+
 def check_globs(value: Any, what: str) -> list[str]:
     """A glob or a list of globs, as the user wrote it, as a list of non-empty strings."""
     globs = [value] if isinstance(value, str) else value

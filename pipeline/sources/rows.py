@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.provenance import Input
-from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name
+from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name, check_size
 from pipeline.sources.hub import (
     FileLayout,
     Repo,
@@ -119,9 +119,7 @@ class HubSource(Source):
                 check_path_name("split", s, table): check_globs(p, f"{table} data_files.{s}")
                 for s, p in data_files.items()
             }
-        pb = cfg["partition_bytes"]
-        if not isinstance(pb, int) or isinstance(pb, bool) or pb < 1:
-            raise TokshardError(f"{table} partition_bytes must be a positive integer")
+        cfg["partition_bytes"] = check_size(cfg["partition_bytes"], f"{table} partition_bytes", 1)
         return cfg
 
     # --- where the files are -----------------------------------------------------------

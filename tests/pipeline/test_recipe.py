@@ -63,3 +63,21 @@ def test_workers_in_a_recipe_is_the_run_s_unless_the_command_line_gives_it(tmp_p
     path.write_text("workers = 3\n" + RECIPE)
     assert recipe.load(path).settings.workers == 3
     assert recipe.load(path, overrides={"workers": 1}).settings.workers == 1
+
+
+@pytest.mark.parametrize(("value", "size"), [('"16MiB"', 16 << 20), ('"20kb"', 20_000), ("65536", 65536)])
+def test_partition_bytes_takes_a_size_as_the_command_line_does(tmp_path, value, size):
+    path = tmp_path / "r.toml"
+    path.write_text(RECIPE + f"partition_bytes = {value}\n")
+    assert recipe.load(path).sources["text"]["partition_bytes"] == size
+
+
+@pytest.mark.parametrize("value", ['"lots"', '"1KiB"', "true", "-5"])
+def test_partition_bytes_that_is_no_size_of_4096_or_more_is_one_line(tmp_path, value):
+    path = tmp_path / "r.toml"
+    path.write_text(RECIPE + f"partition_bytes = {value}\n")
+    with pytest.raises(
+        TokshardError,
+        match=r'\[sources\.text\] partition_bytes \("auto" or a size\) must be a size of at least 4096 bytes',
+    ):
+        recipe.load(path)

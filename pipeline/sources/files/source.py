@@ -16,6 +16,7 @@ from pipeline.sources.base import (
     check_folder_names_differ,
     check_globs,
     check_path_name,
+    check_size,
     gc_paused,
 )
 from pipeline.sources.files.access import file_size
@@ -74,10 +75,11 @@ class FilesSource(Source):
             for s, p in splits.items()
         }
         check_folder_names_differ("split", cfg["splits"], table)
-        pb = cfg["partition_bytes"]
-        if pb != "auto" and (not isinstance(pb, int) or isinstance(pb, bool) or pb < MIN_PARTITION_BYTES):
-            raise TokshardError(
-                f'{where}: [sources.{name}] partition_bytes must be "auto" or an integer >= {MIN_PARTITION_BYTES}'
+        if cfg["partition_bytes"] != "auto":  # else sized from each split's input
+            cfg["partition_bytes"] = check_size(
+                cfg["partition_bytes"],
+                f'{where}: [sources.{name}] partition_bytes ("auto" or a size)',
+                MIN_PARTITION_BYTES,
             )
         return cfg
 
