@@ -183,6 +183,10 @@ def rank_and_micro(offset: int, layout: Layout) -> dict[str, int]:
 
 def find_save_dir(run_dir: Path) -> Path:
     """The folder with the checkpoints: RUN_DIR itself, or the --save its run.json names."""
+    if not run_dir.is_dir():
+        raise TokshardError(
+            f"samples: {run_dir} is not a folder; pass the run's --save folder (or its run dir)"
+        )
     if latest_tag(run_dir):
         return run_dir
     run_json = run_dir / RUN_FILE

@@ -132,3 +132,11 @@ def test_decode_without_the_manifests_tokenizer_is_one_line(run, tmp_path):
     (copy / "tokenizer.json").unlink()
     line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--decode", "--manifest", str(copy)), 1)
     assert f"samples --decode: cannot read the manifest's tokenizer {copy / 'tokenizer.json'}" in line
+
+
+def test_a_run_folder_that_does_not_exist_is_named_so(tmp_path):
+    line = one_line(cli("samples", str(tmp_path / "nowhere"), "--steps", "1"), 2)
+    assert line == (
+        f"tokshard: error: samples: {tmp_path / 'nowhere'} is not a folder; pass the run's --save folder "
+        "(or its run dir)"
+    )
