@@ -24,14 +24,14 @@ from trainer import distributed, remote
 from trainer.api import micro_batch_positions
 from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
-from trainer.checkpoint.state import BatchSpan, TrainerState, how_to_continue, tag_for
+from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
 from trainer.engine import build_engine
 from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
-from trainer.run_folders import RUN_FILE, one_writer, run_folder, run_record
+from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record
 from trainer.settings import TrainSettings
 from trainer.stop_request import StoppedBySignal, StopRequest
 

@@ -260,3 +260,19 @@ def recorded_save(run_json: dict[str, Any]) -> str | None:
     if isinstance(settings, dict):
         return (settings.get("checkpoint") or {}).get("save")
     return (run_json.get("args") or {}).get("save")
+
+
+def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
+    """What a stopped run's last line says: where it can continue from, and how."""
+    if save_dir is None:
+        return "nothing was saved (no --save)"
+    latest = latest_tag(save_dir)
+    if latest is None and not folder_contents(save_dir):
+        return f"it stopped before writing anything into {save_dir}: rerun the same command to start again"
+    if latest is None:
+        return (
+            f"no checkpoint was saved in {save_dir}, so there is nothing to resume; start again in another "
+            "--save, or empty this one"
+        )
+    how = "rerun the same command" if resumed else "rerun it with --resume"
+    return f"the last checkpoint is {save_dir / latest}: {how} to continue from there"

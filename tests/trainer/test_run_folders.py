@@ -135,3 +135,17 @@ def test_a_resume_with_nothing_left_to_train_writes_no_run_record(manifest, half
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"the checkpoint is at step \d+; nothing to do up to step 1", proc.stdout), proc.stdout
     assert not (run / "run.json").exists()
+
+
+def test_a_run_stopped_before_writing_anything_is_told_to_rerun_the_same_command(tmp_path):
+    """A SIGTERM before the first step leaves only the writer's lock in --save: a rerun there works."""
+    from trainer.run_folders import WRITER_LOCK, how_to_continue
+
+    save = tmp_path / "ck"
+    save.mkdir()
+    (save / WRITER_LOCK).write_text("{}")
+    assert how_to_continue(save, resumed=False) == (
+        f"it stopped before writing anything into {save}: rerun the same command to start again"
+    )
+    (save / "run.json").write_text("{}")
+    assert how_to_continue(save, resumed=False).startswith(f"no checkpoint was saved in {save}, so")

@@ -347,8 +347,8 @@ def run(args: argparse.Namespace) -> int:
     """Train; Ctrl-C, SIGTERM and SIGHUP end in one line saying where the run can continue from.
     With ``--save``, SIGTERM (a job's time limit) first saves the step in progress
     (`trainer.stop_request`)."""
-    from trainer.checkpoint.state import how_to_continue
     from trainer.loop import train
+    from trainer.run_folders import how_to_continue
     from trainer.stop_request import StoppedBySignal
 
     settings = settings_from(args)

@@ -258,17 +258,3 @@ def other_checkpoints(save_dir: Path, tag: str) -> str:
 
 def write_state(save_dir: Path, tag: str, state: TrainerState) -> None:
     write_json(state_path(save_dir, tag), state.to_json())
-
-
-def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
-    """What a stopped run's last line says: where it can continue from, and how."""
-    if save_dir is None:
-        return "nothing was saved (no --save)"
-    latest = latest_tag(save_dir)
-    if latest is None:
-        return (
-            f"no checkpoint was saved in {save_dir}, so there is nothing to resume; start again in another "
-            "--save, or empty this one"
-        )
-    how = "rerun the same command" if resumed else "rerun it with --resume"
-    return f"the last checkpoint is {save_dir / latest}: {how} to continue from there"
