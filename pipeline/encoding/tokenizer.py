@@ -121,7 +121,11 @@ def locate(spec: str, revision: str | None = None) -> Path:
             f"tokenizer {spec!r} is a tiktoken encoding's name, not a tokenizer.json or hub repo; {instead} "
             "a tokenizer.json converted from its ranks (transformers' TikTokenConverter)"
         )
-    return _from_hub(spec, revision)
+    return _from_hub(spec.removeprefix(HUB_PREFIX), revision)
+
+
+#: how `tokshard train --model` names a hub model; a tokenizer's hub name may carry it too
+HUB_PREFIX = "hf:"
 
 
 def _from_hub(repo: str, revision: str | None) -> Path:
@@ -131,6 +135,7 @@ def _from_hub(repo: str, revision: str | None) -> Path:
         EntryNotFoundError,
         GatedRepoError,
         HfHubHTTPError,
+        HFValidationError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -138,6 +143,11 @@ def _from_hub(repo: str, revision: str | None) -> Path:
 
     try:
         path = Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
+    except HFValidationError as exc:  # `my tok`, `gpt2@main`: no hub repo can have that name
+        raise TokshardError(
+            f"no tokenizer at {repo!r}, and it cannot be a hub repo's name (a name is OWNER/NAME of letters, "
+            "digits, '-', '_' and '.'); pass a tokenizer.json, a folder holding one, or a hub name such as gpt2"
+        ) from exc
     except LocalEntryNotFoundError as exc:  # offline, or the hub unreachable: nothing cached
         raise TokshardError(
             f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "

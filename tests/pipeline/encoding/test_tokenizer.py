@@ -82,6 +82,36 @@ def test_a_tokenizer_in_a_gated_hub_repo_says_to_accept_its_terms(tmp_path):
     )
 
 
+@pytest.mark.parametrize("name", ["my tok", "gpt2@main", "acme/tok--x"])
+def test_a_name_no_hub_repo_can_have_is_one_line(tmp_path, monkeypatch, name):
+    """The hub client's own validation error was a traceback."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TokshardError) as err:
+        locate(name)
+    assert str(err.value).startswith(f"no tokenizer at {name!r}") and "a hub name such as gpt2" in str(
+        err.value
+    )
+
+
+def test_a_hub_name_written_as_train_writes_models_is_the_hub_name(tmp_path, gpt2_tokenizer_path):
+    """``--tokenizer hf:acme/tok``, as ``train --model hf:...`` names a hub model: the repo acme/tok
+    (resolved offline from the hub cache, in the cache's own layout)."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--acme--tok"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit / "tokenizer.json").write_bytes(gpt2_tokenizer_path.read_bytes())
+    data = write_jsonl(tmp_path / "in.jsonl", ["hello world"])
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    proc = cli("prepare", "--input", str(data), "--tokenizer", "hf:acme/tok", "--out", str(tmp_path / "out"),
+               "--workers", "1", env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert manifest.load(tmp_path / "out" / "manifest.json").data["tokenizer"]["sha256"] == sha256_file(
+        gpt2_tokenizer_path
+    )
+
+
 def test_hub_name_offline_fails_fast_and_names_the_fix(tmp_path):
     started = time.monotonic()
     proc = cli(
