@@ -214,8 +214,16 @@ def _build(spec: EncoderSpec) -> tuple[object, Callable[[], Vocabulary]] | Verdi
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a layout we do not know
         return _unknown_layout(exc)
-    except Exception as exc:
+    except BaseException as exc:
+        if not failed_inside(exc):
+            raise
         return Verdict(False, f"{candidate} cannot read this tokenizer ({type(exc).__name__}: {exc})")
+
+
+def failed_inside(exc: BaseException) -> bool:
+    """Whether ``exc`` is a library's own failure, which refuses that back end: any Exception,
+    or a Rust panic (pyo3's PanicException derives from BaseException, as Ctrl-C does)."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
 
 def _unknown_layout(exc: Exception) -> Verdict:
@@ -267,14 +275,18 @@ def _documents(samples: Callable[[], list[str]]) -> list[str]:
 def _ids(encoder, docs: list[str], candidate: str) -> list | Verdict:
     try:
         return encoder.encode_batch(docs)
-    except Exception as exc:
+    except BaseException as exc:
+        if not failed_inside(exc):
+            raise
         return Verdict(False, _failed(candidate, exc))
 
 
 def _probed(probe: Probe, docs: list[str]) -> list | None:
     try:
         return probe(docs)
-    except Exception:  # a worker lost, a timeout: the check builds the candidate here instead
+    except BaseException as exc:  # a worker lost, a timeout: the check builds the candidate here instead
+        if not failed_inside(exc):
+            raise
         return None
 
 
@@ -331,7 +343,9 @@ def _static_check(
         return _unknown_layout(exc)
     try:
         found = static_difference(fast, reference, vocab)
-    except Exception as exc:
+    except BaseException as exc:
+        if not failed_inside(exc):
+            raise
         found = _failed(candidate, exc)
     if found:
         return Verdict(False, found)

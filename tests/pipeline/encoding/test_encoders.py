@@ -287,6 +287,33 @@ def test_where_only_tiktoken_parts_from_tokenizers_auto_takes_fastokens(
     assert ids(FastokensEncoder(str(path)), texts) == ids(TokenizersEncoder(str(path)), texts)
 
 
+def _special_token_at_the_largest_id(spec):
+    """tokenizers renumbers it to the next free id; fastokens panics (a Rust index out of bounds)."""
+    spec["added_tokens"].append(
+        {
+            "id": 2**32 - 1,
+            "content": "<|max|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }  # fmt: skip
+    )
+
+
+def test_a_panic_inside_fastokens_refuses_it_and_auto_goes_on_to_the_next(
+    tmp_path, docs, gpt2_tokenizer_path
+):
+    """pyo3's PanicException is a BaseException: it went past every `except Exception` as a traceback."""
+    path = edited(gpt2_tokenizer_path, tmp_path / "tokenizer.json", _special_token_at_the_largest_id)
+    with pytest.raises(TokshardError, match=r"fastokens cannot read this tokenizer \(PanicException: "):
+        decide("fastokens", str(path), lambda: docs[:5])
+    decision = decide("auto", str(path), lambda: docs[:5])
+    assert decision.name == "tiktoken", decision.reason
+    assert "fastokens not used, fastokens cannot read this tokenizer (PanicException: " in decision.reason
+
+
 def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing_string(tmp_path, docs):
     # letters and spaces only: tiktoken drops the text between matches, tokenizers keeps it
     tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
