@@ -289,17 +289,8 @@ def test_where_only_tiktoken_parts_from_tokenizers_auto_takes_fastokens(
 
 def _special_token_at_the_largest_id(spec):
     """tokenizers renumbers it to the next free id; fastokens panics (a Rust index out of bounds)."""
-    spec["added_tokens"].append(
-        {
-            "id": 2**32 - 1,
-            "content": "<|max|>",
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }  # fmt: skip
-    )
+    flags = dict.fromkeys(("single_word", "lstrip", "rstrip", "normalized"), False)
+    spec["added_tokens"].append({"id": 2**32 - 1, "content": "<|max|>", **flags, "special": True})
 
 
 def test_a_panic_inside_fastokens_refuses_it_and_auto_goes_on_to_the_next(
