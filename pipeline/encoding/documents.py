@@ -122,6 +122,12 @@ class _Pending:
     cursor: Cursor | None = None
     progress: int = 0
 
+    def named(self, i: int) -> str:
+        """Document ``i`` as an error names it: its record's ``where``, and its place where known
+        (a good record's ``where`` is its file alone: finding its line costs a read)."""
+        input_ = self.inputs[i]
+        return self.wheres[i] if input_ is None else f"{self.wheres[i]} ({input_.unit} {self.places[i]})"
+
 
 def safe_cut(text: str, target: int, pre_tokenize: PreTokenize, final: bool) -> int | None:
     """Largest cut near ``target`` where the text may end without changing any pre-token.
@@ -378,7 +384,7 @@ class DocumentEncoder:
         if p.texts:
             ids, offsets = self.encoder.encode_flat(p.texts)
             self._refuse_eos_from_text(
-                ids, lambda at: p.wheres[int(np.searchsorted(offsets, at, "right")) - 1]
+                ids, lambda at: p.named(int(np.searchsorted(offsets, at, "right")) - 1)
             )
         else:
             ids, offsets = np.zeros(0, np.uint32), np.zeros(1, np.int64)

@@ -27,7 +27,7 @@ from pipeline.encoding import byte_level
 from pipeline.encoding.bos import find_bos
 from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
-from pipeline.format.atomic import check_writable_dir
+from pipeline.format.atomic import check_writable_dir, write_json
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.token_dtypes import TOKEN_DTYPES
@@ -450,22 +450,28 @@ def eos_kind(tok, name: str, tid: int, path: str | os.PathLike) -> str:
             "with --eos-token, or use a tokenizer whose EOS is a special token outside its vocabulary"
         )
     if token is None:
-        return f"an entry of the {model} vocabulary no text reaches (no merge makes it)"
+        return f"an entry of the {model} vocabulary no text reaches (no merge makes it, nor a word)"
     if model == "Unigram" and tok.model.token_to_id(name) == tid:
         return "a special token; its piece is put out of reach of text (see special_pieces_out_of_reach)"
     return "a special token; its text inside a document is encoded as ordinary text"
 
 
 def whole_word_reaches(tok, name: str, tid: int, path: str | os.PathLike) -> str | None:
-    """How text could reach the EOS as a vocabulary entry of a WordLevel, WordPiece or BPE
-    model (None: it cannot, or the model is Unigram, handled by its scores): a whole word equal
-    to it where the model maps whole words (WordLevel, WordPiece, BPE with ``ignore_merges``)
-    and the pre-tokenizer keeps it one word, or a merge that makes it."""
+    """How text could reach the EOS as a vocabulary entry of the model (None: it cannot): a
+    Unigram piece that is no special token (those are put out of reach by their scores), a
+    single character BPE starts from, a whole word equal to it where the model maps whole
+    words (WordLevel, WordPiece, BPE with ``ignore_merges``) and the pre-tokenizer keeps it
+    one word, or a merge that makes it."""
     from tokenizers import models
 
     model = tok.model
-    if model.token_to_id(name) != tid or isinstance(model, models.Unigram):
+    if model.token_to_id(name) != tid:
         return None
+    if isinstance(model, models.Unigram):
+        specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+        return None if name in specials else "a Unigram model may choose any of its pieces for text"
+    if isinstance(model, models.BPE) and len(name) == 1:
+        return "a single character, which BPE starts every word from"
     spec = read_spec(path) if isinstance(model, models.BPE) else {}
     bpe = spec.get("model") or {}
     if bpe and any(a + b == name for a, b in byte_level.merge_pairs(bpe.get("merges") or [])):
@@ -637,13 +643,34 @@ def _train(
     tmp = out_dir / (TOKENIZER_FILE + ".tmp")
     try:
         tok.save(str(tmp))
-        os.replace(tmp, dest)
     except Exception as exc:  # tokenizers raises a bare Exception for an unwritable path
         tmp.unlink(missing_ok=True)
         raise TokshardError(
             f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
         ) from exc
+    try:
+        _refuse_eos_text_reaches(tok, eos_token, tmp)
+        # what names the EOS to `prepare --tokenizer OUT/` (and to transformers), whatever its spelling
+        write_json(
+            out_dir / CONFIG_FILE, {"eos_token": eos_token, "tokenizer_class": "PreTrainedTokenizerFast"}
+        )
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
     return Trained(dest, documents, skipped, tok.get_vocab_size())
+
+
+def _refuse_eos_text_reaches(tok, eos_token: str, path: Path) -> None:
+    """A trained vocabulary may hold the EOS's spelling as text (``--eos the``: a merge makes
+    it, and BPE starts from single characters): a document holding it would encode to the EOS
+    id, which `prepare` refuses, so no such tokenizer is written."""
+    reached = whole_word_reaches(tok, eos_token, tok.token_to_id(eos_token), path)
+    if reached:
+        raise TokshardError(
+            f"--eos {eos_token!r}: the trained vocabulary reaches it from text ({reached}), so a document "
+            f"holding {eos_token!r} would encode to the EOS id; choose a spelling no document holds (the "
+            f"default is {DEFAULT_EOS}); no tokenizer was written"
+        )
 
 
 def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:

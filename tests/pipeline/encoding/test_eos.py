@@ -205,6 +205,49 @@ def test_a_batch_whose_text_encodes_to_the_eos_id_stops_naming_the_document(word
         list(docs.run(records))
 
 
+def test_a_document_encoding_to_the_eos_id_is_named_by_its_place(wordlevel, tmp_path):
+    """A good record's ``where`` is its file alone (its line costs a read): its place is named too."""
+    from pipeline.format.provenance import Input
+
+    encoder = TokenizersEncoder(str(wordlevel))
+    docs = DocumentEncoder(
+        encoder, encoder.tokenizer.token_to_id("</s>"), np.dtype("<u2"), tmp_path, lambda: None
+    )
+    at = Input("in.jsonl", "offset")
+    records = [
+        Record("fine words", None, "in.jsonl", input=at),
+        Record("a </s> inside", None, "in.jsonl", input=at, place=25),
+    ]
+    with pytest.raises(
+        DataError, match=r"^in.jsonl \(offset 25\): the document's text encodes to the EOS id"
+    ):
+        list(docs.run(records))
+
+
+def test_a_unigram_piece_that_is_no_special_token_is_never_taken_for_the_eos(unigram, tmp_path):
+    """A Unigram model may choose any piece for text: a learned ``<|endoftext|>`` piece (web text
+    quotes it) was taken as the EOS, said to be out of text's reach, and the run stopped at the
+    first document quoting it. The special ``</s>`` is taken instead."""
+    spec = json.loads(unigram.read_text())
+    spec["model"]["vocab"].append(["<|endoftext|>", -8.0])
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(json.dumps(spec))
+    proc, out = prepare(tmp_path, tok, ["a doc quoting <|endoftext|> as text", "another"])
+    assert proc.returncode == 0, proc.stderr
+    facts = manifest.load(out / "manifest.json").data["tokenizer"]
+    assert facts["eos_token"] == "</s>"
+    assert "(not '<|endoftext|>', which text reaches)" in facts["eos_found"]
+
+
+def test_a_single_character_named_as_the_eos_of_a_bpe_is_refused_before_any_work(own_eos, tmp_path):
+    proc, out = prepare(tmp_path, own_eos, ["a b c"], "--eos-token", "a")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "its EOS 'a' is an entry of the BPE vocabulary that document text reaches (a single character" in (
+        proc.stderr
+    )
+    assert not out.exists()
+
+
 @pytest.fixture(scope="module")
 def own_eos(tmp_path_factory, prose) -> Path:
     """A byte-level BPE whose only special token, ``<|doc_end|>``, is none of the usual EOS

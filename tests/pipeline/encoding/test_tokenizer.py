@@ -163,6 +163,24 @@ def train_tokenizer_cli(tmp_path, data, *extra: str):
     )
 
 
+def test_a_trained_tokenizer_s_own_eos_spelling_is_found_by_prepare_in_its_folder(tmp_path, docs):
+    """`tokenizer train --eos '<|doc|>'` then `prepare --tokenizer tok/`: it said the folder had no EOS."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
+    assert train_tokenizer_cli(tmp_path, data, "--eos", "<|doc|>").returncode == 0
+    _, info = resolve(str(tmp_path / "tok"), None, "uint16")
+    assert info.eos_token == "<|doc|>" and info.eos_found.startswith(
+        "named by the tokenizer_config.json beside it"
+    )
+
+
+def test_an_eos_text_reaches_in_the_trained_vocabulary_writes_no_tokenizer(tmp_path, docs):
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
+    proc = train_tokenizer_cli(tmp_path, data, "--eos", "e")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--eos 'e': the trained vocabulary reaches it from text (a single character" in proc.stderr
+    assert not (tmp_path / "tok").exists()
+
+
 def test_tokenizer_train_stops_at_a_record_without_the_field_and_names_text_field(tmp_path, docs):
     """It trained on nothing and wrote a tokenizer of bytes alone, exit 0, where every record
     was bad (a corpus whose text is in ``content``)."""
