@@ -225,6 +225,7 @@ def _checked_or_new_plan(
     """The folder's plan, checked against the recipe, or a new one saved there."""
     if plan is not None:
         check_same_recipe(plan, recipe, state.location)
+        check_same_framing(plan, tok, state.location)
         return plan
     with gc_paused():  # the sources' listings are freed here, by reference counts
         plan = make_plan(recipe, tok, log)
@@ -244,6 +245,26 @@ def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
         source = build_source(name, cfg)
         source.check_unchanged(plan.origins[name])
         source.check_partitions_unchanged([p for p in plan.partitions if p.source == name])
+
+
+#: the tokenizer's facts that frame each document, which a run keeps from its plan
+FRAMING = ("eos_id", "eos_token", "bos_id", "bos_token")
+
+
+def check_same_framing(plan: Plan, tok: tokenizer.TokenizerInfo, out: Path | str) -> None:
+    """A rerun finds the EOS and BOS its plan recorded. The tokenizer.json's content is in the
+    recipe's identity, but the tokenizer_config.json beside it (which may name the EOS, or set
+    ``add_bos_token``) is not: edited since, it would be ignored without a word."""
+    now = tok.to_json()
+    changes = [
+        f"{k}: {plan.tokenizer.get(k)!r} -> {now[k]!r}" for k in FRAMING if plan.tokenizer.get(k) != now[k]
+    ]
+    if changes:
+        raise TokshardError(
+            f"{out} holds a run whose tokenizer framed documents otherwise ({'; '.join(changes)}: the "
+            f"{tokenizer.CONFIG_FILE} beside the tokenizer changed since it was planned); use a new --out, "
+            "or delete the folder to start over"
+        )
 
 
 def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:

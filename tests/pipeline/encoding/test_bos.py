@@ -335,3 +335,19 @@ def test_verify_names_a_document_that_does_not_start_with_the_bos(gemma2_runs):
     assert np.fromfile(entry.bin_path, dtype=m.dtype)[0] == m.bos_id
     problems = Shard(entry.bin_path, m.dtype).problems(m.eos_id, m.bos_id + 1)
     assert problems == [f"{entry.bin_path}: a document does not start with BOS id {m.bos_id + 1}"]
+
+
+def test_a_rerun_whose_tokenizer_config_now_frames_documents_otherwise_is_refused(tmp_path, gemma2, prose):
+    """The tokenizer_config.json beside the tokenizer sets add_bos_token: an edit after the run
+    was said "already complete; nothing to do" (or a resume went on with the plan's framing)."""
+    tok = _alone(tmp_path, gemma2, {"add_bos_token": True, "bos_token": "<bos>"})
+    m = _prepare(tmp_path, tok, prose[:3], "--bos-token", "auto")
+    assert m.bos_id is not None
+    (tok.parent / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": False}))
+    proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(tok), "--out",
+               str(tmp_path / "out"), "--bos-token", "auto")  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        f"holds a run whose tokenizer framed documents otherwise (bos_id: {m.bos_id} -> None; "
+        in one_error_line(proc)
+    )
