@@ -74,10 +74,11 @@ def own_bos(
     says (transformers' Llama and Gemma tokenizers follow it over the template), else the
     template of the post-processor in ``spec``. A BOS that is the EOS is not written: the
     document before already ends with it."""
-    name, why = _by_config(config) or _by_template(spec, path)
+    by_config = _by_config(config)
+    name, why, tid = (*by_config, None) if by_config else _by_template(spec, path)
     if name is None:
         return Bos(None, None, f"none: {why}")
-    tid = tok.token_to_id(name)
+    tid = tok.token_to_id(name) if tid is None else tid
     if tid is None:
         raise TokshardError(
             f"{path}: {why}, which it lacks; name its BOS with --bos-token TEXT, or --bos-token {NO_BOS}"
@@ -106,27 +107,39 @@ def _by_config(config: dict[str, Any] | None) -> tuple[str | None, str] | None:
 _CLS_SEP = ("BertProcessing", "RobertaProcessing")
 
 
-def _by_template(spec: dict[str, Any], path: str | os.PathLike) -> tuple[str | None, str]:
-    """The special token a tokenizer.json's post-processor puts before a single text."""
+def _by_template(spec: dict[str, Any], path: str | os.PathLike) -> tuple[str | None, str, int | None]:
+    """The special token a tokenizer.json's post-processor puts before a single text, and the
+    id its template gives it (None: the vocabulary's, as BERT's and RoBERTa's processors use).
+    A template names each of its tokens by a key whose entry holds the ids it writes, as
+    `tokenizers` does: the key need not be the token (``BOS`` for ``<s>``), nor its id the
+    vocabulary's."""
     post = spec.get("post_processor") or {}
     steps = post.get("processors") or [] if post.get("type") == "Sequence" else [post]
     framing = [s for s in steps if isinstance(s, dict) and s.get("type") in ("TemplateProcessing", *_CLS_SEP)]
     if not framing:
-        return None, "its post-processor puts no token before a text"
+        return None, "its post-processor puts no token before a text", None
     last = framing[-1]
     if last["type"] in _CLS_SEP:
         cls = last["cls"][0]
-        return cls, f"its post-processor ({last['type']}) starts each text with {cls!r}"
+        return cls, f"its post-processor ({last['type']}) starts each text with {cls!r}", None
     lead = []
     for piece in last.get("single") or []:
         if "SpecialToken" not in piece:
             break
         lead.append(piece["SpecialToken"]["id"])
     if not lead:
-        return None, "its post-processor's template starts with the text"
+        return None, "its post-processor's template starts with the text", None
     if len(lead) > 1:
         raise TokshardError(
             f"{path}: its post-processor's template puts {len(lead)} tokens before each text ({', '.join(lead)}); "
             f"tokshard starts a document with one at most: name it with --bos-token TEXT, or --bos-token {NO_BOS}"
         )
-    return lead[0], f"its post-processor's template starts each text with {lead[0]!r}"
+    entry = (last.get("special_tokens") or {}).get(lead[0]) or {}
+    ids, tokens = entry.get("ids") or [], entry.get("tokens") or []
+    if len(ids) != 1 or len(tokens) != 1:  # a key without its entry, or one of several ids
+        return lead[0], f"its post-processor's template starts each text with {lead[0]!r}", None
+    return (
+        tokens[0],
+        f"its post-processor's template starts each text with {tokens[0]!r}",
+        ids[0],
+    )

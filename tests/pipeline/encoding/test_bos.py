@@ -351,3 +351,29 @@ def test_a_rerun_whose_tokenizer_config_now_frames_documents_otherwise_is_refuse
         f"holds a run whose tokenizer framed documents otherwise (bos_id: {m.bos_id} -> None; "
         in one_error_line(proc)
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "ids"), [("BOS", [50257]), ("<s>", [7])], ids=["key-not-the-token", "own-id"]
+)
+def test_a_template_s_bos_is_the_id_its_template_writes(tmp_path, gpt2_tokenizer_path, key, ids):
+    """tokenizers writes the ids of the template's entry for its key, whatever the key's name and
+    the vocabulary's id for the token: so does --bos-token auto (it looked up the key)."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(gpt2_tokenizer_path.read_text())
+    spec["added_tokens"].append(
+        {"id": 50257, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+    )  # fmt: skip
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": key, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {key: {"id": key, "ids": ids, "tokens": ["<s>"]}},
+    }
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    info = inspect_file(path, "templated", None, "auto", AUTO_BOS)
+    assert (info.bos_id, info.bos_token) == (ids[0], "<s>")
+    assert Tokenizer.from_file(str(path)).encode("hello").ids[0] == ids[0]
