@@ -98,8 +98,8 @@ def _by_config(config: dict[str, Any] | None) -> tuple[str | None, str] | None:
     name = (config or {}).get("bos_token")
     if isinstance(name, dict):  # written as an AddedToken
         name = name.get("content")
-    if not isinstance(name, str) or not name:
-        return None, "the tokenizer_config.json beside it sets add_bos_token but names no bos_token"
+    if not isinstance(name, str) or not name:  # the template names the token, as transformers finds it
+        return None
     return name, f"the tokenizer_config.json beside it sets add_bos_token, with bos_token {name!r}"
 
 

@@ -377,3 +377,10 @@ def test_a_template_s_bos_is_the_id_its_template_writes(tmp_path, gpt2_tokenizer
     info = inspect_file(path, "templated", None, "auto", AUTO_BOS)
     assert (info.bos_id, info.bos_token) == (ids[0], "<s>")
     assert Tokenizer.from_file(str(path)).encode("hello").ids[0] == ids[0]
+
+
+def test_a_config_that_sets_add_bos_token_without_naming_it_leaves_the_template_to_name_it(tmp_path, gemma2):
+    """transformers still starts with the template's <bos> there; the run wrote none."""
+    info = inspect_file(_alone(tmp_path, gemma2, {"add_bos_token": True}), "gemma2", None, "auto", AUTO_BOS)
+    assert info.bos_token == "<bos>"
+    assert info.bos_found == "its post-processor's template starts each text with '<bos>'"
