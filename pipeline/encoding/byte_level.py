@@ -175,11 +175,11 @@ def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:
         raise NotEquivalent(f"pre-tokenizer {'+'.join(map(str, kinds)) or 'none'} is not byte-level")
     bl = byte_level[0]
     if bl.get("add_prefix_space"):
-        raise NotEquivalent("ByteLevel add_prefix_space=true adds a space tiktoken does not")
+        raise NotEquivalent("ByteLevel add_prefix_space=true adds a space the fast encoders do not")
     uses_regex = bl.get("use_regex", True)
     if kinds == ["ByteLevel"]:
         if not uses_regex:
-            raise NotEquivalent("ByteLevel without a split pattern: no regex to give tiktoken")
+            raise NotEquivalent("ByteLevel without a split pattern: no regex for the fast encoders")
         return GPT2_PATTERN
     if kinds == ["Split", "ByteLevel"] and not uses_regex:
         split = parts[0]
@@ -192,7 +192,9 @@ def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:
                 f"{' inverted' if split.get('invert') else ''}; tiktoken isolates matches"
             )
         return regex
-    raise NotEquivalent(f"pre-tokenizer sequence {'+'.join(map(str, kinds))} has no tiktoken equivalent")
+    raise NotEquivalent(
+        f"pre-tokenizer sequence {'+'.join(map(str, kinds))} has no equivalent in the fast encoders"
+    )
 
 
 def isolates_matches(split: dict[str, Any]) -> bool:
@@ -267,7 +269,9 @@ def check_model(spec: dict[str, Any]) -> dict[str, Any]:
         ("byte_fallback", (None, False)),
     ):
         if model.get(option) not in harmless:
-            raise NotEquivalent(f"BPE option {option}={model[option]!r} has no tiktoken equivalent")
+            raise NotEquivalent(
+                f"BPE option {option}={model[option]!r} has no equivalent in the fast encoders"
+            )
     return model
 
 

@@ -630,7 +630,7 @@ def _train(
     def texts() -> Iterator[str]:
         nonlocal documents
         for text in iter_texts(files, text_field, skipped if skip_bad else None):
-            documents += bool(text)
+            documents += bool(text) and not text.isspace()  # as `prepare` drops it: no document
             yield text
 
     interruptible(lambda: tok.train_from_iterator(texts(), trainer), "tokshard-tokenizer-train")

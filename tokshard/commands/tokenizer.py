@@ -53,7 +53,7 @@ def run_train(args: argparse.Namespace) -> int:
         else ""
     )
     print(
-        f"wrote {trained.path}: {trained.ids:,} ids{short}, trained on {trained.documents:,} documents{skipped}"
+        f"wrote {trained.path}: {trained.ids:,} ids{short}, trained on {trained.documents:,} document{'' if trained.documents == 1 else 's'}{skipped}"
     )
     return 0
 

@@ -235,6 +235,16 @@ def test_tokenizer_train_skipping_bad_records_counts_them_and_refuses_inputs_wit
     assert not (tmp_path / "second" / "tok" / "tokenizer.json").exists()
 
 
+def test_tokenizer_train_on_whitespace_alone_is_refused_and_one_document_is_one(tmp_path):
+    """prepare drops a document of whitespace; training wrote a tokenizer of bytes alone from one."""
+    blank = write_jsonl(tmp_path / "blank.jsonl", ["   \n\t ", ""])
+    refused = train_tokenizer_cli(tmp_path / "blank", blank)
+    assert refused.returncode == 1 and "the inputs hold no text to train on" in refused.stderr
+    one = write_jsonl(tmp_path / "one.jsonl", ["a single document of words", "  "])
+    done = train_tokenizer_cli(tmp_path / "one", one)
+    assert done.returncode == 0 and done.stdout.strip().endswith("trained on 1 document"), done.stderr
+
+
 def test_tokenizer_is_copied_beside_the_manifest_with_its_sha256(tmp_path, tokenizer_path, dask_client):
     data = write_jsonl(tmp_path / "a.jsonl", ["some text"])
     path = run_prepare(
