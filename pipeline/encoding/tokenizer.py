@@ -194,7 +194,21 @@ def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
     hint = foreign_hint(Path(path)) or settings_hint(Path(path)) or newer_format_hint(exc)
     if head.startswith(codecs.BOM_UTF8):
         hint = "it starts with a UTF-8 byte-order mark, which `tokenizers` does not read: save it without one"
+    packed = _packed_as(head)
+    if packed:
+        hint = f"it is {packed}: unpack it and pass the tokenizer.json it holds"
     return TokshardError(f"{path} is not a readable tokenizer.json: {exc}" + (f"; {hint}" if hint else ""))
+
+
+def _packed_as(head: bytes) -> str | None:
+    """What compressed or archived a file (a download saved as it came), by its first bytes."""
+    from pipeline.sources.files.formats import COMPRESSION_MAGIC, ZIP_MAGIC
+
+    if head.startswith(ZIP_MAGIC):
+        return "a zip archive"
+    return next(
+        (f"{name}-compressed" for magic, _, name in COMPRESSION_MAGIC if head.startswith(magic)), None
+    )
 
 
 #: the JSON files beside a tokenizer.json in a model's folder, which hold settings, not a vocabulary

@@ -366,6 +366,24 @@ def test_a_malformed_tokenizer_json_is_a_clear_error_for_both_encoders(tmp_path,
             read(bad)
 
 
+@pytest.mark.parametrize("packing", ["gzip", "zip"])
+def test_a_compressed_tokenizer_json_says_to_unpack_it(tmp_path, tokenizer_path, packing):
+    """A download saved as it came: the line was the UTF-8 codec's alone."""
+    import gzip
+    import zipfile
+
+    packed = tmp_path / "tokenizer.json"
+    if packing == "gzip":
+        packed.write_bytes(gzip.compress(tokenizer_path.read_bytes()))
+    else:
+        with zipfile.ZipFile(tmp_path / "tok.zip", "w") as z:
+            z.write(tokenizer_path, "tokenizer.json")
+        (tmp_path / "tok.zip").rename(packed)
+    said = "gzip-compressed" if packing == "gzip" else "a zip archive"
+    with pytest.raises(TokshardError, match=f"it is {said}: unpack it and pass the tokenizer.json it holds"):
+        load(packed)
+
+
 def test_a_tokenizer_json_that_is_a_git_lfs_pointer_says_so(tmp_path, tokenizer_path):
     """A model repo cloned without git-lfs: its tokenizer.json (tens of MB for a 256k
     vocabulary) is a pointer; the error says that and how to fetch it, for both encoders."""
