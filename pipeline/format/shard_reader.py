@@ -108,6 +108,12 @@ def dtype_named_by(code: int) -> str | None:
     return next((name for name, (_, c) in DTYPES.items() if c == code), None)
 
 
+def index_size(documents: int) -> int:
+    """The bytes of an index of ``documents`` documents (each one sequence): its header, a
+    length and a pointer per sequence, and the document boundaries, one more than documents."""
+    return HEADER.size + (4 + 8) * documents + 8 * (documents + 1)
+
+
 def index_bytes(lengths: np.ndarray, dtype: str) -> bytes:
     """Serialize an index for documents of these lengths (used by the writer)."""
     np_dtype, code = DTYPES[dtype]

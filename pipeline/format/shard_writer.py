@@ -33,7 +33,7 @@ from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, OriginColumns, OriginLog
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.provenance import encode as encode_origins
-from pipeline.format.shard_reader import index_bytes, token_dtype
+from pipeline.format.shard_reader import index_bytes, index_size, token_dtype
 
 T = TypeVar("T")
 
@@ -58,6 +58,11 @@ class ShardRecord:
     #: the provenance sidecar's content hash and size (None: written without provenance)
     origin_hash: str | None = None
     origin_bytes: int | None = None
+
+    @property
+    def idx_bytes(self) -> int:
+        """The size of its .idx, which its documents fix."""
+        return index_size(self.documents)
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -288,6 +293,8 @@ def shard_problem(out_dir: Path, rec: ShardRecord, hashes: bool = True) -> str |
     size = found[".bin"][1].st_size
     if size != rec.bytes:
         return f"{rec.path} is {size} bytes, its checkpoint says {rec.bytes}"
+    if found[".idx"][1].st_size != rec.idx_bytes:
+        return f"{rec.path}: its .idx is {found['.idx'][1].st_size} bytes, its {rec.documents} documents make {rec.idx_bytes}"
     if ORIGIN_SUFFIX in found and found[ORIGIN_SUFFIX][1].st_size != rec.origin_bytes:
         return f"{rec.path}: its provenance sidecar is not the size its checkpoint says"
     if hashes:

@@ -45,7 +45,8 @@ from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import TokshardError
-from pipeline.format.shard_writer import shard_files
+from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
+from pipeline.format.shard_writer import ShardRecord, shard_files
 from pipeline.run.records import Checkpoint, Holder, Plan
 from pipeline.run.run_state import OWN_MARKER, STATE_DIR, HeldRun, Log, RunState, checkpoint_rel
 from pipeline.run.worker_task import PartitionTask, Superseded, run_partition, warm_up
@@ -443,8 +444,9 @@ class StoreState(RunState):
                 if missing:
                     problems[key] = f"{missing[0]} is missing"
                     break
-                if stored[rec.path] != rec.bytes:
-                    problems[key] = f"{rec.path} is {stored[rec.path]} bytes, its checkpoint says {rec.bytes}"
+                problem = _size_problem(rec, stored)
+                if problem is not None:
+                    problems[key] = problem
                     break
         return problems
 
@@ -497,3 +499,16 @@ class StoreState(RunState):
         self.remove_leftovers()
         for rel in self.place.list(CLAIMS_DIR):  # the run is complete: no lease is left to take over
             self.place.delete(rel)
+
+
+def _size_problem(rec: ShardRecord, stored: dict[str, int]) -> str | None:
+    """A finished shard's stored files of other sizes than its record says (None: each as it says)."""
+    stem = rec.path[: -len(".bin")]
+    if stored[rec.path] != rec.bytes:
+        return f"{rec.path} is {stored[rec.path]} bytes, its checkpoint says {rec.bytes}"
+    if stored[stem + ".idx"] != rec.idx_bytes:
+        return f"{rec.path}: its .idx is {stored[stem + '.idx']} bytes, its {rec.documents} documents make {rec.idx_bytes}"
+    origin = stored.get(stem + ORIGIN_SUFFIX)
+    if origin is not None and origin != rec.origin_bytes:
+        return f"{rec.path}: its provenance sidecar is not the size its checkpoint says"
+    return None

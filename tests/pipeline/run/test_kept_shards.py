@@ -53,6 +53,9 @@ DAMAGE = {
     "flipped byte in .bin": flip_byte,
     "flipped byte in .idx": lambda shard: flip_byte(shard.with_suffix(".idx")),
     "cut .bin": lambda shard: shard.write_bytes(shard.read_bytes()[:-2]),
+    "cut .idx": lambda shard: shard.with_suffix(".idx").write_bytes(
+        shard.with_suffix(".idx").read_bytes()[:-8]
+    ),
 }
 
 
@@ -85,7 +88,7 @@ def test_status_of_undamaged_kept_shards_says_only_the_manifest_is_left(rerun_fo
     assert s["rerun"] == "write the manifest (all partitions are done)" and s["damaged"] == []
 
 
-@pytest.mark.parametrize("damage", ["deleted .bin", "deleted .idx", "cut .bin"])
+@pytest.mark.parametrize("damage", ["deleted .bin", "deleted .idx", "cut .bin", "cut .idx"])
 def test_a_finished_folder_whose_shard_went_missing_is_mended_by_its_rerun(
     finished, tmp_path, docs, tokenizer_path, dask_client, damage
 ):

@@ -42,8 +42,9 @@ def test_a_prepare_killed_midway_finishes_on_its_first_rerun(s3_server, store_se
 
 def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server, store_setup):
     """After an interrupted run (no manifest yet), a finished partition's ``.idx`` lost in the
-    store is found, said by `status`, and redone as in a local folder; another's checkpoint
-    deleted by hand (as an older message advised) is simply done again."""
+    store, and another's cut (a manifest was once published over such a shard), are found,
+    said by `status`, and redone as in a local folder; another's checkpoint deleted by hand
+    (as an older message advised) is simply done again."""
     recipe, ref = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
@@ -51,14 +52,22 @@ def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server
     s3 = s3_server.client()
     for key in ("manifest.json", "text/train/00003-0000.idx", ".tokshard/parts/text/train/00005.json"):
         s3.delete_object(Bucket=bucket, Key=f"run/{key}")
+    cut = "run/text/train/00001-0000.idx"
+    whole = s3.get_object(Bucket=bucket, Key=cut)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=cut, Body=whole[: len(whole) // 2])
     status = json.loads(cli("status", url, "--json", check=True).stdout)
-    (damaged,) = status["damaged"]
-    assert re.fullmatch(r"partition \S+@900000-1200000: text/train/00003-0000\.idx is missing", damaged)
-    assert status["rerun"].startswith("redo 1 partitions whose shards do not match"), status["rerun"]
+    cut_damage, lost = sorted(status["damaged"])
+    assert re.fullmatch(r"partition \S+@900000-1200000: text/train/00003-0000\.idx is missing", lost)
+    assert re.fullmatch(
+        rf"partition \S+: text/train/00001-0000\.bin: its \.idx is {len(whole) // 2} bytes, its \d+ documents "
+        rf"make {len(whole)}",
+        cut_damage,
+    )
+    assert status["rerun"].startswith("redo 2 partitions whose shards do not match"), status["rerun"]
     assert ", start 1 pending partitions, then write the manifest" in status["rerun"], status["rerun"]
     rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2")
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{damaged}; redoing that partition" in rerun.stderr
+    assert f"{lost}; redoing that partition" in rerun.stderr and f"{cut_damage}; redoing" in rerun.stderr
     assert "delete" not in rerun.stderr
     assert_same_as_local(s3_server, bucket, "run", ref)
 
