@@ -2,7 +2,9 @@
 tests' S3 server that answers every Nth request itself with a fault instead of passing it on.
 
 Faults, taken in turn: ``slow-down`` (503 SlowDown, S3's throttling), ``internal`` (500
-InternalError) and ``drop`` (the connection closed with no answer). It can also play four ways a
+InternalError) and ``drop`` (the connection closed with no answer); ``silence`` (no answer at
+all, the connection kept open, as a stopped server or a proxy that swallows requests) is asked
+for by name. It can also play four ways a
 store's answers differ from the tests' server on this machine: conditional writes ignored,
 listings that lag behind writes (as eventually consistent stores and caching gateways give
 them), listings whose ETags lack the quotes the same object's HEAD gives it (NetApp ONTAP),
@@ -120,6 +122,8 @@ def serve(
         if kind == "drop":
             request.transport.close()
             return web.Response(status=500)  # never sent: the connection is gone
+        if kind == "silence":
+            await asyncio.sleep(3600)  # until the client gives up and closes the connection
         status, code, message = _ANSWERS[kind]
         body = _ERROR_XML.format(code=code, message=message).encode()
         return web.Response(status=status, body=body, content_type="application/xml")

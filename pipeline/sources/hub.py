@@ -27,6 +27,7 @@ from pipeline.format import lfs_pointer
 from pipeline.format.errors import TokshardError
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.locations import is_url
+from pipeline.storage.object_store import url_filesystem
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0
@@ -67,12 +68,11 @@ class Repo:
 
     def open(self, rel: str) -> IO[bytes]:
         """Open one of the repo's files for reading (byte ranges on demand, never a whole copy)."""
-        import fsspec
-
         try:
             if self.mirror is not None and not is_url(self.mirror):
                 return open(os.path.join(self.mirror, rel), "rb", buffering=1 << 20)
-            return fsspec.open(self.url(rel), "rb", block_size=8 << 20).open()
+            fs, path = url_filesystem(self.url(rel))
+            return fs.open(path, "rb", block_size=8 << 20)
         except Exception as exc:
             raise read_error(exc, self, rel) from exc
 
@@ -146,11 +146,10 @@ def locate_mirror(mirror: str, base_dir: str, repo: str) -> str:
     So one mirror folder can hold several repos side by side (``MIRROR/Salesforce/wikitext``,
     ``MIRROR/vblagoje/cc_news``), or be the copy of one repo itself.
     """
-    import fsspec
 
     if not is_url(mirror):
         mirror = os.path.abspath(os.path.join(base_dir, os.path.expanduser(mirror)))
-    fs, path = fsspec.core.url_to_fs(mirror)
+    fs, path = url_filesystem(mirror)
     try:
         found = fs.isdir(path)
     except Exception as exc:
@@ -205,10 +204,9 @@ def pin_mirror(repo: Repo, files: list[str]) -> Repo:
 
 def mirror_commit(repo: Repo, files: list[str]) -> str | None:
     """The commit a mirror's files come from: ``hf download --local-dir`` metadata, or git."""
-    import fsspec
 
     assert repo.mirror is not None
-    fs, root = fsspec.core.url_to_fs(repo.mirror)
+    fs, root = url_filesystem(repo.mirror)
     commits: dict[str | None, str] = {}
     for rel in files:
         meta = f"{root.rstrip('/')}/.cache/huggingface/download/{rel}.metadata"
@@ -316,10 +314,9 @@ def list_data_files(
 
 def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
     """Files matching any of ``patterns`` (relative to ``base``), relative to the repo root."""
-    import fsspec
     from datasets.data_files import resolve_pattern
 
-    _, root_path = fsspec.core.url_to_fs(repo.root)
+    _, root_path = url_filesystem(repo.root)
     root_path = root_path.rstrip("/")
     seen: dict[str, None] = {}
     for pattern in patterns:
@@ -330,7 +327,7 @@ def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
         except Exception as exc:
             raise _listing_error(exc, repo) from exc
         for url in sorted(matches):
-            _, path = fsspec.core.url_to_fs(url)
+            _, path = url_filesystem(url)
             if not path.startswith(root_path + "/"):
                 raise TokshardError(f"{repo.describe()}: data file {url} lies outside the repo")
             seen.setdefault(path[len(root_path) + 1 :])
@@ -345,11 +342,10 @@ def _listing_error(exc: BaseException, repo: Repo) -> TokshardError:
 
 def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
     """The repo card's config entry (with data_files) for ``config``, if the card has one."""
-    import fsspec
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard
 
-    fs, root = fsspec.core.url_to_fs(repo.root)
+    fs, root = url_filesystem(repo.root)
     try:
         with fs.open(f"{root.rstrip('/')}/README.md", "rt", encoding="utf-8") as f:
             text = f.read()
@@ -380,9 +376,8 @@ def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
 
 
 def _check_config_folder(repo: Repo, config: str) -> None:
-    import fsspec
 
-    fs, root = fsspec.core.url_to_fs(repo.root)
+    fs, root = url_filesystem(repo.root)
     root = root.rstrip("/")
     if not fs.isdir(f"{root}/{config}"):
         folders = sorted(

@@ -35,6 +35,7 @@ from pipeline.sources.hub import (
     pin_mirror,
     read_error,
 )
+from pipeline.storage.object_store import url_filesystem
 
 DEFAULT_PARTITION_BYTES = 64 << 20
 BATCH_ROWS = 4096
@@ -200,9 +201,8 @@ class HubSource(Source):
                 f"mirror {mirror} now holds {repo.repo} at {now}, this run is pinned to {revision}; "
                 "restore that commit in the mirror, or start over with a new --out"
             )
-        import fsspec
 
-        fs, root = fsspec.core.url_to_fs(mirror)
+        fs, root = url_filesystem(mirror)
         for entry in recorded_origin["files"]:
             path = f"{root.rstrip('/')}/{entry['path']}"
             try:

@@ -13,6 +13,7 @@ Stdlib only at import; fsspec is imported on first use, so the trainer can impor
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -52,16 +53,47 @@ class SaidOnce(logging.Filter):
 logging.getLogger("gcsfs").addFilter(SaidOnce())
 
 
+#: how long a store's client waits for a byte of an answer before it tries again
+READ_TIMEOUT_S = 8
+#: botocore's tries of each request (s3fs tries each of those up to five times again, for
+#: timeouts, dropped connections and throttling)
+CLIENT_ATTEMPTS = 2
+
+
+def url_filesystem(url: str, **options: Any) -> tuple[Any, str]:
+    """fsspec's filesystem and path for ``url``: the one way tokshard opens a store, so each
+    does so with its waits bounded (`bounded_waits`)."""
+    import fsspec
+
+    bounded_waits()
+    return fsspec.core.url_to_fs(url, **options)
+
+
+@functools.cache
+def bounded_waits() -> None:
+    """An endpoint that takes connections and never answers (a stopped server, a proxy that
+    swallows requests) was waited on for six minutes and more: botocore tried each request five
+    times, 15 s each, and s3fs each of those five times again. Now botocore tries twice and waits
+    8 s for a byte, so a silent store is named in about a minute and a half, while throttling,
+    server errors and dropped connections are still retried. Values a user gives in fsspec's
+    configuration (``~/.config/fsspec``, ``FSSPEC_S3``) or botocore's (``AWS_MAX_ATTEMPTS``,
+    ``AWS_RETRY_MODE``) are kept."""
+    import fsspec.config
+
+    client = fsspec.config.conf.setdefault("s3", {}).setdefault("config_kwargs", {})
+    client.setdefault("read_timeout", READ_TIMEOUT_S)
+    if not {"AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"} & set(os.environ):
+        client.setdefault("retries", {"total_max_attempts": CLIENT_ATTEMPTS, "mode": "standard"})
+
+
 class ObjectStore(Place):
     """One folder (key prefix) of an object store; names given to its methods are relative to it."""
 
     def __init__(self, url: str) -> None:
         self.url = checked_location(url).rstrip("/")
         with errors(self.url):
-            import fsspec
-
             try:
-                self.fs, self.root = fsspec.core.url_to_fs(self.url, **READ_PAST_CACHES)
+                self.fs, self.root = url_filesystem(self.url, **READ_PAST_CACHES)
             except (ImportError, ValueError) as exc:
                 raise _missing_protocol(self.url, exc) from exc
         self.root = self.root.rstrip("/")

@@ -15,6 +15,7 @@ from pipeline.format.errors import DataError
 from pipeline.sources.files.zstd_frames import ZstdFrames
 from pipeline.storage.locations import is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
+from pipeline.storage.object_store import url_filesystem
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -22,10 +23,8 @@ def open_binary(path: str) -> BinaryIO:
     filesystem's listing cache: it may have changed since this process listed it); a local
     file that cannot be opened is one line saying why."""
     if is_url(path):
-        import fsspec
-
         with store_errors(path):
-            fs, p = fsspec.core.url_to_fs(path)
+            fs, p = url_filesystem(path)
             fs.invalidate_cache(p)
             try:
                 f = fs.open(p, "rb")
@@ -55,10 +54,8 @@ def _without_waiting(path: str, flags: int) -> int:
 
 def file_size(path: str) -> int:
     if is_url(path):
-        import fsspec
-
         with store_errors(path):
-            fs, p = fsspec.core.url_to_fs(path)
+            fs, p = url_filesystem(path)
             try:
                 return int(fs.size(p))
             except FileNotFoundError as exc:

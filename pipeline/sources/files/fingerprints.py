@@ -24,6 +24,7 @@ from pipeline.sources.files.formats import check_ends, kind_of
 from pipeline.sources.files.listing import InputFile
 from pipeline.storage.locations import is_url
 from pipeline.storage.object_store import errors as store_errors
+from pipeline.storage.object_store import url_filesystem
 
 #: bytes hashed at each end of an input file, and of a planned byte range, to notice edits in place
 FILE_SAMPLE = 1 << 20
@@ -121,10 +122,8 @@ def fingerprint_now(entry: dict[str, Any]) -> dict[str, Any]:
     path = entry["path"]
     try:
         if is_url(path):
-            import fsspec
-
             with store_errors(path):
-                fs, p = fsspec.core.url_to_fs(path)
+                fs, p = url_filesystem(path)
                 fs.invalidate_cache(p)
                 info = fs.info(p)
             now = InputFile(path, int(info["size"]), etag=version_tag(info) if "etag" in entry else None)

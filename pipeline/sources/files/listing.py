@@ -22,6 +22,7 @@ from pipeline.sources.files.formats import COMPRESSIONS, known_kind
 from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
 from pipeline.storage.locations import checked_location, is_url
 from pipeline.storage.object_store import errors as store_errors
+from pipeline.storage.object_store import url_filesystem
 
 #: what a match that is neither a regular file nor a directory is, by its mode
 _SPECIAL = (
@@ -258,10 +259,9 @@ def _holds_no_input(folder: str) -> bool:
 def _url_files(pattern: str) -> list[InputFile]:
     """An object store pattern's objects, from one listing (read past the filesystem's own
     listing cache: this process may have listed the same place before it changed)."""
-    import fsspec
 
     with store_errors(pattern):
-        fs, path = fsspec.core.url_to_fs(pattern)
+        fs, path = url_filesystem(pattern)
         if not glob.has_magic(path):
             fs.invalidate_cache(path)
             try:
