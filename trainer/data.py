@@ -372,6 +372,8 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
     if not manifest.shards:
         raise DataError(f"{where}: the manifest lists no shards")
     if manifest.ready is not None:  # a URL's shards: hash-checked by the data cache as they arrive
+        if verify:
+            verify_cached(manifest)
         return
     itemsize = token_dtype(manifest.dtype).itemsize
     first_of_stream: set[tuple[str, str]] = set()
@@ -466,6 +468,22 @@ def check_index_dtype(entry: ShardEntry, dtype: str) -> None:
         raise DataError(
             f"{entry.idx_path}: index says {found} tokens but the manifest says {dtype}; "
             "the shards and manifest come from different runs, re-run `tokshard prepare`"
+        )
+
+
+def verify_cached(manifest: Manifest) -> None:
+    """``--verify`` of a manifest URL: every shard fetched into the data cache (a copy whose
+    stat changed since its check is hashed and fetched again there), then all hashed as a
+    local folder's are: a copy that rotted on this disk, its stat kept, is named."""
+    for entry in manifest.shards:
+        manifest.ready(entry.bin_path)
+        if entry.origin_hash is not None:
+            manifest.ready(entry.origin_path)
+    fault = first_fault(manifest)
+    if fault:
+        raise DataError(
+            f"{fault}, in the data cache's copy ({manifest.folder}); delete that copy and run again to "
+            "fetch it anew"
         )
 
 

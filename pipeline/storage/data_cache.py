@@ -302,13 +302,14 @@ class DataCache:
             if got != want or (size is not None and n != size):
                 raise DataError(
                     f"{store.where(rel)} changed since its manifest was read ({n} bytes, hash {got}; the "
-                    f"manifest says {want}): the data was prepared again or edited in the store; start "
-                    "again to read its new manifest, or run `tokshard verify` on it"
+                    f"manifest says {want}): prepared again since (start again to read its new manifest) or "
+                    "edited in the store (`tokshard verify` on the manifest names every such file: delete "
+                    "them and rerun `tokshard prepare` with the same --out to make them again)"
                 )
-            # its record first (a rename keeps the inode and times it names), so a process that
-            # ends between the two leaves a record without a file, never a file without a record
-            self._write(path.with_name(path.name + ".ok"), json.dumps(_stamp(want, tmp.stat())).encode())
             os.replace(tmp, path)
+            # then its record, of the stat the file has in place (a rename sets its ctime): a
+            # process that ends between the two leaves a file without a record, hashed at its use
+            self._write(path.with_name(path.name + ".ok"), json.dumps(_stamp(want, path.stat())).encode())
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise self._disk_error(exc, path, size) from exc
@@ -544,8 +545,15 @@ def _write_whole(path: Path, data: bytes) -> None:
 
 
 def _stamp(want: str, st: os.stat_result) -> dict:
-    """What a ``.ok`` record holds: the hash the file matched and the stat it had then."""
-    return {"hash": want, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    """What a ``.ok`` record holds: the hash the file matched and the stat it had then. The
+    ctime too: a write that puts the size and mtime back (``touch -r``) still moves it."""
+    return {
+        "hash": want,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "ino": st.st_ino,
+    }
 
 
 def _sha256(path: Path) -> str:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import REPO, cli
 
 from pipeline.format.content_hash import file_hash
@@ -87,6 +88,55 @@ def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3_manifest, tmp
     ShardFetcher(again, m2).fetch_all()
     assert (again.stats.refetched_corrupt, again.stats.downloaded) == (1, 1)
     assert file_hash(victim.bin_path) == victim.hash
+
+
+def test_a_cached_shard_changed_with_its_size_and_mtime_put_back_is_fetched_again(s3_manifest, tmp_path):
+    """The check record held size, mtime and inode: a write that restores the first two (``touch
+    -r``) kept the changed copy. The ctime, which no write can put back, is recorded too."""
+    import os
+
+    first = DataCache(tmp_path / "cache")
+    m = first.open_manifest(s3_manifest)
+    ShardFetcher(first, m).fetch_all()
+    first.close()
+    victim = m.shards[3].bin_path
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[10] ^= 0xFF
+    with open(victim, "r+b") as f:  # the same inode, the same size
+        f.write(bytes(data))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = DataCache(tmp_path / "cache", log=lambda msg: None)
+    ShardFetcher(again, again.open_manifest(s3_manifest)).fetch_all()
+    assert (again.stats.refetched_corrupt, again.stats.downloaded) == (1, 1)
+    assert file_hash(victim) == m.shards[3].hash
+
+
+def test_verify_of_a_manifest_url_hashes_every_cached_shard_before_training(s3_manifest, tmp_path):
+    """``train --verify`` returned at once for a manifest URL; a cached copy that rotted, its stat
+    record still matching, is named before any step."""
+    from pipeline.format.errors import DataError
+    from trainer.data import verify_cached
+
+    cache = DataCache(tmp_path / "cache", log=lambda msg: None)
+    m = cache.open_manifest(s3_manifest)
+    fetcher = ShardFetcher(cache, m)
+    m.ready = fetcher.ready
+    verify_cached(m)  # fetches every shard (and sidecar) and finds them whole
+    assert all(e.bin_path.is_file() and e.origin_path.is_file() for e in m.shards)
+    victim = m.shards[2].bin_path
+    data = bytearray(victim.read_bytes())
+    data[10] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    record = victim.with_name(victim.name + ".ok")  # as bit rot: the record still matches the stat
+    stamp = json.loads(record.read_text())
+    st = victim.stat()
+    stamp.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, ino=st.st_ino)
+    record.write_text(json.dumps(stamp))
+    with pytest.raises(DataError) as named:
+        verify_cached(m)
+    assert f"{m.shards[2].rel_path}: .bin content hash differs" in str(named.value)
+    assert str(named.value).endswith("delete that copy and run again to fetch it anew")
 
 
 def test_two_processes_fill_one_cache_at_once_each_shard_downloaded_once(s3_manifest, tmp_path, s3_server):
