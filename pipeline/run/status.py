@@ -28,6 +28,12 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
     state.check_readable()
     plan = state.load_plan()
     if plan is None:
+        where = str(state.location).rstrip("/")
+        if where.endswith("/" + manifest_mod.MANIFEST_NAME):  # a URL's (a local file's is refused as one)
+            folder = where[: -len(manifest_mod.MANIFEST_NAME) - 1]
+            raise TokshardError(
+                f"{where} names a manifest; status takes the folder it is in: tokshard status {folder}"
+            )
         if state.place.exists(manifest_mod.MANIFEST_NAME):
             raise TokshardError(
                 f"{state.location} holds a manifest but no run state; use `tokshard inspect` on it"
