@@ -24,6 +24,8 @@ EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 KNOWN_PROTOCOLS = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "r2"}
 ) | frozenset({"http", "https", "ftp", "sftp", "hdfs", "webhdfs", "file", "memory"})
+#: protocols whose first path part is a bucket (which may not exist)
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "r2", "oci"})
 #: protocols that cannot be written to: refused as a prepare's --out
 READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
 #: protocols whose store lives inside one process: tokshard's workers and ranks are other

@@ -7,6 +7,7 @@ costs one listing (its size and version come with it), never a request per objec
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import glob
@@ -20,7 +21,7 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import COMPRESSIONS, known_kind
 from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
-from pipeline.storage.locations import checked_location, is_url
+from pipeline.storage.locations import BUCKET_PROTOCOLS, checked_location, is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
 from pipeline.storage.object_store import url_filesystem
 
@@ -283,8 +284,23 @@ def _url_files(pattern: str) -> list[InputFile]:
             continue
         files.append(_object(fs, name, info))
     if not files:
-        raise TokshardError(_nothing_matches(pattern, bool(matches)))
+        return [_literal_object(fs, path, pattern, bool(matches))]
     return files
+
+
+def _literal_object(fs: Any, path: str, pattern: str, matched_folders: bool) -> InputFile:
+    """The object whose key is the pattern itself (``[2024] part.jsonl``: brackets in a key, as a
+    local path that exists is taken as it is); else why nothing matches, the bucket named where
+    it is the bucket that is missing."""
+    with store_errors(pattern):
+        with contextlib.suppress(FileNotFoundError):
+            info = fs.info(path)
+            if info.get("type") != "directory":
+                return _object(fs, path, info)
+        bucket = path.split("/", 1)[0]
+        if protocol(pattern) in BUCKET_PROTOCOLS and not fs.exists(bucket):
+            raise TokshardError(f"the bucket of {pattern} does not exist; check the URL")
+    raise TokshardError(_nothing_matches(pattern, matched_folders))
 
 
 def _object(fs: Any, path: str, info: dict[str, Any]) -> InputFile:

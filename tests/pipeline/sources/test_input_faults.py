@@ -33,7 +33,7 @@ import zstandard
 from support import REPO, cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline.format import manifest
-from pipeline.format.errors import DataError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files import iter_texts
 from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprints, needs_read
 from pipeline.sources.files.formats import bomless_wide
@@ -184,6 +184,25 @@ def test_a_folder_of_objects_matched_by_a_star_glob_is_named(s3_server, docs):
         list_files([f"s3://{bucket}/in/*"], ".")
     found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]
     assert found == [f"s3://{bucket}/in/{k}" for k in ("2023/old.jsonl", "a.jsonl", "b.jsonl")]
+
+
+def test_an_object_whose_key_holds_brackets_is_read_by_its_key(s3_server, docs):
+    """``[2024] part.jsonl``: as a glob it matches nothing; a local path that exists is taken as
+    it is, and so is such an object (only ``[[]2024]`` named it)."""
+    bucket = s3_server.new_bucket()
+    s3_server.client().put_object(
+        Bucket=bucket, Key="odd/[2024] part.jsonl", Body=json.dumps({"text": docs[0]}).encode() + b"\n"
+    )
+    found = [f.path for f in list_files([f"s3://{bucket}/odd/[2024] part.jsonl"], ".")]
+    assert found == [f"s3://{bucket}/odd/[2024] part.jsonl"]
+
+
+def test_a_glob_in_a_bucket_that_does_not_exist_names_the_bucket(s3_server):
+    """It said "no files match", as for an empty folder of an existing bucket."""
+    with pytest.raises(
+        TokshardError, match=r"^the bucket of s3://tokshard-no-such-bucket/\*\.jsonl does not exist"
+    ):
+        list_files(["s3://tokshard-no-such-bucket/*.jsonl"], ".")
 
 
 def test_a_fifo_matched_by_a_glob_is_named_and_never_opened(folder, tokenizer_path):
