@@ -233,6 +233,12 @@ class Samples(Protocol):
         ...
 
 
+def shorter_than_a_window(source: str, split: str, tokens: int, seq_len: int) -> str:
+    """A source's split too short for one window of plain windows, as a refusal names it (a
+    run's guards leave such a source out where nothing trains on it: `trainer.guards`)."""
+    return f"source {source!r} split {split!r} has {tokens} tokens, fewer than one window of --seq-len {seq_len} + 1"
+
+
 def open_streams(
     manifest: Manifest | Sequence[Manifest], split: str, sources: Iterable[str] | None
 ) -> tuple[list[str], list[TokenStream], list[Manifest]]:
@@ -266,8 +272,7 @@ class WindowDataset:
         for stream, count in zip(self.streams, self.windows, strict=True):
             if count < 1:
                 raise TokshardError(
-                    f"source {stream.source!r} split {split!r} has {stream.tokens} tokens, fewer than "
-                    f"one window of --seq-len {seq_len} + 1; use a shorter --seq-len"
+                    f"{shorter_than_a_window(stream.source, split, stream.tokens, seq_len)}; use a shorter --seq-len"
                 )
 
     def read_into(self, out: np.ndarray, source: int, window: int) -> None:

@@ -12,7 +12,7 @@ from typing import NoReturn
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from trainer import models
-from trainer.data import sources_with_split
+from trainer.data import shorter_than_a_window, sources_with_split
 from trainer.settings import EvalSettings, ModelSettings, TrainSettings
 
 
@@ -179,13 +179,6 @@ def windowless(manifests: list[Manifest], split: str, sources: list[str], seq_le
     return {s: n for s, n in tokens.items() if n - 1 < seq_len}
 
 
-def too_short(source: str, split: str, tokens: int, seq_len: int) -> str:
-    return (
-        f"source {source!r} split {split!r} has {tokens} tokens, fewer than one window of "
-        f"--seq-len {seq_len} + 1"
-    )
-
-
 def trainable(
     sources: list[str], split: str, mix: dict[str, float] | None, short: dict[str, int], seq_len: int
 ) -> list[str]:
@@ -194,7 +187,7 @@ def trainable(
     for s, tokens in short.items():
         if mix is None or mix[s] > 0:
             raise TokshardError(
-                f"{too_short(s, split, tokens, seq_len)}; use a shorter --seq-len, leave it out of --mix, "
+                f"{shorter_than_a_window(s, split, tokens, seq_len)}; use a shorter --seq-len, leave it out of --mix, "
                 "or pack documents with --packing best-fit (which pads a short one)"
             )
     return [s for s in sources if s not in short]
@@ -207,7 +200,7 @@ def evaluable(sources: list[str], split: str, short: dict[str, int], seq_len: in
     if sources and not kept:
         s, tokens = next(iter(short.items()))
         raise TokshardError(
-            f"{too_short(s, split, tokens, seq_len)}, and no source's is longer: nothing to evaluate; "
+            f"{shorter_than_a_window(s, split, tokens, seq_len)}, and no source's is longer: nothing to evaluate; "
             "use a shorter --seq-len, or --eval-every 0 to train without evaluation"
         )
     return kept
