@@ -61,31 +61,67 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
     if os.environ.get("RANK", "0") != "0":
         yield
         return
-    for flag, folder in (("--save", settings.checkpoint.save), ("--run-dir", settings.log.run_dir)):
-        if folder:  # a run writing there now is the reason to name, not what it has written so far
-            _refuse_if_written_now(Path(folder), flag)
-    folders = check_outputs(settings)
-    distinct = [
-        (f, d) for i, (f, d) in enumerate(folders) if not any(same_folder(d, o) for _, o in folders[:i])
-    ]
-    held: list[int] = []
+    named = [Path(f) for f in (settings.checkpoint.save, settings.log.run_dir) if f]
+    made = [p for folder in named for p in missing_folders(folder)]
+    locks_made = [folder / WRITER_LOCK for folder in named if not (folder / WRITER_LOCK).exists()]
+    held: dict[Path, int] = {}
     try:
+        for flag, folder in (("--save", settings.checkpoint.save), ("--run-dir", settings.log.run_dir)):
+            if folder:  # a run writing there now is the reason to name, not what it has written so far
+                _refuse_if_written_now(Path(folder), flag)
+        folders = check_outputs(settings)
+        distinct = [
+            (f, d) for i, (f, d) in enumerate(folders) if not any(same_folder(d, o) for _, o in folders[:i])
+        ]
         for flag, folder in distinct:
-            held.append(_take_writer_lock(folder / WRITER_LOCK, flag, folder))
+            held[folder / WRITER_LOCK] = _take_writer_lock(folder / WRITER_LOCK, flag, folder)
         yield
+    except BaseException:  # only the locks held: a run refused for another's lock leaves it be
+        take_back_unwritten([lock for lock in locks_made if lock in held], made)
+        raise
     finally:
-        for fd in held:
+        for fd in held.values():
             os.close(fd)
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first: what a run that
+    writes there makes."""
+    missing: list[Path] = []
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            break
+        missing.append(path)
+    return missing
+
+
+def take_back_unwritten(locks: list[Path], folders: list[Path]) -> None:
+    """A run refused or stopped before writing leaves its folders as it found them: the lock
+    files it made and holds, in folders holding nothing else, are removed (a run that opened one
+    meanwhile locks anew, `_take_writer_lock`), then the folders it made that are now empty,
+    deepest first."""
+    for lock in locks:
+        if not folder_contents(lock.parent):
+            lock.unlink(missing_ok=True)
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # holds something (or was never made): kept, and so are its parents
+            return
+
+
 def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
-    fd = lock_file(path)
-    if not try_exclusive(fd, path):
-        os.close(fd)
-        raise TokshardError(
-            f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
-            "wait for it to end or stop it, then rerun"
-        )
+    while True:
+        fd = lock_file(path)
+        if not try_exclusive(fd, path):
+            os.close(fd)
+            raise TokshardError(
+                f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
+                "wait for it to end or stop it, then rerun"
+            )
+        if _names(path, fd):
+            break
+        os.close(fd)  # removed by a refused run (`take_back_unwritten`) before we locked it: lock anew
     record = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -99,6 +135,15 @@ def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
         os.close(fd)
         raise disk_error(exc, path) from exc
     return fd
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named, held = path.stat(), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _refuse_if_written_now(folder: Path, flag: str) -> None:

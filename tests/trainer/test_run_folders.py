@@ -149,3 +149,16 @@ def test_a_run_stopped_before_writing_anything_is_told_to_rerun_the_same_command
     )
     (save / "run.json").write_text("{}")
     assert how_to_continue(save, resumed=False).startswith(f"no checkpoint was saved in {save}, so")
+
+
+def test_a_refused_run_takes_back_the_folders_it_made_and_keeps_those_it_found(manifest, tmp_path):
+    """Refused after taking its writer's lock (a --seq-len past the model's positions), a run
+    left --save (and its parents) made, holding only the lock file."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    refused(*train_args(manifest), "--seq-len", "100000", "--save", str(tmp_path / "a" / "b" / "ck"))
+    refused(
+        *train_args(manifest), "--seq-len", "100000", "--save", str(kept), "--run-dir", str(tmp_path / "run")
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    assert list(kept.iterdir()) == []
