@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from pipeline.encoding import byte_level
-from pipeline.encoding.bos import find_bos
+from pipeline.encoding.bos import AUTO_BOS, NO_BOS, find_bos
 from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir, write_json
@@ -426,20 +426,34 @@ def _eos_advice() -> str:
     return "name the token that ends a document with --eos-token TEXT (or eos_token in the recipe)"
 
 
-def config_beside(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The tokenizer_config.json beside a tokenizer.json (None: no such file); a config that
-    does not read is no answer, not an error."""
+def config_beside(path: str | os.PathLike, instead: str) -> dict[str, Any] | None:
+    """The tokenizer_config.json beside a tokenizer.json (None: no such file). One that is there
+    but does not read is refused, naming ``instead`` (the option that does without it): taken
+    for none, it left out the EOS or BOS it names, and the run was framed otherwise."""
+    config_path = Path(path).with_name(CONFIG_FILE)
     try:
-        config = orjson.loads(Path(path).with_name(CONFIG_FILE).read_bytes().removeprefix(codecs.BOM_UTF8))
-    except (OSError, ValueError):
+        data = config_path.read_bytes()
+    except FileNotFoundError:
         return None
-    return config if isinstance(config, dict) else None
+    except OSError as exc:
+        raise TokshardError(f"cannot read {config_path} ({exc.strerror or exc}); {instead}") from exc
+    try:
+        config = orjson.loads(data.removeprefix(codecs.BOM_UTF8))
+    except ValueError as exc:
+        if lfs_pointer.size_stood_for(data) is not None:
+            raise TokshardError(
+                f"{config_path} is a Git LFS pointer, not its file; {lfs_pointer.FETCH}"
+            ) from exc
+        raise TokshardError(f"{config_path} is not JSON ({exc}); fix or remove it, or {instead}") from exc
+    if not isinstance(config, dict):
+        raise TokshardError(f"{config_path} is not a JSON object of settings; fix or remove it, or {instead}")
+    return config
 
 
 def configured_eos(path: str | os.PathLike) -> str | None:
     """The EOS the tokenizer_config.json beside a tokenizer.json names (None: no such file, or
     it names none)."""
-    named = (config_beside(path) or {}).get("eos_token")
+    named = (config_beside(path, "name the EOS with --eos-token TEXT") or {}).get("eos_token")
     if isinstance(named, dict):  # written as an AddedToken
         named = named.get("content")
     return named if isinstance(named, str) and named else None
@@ -522,6 +536,17 @@ def choose_dtype(vocab_size: int, requested: str, where: str) -> tuple[str, str]
     return requested, f"requested with --dtype {requested}"
 
 
+def bos_config(path: Path, bos_token: str | None) -> dict[str, Any] | None:
+    """The config that decides `--bos-token auto`; for any other choice it only adds a note,
+    so one that does not read is passed over."""
+    try:
+        return config_beside(path, f"name the BOS with --bos-token TEXT (or --bos-token {NO_BOS})")
+    except TokshardError:
+        if bos_token == AUTO_BOS:
+            raise
+        return None
+
+
 def inspect_file(
     path: Path, origin: str, eos_token: str | None, dtype: str, bos_token: str | None = None
 ) -> TokenizerInfo:
@@ -530,7 +555,7 @@ def inspect_file(
     vocab_size = max_id(tok) + 1
     chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
     eos_id, eos_name, eos_found = find_eos(tok, eos_token, path)
-    bos = find_bos(tok, read_spec(path), config_beside(path), bos_token, eos_id, path)
+    bos = find_bos(tok, read_spec(path), bos_config(path, bos_token), bos_token, eos_id, path)
     return TokenizerInfo(
         path=TOKENIZER_FILE,
         sha256=sha256_file(path),

@@ -97,6 +97,22 @@ def test_a_config_that_sets_add_bos_token_false_outweighs_the_template(tmp_path,
         assert info.bos_found == "none: the tokenizer_config.json beside it sets add_bos_token false"
 
 
+@pytest.mark.parametrize("written", [b'{"add_bos_token": tru', b"[]"])
+def test_a_config_that_does_not_read_is_refused_under_auto_and_passed_over_otherwise(
+    tmp_path, gemma2, written
+):
+    """Taken for no config, a broken one left --bos-token auto to the template, as if
+    add_bos_token had not been set (or was, when it said false)."""
+    path = _alone(tmp_path, gemma2)
+    (path.parent / "tokenizer_config.json").write_bytes(written)
+    with pytest.raises(
+        TokshardError, match=r"tokenizer_config\.json is not .*; fix or remove it, or name the BOS"
+    ):
+        inspect_file(path, "gemma2", None, "auto", AUTO_BOS)
+    info = inspect_file(path, "gemma2", None, "auto")
+    assert info.bos_id is None
+
+
 def test_meta_s_llama3_template_after_its_byte_level_step_names_the_bos(tmp_path, prose):
     """Meta's Llama 3 file runs its ByteLevel step, then a template that starts each text with
     ``<|begin_of_text|>`` (the converted file here has the first step only): documents are

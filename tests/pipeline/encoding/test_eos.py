@@ -289,6 +289,19 @@ def test_a_tokenizer_config_saved_with_a_byte_order_mark_still_names_the_eos(tmp
     assert configured_eos(tmp_path / "tokenizer.json") == "<|doc_end|>"
 
 
+def test_a_config_that_does_not_read_is_named_where_it_would_name_the_eos(own_eos, tmp_path):
+    """It was taken for no config: the line said none names an EOS, not that the one there is broken."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(own_eos.read_bytes())
+    (folder / "tokenizer_config.json").write_text('{"eos_token": "<|doc_end|>",')
+    proc, out = prepare(tmp_path, folder, ["hello world"])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"{folder / 'tokenizer_config.json'} is not JSON (" in proc.stderr
+    assert proc.stderr.rstrip().endswith("fix or remove it, or name the EOS with --eos-token TEXT")
+    assert not out.exists()
+
+
 def test_no_known_eos_and_no_config_is_refused_in_one_line_naming_the_flag(own_eos, tmp_path):
     proc, out = prepare(tmp_path, own_eos, ["hello world"])
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
