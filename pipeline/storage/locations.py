@@ -56,6 +56,12 @@ def location_problem(text: str) -> str | None:
             return f"{text} is a file:// URL; give the local path itself ({rest or '/'})"
         if not rest.strip("/"):
             return f"{text} names no bucket or location; write {scheme}://BUCKET/PATH"
+        if scheme in BUCKET_PROTOCOLS and ("//" in rest.rstrip("/") or rest.startswith("/")):
+            fixed = re.sub("/+", "/", rest).strip("/")
+            return (
+                f"{text} has an empty part between slashes, which a store keeps in its object keys "
+                f"(other tools would not find them); write {scheme}://{fixed}"
+            )
         return None
     m = _MISTYPED.match(text)
     if m and m.group(1).lower() in KNOWN_PROTOCOLS:

@@ -18,6 +18,7 @@ from pipeline.storage.locations import checked_location, location_problem, norma
         "C:/x",
         "wiki:0.5",
         "s3://b/run",
+        "s3://b/run/",
         "gs://b",
         "hf://datasets/x/y",
         "a:b",
@@ -52,3 +53,14 @@ def test_a_url_scheme_is_lower_cased_and_the_rest_kept():
     assert normalized("S3://Bucket/Run") == "s3://Bucket/Run"
     assert normalized("data/S3://x") == "data/S3://x"
     assert checked_location("Gs://b/x") == "gs://b/x"
+
+
+@pytest.mark.parametrize(
+    ("text", "fixed"),
+    [("s3://b//run", "s3://b/run"), ("s3:///b/run", "s3://b/run"), ("gs://b/a//c/", "gs://b/a/c")],
+)
+def test_a_store_url_with_an_empty_part_is_refused_with_the_fix(text, fixed):
+    """s3fs kept ``s3://b//run`` as keys starting with a slash: tokshard read them back, but the
+    store's console, ``aws s3 ls s3://b/run/`` and every other tool found nothing there."""
+    with pytest.raises(TokshardError, match=f"has an empty part between slashes.*; write {fixed}$"):
+        checked_location(text)
