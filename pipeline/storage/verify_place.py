@@ -71,10 +71,14 @@ def _check_stored_shard(place: Place, entry: manifest_mod.ShardEntry, m: manifes
         _maybe_copy(place, origin_rel, entry.origin_path) as origin_path,
     ):
         copies = [(bin_path, entry.rel_path), (idx_path, idx_rel)]
-        for found, rel in [*copies, *([(origin_path, origin_rel)] if origin_rel else [])]:
+        copies += [(origin_path, origin_rel)] if origin_rel else []
+        for found, rel in copies:
             if found is None:
                 return [f"{entry.rel_path}: {Path(rel).name} is missing"]
-        return check_shard(entry, m.dtype, m.eos_id, m.bos_id)
+        faults = check_shard(entry, m.dtype, m.eos_id, m.bos_id)
+    for found, rel in copies:  # the object, not its deleted copy, is what the user can look at
+        faults = [fault.replace(str(found), place.where(rel)) for fault in faults]
+    return faults
 
 
 @contextlib.contextmanager

@@ -175,9 +175,14 @@ def test_verify_of_a_url_finds_a_corrupted_object(s3_server, store_setup, tmp_pa
     data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     data[100] ^= 1
     s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    idx_key = "run/text/train/00001-0000.idx"
+    index = s3.get_object(Bucket=bucket, Key=idx_key)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=idx_key, Body=index[:-8])  # cut short: named by its URL
     proc = cli("verify", url, cwd=tmp_path)
     assert proc.returncode == 1
     assert "FAULT text/train/00000-0000.bin: .bin content hash differs from the manifest" in proc.stdout
+    assert f"FAULT text/train/00001-0000.bin: s3://{bucket}/{idx_key}: index is " in proc.stdout
+    assert "tokshard-verify-" not in proc.stdout  # the temporary copy, deleted by then
 
 
 def scratch_pids() -> set[int]:
