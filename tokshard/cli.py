@@ -71,16 +71,20 @@ def build_parser(options_of: Collection[str] | None = None) -> argparse.Argument
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args, rest = build_parser(options_of=_command_in(argv)).parse_known_args(argv)
-        if rest:
-            args.usage.unrecognized(rest)
+        with stopping_signals_raise():  # `train`'s options load torch: a job stopped then is named too
+            args, rest = build_parser(options_of=_command_in(argv)).parse_known_args(argv)
+            if rest:
+                args.usage.unrecognized(rest)
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
     except TokshardError as exc:
         return _failed(exc)
-    except KeyboardInterrupt:  # Ctrl-C while `train`'s options load torch: nothing started yet
+    except KeyboardInterrupt:  # nothing started yet
         print("tokshard: interrupted before it started", file=sys.stderr)
         return INTERRUPTED
+    except Terminated as stop:
+        print(f"tokshard: {stop.what} before it started", file=sys.stderr)
+        return stop.exit_code
     try:
         with stopping_signals_raise(), guarded_console():  # a console that goes away: trainer.console
             status = args.run(args)

@@ -8,8 +8,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +175,20 @@ def test_ctrl_c_while_the_options_load_is_one_line_and_exit_130(monkeypatch, cap
     monkeypatch.setattr(cli_module, "build_parser", interrupted)
     assert cli_module.main(["train", "--help"]) == 130
     assert capsys.readouterr().err == "tokshard: interrupted before it started\n"
+
+
+def test_sigterm_while_the_options_load_is_one_line_and_its_exit_status(monkeypatch, capsys):
+    """A job stopped by its scheduler in the seconds `train` loads torch ended silently (the
+    default SIGTERM): no line said it had not started."""
+    from tokshard import cli as cli_module
+
+    def terminated(**_):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises here
+
+    monkeypatch.setattr(cli_module, "build_parser", terminated)
+    assert cli_module.main(["train", "--help"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "tokshard: stopped by SIGTERM before it started\n"
 
 
 def test_megatron_args_refuses_a_manifest_whose_shard_is_missing(spaced, tmp_path):
