@@ -140,3 +140,10 @@ def test_a_run_folder_that_does_not_exist_is_named_so(tmp_path):
         f"tokshard: error: samples: {tmp_path / 'nowhere'} is not a folder; pass the run's --save folder "
         "(or its run dir)"
     )
+
+
+def test_micro_batch_without_world_is_refused_not_ignored(run):
+    line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--micro-batch", "2"), 2)
+    assert line.endswith("pass --world N (the run's ranks) with it")
+    shown = cli("samples", str(run["save"]), "--steps", "1", "--micro-batch", "2", "--world", "1", "--json")
+    assert shown.returncode == 0 and '"rank": 0' in shown.stdout, shown.stderr

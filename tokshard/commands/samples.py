@@ -72,6 +72,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
 def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
     from trainer.samples import Layout
 
+    if args.world is None and args.micro_batch is not None:  # it was ignored: no rank was named
+        raise TokshardError(
+            "samples: --micro-batch says how each rank's samples split into micro-steps; "
+            "pass --world N (the run's ranks) with it"
+        )
     if args.world is None:
         return None
     micro = args.micro_batch or global_batch // args.world
