@@ -222,11 +222,23 @@ class EarlyWorkers:
 def _checked_or_new_plan(
     plan: Plan | None, recipe: Recipe, state: RunState, tok: tokenizer.TokenizerInfo, log: Log
 ) -> Plan:
-    """The folder's plan, checked against the recipe, or a new one saved there."""
+    """The folder's plan, checked against the recipe, or a new one saved there. A plan whose
+    run committed nothing (stopped at its first record: the wrong --text-field) holds no work,
+    so another recipe replaces it: the fix was refused as "a different recipe"."""
     if plan is not None:
-        check_same_recipe(plan, recipe, state.location)
-        check_same_framing(plan, tok, state.location)
-        return plan
+        try:
+            check_same_recipe(plan, recipe, state.location)
+            check_same_framing(plan, tok, state.location)
+            return plan
+        except TokshardError as exc:
+            checkpoints = state.load_checkpoints(plan)
+            if any(ck and ck.holds_work for ck in checkpoints.values()) or state.manifest_doc() is not None:
+                raise
+            reason = str(exc).rsplit("; ", 1)[0].removeprefix(f"{state.location} ")
+            log(f"note: {state.location}: planned again, since its earlier run committed nothing ({reason})")
+            for part in plan.partitions:
+                if checkpoints[part.key] is not None:
+                    state.forget_partition(part)
     with gc_paused():  # the sources' listings are freed here, by reference counts
         plan = make_plan(recipe, tok, log)
     state.save_plan(plan)

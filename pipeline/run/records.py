@@ -121,6 +121,13 @@ class Checkpoint:
     #: where each later attempt picked up: {"progress", "tokens", "long_chars", "time"}
     resumed_from: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def holds_work(self) -> bool:
+        """Whether anything was read or written by its last commit (a partition stopped at its
+        first record commits a checkpoint that holds none)."""
+        done = (self.documents, self.tokens, self.progress, self.dropped_empty, self.skipped, self.closed)
+        return self.complete or any(done)
+
     def to_json(self) -> dict[str, Any]:
         """The checkpoint file's content (the one place its records become plain data)."""
         return asdict(self)

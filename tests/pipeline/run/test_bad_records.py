@@ -194,3 +194,21 @@ def test_lines_the_fast_parser_refuses_but_json_accepts_are_documents(line):
 
 def test_a_text_field_holding_a_number_too_long_to_convert_is_a_non_string_field():
     assert json_text(b'{"text": ' + b"9" * 5000 + b"}\n", "text") == (None, "non-string field 'text'")
+
+
+def test_a_rerun_with_the_right_text_field_after_nothing_was_committed_plans_again(tmp_path, tokenizer_path):
+    """The first run stopped at its first record (the wrong --text-field) and committed nothing:
+    the fixed command was refused as "a different recipe", and the user told to delete the folder."""
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in GOOD))
+    args = ["prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--out", "out"]
+    wrong = cli(*args, cwd=tmp_path)
+    assert wrong.returncode == 1 and "missing field 'text'" in wrong.stderr
+    fixed = cli(*args, "--text-field", "body", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert (
+        "out: planned again, since its earlier run committed nothing (holds a run of a different recipe ("
+        in (fixed.stderr)
+    )
+    assert np.array_equal(stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, GOOD))
+    again = cli(*args, "--text-field", "text", cwd=tmp_path)  # now it holds work: kept, refused
+    assert again.returncode == 2 and "out holds a run of a different recipe" in again.stderr
