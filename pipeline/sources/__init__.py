@@ -18,7 +18,7 @@ SOURCE_TYPES: dict[str, type[Source]] = {
 
 
 def source_class(type_name: Any, name: str, where: str) -> type[Source]:
-    if type_name not in SOURCE_TYPES:
+    if not isinstance(type_name, str) or type_name not in SOURCE_TYPES:  # a list or table: unhashable
         known = ", ".join(sorted(SOURCE_TYPES))
         if type_name is None:
             raise TokshardError(f'{where}: [sources.{name}] has no type; add type = "..." (one of {known})')

@@ -96,6 +96,8 @@ def files(tmp_path_factory, tokenizer_path):
             f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = "files"\npaths = ["s3:/b/x.jsonl"]\n',
         ),
         "url_out": recipe("url-out", f'tokenizer = "{tokenizer_path}"\nout = "S3:b/run"\n{good_source}'),
+        "list_type": recipe("list-type", f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = ["cc_news"]\n'),
+        "good": recipe("good", f'tokenizer = "{tokenizer_path}"\n{good_source}'),
     }
 
 
@@ -114,6 +116,11 @@ MISTAKES = [
     (["prepare", "{bad_key}", "--out", "{root}/o2"], "unknown setting 'tokenizr'"),
     (["prepare", "{bad_source}", "--out", "{root}/o3"], "wikitxt"),
     (["prepare", "{int_field}", "--out", "{root}/o15"], "[sources.mine] text_field must be a non-empty string, got 5"),
+    (["prepare", "{list_type}", "--out", "{root}/o18"], "[sources.x] has unknown type ['cc_news']; known types: bookcorpus"),
+    (["prepare", "{good}", "--out", "{root}/o19", "--split", "validation"], "--split applies to --input files; a recipe sets it in its [sources.NAME] table"),
+    (["prepare", "{good}", "--out", "{root}/o20", "--text-field", "body"], "--text-field applies to --input files"),
+    (["prepare", "{good}", "--out", "{root}/o21", "--name", "n"], "--name applies to --input files"),
+    (["prepare", "{good}", "--out", "{root}/o22", "--partition-bytes", "1MiB"], "--partition-bytes applies to --input files"),
     (["prepare", "{no_type}", "--out", "{root}/o14"], '[sources.x] has no type; add type = "..." (one of bookcorpus'),
     (["prepare", "{bad_tok}", "--out", "{root}/o4"], "no tokenizer at"),
     (["prepare", "{bad_toml}", "--out", "{root}/o5"], "not valid TOML"),

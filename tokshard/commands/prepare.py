@@ -50,10 +50,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "expands a glob, or a quoted glob tokshard expands; repeatable)",
     )
     p.add_argument(
-        "--text-field", default=files["text_field"], help="ad hoc: JSON/parquet field holding the text"
+        "--text-field", help=f"ad hoc: JSON/parquet field holding the text (default: {files['text_field']})"
     )
-    p.add_argument("--split", default=files["split"], help="ad hoc: split name for --input files")
-    p.add_argument("--name", default=INPUT_SOURCE, help="ad hoc: source name for --input files")
+    p.add_argument("--split", help=f"ad hoc: split name for --input files (default: {files['split']})")
+    p.add_argument("--name", help=f"ad hoc: source name for --input files (default: {INPUT_SOURCE})")
     p.add_argument(
         "--partition-bytes",
         metavar="SIZE",
@@ -286,24 +286,52 @@ def recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
     if args.input and args.recipe:
         raise TokshardError("give either a RECIPE or --input files, not both")
     if args.input:
-        from pipeline.sources.base import check_path_name
-
-        check_path_name("split", args.split, "--split")  # it names a folder: checked before any work
-        check_path_name("source", args.name, "--name")
-        source: dict[str, Any] = {
-            "type": "files",
-            "paths": args.input,
-            "text_field": args.text_field,
-            "split": args.split,
-        }
-        if args.partition_bytes:
-            source["partition_bytes"] = args.partition_bytes
-        if args.mirror:
-            raise TokshardError("--mirror applies to hub recipes, not to --input files")
-        return recipe_mod.from_dict({"sources": {args.name: source}}, "--input", overrides)
+        return recipe_mod.from_dict(
+            {"sources": {source_name(args): input_source(args)}}, "--input", overrides
+        )
     if args.recipe:
+        ad_hoc = [flag for flag, value in AD_HOC.items() if getattr(args, value) is not None]
+        if ad_hoc:  # they were ignored: the run wrote the recipe's own splits and names
+            raise TokshardError(
+                f"{ad_hoc[0]} applies to --input files; a recipe sets it in its [sources.NAME] table"
+            )
         return recipe_mod.load(recipe_path(args.recipe), overrides, mirror=args.mirror)
     raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
+
+
+#: the options that describe --input files (flag -> its attribute)
+AD_HOC = {
+    "--text-field": "text_field",
+    "--split": "split",
+    "--name": "name",
+    "--partition-bytes": "partition_bytes",
+}
+
+
+def input_source(args: argparse.Namespace) -> dict[str, Any]:
+    """The one source of an ad hoc run: the --input files, as the options describe them."""
+    from pipeline.sources.base import check_path_name
+    from pipeline.sources.files import FilesSource
+
+    files = FilesSource.defaults
+    split = files["split"] if args.split is None else args.split
+    check_path_name("split", split, "--split")  # it names a folder: checked before any work
+    check_path_name("source", source_name(args), "--name")
+    if args.mirror:
+        raise TokshardError("--mirror applies to hub recipes, not to --input files")
+    source: dict[str, Any] = {
+        "type": "files",
+        "paths": args.input,
+        "text_field": files["text_field"] if args.text_field is None else args.text_field,
+        "split": split,
+    }
+    if args.partition_bytes:
+        source["partition_bytes"] = args.partition_bytes
+    return source
+
+
+def source_name(args: argparse.Namespace) -> str:
+    return INPUT_SOURCE if args.name is None else args.name
 
 
 def recipe_path(name: str) -> Path:
