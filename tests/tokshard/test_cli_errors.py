@@ -96,7 +96,9 @@ def files(tmp_path_factory, tokenizer_path):
             f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = "files"\npaths = ["s3:/b/x.jsonl"]\n',
         ),
         "url_out": recipe("url-out", f'tokenizer = "{tokenizer_path}"\nout = "S3:b/run"\n{good_source}'),
-        "list_type": recipe("list-type", f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = ["cc_news"]\n'),
+        "list_type": recipe(
+            "list-type", f'tokenizer = "{tokenizer_path}"\n[sources.x]\ntype = ["cc_news"]\n'
+        ),
         "good": recipe("good", f'tokenizer = "{tokenizer_path}"\n{good_source}'),
     }
 
