@@ -55,6 +55,8 @@ def find_bos(
                 f"{path} has no token {named!r} (named by bos_token); name one it has with --bos-token "
                 f"TEXT, --bos-token {AUTO_BOS} for the tokenizer's own, or --bos-token {NO_BOS}"
             )
+        if tid == eos_id:  # as for the tokenizer's own (OPT's </s>): never two in a row
+            return Bos(None, None, "none: bos_token names the EOS, which already ends the document before")
         return Bos(tid, named, "named by bos_token")
     try:
         own = own_bos(tok, spec, config, eos_id, path)

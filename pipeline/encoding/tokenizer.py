@@ -459,23 +459,26 @@ def configured_eos(path: str | os.PathLike) -> str | None:
     return named if isinstance(named, str) and named else None
 
 
-def eos_kind(tok, name: str, tid: int, path: str | os.PathLike) -> str:
-    """Why document text never encodes to the EOS (as the manifest says it), or a refusal."""
+def eos_kind(tok, name: str, tid: int, path: str | os.PathLike, role: str = "EOS") -> str:
+    """Why document text never encodes to the EOS (as the manifest says it), or a refusal;
+    ``role`` "BOS" asks the same of a BOS named by hand (a word of the text, taken for one,
+    started every document with an ordinary token)."""
+    flag = f"--{role.lower()}-token"
     added = {t.content: t for t in tok.get_added_tokens_decoder().values()}
     token = added.get(name)
     if token is not None and not token.special:
         raise TokshardError(
-            f"{path}: its EOS {name!r} is an added token not marked special, so tokenizers cuts "
-            f"it out of document text and a literal {name!r} would become the EOS id; mark it "
-            '"special": true in the tokenizer.json, or name a special token with --eos-token'
+            f"{path}: its {role} {name!r} is an added token not marked special, so tokenizers cuts "
+            f"it out of document text and a literal {name!r} would become the {role} id; mark it "
+            f'"special": true in the tokenizer.json, or name a special token with {flag}'
         )
     model = type(tok.model).__name__
     reached = whole_word_reaches(tok, name, tid, path)
     if reached:
         raise TokshardError(
-            f"{path}: its EOS {name!r} is an entry of the {model} vocabulary that document text "
-            f"reaches ({reached}), so a literal {name!r} would become the EOS id; name another "
-            "with --eos-token, or use a tokenizer whose EOS is a special token outside its vocabulary"
+            f"{path}: its {role} {name!r} is an entry of the {model} vocabulary that document text "
+            f"reaches ({reached}), so a literal {name!r} would become the {role} id; name another "
+            f"with {flag}, or use a tokenizer whose {role} is a special token outside its vocabulary"
         )
     if token is None:
         return f"an entry of the {model} vocabulary no text reaches (no merge makes it, nor a word)"
@@ -556,6 +559,8 @@ def inspect_file(
     chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
     eos_id, eos_name, eos_found = find_eos(tok, eos_token, path)
     bos = find_bos(tok, read_spec(path), bos_config(path, bos_token), bos_token, eos_id, path)
+    if bos.id is not None and bos_token not in (None, AUTO_BOS):  # named by hand: as the EOS is
+        eos_kind(tok, bos.token, bos.id, path, role="BOS")
     return TokenizerInfo(
         path=TOKENIZER_FILE,
         sha256=sha256_file(path),

@@ -199,8 +199,26 @@ def test_bert_s_and_roberta_s_post_processors_start_texts_with_their_cls(tmp_pat
 
 def test_bos_token_names_one_or_none(gemma2, gpt2_tokenizer_path):
     assert inspect_file(gemma2, "gemma2", None, "auto", NO_BOS).bos_found == "none: --bos-token none"
+    named = inspect_file(gemma2, "gemma2", None, "auto", "<bos>")
+    assert (named.bos_id, named.bos_found) == (load(gemma2).token_to_id("<bos>"), "named by bos_token")
+
+
+def test_a_bos_token_naming_the_eos_is_not_written_twice_in_a_row(gpt2_tokenizer_path):
+    """As for a tokenizer's own BOS that is its EOS (OPT's): each boundary got two EOS ids."""
     named = inspect_file(gpt2_tokenizer_path, "gpt2", None, "auto", "<|endoftext|>")
-    assert (named.bos_id, named.bos_found) == (50256, "named by bos_token")
+    assert (named.bos_id, named.bos_found) == (
+        None,
+        "none: bos_token names the EOS, which already ends the document before",
+    )
+
+
+@pytest.mark.parametrize("word", ["hello", "Ġthe"])
+def test_a_bos_token_that_document_text_reaches_is_refused_as_such_an_eos_is(gpt2_tokenizer_path, word):
+    """Taken, every document started with an ordinary word's id, and no boundary was marked."""
+    with pytest.raises(
+        TokshardError, match=f"its BOS '{word}' is an entry of the BPE vocabulary that document text reaches"
+    ):
+        inspect_file(gpt2_tokenizer_path, "gpt2", None, "auto", word)
 
 
 def test_a_bos_token_the_tokenizer_lacks_is_refused_naming_the_flag(tmp_path, gpt2_tokenizer_path):
