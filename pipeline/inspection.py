@@ -26,6 +26,9 @@ def _index(entry: ShardEntry, dtype: str):
     missing or damaged one is one line naming it (exit 1). (A flipped length showed as a
     document of a million tokens in the statistics.)"""
     path = entry.bin_path.with_suffix(".idx")
+    faults = files_faults(entry)  # a .bin gone or cut: the statistics of its .idx were shown as sound
+    if faults:
+        raise DataError(f"{faults[0]} (`tokshard verify` shows every fault)")
     try:
         index = Shard(entry.bin_path, dtype).index
     except (OSError, ShardFormatError) as exc:
@@ -44,10 +47,7 @@ def _index(entry: ShardEntry, dtype: str):
 
 def _first_document(entry: ShardEntry, dtype: str) -> np.ndarray:
     """The shard's first document, where the .bin is the one the manifest names (a replaced
-    one would show its bytes as a sample of text)."""
-    faults = files_faults(entry)
-    if faults:
-        raise DataError(f"{faults[0]} (`tokshard verify` shows every fault)")
+    one would show its bytes as a sample of text: `_index` has looked at its files)."""
     try:
         return np.array(Shard(entry.bin_path, dtype).document(0)[:-1])
     except (OSError, ValueError, IndexError) as exc:  # missing, empty or short .bin

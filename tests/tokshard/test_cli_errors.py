@@ -450,6 +450,11 @@ def first_idx(folder: Path) -> Path:
     return sorted(folder.rglob("*.idx"))[0]
 
 
+def later_bin(folder: Path) -> Path:
+    """Not a split's first: `inspect` read the first shard's .bin for its sample, and no other."""
+    return sorted(p for p in folder.rglob("*.bin") if not p.name.endswith("-0000.bin"))[0]
+
+
 def flip_a_length(folder: Path) -> None:
     """One bit of the second document's length (its high byte: a document of millions of tokens)."""
     idx = first_idx(folder)
@@ -462,7 +467,10 @@ DATA_FAULTS = [
     (["verify"], set_field(["shards", 0, "tokens"], "many"), "shard 0 'tokens' is 'many', not a whole number"),
     (["verify"], set_field(["dtype"], "int7"), "'dtype' is 'int7', not one of uint16, uint32"),
     (["inspect"], set_field(["shards", 0, "documents"], "12x"), "shard 0 'documents' is '12x'"),
-    (["inspect"], lambda f: first_idx(f).unlink(), ".idx: No such file or directory; run `tokshard verify`"),
+    (["inspect"], lambda f: first_idx(f).unlink(), ".idx is missing (`tokshard verify` shows every fault)"),
+    (["inspect"], lambda f: later_bin(f).unlink(), ".bin is missing (`tokshard verify` shows every fault)"),
+    (["inspect"], lambda f: later_bin(f).write_bytes(later_bin(f).read_bytes()[:100]),
+     ".bin is 100 bytes, the manifest says"),
     (["inspect"], lambda f: first_idx(f).write_bytes(first_idx(f).read_bytes()[:20]), ".idx: index is truncated (20 bytes)"),
     (["inspect"], flip_a_length, ".idx: it describes"),
     (["train", "--model", "tiny", "--seq-len", "32", "--steps", "1", "--manifest"], set_field(["shards", 1, "split"], "renamed"),
@@ -475,7 +483,8 @@ DATA_FAULTS = [
 
 
 @pytest.mark.parametrize(("command", "change", "says"), DATA_FAULTS, ids=[
-    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-truncated-idx",
+    "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-missing-later-bin",
+    "inspect-cut-later-bin", "inspect-truncated-idx",
     "inspect-flipped-length", "train-edited",
     "inspect-no-splits", "inspect-skipped", "verify-totals"])  # fmt: skip
 def test_damaged_data_is_one_line_and_exit_1(tmp_path, tmp_path_factory, command, change, says):
