@@ -5,7 +5,7 @@ A recipe has top-level settings and one ``[sources.NAME]`` table per source::
     tokenizer = "gpt2"            # TOK: tokenizer.json, folder, or hub name
     out = "data/wikitext-103"     # default output folder (--out wins)
     dtype = "auto"                # uint16 where every id fits, else uint32 (or name one)
-    shard_tokens = 134217728      # at most this many tokens per shard (2^27)
+    shard_tokens = 134217728      # at most this many tokens per shard (2^27; a longer document gets its own)
 
     [sources.wiki]
     type = "wikitext"

@@ -120,7 +120,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shard-tokens",
         type=positive_int,
-        help=f"at most this many tokens per shard ({recipe_default('shard_tokens')})",
+        help=f"at most this many tokens per shard, but for a longer document, which gets one of its own ({recipe_default('shard_tokens')})",
     )
     p.add_argument(
         "--on-bad-record",
