@@ -235,9 +235,14 @@ def _check_settings(settings: dict[str, Any], where: str) -> None:
 
 
 def describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two recipe identities (dotted keys)."""
-    a, b = _flatten(old), _flatten(new)
-    changes = []
+    """Human-readable differences between two recipe identities: sources added or removed by
+    name (each of their settings, listed as unset, hid which), then dotted keys."""
+    before, after = old.get("sources") or {}, new.get("sources") or {}
+    changes = [f"source {name!r} removed" for name in before if name not in after]
+    changes += [f"source {name!r} added" for name in after if name not in before]
+    kept = {name: cfg for name, cfg in before.items() if name in after}
+    a = _flatten({**old, "sources": kept})
+    b = _flatten({**new, "sources": {name: cfg for name, cfg in after.items() if name in before}})
     for key in sorted(set(a) | set(b)):
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             changes.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")

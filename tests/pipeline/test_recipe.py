@@ -81,3 +81,13 @@ def test_partition_bytes_that_is_no_size_of_4096_or_more_is_one_line(tmp_path, v
         match=r'\[sources\.text\] partition_bytes \("auto" or a size\) must be a size of at least 4096 bytes',
     ):
         recipe.load(path)
+
+
+def test_a_source_added_or_removed_is_named_as_such_not_as_its_settings_unset():
+    old = {"tokenizer": "t", "sources": {"a": {"type": "files", "split": "train"}, "b": {"type": "cc_news"}}}
+    new = {"tokenizer": "t", "sources": {"a": {"type": "files", "split": "dev"}, "c": {"type": "wikitext"}}}
+    assert recipe.describe_changes(old, new) == [
+        "source 'b' removed",
+        "source 'c' added",
+        "sources.a.split: 'train' -> 'dev'",
+    ]
