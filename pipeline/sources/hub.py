@@ -36,6 +36,12 @@ PIN_RETRY_WAITS = (1.0, 2.0, 4.0)
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _SHA = re.compile(r"[0-9a-f]{40}")
 _SPLIT_ORDER = ("train", "validation", "test")
+#: what a repo's copy holds (a card, git attributes, a clone, `hf download --local-dir` records)
+_REPO_MARKERS = ("README.md", ".gitattributes", ".git", ".cache/huggingface")
+#: folders of a hub cache (HF_HOME/hub): one per repo, named for its kind and id
+_CACHE_PREFIXES = ("datasets--", "models--", "spaces--")
+#: a hub cache's snapshot folder: the files of one commit
+_SNAPSHOT = re.compile(r"/datasets--[^/]+/snapshots/([0-9a-f]{40})$")
 
 
 def is_commit(revision: str) -> bool:
@@ -140,11 +146,14 @@ def read_error(exc: BaseException, repo: Repo, rel: str) -> TokshardError:
     return TokshardError(f"cannot read {repo.url(rel)}: {name}: {exc}")
 
 
-def locate_mirror(mirror: str, base_dir: str, repo: str) -> str:
-    """The folder holding ``repo``'s files: ``MIRROR/OWNER/NAME`` if that exists, else ``MIRROR``.
+def locate_mirror(mirror: str, base_dir: str, repo: str, revision: str = "main") -> str:
+    """The folder holding ``repo``'s files at ``revision``: ``MIRROR/OWNER/NAME`` if that exists,
+    the snapshot of the revision if MIRROR is a hub cache, else MIRROR itself (the copy of one repo).
 
     So one mirror folder can hold several repos side by side (``MIRROR/Salesforce/wikitext``,
-    ``MIRROR/vblagoje/cc_news``), or be the copy of one repo itself.
+    ``MIRROR/vblagoje/cc_news``), or be the copy of one repo itself, or be ``HF_HOME`` or its
+    ``hub`` folder. A folder of other repos is refused: read as the repo, its globs would match
+    the other repos' files.
     """
 
     if not is_url(mirror):
@@ -158,10 +167,85 @@ def locate_mirror(mirror: str, base_dir: str, repo: str) -> str:
         raise TokshardError(
             f"mirror {mirror} for dataset {repo} is not a folder; point it at a copy of the repo's files"
         )
-    nested = f"{path.rstrip('/')}/{repo}"
-    if fs.isdir(nested):
-        path = nested
+    path = _repo_folder(fs, path.rstrip("/"), mirror, repo, revision)
     return fs.unstrip_protocol(path) if is_url(mirror) else path
+
+
+def _repo_folder(fs: Any, path: str, mirror: str, repo: str, revision: str) -> str:
+    """Where in the mirror folder ``path`` the repo is (see `locate_mirror`)."""
+    if fs.isdir(f"{path}/{repo}"):
+        return f"{path}/{repo}"
+    cache = _hub_cache(fs, path)
+    if cache is not None:
+        return _cache_snapshot(fs, cache, mirror, repo, revision)
+    if _looks_like_repo(fs, path):
+        return path
+    owner = repo.split("/")[0]
+    if fs.isdir(f"{path}/{owner}"):
+        held = _some(_subfolders(fs, f"{path}/{owner}"))
+        raise TokshardError(
+            f"mirror {mirror} has no {repo}: its folder {owner}/ holds {held or 'no repos'}; "
+            "check repo = ..., or download the repo to that folder"
+        )
+    repos = [f"{x}/{y}" for x in _subfolders(fs, path) for y in _subfolders(fs, f"{path}/{x}")]
+    repos = [r for r in repos if _looks_like_repo(fs, f"{path}/{r}")]
+    if repos:
+        raise TokshardError(
+            f"mirror {mirror} is a folder of other repos ({_some(repos)}), not a copy of {repo}; "
+            f"download {repo} to {mirror}/{repo}, or check repo = ..."
+        )
+    return path
+
+
+def _looks_like_repo(fs: Any, path: str) -> bool:
+    """Whether a folder holds what a repo's copy does (a card, git or `hf download` records)."""
+    return any(fs.exists(f"{path}/{marker}") for marker in _REPO_MARKERS)
+
+
+def _subfolders(fs: Any, path: str) -> list[str]:
+    """Names of the folders in ``path`` (hidden ones left out), sorted."""
+    names = (os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False) if fs.isdir(p))
+    return sorted(n for n in names if not n.startswith("."))
+
+
+def _some(names: list[str], shown: int = 8) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _hub_cache(fs: Any, path: str) -> str | None:
+    """The hub cache folder (``datasets--OWNER--NAME/`` folders) at ``path`` or ``path/hub``, if any."""
+    for folder in (path, f"{path}/hub"):
+        if fs.isdir(folder) and any(n.startswith(_CACHE_PREFIXES) for n in _subfolders(fs, folder)):
+            return folder
+    return None
+
+
+def _cache_snapshot(fs: Any, cache: str, mirror: str, repo: str, revision: str) -> str:
+    """The snapshot folder of ``repo`` at ``revision`` in a hub cache (a commit, or the one a
+    branch or tag names in ``refs/``: the files as that download left them)."""
+    folder = f"{cache}/datasets--{repo.replace('/', '--')}"
+    if not fs.isdir(folder):
+        names = [n for n in _subfolders(fs, cache) if n.startswith("datasets--")]
+        held = [n[len("datasets--") :].replace("--", "/") for n in names]
+        raise TokshardError(
+            f"hub cache {mirror} holds no dataset {repo} (datasets: {_some(held) or 'none'}); "
+            f"download it (hf download {repo} --repo-type dataset), or check repo = ..."
+        )
+    commit: str | None = revision
+    if not is_commit(revision):
+        try:
+            commit = fs.cat_file(f"{folder}/refs/{revision}").decode().strip()
+        except (OSError, UnicodeDecodeError):
+            commit = None
+    if not commit or not fs.isdir(f"{folder}/snapshots/{commit}"):
+        held = _some(_subfolders(fs, f"{folder}/snapshots")) if fs.isdir(f"{folder}/snapshots") else ""
+        raise TokshardError(
+            f"hub cache {mirror} holds no snapshot of {repo} at revision {revision!r} "
+            f"(snapshots: {held or 'none'}); download it (hf download {repo} --repo-type dataset "
+            f"--revision {revision}), or set revision = one of those commits"
+        )
+    return f"{folder}/snapshots/{commit}"
 
 
 def pin(repo: str, revision: str, mirror: str | None) -> Repo:
@@ -203,10 +287,13 @@ def pin_mirror(repo: Repo, files: list[str]) -> Repo:
 
 
 def mirror_commit(repo: Repo, files: list[str]) -> str | None:
-    """The commit a mirror's files come from: ``hf download --local-dir`` metadata, or git."""
+    """The commit a mirror's files come from: a hub cache's snapshot, ``hf download --local-dir``
+    metadata, or git."""
 
     assert repo.mirror is not None
     fs, root = url_filesystem(repo.mirror)
+    if snapshot := _SNAPSHOT.search(root.rstrip("/")):
+        return snapshot.group(1)
     commits: dict[str | None, str] = {}
     for rel in files:
         meta = f"{root.rstrip('/')}/.cache/huggingface/download/{rel}.metadata"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
@@ -89,6 +88,7 @@ class HubSource(Source):
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         super().__init__(name, config)
         self._planned: tuple[Repo, dict[str, list[FileLayout]]] | None = None
+        self._mirrors: dict[str, str] = {}
 
     # --- recipe ------------------------------------------------------------------------
 
@@ -125,15 +125,24 @@ class HubSource(Source):
 
     # --- where the files are -----------------------------------------------------------
 
-    @cached_property
+    @property
     def mirror_root(self) -> str | None:
         """The folder of this run's mirror holding the repo, or None to read from the hub."""
+        return self.mirror_at(self.config["revision"])
+
+    def mirror_at(self, revision: str) -> str | None:
+        """The mirror folder holding the repo at ``revision`` (a hub cache holds one per commit)."""
         mirror = self.config["mirror"]
-        return None if mirror is None else locate_mirror(mirror, self.config["base_dir"], self.config["repo"])
+        if mirror is None:
+            return None
+        if revision not in self._mirrors:
+            cfg = self.config
+            self._mirrors[revision] = locate_mirror(mirror, cfg["base_dir"], cfg["repo"], revision)
+        return self._mirrors[revision]
 
     def at(self, revision: str) -> Repo:
         """The repo at a planned revision, read from this run's mirror or from the hub."""
-        return Repo(self.config["repo"], revision, self.config["revision"], self.mirror_root)
+        return Repo(self.config["repo"], revision, self.config["revision"], self.mirror_at(revision))
 
     def _plan(self) -> tuple[Repo, dict[str, list[FileLayout]]]:
         """Pin the revision, list the split files, read their footers (once per instance)."""
@@ -186,8 +195,8 @@ class HubSource(Source):
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
         """A resume reads the recorded commit; a mirror must still hold exactly those files."""
         revision = recorded_origin["revision"]
-        mirror = self.mirror_root
         repo = self.at(revision)
+        mirror = repo.mirror
         if mirror is None:
             if not is_commit(revision):
                 raise TokshardError(

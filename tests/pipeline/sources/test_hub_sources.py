@@ -303,6 +303,71 @@ def test_mirror_may_be_the_repo_folder_or_a_folder_of_repos(mirror):
         locate_mirror(str(root / "nowhere"), ".", "Salesforce/wikitext")
 
 
+def test_a_repo_missing_from_a_folder_of_repos_is_refused_naming_what_its_owner_holds(mirror):
+    root, _ = mirror
+    with pytest.raises(
+        TokshardError, match=r"has no Salesforce/wikitxt: its folder Salesforce/ holds wikitext;"
+    ):
+        locate_mirror(str(root), ".", "Salesforce/wikitxt")
+
+
+def test_a_folder_of_other_repos_is_refused_not_read_as_the_repo(mirror):
+    root, _ = mirror
+    with pytest.raises(
+        TokshardError, match=r"is a folder of other repos \(Salesforce/wikitext, acme/notes\)"
+    ):
+        locate_mirror(str(root), ".", "someone/else")
+
+
+def build_hub_cache(cache: Path, repo_dir: Path, repo: str, commit: str) -> Path:
+    """The layout huggingface_hub's cache gives a download: blobs, a snapshot of links, refs/main."""
+    folder = cache / f"datasets--{repo.replace('/', '--')}"
+    for i, f in enumerate(sorted(p for p in repo_dir.rglob("*") if p.is_file())):
+        blob = folder / "blobs" / f"{i:040x}"
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, blob)
+        link = folder / "snapshots" / commit / f.relative_to(repo_dir)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("../" * (len(f.relative_to(repo_dir).parts) + 1), "blobs", blob.name))
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hub_cache(mirror, tmp_path_factory):
+    """HF_HOME with the hub cache of Salesforce/wikitext, refs/main at COMMIT_A."""
+    root, _ = mirror
+    home = tmp_path_factory.mktemp("hf-home")
+    build_hub_cache(home / "hub", root / "Salesforce" / "wikitext", "Salesforce/wikitext", COMMIT_A)
+    return home
+
+
+@pytest.mark.parametrize("where", ["HF_HOME", "HF_HOME/hub"])
+def test_a_hub_cache_is_read_at_the_snapshot_of_the_commit_its_ref_names(mirror, hub_cache, where):
+    _, expected = mirror
+    src = source("wikitext", hub_cache if where == "HF_HOME" else hub_cache / "hub")
+    assert read_all(src) == expected["wikitext"]
+    origin = src.origin()
+    assert (origin["revision"], origin["requested_revision"]) == (COMMIT_A, "main")
+    assert origin["mirror"].endswith(f"/datasets--Salesforce--wikitext/snapshots/{COMMIT_A}")
+
+
+def test_a_hub_cache_without_the_dataset_says_what_it_holds(hub_cache):
+    with pytest.raises(
+        TokshardError, match=r"holds no dataset vblagoje/cc_news \(datasets: Salesforce/wikitext\); download"
+    ):
+        source("cc_news", hub_cache).origin()
+
+
+def test_a_hub_cache_without_the_revision_says_which_snapshots_it_has(hub_cache):
+    with pytest.raises(
+        TokshardError,
+        match=f"no snapshot of Salesforce/wikitext at revision '{COMMIT_B}' \\(snapshots: {COMMIT_A}\\)",
+    ):
+        source("wikitext", hub_cache, revision=COMMIT_B).origin()
+
+
 def test_mirror_given_as_an_fsspec_url_reads_the_same_documents(mirror):
     root, expected = mirror
     src = source("cc_news", f"file://{root}", partition_bytes=1)
