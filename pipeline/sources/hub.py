@@ -16,6 +16,7 @@ given.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import time
 from collections.abc import Iterator
@@ -41,6 +42,12 @@ _REPO_MARKERS = ("README.md", ".gitattributes", ".git", ".cache/huggingface")
 #: folders of a hub cache (HF_HOME/hub): one per repo, named for its kind and id
 _CACHE_PREFIXES = ("datasets--", "models--", "spaces--")
 #: a hub cache's snapshot folder: the files of one commit
+#: a data file of a numbered set, as the hub's converters and uploaders name them
+_SHARD = re.compile(r"(.*)-(\d+)-of-(\d+)\.parquet")
+#: a browser's second download of a file: ``NAME (1).parquet``
+_COPY = re.compile(r"(.*) \(\d+\)(\.[^./]+)")
+#: files a download writes before renaming them (hf download's, browsers', curl's)
+_PARTIAL_SUFFIXES = (".incomplete", ".part")
 _SNAPSHOT = re.compile(r"/datasets--[^/]+/snapshots/([0-9a-f]{40})$")
 
 
@@ -395,6 +402,8 @@ def list_data_files(
                 'read parquet: try revision = "refs/convert/parquet" (the hub\'s parquet export)'
             )
         found[split] = parquet
+        if repo.mirror is not None:
+            check_complete(repo, split, parquet)
     order = {s: i for i, s in enumerate(_SPLIT_ORDER)}
     return dict(sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))))
 
@@ -419,6 +428,69 @@ def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
                 raise TokshardError(f"{repo.describe()}: data file {url} lies outside the repo")
             seen.setdefault(path[len(root_path) + 1 :])
     return list(seen)
+
+
+def check_complete(repo: Repo, split: str, files: list[str]) -> None:
+    """Refuse a mirror split that a download left incomplete or doubled, which would be read
+    with wrong counts and no error: missing ``NAME-000KK-of-000NN`` files, partial files
+    beside them, a browser's second copy ``NAME (1).parquet``."""
+    names = set(files)
+    for rel in files:
+        copy = _COPY.fullmatch(rel)
+        if copy and copy[1] + copy[2] in names:
+            raise TokshardError(
+                f"{repo.url(rel)} is a second copy of {copy[1] + copy[2]} (split {split}): its rows "
+                "would be read twice; delete the copy"
+            )
+    missing = _missing_shards(repo, files)
+    if missing:
+        raise TokshardError(
+            f"{repo.describe()} split {split}: {_some(missing)} missing ({len(missing)} files); "
+            "a partial download? fetch it again"
+        )
+    partial = _partial_file(repo, files)
+    if partial:
+        raise TokshardError(
+            f"{repo.url(partial)} is a partial download beside split {split}'s files; let the download "
+            "finish, or fetch it again"
+        )
+
+
+def _missing_shards(repo: Repo, files: list[str]) -> list[str]:
+    """Files a numbered set (``-000KK-of-000NN``) lacks, other than those present but not matched."""
+    sets: dict[tuple[str, str], set[int]] = {}
+    for rel in files:
+        shard = _SHARD.fullmatch(rel)
+        if shard:
+            sets.setdefault((shard[1], shard[3]), set()).add(int(shard[2]))
+    fs, root = url_filesystem(repo.root)
+    missing: list[str] = []
+    for (stem, total), held in sets.items():
+        if len(held) == int(total):
+            continue
+        folder = posixpath.dirname(stem)
+        there = {posixpath.basename(p) for p in fs.ls(posixpath.join(root.rstrip("/"), folder), detail=False)}
+        lacking = [
+            f"{stem}-{i:0{len(total)}d}-of-{total}.parquet" for i in range(int(total)) if i not in held
+        ]
+        missing += [rel for rel in lacking if posixpath.basename(rel) not in there]
+    return missing
+
+
+def _partial_file(repo: Repo, files: list[str]) -> str | None:
+    """A partial download in the folders of ``files`` (a ``.part`` beside them, or an ``hf
+    download`` ``.incomplete`` in its ``.cache/huggingface/download`` copy of the folder)."""
+    fs, root = url_filesystem(repo.root)
+    root = root.rstrip("/")
+    for folder in sorted({posixpath.dirname(rel) for rel in files}):
+        for where in (folder, posixpath.join(".cache/huggingface/download", folder)):
+            path = posixpath.join(root, where)
+            if not fs.isdir(path):
+                continue
+            for entry in fs.ls(path, detail=False):
+                if entry.endswith(_PARTIAL_SUFFIXES):
+                    return posixpath.join(where, posixpath.basename(entry.rstrip("/")))
+    return None
 
 
 def _listing_error(exc: BaseException, repo: Repo) -> TokshardError:

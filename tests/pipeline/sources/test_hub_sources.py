@@ -509,6 +509,49 @@ def test_half_copied_or_lfs_pointer_mirror_file_is_refused_before_any_work(tmp_p
         source("cc_news", tmp_path).partitions()
 
 
+@pytest.fixture
+def cc_news_copy(tmp_path, mirror):
+    """A copy of the cc_news mirror (data/train-0000K-of-00002.parquet) to damage."""
+    root, _ = mirror
+    shutil.copytree(root / "vblagoje", tmp_path / "vblagoje")
+    return tmp_path
+
+
+def test_a_numbered_set_missing_a_file_is_refused_naming_it(cc_news_copy):
+    (cc_news_copy / "vblagoje/cc_news/data/train-00001-of-00002.parquet").unlink()
+    with pytest.raises(
+        TokshardError, match=r"split train: data/train-00001-of-00002.parquet missing .*a partial download"
+    ):
+        source("cc_news", cc_news_copy).origin()
+
+
+def test_files_of_a_numbered_set_left_out_by_data_files_are_not_missing(cc_news_copy):
+    src = source("hf", cc_news_copy, repo="vblagoje/cc_news", data_files="data/train-00000-of-00002.parquet")
+    assert [f["path"] for f in src.origin()["files"]] == ["data/train-00000-of-00002.parquet"]
+
+
+@pytest.mark.parametrize(
+    "partial",
+    ["data/train-00001-of-00002.parquet.part", ".cache/huggingface/download/data/Zm9v.0a1b.incomplete"],
+)
+def test_a_partial_download_beside_the_files_is_refused_naming_it(cc_news_copy, partial):
+    path = cc_news_copy / "vblagoje/cc_news" / partial
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"PAR1")
+    with pytest.raises(TokshardError, match=f"{re.escape(partial)} is a partial download beside split train"):
+        source("cc_news", cc_news_copy).origin()
+
+
+def test_a_browsers_second_copy_of_a_file_is_refused(cc_news_copy):
+    data = cc_news_copy / "vblagoje/cc_news/data"
+    shutil.copyfile(data / "train-00000-of-00002.parquet", data / "train-00000-of-00002 (1).parquet")
+    with pytest.raises(
+        TokshardError,
+        match=r"train-00000-of-00002 \(1\).parquet is a second copy of data/train-00000-of-00002.parquet",
+    ):
+        source("cc_news", cc_news_copy).origin()
+
+
 # --- prepare end to end ------------------------------------------------------------------
 
 
