@@ -424,8 +424,12 @@ def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
             raise _listing_error(exc, repo) from exc
         for url in sorted(matches):
             _, path = url_filesystem(url)
+            path = posixpath.normpath(path)  # "../" in a pattern must not climb out of the repo
             if not path.startswith(root_path + "/"):
-                raise TokshardError(f"{repo.describe()}: data file {url} lies outside the repo")
+                raise TokshardError(
+                    f"{repo.describe()}: data file {url} lies outside the repo; data_files name "
+                    "paths inside it"
+                )
             seen.setdefault(path[len(root_path) + 1 :])
     return list(seen)
 

@@ -447,6 +447,15 @@ def test_mirror_mixing_two_commits_is_refused(tmp_path, mirror):
         source("wikitext", tmp_path).origin()
 
 
+def test_data_files_climbing_out_of_the_repo_are_refused(mirror):
+    root, _ = mirror
+    src = source("hf", root, repo="acme/notes", data_files="../../vblagoje/cc_news/data/*.parquet")
+    with pytest.raises(
+        TokshardError, match=r"data file .*/acme/notes/\.\./\.\./vblagoje/.* lies outside the repo"
+    ):
+        src.origin()
+
+
 def test_unknown_config_lists_the_repos_configs(mirror):
     root, _ = mirror
     with pytest.raises(TokshardError, match=r"no config 'wikitext-3' .*configs: wikitext-103-raw-v1"):
