@@ -177,6 +177,14 @@ class HubSource(Source):
     def splits(self) -> list[str]:
         return list(self._plan()[1])
 
+    def named_inputs(self) -> dict[str, list[str]]:
+        """The files the recipe's own ``data_files`` match, per split, held to one split each
+        (a card's layout is its publisher's, who may list one file under two splits on purpose)."""
+        if not self.config["data_files"]:
+            return {}
+        repo, layouts = self._plan()
+        return {split: [repo.url(f.path) for f in files] for split, files in layouts.items()}
+
     def origin(self) -> dict[str, Any]:
         repo, layouts = self._plan()
         return {

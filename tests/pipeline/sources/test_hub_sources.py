@@ -607,6 +607,25 @@ def test_prepare_matches_the_plain_tokenizer_per_source_and_split(
     assert origin["revision"] == origin["requested_revision"] == "main"  # a mirror that records no commit
 
 
+def test_a_file_the_recipes_data_files_put_in_two_splits_is_refused(tmp_path, mirror, tokenizer_path):
+    root, _ = mirror
+    notes = {
+        "type": "hf",
+        "repo": "acme/notes",
+        "text_field": "content",
+        "mirror": str(root),
+        "data_files": {"train": "data/*.parquet", "validation": "data/train-00000-of-00001.parquet"},
+    }
+    recipe = {"tokenizer": str(tokenizer_path), "sources": {"notes": notes}}
+    with pytest.raises(
+        TokshardError,
+        match=r"input .*/acme/notes/data/train-00000-of-00001.parquet is named by both split train of "
+        r"source notes and split validation of source notes",
+    ):
+        run_prepare(recipe, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_keeps_the_recorded_commit_and_refuses_a_moved_mirror(
     tmp_path, mirror, tokenizer_path, dask_client
 ):
