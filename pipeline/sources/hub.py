@@ -15,6 +15,7 @@ given.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import re
@@ -567,6 +568,8 @@ class FileLayout:
     row_group_bytes: list[int]
     columns: dict[str, str]  # name -> type, as messages show it
     text_columns: frozenset[str]  # those holding text (`pipeline.sources.text_columns`)
+    footer: str = ""  # digest of the footer's bytes: a rewrite of the same size changes it
+    mtime: int | None = None  # st_mtime_ns of a file in a local mirror
 
     @property
     def rows(self) -> int:
@@ -581,10 +584,13 @@ def file_layout(repo: Repo, rel: str) -> FileLayout:
             meta = pq.ParquetFile(f).metadata
             size = f.seek(0, 2)
             schema = meta.schema.to_arrow_schema()
+            footer = _footer_digest(f, size)
         except Exception as exc:
             f.seek(0)
             lfs_pointer.refuse(repo.url(rel), f.read(lfs_pointer.MAX_BYTES))
             raise read_error(exc, repo, rel) from exc
+        local = repo.mirror is not None and not is_url(repo.mirror)
+        mtime = os.fstat(f.fileno()).st_mtime_ns if local else None
     rows, nbytes = [], []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
@@ -592,7 +598,15 @@ def file_layout(repo: Repo, rel: str) -> FileLayout:
         nbytes.append(sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)))
     columns = {field.name: str(field.type) for field in schema}
     text = frozenset(field.name for field in schema if is_text_type(field.type))
-    return FileLayout(rel, size, rows, nbytes, columns, text)
+    return FileLayout(rel, size, rows, nbytes, columns, text, footer, mtime)
+
+
+def _footer_digest(f: IO[bytes], size: int) -> str:
+    """A digest of a parquet file's footer (its last bytes, which pyarrow has just read)."""
+    f.seek(size - 8)
+    length = int.from_bytes(f.read(4), "little")
+    f.seek(size - 8 - length)
+    return hashlib.blake2b(f.read(length), digest_size=16).hexdigest()
 
 
 def file_layouts(repo: Repo, files: list[str]) -> Iterator[FileLayout]:

@@ -193,11 +193,7 @@ class HubSource(Source):
             "revision": repo.revision,
             "requested_revision": repo.requested_revision,
             "mirror": repo.mirror,
-            "files": [
-                {"split": split, "path": f.path, "size": f.size, "rows": f.rows}
-                for split, files in layouts.items()
-                for f in files
-            ],
+            "files": [_file_entry(split, f) for split, files in layouts.items() for f in files],
         }
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:
@@ -232,6 +228,23 @@ class HubSource(Source):
                 raise TokshardError(
                     f"{repo.url(entry['path'])} changed since this run started ({entry['size']} -> {size} "
                     "bytes); restore it, or start over with a new --out"
+                )
+        self._check_files_same(repo, recorded_origin)
+
+    def _check_files_same(self, repo: Repo, recorded_origin: dict[str, Any]) -> None:
+        """Every recorded file still has its footer (and, in the same local mirror, its
+        modification time): a file rewritten in place at the same size is caught too."""
+        entries = recorded_origin["files"]
+        moved = repo.mirror != recorded_origin.get("mirror")  # a copy's files have new times
+        layouts = file_layouts(repo, [e["path"] for e in entries])
+        for entry, layout in zip(entries, layouts, strict=True):
+            found = _file_entry(entry["split"], layout)
+            if moved:
+                entry = {k: v for k, v in entry.items() if k != "mtime"}
+            if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
+                raise TokshardError(
+                    f"{repo.url(entry['path'])} changed since this run started (its modification time "
+                    "or content); restore it, or start over with a new --out"
                 )
 
     def partitions(self) -> list[Partition]:
@@ -315,6 +328,15 @@ class HubSource(Source):
                 f"{self.lookahead_rows} rows past the partition's end; the layout is not what "
                 f"{self.type!r} expects"
             )
+
+
+def _file_entry(split: str, layout: FileLayout) -> dict[str, Any]:
+    """One data file as the origin records it: what a resume checks it still is."""
+    entry = {"split": split, "path": layout.path, "size": layout.size, "rows": layout.rows}
+    entry["footer"] = layout.footer
+    if layout.mtime is not None:
+        entry["mtime"] = layout.mtime
+    return entry
 
 
 def _file_rows(repo: Repo, rel: str, file_first: int, begin: int, columns: tuple[str, ...]) -> Iterator[Rows]:

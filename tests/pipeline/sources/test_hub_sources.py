@@ -8,6 +8,7 @@ boundaries. Expected documents are built from the rows the way each corpus defin
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -559,6 +560,59 @@ def test_a_browsers_second_copy_of_a_file_is_refused(cc_news_copy):
         match=r"train-00000-of-00002 \(1\).parquet is a second copy of data/train-00000-of-00002.parquet",
     ):
         source("cc_news", cc_news_copy).origin()
+
+
+NOTES_CARD = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*\n---\n"
+
+
+def write_notes(root: Path, texts: list[str]) -> Path:
+    """acme/notes with one uncompressed file: text of the same length gives a file of the same size."""
+    repo = root / "acme" / "notes"
+    (repo / "data").mkdir(parents=True, exist_ok=True)
+    (repo / "README.md").write_text(NOTES_CARD)
+    path = repo / "data/train-00000-of-00001.parquet"
+    pq.write_table(pa.table({"text": texts}), path, compression="none", use_dictionary=False)
+    return path
+
+
+NOTES = [f"note number {i:03d} of the plain set" for i in range(50)]
+
+
+def test_resume_refuses_a_mirror_file_rewritten_at_the_same_size_and_time(tmp_path):
+    path = write_notes(tmp_path, NOTES)
+    origin = source("hf", tmp_path, repo="acme/notes").origin()
+    before = path.stat()
+    write_notes(tmp_path, [t.replace("plain", "other") for t in NOTES])  # other statistics in the footer
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet changed since this run started"):
+        source("hf", tmp_path, repo="acme/notes").check_unchanged(origin)
+
+
+def test_resume_refuses_a_mirror_file_edited_in_place_at_the_same_size(tmp_path):
+    path = write_notes(tmp_path, NOTES)
+    origin = source("hf", tmp_path, repo="acme/notes").origin()
+    data = bytearray(path.read_bytes())
+    data[data.index(b"number 025")] ^= 0x01  # inside a page: the footer stays as it was
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    with pytest.raises(TokshardError, match=r"changed since this run started .*start over with a new --out"):
+        source("hf", tmp_path, repo="acme/notes").check_unchanged(origin)
+
+
+def test_resume_reads_a_copy_of_the_mirror_with_new_modification_times(tmp_path):
+    write_notes(tmp_path / "a", NOTES)
+    origin = source("hf", tmp_path / "a", repo="acme/notes").origin()
+    shutil.copytree(tmp_path / "a", tmp_path / "b", copy_function=shutil.copyfile)
+    source("hf", tmp_path / "b", repo="acme/notes").check_unchanged(origin)
+
+
+def test_resume_of_a_plan_recording_sizes_only_checks_sizes(tmp_path):
+    write_notes(tmp_path, NOTES)
+    origin = source("hf", tmp_path, repo="acme/notes").origin()
+    old = {**origin, "files": [{k: f[k] for k in ("split", "path", "size", "rows")} for f in origin["files"]]}
+    write_notes(tmp_path, [t.replace("plain", "other") for t in NOTES])
+    source("hf", tmp_path, repo="acme/notes").check_unchanged(old)
 
 
 # --- prepare end to end ------------------------------------------------------------------
