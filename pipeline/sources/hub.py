@@ -26,7 +26,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 from pipeline.format import lfs_pointer
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.locations import is_url
 from pipeline.storage.object_store import url_filesystem
@@ -140,14 +140,17 @@ def _transient(exc: BaseException) -> bool:
 
 
 def read_error(exc: BaseException, repo: Repo, rel: str) -> TokshardError:
-    """Why one of a repo's files could not be read, as a user-facing error (raise it ``from exc``)."""
+    """Why one of a repo's files could not be read, as a user-facing error (raise it ``from exc``):
+    a damaged file is bad data (exit 1), as the same file given as an input is."""
     if repo.mirror is None and (mapped := hub_error(exc, repo.repo, repo.revision)) is not None:
         return TokshardError(f"{repo.url(rel)}: {mapped}")
     if isinstance(exc, FileNotFoundError):
         return TokshardError(f"{repo.url(rel)} is missing; restore the file (the run is pinned to it)")
+    if isinstance(exc, PermissionError):
+        return TokshardError(f"cannot read {repo.url(rel)}: permission denied; make it readable")
     name = type(exc).__name__
     if name in ("ArrowInvalid", "ArrowIOError", "OSError") or isinstance(exc, OSError):
-        return TokshardError(
+        return DataError(
             f"{repo.url(rel)} is not a readable parquet file ({str(exc).splitlines()[0] if str(exc) else name}); "
             "a truncated or half-copied download? fetch it again"
         )

@@ -486,8 +486,22 @@ def test_a_mirror_file_with_a_flipped_page_is_named_when_read(tmp_path):
     data[data.index(b"number 100")] ^= 0x01  # 'n' -> 'o': without the check, other text
     path.write_bytes(bytes(data))
     src = source("hf", tmp_path, repo="acme/notes")
-    with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet is not a readable parquet file"):
+    with pytest.raises(DataError, match=r"train-00000-of-00001.parquet is not a readable parquet file"):
         read_all(src)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "footer flipped"])
+def test_a_damaged_mirror_file_is_bad_data_when_planned(tmp_path, damage):
+    path = write_notes(tmp_path, NOTES)
+    data = path.read_bytes()
+    damaged = {
+        "empty": b"",
+        "truncated": data[: len(data) // 2],
+        "footer flipped": data[:-40] + bytes(b ^ 0xFF for b in data[-40:-8]) + data[-8:],
+    }[damage]
+    path.write_bytes(damaged)
+    with pytest.raises(DataError, match=r"train-00000-of-00001.parquet is not a readable parquet file"):
+        source("hf", tmp_path, repo="acme/notes").origin()
 
 
 def test_a_mirror_file_whose_text_is_not_utf8_is_named_with_its_row_group(tmp_path):
