@@ -15,7 +15,9 @@ given.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import posixpath
 import re
@@ -513,13 +515,27 @@ def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
     from huggingface_hub import DatasetCard
 
     fs, root = url_filesystem(repo.root)
+    hint = "name the files with data_files = {...} instead (the card is not read then)"
     try:
-        with fs.open(f"{root.rstrip('/')}/README.md", "rt", encoding="utf-8") as f:
+        with fs.open(f"{root.rstrip('/')}/README.md", "rt", encoding="utf-8-sig") as f:  # a BOM too
             text = f.read()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as exc:
+        raise TokshardError(f"{repo.describe()}: README.md is not UTF-8 text ({exc.reason}); {hint}") from exc
     try:
-        configs = MetadataConfigs.from_dataset_card_data(DatasetCard(text, ignore_metadata_errors=True).data)
+        with _quiet(logging.getLogger("huggingface_hub.repocard")):  # "metadata block was not found"
+            data = DatasetCard(text, ignore_metadata_errors=True).data
+    except Exception as exc:
+        if not type(exc).__module__.startswith("yaml"):  # PyYAML's errors (huggingface_hub's parser)
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TokshardError(
+            f"{repo.describe()}: README.md's YAML front matter does not parse ({type(exc).__name__}: "
+            f"{first}); {hint}"
+        ) from exc
+    try:
+        configs = MetadataConfigs.from_dataset_card_data(data)
     except ValueError as exc:
         raise TokshardError(f"{repo.describe()}: README.md has a malformed configs section ({exc})") from exc
     if not configs:
@@ -540,6 +556,17 @@ def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
         )
     entry = configs[name]
     return entry if entry.get("data_files") else None
+
+
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """No warnings from ``logger`` meanwhile: a card without YAML is no fault of the run's."""
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _check_config_folder(repo: Repo, config: str) -> None:

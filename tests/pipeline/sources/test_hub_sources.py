@@ -457,6 +457,32 @@ def test_data_files_climbing_out_of_the_repo_are_refused(mirror):
         src.origin()
 
 
+def write_carded_notes(root: Path, card: str) -> None:
+    """acme/notes with one file, texts/part.parquet (without a card: split train)."""
+    repo = root / "acme" / "notes"
+    (repo / "texts").mkdir(parents=True)
+    (repo / "README.md").write_bytes(card.encode())
+    pq.write_table(pa.table({"text": NOTES}), repo / "texts" / "part.parquet")
+
+
+def test_a_card_with_a_byte_order_mark_keeps_its_configs(tmp_path):
+    write_carded_notes(tmp_path, "\ufeff" + NOTES_CARD.replace("train", "notes").replace("data/", "texts/"))
+    assert read_all(source("hf", tmp_path, repo="acme/notes")) == {"notes": NOTES}
+
+
+def test_a_card_without_yaml_is_read_without_a_warning(tmp_path, capfd, caplog):
+    write_notes(tmp_path, NOTES)
+    (tmp_path / "acme/notes/README.md").write_text("# Notes\n\nShort notes, one a row.\n")
+    assert read_all(source("hf", tmp_path, repo="acme/notes")) == {"train": NOTES}
+    assert "metadata block" not in capfd.readouterr().err + caplog.text
+
+
+def test_a_card_whose_yaml_does_not_parse_is_named(tmp_path):
+    write_carded_notes(tmp_path, "---\nconfigs: [\n  - config_name: default\n---\n")
+    with pytest.raises(TokshardError, match=r"acme/notes.*: README.md's YAML front matter does not parse"):
+        source("hf", tmp_path, repo="acme/notes").origin()
+
+
 def test_unknown_config_lists_the_repos_configs(mirror):
     root, _ = mirror
     with pytest.raises(TokshardError, match=r"no config 'wikitext-3' .*configs: wikitext-103-raw-v1"):
