@@ -44,13 +44,13 @@ _SPLIT_ORDER = ("train", "validation", "test")
 _REPO_MARKERS = ("README.md", ".gitattributes", ".git", ".cache/huggingface")
 #: folders of a hub cache (HF_HOME/hub): one per repo, named for its kind and id
 _CACHE_PREFIXES = ("datasets--", "models--", "spaces--")
-#: a hub cache's snapshot folder: the files of one commit
 #: a data file of a numbered set, as the hub's converters and uploaders name them
 _SHARD = re.compile(r"(.*)-(\d+)-of-(\d+)\.parquet")
 #: a browser's second download of a file: ``NAME (1).parquet``
 _COPY = re.compile(r"(.*) \(\d+\)(\.[^./]+)")
 #: files a download writes before renaming them (hf download's, browsers', curl's)
 _PARTIAL_SUFFIXES = (".incomplete", ".part")
+#: a hub cache's snapshot folder: the files of one commit
 _SNAPSHOT = re.compile(r"/datasets--[^/]+/snapshots/([0-9a-f]{40})$")
 
 
