@@ -34,6 +34,7 @@ from pipeline.sources.hub import (
     pin_mirror,
     read_error,
 )
+from pipeline.storage.locations import location_problem
 from pipeline.storage.object_store import url_filesystem
 
 DEFAULT_PARTITION_BYTES = 64 << 20
@@ -100,8 +101,10 @@ class HubSource(Source):
         if not isinstance(cfg["repo"], str) or cfg["repo"].count("/") != 1:
             raise TokshardError(f'{table} needs repo = "OWNER/NAME" (a dataset repo on the hub)')
         for key in ("config", "revision", "mirror"):
-            if cfg[key] is not None and not (isinstance(cfg[key], str) and cfg[key]):
+            if cfg[key] is not None and not (isinstance(cfg[key], str) and cfg[key].strip()):
                 raise TokshardError(f"{table} {key} must be a non-empty string")
+        if cfg["mirror"] is not None and (problem := location_problem(cfg["mirror"])):
+            raise TokshardError(f"{table} mirror: {problem}")  # as --mirror is: s3:/b is no local folder
         if cfg["revision"] is None:
             raise TokshardError(f'{table} revision must be a branch, tag or commit (default "main")')
         splits = cfg["splits"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 
 import pytest
 
@@ -91,3 +92,25 @@ def test_a_source_added_or_removed_is_named_as_such_not_as_its_settings_unset():
         "source 'c' added",
         "sources.a.split: 'train' -> 'dev'",
     ]
+
+
+@pytest.mark.parametrize(
+    ("mirror", "says"),
+    [
+        (
+            "file:///data/cc",
+            "mirror: file:///data/cc is a file:// URL; give the local path itself (/data/cc)",
+        ),
+        (
+            "s3:/bucket/cc",
+            "mirror: s3:/bucket/cc looks like a URL with a slash missing; write s3://bucket/cc",
+        ),
+        ("  ", "mirror must be a non-empty string"),
+    ],
+)
+def test_a_mirror_in_a_recipe_is_checked_as_the_mirror_option_is(tmp_path, mirror, says):
+    """`--mirror` refused these, a recipe's mirror = took them as local folders."""
+    path = tmp_path / "r.toml"
+    path.write_text(f'tokenizer = "t"\n[sources.c]\ntype = "cc_news"\nmirror = "{mirror}"\n')
+    with pytest.raises(TokshardError, match=re.escape(f"[sources.c] {says}")):
+        recipe.load(path)
