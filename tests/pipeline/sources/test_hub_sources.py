@@ -370,10 +370,21 @@ def test_a_hub_cache_without_the_revision_says_which_snapshots_it_has(hub_cache)
 
 
 def test_mirror_given_as_an_fsspec_url_reads_the_same_documents(mirror):
+    """Through fsspec, as a store's mirror is read (here fsspec's in-process memory store)."""
+    import fsspec
+
     root, expected = mirror
-    src = source("cc_news", f"file://{root}", partition_bytes=1)
-    assert read_all(src) == expected["cc_news"]
-    assert src.origin()["mirror"] == f"file://{root}/vblagoje/cc_news"
+    memory = fsspec.filesystem("memory")
+    memory.put(str(root / "vblagoje"), "/hub-mirror/vblagoje", recursive=True)
+    try:
+        src = source("cc_news", "memory://hub-mirror", partition_bytes=1)
+        assert read_all(src) == expected["cc_news"]
+        assert src.origin()["mirror"] in (
+            "memory://hub-mirror/vblagoje/cc_news",
+            "memory:///hub-mirror/vblagoje/cc_news",
+        )
+    finally:
+        memory.rm("/hub-mirror", recursive=True)
 
 
 @pytest.mark.parametrize("name", ["wikitext-103", "wikitext-2", "cc-news", "bookcorpus", "opt-mix"])
