@@ -220,11 +220,14 @@ def check_fields(p: Path, data: dict[str, Any]) -> None:
     def damaged(where: str, what: str) -> DataError:
         return DataError(f"{p}: {where} {what}; the manifest is damaged, re-run `tokshard prepare`")
 
-    if data["dtype"] not in TOKEN_DTYPES:
+    if not isinstance(data["dtype"], str) or data["dtype"] not in TOKEN_DTYPES:  # a list: unhashable
         raise damaged("'dtype'", f"is {data['dtype']!r}, not one of {', '.join(TOKEN_DTYPES)}")
     tok = data["tokenizer"]
     if not isinstance(tok, dict):
         raise damaged("'tokenizer'", "is not an object")
+    for key in ("path", "sha256"):
+        if not isinstance(tok.get(key), str) or not tok[key]:
+            raise damaged(f"tokenizer {key!r}", f"is {tok.get(key)!r}, not a name")
     for key in ("vocab_size", "eos_id"):
         if not _count(tok.get(key)):
             raise damaged(f"tokenizer {key!r}", f"is {tok.get(key)!r}, not a whole number")

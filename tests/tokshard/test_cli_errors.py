@@ -479,6 +479,9 @@ DATA_FAULTS = [
     (["inspect"], set_field(["sources", "stdlib", "splits", "train", "skipped"], "x"),
      "source 'stdlib' split 'train' 'skipped' is 'x', not counts by reason"),
     (["verify"], set_field(["totals"], {"tokens": 1}), "'totals' is {'tokens': 1}, not whole numbers of tokens"),
+    (["megatron-args"], set_field(["dtype"], ["uint16"]), "'dtype' is ['uint16'], not one of uint16, uint32"),
+    (["inspect"], set_field(["tokenizer", "path"], 7), "tokenizer 'path' is 7, not a name"),
+    (["verify"], set_field(["tokenizer", "sha256"], None), "tokenizer 'sha256' is None, not a name"),
 ]  # fmt: skip
 
 
@@ -486,7 +489,8 @@ DATA_FAULTS = [
     "verify-count", "verify-dtype", "inspect-count", "inspect-missing-idx", "inspect-missing-later-bin",
     "inspect-cut-later-bin", "inspect-truncated-idx",
     "inspect-flipped-length", "train-edited",
-    "inspect-no-splits", "inspect-skipped", "verify-totals"])  # fmt: skip
+    "inspect-no-splits", "inspect-skipped", "verify-totals", "megatron-dtype-list", "inspect-tokenizer-path",
+    "verify-tokenizer-hash"])  # fmt: skip
 def test_damaged_data_is_one_line_and_exit_1(tmp_path, tmp_path_factory, command, change, says):
     from support import cached_manifest
 
