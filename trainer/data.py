@@ -361,7 +361,7 @@ class ModelLimits:
 def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify: bool = False) -> None:
     """Refuse data the model cannot train on, before any process group or model exists."""
     where = manifest.path
-    check_sealed(manifest)
+    manifest.check_sealed()
     check_unique_shards(manifest)
     if manifest.vocab_size > limits.vocab_size:
         need = -(-manifest.vocab_size // 64) * 64
@@ -389,18 +389,6 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
             check_index_dtype(entry, manifest.dtype)
     if verify:
         verify_shards(manifest)
-
-
-def check_sealed(manifest: Manifest) -> None:
-    """The manifest is the one ``prepare`` wrote: its checksum over its own content matches.
-
-    Costs one hash of a small JSON document. A hand edit (a shard listed twice, a split
-    renamed) would change what is trained on while every shard still checks out."""
-    if not manifest.checksum_ok():
-        raise DataError(
-            f"{manifest.path}: edited after `tokshard prepare` wrote it (its checksum does not match its "
-            f"content); re-run prepare, or run `tokshard verify {manifest.path}` to see what else differs"
-        )
 
 
 def check_unique_shards(manifest: Manifest) -> None:

@@ -143,6 +143,15 @@ class Manifest:
         """False if the file was edited after `prepare` wrote it."""
         return self.data.get("checksum") == checksum(self.data)
 
+    def check_sealed(self) -> None:
+        """Refuse a manifest edited by hand (a shard listed twice, a split renamed, a count
+        changed) before its counts or shards are used: every shard may still check out."""
+        if not self.checksum_ok():
+            raise DataError(
+                f"{self.path}: edited after `tokshard prepare` wrote it (its checksum does not match its "
+                f"content); re-run prepare, or run `tokshard verify {self.path}` to see what else differs"
+            )
+
 
 def content_hash(obj: Any) -> str:
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()

@@ -4,6 +4,7 @@ build training samples from what it prints, and every sample's tokens are ours."
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +125,42 @@ def test_an_unknown_split_is_one_line(manifest):
     assert (
         out.returncode == 2 and out.stderr.count("\n") == 1 and "no source has a 'nope' split" in out.stderr
     )
+
+
+def test_an_unknown_valid_or_test_split_is_one_line_not_an_empty_blend(manifest, tmp_path):
+    """A typo in --valid-split wrote "valid": null and said 0 valid shards."""
+    for flag in ("--valid-split", "--test-split"):
+        out = cli("megatron-args", str(manifest), "--json", str(tmp_path / "b.json"), flag, "nosuch")
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert f"no source has a 'nosuch' split ({flag}; splits: train, validation)" in out.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_a_test_split_fills_the_blend_s_test_list_and_dash_prints_it(manifest, tmp_path):
+    out = cli("megatron-args", str(manifest), "--json", "-", "--test-split", "validation")
+    assert out.returncode == 0, out.stderr
+    blend = json.loads(out.stdout)
+    assert blend["test"] == blend["valid"] and all("/validation/" in p for p in blend["test"][1::2])
+
+
+def test_json_through_a_link_writes_the_file_it_leads_to(manifest, tmp_path):
+    (tmp_path / "configs").mkdir()
+    target = tmp_path / "configs" / "blend-v3.json"
+    (tmp_path / "blend.json").symlink_to(target)
+    assert cli("megatron-args", str(manifest), "--json", str(tmp_path / "blend.json")).returncode == 0
+    assert (tmp_path / "blend.json").is_symlink() and json.loads(target.read_text())["train"]
+
+
+def test_a_hand_edited_manifest_is_refused_as_train_refuses_it(manifest, tmp_path):
+    """Its weights come from the counts: an edited count printed a blend that skewed the mix."""
+    copy = tmp_path / "m"
+    shutil.copytree(manifest.parent, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    data["shards"][0]["tokens"] += 1000
+    (copy / "manifest.json").write_text(json.dumps(data))
+    out = cli("megatron-args", str(copy))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "edited after `tokshard prepare` wrote it" in out.stderr
 
 
 def test_prefixes_are_absolute_under_the_real_folder_when_given_a_symlink(manifest, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import file_head, file_or_nothing, write_json
 from pipeline.format.errors import TokshardError
+from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
 from tokshard.usage import default_of, file_arg, path_arg
 from trainer.settings import DataSettings, EvalSettings
@@ -26,15 +28,23 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--split", default=default_of(DataSettings, "train_split"), help="the split to train on")
     p.add_argument(
-        "--valid-split", default=default_of(EvalSettings, "split"), help="the split for 'valid' in --json"
+        "--valid-split",
+        help=f"the split for 'valid' in --json (default: {default_of(EvalSettings, 'split')}, where a source has it)",
+    )
+    p.add_argument(
+        "--test-split", help=f"the split for 'test' in --json (default: {TEST_SPLIT}, where a source has it)"
     )
     p.add_argument("--mix", metavar="SRC=W,...", help="weights per source (default: by token count)")
     p.add_argument(
         "--json",
         metavar="FILE",
         type=file_arg,
-        help="write {train, valid, test} blend lists here instead of printing",
+        help="write {train, valid, test} blend lists here instead of printing ('-': to stdout)",
     )
+
+
+#: the split Megatron's blend file names 'test', by default
+TEST_SPLIT = "test"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,22 +52,46 @@ def run(args: argparse.Namespace) -> int:
     from trainer.sampler import parse_mix
 
     manifests = [manifest_mod.load(p) for p in args.manifest]
+    for m in manifests:  # the weights come from its counts: an edited count would skew the blend
+        m.check_sealed()
     mix = parse_mix(args.mix)
-    train = blend(manifests, args.split, mix)
-    if not train:
-        splits = sorted({s for m in manifests for s in m.splits()})
-        raise TokshardError(
-            f"megatron-args: no source has a {args.split!r} split (splits: {', '.join(splits)})"
-        )
-    if args.json:
-        valid = blend(manifests, args.valid_split, None)
-        write_blend(Path(args.json), {"train": train, "valid": valid or None, "test": None})
-        print(
-            f"wrote {args.json}: {len(train) // 2} train and {len(valid) // 2} valid shards", file=sys.stderr
-        )
-    else:
+    train = blend(manifests, split_named(manifests, args.split, "--split"), mix)
+    if args.json is None:
         print(shlex.join(train))  # a reader that quits early: `tokshard.cli.main`
+        return 0
+    refuse_url(args.json, "--json")
+    valid = other_split(manifests, args.valid_split, default_of(EvalSettings, "split"), "--valid-split")
+    test = other_split(manifests, args.test_split, TEST_SPLIT, "--test-split")
+    doc = {"train": train, "valid": valid, "test": test}
+    if args.json == "-":
+        print(json.dumps(doc, indent=1))
+        return 0
+    write_blend(Path(os.path.realpath(args.json)), doc)  # through a link, as an editor saves
+    counts = ", ".join(f"{len(v) // 2} {k}" for k, v in doc.items() if v)
+    print(f"wrote {args.json}: {counts} shards", file=sys.stderr)
     return 0
+
+
+def split_named(manifests: list[manifest_mod.Manifest], split: str, flag: str) -> str:
+    """``split`` if some source has it, else one line listing the splits there are."""
+    if any(split in m.splits() for m in manifests):
+        return split
+    splits = sorted({s for m in manifests for s in m.splits()})
+    raise TokshardError(
+        f"megatron-args: no source has a {split!r} split ({flag}; splits: {', '.join(splits)})"
+    )
+
+
+def other_split(
+    manifests: list[manifest_mod.Manifest], named: str | None, default: str, flag: str
+) -> list[str] | None:
+    """The blend of the 'valid' or 'test' split: one named must exist (a typo gave none, silently);
+    the default is used where a source has it, else null (Megatron reads no data)."""
+    from trainer.megatron import blend
+
+    if named is None and not any(default in m.splits() for m in manifests):
+        return None
+    return blend(manifests, split_named(manifests, named or default, flag), None) or None
 
 
 #: the keys of the per-split blend file (Megatron reads a null split as "no data")
