@@ -67,6 +67,8 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
         "manifest": str(path) if getattr(m, "source_url", None) else str(m.path),
         "dtype": m.dtype,
         "totals": m.data["totals"],
+        # counts a hand edit changed are shown as they are, but not as the run's own
+        "edited_after_prepare": not m.checksum_ok(),
         "sources": {},
     }
     for source, info in m.data["sources"].items():
@@ -116,4 +118,9 @@ def render(report: dict[str, Any]) -> str:
                 )
                 sample = row["sample"].replace("\n", "\\n")
                 lines.append(f"    sample: {sample[:200]!s}")
+    if report["edited_after_prepare"]:
+        lines.append(
+            "  note: the manifest was edited after `tokshard prepare` wrote it (its checksum does not match): "
+            "these counts are the edit's; `tokshard verify` says what differs"
+        )
     return "\n".join(lines)

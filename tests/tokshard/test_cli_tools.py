@@ -87,6 +87,18 @@ def test_inspect_reports_counts_length_stats_and_a_decoded_sample(prepared, docs
     assert report["sources"]["docs"]["splits"]["train"]["documents"] == 40
 
 
+def test_inspect_of_a_hand_edited_manifest_says_its_counts_are_the_edit_s(prepared):
+    """They were shown as the run's, while train and megatron-args refuse that manifest."""
+    assert "note: the manifest was edited" not in cli("inspect", str(prepared), check=True).stdout
+    data = json.loads(prepared.read_text())
+    data["sources"]["docs"]["splits"]["train"]["documents"] = 41
+    prepared.write_text(json.dumps(data))
+    shown = cli("inspect", str(prepared), check=True).stdout
+    assert "docs/train (files): 41 docs" in shown
+    assert "note: the manifest was edited after `tokshard prepare` wrote it" in shown
+    assert json.loads(cli("inspect", str(prepared), "--json", check=True).stdout)["edited_after_prepare"]
+
+
 def test_status_of_a_finished_folder_says_a_rerun_does_nothing(prepared):
     proc = cli("status", str(prepared.parent), check=True)
     assert "docs/train:" in proc.stdout and "0 pending" in proc.stdout
