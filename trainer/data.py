@@ -327,7 +327,7 @@ def source_owners(manifests: Sequence[Manifest]) -> dict[str, Manifest]:
     for m in manifests:
         where = Path(m.path).resolve()  # `a`, `./a` and `a/manifest.json` are one manifest
         if where in seen:
-            raise TokshardError(f"{m.path} is given twice as --manifest; give each prepared folder once")
+            raise TokshardError(f"{m.path} is given twice; give each prepared folder once")
         seen.add(where)
         tok, tok0 = m.data["tokenizer"], first.data["tokenizer"]
         if (tok.get("sha256"), tok["vocab_size"], tok["eos_id"]) != (

@@ -102,11 +102,15 @@ def test_a_prepare_whose_console_reader_quits_writes_its_whole_output(tmp_path, 
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:200]))
 
 
-@pytest.mark.parametrize("command", ["inspect", "verify", "megatron-args"])
-def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, command):
+@pytest.mark.parametrize(
+    ("command", "paths"),  # (megatron-args blends its manifests: one given twice is refused)
+    [("inspect", 1), ("verify", 1), ("megatron-args", 1), ("inspect", 2), ("verify", 2)],
+)
+def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, command, paths):
     """`tokshard COMMAND ... > report.txt` on a full disk (here /dev/full): one line, exit 2,
-    where Python's own message was a traceback."""
-    cmd = [sys.executable, "-m", "tokshard.cli", command, str(spaced)]
+    where Python's own message was a traceback. Of several manifests, the first write stops the
+    command: each was said to fail, then "2 of 2 manifests failed verification"."""
+    cmd = [sys.executable, "-m", "tokshard.cli", command, *[str(spaced)] * paths]
     with open("/dev/full", "w") as full:
         proc = subprocess.run(cmd, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr

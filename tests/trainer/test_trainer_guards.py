@@ -387,7 +387,7 @@ def test_a_bad_number_is_a_usage_error(manifest, flag, value, says):
 def test_one_manifest_given_twice_is_refused(manifest, monkeypatch):
     monkeypatch.chdir(manifest.parent.parent)
     again = f"./{manifest.parent.name}"  # the folder, relative, beside the file's absolute path
-    with pytest.raises(TokshardError, match=r"is given twice as --manifest; give each prepared folder once"):
+    with pytest.raises(TokshardError, match=r"is given twice; give each prepared folder once"):
         cli.main(["--manifest", str(manifest), "--manifest", again, *SMALL])
 
 

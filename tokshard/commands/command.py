@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from pipeline.format.errors import TokshardError
 from tokshard.usage import OneLineParser
+from trainer.console import StdoutUnwritable
 
 T = TypeVar("T")
 
@@ -218,6 +219,8 @@ def each_path(paths: list[str], do: Callable[[str], T]) -> tuple[list[T], int]:
     for path in paths:
         try:
             done.append(do(path))
+        except StdoutUnwritable:  # the output's fault, not this path's: the others would fail as well
+            raise
         except TokshardError as exc:
             print(error_line(exc), file=sys.stderr)
             worst = max(worst, exc.exit_code)
