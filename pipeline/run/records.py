@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pipeline.encoding.documents import LongProgress
+from pipeline.format import field_types
 from pipeline.format.atomic import json_bytes
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import OpenShard, ShardRecord
@@ -138,12 +139,15 @@ class Checkpoint:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Checkpoint:
         """The inverse of `to_json` (the one place plain data become its records again)."""
+        data = field_types.check(cls, data)
         return cls(
             **{
                 **data,
-                "closed": [ShardRecord(**r) for r in data.get("closed", [])],
-                "open": OpenShard(**data["open"]) if data.get("open") else None,
-                "long": LongProgress(**data["long"]) if data.get("long") else None,
+                "closed": [ShardRecord(**field_types.check(ShardRecord, r)) for r in data.get("closed", [])],
+                "open": OpenShard(**field_types.check(OpenShard, data["open"])) if data.get("open") else None,
+                "long": LongProgress(**field_types.check(LongProgress, data["long"]))
+                if data.get("long")
+                else None,
             }
         )
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
+from pipeline.format import field_types
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.provenance import Input, Origin
 
@@ -126,6 +127,7 @@ class Partition:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Partition:
+        d = field_types.check(cls, d)
         return cls(d["source"], d["split"], d["index"], d["key"], d["size"], d["spec"])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,35 @@ def test_status_shows_the_rate_of_a_run_that_progresses(
     assert proc.returncode == 0, stderr
     shown = [r for r in rates if r > 0]
     assert shown and rates[-1] > 0, rates  # once the first partitions are done, always
+
+
+@pytest.mark.parametrize(
+    ("file", "field", "value", "says"),
+    [
+        ("run.json", "index", None, "unreadable run plan (Partition field 'index' is None, not int)"),
+        ("run.json", "size", "7", "unreadable run plan (Partition field 'size' is '7', not int)"),
+        ("part", "tokens", "x", "unreadable checkpoint (Checkpoint field 'tokens' is 'x', not int)"),
+        (
+            "part",
+            "skipped",
+            ["x"],
+            "unreadable checkpoint (Checkpoint field 'skipped' is ['x'], not dict[str, int])",
+        ),
+    ],
+)
+def test_run_state_of_the_wrong_types_is_one_line_naming_the_field(
+    interrupted, tmp_path, file, field, value, says
+):
+    """Taken as it came, a hand edit or a cut file was a traceback in status's sums."""
+    out = tmp_path / "out"
+    shutil.copytree(interrupted, out)
+    state = out / ".tokshard"
+    path = state / "run.json" if file == "run.json" else sorted((state / "parts").rglob("*.json"))[0]
+    data = json.loads(path.read_text())
+    (data["partitions"][0] if file == "run.json" else data)[field] = value
+    path.write_text(json.dumps(data))
+    proc = cli("status", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, (
+        proc.stderr
+    )
+    assert says in proc.stderr
