@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from pipeline.storage.data_cache import ShardFetcher
 from trainer import distributed, ds_config, guards, models, remote
@@ -147,6 +148,7 @@ def prepare(settings: TrainSettings) -> Plan:
     saved = saved_checkpoint(settings, spec, engine)
     seed = resume.check_seed(saved[1], settings.data.seed) if saved else settings.data.seed
     seed = DEFAULT_SEED if seed is None else seed
+    trained = saved_order(trained, saved[1]) if saved else trained
     dataset = open_samples(manifests, split, settings.data.seq_len, trained, settings.data.packing)
     eval_set = (
         WindowDataset(manifests, settings.eval.split, settings.data.seq_len, evaluated) if evaluated else None
@@ -156,6 +158,12 @@ def prepare(settings: TrainSettings) -> Plan:
         state, point = data_state(settings.data, manifests, schedule), None
     else:
         schedule, state, point = resumed_schedule(settings, manifests, dataset, mix, *saved)
+        if schedule.sources != [s.source for s in dataset.streams]:  # numbered alike, or refused
+            raise TokshardError(
+                f"--resume: the checkpoint's schedule numbers its sources {', '.join(schedule.sources)}, "
+                f"this run's data holds {', '.join(s.source for s in dataset.streams)}; resume with the "
+                "manifests it was saved with"
+            )
     data = DataPlan(
         manifests=tuple(manifests),
         dataset=dataset,
@@ -175,6 +183,14 @@ def prepare(settings: TrainSettings) -> Plan:
         cuda=cuda,
         resume=point,
     )
+
+
+def saved_order(sources: list[str], saved: TrainerState) -> list[str]:
+    """``sources`` in the order the checkpoint's schedule numbers them, new ones after: the
+    schedule draws sources by number, so manifests given in another order (or a new one
+    listed first) trained other sources' windows under their names, or read past a source's end."""
+    before = saved.schedule.sources if saved.schedule is not None else list(saved.data.mix)
+    return [n for n in before if n in sources] + [n for n in sources if n not in before]
 
 
 def saved_checkpoint(

@@ -23,15 +23,17 @@ EXTRA = {"extra": ("collections", "ctypes", "idlelib", "pydoc_data", "wsgiref")}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """U: 0.5/0.5 straight through. M: 0.5/0.5 to step 5, resumed with 0.1/0.9.
-    N: M's step-5 checkpoint resumed with a second manifest (source `extra`) added."""
+    N: M's step-5 checkpoint resumed with a second manifest (source `extra`) added; F: the same,
+    with the added manifest listed first."""
     root = tmp_path_factory.mktemp("steer")
     m1 = cached_manifest(tmp_path_factory)
     m2 = make_manifest(root / "later", packages=EXTRA, tokenizer_of=m1)
     common = ["--manifest", str(m1), *BATCH, *SMALL, "--log-samples", "--steps", str(AFTER)]
-    U, M, N = (root / n for n in "UMN")
+    U, M, N, F = (root / n for n in "UMNF")
     launch(*common, "--mix", "stdlib=0.5,asyncio=0.5", "--run-dir", str(U))
     launch(*common, "--mix", "stdlib=0.5,asyncio=0.5", "--stop-at", str(BEFORE), "--save", str(M))
     shutil.copytree(M, N)
+    shutil.copytree(M, F)
     resumed = launch(*common, "--mix", "stdlib=0.1,asyncio=0.9", "--save", str(M), "--resume")
     launch(
         *common,
@@ -43,7 +45,9 @@ def runs(tmp_path_factory) -> dict:
         str(N),
         "--resume",
     )
-    return {"U": U, "M": M, "N": N, "m1": m1, "m2": m2, "M_console": resumed.stdout + resumed.stderr}
+    launch(*common[2:], "--manifest", str(m2), str(m1), "--mix", "stdlib=0.2,asyncio=0.3,extra=0.5",
+           "--save", str(F), "--resume")  # fmt: skip
+    return {"U": U, "M": M, "N": N, "F": F, "m1": m1, "m2": m2, "M_console": resumed.stdout + resumed.stderr}
 
 
 def shares(steps: dict[int, list[tuple]], lo: int, hi: int) -> Counter:
@@ -83,6 +87,12 @@ def test_an_added_manifest_joins_at_resume_and_the_others_continue(runs):
     state = json.loads((runs["N"] / f"step{AFTER:08d}" / "tokshard.json").read_text())
     assert [g["start"] for g in state["schedule"]["segments"]] == [0, 40]
     assert state["schedule"]["segments"][1]["offsets"] == {"stdlib": 20, "asyncio": 20, "extra": 0}
+
+
+def test_an_added_manifest_listed_first_at_resume_trains_what_listed_last_does(runs):
+    """The schedule numbers its sources: listed first, the new manifest took the old sources'
+    numbers, and the run trained other windows under their names (or read past a source's end)."""
+    assert samples_by_step(runs["F"]) == samples_by_step(runs["N"])
 
 
 @pytest.mark.parametrize("run", ["M", "N"])
