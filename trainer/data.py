@@ -380,6 +380,17 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         if verify:
             verify_cached(manifest)
         return
+    check_shards_whole(manifest)
+    if verify:
+        verify_shards(manifest)
+
+
+def check_shards_whole(manifest: Manifest) -> None:
+    """Every local shard is there at the size its manifest says (one ``stat`` each), and each
+    stream's first index holds its dtype: a shard cut or gone is named, not a traceback (or a
+    bus error) in the middle of reading it."""
+    if manifest.ready is not None:  # a URL's: checked by the data cache as they arrive
+        return
     itemsize = token_dtype(manifest.dtype).itemsize
     first_of_stream: set[tuple[str, str]] = set()
     for entry in manifest.shards:
@@ -387,8 +398,6 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
         if (entry.source, entry.split) not in first_of_stream:
             first_of_stream.add((entry.source, entry.split))
             check_index_dtype(entry, manifest.dtype)
-    if verify:
-        verify_shards(manifest)
 
 
 def check_unique_shards(manifest: Manifest) -> None:

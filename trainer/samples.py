@@ -28,7 +28,7 @@ from pipeline.format.manifest import Manifest
 from pipeline.storage.data_cache import view_source
 from trainer import remote
 from trainer.checkpoint.state import latest_tag, read_state
-from trainer.data import Samples, sources_with_split
+from trainer.data import Samples, check_shards_whole, sources_with_split
 from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
 from trainer.run_folders import RUN_FILE, recorded_save
@@ -99,6 +99,8 @@ class RunData:
                 f"{', '.join(self.manifest_paths)} hold no {self.split!r} split of (their sources: "
                 f"{', '.join(held) or 'none'}); {where}"
             )
+        for m in manifests:  # as `train --resume` checks them: a cut shard showed other tokens
+            check_shards_whole(m)
         dataset = open_samples(manifests, self.split, self.seq_len, self.schedule.sources, self.packing)
         changes = self.schedule.changed_sources(window_sources(dataset), self.schedule.sources)
         if changes:

@@ -147,3 +147,21 @@ def test_micro_batch_without_world_is_refused_not_ignored(run):
     assert line.endswith("pass --world N (the run's ranks) with it")
     shown = cli("samples", str(run["save"]), "--steps", "1", "--micro-batch", "2", "--world", "1", "--json")
     assert shown.returncode == 0 and '"rank": 0' in shown.stdout, shown.stderr
+
+
+@pytest.mark.parametrize("damage", ["cut", "gone"])
+def test_a_shard_cut_or_gone_is_one_line_naming_it_as_train_resume_says(run, tmp_path, damage):
+    """`samples --decode` was an IndexError or FileNotFoundError traceback, and `samples`
+    without it showed windows of a shard that is no longer what the run read."""
+    copy = tmp_path / "data"
+    shutil.copytree(run["data"], copy)
+    shard = sorted(copy.rglob("*.bin"))[-1]
+    if damage == "cut":
+        shard.write_bytes(shard.read_bytes()[:100])
+    else:
+        shard.unlink()
+    for extra in ([], ["--decode"]):
+        line = one_line(
+            cli("samples", str(run["save"]), "--steps", "1-4", "--manifest", str(copy), *extra), 1
+        )
+        assert str(shard) in line
