@@ -148,11 +148,18 @@ class DemoFolder:
         if not path.exists():
             return {}
         try:
-            return json.loads(path.read_text())
+            record = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise TokshardError(
                 f"{path} is damaged ({exc}); delete {self.root} to start the demo over"
             ) from exc
+        stages = record.get("stages", {}) if isinstance(record, dict) else None
+        if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+            raise TokshardError(
+                f'{path} is damaged (not an object whose "stages" holds an object per stage); '
+                f"delete {self.root} to start the demo over"
+            )
+        return record
 
     def save_record(self, record: dict[str, Any]) -> None:
         write_json(self.root / DEMO_FILE, record)

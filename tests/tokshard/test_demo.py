@@ -250,3 +250,17 @@ def test_the_test_suite_collects_from_the_clean_copy(copy):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "tests/tokshard/test_demo.py::test_demo_writes_a_png_report_and_a_json_summary" in proc.stdout
+
+
+@pytest.mark.parametrize("record", ["[]", '{"stages": 7}', '{"size": "quick", "stages": {"corpus": 7}}'])
+def test_a_demo_record_of_another_shape_is_one_line(copy, tmp_path, record):
+    out = tmp_path / "demo-out"
+    out.mkdir()
+    (out / "demo.json").write_text(record)
+    proc = run_demo(copy, out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f'tokshard: error: {out}/demo.json is damaged (not an object whose "stages" holds an object per '
+        f"stage); delete {out} to start the demo over"
+    ]
+    assert (out / "demo.json").read_text() == record
