@@ -20,22 +20,33 @@ checkpoint or is already at its last step) and the report is written again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.atomic import write_bytes, write_json
+from pipeline.format.atomic import (
+    check_writable_dir,
+    disk_error,
+    held_by_another,
+    lock_file,
+    try_exclusive,
+    write_bytes,
+    write_json,
+)
 from pipeline.format.errors import TokshardError, VerifyError
 from pipeline.run import progress
 from pipeline.storage.ownership import claim_folder
@@ -44,6 +55,8 @@ from trainer.ds_config import AUTO, default_config
 Log = Callable[[str], None]
 
 DEMO_FILE = "demo.json"
+#: held (a POSIX lock) by the demo running on a folder, and naming it
+DEMO_LOCK = ".tokshard-demo.lock"
 MIRROR = "hub-mirror"
 RECIPE = "recipe.toml"
 DATA = "data"
@@ -165,11 +178,59 @@ class DemoFolder:
         write_json(self.root / DEMO_FILE, record)
 
 
-def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
-    """The demo folder, refusing one that holds something else or a demo of another size."""
+@contextlib.contextmanager
+def one_demo(out: Path) -> Iterator[None]:
+    """The folder, made if missing, locked for this demo to its end: a second demo started on it
+    meanwhile is refused in one line naming the first, not left to write the same files (a
+    holder that dies lets go at once). A folder that holds something else gets no lock file."""
     if out.exists() and not out.is_dir():
         raise TokshardError(f"--out {out} is a file; choose a folder for the demo")
-    claim_folder(out, "--out", "the demo", DEMO_FILE)
+    check_writable_dir(out, "--out")
+    lock = out / DEMO_LOCK
+    _refuse_if_running(lock, out)  # before judging the folder: a first demo's lock may be all it holds
+    if {name for name in os.listdir(out)} - {DEMO_LOCK}:
+        claim_folder(out, "--out", "the demo", DEMO_FILE)
+    fd = lock_file(lock)
+    try:
+        if not try_exclusive(fd, lock):
+            _refuse_if_running(lock, out, held=True)
+        _name_holder(fd, lock)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _refuse_if_running(lock: Path, out: Path, held: bool = False) -> None:
+    if held or held_by_another(lock):
+        raise TokshardError(
+            f"another tokshard demo ({_holder(lock)}) is running on {out}; wait for it or stop it"
+        )
+
+
+def _holder(lock: Path) -> str:
+    try:
+        holder = json.loads(lock.read_bytes())
+        return f"pid {holder['pid']} on {holder['host']} since {holder['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its record unreadable"
+
+
+def _name_holder(fd: int, lock: Path) -> None:
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now().isoformat(" ", "seconds"),
+    }
+    data = json.dumps(record).encode()
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    except OSError as exc:
+        raise disk_error(exc, lock) from exc
+
+
+def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
+    """The demo folder (locked by `one_demo`), refusing a demo of another size."""
     folder = DemoFolder(out)
     record = folder.record()
     if record and record.get("size") != size_name:
@@ -177,7 +238,6 @@ def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
             f"{out} holds a demo of size {record.get('size')!r}, not {size_name!r}; "
             "use another --out, or delete the folder to start over"
         )
-    out.mkdir(parents=True, exist_ok=True)
     record.setdefault("size", size_name)
     record.setdefault("stages", {})
     folder.save_record(record)  # first, so a demo stopped in its first stage is still ours to resume
@@ -397,6 +457,11 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
 
 def run(out: Path, size_name: str = DEFAULT_SIZE, workers: int | None = None, log: Log = stderr_log) -> dict:
     """Run (or resume) the demo into ``out``; returns the summary it also writes there."""
+    with one_demo(out):
+        return _run(out, size_name, workers, log)
+
+
+def _run(out: Path, size_name: str, workers: int | None, log: Log) -> dict:
     size = SIZES[size_name]
     folder, record = open_folder(out, size_name)
     stages: dict[str, dict[str, Any]] = record["stages"]

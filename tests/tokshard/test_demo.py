@@ -27,6 +27,8 @@ from PIL import Image
 from support import REPO, cli, validate_manifest
 
 from pipeline.format import manifest as manifest_mod
+from pipeline.format.atomic import lock_file, try_exclusive
+from tokshard.demo import DEMO_LOCK
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -264,3 +266,35 @@ def test_a_demo_record_of_another_shape_is_one_line(copy, tmp_path, record):
         f"stage); delete {out} to start the demo over"
     ]
     assert (out / "demo.json").read_text() == record
+
+
+def test_an_out_folder_that_cannot_be_made_is_one_line(copy):
+    proc = run_demo(copy, Path("/proc/tokshard-demo-out"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "tokshard: error: --out /proc/tokshard-demo-out: cannot write there (No such file or directory); "
+        "choose a writable folder"
+    ]
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_second_demo_on_a_folder_is_refused_naming_the_first(copy, tmp_path, started):
+    """The first demo holds the folder's lock (here this process does), from before its record."""
+    out = tmp_path / "demo-out"
+    out.mkdir()
+    if started:
+        (out / "demo.json").write_text(json.dumps({"size": "quick", "stages": {}}))
+    lock = out / DEMO_LOCK
+    fd = lock_file(lock)
+    try:
+        assert try_exclusive(fd, lock)
+        os.write(fd, json.dumps({"pid": 4242, "host": "node7", "since": "2024-05-01 10:00:00"}).encode())
+        proc = run_demo(copy, out)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"tokshard: error: another tokshard demo (pid 4242 on node7 since 2024-05-01 10:00:00) is running "
+        f"on {out}; wait for it or stop it"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == sorted([DEMO_LOCK, *(["demo.json"] if started else [])])
