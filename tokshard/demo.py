@@ -21,12 +21,14 @@ checkpoint or is already at its last step) and the report is written again.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import math
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -50,7 +52,9 @@ from pipeline.format.atomic import (
 from pipeline.format.errors import TokshardError, VerifyError
 from pipeline.run import progress
 from pipeline.storage.ownership import claim_folder
+from tokshard.commands.command import Terminated
 from trainer.ds_config import AUTO, default_config
+from trainer.run_folders import WRITER_LOCK
 
 Log = Callable[[str], None]
 
@@ -419,37 +423,105 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     A child process keeps DeepSpeed's process group and globals out of this one. Its full
     output goes to ``train.log``; the step and eval lines are shown as they come. Without a
     checkpoint the run starts over: what an earlier attempt left in ``run`` (its record,
-    nothing to resume) goes first, since a new run writes only into an empty folder.
+    nothing to resume) goes first, since a new run writes only into an empty folder. The
+    child stops with the demo (`_stop_child`, `_dies_with` for a SIGKILL), so a rerun finds
+    no trainer still writing there; one that is (from a demo of an older version) is refused.
     """
+    _refuse_if_trained_now(folder)
     resume = trained_step(folder) > 0
     write_json(folder.root / DS_CONFIG, default_config(bf16=AUTO))
     if not resume:
         shutil.rmtree(folder.run, ignore_errors=True)
+    cmd = [sys.executable, "-m", "tokshard", "train", *train_args(folder, size, resume)]
+    shown = re.compile(r"^(step|eval|tokshard)")
+    last_error = ""
+    with open(folder.train_log, "a") as logfile:
+        logfile.write(f"$ {' '.join(cmd)}\n")
+        logfile.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_child_env(),
+            bufsize=1,
+            process_group=0,  # a terminal's Ctrl-C reaches the demo alone, which passes it on once
+            preexec_fn=_dies_with(os.getpid()),
+        )
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                logfile.write(line)
+                logfile.flush()  # `tail -f train.log` follows the run as it goes
+                if shown.match(line):
+                    log(f"  {line.rstrip()}")
+                if line.startswith("tokshard: error:"):
+                    last_error = line.removeprefix("tokshard: error:").strip()
+            code = proc.wait()
+        except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP: the trainer saves its step and stops
+            _stop_child(proc, stop, logfile)
+            raise
+    if code != 0:
+        why = last_error or f"exit status {code}"
+        raise TokshardError(f"training failed ({why}); the full log is {folder.train_log}")
+
+
+def _refuse_if_trained_now(folder: DemoFolder) -> None:
+    """A trainer still writing into ``run`` keeps it: the folder is neither removed under it
+    nor given a second trainer."""
+    if held_by_another(folder.run / WRITER_LOCK):
+        raise TokshardError(
+            f"a `tokshard train` of an earlier demo is still writing into {folder.run} (see "
+            f"{folder.run / WRITER_LOCK}); wait for it to end or stop it, then rerun the demo"
+        )
+
+
+def _child_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parent.parent)
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cmd = [sys.executable, "-m", "tokshard", "train", *train_args(folder, size, resume)]
-    shown = re.compile(r"^(step|eval|tokshard)")
-    last_error = ""
-    with open(folder.train_log, "a") as logfile:
-        logfile.write(f"$ {' '.join(cmd)}\n")
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
-        )
+    return env
+
+
+#: prctl(2) option: the signal a process gets when its parent dies
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """What the trainer runs before its program (Linux): SIGTERM when the demo dies, however it
+    dies (a SIGKILL runs none of the demo's own code), so no orphan keeps writing into ``run``;
+    SIGTERM lets it save its step. A demo already gone by then ends it at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def set_death_signal() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGTERM)
+
+    return set_death_signal
+
+
+def _stop_child(proc: subprocess.Popen, stop: BaseException, logfile: Any) -> None:
+    """Pass the demo's stop on to the trainer and wait for it, its output still logged (a full
+    pipe would block it); a second stop meanwhile kills it."""
+    signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+    if isinstance(stop, (Terminated, KeyboardInterrupt)):
+        proc.send_signal(signum)
+    else:  # an error of the demo itself: nothing is left running
+        proc.terminate()
+    try:
         assert proc.stdout is not None
         for line in proc.stdout:
             logfile.write(line)
-            if shown.match(line):
-                log(f"  {line.rstrip()}")
-            if line.startswith("tokshard: error:"):
-                last_error = line.removeprefix("tokshard: error:").strip()
-        code = proc.wait()
-    if code != 0:
-        why = last_error or f"exit status {code}"
-        raise TokshardError(f"training failed ({why}); the full log is {folder.train_log}")
+        proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 # --- the whole demo ------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -298,3 +300,63 @@ def test_a_second_demo_on_a_folder_is_refused_naming_the_first(copy, tmp_path, s
         f"on {out}; wait for it or stop it"
     ]
     assert sorted(p.name for p in out.iterdir()) == sorted([DEMO_LOCK, *(["demo.json"] if started else [])])
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no one reaped has ended)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def trainer_pid(out: Path, proc: subprocess.Popen, attempt: int, timeout: float = 180) -> int:
+    """The pid of the demo's ``tokshard train`` (its lock's record), once its ``attempt``-th
+    start has logged a step."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
+        runs = re.split(r"^\$ ", log, flags=re.MULTILINE)
+        if len(runs) > attempt and "\nstep" in runs[attempt]:
+            return json.loads((out / "run" / ".tokshard-train.lock").read_text())["pid"]
+        time.sleep(0.2)
+    raise AssertionError(f"no step logged by training attempt {attempt}")
+
+
+def test_a_stopped_demo_stops_its_trainer_and_a_rerun_resumes_it(demo, copy, tmp_path):
+    """SIGTERM is passed on (the trainer saves and stops); a SIGKILL of the demo ends the trainer
+    too; the rerun then resumes and ends as an uninterrupted run."""
+    first, _, _ = demo
+    out = tmp_path / "demo-out"
+    shutil.copytree(first, out)
+    final_eval = json.loads((out / "summary.json").read_text())["training"]["last_eval_loss"]
+    shutil.rmtree(out / "run")
+    (out / "train.log").write_text("")
+    kept = mtimes(prepared_files(out))
+    cmd = [sys.executable, "-m", "tokshard.cli", "demo", "--out", str(out), "--size", "quick"]
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    for attempt, how in enumerate((signal.SIGTERM, signal.SIGKILL), start=1):
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=copy
+        )
+        pid = trainer_pid(out, proc, attempt)
+        proc.send_signal(how)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == (143 if how == signal.SIGTERM else -9), err[-3000:]
+        if how == signal.SIGTERM:
+            assert "Traceback" not in err
+            assert (
+                err.strip().splitlines()[-1]
+                == "tokshard: stopped by SIGTERM; rerun the same command to resume"
+            )
+        deadline = time.monotonic() + 60
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(pid), f"the trainer {pid} outlived the demo ({how!r})"
+    proc = run_demo(copy, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed step" in (out / "train.log").read_text()
+    assert mtimes(prepared_files(out)) == kept
+    resumed_eval = json.loads((out / "summary.json").read_text())["training"]["last_eval_loss"]
+    assert resumed_eval == pytest.approx(final_eval, rel=1e-4)
