@@ -563,7 +563,7 @@ def _run(out: Path, size_name: str, workers: int | None, log: Log) -> dict:
     stage(
         "tokenizer",
         f"byte-level BPE, vocabulary {size.vocab_size} -> {folder.tokenizer}",
-        folder.tokenizer.is_file(),
+        _tokenizer_reads(folder, log),
         lambda: train_tokenizer(folder, size),
     )
     stage(
@@ -590,6 +590,21 @@ def _run(out: Path, size_name: str, workers: int | None, log: Log) -> dict:
     write_bytes(folder.root / "summary.md", summary_markdown(summary, size).encode())
     folder.save_record(record)
     return summary
+
+
+def _tokenizer_reads(folder: DemoFolder, log: Log) -> bool:
+    """Whether the tokenizer stage is done: a tokenizer.json that no longer reads (edited, or
+    damaged on disk) is trained again, as a deleted one is, instead of failing in prepare."""
+    from tokenizers import Tokenizer
+
+    if not folder.tokenizer.is_file():
+        return False
+    try:
+        Tokenizer.from_file(str(folder.tokenizer))
+    except Exception:  # tokenizers raises a bare Exception for a file it cannot parse
+        log(f"tokenizer: {folder.tokenizer} does not read as a tokenizer; training it again")
+        return False
+    return True
 
 
 def _prepared(folder: DemoFolder) -> bool:

@@ -360,3 +360,17 @@ def test_a_stopped_demo_stops_its_trainer_and_a_rerun_resumes_it(demo, copy, tmp
     assert mtimes(prepared_files(out)) == kept
     resumed_eval = json.loads((out / "summary.json").read_text())["training"]["last_eval_loss"]
     assert resumed_eval == pytest.approx(final_eval, rel=1e-4)
+
+
+def test_a_tokenizer_json_that_no_longer_reads_is_trained_again(demo, copy, tmp_path):
+    first, _, _ = demo
+    out = tmp_path / "demo-out"
+    shutil.copytree(first, out)
+    tok = out / "tokenizer" / "tokenizer.json"
+    original = tok.read_bytes()
+    tok.write_text("not a tokenizer")
+    proc = run_demo(copy, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"tokenizer: {tok} does not read as a tokenizer; training it again" in proc.stderr
+    assert tok.read_bytes() == original  # the same text trains the same tokenizer: the shards stand
+    assert "prepare: already done" in proc.stderr and "train: already done" in proc.stderr
