@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.atomic import (
+    DISK_FULL_ERRNOS,
+    DiskFullError,
     check_writable_dir,
     disk_error,
     held_by_another,
@@ -461,6 +463,8 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
         except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP: the trainer saves its step and stops
             _stop_child(proc, stop, logfile)
             raise
+    if code != 0 and re.search(r"disk full|no space left", last_error, re.IGNORECASE):
+        raise disk_full(folder.run, f" while training ({last_error.split(';')[0]})")
     if code != 0:
         why = last_error or f"exit status {code}"
         raise TokshardError(f"training failed ({why}); the full log is {folder.train_log}")
@@ -529,8 +533,23 @@ def _stop_child(proc: subprocess.Popen, stop: BaseException, logfile: Any) -> No
 
 def run(out: Path, size_name: str = DEFAULT_SIZE, workers: int | None = None, log: Log = stderr_log) -> dict:
     """Run (or resume) the demo into ``out``; returns the summary it also writes there."""
-    with one_demo(out):
-        return _run(out, size_name, workers, log)
+    try:
+        with one_demo(out):
+            return _run(out, size_name, workers, log)
+    except DiskFullError as exc:  # its line says to rerun a command the demo runs for the user
+        raise disk_full(out) from exc
+    except OSError as exc:  # pyarrow's parquet writer, train.log: the demo's own writes
+        if exc.errno not in DISK_FULL_ERRNOS and "No space left on device" not in str(exc):
+            raise
+        raise disk_full(out) from exc
+
+
+def disk_full(path: Path, doing: str = "") -> TokshardError:
+    """The demo's one line for a full disk: it is the demo, not a stage's own command, that the
+    user reruns, and the rerun resumes."""
+    return TokshardError(
+        f"no space left on the device of {path}{doing}; free space and rerun the demo: it resumes"
+    )
 
 
 def _run(out: Path, size_name: str, workers: int | None, log: Log) -> dict:

@@ -13,6 +13,7 @@ folder, so each test sees the same first run.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -29,7 +30,8 @@ from PIL import Image
 from support import REPO, cli, validate_manifest
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.atomic import lock_file, try_exclusive
+from pipeline.format.atomic import DiskFullError, lock_file, try_exclusive
+from pipeline.format.errors import TokshardError
 from tokshard.demo import DEMO_LOCK
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -374,3 +376,27 @@ def test_a_tokenizer_json_that_no_longer_reads_is_trained_again(demo, copy, tmp_
     assert f"tokenizer: {tok} does not read as a tokenizer; training it again" in proc.stderr
     assert tok.read_bytes() == original  # the same text trains the same tokenizer: the shards stand
     assert "prepare: already done" in proc.stderr and "train: already done" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "full",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError("Error writing bytes to file. Detail: [errno 28] No space left on device"),  # pyarrow's
+        DiskFullError("x/demo.json.tmp", 0, None),  # a stage's own line, which says to rerun that stage
+    ],
+)
+def test_a_full_disk_is_one_line_saying_to_rerun_the_demo(tmp_path, monkeypatch, full):
+    from tokshard import demo as demo_mod
+
+    def write_mirror(*args):
+        raise full
+
+    monkeypatch.setattr(demo_mod, "write_mirror", write_mirror)
+    out = tmp_path / "demo-out"
+    with pytest.raises(TokshardError) as raised:
+        demo_mod.run(out, "quick", log=lambda line: None)
+    assert (
+        str(raised.value)
+        == f"no space left on the device of {out}; free space and rerun the demo: it resumes"
+    )
