@@ -107,11 +107,17 @@ def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
         ) from exc
     shipped = SHIPPED / f"{source}.json"
     local = Path(source).expanduser()
+    if not source.strip() or (source.startswith((".", "/", "~")) and not local.exists()):
+        raise TokshardError(
+            f"--model hf:{source}: no such config file or folder; give hf:FOLDER holding a config.json, "
+            "hf:CONFIG.json, a hub name or a shipped one"
+        )
     where = str(local) if local.exists() else str(shipped) if shipped.is_file() else source
     try:
         config = AutoConfig.from_pretrained(where)
     except (OSError, ValueError) as exc:
         raise TokshardError(f"--model hf:{source}: {_config_failure(exc)}") from exc
+    refuse_non_causal(config, source)
     if vocab_size:
         config.vocab_size = vocab_size
     positions = _first(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
@@ -123,6 +129,32 @@ def _hf_spec(source: str, vocab_size: int | None) -> ModelSpec:
         f"embedding of {config.vocab_size} rows ({'--vocab-size' if vocab_size else 'fixed by the config'})"
     )
     return ModelSpec(name, limits, int(hidden or 0), int(layers or 0), hf_config=config, vocab_note=note)
+
+
+#: encoder families whose causal-LM class attends both ways unless the config sets is_decoder
+ENCODER_TYPES = frozenset(
+    {"bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+     "megatron-bert", "qdqbert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+     "xlm-roberta", "xlm-roberta-xl", "xmod"}
+)  # fmt: skip
+
+
+def refuse_non_causal(config: Any, source: str) -> None:
+    """A model that sees the tokens it is asked to predict learns nothing a causal LM needs, and
+    its loss falls as if it did: an encoder's config trained without a word."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = getattr(config, "model_type", "")
+    if getattr(config, "is_encoder_decoder", False) or kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise TokshardError(
+            f"--model hf:{source}: a {kind or 'typeless'} config, which Transformers builds no causal "
+            "(decoder-only) LM from; choose a decoder's config (OPT, GPT-2, Llama, ...)"
+        )
+    if kind in ENCODER_TYPES and not getattr(config, "is_decoder", False):
+        raise TokshardError(
+            f'--model hf:{source}: a {kind} config without "is_decoder": true, so its model attends '
+            "both ways and sees the tokens it predicts; set it in the config, or choose a decoder's"
+        )
 
 
 def _config_failure(exc: BaseException) -> str:

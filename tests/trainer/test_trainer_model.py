@@ -203,3 +203,30 @@ def test_a_type_that_changes_its_logits_after_the_head_is_not_chunked(tmp_path, 
         TokshardError, match=rf"^--loss-chunk 64: {re.escape(model)} is a model of type 'gemma2'"
     ):
         train_cli.main([*argv, "--vocab-size", "1024", "--seq-len", "32", "--loss-chunk", "64"])
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"model_type": "bert"}, 'a bert config without "is_decoder": true, so its model attends both ways'),
+        ({"model_type": "t5"}, "a t5 config, which Transformers builds no causal (decoder-only) LM from"),
+    ],
+)
+def test_a_config_of_no_causal_lm_is_refused(tmp_path, config, says):
+    """A BERT config trained without a word: its model sees the tokens it predicts."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "vocab_size": 512}))
+    with pytest.raises(TokshardError, match=re.escape(says)):
+        models.resolve(f"hf:{path}")
+    path.write_text(json.dumps({"model_type": "bert", "vocab_size": 512, "is_decoder": True}))
+    assert models.resolve(f"hf:{path}").name == f"hf:{path}"
+
+
+@pytest.mark.parametrize("source", ["./nope", "", "~/no-such-config"])
+def test_an_hf_path_that_is_not_there_is_named_so(source):
+    """It was sent to the hub as a repo name ("Repo id must use alphanumeric chars"), or '' loaded
+    the working folder."""
+    with pytest.raises(TokshardError, match=re.escape(f"--model hf:{source}: no such config file or folder")):
+        models.resolve(f"hf:{source}")
