@@ -11,10 +11,12 @@ every kind run one task at a time per process: a partition is one single-threade
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -323,6 +325,11 @@ def keep_ctrl_c_from_workers() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
+#: how long a listening port has to start Dask's handshake: a scheduler sends its own at once,
+#: while an HTTP server (Dask's dashboard among them) waits for a request and says nothing
+HANDSHAKE_SECONDS = 10.0
+
+
 def _join(scheduler: str):
     """A client of a running scheduler (``tcp://HOST:PORT`` or a scheduler file)."""
     from distributed import Client
@@ -335,15 +342,66 @@ def _join(scheduler: str):
             f"--scheduler {scheduler}: no scheduler file there; give the file that "
             "`dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
         )
+    address = scheduler_file_address(scheduler) if os.path.isfile(scheduler) else scheduler
+    check_speaks_dask(address)
     try:
-        if os.path.isfile(scheduler):  # a scheduler file (`dask scheduler --scheduler-file`)
-            return Client(scheduler_file=scheduler, timeout="15s")
-        return Client(scheduler, timeout="15s")
+        return Client(address, timeout="15s")
     except (OSError, TimeoutError, ValueError, KeyError) as exc:
         raise TokshardError(
             f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
             "`dask scheduler` and `dask worker`, or drop --scheduler to use local workers"
         ) from exc
+    except TypeError as exc:  # tls:// without Dask's TLS settings: no SSL context to connect with
+        raise TokshardError(
+            f"--scheduler {address}: {exc}; set distributed.comm.tls.* in your Dask config for a "
+            "tls:// scheduler, or give its tcp:// address"
+        ) from exc
+
+
+def scheduler_file_address(path: str) -> str:
+    """The address in a `dask scheduler --scheduler-file` file; a file of anything else (a
+    truncated write, the wrong JSON) is named in one line rather than Dask's assertion."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokshardError(
+            f"--scheduler {path}: not a Dask scheduler file ({exc}); give the file that "
+            "`dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
+        ) from exc
+    address = doc.get("address") if isinstance(doc, dict) else None
+    if not isinstance(address, str) or not address:
+        raise TokshardError(
+            f'--scheduler {path}: not a Dask scheduler file (no "address" string in it); give the '
+            "file that `dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
+        )
+    return address
+
+
+def check_speaks_dask(address: str) -> None:
+    """Refuse a tcp:// port that accepts connections but never starts Dask's handshake (an HTTP
+    server, Dask's own dashboard): Dask's client would wait for it forever. Other protocols,
+    and ports nobody listens on, are left to Dask (it says those itself)."""
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme not in ("", "tcp") or not port.isdigit():
+        return
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=HANDSHAKE_SECONDS)
+    except OSError:
+        return  # refused, unreachable: Dask's own error names it
+    with sock:
+        try:
+            sock.settimeout(HANDSHAKE_SECONDS)
+            first = sock.recv(8)
+        except OSError:  # the timeout among them
+            first = b""
+    if not first:
+        raise TokshardError(
+            f"--scheduler {address}: port {port} answers but is not a Dask scheduler (the dashboard's "
+            f"port?); give the scheduler's address, tcp://{host}:8786 by default"
+        )
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,3 +155,61 @@ def test_orphaned_tasks_of_a_killed_driver_yield_to_the_rerun(cluster, workload,
     # mid-way for the rerun (otherwise it would have finished it, holding its lock)
     resumed = [r for c in checkpoints(out) for r in c["resumed_from"] if r["time"] > started]
     assert resumed, "the orphaned tasks went on writing instead of yielding to the rerun"
+
+
+@pytest.fixture
+def http_port():
+    """A port that answers HTTP, as Dask's dashboard or any web server does."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_port_that_is_not_a_dask_scheduler_is_one_line_not_a_wait(http_port, monkeypatch):
+    from pipeline.format.errors import TokshardError
+    from pipeline.run import cluster as cluster_mod
+
+    monkeypatch.setattr(cluster_mod, "HANDSHAKE_SECONDS", 1.0)
+    with pytest.raises(TokshardError, match=f"port {http_port} answers but is not a Dask scheduler"):
+        cluster_mod._join(f"tcp://127.0.0.1:{http_port}")
+
+
+def test_the_scheduler_s_own_address_passes_the_handshake_check(cluster):
+    from pipeline.run.cluster import check_speaks_dask
+
+    check_speaks_dask(cluster[0])
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("{bad", "not a Dask scheduler file (Expecting property name"),
+        ("{}", 'not a Dask scheduler file (no "address" string in it)'),
+        ('{"address": 5}', 'not a Dask scheduler file (no "address" string in it)'),
+        ("[]", 'not a Dask scheduler file (no "address" string in it)'),
+    ],
+)
+def test_a_bad_scheduler_file_is_one_line(tmp_path, content, said):
+    from pipeline.format.errors import TokshardError
+    from pipeline.run.cluster import _join
+
+    path = tmp_path / "s.json"
+    path.write_text(content)
+    with pytest.raises(TokshardError, match=re.escape(f"--scheduler {path}: {said}")):
+        _join(str(path))
+
+
+def test_a_tls_scheduler_without_tls_settings_is_one_line():
+    from pipeline.format.errors import TokshardError
+    from pipeline.run.cluster import _join
+
+    with pytest.raises(TokshardError, match=r"set distributed\.comm\.tls\.\* in your Dask config"):
+        _join("tls://127.0.0.1:1")
