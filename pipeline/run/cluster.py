@@ -137,6 +137,45 @@ def worker_env(threads: int) -> dict[str, str]:
     }
 
 
+class ClusterLost(TokshardError):
+    """The run's scheduler or all of its workers went away mid-run (killed, a node lost): exit
+    1, a fault of the run's machines rather than of the command; the rerun resumes."""
+
+    exit_code = 1
+
+
+def scheduler_lost(client, exc: BaseException) -> bool:
+    """Whether ``exc`` comes of the client's connection to its scheduler closing: Dask cancels
+    every future ("scheduler-connection-lost") and its calls fail with a closed comm."""
+    from asyncio import CancelledError
+
+    if isinstance(exc, CancelledError) and getattr(exc, "reason", None) == "scheduler-connection-lost":
+        return True
+    return isinstance(exc, Exception) and client.status not in ("running", "newly-created")
+
+
+class _ConnectionFaultsUnlogged(logging.Filter):
+    """Drop Dask's client log records of a broken connection (each a traceback; a reconnect
+    cancelled as the client closes among them): the run says it once, in one line
+    (`ClusterLost`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from asyncio import CancelledError
+
+        return not (record.exc_info and isinstance(record.exc_info[1], (OSError, CancelledError)))
+
+
+@contextlib.contextmanager
+def connection_faults_unlogged() -> Iterator[None]:
+    log = logging.getLogger("distributed.client")
+    quiet = _ConnectionFaultsUnlogged()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
 @contextlib.contextmanager
 def connect(
     *,
@@ -163,7 +202,7 @@ def connect(
                 yield client
         return
     cluster, client = (early or EarlyStart(workers, scheduler, threads, memory_limit, dashboard)).take()
-    with cluster or contextlib.nullcontext(), client:
+    with connection_faults_unlogged(), cluster or contextlib.nullcontext(), client:
         if cluster is not None:
             shown = (
                 f"dashboard {client.dashboard_link}" if dashboard else "--dashboard serves Dask's dashboard"

@@ -31,7 +31,7 @@ from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
-from pipeline.run.cluster import EarlyStart, connect
+from pipeline.run.cluster import ClusterLost, EarlyStart, connect, scheduler_lost
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, stderr_log
 from pipeline.run.records import Checkpoint, Plan
@@ -455,7 +455,12 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
                         record(ck.key, ck)
                 sub.held.report(progress.rate(), progress.eta())
             progress.update(*totals)
-    except BaseException:
+    except BaseException as exc:
+        if scheduler_lost(client, exc):
+            address = options.scheduler or client.scheduler.address
+            raise ClusterLost(
+                f"lost the Dask scheduler at {address}; rerun: it resumes from the last commit"
+            ) from None
         client.cancel([fut for fut, _ in pending.values()])
         raise
     finally:

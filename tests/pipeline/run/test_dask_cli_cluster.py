@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support import (
@@ -23,6 +24,7 @@ from support import (
     files_recipe,
     kill_group,
     leftovers,
+    one_error_line,
     reference,
     start_prepare,
     wait_for,
@@ -45,35 +47,63 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen:
     )
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """`dask scheduler` and two `dask worker` processes (one single-threaded worker each)."""
-    d = tmp_path_factory.mktemp("dask-cli")
+def start_cluster(d: Path, workers: int, procs: list[subprocess.Popen]) -> str:
+    """`dask scheduler` and ``workers`` `dask worker` processes (one single-threaded worker
+    each), appended to ``procs`` as they start (the caller kills them); the scheduler's address."""
     sched_file = d / "scheduler.json"
     dask_cli = [sys.executable, "-m", "dask"]
-    procs = [
+    procs.append(
         spawn(
             [*dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
              "--scheduler-file", str(sched_file)],
             d / "scheduler.log",
         )
-    ]  # fmt: skip
-    try:
-        wait_for(sched_file.exists, 60, "the scheduler file")
-        address = json.loads(sched_file.read_text())["address"]
-        for i in range(2):
-            procs.append(
-                spawn(
-                    [*dask_cli, "worker", address, "--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1",
-                     "--no-dashboard", "--name", f"w{i}"],
-                    d / f"worker{i}.log",
-                )
-            )  # fmt: skip
+    )  # fmt: skip
+    wait_for(sched_file.exists, 60, "the scheduler file")
+    address = json.loads(sched_file.read_text())["address"]
+    for i in range(workers):
+        procs.append(start_worker(address, d, f"w{i}"))
+    if workers:
         from distributed import Client
 
         with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address, d
+            client.wait_for_workers(workers, timeout=60)
+    return address
+
+
+def start_worker(address: str, d: Path, name: str) -> subprocess.Popen:
+    return spawn(
+        [sys.executable, "-m", "dask", "worker", address, "--nworkers", "1", "--nthreads", "1",
+         "--host", "127.0.0.1", "--no-dashboard", "--name", name],
+        d / f"{name}.log",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """`dask scheduler` and two `dask worker` processes (one single-threaded worker each)."""
+    d = tmp_path_factory.mktemp("dask-cli")
+    procs: list[subprocess.Popen] = []
+    try:
+        yield start_cluster(d, 2, procs), d
+    finally:
+        for proc in reversed(procs):
+            kill_group(proc)
+
+
+@pytest.fixture
+def own_cluster(tmp_path):
+    """A scheduler of this test's own (to kill, or to leave without workers): call it with the
+    number of workers; returns (address, the processes: the scheduler's first)."""
+    procs: list[subprocess.Popen] = []
+
+    def start(workers: int) -> tuple[str, list[subprocess.Popen]]:
+        d = tmp_path / f"dask-{len(procs)}"
+        d.mkdir()
+        return start_cluster(d, workers, procs), procs
+
+    try:
+        yield start
     finally:
         for proc in reversed(procs):
             kill_group(proc)
@@ -213,3 +243,23 @@ def test_a_tls_scheduler_without_tls_settings_is_one_line():
 
     with pytest.raises(TokshardError, match=r"set distributed\.comm\.tls\.\* in your Dask config"):
         _join("tls://127.0.0.1:1")
+
+
+def test_a_scheduler_killed_mid_run_is_one_line_and_the_rerun_resumes(own_cluster, workload, tmp_path):
+    address, procs = own_cluster(1)
+    recipe, ref = workload
+    out = tmp_path / "out"
+    proc = start_prepare(recipe, out, "--scheduler", address)
+    assert wait_for(lambda: partial_partition(out), 120, "a partition with a commit", proc) is not None
+    kill_group(procs[0])  # the scheduler, as kill -9 or its node lost
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    assert one_error_line(SimpleNamespace(stderr=stderr, stdout="")) == (
+        f"tokshard: error: lost the Dask scheduler at {address}; rerun: it resumes from the last commit"
+    )
+    assert "Traceback" not in stderr and "distributed.client" not in stderr, stderr
+    address, _ = own_cluster(1)
+    rerun = start_prepare(recipe, out, "--scheduler", address)
+    _, stderr = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, stderr
+    assert_same_output(ref, out)
