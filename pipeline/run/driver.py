@@ -366,7 +366,7 @@ class Submission:
 def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | None = None) -> None:
     """Run the tasks on the cluster (each is ``state.work`` on a worker)."""
     if options.client is not None:
-        _submit_and_wait(options.client, sub, options)
+        _submit_and_wait(options.client, sub, options, log)
         return
     with connect(
         workers=options.workers,
@@ -378,17 +378,72 @@ def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | Non
         batch=options.batch,
         early=early,
     ) as client:
-        _submit_and_wait(client, sub, options)
+        _submit_and_wait(client, sub, options, log)
 
 
-def in_flight(client, options: RunOptions) -> int:
-    """How many tasks to keep submitted: ``options.max_in_flight``, or a few per worker thread."""
+def in_flight(client, options: RunOptions, nthreads: dict | None = None) -> int:
+    """How many tasks to keep submitted: ``options.max_in_flight``, or a few per worker thread
+    (``nthreads``: the cluster's, if already asked)."""
     if options.max_in_flight is not None:
         return options.max_in_flight
-    return max(MIN_IN_FLIGHT, IN_FLIGHT_PER_THREAD * sum(client.nthreads().values()))
+    nthreads = client.nthreads() if nthreads is None else nthreads
+    return max(MIN_IN_FLIGHT, IN_FLIGHT_PER_THREAD * sum(nthreads.values()))
 
 
-def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
+#: how long a shared scheduler or batch jobs may have no worker before a line says so (then
+#: again each as long while it lasts); the run keeps waiting, as workers may still come
+NO_WORKERS_SAY_SECONDS = 60.0
+#: how long the run's own local workers may all be gone before it stops: their nannies bring a
+#: killed worker back within seconds, so longer means none is left to do so
+LOCAL_WORKERS_GONE_SECONDS = 20.0
+
+
+@dataclass
+class WorkerWatch:
+    """Notices a cluster with no worker while tasks wait: said in a line for a shared
+    scheduler or batch jobs (workers may join later), an error for the run's own local workers
+    (nobody will start more). Without it, the run waits without a word, its rate falling."""
+
+    local: bool
+    where: str
+    log: Log
+    since: float | None = None
+    said: float | None = None
+
+    def seen(self, workers: int, now: float) -> None:
+        if workers:
+            self.since = self.said = None
+            return
+        self.since = now if self.since is None else self.since
+        gone = now - self.since
+        if self.local and gone >= LOCAL_WORKERS_GONE_SECONDS:
+            raise ClusterLost(
+                f"all local Dask workers are gone for {int(gone)} s (killed, or out of memory?); rerun "
+                "with fewer --workers or a larger --memory-limit: it resumes from the last commit"
+            )
+        if (
+            not self.local
+            and gone >= NO_WORKERS_SAY_SECONDS
+            and (self.said is None or now - self.said >= NO_WORKERS_SAY_SECONDS)
+        ):
+            self.said = now
+            self.log(
+                f"no Dask workers connected to {self.where} for {int(gone)} s; start some (dask worker "
+                f"{self.where}) or stop with Ctrl-C: it resumes"
+            )
+
+
+def worker_watch(client, options: RunOptions, log: Log) -> WorkerWatch:
+    """The `WorkerWatch` of a run on ``client``: its own local workers, or a scheduler's."""
+    local = options.client is None and options.scheduler is None and options.batch is None
+    if options.batch is not None:
+        where = f"{client.scheduler.address} (are the {options.batch.system} jobs still queued?)"
+    else:
+        where = options.scheduler or client.scheduler.address
+    return WorkerWatch(local, where, log)
+
+
+def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = stderr_log) -> None:
     """Submit the tasks, largest first, keeping `in_flight` of them submitted (the driver and
     the scheduler hold state per submitted task), then follow them: each finished one the
     moment it ends (a callback queue, constant cost per task however many there are; a next
@@ -424,6 +479,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
     # largest first: the last task to start is a small one, so workers finish together
     waiting = iter(sorted(zip(sub.tasks, sub.todo, strict=True), key=lambda tp: tp[1].size, reverse=True))
     limit = in_flight(client, options)
+    watch = worker_watch(client, options, log)
 
     def submit_more() -> None:
         while len(pending) < limit and (item := next(waiting, None)) is not None:
@@ -448,7 +504,9 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions) -> None:
                 submit_more()
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + state.poll_seconds
-                limit = in_flight(client, options)  # workers may have come or gone
+                nthreads = client.nthreads()
+                watch.seen(len(nthreads), time.monotonic())
+                limit = in_flight(client, options, nthreads)  # workers may have come or gone
                 submit_more()
                 for key in itertools.chain.from_iterable(client.processing().values()):
                     if key in pending and (ck := state.read_progress(pending[key][1])) is not None:

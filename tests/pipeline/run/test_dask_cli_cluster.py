@@ -263,3 +263,32 @@ def test_a_scheduler_killed_mid_run_is_one_line_and_the_rerun_resumes(own_cluste
     _, stderr = rerun.communicate(timeout=240)
     assert rerun.returncode == 0, stderr
     assert_same_output(ref, out)
+
+
+def test_a_scheduler_without_workers_is_said_and_the_run_waits_for_them(
+    own_cluster, tmp_path, docs, tokenizer_path, monkeypatch
+):
+    from pipeline import recipe
+    from pipeline.format import manifest
+    from pipeline.run import driver
+
+    monkeypatch.setattr(driver, "NO_WORKERS_SAY_SECONDS", 1.0)
+    address, procs = own_cluster(0)
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[:20]))
+    r = recipe.from_dict(
+        {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
+    )
+    said: list[str] = []
+
+    def log(line: str) -> None:
+        said.append(line)
+        if line.startswith("no Dask workers connected") and len(procs) == 1:
+            procs.append(start_worker(address, tmp_path, "late"))  # as a batch queue starts one
+
+    path = driver.prepare(r, tmp_path / "out", driver.RunOptions(scheduler=address), log=log)
+    assert manifest.load(path).data["totals"]["tokens"] > 0
+    assert (
+        f"no Dask workers connected to {address} for 1 s; start some (dask worker {address}) or stop "
+        "with Ctrl-C: it resumes"
+    ) in said

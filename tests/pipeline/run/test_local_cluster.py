@@ -262,3 +262,24 @@ def test_workers_set_in_a_recipe_is_how_many_boot(tmp_path, docs, tokenizer_path
     done = cli("prepare", str(path), "--out", str(tmp_path / "out"), check=True)
     assert "tokshard: Dask: 1 local worker processes" in done.stderr, done.stderr
     assert "0 done, 0 to resume, 1 to start" not in done.stderr  # several partitions
+
+
+def test_local_workers_all_gone_is_an_error_not_a_wait(tmp_path, docs, tokenizer_path, before, monkeypatch):
+    """Workers killed for memory as soon as they start (a limit below what one needs, as the
+    CLI no longer lets through): none is left to run the tasks."""
+    from pipeline.run import cluster, driver
+
+    monkeypatch.setattr(driver, "LOCAL_WORKERS_GONE_SECONDS", 1.0)
+    monkeypatch.setattr(cluster, "WARM_UP_SECONDS", 1.0)  # the warm-up's task has no worker either
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    r = recipe.from_dict(
+        {
+            "tokenizer": str(tokenizer_path),
+            "encoder": "tokenizers",  # no check of the encoder on a worker (there is none to ask)
+            "sources": {"d": {"type": "files", "paths": [str(data)]}},
+        },
+        "test",
+    )
+    with pytest.raises(driver.ClusterLost, match=r"^all local Dask workers are gone for \d+ s \(killed"):
+        prepare(r, tmp_path / "out", RunOptions(workers=1, memory_limit="10MB"), log=lambda m: None)
+    assert _settle(before) == set()
