@@ -27,6 +27,10 @@ from pipeline.format.errors import TokshardError
 BATCH_SYSTEMS = ("slurm", "pbs")
 #: a local worker's memory limit when none is given (Dask's: the machine's memory split over the workers)
 LOCAL_MEMORY_LIMIT = "auto"
+#: the least memory a worker is let have (a local --memory-limit, a --cluster job's --memory over
+#: its worker processes): a worker process with Dask and an encoder loaded holds about 200 MiB
+#: before it reads any text, so below this its nanny kills it as it starts, again and again
+MIN_WORKER_MEMORY = 256 << 20
 #: the longest a run waits for its workers' warm-up before it sends its tasks anyway
 WARM_UP_SECONDS = 10.0
 #: the longest local workers wait to boot for the number of partitions the run has to do, so

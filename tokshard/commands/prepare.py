@@ -21,7 +21,7 @@ from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS, Settings
 from pipeline.run.cluster import BATCH_SYSTEMS, LOCAL_MEMORY_LIMIT, BatchJobs
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
-from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int, size_arg
+from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "manifests"
 #: the source name of ``--input`` files
@@ -84,8 +84,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--memory-limit",
         metavar="SIZE",
         type=memory_limit_arg,
-        help="memory limit per local worker: a size (2GiB), a fraction of this machine's memory (0.5), "
-        f"or 0 for none (default {LOCAL_MEMORY_LIMIT})",
+        help="memory limit per local worker: a size with a unit (2GiB, at least 256MiB), a fraction of "
+        f"this machine's memory (0.5), or 0 for none (default {LOCAL_MEMORY_LIMIT})",
     )
     p.add_argument(
         "--dashboard",
@@ -135,22 +135,43 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 def memory_limit_arg(text: str) -> str:
     """Dask's forms of a worker memory limit, checked before any worker starts (Dask's own
-    errors come from inside the worker processes): ``auto``, 0 (none), a fraction of the
-    machine's memory (0.5), or a size (2GiB, a byte count)."""
+    errors come from inside the worker processes, and a limit too small for a worker has its
+    nanny kill it as it starts, again and again): ``auto``, 0 (none), a fraction of the
+    machine's memory (0.5), or a size with a unit (2GiB). A bare number of 1 or more is
+    refused: Dask would take 1.5 as 1.5 bytes."""
     value = text.strip().lower()
     if value in ("auto", "0"):
         return text
+    size = None
     try:
         number = float(value)
     except ValueError:  # a size with a unit, or a word
         with contextlib.suppress(argparse.ArgumentTypeError):
-            return size_arg(text)
+            size = bytes_arg(text)
     else:
-        if math.isfinite(number) and number > 0:
-            return text
+        if math.isfinite(number) and 0 < number < 1:
+            import psutil
+
+            size = int(number * psutil.virtual_memory().total)
+    if size is not None:
+        return worker_memory(text, size)
     raise argparse.ArgumentTypeError(
-        f"expected auto, 0 (no limit), a fraction such as 0.5 or a size such as 2GiB, got {text!r}"
+        f"expected auto, 0 (no limit), a fraction of this machine's memory between 0 and 1 such as 0.5, "
+        f"or a size with a unit such as 2GiB, got {text!r}"
     )
+
+
+def worker_memory(text: str, size: int) -> str:
+    """``text`` if the ``size`` it names is enough for a worker process (`MIN_WORKER_MEMORY`)."""
+    from pipeline.run.cluster import MIN_WORKER_MEMORY
+
+    if size < MIN_WORKER_MEMORY:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {size / 2**20:.0f} MiB per worker, below the {MIN_WORKER_MEMORY >> 20} MiB a worker "
+            "process needs (Dask and the encoder loaded, before any text): its nanny would kill it as "
+            "it starts, again and again"
+        )
+    return text
 
 
 def partition_size(text: str) -> int:

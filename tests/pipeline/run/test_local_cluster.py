@@ -10,7 +10,7 @@ import urllib.request
 import psutil
 import pytest
 from background import in_a_job
-from support import cli, train_tokenizer_json, write_jsonl
+from support import cli, one_error_line, train_tokenizer_json, write_jsonl
 
 from pipeline import recipe
 from pipeline.format import manifest
@@ -283,3 +283,20 @@ def test_local_workers_all_gone_is_an_error_not_a_wait(tmp_path, docs, tokenizer
     with pytest.raises(driver.ClusterLost, match=r"^all local Dask workers are gone for \d+ s \(killed"):
         prepare(r, tmp_path / "out", RunOptions(workers=1, memory_limit="10MB"), log=lambda m: None)
     assert _settle(before) == set()
+
+
+@pytest.mark.parametrize(
+    ("limit", "said"),
+    [
+        ("10MB", "'10MB' is 10 MiB per worker, below the 256 MiB a worker process needs"),
+        ("1B", "'1B' is 0 MiB per worker, below the 256 MiB a worker process needs"),
+        ("0.00001", "'0.00001' is 0 MiB per worker, below the 256 MiB"),
+        ("1.5", "a fraction of this machine's memory between 0 and 1 such as 0.5, or a size with a unit"),
+        ("100", "a fraction of this machine's memory between 0 and 1 such as 0.5, or a size with a unit"),
+    ],
+)
+def test_a_memory_limit_too_small_for_a_worker_is_refused_before_any_starts(tmp_path, limit, said):
+    proc = cli("prepare", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--memory-limit", limit)
+    assert proc.returncode == 2
+    assert said in one_error_line(proc)
+    assert not (tmp_path / "o").exists()
