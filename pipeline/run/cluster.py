@@ -102,6 +102,36 @@ def batch_cluster(spec: BatchJobs, threads: int):
         raise TokshardError(f"--cluster {spec.system}: {exc}") from exc
 
 
+def submit_jobs(cluster, spec: BatchJobs) -> None:
+    """Submit the jobs now, in this thread, so that a job the batch system refuses stops the run
+    in one line quoting it. (`scale` submits from the cluster's event loop, where a refusal is
+    only logged as a traceback and the run then waits for workers that never come.)"""
+    while len(cluster.worker_spec) < spec.jobs:
+        cluster.worker_spec.update(cluster.new_worker_spec())
+    try:
+        cluster.sync(cluster._correct_state)
+    except RuntimeError as exc:  # dask-jobqueue's: the command, its exit code, stdout and stderr
+        forget_unsubmitted(cluster)
+        said = str(exc).rpartition("stderr:")[2].strip() or str(exc).strip()
+        submit = "sbatch" if spec.system == "slurm" else "qsub"
+        raise TokshardError(
+            f"--cluster {spec.system}: {submit} refused the job ({' '.join(said.split())}); check "
+            "--queue, --account, --walltime and --job-extra (--print-job-script shows the script)"
+        ) from None
+
+
+def forget_unsubmitted(cluster) -> None:
+    """Drop the jobs that were never submitted, which the cluster's close cannot close (it
+    would fail on them); the ones submitted are still cancelled as it closes."""
+    from distributed.core import Status
+
+    for name, job in list(cluster.workers.items()):
+        if job.status == Status.created:
+            job.status = Status.failed  # what it is: the cluster's close checks each job it made
+            del cluster.workers[name]
+            cluster.worker_spec.pop(name, None)
+
+
 def require_batch_system(system: str) -> None:
     """Fail before any work where jobs cannot be submitted (not on a login node)."""
     submit = "sbatch" if system == "slurm" else "qsub"
@@ -197,7 +227,7 @@ def connect(
     if batch is not None:
         require_batch_system(batch.system)
         with batch_cluster(batch, threads) as cluster:
-            cluster.scale(jobs=batch.jobs)
+            submit_jobs(cluster, batch)
             with Client(cluster) as client:
                 log(
                     f"submitted {batch.jobs} {batch.system} job(s) of worker processes; tasks start as "

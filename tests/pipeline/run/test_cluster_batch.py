@@ -3,10 +3,12 @@ without submitting anything (no batch system here)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
-from support import cli
+from support import cli, one_error_line
 
 pytest.importorskip("dask_jobqueue")
 
@@ -73,3 +75,41 @@ def test_cluster_without_the_batch_system_says_where_to_run(tmp_path, docs, toke
     )  # fmt: skip
     assert proc.returncode == 2
     assert "`sbatch` is not on PATH; run prepare on a login node" in proc.stderr
+
+
+def fake_batch_system(folder: Path, sbatch: str) -> Path:
+    """A folder of stand-ins for Slurm's commands: ``sbatch`` runs the given shell lines."""
+    folder.mkdir()
+    for name, body in {"sbatch": sbatch, "squeue": "exit 0", "scancel": "exit 0"}.items():
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def test_a_job_the_batch_system_refuses_is_one_line_quoting_it(tmp_path, docs, tokenizer_path):
+    fake = fake_batch_system(
+        tmp_path / "bin", "echo 'sbatch: error: Invalid time limit specification' >&2; exit 1"
+    )
+    data = tmp_path / "in.txt"
+    data.write_text(docs[0])
+    proc = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o"),
+        "--cluster", "slurm", "--cores", "2", "--memory", "4GB", "--jobs", "2",
+        env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert one_error_line(proc) == (
+        "tokshard: error: --cluster slurm: sbatch refused the job (sbatch: error: Invalid time limit "
+        "specification); check --queue, --account, --walltime and --job-extra (--print-job-script "
+        "shows the script)"
+    )
+
+
+def test_jobs_the_batch_system_takes_are_submitted_before_the_run_goes_on(tmp_path, monkeypatch):
+    from pipeline.run.cluster import BatchJobs, batch_cluster, submit_jobs
+
+    fake = fake_batch_system(tmp_path / "bin", "echo 'Submitted batch job 4242'")
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    with batch_cluster(BatchJobs("slurm", jobs=2, cores=2, memory="4GB"), threads=1) as cluster:
+        submit_jobs(cluster, BatchJobs("slurm", jobs=2, cores=2, memory="4GB"))
+        assert [job.job_id for job in cluster.workers.values()] == ["4242", "4242"]
