@@ -79,6 +79,7 @@ def batch_cluster(spec: BatchJobs, threads: int):
             "and .memory in your Dask config), e.g. --cores 32 --memory 120GB"
         )
     processes = max(1, int(cores) // threads)
+    check_memory_per_worker(spec.system, memory, processes)
     extra_args = ["--nthreads", "1"] if threads > 1 else []  # the last --nthreads wins
     cls = SLURMCluster if spec.system == "slurm" else PBSCluster
     kwargs = {
@@ -130,6 +131,23 @@ def forget_unsubmitted(cluster) -> None:
             job.status = Status.failed  # what it is: the cluster's close checks each job it made
             del cluster.workers[name]
             cluster.worker_spec.pop(name, None)
+
+
+def check_memory_per_worker(system: str, memory: str, processes: int) -> None:
+    """A job's memory split over its worker processes leaves each enough (`MIN_WORKER_MEMORY`):
+    --cores 1000 --memory 8GB would give each 8 MiB, and its nanny would kill it as it starts."""
+    from dask.utils import parse_bytes
+
+    try:
+        each = parse_bytes(memory) / processes
+    except (TypeError, ValueError) as exc:
+        raise TokshardError(f"--cluster {system}: memory {memory!r} is not a size, such as 120GB") from exc
+    if each < MIN_WORKER_MEMORY:
+        raise TokshardError(
+            f"--cluster {system}: memory {memory} over {processes} worker processes is {each / 2**20:.1f} MiB "
+            f"each, below the {MIN_WORKER_MEMORY >> 20} MiB a worker process needs; give more --memory or "
+            "fewer --cores per job (or more --threads)"
+        )
 
 
 def require_batch_system(system: str) -> None:

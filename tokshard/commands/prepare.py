@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -193,10 +194,16 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
         "--jobs", type=positive_int, default=default_of(BatchJobs, "jobs"), help="number of batch jobs"
     )
     g.add_argument("--cores", type=positive_int, help="cores per job (one worker process per core)")
-    g.add_argument("--memory", help="memory per job, e.g. 120GB (split over its worker processes)")
+    g.add_argument(
+        "--memory",
+        type=job_memory_arg,
+        help="memory per job, a size with a unit, e.g. 120GB (split over its worker processes)",
+    )
     g.add_argument("--queue", help="queue / partition (Slurm -p, PBS -q)")
     g.add_argument("--account", help="account to charge (-A)")
-    g.add_argument("--walltime", help="time limit per job, e.g. 04:00:00")
+    g.add_argument(
+        "--walltime", help="time limit per job: HH:MM:SS (Slurm also D-HH:MM:SS, MM:SS or minutes)"
+    )
     g.add_argument(
         "--job-extra", action="append", metavar="DIRECTIVE", help="extra #SBATCH/#PBS directive (repeatable)"
     )
@@ -206,6 +213,53 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--print-job-script", action="store_true", help="print the job script and exit (submits nothing)"
     )
+
+
+def job_memory_arg(text: str) -> str:
+    """A job's --memory: a size with a unit (dask-jobqueue fails on a bare number with a
+    TypeError), enough for one worker process at least."""
+    if not any(c.isalpha() for c in text):
+        raise argparse.ArgumentTypeError(f"expected a size with a unit, such as 120GB, got {text!r}")
+    return worker_memory(text, bytes_arg(text))
+
+
+#: the time limits each batch system reads (Slurm's sbatch --time; PBS's walltime): the forms
+#: said, and a pattern of (days, first field, second field, third field)
+WALLTIMES = {
+    "slurm": ("HH:MM:SS, D-HH:MM:SS, D-HH, MM:SS or minutes", r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?"),
+    "pbs": ("HH:MM:SS", r"()(\d+):(\d+):(\d+)"),
+}
+
+
+def check_walltime(system: str, text: str) -> None:
+    """Refuse a --walltime the batch system would reject (or read otherwise) before any job:
+    minutes and seconds below 60, and hours below 24 after a day count."""
+    forms, pattern = WALLTIMES[system]
+    m = re.fullmatch(pattern, text)
+    if m is not None:
+        days, first, *rest = m.groups()
+        if all(int(f) < 60 for f in rest if f is not None) and (not days or int(first) < 24):
+            return
+    raise TokshardError(f"--walltime {text!r}: {system} reads {forms}, e.g. 04:00:00")
+
+
+def check_no_control_characters(args: argparse.Namespace) -> None:
+    """A newline (or any control character) in a value written into the job script would start
+    a directive of its own there (#SBATCH ...): refused in every such option."""
+    values = [
+        ("--memory", args.memory),
+        ("--queue", args.queue),
+        ("--account", args.account),
+        ("--walltime", args.walltime),
+        ("--local-directory", args.local_directory),
+        *(("--job-extra", extra) for extra in args.job_extra or []),
+    ]
+    for flag, value in values:
+        if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise TokshardError(
+                f"{flag} {value!r}: holds a control character (a newline?), which would be a line of "
+                "its own in the job script; give the value on one line"
+            )
 
 
 def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
@@ -218,6 +272,10 @@ def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
         raise TokshardError("give either --scheduler or --cluster, not both")
     from pipeline.run.cluster import require_batch_system
 
+    check_no_control_characters(args)
+    if args.walltime is not None:
+        check_walltime(args.cluster, args.walltime)
+    refuse_url(args.local_directory, "--local-directory")  # with --print-job-script too
     if not args.print_job_script:
         require_batch_system(args.cluster)
     return BatchJobs(

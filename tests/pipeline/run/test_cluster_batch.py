@@ -113,3 +113,49 @@ def test_jobs_the_batch_system_takes_are_submitted_before_the_run_goes_on(tmp_pa
     with batch_cluster(BatchJobs("slurm", jobs=2, cores=2, memory="4GB"), threads=1) as cluster:
         submit_jobs(cluster, BatchJobs("slurm", jobs=2, cores=2, memory="4GB"))
         assert [job.job_id for job in cluster.workers.values()] == ["4242", "4242"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--memory", "4"], "argument --memory: expected a size with a unit, such as 120GB, got '4'"),
+        (["--memory", "1B"], "'1B' is 0 MiB per worker, below the 256 MiB a worker process needs"),
+        (
+            ["--cores", "1000", "--memory", "8GB"],
+            "--cluster slurm: memory 8GB over 1000 worker processes is 7.6 MiB each, below the 256 MiB",
+        ),
+        (["--walltime", "4h"], "--walltime '4h': slurm reads HH:MM:SS, D-HH:MM:SS, D-HH, MM:SS or minutes"),
+        (["--walltime", "99:99:99"], "--walltime '99:99:99': slurm reads"),
+        (["--cluster", "pbs", "--walltime", "1-00:00:00"], "--walltime '1-00:00:00': pbs reads HH:MM:SS"),
+        (
+            ["--walltime", "01:00:00\n#SBATCH --gres=gpu:8"],
+            "--walltime '01:00:00\\n#SBATCH --gres=gpu:8': holds a",
+        ),
+        (
+            ["--job-extra", "--exclusive\n#SBATCH -p gpu"],
+            "--job-extra '--exclusive\\n#SBATCH -p gpu': holds a",
+        ),
+        (
+            ["--local-directory", "s3://x"],
+            "--local-directory s3://x is a URL; this option takes a local path",
+        ),
+    ],
+)
+def test_job_settings_the_batch_system_would_misread_are_refused_before_the_script(extra, said):
+    proc = cli(
+        "prepare", "--cluster", "slurm", "--cores", "4", "--memory", "8GB", *extra, "--print-job-script"
+    )
+    assert proc.returncode == 2, proc.stdout
+    assert said in one_error_line(proc)
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("system", "walltime"),
+    [("slurm", w) for w in ("30", "10:00", "1-12", "2-00:30", "1-00:00:00", "100:00:00")]
+    + [("pbs", "4:00:00")],
+)
+def test_every_walltime_form_of_each_batch_system_is_taken(system, walltime):
+    from tokshard.commands.prepare import check_walltime
+
+    check_walltime(system, walltime)
