@@ -361,15 +361,20 @@ class EarlyStart:
 WORKERS_PER_CPU = 4
 
 
-def check_local_workers(workers: int | None) -> None:
-    """Refuse a local --workers far beyond this machine's CPUs before any process starts (a
-    typed 1000 for 10 would start a thousand Python processes)."""
+def check_local_workers(workers: int | None, threads: int = 1) -> None:
+    """Refuse a local --workers or --threads far beyond this machine's CPUs before any process
+    starts (a typed 1000 for 10 would start a thousand Python processes, or threads)."""
     cpus = os.cpu_count() or 1
     if workers and workers > WORKERS_PER_CPU * cpus:
         raise TokshardError(
             f"--workers {workers} is more than {WORKERS_PER_CPU} per CPU on this machine ({cpus} CPUs); "
             f"each local worker encodes on one core: use at most {WORKERS_PER_CPU * cpus}, or a cluster "
             "(--scheduler, --cluster) for more"
+        )
+    if threads > WORKERS_PER_CPU * cpus:
+        raise TokshardError(
+            f"--threads {threads} is more than {WORKERS_PER_CPU} per CPU on this machine ({cpus} CPUs); "
+            f"use at most {WORKERS_PER_CPU * cpus} encoder threads per local worker"
         )
 
 

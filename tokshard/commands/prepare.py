@@ -191,7 +191,7 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("batch system (--cluster; unset knobs come from your Dask jobqueue config)")
     g.add_argument("--cluster", choices=BATCH_SYSTEMS, help="submit batch jobs of Dask workers")
     g.add_argument(
-        "--jobs", type=positive_int, default=default_of(BatchJobs, "jobs"), help="number of batch jobs"
+        "--jobs", type=positive_int, help=f"number of batch jobs (default {default_of(BatchJobs, 'jobs')})"
     )
     g.add_argument("--cores", type=positive_int, help="cores per job (one worker process per core)")
     g.add_argument(
@@ -262,8 +262,44 @@ def check_no_control_characters(args: argparse.Namespace) -> None:
             )
 
 
+#: the options of the run's own local workers, and those of --cluster's batch jobs
+LOCAL_OPTIONS = {"--workers": "workers", "--memory-limit": "memory_limit"}
+BATCH_OPTIONS = {
+    "--jobs": "jobs",
+    "--cores": "cores",
+    "--memory": "memory",
+    "--queue": "queue",
+    "--account": "account",
+    "--walltime": "walltime",
+    "--job-extra": "job_extra",
+    "--local-directory": "local_directory",
+}
+
+
+def check_option_conflicts(args: argparse.Namespace) -> None:
+    """Refuse an option that the chosen kind of workers would ignore without a word: the local
+    workers' with --scheduler or --cluster, a batch job's without --cluster."""
+    given = {
+        flag for flag, name in {**LOCAL_OPTIONS, **BATCH_OPTIONS}.items() if getattr(args, name) is not None
+    }
+    elsewhere = "--scheduler" if args.scheduler else "--cluster" if args.cluster else None
+    local = [flag for flag in LOCAL_OPTIONS if flag in given]
+    if elsewhere and local:
+        owner = "the scheduler's" if args.scheduler else "the jobs'"
+        raise TokshardError(
+            f"{local[0]} sets the local workers, which {elsewhere} does not start; drop it ({owner} "
+            "workers have their own settings)"
+        )
+    batch = [flag for flag in BATCH_OPTIONS if flag in given]
+    if batch and not args.cluster:
+        raise TokshardError(
+            f"{batch[0]} sets the batch jobs of --cluster slurm|pbs; add --cluster, or drop {batch[0]}"
+        )
+
+
 def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
     """What ``--cluster`` asks of the batch system (None: no batch system)."""
+    check_option_conflicts(args)
     if not args.cluster:
         if args.print_job_script:
             raise TokshardError("--print-job-script needs --cluster slurm or --cluster pbs")
@@ -280,7 +316,7 @@ def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
         require_batch_system(args.cluster)
     return BatchJobs(
         system=args.cluster,
-        jobs=args.jobs,
+        jobs=args.jobs or default_of(BatchJobs, "jobs"),
         cores=args.cores,
         memory=args.memory,
         queue=args.queue,
@@ -307,11 +343,10 @@ def run(args: argparse.Namespace) -> int:
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
     state = open_run_state(out)  # a recipe's out = "..." has not been through argparse: checked here
-    refuse_url(args.local_directory, "--local-directory")
     if not (args.scheduler or args.cluster):
         from pipeline.run.cluster import check_local_workers
 
-        check_local_workers(recipe.settings.workers)
+        check_local_workers(recipe.settings.workers, recipe.settings.threads)
     started = time.monotonic()
     options = RunOptions(
         workers=recipe.settings.workers,

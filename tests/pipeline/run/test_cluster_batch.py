@@ -159,3 +159,33 @@ def test_every_walltime_form_of_each_batch_system_is_taken(system, walltime):
     from tokshard.commands.prepare import check_walltime
 
     check_walltime(system, walltime)
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--workers sets the local workers, which --scheduler does not start"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--memory-limit", "1GiB"], "--memory-limit sets the local workers, which --scheduler"),
+        (["--cluster", "slurm", "--workers", "2"], "--workers sets the local workers, which --cluster does not start"),
+        (["--cores", "4"], "--cores sets the batch jobs of --cluster slurm|pbs; add --cluster, or drop --cores"),
+        (["--jobs", "2"], "--jobs sets the batch jobs of --cluster slurm|pbs; add --cluster, or drop --jobs"),
+        (["--walltime", "01:00:00"], "--walltime sets the batch jobs of --cluster slurm|pbs"),
+        (["--threads", "100000"], "--threads 100000 is more than 4 per CPU on this machine"),
+    ],
+)  # fmt: skip
+def test_an_option_the_chosen_workers_would_ignore_is_refused(tmp_path, tokenizer_path, extra, said):
+    data = tmp_path / "in.txt"
+    data.write_text("some text\n")
+    proc = cli(
+        "prepare",
+        "--input",
+        str(data),
+        "--tokenizer",
+        str(tokenizer_path),
+        "--out",
+        str(tmp_path / "o"),
+        *extra,
+    )
+    assert proc.returncode == 2
+    assert said in one_error_line(proc)
+    assert not (tmp_path / "o").exists()
