@@ -394,8 +394,9 @@ def in_flight(client, options: RunOptions, nthreads: dict | None = None) -> int:
 #: again each as long while it lasts); the run keeps waiting, as workers may still come
 NO_WORKERS_SAY_SECONDS = 60.0
 #: how long the run's own local workers may all be gone before it stops: their nannies bring a
-#: killed worker back within seconds, so longer means none is left to do so
-LOCAL_WORKERS_GONE_SECONDS = 20.0
+#: killed worker back within seconds, so longer means none is left to do so (generous: a
+#: machine busy with other work boots a worker slowly)
+LOCAL_WORKERS_GONE_SECONDS = 120.0
 
 
 @dataclass
