@@ -374,6 +374,7 @@ class Steps:
             vocab_size=plan.model.limits.vocab_size,
             steps=self.settings.optim.steps,
             zero_stage=plan.engine.zero_stage,
+            precision=plan.engine.precision,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
         )
 

@@ -202,6 +202,7 @@ def saved_checkpoint(
     tag, saved = state.read_state(Path(settings.checkpoint.save))
     resume.check_model(saved, spec.name, spec.limits.vocab_size)
     resume.check_zero_stage(saved, engine.zero_stage)
+    resume.check_precision(saved, engine.precision)
     resume.check_batch(
         saved, engine.global_batch, engine.batch_layout(), settings.checkpoint.allow_batch_change
     )

@@ -162,3 +162,41 @@ def test_a_refused_run_takes_back_the_folders_it_made_and_keeps_those_it_found(m
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
     assert list(kept.iterdir()) == []
+
+
+@pytest.mark.parametrize("saved_in", ["fp32", "bf16"])
+def test_a_resume_under_another_precision_is_refused(manifest, halfway, tmp_path, saved_in):
+    """fp32 resumed as bf16 was a KeyError 'dynamic_loss_scale' deep in DeepSpeed's loader, bf16
+    resumed as fp32 a KeyError 'param_groups'. The fp32 checkpoint's record is edited to read as
+    a bf16 one (a real bf16 checkpoint takes another run)."""
+    save = tmp_path / "ck"
+    shutil.copytree(halfway["save"], save)
+    config = json.loads((Path(__file__).parents[2] / "trainer" / "configs" / "zero0-fp32.json").read_text())
+    if saved_in == "fp32":
+        config["bf16"] = {"enabled": True}
+    else:
+        state_file = save / "step00000002" / "tokshard.json"
+        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "precision": "bf16"}))
+    (tmp_path / "ds.json").write_text(json.dumps(config))
+    now = "bf16" if saved_in == "fp32" else "fp32"
+    line = refused(
+        *train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(tmp_path / "r"),
+        "--deepspeed", str(tmp_path / "ds.json"),
+    )  # fmt: skip
+    assert line == (
+        f"tokshard: error: --resume: the checkpoint was saved in {saved_in}, this run's --deepspeed config "
+        f"asks for {now}, and DeepSpeed cannot load one precision's optimizer state into another; resume "
+        f"with the --deepspeed config it was saved with ({saved_in}), or start a new run in another --save"
+    )
+
+
+def test_a_resume_of_a_checkpoint_without_a_recorded_precision_is_not_refused(manifest, halfway, tmp_path):
+    """An older checkpoint (no precision field) is read as before: the check does not refuse it."""
+    from trainer.checkpoint import resume, state
+
+    saved = state.read_tag(halfway["save"], "step00000002")
+    assert saved.precision == "fp32"
+    resume.check_precision(saved, "fp32")
+    older = json.loads((halfway["save"] / "step00000002" / "tokshard.json").read_text())
+    del older["precision"]
+    resume.check_precision(state.TrainerState.from_json(older), "bf16")

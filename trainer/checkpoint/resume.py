@@ -70,6 +70,18 @@ def check_zero_stage(saved: TrainerState, stage: int) -> None:
         )
 
 
+def check_precision(saved: TrainerState, precision: str) -> None:
+    """The precision is the checkpoint's: fp16 and bf16 save their optimizer state wrapped in a
+    loss scaler or fp32 master copies that fp32 lacks (DeepSpeed failed with a KeyError)."""
+    was = saved.precision
+    if was is not None and was != precision:
+        raise TokshardError(
+            f"--resume: the checkpoint was saved in {was}, this run's --deepspeed config asks for "
+            f"{precision}, and DeepSpeed cannot load one precision's optimizer state into another; resume "
+            f"with the --deepspeed config it was saved with ({was}), or start a new run in another --save"
+        )
+
+
 def check_seed(saved: TrainerState, seed: int | None) -> int:
     """The run's seed: the checkpoint's (a ``--seed`` that differs is refused)."""
     if seed is not None and seed != saved.seed:

@@ -150,6 +150,9 @@ class TrainerState:
     #: the ZeRO stage its DeepSpeed state was saved under, which sets the files' layout (None:
     #: not recorded by an older tokshard)
     zero_stage: int | None = None
+    #: the precision (fp32, bf16 or fp16) its weights and optimizer state were saved in, which
+    #: sets what DeepSpeed's loader expects (None: not recorded by an older tokshard)
+    precision: str | None = None
     #: the last step trained on data a resume with ``--allow-data-change`` replaced (0: none):
     #: the schedule and manifests recorded here fix only the samples of the steps after it
     data_replaced_at: int = 0
@@ -166,6 +169,7 @@ class TrainerState:
             "vocab_size": self.vocab_size,
             "steps": self.steps,
             "zero_stage": self.zero_stage,
+            "precision": self.precision,
             "data_replaced_at": self.data_replaced_at,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
@@ -194,6 +198,7 @@ class TrainerState:
             vocab_size=d.get("vocab_size"),
             steps=d.get("steps"),
             zero_stage=d.get("zero_stage"),
+            precision=d.get("precision"),
             data_replaced_at=int(d.get("data_replaced_at") or 0),
         )
 
