@@ -100,7 +100,7 @@ class TokenStream:
         if arr is None:
             if self._ready is not None:
                 self._ready(self.paths[i])
-            arr = self._arrays[i] = np.asarray(Shard(self.paths[i], self.dtype).tokens)
+            arr = self._arrays[i] = opened_shard(self.paths[i], self.dtype, self.counts[i])
         return arr
 
     def read_into(self, out: np.ndarray, start: int) -> None:
@@ -495,3 +495,26 @@ def verify_shards(manifest: Manifest) -> None:
     fault = first_fault(manifest)
     if fault:
         raise DataError(f"{fault}; re-run `tokshard prepare`")
+
+
+def opened_shard(path: Path, dtype: str, tokens: int) -> np.ndarray:
+    """Shard ``path`` memory-mapped as a plain ndarray. Shards open on first use, long after the
+    start's checks: one deleted or cut since then is one line, not a traceback (or a short read)."""
+    try:
+        arr = np.asarray(Shard(path, dtype).tokens)
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: {changed_since_start('is gone')}") from exc
+    if len(arr) != tokens:
+        raise DataError(
+            f"{path}: {changed_since_start(f'changed size ({len(arr)} tokens, the manifest says {tokens})')}"
+        )
+    return arr
+
+
+def changed_since_start(what: str) -> str:
+    """A shard that changed while training, and what to do about it."""
+    return (
+        f"the shard {what} since the run started (deleted, moved or rewritten); restore it, or run "
+        "`tokshard prepare` again, then run again (with --resume where --save holds a checkpoint; "
+        "--allow-data-change if the data now differs)"
+    )

@@ -12,7 +12,7 @@ import pytest
 from support import SCHEMA, cached_manifest
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.shard_reader import Shard
 from pipeline.format.shard_writer import ShardSequence
 from trainer.data import ModelLimits, TokenStream, WindowDataset, check_manifest
@@ -102,6 +102,22 @@ def test_truncated_shard_is_refused_by_size(manifest_copy):
         f.truncate(100)
     with pytest.raises(TokshardError, match=rf"{victim.name}: 100 bytes on disk, the manifest says"):
         check_manifest(manifest_mod.load(manifest_copy), TINY, seq_len=64)
+
+
+def test_a_shard_deleted_or_cut_after_the_start_is_one_line_when_first_read(manifest_copy):
+    """Shards open on first use, after the start's checks: a shard deleted since was a
+    FileNotFoundError traceback from inside the training loop."""
+    m = manifest_mod.load(manifest_copy)
+    entries = m.select("stdlib", "train")
+    stream = TokenStream("stdlib", "train", entries, m.dtype)
+    gone, cut = entries[1].bin_path, entries[2].bin_path
+    gone.unlink()
+    with open(cut, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(DataError, match=rf"{gone}: the shard is gone since the run started .*restore it"):
+        stream.read(entries[0].tokens, 3)
+    with pytest.raises(DataError, match=rf"{cut}: the shard changed size \(50 tokens, the manifest says"):
+        stream.read(entries[0].tokens + entries[1].tokens, 3)
 
 
 def test_shards_of_another_dtype_are_refused(tmp_path):
