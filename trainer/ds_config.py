@@ -20,11 +20,13 @@ says ``"torch_adam": false``: same algorithm, no JIT build of DeepSpeed's FusedA
 from __future__ import annotations
 
 import copy
-import json
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import hjson
 
 from pipeline.format import json_kinds
 from pipeline.format.errors import TokshardError, not_utf8
@@ -40,15 +42,23 @@ DEFAULT_GRAD_CLIP = 1.0
 
 
 def read(path: str | Path) -> dict[str, Any]:
+    """A ``--deepspeed`` file as DeepSpeed itself reads it: hjson (JSON plus comments and
+    trailing commas), a key given twice refused rather than the last one silently kept."""
     p = Path(path)
     try:
-        cfg = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is read past
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is read past
     except OSError as exc:
         raise TokshardError(f"--deepspeed {p}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise not_utf8(f"--deepspeed {p}", exc) from exc
-    except json.JSONDecodeError as exc:
-        raise TokshardError(f"--deepspeed {p}: not valid JSON ({exc})") from exc
+    if not text.strip():
+        raise TokshardError(f"--deepspeed {p}: the file is empty; a DeepSpeed config is a JSON object")
+    try:
+        cfg = hjson.loads(text, object_pairs_hook=functools.partial(unique_keys, p))
+    except hjson.HjsonDecodeError as exc:
+        raise TokshardError(
+            f"--deepspeed {p}: not valid JSON, nor the hjson DeepSpeed reads ({exc})"
+        ) from exc
     if not isinstance(cfg, dict):
         raise TokshardError(f"--deepspeed {p}: a DeepSpeed config is a JSON object")
     kind = json_kinds.kind_of(cfg)
@@ -57,6 +67,16 @@ def read(path: str | Path) -> dict[str, Any]:
             f"--deepspeed {p} is {kind}, not a DeepSpeed config: pass one such as {DEFAULT_CONFIG}"
         )
     return cfg
+
+
+def unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One object of the config; a key given twice is refused, as DeepSpeed refuses it."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise TokshardError(f"--deepspeed {path}: the key {key!r} is given twice in one object; keep one")
+        seen[key] = value
+    return seen
 
 
 #: the default config, also shipped for users to copy (see docs/TRAINING.md)

@@ -112,3 +112,31 @@ def test_unreadable_config_is_one_clear_error(tmp_path):
         ds_config.read(bad)
     with pytest.raises(TokshardError, match="No such file"):
         ds_config.read(tmp_path / "missing.json")
+
+
+def test_a_config_is_read_as_deepspeed_reads_it_comments_and_trailing_commas_included(tmp_path):
+    """DeepSpeed reads its config as hjson: tokshard refused `//` and `/* */` comments and
+    trailing commas (not valid JSON) in a config DeepSpeed runs."""
+    path = tmp_path / "ds.json"
+    path.write_text(
+        '// ZeRO 0, fp32\n{\n  "train_batch_size": "auto", /* filled by tokshard */\n'
+        '  "zero_optimization": {"stage": 0,},\n  "gradient_clipping": 0.5,\n}\n'
+    )
+    assert ds_config.read(path) == {
+        "train_batch_size": "auto",
+        "zero_optimization": {"stage": 0},
+        "gradient_clipping": 0.5,
+    }
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_an_empty_file_is_one_line(tmp_path):
+    """DeepSpeed refuses a duplicate key; tokshard silently kept the last one."""
+    path = tmp_path / "ds.json"
+    path.write_text('{"zero_optimization": {"stage": 2, "stage": 0}}')
+    with pytest.raises(
+        TokshardError, match=r"^--deepspeed .*ds.json: the key 'stage' is given twice in one object"
+    ):
+        ds_config.read(path)
+    path.write_text("\n")
+    with pytest.raises(TokshardError, match=r"^--deepspeed .*ds.json: the file is empty"):
+        ds_config.read(path)
