@@ -337,7 +337,9 @@ class Steps:
         t0 = time.perf_counter()
         barrier = torch.distributed.barrier if self.dist.world > 1 else lambda: None
         tag = tag_for(self.step)
-        write_checkpoint(self.engine, save_dir, tag, self.trainer_state(), self.dist.is_main, barrier)
+        write_checkpoint(
+            self.engine, save_dir, tag, self.trainer_state(), self.dist.is_main, barrier, self.log.path.parent
+        )
         self.log.note(f"saved {save_dir / tag}")
         self.saved_at = self.step
         self.t_last += time.perf_counter() - t0

@@ -200,3 +200,28 @@ def test_a_resume_of_a_checkpoint_without_a_recorded_precision_is_not_refused(ma
     older = json.loads((halfway["save"] / "step00000002" / "tokshard.json").read_text())
     del older["precision"]
     resume.check_precision(state.TrainerState.from_json(older), "bf16")
+
+
+def test_a_failed_first_save_says_which_files_to_remove_and_then_the_rerun_is_not_refused(tmp_path):
+    """A full disk at the first checkpoint said "free space there, then run again", and running
+    again was refused for the failed run's record in --save."""
+    import errno
+
+    from trainer.checkpoint.save import save_error
+    from trainer.run_folders import refuse_unless_empty
+
+    save = tmp_path / "ck"
+    (save / "step00000002.partial").mkdir(parents=True)  # removed after the line is made
+    for name in ("metrics.jsonl", "run.json", ".tokshard-train.lock"):
+        (save / name).write_text("{}\n")
+    error = save_error(OSError(errno.ENOSPC, "No space left on device"), save, "step00000002", save)
+    assert str(error).endswith(
+        f"no earlier checkpoint exists; free space there, then remove metrics.jsonl, run.json from {save} "
+        "(this run's record), and run the same command again"
+    )
+    shutil.rmtree(save / "step00000002.partial")
+    for name in ("metrics.jsonl", "run.json"):
+        (save / name).unlink()
+    refuse_unless_empty(save, "--save")  # what the rerun checks: nothing left in the way
+    run_elsewhere = save_error(OSError(errno.ENOSPC, "No space left on device"), save, "step00000002", None)
+    assert str(run_elsewhere).endswith("free space there, then run the same command again")

@@ -15,6 +15,8 @@ from pathlib import Path
 from pipeline.format.atomic import disk_error, fsync_dir, write_bytes
 from pipeline.format.errors import TokshardError
 from trainer.checkpoint.state import CLIENT_KEY, LATEST, TrainerState, is_tag, latest_tag, write_state
+from trainer.metrics import METRICS_FILE
+from trainer.run_folders import RUN_FILE
 
 PARTIAL = ".partial"
 #: less free space than this after a failed torch.save: the disk ran full
@@ -22,9 +24,16 @@ FULL_BELOW = 1 << 20
 
 
 def write_checkpoint(
-    engine, save_dir: Path, tag: str, state: TrainerState, is_main: bool, barrier: Callable[[], None]
+    engine,
+    save_dir: Path,
+    tag: str,
+    state: TrainerState,
+    is_main: bool,
+    barrier: Callable[[], None],
+    run_dir: Path | None = None,
 ) -> None:
-    """A DeepSpeed checkpoint, published whole or not at all (see the module's docstring)."""
+    """A DeepSpeed checkpoint, published whole or not at all (see the module's docstring);
+    ``run_dir`` holds the run's record, which a failed first save tells to remove."""
     partial = save_dir / (tag + PARTIAL)
     try:
         if is_main:
@@ -38,7 +47,7 @@ def write_checkpoint(
         if is_main:
             publish(save_dir, partial, save_dir / tag)
     except (OSError, RuntimeError, TokshardError) as exc:
-        error = save_error(exc, save_dir, tag)  # before the cleanup frees the space it ran out of
+        error = save_error(exc, save_dir, tag, run_dir)  # before the cleanup frees the space it ran out of
         if is_main:
             shutil.rmtree(partial, ignore_errors=True)
         raise error from exc
@@ -73,11 +82,11 @@ def publish(save_dir: Path, partial: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
+def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | None = None) -> TokshardError:
     """One line for a checkpoint that could not be written: where, why, what is still there."""
     latest = latest_tag(save_dir)
     kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
-    then = f"rerun with --resume to continue from {latest}" if latest else "run again"
+    then = f"rerun with --resume to continue from {latest}" if latest else start_again(run_dir)
     if isinstance(exc, OSError):
         reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
     elif isinstance(exc, TokshardError):
@@ -93,3 +102,23 @@ def save_error(exc: BaseException, save_dir: Path, tag: str) -> TokshardError:
     return TokshardError(
         f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space there, then {then}"
     )
+
+
+def start_again(run_dir: Path | None) -> str:
+    """How to start over after a failed first save: a new run is refused where a run's record
+    is (it does not write over one), so the advice names this run's record to remove first."""
+    record = run_record_files(run_dir) if run_dir is not None else []
+    if not record:
+        return "run the same command again"
+    return f"remove {', '.join(record)} from {run_dir} (this run's record), and run the same command again"
+
+
+def run_record_files(run_dir: Path) -> list[str]:
+    """The files of a run's record in ``run_dir`` (``trainer.run_folders``)."""
+    names = (RUN_FILE, METRICS_FILE)
+    try:
+        return sorted(
+            p.name for p in run_dir.iterdir() if p.name in names or p.name.startswith("samples-rank")
+        )
+    except OSError:
+        return []
