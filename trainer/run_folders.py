@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.atomic import check_writable_dir, disk_error, held_by_another, lock_file, try_exclusive
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
 from trainer.checkpoint.state import latest_tag
 from trainer.metrics import METRICS_FILE
@@ -311,7 +311,10 @@ def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
     """What a stopped run's last line says: where it can continue from, and how."""
     if save_dir is None:
         return "nothing was saved (no --save)"
-    latest = latest_tag(save_dir)
+    try:
+        latest = latest_tag(save_dir)
+    except DataError as exc:  # a damaged `latest`: what to do about it is how to continue
+        return str(exc)
     if latest is None and not folder_contents(save_dir):
         return f"it stopped before writing anything into {save_dir}: rerun the same command to start again"
     if latest is None:

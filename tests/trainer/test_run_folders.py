@@ -225,3 +225,38 @@ def test_a_failed_first_save_says_which_files_to_remove_and_then_the_rerun_is_no
     refuse_unless_empty(save, "--save")  # what the rerun checks: nothing left in the way
     run_elsewhere = save_error(OSError(errno.ENOSPC, "No space left on device"), save, "step00000002", None)
     assert str(run_elsewhere).endswith("free space there, then run the same command again")
+
+
+@pytest.mark.parametrize("damage", ["empty", "folder", "outside"])
+def test_a_damaged_latest_is_one_line_naming_it_and_the_checkpoints_there(
+    manifest, halfway, tmp_path, damage
+):
+    """An empty `latest` was said to be a missing DIR/tokshard.json; a folder `latest` was taken
+    for a run with no checkpoint, told to remove the files beside its checkpoints; a path in
+    `latest` resumed another run's checkpoint from outside --save."""
+    save = tmp_path / "ck"
+    shutil.copytree(halfway["save"], save)
+    (tmp_path / "base").mkdir()
+    shutil.copytree(halfway["save"] / "step00000002", tmp_path / "base" / "step00000012")
+    latest = save / "latest"
+    latest.unlink()
+    if damage == "folder":
+        latest.mkdir()
+    else:
+        latest.write_text("" if damage == "empty" else "../base/step00000012\n")
+    before = contents(save)
+    proc = cli(
+        "train", *train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(tmp_path / "r")
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = one_error_line(proc)
+    said = {
+        "empty": f"{latest} is empty",
+        "folder": f"{latest} is a folder, not the file naming the last checkpoint",
+        "outside": f"{latest} names '../base/step00000012', which is not a folder name inside {save}",
+    }[damage]
+    assert line.startswith(f"tokshard: error: {said}"), line
+    assert line.endswith(
+        f"put a file {latest} holding the name of one of its checkpoints (step00000002; the last is the newest)"
+    )
+    assert contents(save) == before

@@ -43,9 +43,45 @@ def is_tag(name: str) -> bool:
 
 
 def latest_tag(save_dir: Path) -> str | None:
-    """The tag ``DIR/latest`` names (None: no checkpoint was published there)."""
+    """The tag ``DIR/latest`` names (None: no checkpoint was published there). A ``latest`` that
+    names no checkpoint folder of ``save_dir`` is one line: read as "no checkpoint", a run was
+    told to remove files beside checkpoints; an empty one read ``DIR/tokshard.json``; and a path
+    resumed another run's checkpoint from outside --save."""
     latest = save_dir / LATEST
-    return latest.read_text().strip() if latest.is_file() else None
+    if not latest.exists():
+        return None
+    try:
+        tag = latest.read_text().strip()
+    except IsADirectoryError:
+        raise DataError(
+            f"{latest} is a folder, not the file naming the last checkpoint; {repair_latest(save_dir)}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{latest} cannot be read ({exc}); {repair_latest(save_dir)}") from exc
+    if not tag:
+        raise DataError(f"{latest} is empty; {repair_latest(save_dir)}")
+    if not is_folder_name(tag):
+        raise DataError(
+            f"{latest} names {tag!r}, which is not a folder name inside {save_dir} (a resume reads only "
+            f"its own checkpoints); {repair_latest(save_dir)}"
+        )
+    return tag
+
+
+def is_folder_name(tag: str) -> bool:
+    """Whether ``tag`` is one plain name (no path), as every tag this trainer writes is."""
+    return tag not in (".", "..") and "/" not in tag and "\\" not in tag and "\0" not in tag
+
+
+def repair_latest(save_dir: Path) -> str:
+    """What to do about a damaged ``latest``: name a checkpoint there in a file of that name."""
+    saved = saved_tags(save_dir)
+    if not saved:
+        return f"{save_dir} holds no checkpoint: start a new run in another --save"
+    return (
+        f"put a file {save_dir / LATEST} holding the name of one of its checkpoints ({', '.join(saved[-3:])}; "
+        "the last is the newest)"
+    )
 
 
 def saved_tags(save_dir: Path) -> list[str]:
