@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from support import SMALL, cached_manifest, cli, launch, metrics, one_error_line
 
+from trainer.checkpoint.state import saved_tags
+
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory) -> Path:
@@ -174,8 +176,8 @@ def test_a_resume_under_another_precision_is_refused(manifest, halfway, tmp_path
     config = json.loads((Path(__file__).parents[2] / "trainer" / "configs" / "zero0-fp32.json").read_text())
     if saved_in == "fp32":
         config["bf16"] = {"enabled": True}
-    else:
-        state_file = save / "step00000002" / "tokshard.json"
+    else:  # the checkpoint a resume reads (other tests here resume `halfway` further)
+        state_file = save / (save / "latest").read_text().strip() / "tokshard.json"
         state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "precision": "bf16"}))
     (tmp_path / "ds.json").write_text(json.dumps(config))
     now = "bf16" if saved_in == "fp32" else "fp32"
@@ -256,7 +258,8 @@ def test_a_damaged_latest_is_one_line_naming_it_and_the_checkpoints_there(
         "outside": f"{latest} names '../base/step00000012', which is not a folder name inside {save}",
     }[damage]
     assert line.startswith(f"tokshard: error: {said}"), line
+    tags = ", ".join(saved_tags(save)[-3:])  # (other tests here resume `halfway` further)
     assert line.endswith(
-        f"put a file {latest} holding the name of one of its checkpoints (step00000002; the last is the newest)"
+        f"put a file {latest} holding the name of one of its checkpoints ({tags}; the last is the newest)"
     )
     assert contents(save) == before

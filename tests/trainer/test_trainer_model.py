@@ -80,8 +80,9 @@ def test_shipped_transformers_configs_resolve_offline():
 
 def test_missing_transformers_config_is_one_clear_error(tmp_path):
     pytest.importorskip("transformers")
+    (tmp_path / "no-config-here").mkdir()  # a folder without a config.json
     with pytest.raises(TokshardError, match="cannot load a Transformers config"):
-        models.resolve(f"hf:{tmp_path / 'nothing-here'}")
+        models.resolve(f"hf:{tmp_path / 'no-config-here'}")
 
 
 def test_a_hub_config_not_cached_offline_is_one_line_saying_what_to_give():
