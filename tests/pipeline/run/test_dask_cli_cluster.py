@@ -292,3 +292,24 @@ def test_a_scheduler_without_workers_is_said_and_the_run_waits_for_them(
         f"no Dask workers connected to {address} for 1 s; start some (dask worker {address}) or stop "
         "with Ctrl-C: it resumes"
     ) in said
+
+
+def test_the_clients_give_up_on_a_lost_scheduler_is_left_to_the_runs_one_line():
+    """On a busy machine the driver noticed the lost scheduler after Dask's client had logged
+    "Failed to reconnect ... closing client": two lines where the run says one."""
+    import logging
+
+    from pipeline.run.cluster import connection_faults_unlogged
+
+    log = logging.getLogger("distributed.client")
+    shown: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: shown.append(record.getMessage())
+    log.addHandler(handler)
+    try:
+        with connection_faults_unlogged():
+            log.error("Failed to reconnect to scheduler after %.2f seconds, closing client", 15.0)
+            log.error("another client error")
+    finally:
+        log.removeHandler(handler)
+    assert shown == ["another client error"]
