@@ -29,14 +29,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +42,10 @@ from pipeline.format.atomic import (
     DISK_FULL_ERRNOS,
     DiskFullError,
     check_writable_dir,
-    disk_error,
     held_by_another,
+    holder_text,
     lock_file,
+    name_holder,
     try_exclusive,
     write_bytes,
     write_json,
@@ -200,7 +199,7 @@ def one_demo(out: Path) -> Iterator[None]:
     try:
         if not try_exclusive(fd, lock):
             _refuse_if_running(lock, out, held=True)
-        _name_holder(fd, lock)
+        name_holder(fd, lock)
         yield
     finally:
         os.close(fd)
@@ -209,30 +208,8 @@ def one_demo(out: Path) -> Iterator[None]:
 def _refuse_if_running(lock: Path, out: Path, held: bool = False) -> None:
     if held or held_by_another(lock):
         raise TokshardError(
-            f"another tokshard demo ({_holder(lock)}) is running on {out}; wait for it or stop it"
+            f"another tokshard demo ({holder_text(lock)}) is running on {out}; wait for it or stop it"
         )
-
-
-def _holder(lock: Path) -> str:
-    try:
-        holder = json.loads(lock.read_bytes())
-        return f"pid {holder['pid']} on {holder['host']} since {holder['since']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its record unreadable"
-
-
-def _name_holder(fd: int, lock: Path) -> None:
-    record = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "since": datetime.now().isoformat(" ", "seconds"),
-    }
-    data = json.dumps(record).encode()
-    try:
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-    except OSError as exc:
-        raise disk_error(exc, lock) from exc
 
 
 def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:

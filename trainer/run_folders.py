@@ -13,13 +13,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.atomic import check_writable_dir, disk_error, held_by_another, lock_file, try_exclusive
+from pipeline.format.atomic import (
+    check_writable_dir,
+    held_by_another,
+    holder_text,
+    lock_file,
+    name_holder,
+    try_exclusive,
+)
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
 from trainer.checkpoint.state import latest_tag
@@ -116,24 +122,17 @@ def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
         if not try_exclusive(fd, path):
             os.close(fd)
             raise TokshardError(
-                f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
+                f"another `tokshard train` ({holder_text(path)}) is writing into {flag} {folder}; "
                 "wait for it to end or stop it, then rerun"
             )
         if _names(path, fd):
             break
         os.close(fd)  # removed by a refused run (`take_back_unwritten`) before we locked it: lock anew
-    record = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "since": datetime.now().isoformat(" ", "seconds"),
-    }
-    data = json.dumps(record).encode()
     try:
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-    except OSError as exc:
+        name_holder(fd, path)
+    except TokshardError:
         os.close(fd)
-        raise disk_error(exc, path) from exc
+        raise
     return fd
 
 
@@ -153,17 +152,9 @@ def _refuse_if_written_now(folder: Path, flag: str) -> None:
     path = folder / WRITER_LOCK
     if held_by_another(path):
         raise TokshardError(
-            f"another `tokshard train` ({_holder_text(path)}) is writing into {flag} {folder}; "
+            f"another `tokshard train` ({holder_text(path)}) is writing into {flag} {folder}; "
             "wait for it to end or stop it, then rerun"
         )
-
-
-def _holder_text(path: Path) -> str:
-    try:
-        holder = json.loads(path.read_bytes())
-        return f"pid {holder['pid']} on {holder['host']} since {holder['since']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its record unreadable"
 
 
 def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:

@@ -10,7 +10,9 @@ import errno
 import fcntl
 import json
 import os
+import socket
 import stat
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +281,31 @@ def lock_file(path: Path) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise disk_error(exc, path) from exc
+
+
+def name_holder(fd: int, path: Path) -> None:
+    """Write who holds the lock file ``path`` (open as ``fd``) into it: this process, host and
+    start, for the line that refuses a second command to name the first (`holder_text`)."""
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now().isoformat(" ", "seconds"),
+    }
+    data = json.dumps(record).encode()
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+
+
+def holder_text(path: Path) -> str:
+    """Who `name_holder` says holds the lock file ``path``, as a refusal names them."""
+    try:
+        holder = json.loads(path.read_bytes())
+        return f"pid {holder['pid']} on {holder['host']} since {holder['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its record unreadable"
 
 
 def held_by_another(path: Path) -> bool:
