@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,13 @@ def _index(entry: ShardEntry, dtype: str):
     missing or damaged one is one line naming it (exit 1). (A flipped length showed as a
     document of a million tokens in the statistics.)"""
     path = entry.bin_path.with_suffix(".idx")
-    faults = files_faults(entry)  # a .bin gone or cut: the statistics of its .idx were shown as sound
-    if faults:
-        raise DataError(f"{faults[0]} (`tokshard verify` shows every fault)")
     try:
         index = Shard(entry.bin_path, dtype).index
     except (OSError, ShardFormatError) as exc:
+        _refuse_files_faults(entry)  # a file gone, a pointer, a pipe: said as `verify` says it
         raise _damaged(path, exc) from exc
+    if _size(entry.bin_path) != entry.bytes:  # one stat: a .bin gone or cut left its .idx shown as sound
+        _refuse_files_faults(entry)
     tokens = int(index.lengths.sum(dtype=np.int64))
     if (index.documents, tokens) != (entry.documents, entry.tokens):
         raise _damaged(
@@ -43,6 +44,19 @@ def _index(entry: ShardEntry, dtype: str):
             ),
         )
     return index
+
+
+def _refuse_files_faults(entry: ShardEntry) -> None:
+    faults = files_faults(entry)
+    if faults:
+        raise DataError(f"{faults[0]} (`tokshard verify` shows every fault)")
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
 
 
 def _first_document(entry: ShardEntry, dtype: str) -> np.ndarray:
