@@ -109,14 +109,20 @@ class Recipe:
     def identity_hash(self) -> str:
         return content_hash(self.identity())
 
-    def identity_changes(self, recorded: dict[str, Any]) -> list[str]:
+    def identity_changes(self, recorded: dict[str, Any], resolved_elsewhere: tuple[str, ...] = ()) -> list[str]:
         """How this recipe's identity differs from one a run recorded (empty: the same run).
 
         The recorded sources are stated again as this version states them, so a run planned
         by an older tokshard (whose identity held a `files` source's globs as written, not
-        only the files they resolve to) is still the same run."""
+        only the files they resolve to) is still the same run. Settings in
+        ``resolved_elsewhere`` are left to the caller, which compares what they resolved to
+        (an EOS given by hand that is the one the default found writes the same bytes)."""
         restated = {**recorded, "sources": self._sources_identity(recorded.get("sources", {}))}
-        return describe_changes(restated, self.identity())
+        now = self.identity()
+        for key in resolved_elsewhere:
+            restated.pop(key, None)
+            now.pop(key, None)
+        return describe_changes(restated, now)
 
     def _sources_identity(self, sources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         from pipeline.sources import source_class

@@ -247,7 +247,7 @@ def _checked_or_new_plan(
 
 def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
     """A rerun continues only the recipe (and pinned sources) the folder was started with."""
-    changes = recipe.identity_changes(plan.identity)
+    changes = recipe.identity_changes(plan.identity, resolved_elsewhere=FRAMING_SETTINGS)
     if changes:
         raise TokshardError(
             f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
@@ -261,12 +261,15 @@ def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
 
 #: the tokenizer's facts that frame each document, which a run keeps from its plan
 FRAMING = ("eos_id", "eos_token", "bos_id", "bos_token")
+#: the recipe's settings that choose them: a rerun compares what they resolved to (FRAMING)
+FRAMING_SETTINGS = ("eos_token", "bos_token")
 
 
 def check_same_framing(plan: Plan, tok: tokenizer.TokenizerInfo, out: Path | str) -> None:
     """A rerun finds the EOS and BOS its plan recorded. The tokenizer.json's content is in the
     recipe's identity, but the tokenizer_config.json beside it (which may name the EOS, or set
-    ``add_bos_token``) is not: edited since, it would be ignored without a word."""
+    ``add_bos_token``) is not: edited since, it would be ignored without a word. The
+    --eos-token/--bos-token given are compared here too, by what they resolve to."""
     now = tok.to_json()
     changes = [
         f"{k}: {plan.tokenizer.get(k)!r} -> {now[k]!r}" for k in FRAMING if plan.tokenizer.get(k) != now[k]
@@ -274,8 +277,8 @@ def check_same_framing(plan: Plan, tok: tokenizer.TokenizerInfo, out: Path | str
     if changes:
         raise TokshardError(
             f"{out} holds a run whose tokenizer framed documents otherwise ({'; '.join(changes)}: the "
-            f"{tokenizer.CONFIG_FILE} beside the tokenizer changed since it was planned); use a new --out, "
-            "or delete the folder to start over"
+            f"--eos-token/--bos-token given, or the {tokenizer.CONFIG_FILE} beside the tokenizer, changed "
+            "since it was planned); use a new --out, or delete the folder to start over"
         )
 
 

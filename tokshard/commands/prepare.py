@@ -263,7 +263,7 @@ def check_no_control_characters(args: argparse.Namespace) -> None:
 
 
 #: the options of the run's own local workers, and those of --cluster's batch jobs
-LOCAL_OPTIONS = {"--workers": "workers", "--memory-limit": "memory_limit"}
+LOCAL_OPTIONS = {"--workers": "workers", "--memory-limit": "memory_limit", "--dashboard": "dashboard"}
 BATCH_OPTIONS = {
     "--jobs": "jobs",
     "--cores": "cores",
@@ -280,7 +280,9 @@ def check_option_conflicts(args: argparse.Namespace) -> None:
     """Refuse an option that the chosen kind of workers would ignore without a word: the local
     workers' with --scheduler or --cluster, a batch job's without --cluster."""
     given = {
-        flag for flag, name in {**LOCAL_OPTIONS, **BATCH_OPTIONS}.items() if getattr(args, name) is not None
+        flag
+        for flag, name in {**LOCAL_OPTIONS, **BATCH_OPTIONS}.items()
+        if getattr(args, name) not in (None, False)  # False: a switch left off
     }
     elsewhere = "--scheduler" if args.scheduler else "--cluster" if args.cluster else None
     local = [flag for flag in LOCAL_OPTIONS if flag in given]

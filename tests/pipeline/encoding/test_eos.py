@@ -317,6 +317,38 @@ def test_eos_token_on_the_command_line_names_the_eos(own_eos, tmp_path, prose):
     assert documents_in(out) == reference_ids(own_eos, prose[:5])
 
 
+def _rerun(tmp_path: Path, tok: Path, *extra: str):
+    """`prepare` again on the input the first call wrote (written again, it would be changed)."""
+    return cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(tok), "--out",
+               str(tmp_path / "out"), "--workers", "1", *extra)  # fmt: skip
+
+
+def test_a_rerun_naming_by_hand_the_eos_the_config_named_is_the_same_run(own_eos, tmp_path, prose):
+    """--eos-token added to the command, naming the EOS the default found, writes the same
+    bytes: the rerun was refused as "a different recipe" (eos_token: None -> '<|doc_end|>')."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(own_eos.read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|doc_end|>"}))
+    assert prepare(tmp_path, folder, prose[:5])[0].returncode == 0
+    proc = _rerun(tmp_path, folder, "--eos-token", "<|doc_end|>")
+    assert proc.returncode == 0, proc.stderr
+    assert "is already complete" in proc.stderr
+
+
+def test_a_rerun_naming_another_eos_by_hand_is_refused_naming_both(own_eos, tmp_path, prose):
+    from tokenizers import AddedToken
+
+    tok = load(own_eos)
+    tok.add_special_tokens([AddedToken("<|other_end|>", special=True)])
+    two = save(tok, tmp_path / "two" / "tokenizer.json")
+    assert prepare(tmp_path, two, prose[:5], "--eos-token", "<|doc_end|>")[0].returncode == 0
+    proc = _rerun(tmp_path, two, "--eos-token", "<|other_end|>")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "holds a run whose tokenizer framed documents otherwise (" in proc.stderr
+    assert "eos_token: '<|doc_end|>' -> '<|other_end|>'" in proc.stderr
+
+
 @pytest.mark.parametrize("eos", ["<|absent|>", ""])
 def test_an_eos_token_the_tokenizer_lacks_or_an_empty_one_is_refused_in_one_line(own_eos, tmp_path, eos):
     proc, out = prepare(tmp_path, own_eos, ["hello world"], "--eos-token", eos)

@@ -167,6 +167,7 @@ def test_every_walltime_form_of_each_batch_system_is_taken(system, walltime):
         (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--workers sets the local workers, which --scheduler does not start"),
         (["--scheduler", "tcp://127.0.0.1:1", "--memory-limit", "1GiB"], "--memory-limit sets the local workers, which --scheduler"),
         (["--cluster", "slurm", "--workers", "2"], "--workers sets the local workers, which --cluster does not start"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--dashboard"], "--dashboard sets the local workers, which --scheduler does not start"),
         (["--cores", "4"], "--cores sets the batch jobs of --cluster slurm|pbs; add --cluster, or drop --cores"),
         (["--jobs", "2"], "--jobs sets the batch jobs of --cluster slurm|pbs; add --cluster, or drop --jobs"),
         (["--walltime", "01:00:00"], "--walltime sets the batch jobs of --cluster slurm|pbs"),
