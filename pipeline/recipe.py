@@ -109,7 +109,9 @@ class Recipe:
     def identity_hash(self) -> str:
         return content_hash(self.identity())
 
-    def identity_changes(self, recorded: dict[str, Any], resolved_elsewhere: tuple[str, ...] = ()) -> list[str]:
+    def identity_changes(
+        self, recorded: dict[str, Any], resolved_elsewhere: tuple[str, ...] = ()
+    ) -> list[str]:
         """How this recipe's identity differs from one a run recorded (empty: the same run).
 
         The recorded sources are stated again as this version states them, so a run planned
