@@ -5,7 +5,7 @@ import logging
 import os
 import sys
 
-from tokshard.cli import main
+from tokshard.launch import main
 
 status = main()
 if os.environ.get("WORLD_SIZE", "1") != "1":

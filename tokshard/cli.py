@@ -32,6 +32,7 @@ from tokshard.commands.command import (
     Terminated,
     error_line,
     path_refused,
+    stopped_before_start,
     stopping_signals_raise,
 )
 from tokshard.usage import OneLineParser
@@ -79,12 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     except TokshardError as exc:
         return _failed(exc)
-    except KeyboardInterrupt:  # nothing started yet
-        print("tokshard: interrupted before it started", file=sys.stderr)
-        return INTERRUPTED
-    except Terminated as stop:
-        print(f"tokshard: {stop.what} before it started", file=sys.stderr)
-        return stop.exit_code
+    except (KeyboardInterrupt, Terminated) as stop:  # nothing started yet
+        return stopped_before_start(stop)
     try:
         with stopping_signals_raise(), guarded_console():  # a console that goes away: trainer.console
             status = args.run(args)

@@ -155,3 +155,26 @@ def test_a_signal_that_arrives_inside_a_finalizer_still_stops_the_command(signum
         )
     finally:
         signal.signal(signum, started_with)
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        (signal.SIGINT, 130, "tokshard: interrupted before it started"),
+        (signal.SIGTERM, 143, "tokshard: stopped by SIGTERM before it started"),
+    ],
+)
+def test_a_stop_while_the_command_line_loads_is_one_line(tmp_path, signum, code, line):
+    """The signal comes as numpy loads (the first moments after the shell starts `tokshard`):
+    Ctrl-C there was Python's traceback from deep in an import, SIGTERM a silent end."""
+    arrives = tmp_path / "numpy"
+    arrives.mkdir()
+    (arrives / "__init__.py").write_text(
+        f"import os, time\nos.kill(os.getpid(), {int(signum)})\ntime.sleep(30)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokshard", "status", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (code, line + "\n")

@@ -114,6 +114,15 @@ class Terminated(BaseException):
         return f"stopped by {STOPPING[self.signum]}"
 
 
+def stopped_before_start(stop: KeyboardInterrupt | Terminated) -> int:
+    """Say that a stop came before the command did anything; its exit status."""
+    if isinstance(stop, Terminated):
+        print(f"tokshard: {stop.what} before it started", file=sys.stderr)
+        return stop.exit_code
+    print("tokshard: interrupted before it started", file=sys.stderr)
+    return INTERRUPTED
+
+
 #: how soon a signal that arrived inside a finalizer is sent again (see `_terminated`)
 RESEND_SECONDS = 0.05
 
