@@ -69,7 +69,7 @@ def test_ctrl_c_stops_tokenizer_training_at_once_and_says_nothing_was_written(tm
     taken at once, not when training ends (it was taken 17 s late on 150 MB)."""
     corpus = random_words(tmp_path / "words.jsonl")
     out = tmp_path / "tok"
-    argv = [*AS_AT_A_TERMINAL, sys.executable, "-m", "tokshard.cli", "tokenizer", "train"]
+    argv = [*AS_AT_A_TERMINAL, sys.executable, "-m", "tokshard", "tokenizer", "train"]
     argv += ["--input", str(corpus), "--vocab-size", "30000", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
