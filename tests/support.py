@@ -145,7 +145,7 @@ def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None 
     """Run `tokshard ARGS` as a user would (a fresh process), returning CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "tokshard.cli", *args],
+        [sys.executable, "-m", "tokshard", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -285,7 +285,7 @@ def start_prepare(recipe_path: Path, out: Path, *extra: str, env: dict | None = 
         *AS_AT_A_TERMINAL,
         sys.executable,
         "-m",
-        "tokshard.cli",
+        "tokshard",
         "prepare",
         str(recipe_path),
         "--out",

@@ -51,7 +51,7 @@ def test_paths_with_spaces_are_shell_quoted(spaced):
 
 
 def test_a_reader_gone_before_the_output_ends_megatron_args_quietly(spaced):
-    cmd = [sys.executable, "-m", "tokshard.cli", "megatron-args", str(spaced)]
+    cmd = [sys.executable, "-m", "tokshard", "megatron-args", str(spaced)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # `| true`, or a pager quit before the line came
     err = proc.stderr.read().decode()
@@ -63,7 +63,7 @@ def test_a_reader_gone_before_the_output_ends_megatron_args_quietly(spaced):
 def test_any_command_whose_reader_quits_at_once_ends_quietly(spaced, command):
     """`tokshard COMMAND ... | head -0`: the reader is gone before the first line; exit 0, no traceback."""
     target = str(spaced / "manifest.json")
-    cmd = [sys.executable, "-m", "tokshard.cli", command, target]
+    cmd = [sys.executable, "-m", "tokshard", command, target]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()
     err = proc.stderr.read().decode()
@@ -80,7 +80,7 @@ def test_a_reader_that_quits_never_changes_a_verify_verdict(spaced, tmp_path):
         data = bytearray(shard.read_bytes())
         data[10] ^= 0xFF
         shard.write_bytes(bytes(data))
-    cmd = [sys.executable, "-m", "tokshard.cli", "verify", str(damaged)]
+    cmd = [sys.executable, "-m", "tokshard", "verify", str(damaged)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()
     err = proc.stderr.read()
@@ -93,7 +93,7 @@ def test_a_prepare_whose_console_reader_quits_writes_its_whole_output(tmp_path, 
     goes on to its manifest, exit 0 (it stopped at its next line, exit 0, with nothing written)."""
     data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tokshard.cli", "prepare", "--input", str(data), "--tokenizer",
+    cmd = [sys.executable, "-m", "tokshard", "prepare", "--input", str(data), "--tokenizer",
            str(tokenizer_path), "--out", str(out), "--workers", "1", "--partition-bytes", "20000"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout.readline().startswith("tokshard: ")
@@ -110,7 +110,7 @@ def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, 
     """`tokshard COMMAND ... > report.txt` on a full disk (here /dev/full): one line, exit 2,
     where Python's own message was a traceback. Of several manifests, the first write stops the
     command: each was said to fail, then "2 of 2 manifests failed verification"."""
-    cmd = [sys.executable, "-m", "tokshard.cli", command, *[str(spaced)] * paths]
+    cmd = [sys.executable, "-m", "tokshard", command, *[str(spaced)] * paths]
     with open("/dev/full", "w") as full:
         proc = subprocess.run(cmd, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -336,7 +336,7 @@ def test_a_stopped_demo_stops_its_trainer_and_a_rerun_resumes_it(demo, copy, tmp
     shutil.rmtree(out / "run")
     (out / "train.log").write_text("")
     kept = mtimes(prepared_files(out))
-    cmd = [sys.executable, "-m", "tokshard.cli", "demo", "--out", str(out), "--size", "quick"]
+    cmd = [sys.executable, "-m", "tokshard", "demo", "--out", str(out), "--size", "quick"]
     env = {**os.environ, "PYTHONPATH": str(copy)}
     for attempt, how in enumerate((signal.SIGTERM, signal.SIGKILL), start=1):
         proc = subprocess.Popen(

@@ -62,7 +62,7 @@ def test_quickstart_is_two_commands_that_each_set_up_and_run():
 
 def test_quickstart_uses_the_installed_console_script_and_the_test_extra():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["tokshard"] == "tokshard.cli:main"
+    assert project["scripts"]["tokshard"] == "tokshard.launch:main"
     assert "pytest>=8" in project["optional-dependencies"]["test"]
     setup = (REPO / ".ci" / "setup").read_text()
     assert "EXTRAS=${EXTRAS-test}" in setup  # .venv/bin/tokshard and pytest come from `-e .[test]`

@@ -116,7 +116,7 @@ def test_steps_past_the_runs_steps_say_which_resume_would_train_them(run):
 
 @pytest.mark.parametrize("reads", [0, 1], ids=["reader-gone-at-once", "head-1"])
 def test_a_reader_that_quits_early_ends_samples_quietly(run, reads):
-    cmd = [sys.executable, "-m", "tokshard.cli", "samples", str(run["save"]), "--steps", "1-3000", "--decode"]
+    cmd = [sys.executable, "-m", "tokshard", "samples", str(run["save"]), "--steps", "1-3000", "--decode"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     for _ in range(reads):
         assert proc.stdout.readline().startswith(b"step 1 |")

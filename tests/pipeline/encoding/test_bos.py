@@ -264,7 +264,7 @@ folder, tokenizer = Path(sys.argv[1]), sys.argv[2]
 for name, extra in (("auto", ["--bos-token", "auto"]), ("default", [])):
     argv = ["prepare", "--input", str(folder / "in.jsonl"), "--tokenizer", tokenizer, "--out",
             str(folder / name), "--workers", "1", *extra]
-    done = subprocess.run([sys.executable, "-m", "tokshard.cli", *argv], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "tokshard", *argv], capture_output=True, text=True)
     (folder / f"{name}.stderr").write_text(done.stderr)
     if done.returncode:
         sys.exit(f"{name}: {done.stderr}")

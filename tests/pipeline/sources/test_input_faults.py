@@ -66,7 +66,7 @@ def cli_as_a_user(*args: str, cwd):
                 raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
     return subprocess.run(
-        [sys.executable, "-m", "tokshard.cli", *args],
+        [sys.executable, "-m", "tokshard", *args],
         capture_output=True,
         text=True,
         timeout=300,
