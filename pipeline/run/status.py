@@ -17,7 +17,9 @@ from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import eta_text, human
+from pipeline.run.records import Plan
 from pipeline.run.run_state import RunState
+from pipeline.sources import source_class
 
 #: a partial checkpoint younger than this counts as being written now
 ACTIVE_SECONDS = 60.0
@@ -100,8 +102,20 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
         "progress": total["input_done"] / max(total["input"], 1),
         "complete": unfinished == 0 and has_manifest,
         "damaged": damaged,
-        "rerun": _rerun(rows, running, has_manifest, damaged, state.resumes_partials),
+        "rerun": _refused_for_inputs(plan)
+        or _rerun(rows, running, has_manifest, damaged, state.resumes_partials),
     }
+
+
+def _refused_for_inputs(plan: Plan) -> str | None:
+    """A rerun's refusal for an input gone or changed since the run was planned (it checks
+    them first, a finished run's too)."""
+    for name, origin in plan.origins.items():
+        kind = source_class(plan.identity["sources"][name].get("type"), name, "run.json")
+        changed = kind.recorded_input_changed(origin)
+        if changed is not None:
+            return f"refuse: {changed}"
+    return None
 
 
 def _eta_seconds(units: int, done_units: int, tokens: int, rate: float) -> float | None:

@@ -242,6 +242,13 @@ class Source(ABC):
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:  # noqa: B027
         """Raise if a planned partition's input changed since (default: nothing to check)."""
 
+    @classmethod
+    def recorded_input_changed(cls, recorded_origin: dict[str, Any]) -> str | None:
+        """What a rerun would refuse for, of the inputs the origin records, found without the
+        recipe (for `tokshard status`, run from anywhere): None where none changed, or where
+        this source cannot tell so (default)."""
+        return None
+
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:

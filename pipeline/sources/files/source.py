@@ -148,10 +148,7 @@ class FilesSource(Source):
         for entry in entries:
             found = now.get(entry["path"]) or _listed_fingerprint(entry["path"], listed)
             if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
-                raise DataError(
-                    f"input {entry['path']} ({split}) changed since this run started "
-                    "(size, modification time or content); restore it or start over with a new --out"
-                )
+                raise DataError(_changed(entry["path"], split))
         recorded = {e["path"] for e in entries}
         added = [path for path in listed if path not in recorded]
         if added:
@@ -166,6 +163,21 @@ class FilesSource(Source):
                 f"input {left[0]} ({split}) is part of this run, but the recipe's globs no longer "
                 f"name it ({len(left)} such files); name the same files as before, or use a new --out"
             )
+
+    @classmethod
+    def recorded_input_changed(cls, recorded_origin: dict[str, Any]) -> str | None:
+        """The first local input of the origin that is gone or changed (objects in a store, and
+        files the globs match now, are a rerun's to find: it has the listing and the recipe)."""
+        for split, entries in recorded_origin.get("files", {}).items():
+            local = [e for e in entries if not is_url(e["path"])]
+            try:
+                now = io_map(fingerprint_now, local)
+            except DataError as exc:  # gone
+                return str(exc)
+            for entry, found in zip(local, now, strict=True):
+                if found != {**found, **entry}:
+                    return _changed(entry["path"], split)
+        return None
 
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
         """Every planned range of a large .jsonl file still holds what was planned (its sampled
@@ -248,3 +260,10 @@ def _whole_text(rec: Record) -> tuple[str, str | None, str]:
     if isinstance(rec.text, TextPieces):
         return "".join(rec.text), None, rec.where
     return rec.text, None, rec.where
+
+
+def _changed(path: str, split: str) -> str:
+    return (
+        f"input {path} ({split}) changed since this run started (size, modification time or "
+        "content); restore it or start over with a new --out"
+    )

@@ -134,3 +134,25 @@ def test_run_state_of_the_wrong_types_is_one_line_naming_the_field(
         proc.stderr
     )
     assert says in proc.stderr
+
+
+@pytest.mark.parametrize("change", ["grown", "gone"])
+def test_status_says_a_rerun_would_refuse_an_input_changed_since(tmp_path, docs, tokenizer_path, change):
+    """It said "nothing: the run is complete" where the rerun refused the changed input."""
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:5]))
+    out = tmp_path / "out"
+    cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out), "--workers", "1",
+        check=True)  # fmt: skip
+    if change == "grown":
+        with data.open("a") as f:
+            f.write(json.dumps({"text": "one more"}) + "\n")
+    else:
+        data.unlink()
+    said = json.loads(cli("status", str(out), "--json", check=True).stdout)["rerun"]
+    rerun = cli(
+        "prepare", "--input", str(tmp_path / "*.jsonl"), "--tokenizer", str(tokenizer_path), "--out", str(out)
+    )
+    assert (
+        rerun.returncode == 1 and said == "refuse: " + rerun.stderr.removeprefix("tokshard: error: ").strip()
+    )
