@@ -187,6 +187,15 @@ def file_arg(text: str) -> str:
     return text
 
 
+def png_arg(text: str) -> str:
+    """`file_arg` for a PNG: another suffix (``.jpg``, ``.svg``) would hold PNG bytes under its
+    name, which viewers refuse or misread."""
+    text = file_arg(text)
+    if os.path.splitext(text)[1].lower() != ".png":
+        raise argparse.ArgumentTypeError(f"{text}: the figure is a PNG; name the file with .png")
+    return text
+
+
 def default_of(record: type, name: str) -> Any:
     """The default of the dataclass ``record``'s field ``name``. An option that falls back to a
     setting's default shows it in its help from here, so the value is stated once, where the

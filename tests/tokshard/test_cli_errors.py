@@ -113,6 +113,8 @@ MISTAKES = [
     (["plot", "{root}/nowhere"], "does not exist"),
     (["plot", "{root}/empty-run"], "holds no metrics.jsonl"),
     (["plot", "{root}/metrics-run"], "no training or evaluation lines"),
+    (["plot", "{root}/metrics-run", "--out", "{root}/loss.jpg"], "loss.jpg: the figure is a PNG; name the file with .png"),
+    (["inspect", "{root}/nowhere", "--plot-file", "{root}/h.svg"], "h.svg: the figure is a PNG; name the file with .png"),
     # prepare
     (["prepare", "{root}/missing.toml", "--out", "{root}/o1"], "does not exist"),
     (["prepare", "{bad_key}", "--out", "{root}/o2"], "unknown setting 'tokenizr'"),

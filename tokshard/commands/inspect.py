@@ -10,7 +10,7 @@ import sys
 from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command, each_path
-from tokshard.usage import file_arg, path_arg
+from tokshard.usage import path_arg, png_arg
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--plot-file",
         metavar="PNG",
-        type=file_arg,
+        type=png_arg,
         help=f"where --plot writes (default: {PLOT_FILE} beside the manifest); implies --plot",
     )
 

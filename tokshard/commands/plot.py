@@ -6,7 +6,7 @@ import argparse
 
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
-from tokshard.usage import file_arg, path_arg
+from tokshard.usage import path_arg, png_arg
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="a run's --run-dir (or --save) folder, or its metrics.jsonl",
     )
     p.add_argument(
-        "--out", metavar="PNG", type=file_arg, help=f"where to write the PNG (default: RUN_DIR/{REPORT_FILE})"
+        "--out", metavar="PNG", type=png_arg, help=f"where to write the PNG (default: RUN_DIR/{REPORT_FILE})"
     )
     p.add_argument("--title", help="the figure's title (default: the run folder)")
 
