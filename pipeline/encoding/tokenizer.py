@@ -657,7 +657,7 @@ def _train(
 ) -> Trained:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from pipeline.sources.files import iter_texts
+    from pipeline.sources.files import iter_documents, place_text
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -673,7 +673,9 @@ def _train(
 
     def texts() -> Iterator[str]:
         nonlocal documents
-        for text in iter_texts(files, text_field, skipped if skip_bad else None):
+        for text, rec in iter_documents(files, text_field, skipped if skip_bad else None):
+            if eos_token in text:
+                raise _eos_in_text(eos_token, place_text(rec))
             documents += bool(text) and not text.isspace()  # as `prepare` drops it: no document
             yield text
 
@@ -702,6 +704,19 @@ def _train(
     finally:
         tmp.unlink(missing_ok=True)
     return Trained(dest, documents, skipped, tok.get_vocab_size())
+
+
+def _eos_in_text(eos_token: str, where: str) -> TokshardError:
+    """A training document holds the EOS's spelling. `prepare` encodes it as text, but every
+    library that loads the tokenizer.json (tokenizers, transformers) matches special tokens in
+    text first: there ``--eos the`` would turn each "the" into the EOS id."""
+    instead = "<|doc_end|>" if eos_token == DEFAULT_EOS else DEFAULT_EOS
+    return TokshardError(
+        f"--eos {eos_token!r}: {where} holds it as text, and libraries that load a tokenizer "
+        "(tokenizers, transformers) match its special tokens in text first, so there that text would "
+        f"become the EOS id; choose a spelling no document holds with --eos (such as {instead}); "
+        "no tokenizer was written"
+    )
 
 
 def _refuse_eos_text_reaches(tok, eos_token: str, path: Path) -> None:

@@ -18,6 +18,15 @@ from __future__ import annotations
 from pipeline.sources.files.listing import expand, list_files
 from pipeline.sources.files.readers.long_json import TextPieces
 from pipeline.sources.files.readers.txt import TextStream
-from pipeline.sources.files.source import FilesSource, iter_texts
+from pipeline.sources.files.source import FilesSource, iter_documents, iter_texts, place_text
 
-__all__ = ["FilesSource", "TextPieces", "TextStream", "expand", "iter_texts", "list_files"]
+__all__ = [
+    "FilesSource",
+    "TextPieces",
+    "TextStream",
+    "expand",
+    "iter_documents",
+    "iter_texts",
+    "list_files",
+    "place_text",
+]

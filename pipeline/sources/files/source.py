@@ -27,6 +27,7 @@ from pipeline.sources.files.pieces import FileTable, Piece, partition_key, parti
 from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
 from pipeline.sources.files.readers import read_partition
 from pipeline.sources.files.readers.base import open_piece
+from pipeline.sources.files.readers.jsonl import line_number
 from pipeline.sources.files.readers.long_json import TextPieces
 from pipeline.sources.files.readers.txt import TextStream
 from pipeline.storage.locations import is_url
@@ -227,10 +228,18 @@ def _check_piece(piece: Piece) -> None:
 def iter_texts(
     files: Sequence[str | InputFile], field: str = "text", skipped: dict[str, int] | None = None
 ) -> Iterator[str]:
-    """Every document of these files in order (for tokenizer training and tools), read as one
-    partition, so that many small objects in a store are fetched ahead as `prepare` fetches
-    them (a listed file's size is its listing's; a path's is asked for). A bad record stops it
-    as it stops `prepare`, unless ``skipped`` is given: then each is counted there by its reason."""
+    """Every document's text of these files in order (`iter_documents`)."""
+    return (text for text, _ in iter_documents(files, field, skipped))
+
+
+def iter_documents(
+    files: Sequence[str | InputFile], field: str = "text", skipped: dict[str, int] | None = None
+) -> Iterator[tuple[str, Record]]:
+    """Every document of these files in order with its record (`place_text` says where it is),
+    for tokenizer training and tools, read as one partition, so that many small objects in a
+    store are fetched ahead as `prepare` fetches them (a listed file's size is its listing's; a
+    path's is asked for). A bad record stops it as it stops `prepare`, unless ``skipped`` is
+    given: then each is counted there by its reason."""
     pieces = [
         Piece(f.path, kind_of(f.path), f.size)
         if isinstance(f, InputFile)
@@ -240,11 +249,26 @@ def iter_texts(
     for rec in read_partition(partition_spec(pieces), sum(p.size for p in pieces), None, field):
         text, bad, where = _whole_text(rec)
         if bad is None:
-            yield text
+            yield text, rec
         elif skipped is None:
             raise bad_record(where, bad, kept="nothing was written")
         else:
             skipped[bad] = skipped.get(bad, 0) + 1
+
+
+def place_text(rec: Record) -> str:
+    """Where a document of `iter_documents` is, as a message names it: ``file:line``, or its
+    row (the line of a byte offset is counted here, so only for a message)."""
+    origin = rec.origin
+    if origin is None or not origin.input:
+        return rec.where
+    if origin.unit == "offset":
+        return f"{origin.input}:{line_number(origin.input, origin.place)}"
+    return (
+        f"{origin.input}:{origin.place}"
+        if origin.unit == "line"
+        else f"{origin.input}, row {origin.place} (counting from 0)"
+    )
 
 
 def _whole_text(rec: Record) -> tuple[str, str | None, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import time
@@ -174,10 +175,27 @@ def test_a_trained_tokenizer_s_own_eos_spelling_is_found_by_prepare_in_its_folde
 
 
 def test_an_eos_text_reaches_in_the_trained_vocabulary_writes_no_tokenizer(tmp_path, docs):
+    """``Ġ`` is no document's text, but the byte-level alphabet's space: a text reaches it."""
     data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
-    proc = train_tokenizer_cli(tmp_path, data, "--eos", "e")
+    proc = train_tokenizer_cli(tmp_path, data, "--eos", "Ġ")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "--eos 'e': the trained vocabulary reaches it from text (a single character" in proc.stderr
+    assert "--eos 'Ġ': the trained vocabulary reaches it from text (a single character" in proc.stderr
+    assert not (tmp_path / "tok").exists()
+
+
+@pytest.mark.parametrize(("eos", "name"), [("the", "corpus.jsonl.gz"), ("<|endoftext|>", "corpus.jsonl")])
+def test_an_eos_spelled_as_a_document_s_text_writes_no_tokenizer_and_names_the_line(tmp_path, eos, name):
+    """Libraries that load the tokenizer match special tokens in text first: ``--eos the`` made
+    each "the" the EOS id there (exit 0), and so would a corpus that quotes the default."""
+    texts = ["a cat sat on a mat", "dogs run far", "a bird sang", "fish swim", f"it quotes {eos} here", "end"]
+    data = write_jsonl(tmp_path / "corpus.jsonl", texts)
+    if name.endswith(".gz"):
+        data = tmp_path / name
+        data.write_bytes(gzip.compress((tmp_path / "corpus.jsonl").read_bytes()))
+    proc = train_tokenizer_cli(tmp_path, data, "--eos", eos)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"tokshard: error: --eos {eos!r}: {data}:5 holds it as text, and libraries")
+    assert "choose a spelling no document holds with --eos" in proc.stderr
     assert not (tmp_path / "tok").exists()
 
 
