@@ -97,10 +97,10 @@ def locate(spec: str, revision: str | None = None) -> Path:
     refuse_url(spec, "tokenizer")
     path = Path(spec).expanduser()
     if path.is_file():
-        return path
+        return _starts_as_json(path)
     if path.is_dir():
         if (path / TOKENIZER_FILE).is_file():
-            return path / TOKENIZER_FILE
+            return _starts_as_json(path / TOKENIZER_FILE)
         raise TokshardError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}; {foreign_hint(path)}")
     if path.is_symlink():  # it exists, and leads nowhere: a local path, never a hub name
         raise TokshardError(
@@ -197,6 +197,9 @@ def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
     packed = _packed_as(head)
     if packed:
         hint = f"it is {packed}: unpack it and pass the tokenizer.json it holds"
+    weights = _weights_kind(head)
+    if weights:
+        hint = f"it is {weights}, not a tokenizer: pass the tokenizer.json beside it"
     return TokshardError(f"{path} is not a readable tokenizer.json: {exc}" + (f"; {hint}" if hint else ""))
 
 
@@ -227,8 +230,8 @@ def settings_hint(path: Path) -> str:
     if path.suffix != ".json" or path.name == TOKENIZER_FILE:
         return ""
     try:
-        obj = orjson.loads(read_bytes(path))
-    except (TokshardError, orjson.JSONDecodeError):
+        obj = orjson.loads(json_object_bytes(path))
+    except (OSError, ValueError):  # orjson.JSONDecodeError is a ValueError
         return ""
     if not isinstance(obj, dict) or "model" in obj:
         return ""
@@ -266,7 +269,8 @@ CONVERSIONS = {
     "gpt2": "GPT-2's original encoder.json + vocab.bpe: convert them with `tokenizers` "
     "(ByteLevelBPETokenizer('encoder.json', 'vocab.bpe').save('tokenizer.json'))",
     "bpe_files": "a BPE's vocab.json + merges.txt (what transformers' slow tokenizers read): convert them "
-    "with transformers (AutoTokenizer.from_pretrained(FOLDER).save_pretrained(OUT) writes tokenizer.json)",
+    "with `tokenizers` (ByteLevelBPETokenizer('vocab.json', 'merges.txt').save('tokenizer.json'), for a "
+    "byte-level BPE as GPT-2's and RoBERTa's are)",
     "tiktoken": "a tiktoken rank file: convert it with transformers' TikTokenConverter "
     "(transformers.integrations.tiktoken.convert_tiktoken_to_fast) into tokenizer.json",
     "sentencepiece": "a SentencePiece model: convert it with transformers "
@@ -307,10 +311,52 @@ def _holds_tiktoken_ranks(path: Path) -> bool:
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
+    """A tokenizer file's bytes (`json_object_bytes`), or the one error for them."""
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
+        return json_object_bytes(path)
+    except (OSError, ValueError) as exc:
         raise unreadable(path, exc) from exc
+
+
+def json_object_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes, once its first ones show a JSON object (ValueError if not): a model's
+    weights named by mistake (gigabytes of safetensors) are refused before they are read into
+    memory."""
+    with open(path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+        _check_json_head(head)
+        return head + f.read()
+
+
+def _check_json_head(head: bytes) -> None:
+    if not head.removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"{"):
+        raise ValueError("it does not start with '{' (a JSON object)")
+
+
+def _starts_as_json(path: Path) -> Path:
+    """``path``, once its first bytes show a JSON object: it is hashed before it is read, and a
+    model's weights named by mistake would be hashed whole before the line that refuses them."""
+    try:
+        with path.open("rb") as f:
+            _check_json_head(f.read(HEAD_BYTES))
+    except (OSError, ValueError) as exc:
+        raise unreadable(path, exc) from exc
+    return path
+
+
+#: how much of a tokenizer file is read to tell what it is before the rest is
+HEAD_BYTES = 4096
+
+#: the first bytes of model weights' files, and what they are
+WEIGHTS_MAGIC = {b"GGUF": "a GGUF model file"}
+
+
+def _weights_kind(head: bytes) -> str | None:
+    """What model weights a file holds, by its first bytes (safetensors: an 8-byte header
+    length, then the header's JSON)."""
+    if len(head) >= 10 and head[8:10] == b'{"':
+        return "a safetensors file of model weights"
+    return next((kind for magic, kind in WEIGHTS_MAGIC.items() if head.startswith(magic)), None)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -532,11 +533,52 @@ def test_a_slow_tokenizers_files_are_named_and_the_advised_conversion_works(slow
     assert load(src).get_vocab_size() == 50257 and info.eos_token == "<|endoftext|>"
 
 
+def test_the_advised_conversion_works_in_a_folder_without_a_models_config(slow_tokenizer_folder, tmp_path):
+    """The advice was transformers' AutoTokenizer, which needs the model's config.json: without
+    one (a folder of the two files) it failed; the advised `tokenizers` line is run as said."""
+    (slow_tokenizer_folder / "config.json").unlink()
+    with pytest.raises(TokshardError) as refused:
+        resolve(str(slow_tokenizer_folder), None, "auto")
+    line = re.search(r"\((ByteLevelBPETokenizer\(.*?\)\.save\('tokenizer\.json'\))", str(refused.value))
+    from tokenizers import ByteLevelBPETokenizer  # noqa: F401  (the advised line names it)
+
+    cwd = os.getcwd()
+    os.chdir(slow_tokenizer_folder)
+    try:
+        eval(line.group(1))
+    finally:
+        os.chdir(cwd)
+    src, info = resolve(str(slow_tokenizer_folder), None, "auto")
+    assert load(src).encode("Hello world").ids == [15496, 995] and info.eos_token == "<|endoftext|>"
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "says"),
+    [
+        ("model.safetensors", (16).to_bytes(8, "little") + b'{"__metadata__":{}}', "it is a safetensors file of model weights"),
+        ("model.gguf", b"GGUF\x03\x00\x00\x00", "it is a GGUF model file"),
+        ("empty.json", b"", "it does not start with '{' (a JSON object)"),
+    ],
+)  # fmt: skip
+def test_a_file_that_is_no_json_object_is_refused_from_its_first_bytes(tmp_path, name, head, says):
+    """A model's weights given as the tokenizer were read whole into memory (2 GB for a 1 GiB
+    file) to be parsed, and hashed whole first: now its first bytes decide, and name what it is."""
+    path = tmp_path / name
+    path.write_bytes(head)
+    with path.open("r+b") as f:
+        f.truncate(1 << 30)  # 1 GiB, sparse
+    with pytest.raises(
+        TokshardError, match=re.escape(f"{path} is not a readable tokenizer.json: ")
+    ) as refused:
+        resolve(str(path), None, "auto")
+    assert says in str(refused.value)
+
+
 def test_prepare_given_a_slow_tokenizers_vocab_json_is_one_line(slow_tokenizer_folder, tmp_path):
     given = str(slow_tokenizer_folder / "vocab.json")
     proc = cli("prepare", "--input", given, "--tokenizer", given, "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert "convert them with transformers" in proc.stderr.strip().splitlines()[-1]
+    assert "convert them with `tokenizers`" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
 
 
