@@ -141,8 +141,11 @@ def _from_hub(repo: str, revision: str | None) -> Path:
         RevisionNotFoundError,
     )
 
+    from pipeline.storage.hub_client import RETRIES, quiet
+
     try:
-        path = Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
+        with quiet(RETRIES):
+            path = Path(hf_hub_download(repo, TOKENIZER_FILE, revision=revision, etag_timeout=5))
     except HFValidationError as exc:  # `my tok`, `gpt2@main`: no hub repo can have that name
         raise TokshardError(
             f"no tokenizer at {repo!r}, and it cannot be a hub repo's name (a name is OWNER/NAME of letters, "
@@ -151,7 +154,8 @@ def _from_hub(repo: str, revision: str | None) -> Path:
     except LocalEntryNotFoundError as exc:  # offline, or the hub unreachable: nothing cached
         raise TokshardError(
             f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
-            "pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`)"
+            "pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`); "
+            "on a machine without network, HF_HUB_OFFLINE=1 says so at once"
         ) from exc
     except GatedRepoError as exc:  # Llama's and Gemma's repos, before their terms are accepted
         raise TokshardError(
@@ -167,7 +171,10 @@ def _from_hub(repo: str, revision: str | None) -> Path:
     except OSError as exc:
         raise TokshardError(f"cannot fetch tokenizer {repo!r} from the hub: {exc}") from exc
     # beside it in the same snapshot, where the repo has one: it may name the EOS (`find_eos`)
-    with contextlib.suppress(OSError, EntryNotFoundError, HfHubHTTPError):  # none, or unreachable
+    with (
+        contextlib.suppress(OSError, EntryNotFoundError, HfHubHTTPError),
+        quiet(RETRIES),
+    ):  # none, or unreachable
         hf_hub_download(repo, CONFIG_FILE, revision=revision, etag_timeout=5)
     return path
 

@@ -15,9 +15,7 @@ given.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import logging
 import os
 import posixpath
 import re
@@ -30,6 +28,7 @@ from urllib.parse import quote
 from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.text_columns import is_text_type
+from pipeline.storage.hub_client import quiet
 from pipeline.storage.locations import is_url
 from pipeline.storage.object_store import url_filesystem
 
@@ -524,7 +523,7 @@ def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
     except UnicodeDecodeError as exc:
         raise TokshardError(f"{repo.describe()}: README.md is not UTF-8 text ({exc.reason}); {hint}") from exc
     try:
-        with _quiet(logging.getLogger("huggingface_hub.repocard")):  # "metadata block was not found"
+        with quiet("huggingface_hub.repocard"):  # "metadata block was not found": no fault of the run's
             data = DatasetCard(text, ignore_metadata_errors=True).data
     except Exception as exc:
         if not type(exc).__module__.startswith("yaml"):  # PyYAML's errors (huggingface_hub's parser)
@@ -556,17 +555,6 @@ def _card_config(repo: Repo, config: str | None) -> dict[str, Any] | None:
         )
     entry = configs[name]
     return entry if entry.get("data_files") else None
-
-
-@contextlib.contextmanager
-def _quiet(logger: logging.Logger) -> Iterator[None]:
-    """No warnings from ``logger`` meanwhile: a card without YAML is no fault of the run's."""
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _check_config_folder(repo: Repo, config: str) -> None:
