@@ -30,6 +30,7 @@ from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir, write_json
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.file_kind import not_a_file
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -102,6 +103,11 @@ def locate(spec: str, revision: str | None = None) -> Path:
         if (path / TOKENIZER_FILE).is_file():
             return _starts_as_json(path / TOKENIZER_FILE)
         raise TokshardError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}; {foreign_hint(path)}")
+    other = not_a_file(path)
+    if other != "missing":  # a pipe (`<(...)`), a device, a socket: here, so never a hub name
+        raise TokshardError(
+            f"tokenizer {spec} is {other}, not a file; pass a tokenizer.json, or a folder holding one"
+        )
     if path.is_symlink():  # it exists, and leads nowhere: a local path, never a hub name
         raise TokshardError(
             f"tokenizer {spec} is a symbolic link to {os.readlink(path)}, which does not exist; "

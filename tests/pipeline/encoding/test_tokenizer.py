@@ -610,3 +610,11 @@ def test_a_vocabulary_in_another_format_says_how_to_convert_it(tmp_path, name, c
         )
         assert proc.returncode != 0 and says in proc.stderr.strip().splitlines()[-1], proc.stderr
         assert not (tmp_path / "out").exists()
+
+
+def test_a_pipe_given_as_the_tokenizer_is_named_a_pipe_not_looked_for_on_the_hub(tmp_path, monkeypatch):
+    """A pipe whose name could be a repo's (``fifo``) was looked for on the hub, and said missing there."""
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TokshardError, match=r"^tokenizer fifo is a pipe, not a file; pass a tokenizer\.json"):
+        locate("fifo")
