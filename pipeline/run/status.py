@@ -13,7 +13,9 @@ import os
 import time
 from typing import Any
 
+from pipeline.encoding import tokenizer
 from pipeline.format import manifest as manifest_mod
+from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import eta_text, human
@@ -109,7 +111,20 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
 
 def _refused_for_inputs(plan: Plan) -> str | None:
     """A rerun's refusal for an input gone or changed since the run was planned (it checks
-    them first, a finished run's too)."""
+    them first, a finished run's too): the tokenizer it was given by an absolute path (a
+    relative one is the rerun's working folder's, a hub name the hub's), then each source's
+    recorded inputs."""
+    origin = plan.tokenizer.get("origin")
+    if isinstance(origin, str) and os.path.isabs(origin):
+        try:
+            src = tokenizer.locate(origin)
+            if sha256_file(src) != plan.tokenizer.get("sha256"):
+                return (
+                    f"refuse: {src} is not the tokenizer this run was planned with (its content changed "
+                    "since); restore it, or start over with a new --out"
+                )
+        except (OSError, TokshardError) as exc:
+            return f"refuse: {exc}"
     for name, origin in plan.origins.items():
         kind = source_class(plan.identity["sources"][name].get("type"), name, "run.json")
         changed = kind.recorded_input_changed(origin)

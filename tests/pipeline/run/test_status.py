@@ -156,3 +156,42 @@ def test_status_says_a_rerun_would_refuse_an_input_changed_since(tmp_path, docs,
     assert (
         rerun.returncode == 1 and said == "refuse: " + rerun.stderr.removeprefix("tokshard: error: ").strip()
     )
+
+
+@pytest.mark.parametrize("change", ["edited", "gone"])
+def test_status_says_a_rerun_would_refuse_the_tokenizer_changed_since(tmp_path, docs, tokenizer_path, change):
+    """It said "nothing: the run is complete" where the rerun refused it as a different recipe."""
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:3]))
+    tok = tmp_path / "tok" / "tokenizer.json"
+    tok.parent.mkdir()
+    tok.write_bytes(tokenizer_path.read_bytes())
+    out = tmp_path / "out"
+    cli(
+        "prepare",
+        "--input",
+        str(data),
+        "--tokenizer",
+        str(tok),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        check=True,
+    )
+    if change == "edited":
+        tok.write_text(json.dumps({**json.loads(tok.read_text()), "truncation": None}, indent=1))
+    else:
+        tok.unlink()
+    said = json.loads(cli("status", str(out), "--json", check=True).stdout)["rerun"]
+    rerun = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(out))
+    assert rerun.returncode == 2, rerun.stderr
+    if change == "edited":
+        assert "different recipe (tokenizer_sha256: " in rerun.stderr
+        assert (
+            said
+            == f"refuse: {tok} is not the tokenizer this run was planned with (its content changed since); "
+            "restore it, or start over with a new --out"
+        )
+    else:
+        assert said == "refuse: " + rerun.stderr.removeprefix("tokshard: error: ").strip()
