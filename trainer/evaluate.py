@@ -29,7 +29,14 @@ def evaluate(
     engine, dataset: WindowDataset, per_source: int, micro: int, dist, doc_eos: int | None = None
 ) -> tuple[float, dict[str, float]]:
     """Mean next-token loss over the evaluation windows (per source too). Every rank runs the
-    same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs."""
+    same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs.
+
+    No mean here is 0/0 (as a training micro-batch with every target ignored would be without
+    `trainer.model.scored_mean`): evaluation scores every target of plain windows (no packing,
+    no ``--eod-mask-loss``), so a window's mean is over ``seq_len`` targets; every evaluated
+    source holds at least one window (``trainer.guards.evaluable`` leaves out one too short,
+    ``WindowDataset`` refuses it) and ``--eval-samples`` is at least 1, so each source's weight
+    is at least 1."""
     items = eval_items(dataset.windows, per_source)
     chunk = dist.world * micro
     padded = items + [items[0]] * (-len(items) % chunk)

@@ -20,7 +20,7 @@ import torch
 
 from pipeline.format.atomic import write_json
 from pipeline.format.errors import TokshardError
-from trainer import distributed, remote
+from trainer import distributed, docmask, remote
 from trainer.api import micro_batch_positions
 from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
@@ -247,9 +247,13 @@ class Steps:
         self.tokens_per_step = self.global_batch * self.settings.data.seq_len
         self.t_begin = self.t_last = time.perf_counter()
         self.wait_last, self.steps_since = 0.0, 0
+        #: this step's sum of micro-batch losses on this rank, and how many of them scored a target
         self.step_loss = torch.zeros((), device=dist.device)
+        self.step_scored = torch.zeros((), device=dist.device)
         self.step_lr = 0.0
         self.last: dict[str, Any] = {}
+        #: the last logged step that scored a target, and its loss (`scored_loss`)
+        self.scored_at: tuple[int, float] | None = None
         #: with --doc-mask, evaluation also attends within documents only
         self.doc_eos = plan.inputs.eos_id
 
@@ -260,22 +264,27 @@ class Steps:
             self.t_begin = self.t_last = time.perf_counter()
 
     def train_step(self) -> None:
-        """One optimizer step: ``accum`` micro-batches forward and backward."""
+        """One optimizer step: ``accum`` micro-batches forward and backward. A micro-batch
+        with no scored target (all -100) is loss 0 with zero gradient (`trainer.model.scored_mean`)
+        and is left out of the step's logged loss (`scored_loss`); its count stays on the device."""
         engine, inputs = self.engine, self.plan.inputs
         engine.train()
         self.step_lr = float(engine.get_lr()[0])  # the rate this step's optimizer step applies
         step_loss = torch.zeros((), device=self.dist.device)
+        step_scored = torch.zeros((), device=self.dist.device)
         for m in range(self.accum):
             batch = next(self.batches)
-            loss = engine(*inputs(batch.inputs, batch.targets))
+            args = inputs(batch.inputs, batch.targets)  # (inputs, targets, [doc_ids])
+            loss = engine(*args)
             engine.backward(loss)
             engine.step()
             step_loss += loss.detach().float()
+            step_scored += (args[1] != docmask.IGNORE).any()
             if self.sample_log is not None:
                 log_samples(
                     self.sample_log, self.step + 1, m, self.dist.rank, batch, self.plan.data.train_sources
                 )
-        self.step_loss = step_loss
+        self.step_loss, self.step_scored = step_loss, step_scored
         self.step += 1
         self.samples += self.global_batch
         self.steps_since += 1
@@ -284,12 +293,13 @@ class Steps:
         if not (self.step % self.settings.log.every == 0 or self.step == self.end):
             return
         now = time.perf_counter()
-        loss_value, wait_frac = reduce_over_ranks(
-            self.step_loss / self.accum,
+        loss_value, wait_frac = scored_loss(
+            self.step_loss,
+            self.step_scored,
             (self.batches.wait_s - self.wait_last) / (now - self.t_last),
             self.dist,
         )
-        before = self.last.get("loss")
+        before = self.scored_at
         self.last = {
             "step": self.step,
             "loss": loss_value,
@@ -302,6 +312,8 @@ class Steps:
         self.log.train(**self.last)
         self.t_last, self.wait_last, self.steps_since = time.perf_counter(), self.batches.wait_s, 0
         self._stop_if_diverged(loss_value, before)
+        if loss_value is not None:
+            self.scored_at = (self.step, loss_value)
 
     def eval_step(self) -> None:
         every = self.settings.eval.every
@@ -332,8 +344,8 @@ class Steps:
         """This step's checkpoint in ``--save``, its loss checked first."""
         save_dir = self.plan.save_dir
         if self.last.get("step") != self.step:  # a step not logged: its loss is looked at here
-            loss, _ = reduce_over_ranks(self.step_loss / self.accum, 0.0, self.dist)
-            self._stop_if_diverged(loss, self.last.get("loss"))
+            loss, _ = scored_loss(self.step_loss, self.step_scored, 0.0, self.dist)
+            self._stop_if_diverged(loss, self.scored_at)
         t0 = time.perf_counter()
         barrier = torch.distributed.barrier if self.dist.world > 1 else lambda: None
         tag = tag_for(self.step)
@@ -344,14 +356,15 @@ class Steps:
         self.saved_at = self.step
         self.t_last += time.perf_counter() - t0
 
-    def _stop_if_diverged(self, loss: float, before: float | None) -> None:
+    def _stop_if_diverged(self, loss: float | None, before: tuple[int, float] | None) -> None:
         """A training loss that is NaN or infinite (the same on every rank: it is their mean)
         stops the run before any checkpoint holds it: every later step and save would carry
         it, and `latest` would point a resume at it. In fp16 DeepSpeed's loss scaler skips such
-        a step and lowers its scale, so there it is left to the scaler."""
-        if math.isfinite(loss) or self.plan.engine.precision == "fp16":
+        a step and lowers its scale, so there it is left to the scaler. A step that scored no
+        target (``loss`` None, `scored_loss`) has nothing to judge."""
+        if loss is None or math.isfinite(loss) or self.plan.engine.precision == "fp16":
             return
-        was = f" (it was {before:.4g} at the last step logged)" if before is not None else ""
+        was = f" (it was {before[1]:.4g} at step {before[0]})" if before is not None else ""
         raise TokshardError(
             f"step {self.step}: the training loss is {loss}{was}: the run diverged, and it stops "
             f"before a checkpoint holds it. Lower the learning rate (this step's was {self.step_lr:.3g}), "
@@ -389,15 +402,21 @@ class Steps:
         return mean
 
 
-def reduce_over_ranks(loss: torch.Tensor, wait_frac: float, dist: distributed.Dist) -> tuple[float, float]:
-    """Mean loss over ranks and the slowest rank's data-wait fraction (two tiny collectives)."""
-    loss = loss.detach().float().reshape(1).clone()
-    wait = torch.tensor([wait_frac], device=loss.device)
+def scored_loss(
+    loss_sum: torch.Tensor, scored: torch.Tensor, wait_frac: float, dist: distributed.Dist
+) -> tuple[float | None, float]:
+    """A step's training loss: the mean over the micro-batches of every rank that scored at
+    least one target (``loss_sum`` and ``scored``: this rank's sum of their losses and their
+    count; a micro-batch that scored nothing is loss 0, so it adds nothing to the sum), or None
+    where none did: a step that scored nothing has no loss, and 0 would read as a perfect one.
+    Also the slowest rank's data-wait fraction. Two tiny collectives."""
+    both = torch.stack([loss_sum.detach().float(), scored.detach().float()])
+    wait = torch.tensor([wait_frac], device=both.device)
     if dist.world > 1:
-        torch.distributed.all_reduce(loss)
+        torch.distributed.all_reduce(both)
         torch.distributed.all_reduce(wait, op=torch.distributed.ReduceOp.MAX)
-        loss /= dist.world
-    return float(loss.item()), float(wait.item())
+    mean, count = torch.stack([both[0] / both[1].clamp(min=1), both[1]]).tolist()
+    return (mean if count else None), float(wait.item())
 
 
 def log_samples(f: TextIO, step: int, micro_step: int, rank: int, batch: Batch, sources: list[str]) -> None:

@@ -7,7 +7,12 @@ reads it. Keys:
 
 training line (every ``--log-every`` steps, and the last step)
     ``step``            optimizer steps done (DeepSpeed's global step)
-    ``loss``            mean training loss over the step's samples, averaged over ranks
+    ``loss``            mean training loss of the step: the mean over its micro-batches, on
+                        every rank, that scored at least one target (one whose targets are all
+                        ignored, -100, is left out); ``null`` for a step in which none did (a
+                        step of packed bins of lone EOS pieces, or of windows whose inputs are
+                        all EOS under ``--eod-mask-loss``): such a step has no loss, and
+                        ``tokshard plot`` leaves a gap there
     ``lr``              the learning rate the step's optimizer step applied
     ``tokens_per_s``    trained tokens per second, all ranks, over the steps since the last line
     ``samples``         samples consumed since the run began (the data position)
@@ -26,7 +31,8 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from types import NoneType, UnionType
+from typing import Any, TextIO, get_args
 
 from pipeline.format.atomic import disk_error, write_bytes
 from trainer.console import StdoutUnwritable, reader_gone
@@ -34,10 +40,10 @@ from trainer.console import StdoutUnwritable, reader_gone
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_GLOB = "samples-rank*.jsonl"
 
-#: a training line's keys and what each holds (a number: an int or a float)
+#: a training line's keys and what each holds (a number: an int or a float; None: null)
 TRAIN_LINE = {
     "step": int,
-    "loss": float,
+    "loss": float | None,
     "lr": float,
     "tokens_per_s": float,
     "samples": int,
@@ -52,12 +58,16 @@ def line_kind(record: Any) -> str | None:
     """``"train"`` or ``"eval"`` for a line as ``MetricsLog`` writes it; None for anything else
     (a line another tool wrote, a field of another type)."""
     for kind, keys in (("train", TRAIN_LINE), ("eval", EVAL_LINE)):
-        if isinstance(record, dict) and all(_holds(record.get(k), t) for k, t in keys.items()):
+        if isinstance(record, dict) and all(k in record and _holds(record[k], t) for k, t in keys.items()):
             return kind
     return None
 
 
-def _holds(value: Any, kind: type) -> bool:
+def _holds(value: Any, kind: Any) -> bool:
+    if isinstance(kind, UnionType):
+        return any(_holds(value, k) for k in get_args(kind))
+    if kind is NoneType:
+        return value is None
     if isinstance(value, bool):
         return False
     if kind is float:
@@ -139,7 +149,7 @@ class MetricsLog:
         self,
         *,
         step: int,
-        loss: float,
+        loss: float | None,
         lr: float,
         tokens_per_s: float,
         samples: int,
@@ -157,8 +167,9 @@ class MetricsLog:
                 "elapsed_s": elapsed_s,
             }
         )
+        shown = "-, no target scored" if loss is None else f"{loss:.4f}"
         self._say(
-            f"step {step:>6}/{self.total_steps} | loss {loss:.4f} | lr {lr:.2e} | "
+            f"step {step:>6}/{self.total_steps} | loss {shown} | lr {lr:.2e} | "
             f"{tokens_per_s:,.0f} tok/s | samples {samples:,} | data wait {100 * data_wait_frac:.2f}%"
         )
 

@@ -137,7 +137,7 @@ class GPT(nn.Module):
         per_token: bool = False,
     ) -> torch.Tensor:
         """Logits ``[B, T, vocab]``, or with ``targets`` the mean next-token cross-entropy over
-        the targets not ignored (-100), or with ``per_token`` each target's (``[B, T]``, for
+        the targets not ignored (-100; 0 where none is scored, `scored_mean`), or with ``per_token`` each target's (``[B, T]``, for
         evaluation's per-sample means). ``doc_ids`` (``--doc-mask``): attention within documents
         and positions restarting at each (``trainer.docmask``); ``flex`` picks FlexAttention or
         the dense SDPA mask for them (None: FlexAttention where it is fast, on CUDA), so the two
@@ -157,24 +157,32 @@ class GPT(nn.Module):
             return self.lm_head(x)
         if per_token:
             return token_losses(x, targets, self.lm_head, self.loss_chunk)
-        if self.loss_chunk:
-            return chunked_cross_entropy(x, targets, self.lm_head, self.loss_chunk)
-        logits = self.lm_head(x)
-        return F.cross_entropy(
-            logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=docmask.IGNORE
-        )
+        return chunked_cross_entropy(x, targets, self.lm_head, self.loss_chunk)
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
 
 
+def scored_mean(losses: torch.Tensor, targets: torch.Tensor, *, ignore_index: int) -> torch.Tensor:
+    """The mean of per-target ``losses`` (0 where ignored, as ``F.cross_entropy``'s
+    ``reduction="none"`` leaves them) over the targets not ``ignore_index``: their sum over their
+    count, the count taken as at least 1. A batch with no scored target (a packed bin of lone
+    EOS pieces, a window whose only input is EOS under ``--eod-mask-loss``) is then loss 0 with
+    zero gradient, where a plain mean is 0/0 = NaN. Stays on the device (no host sync). Every
+    training loss goes through here: `GPT.forward`, `chunked_cross_entropy`,
+    ``trainer.models.CausalLMWithLoss``."""
+    return losses.sum() / (targets != ignore_index).sum().clamp(min=1)
+
+
 def chunked_cross_entropy(
     hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, chunk: int
 ) -> torch.Tensor:
-    """The mean next-token cross-entropy of ``head(hidden)`` against ``targets`` (-100 ignored),
-    ``chunk`` tokens at a time (`token_losses`)."""
-    return token_losses(hidden, targets, head, chunk).sum() / (targets != docmask.IGNORE).sum()
+    """The mean next-token cross-entropy of ``head(hidden)`` against ``targets`` over the targets
+    not ignored (`scored_mean`: 0 where none is scored), ``chunk`` tokens at a time
+    (`token_losses`; 0: all at once)."""
+    losses = token_losses(hidden, targets, head, chunk)
+    return scored_mean(losses, targets, ignore_index=docmask.IGNORE)
 
 
 def token_losses(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, chunk: int) -> torch.Tensor:

@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.format.errors import TokshardError
+from trainer import docmask
 from trainer.data import ModelLimits
-from trainer.model import GPT, SIZES, chunked_cross_entropy, gpt_config, token_losses
+from trainer.model import GPT, SIZES, chunked_cross_entropy, gpt_config, scored_mean, token_losses
 
 HF_PREFIX = "hf:"
 #: Transformers configs shipped with tokshard: ``hf:opt-125m`` works offline
@@ -197,7 +198,8 @@ class CausalLMWithLoss(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, per_token: bool = False
     ) -> torch.Tensor:
-        """Logits, or the mean cross-entropy, or with ``per_token`` each target's (``GPT.forward``)."""
+        """Logits, or the mean cross-entropy over the targets not ignored (0 where none is
+        scored, `trainer.model.scored_mean`), or with ``per_token`` each target's (``GPT.forward``)."""
         if targets is not None and self.loss_chunk:
             hidden = self.model.base_model(input_ids=idx, use_cache=False)[0]
             head = self.model.get_output_embeddings()
@@ -210,6 +212,7 @@ class CausalLMWithLoss(nn.Module):
         losses = F.cross_entropy(
             logits.reshape(-1, logits.size(-1)).float(),
             targets.reshape(-1),
-            reduction="none" if per_token else "mean",
-        )
-        return losses.view(targets.shape) if per_token else losses
+            ignore_index=docmask.IGNORE,
+            reduction="none",
+        ).view(targets.shape)
+        return losses if per_token else scored_mean(losses, targets, ignore_index=docmask.IGNORE)

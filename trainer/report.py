@@ -7,7 +7,8 @@ second, and the share of time the loop waited for data.
 A resumed run appends to the same file and logs again the steps after its checkpoint; for
 each step the line written last is the one that counts (the run that carried on from there).
 A line cut short by a kill, or one another tool wrote (not a training or evaluation line with
-its fields), is skipped and counted.
+its fields), is skipped and counted. A training line's ``loss`` is null for a step that scored no
+target (``trainer.metrics``): a gap in the loss curve, passed over by the first and last loss.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def load(run_dir: str | Path) -> Metrics:
 
 
 def numbers(m: Metrics) -> dict[str, Any]:
-    """What the summary quotes: losses first and last, median tokens/s, mean data wait."""
+    """What the summary quotes: losses first and last (training: of the steps that scored a
+    target; a ``null`` loss is a step that scored none), median tokens/s, mean data wait."""
+    scored = [r["loss"] for r in m.train if r["loss"] is not None]
     rates = [r["tokens_per_s"] for r in m.train[1:] or m.train]  # the first interval holds start-up
     waits = [r["data_wait_frac"] for r in m.train]
     first_eval = m.evals[0] if m.evals else None
@@ -85,8 +88,8 @@ def numbers(m: Metrics) -> dict[str, Any]:
     return {
         "metrics": str(m.path),
         "steps": m.train[-1]["step"] if m.train else (last_eval or {}).get("step", 0),
-        "first_loss": m.train[0]["loss"] if m.train else None,
-        "last_loss": m.train[-1]["loss"] if m.train else None,
+        "first_loss": scored[0] if scored else None,
+        "last_loss": scored[-1] if scored else None,
         "first_eval_loss": first_eval["eval_loss"] if first_eval else None,
         "last_eval_loss": last_eval["eval_loss"] if last_eval else None,
         "first_eval_ppl": first_eval["eval_ppl"] if first_eval else None,
@@ -103,7 +106,11 @@ def plot(m: Metrics, png: Path, title: str | None = None) -> None:
     loss_ax, rate_ax, wait_ax = fig.subplots(3, 1, sharex=True, height_ratios=[3, 1.3, 1.3])
     steps = [r["step"] for r in m.train]
     if m.train:
-        loss_ax.plot(steps, [r["loss"] for r in m.train], color="tab:blue", lw=1.2, label="train loss")
+        # a step that scored no target (null) is a gap; with gaps, a dot on each step that scored
+        # keeps one between two of them in sight
+        losses = [math.nan if r["loss"] is None else r["loss"] for r in m.train]
+        dots = {"marker": ".", "ms": 4} if any(r["loss"] is None for r in m.train) else {}
+        loss_ax.plot(steps, losses, color="tab:blue", lw=1.2, label="train loss", **dots)
     if m.evals:
         split = m.evals[-1].get("split", "eval")
         loss_ax.plot(

@@ -116,3 +116,29 @@ def test_plot_skips_lines_another_tool_wrote_and_counts_them(tmp_path):
     proc = cli("plot", str(tmp_path))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "5 steps" in proc.stdout and "5 unreadable line(s) skipped" in proc.stdout
+
+
+def test_a_step_that_scored_no_target_is_a_null_loss_a_gap_and_no_first_or_last(tmp_path):
+    """A step none of whose micro-batches scored a target logs ``"loss": null`` (`trainer.loop`):
+    still a training line (its rate, samples and wait count), drawn as a gap, and passed over by
+    the first and last loss; a run of nothing else quotes no training loss."""
+    out = io.StringIO()
+    log = MetricsLog(tmp_path, enabled=True, total_steps=5, out=out)
+    for step, loss in ((1, None), (2, 6.5), (3, None), (4, 6.0), (5, None)):
+        log.train(step=step, loss=loss, lr=1e-3, tokens_per_s=100.0, samples=step, data_wait_frac=0.0,
+                  elapsed_s=float(step))  # fmt: skip
+    log.close()
+    assert "step      1/5 | loss -, no target scored | lr 1.00e-03" in out.getvalue()
+    assert '"loss": null' in (tmp_path / "metrics.jsonl").read_text()
+    n = write_report(tmp_path)
+    assert (n["steps"], n["first_loss"], n["last_loss"], n["unreadable_lines"]) == (5, 6.5, 6.0, 0)
+    assert "train loss 6.500 -> 6.000" in describe(n)
+    other = tmp_path / "none"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": null, "lr": 0.0, "tokens_per_s": 1.0, "samples": 1, "data_wait_frac": 0.0, '
+        '"elapsed_s": 1.0}\n'
+    )
+    n = write_report(other)
+    assert (n["steps"], n["first_loss"], n["unreadable_lines"]) == (1, None, 0)
+    assert "train loss" not in describe(n)

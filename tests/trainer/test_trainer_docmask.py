@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from support import CONFIGS, SMALL, cached_manifest, launch, metrics
+from support import CONFIGS, SMALL, cached_manifest, launch, make_manifest, metrics, samples_by_step
+from support import cli as tokshard
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
@@ -111,3 +114,38 @@ def test_doc_mask_flag_mistakes_are_refused(manifest):
         cli.main([*base, "--eod-mask-loss"])
     with pytest.raises(TokshardError, match="--doc-mask needs one of tokshard's own models"):
         cli.main([*base, "--doc-mask", "--model", "hf:opt-125m"])
+
+
+def test_a_step_that_scores_no_target_logs_a_null_loss_and_the_run_goes_on(tmp_path, tmp_path_factory):
+    """At --seq-len 1 with --eod-mask-loss a window whose only input is EOS scores nothing: its
+    loss was 0/0 = NaN and stopped the run as diverged. Now it is 0 with no gradient, and a step
+    of nothing else logs ``"loss": null`` (no loss; 0 would read as a perfect one): valid JSON,
+    left out of the divergence check, a gap in `tokshard plot`."""
+    m = make_manifest(
+        tmp_path / "short", packages={}, more={"short": ["the"] * 40}, val_docs=1,
+        tokenizer_of=cached_manifest(tmp_path_factory),
+    )  # fmt: skip
+    stream = WindowDataset(manifest_mod.load(m), "train", 1).streams[0]
+    eos = manifest_mod.load(m).eos_id
+    run = tmp_path / "run"
+    out = launch(
+        *("--manifest", str(m), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny"),
+        *("--seq-len", "1", "--doc-mask", "--eod-mask-loss", "--global-batch", "1", "--micro-batch", "1"),
+        *("--steps", "10", "--log-every", "1", "--log-samples", "--save", str(run)),
+    )  # fmt: skip
+
+    def no_nan(constant: str):
+        raise AssertionError(f"metrics.jsonl holds {constant}")
+
+    lines = [json.loads(x, parse_constant=no_nan) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = {t["step"]: t["loss"] for t in lines}
+    assert list(losses) == list(range(1, 11))
+    # each step is one window of 2 tokens: it scores nothing where its input is the EOS
+    unscored = {step for step, s in samples_by_step(run).items() if stream.read(s[0][2], 1)[0] == eos}
+    assert unscored and len(unscored) < 10  # both kinds of step (the seed's order)
+    assert {step for step, loss in losses.items() if loss is None} == unscored
+    assert all(math.isfinite(loss) for loss in losses.values() if loss is not None)
+    assert "| loss -, no target scored |" in out.stdout
+    plotted = tokshard("plot", str(run))
+    assert plotted.returncode == 0 and "unreadable" not in plotted.stdout, plotted.stdout + plotted.stderr
+    assert "train loss" in plotted.stdout

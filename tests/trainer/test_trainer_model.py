@@ -6,11 +6,12 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from support import cached_manifest, cli, gated_hub
 
 from pipeline.format.errors import TokshardError
 from tokshard.commands import train as train_cli
-from trainer import models
+from trainer import docmask, models
 from trainer.model import GPT, gpt_config
 
 
@@ -231,3 +232,62 @@ def test_an_hf_path_that_is_not_there_is_named_so(source):
     the working folder."""
     with pytest.raises(TokshardError, match=re.escape(f"--model hf:{source}: no such config file or folder")):
         models.resolve(f"hf:{source}")
+
+
+# --- a batch with no scored target: loss 0 and no gradient, not 0/0 = NaN ---
+
+
+def no_target_and_some_targets(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs, targets all ignored (a packed bin of lone EOS pieces), and targets some ignored."""
+    torch.manual_seed(1)
+    x = torch.randint(0, vocab, (2, 13))
+    some = torch.randint(0, vocab, (2, 13))
+    some[0, :3] = some[1, 7:] = docmask.IGNORE
+    return x, torch.full_like(x, docmask.IGNORE), some
+
+
+def assert_scored_mean_loss(model: torch.nn.Module, logits_of, vocab: int) -> None:
+    """``model(x, targets)`` is 0 with every gradient 0 where no target is scored, and the plain
+    mean cross-entropy over the scored targets otherwise (what it was before it took care of
+    the first)."""
+    x, none_scored, some = no_target_and_some_targets(vocab)
+    model.zero_grad()
+    loss = model(x, none_scored)
+    loss.backward()
+    assert loss.item() == 0.0
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.count_nonzero(g) == 0 for g in grads)
+    with torch.no_grad():
+        plain = F.cross_entropy(logits_of(x).reshape(-1, vocab).float(), some.reshape(-1), ignore_index=-100)
+        assert model(x, some).item() == pytest.approx(plain.item(), rel=1e-6)
+        assert (model(x, none_scored, per_token=True) == 0).all()
+
+
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_our_gpts_loss_with_no_scored_target_is_0_with_zero_gradient(chunk):
+    torch.manual_seed(0)
+    model = GPT(gpt_config("tiny", 300), loss_chunk=chunk).eval()
+    assert_scored_mean_loss(model, model, 300)
+
+
+@pytest.mark.parametrize("chunk", [0, 5])
+@pytest.mark.parametrize("kind", ["gpt2", "opt"])
+def test_an_hf_models_loss_with_no_scored_target_is_0_with_zero_gradient(tmp_path, kind, chunk):
+    torch.manual_seed(0)
+    model = models.CausalLMWithLoss(small_hf_spec(tmp_path, kind).build().model.eval(), loss_chunk=chunk)
+    assert_scored_mean_loss(model, lambda x: model(x), 300)
+
+
+def test_the_scored_mean_is_the_sum_over_the_scored_count_and_0_over_none():
+    """The cross-entropy leaves 0, with no gradient, at an ignored target; the mean over none is 0."""
+    from trainer.model import scored_mean
+
+    losses = torch.tensor([[1.0, 0.0, 3.0], [0.0, 0.0, 0.0]])
+    targets = torch.tensor([[4, -100, 5], [-100, -100, -100]])
+    assert scored_mean(losses, targets, ignore_index=-100).item() == 2.0
+    logits = torch.randn(3, 7, requires_grad=True)
+    ignored = torch.full((3,), -100)
+    each = F.cross_entropy(logits, ignored, ignore_index=-100, reduction="none")
+    none = scored_mean(each, ignored, ignore_index=-100)
+    none.backward()
+    assert none.item() == 0.0 and torch.count_nonzero(logits.grad) == 0

@@ -5,6 +5,7 @@ API yields, across a resume on another number of ranks with a new mix and an add
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from collections import Counter, defaultdict
 
@@ -153,3 +154,40 @@ def test_the_api_refuses_a_state_of_another_packing(run):
         TokshardError, match=r"packing best-fit over blocks of 4096 documents, this data is .* none"
     ):
         plain.load_state_dict(json.loads(json.dumps(packed.state_dict())))
+
+
+# --- a bin of lone EOS pieces: every target ignored, the run goes on ---
+
+#: 17 tokens under the test tokenizer (" the" is one), 18 with its EOS: at --seq-len 16 each
+#: document is cut into a piece of 17 and a lone EOS, and 17 lone EOS fill a bin of their own
+LONE = "the" + " the" * 16
+
+
+def test_a_bin_that_scores_no_target_neither_stops_nor_drags_the_loss(tmp_path, tmp_path_factory):
+    """Every target of a bin of lone EOS pieces is ignored: its micro-batch's loss was 0/0 = NaN,
+    and the run stopped there as diverged. Now it is loss 0 with no gradient, left out of the
+    step's logged loss (the step's other micro-batch's), and the run trains all its steps."""
+    m = make_manifest(
+        tmp_path / "lone", packages={}, more={"lone": [LONE] * 18}, val_docs=1,
+        tokenizer_of=cached_manifest(tmp_path_factory),
+    )  # fmt: skip
+    data = TrainingSamples(m, seq_len=16, global_batch=2, micro_batch=1, packing="best-fit").dataset
+    assert data.bins[0].count == 18  # 17 documents' pieces of 17, and their 17 lone EOS
+    rows = data.batch(np.zeros(18, dtype=np.int64), np.arange(18))
+    _, targets = data.inputs_targets(rows)
+    lone = [b for b in range(18) if (targets[b] == -100).all()]
+    assert len(lone) == 1
+    run = tmp_path / "run"
+    out = launch(
+        *("--manifest", str(m), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny"),
+        *("--seq-len", "16", "--packing", "best-fit", "--global-batch", "2", "--micro-batch", "1"),
+        *("--steps", "9", "--lr", "1e-5", "--log-every", "1", "--log-samples", "--run-dir", str(run)),
+    )  # fmt: skip
+    train = metrics(run)[0]
+    assert [t["step"] for t in train] == list(range(1, 10)), out.stdout
+    fed = samples_by_step(run)
+    (at,) = [step for step, s in fed.items() if any(w == lone[0] for _, _, w, _ in s)]  # one epoch: once
+    # every scored bin holds the same document, and the lr is small: step `at` logs its scored
+    # micro-batch's loss, like its neighbours, not half of it (averaged with the empty one's 0)
+    losses = [t["loss"] for t in train]
+    assert all(math.isfinite(x) for x in losses) and min(losses) > 0.95 * max(losses), (at, losses)

@@ -368,3 +368,17 @@ def test_cpu_optimizer_offload_runs(manifest, tmp_path):
     )
     assert "bf16, ZeRO 2" in out.stdout
     assert len(metrics(run)[0]) == 2
+
+
+def test_a_steps_loss_is_the_mean_over_its_micro_batches_that_scored_and_none_where_none_did():
+    """A micro-batch that scored no target is loss 0 (`trainer.model.scored_mean`): counted in
+    the mean it would drag the step's loss toward 0, and a step of nothing else would log 0."""
+    from trainer.distributed import Dist
+    from trainer.loop import scored_loss
+
+    one = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"))
+    assert scored_loss(torch.tensor(9.0), torch.tensor(3.0), 0.25, one) == (3.0, 0.25)
+    assert scored_loss(torch.tensor(6.0), torch.tensor(1.0), 0.0, one) == (6.0, 0.0)  # one of 2 scored
+    assert scored_loss(torch.tensor(0.0), torch.tensor(0.0), 0.0, one) == (None, 0.0)
+    nan, _ = scored_loss(torch.tensor(math.nan), torch.tensor(2.0), 0.0, one)
+    assert math.isnan(nan)  # a diverged loss still reads as one
