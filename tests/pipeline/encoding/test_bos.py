@@ -387,30 +387,81 @@ def test_a_rerun_whose_tokenizer_config_now_frames_documents_otherwise_is_refuse
     )
 
 
-@pytest.mark.parametrize(
-    ("key", "ids"), [("BOS", [50257]), ("<s>", [7])], ids=["key-not-the-token", "own-id"]
-)
-def test_a_template_s_bos_is_the_id_its_template_writes(tmp_path, gpt2_tokenizer_path, key, ids):
-    """tokenizers writes the ids of the template's entry for its key, whatever the key's name and
-    the vocabulary's id for the token: so does --bos-token auto (it looked up the key)."""
-    from tokenizers import Tokenizer
+def _special(tid: int, content: str) -> dict:
+    return {"id": tid, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}  # fmt: skip
 
-    spec = json.loads(gpt2_tokenizer_path.read_text())
-    spec["added_tokens"].append(
-        {"id": 50257, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-    )  # fmt: skip
+
+def _templated(folder: Path, gpt2: Path, key: str, ids: list[int], token: str = "<s>") -> Path:
+    """GPT-2's file with ``<s>`` (50257) and ``<t>`` (50258) added as special tokens, and a
+    template that starts each text with its entry ``key``: ``ids`` written, named ``token``."""
+    spec = json.loads(gpt2.read_text())
+    spec["added_tokens"] += [_special(50257, "<s>"), _special(50258, "<t>")]
     spec["post_processor"] = {
         "type": "TemplateProcessing",
         "single": [{"SpecialToken": {"id": key, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
         "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {key: {"id": key, "ids": ids, "tokens": ["<s>"]}},
+        "special_tokens": {key: {"id": key, "ids": ids, "tokens": [token]}},
     }
-    path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(spec))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    return folder / "tokenizer.json"
+
+
+@pytest.mark.parametrize(
+    ("key", "ids", "written"),
+    [("BOS", [50257], "<s>"), ("<s>", [50258], "<t>")],
+    ids=["key-not-the-token", "own-id"],
+)
+def test_a_template_s_bos_is_the_id_its_template_writes(tmp_path, gpt2_tokenizer_path, key, ids, written):
+    """tokenizers writes the ids of the template's entry for its key, whatever the key's name and
+    the vocabulary's id for the token: so does --bos-token auto (it looked up the key), and the
+    manifest names the token of the id written."""
+    from tokenizers import Tokenizer
+
+    path = _templated(tmp_path, gpt2_tokenizer_path, key, ids)
     info = inspect_file(path, "templated", None, "auto", AUTO_BOS)
-    assert (info.bos_id, info.bos_token) == (ids[0], "<s>")
+    assert (info.bos_id, info.bos_token) == (ids[0], written)
     assert Tokenizer.from_file(str(path)).encode("hello").ids[0] == ids[0]
+
+
+def test_a_template_bos_id_of_an_ordinary_token_is_refused_under_auto(tmp_path, gpt2_tokenizer_path):
+    """GPT-2's id 7 is "(": taken, every document started with the id text "(" encodes to."""
+    path = _templated(tmp_path, gpt2_tokenizer_path, "<s>", [7])
+    with pytest.raises(
+        TokshardError,
+        match=r"its BOS '\(' \(its post-processor's template starts each text with '<s>', written as id 7, "
+        r"its vocabulary's '\('\) is an entry of the BPE vocabulary that document text reaches .*; "
+        r"name another with --bos-token TEXT, or --bos-token none$",
+    ):
+        inspect_file(path, "templated", None, "auto", AUTO_BOS)
+
+
+def test_a_template_bos_id_outside_the_vocabulary_is_refused_before_any_work(tmp_path, gpt2_tokenizer_path):
+    """It went on to a worker's OverflowError traceback (uint16), or a manifest `verify` calls
+    damaged (uint32), with a half-made --out left behind."""
+    path = _templated(tmp_path / "tok", gpt2_tokenizer_path, "<s>", [70000])
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text"])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(path), "--out", str(tmp_path / "out"),
+               "--workers", "1", "--bos-token", "auto")  # fmt: skip
+    assert proc.returncode == 2
+    assert one_error_line(proc) == (
+        f"tokshard: error: {path}: its BOS id 70000 (its post-processor's template starts each text with "
+        "'<s>') is not an id of its vocabulary (ids 0 to 50258); name another with --bos-token TEXT, or "
+        "--bos-token none"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_s_bos_that_document_text_reaches_is_refused_under_auto(tmp_path, gpt2_tokenizer_path):
+    """As it is named with --bos-token: every document started with the word "the"."""
+    path = _alone(tmp_path, gpt2_tokenizer_path, {"bos_token": "the", "add_bos_token": True})
+    with pytest.raises(
+        TokshardError,
+        match=r"its BOS 'the' \(the tokenizer_config\.json beside it sets add_bos_token, with bos_token "
+        r"'the'\) is an entry of the BPE vocabulary that document text reaches \(a merge makes it\)",
+    ):
+        inspect_file(path, "gpt2", None, "auto", AUTO_BOS)
 
 
 def test_a_config_that_sets_add_bos_token_without_naming_it_leaves_the_template_to_name_it(tmp_path, gemma2):
