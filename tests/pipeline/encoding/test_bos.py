@@ -408,6 +408,27 @@ def _templated(folder: Path, gpt2: Path, key: str, ids: list[int], token: str = 
     return folder / "tokenizer.json"
 
 
+def test_a_rerun_with_the_eos_named_whose_config_now_frames_documents_otherwise_is_refused(
+    tmp_path, gpt2_tokenizer_path
+):
+    """--eos-token with --bos-token auto (a recipe for Llama 3 or Gemma names both): the BOS
+    still comes from the tokenizer_config.json, yet the rerun found the kept facts of the old
+    one and said "already complete"."""
+    tok = _templated(tmp_path / "tok", gpt2_tokenizer_path, "<s>", [50257])
+    config = tok.parent / "tokenizer_config.json"
+    config.write_text(json.dumps({"add_bos_token": True, "bos_token": "<s>"}))
+    args = ("--eos-token", "<|endoftext|>", "--bos-token", "auto")
+    assert _prepare(tmp_path, tok, ["some text"], *args).bos_id == 50257
+    config.write_text(json.dumps({"add_bos_token": False}))
+    proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(tok), "--out",
+               str(tmp_path / "out"), "--workers", "1", *args)  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        "holds a run whose tokenizer framed documents otherwise (bos_id: 50257 -> None; "
+        in one_error_line(proc)
+    )
+
+
 @pytest.mark.parametrize(
     ("key", "ids", "written"),
     [("BOS", [50257], "<s>"), ("<s>", [50258], "<t>")],
