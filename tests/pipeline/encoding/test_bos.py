@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from background import Command, Finished, background_job
 from published_vocabs import hub_folder, tokenizer_json
-from support import REPO, cli, english_documents, one_error_line, write_jsonl
+from support import REPO, cli, english_documents, one_error_line, train_tokenizer_json, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.bos import AUTO_BOS, NO_BOS
@@ -312,6 +312,21 @@ def test_by_default_gemma2_writes_the_text_and_eos_only_and_says_so(gemma2_runs,
     assert m.bos_id is None and m.data["tokenizer"]["bos_unused"] == "<bos>"
     plain = load(gemma2).encode_batch(docs, add_special_tokens=False)
     assert _stream(m) == [i for e in plain for i in (*e.ids, m.eos_id)]
+
+
+def test_a_refused_encoder_is_said_without_the_note_on_the_tokenizer_s_bos(tmp_path, prose):
+    """The note that a run leaves the tokenizer's BOS out came before the refusal's line."""
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", prose, split=r"\p{L}+| +",
+                               specials=("<|endoftext|>", "<|bos|>"))  # fmt: skip
+    (tok.parent / "tokenizer_config.json").write_text(
+        json.dumps({"add_bos_token": True, "bos_token": "<|bos|>"})
+    )
+    data = write_jsonl(tmp_path / "in.jsonl", prose[:3])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "out"),
+               "--workers", "1", "--encoder", "tiktoken")  # fmt: skip
+    assert proc.returncode == 2
+    assert one_error_line(proc).startswith("tokshard: error: --encoder tiktoken would change the ids: ")
+    assert "note:" not in proc.stderr
 
 
 def test_bos_token_none_says_nothing_of_the_tokenizer_s(gemma2):
