@@ -75,7 +75,8 @@ def own_bos(
     """The BOS the tokenizer itself puts before a text: the config's ``add_bos_token`` where it
     says (transformers' Llama and Gemma tokenizers follow it over the template), else the
     template of the post-processor in ``spec``. A BOS that is the EOS is not written: the
-    document before already ends with it."""
+    document before already ends with it. Not checked here: `tokenizer.framing_kind` checks
+    the id a run writes (in its vocabulary, out of reach of text) as it checks the EOS."""
     by_config = _by_config(config)
     name, why, tid = (*by_config, None) if by_config else _by_template(spec, path)
     if name is None:
@@ -87,6 +88,9 @@ def own_bos(
         )
     if tid == eos_id:
         return Bos(None, None, f"none: {why}, its EOS, which already ends the document before")
+    written = tok.id_to_token(tid)  # a template's own id may be another token's (checked by the caller)
+    if written is not None and written != name:
+        return Bos(tid, written, f"{why}, written as id {tid}, its vocabulary's {written!r}")
     return Bos(tid, name, why)
 
 

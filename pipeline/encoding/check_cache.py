@@ -32,6 +32,7 @@ from pipeline.encoding import byte_level, tokenizer
 from pipeline.encoding.backend import library_versions
 from pipeline.encoding.tokenizer import TokenizerInfo
 from pipeline.format.content_hash import sha256_file
+from pipeline.format.file_kind import NotAFileError
 from pipeline.storage.data_cache import cache_root
 
 T = TypeVar("T")
@@ -176,11 +177,15 @@ def resolve_tokenizer(
     def inspect() -> str:
         return json.dumps(tokenizer.inspect_file(src, spec, eos_token, dtype, bos_token).to_json())
 
-    # the EOS and BOS may come from the tokenizer_config.json beside it: its content is in the key too
-    beside = ""
-    if eos_token is None or bos_token is None:
-        with contextlib.suppress(OSError):
-            beside = sha256_file(src.with_name(tokenizer.CONFIG_FILE))
+    # the tokenizer_config.json beside it may decide the EOS (none named) and the BOS (auto, and
+    # the default's note), whatever the other is: its content is in the key for every setting
+    try:
+        beside = sha256_file(src.with_name(tokenizer.CONFIG_FILE))
+    except FileNotFoundError:
+        beside = ""
+    except (OSError, NotAFileError):  # there, and no file that reads: inspected afresh, never kept
+        # (refused where it decides the EOS or the BOS, passed over where it only adds a note)
+        return src, tokenizer.inspect_file(src, spec, eos_token, dtype, bos_token)
     parts = key_parts(f"facts|{eos_token}|{bos_token}|{dtype}|{beside}", str(src))
     try:
         facts = json.loads(derived(parts, inspect))

@@ -453,14 +453,14 @@ def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, 
         tid = tok.token_to_id(eos_token)
         if tid is None:
             raise TokshardError(f"{path} has no token {eos_token!r} (named by eos_token); {_eos_advice()}")
-        return tid, eos_token, f"named by eos_token; {eos_kind(tok, eos_token, tid, path)}"
+        return tid, eos_token, f"named by eos_token; {framing_kind(tok, tid, path)}"
     unsafe: list[tuple[str, TokshardError]] = []
     for name in EOS_CANDIDATES:
         tid = tok.token_to_id(name)
         if tid is None:
             continue
         try:
-            kind = eos_kind(tok, name, tid, path)
+            kind = framing_kind(tok, tid, path)
         except TokshardError as exc:  # text reaches it: another spelling may be safe
             unsafe.append((name, exc))
             continue
@@ -469,7 +469,7 @@ def find_eos(tok, eos_token: str | None, path: str | os.PathLike) -> tuple[int, 
     named = configured_eos(path)
     tid = tok.token_to_id(named) if named is not None else None
     if tid is not None:
-        return tid, named, f"named by the {CONFIG_FILE} beside it; {eos_kind(tok, named, tid, path)}"
+        return tid, named, f"named by the {CONFIG_FILE} beside it; {framing_kind(tok, tid, path)}"
     if unsafe:
         raise unsafe[0][1]
     if named is None:
@@ -518,26 +518,41 @@ def configured_eos(path: str | os.PathLike) -> str | None:
     return named if isinstance(named, str) and named else None
 
 
-def eos_kind(tok, name: str, tid: int, path: str | os.PathLike, role: str = "EOS") -> str:
-    """Why document text never encodes to the EOS (as the manifest says it), or a refusal;
-    ``role`` "BOS" asks the same of a BOS named by hand (a word of the text, taken for one,
-    started every document with an ordinary token)."""
+def framing_kind(tok, tid: int, path: str | os.PathLike, role: str = "EOS", by: str | None = None) -> str:
+    """Why document text never encodes to a framing token's id ``tid`` (the EOS, or the BOS),
+    as the manifest says it, or a one-line refusal: every framing token goes through here. An
+    id that is no token of the vocabulary (a post-processor's template writes ids of its own)
+    would not fit the dtype chosen for it, nor pass `verify`; an added token not marked special,
+    or an entry of the model's vocabulary that text reaches, would start or end documents with
+    an ordinary token, and turn its text into a boundary. ``by``: how the tokenizer itself puts
+    it (a BOS that ``--bos-token auto`` found), None for one named or one of the usual EOS."""
     flag = f"--{role.lower()}-token"
-    added = {t.content: t for t in tok.get_added_tokens_decoder().values()}
-    token = added.get(name)
+    whence = f" ({by})" if by else ""
+    instead = f"name another with {flag} TEXT, or {flag} none" if by else f"name a special token with {flag}"
+    name = tok.id_to_token(tid)
+    if name is None:
+        raise TokshardError(
+            f"{path}: its {role} id {tid}{whence} is not an id of its vocabulary (ids 0 to {max_id(tok)}); "
+            f"{instead}"
+        )
+    token = tok.get_added_tokens_decoder().get(tid)
     if token is not None and not token.special:
         raise TokshardError(
-            f"{path}: its {role} {name!r} is an added token not marked special, so tokenizers cuts "
-            f"it out of document text and a literal {name!r} would become the {role} id; mark it "
-            f'"special": true in the tokenizer.json, or name a special token with {flag}'
+            f"{path}: its {role} {name!r}{whence} is an added token not marked special, so tokenizers "
+            f"cuts it out of document text and a literal {name!r} would become the {role} id; mark it "
+            f'"special": true in the tokenizer.json, or {instead}'
         )
     model = type(tok.model).__name__
     reached = whole_word_reaches(tok, name, tid, path)
     if reached:
+        if not by:  # named: another name, or another tokenizer
+            instead = (
+                f"name another with {flag}, or use a tokenizer whose {role} is a special token "
+                "outside its vocabulary"
+            )
         raise TokshardError(
-            f"{path}: its {role} {name!r} is an entry of the {model} vocabulary that document text "
-            f"reaches ({reached}), so a literal {name!r} would become the {role} id; name another "
-            f"with {flag}, or use a tokenizer whose {role} is a special token outside its vocabulary"
+            f"{path}: its {role} {name!r}{whence} is an entry of the {model} vocabulary that document text "
+            f"reaches ({reached}), so a literal {name!r} would become the {role} id; {instead}"
         )
     if token is None:
         return f"an entry of the {model} vocabulary no text reaches (no merge makes it, nor a word)"
@@ -618,8 +633,8 @@ def inspect_file(
     chosen, why = choose_dtype(vocab_size, dtype, f"tokenizer {origin}")
     eos_id, eos_name, eos_found = find_eos(tok, eos_token, path)
     bos = find_bos(tok, read_spec(path), bos_config(path, bos_token), bos_token, eos_id, path)
-    if bos.id is not None and bos_token not in (None, AUTO_BOS):  # named by hand: as the EOS is
-        eos_kind(tok, bos.token, bos.id, path, role="BOS")
+    if bos.id is not None:  # named, or the tokenizer's own (auto): checked as the EOS is, before any work
+        framing_kind(tok, bos.id, path, "BOS", bos.found if bos_token == AUTO_BOS else None)
     return TokenizerInfo(
         path=TOKENIZER_FILE,
         sha256=sha256_file(path),

@@ -84,11 +84,6 @@ def prepare(
     src, tok = check_cache.resolve_tokenizer(
         settings.tokenizer, settings.eos_token, settings.dtype, settings.bos_token
     )
-    if tok.bos_unused:
-        log(
-            f"note: tokenizer {settings.tokenizer} starts each text with {tok.bos_unused!r}; documents "
-            "here start with their own text (encode(doc) + [EOS]): pass --bos-token auto to write it"
-        )
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
@@ -147,6 +142,11 @@ def prepare(
                 workers=EarlyWorkers(early, state.warm) if early is not None else None,
             )
             log(decision.log_line())
+            if tok.bos_unused:  # said once the run goes on: a refusal is its one line
+                log(
+                    f"note: tokenizer {settings.tokenizer} starts each text with {tok.bos_unused!r}; documents "
+                    "here start with their own text (encode(doc) + [EOS]): pass --bos-token auto to write it"
+                )
             if todo:
                 log(
                     f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "

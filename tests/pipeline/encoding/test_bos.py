@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from background import Command, Finished, background_job
 from published_vocabs import hub_folder, tokenizer_json
-from support import REPO, cli, english_documents, one_error_line, write_jsonl
+from support import REPO, cli, english_documents, one_error_line, train_tokenizer_json, write_jsonl
 
 from pipeline.encoding.backend import TokenizersEncoder
 from pipeline.encoding.bos import AUTO_BOS, NO_BOS
@@ -314,6 +314,21 @@ def test_by_default_gemma2_writes_the_text_and_eos_only_and_says_so(gemma2_runs,
     assert _stream(m) == [i for e in plain for i in (*e.ids, m.eos_id)]
 
 
+def test_a_refused_encoder_is_said_without_the_note_on_the_tokenizer_s_bos(tmp_path, prose):
+    """The note that a run leaves the tokenizer's BOS out came before the refusal's line."""
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", prose, split=r"\p{L}+| +",
+                               specials=("<|endoftext|>", "<|bos|>"))  # fmt: skip
+    (tok.parent / "tokenizer_config.json").write_text(
+        json.dumps({"add_bos_token": True, "bos_token": "<|bos|>"})
+    )
+    data = write_jsonl(tmp_path / "in.jsonl", prose[:3])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "out"),
+               "--workers", "1", "--encoder", "tiktoken")  # fmt: skip
+    assert proc.returncode == 2
+    assert one_error_line(proc).startswith("tokshard: error: --encoder tiktoken would change the ids: ")
+    assert "note:" not in proc.stderr
+
+
 def test_bos_token_none_says_nothing_of_the_tokenizer_s(gemma2):
     info = inspect_file(gemma2, "gemma2", None, "auto", NO_BOS)
     assert (info.bos_id, info.bos_unused, info.bos_found) == (None, None, "none: --bos-token none")
@@ -387,30 +402,102 @@ def test_a_rerun_whose_tokenizer_config_now_frames_documents_otherwise_is_refuse
     )
 
 
-@pytest.mark.parametrize(
-    ("key", "ids"), [("BOS", [50257]), ("<s>", [7])], ids=["key-not-the-token", "own-id"]
-)
-def test_a_template_s_bos_is_the_id_its_template_writes(tmp_path, gpt2_tokenizer_path, key, ids):
-    """tokenizers writes the ids of the template's entry for its key, whatever the key's name and
-    the vocabulary's id for the token: so does --bos-token auto (it looked up the key)."""
-    from tokenizers import Tokenizer
+def _special(tid: int, content: str) -> dict:
+    return {"id": tid, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}  # fmt: skip
 
-    spec = json.loads(gpt2_tokenizer_path.read_text())
-    spec["added_tokens"].append(
-        {"id": 50257, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-    )  # fmt: skip
+
+def _templated(folder: Path, gpt2: Path, key: str, ids: list[int], token: str = "<s>") -> Path:
+    """GPT-2's file with ``<s>`` (50257) and ``<t>`` (50258) added as special tokens, and a
+    template that starts each text with its entry ``key``: ``ids`` written, named ``token``."""
+    spec = json.loads(gpt2.read_text())
+    spec["added_tokens"] += [_special(50257, "<s>"), _special(50258, "<t>")]
     spec["post_processor"] = {
         "type": "TemplateProcessing",
         "single": [{"SpecialToken": {"id": key, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
         "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {key: {"id": key, "ids": ids, "tokens": ["<s>"]}},
+        "special_tokens": {key: {"id": key, "ids": ids, "tokens": [token]}},
     }
-    path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(spec))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    return folder / "tokenizer.json"
+
+
+def test_a_rerun_with_the_eos_named_whose_config_now_frames_documents_otherwise_is_refused(
+    tmp_path, gpt2_tokenizer_path
+):
+    """--eos-token with --bos-token auto (a recipe for Llama 3 or Gemma names both): the BOS
+    still comes from the tokenizer_config.json, yet the rerun found the kept facts of the old
+    one and said "already complete"."""
+    tok = _templated(tmp_path / "tok", gpt2_tokenizer_path, "<s>", [50257])
+    config = tok.parent / "tokenizer_config.json"
+    config.write_text(json.dumps({"add_bos_token": True, "bos_token": "<s>"}))
+    args = ("--eos-token", "<|endoftext|>", "--bos-token", "auto")
+    assert _prepare(tmp_path, tok, ["some text"], *args).bos_id == 50257
+    config.write_text(json.dumps({"add_bos_token": False}))
+    proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(tok), "--out",
+               str(tmp_path / "out"), "--workers", "1", *args)  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        "holds a run whose tokenizer framed documents otherwise (bos_id: 50257 -> None; "
+        in one_error_line(proc)
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "ids", "written"),
+    [("BOS", [50257], "<s>"), ("<s>", [50258], "<t>")],
+    ids=["key-not-the-token", "own-id"],
+)
+def test_a_template_s_bos_is_the_id_its_template_writes(tmp_path, gpt2_tokenizer_path, key, ids, written):
+    """tokenizers writes the ids of the template's entry for its key, whatever the key's name and
+    the vocabulary's id for the token: so does --bos-token auto (it looked up the key), and the
+    manifest names the token of the id written."""
+    from tokenizers import Tokenizer
+
+    path = _templated(tmp_path, gpt2_tokenizer_path, key, ids)
     info = inspect_file(path, "templated", None, "auto", AUTO_BOS)
-    assert (info.bos_id, info.bos_token) == (ids[0], "<s>")
+    assert (info.bos_id, info.bos_token) == (ids[0], written)
     assert Tokenizer.from_file(str(path)).encode("hello").ids[0] == ids[0]
+
+
+def test_a_template_bos_id_of_an_ordinary_token_is_refused_under_auto(tmp_path, gpt2_tokenizer_path):
+    """GPT-2's id 7 is "(": taken, every document started with the id text "(" encodes to."""
+    path = _templated(tmp_path, gpt2_tokenizer_path, "<s>", [7])
+    with pytest.raises(
+        TokshardError,
+        match=r"its BOS '\(' \(its post-processor's template starts each text with '<s>', written as id 7, "
+        r"its vocabulary's '\('\) is an entry of the BPE vocabulary that document text reaches .*; "
+        r"name another with --bos-token TEXT, or --bos-token none$",
+    ):
+        inspect_file(path, "templated", None, "auto", AUTO_BOS)
+
+
+def test_a_template_bos_id_outside_the_vocabulary_is_refused_before_any_work(tmp_path, gpt2_tokenizer_path):
+    """It went on to a worker's OverflowError traceback (uint16), or a manifest `verify` calls
+    damaged (uint32), with a half-made --out left behind."""
+    path = _templated(tmp_path / "tok", gpt2_tokenizer_path, "<s>", [70000])
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text"])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(path), "--out", str(tmp_path / "out"),
+               "--workers", "1", "--bos-token", "auto")  # fmt: skip
+    assert proc.returncode == 2
+    assert one_error_line(proc) == (
+        f"tokshard: error: {path}: its BOS id 70000 (its post-processor's template starts each text with "
+        "'<s>') is not an id of its vocabulary (ids 0 to 50258); name another with --bos-token TEXT, or "
+        "--bos-token none"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_s_bos_that_document_text_reaches_is_refused_under_auto(tmp_path, gpt2_tokenizer_path):
+    """As it is named with --bos-token: every document started with the word "the"."""
+    path = _alone(tmp_path, gpt2_tokenizer_path, {"bos_token": "the", "add_bos_token": True})
+    with pytest.raises(
+        TokshardError,
+        match=r"its BOS 'the' \(the tokenizer_config\.json beside it sets add_bos_token, with bos_token "
+        r"'the'\) is an entry of the BPE vocabulary that document text reaches \(a merge makes it\)",
+    ):
+        inspect_file(path, "gpt2", None, "auto", AUTO_BOS)
 
 
 def test_a_config_that_sets_add_bos_token_without_naming_it_leaves_the_template_to_name_it(tmp_path, gemma2):

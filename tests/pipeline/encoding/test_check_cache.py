@@ -254,3 +254,51 @@ def test_a_tokenizers_facts_are_kept_and_a_refusal_is_not(cache, gpt2_tokenizer_
     monkeypatch.setattr(tokenizer, "inspect_file", not_again)
     assert check_cache.resolve_tokenizer(str(gpt2_tokenizer_path), None, "auto") == first
     assert first[1].eos_id == 50256 and first[1].dtype == "uint16"
+
+
+def _with_own_bos(gpt2, folder, config: dict | None):
+    """GPT-2's file with ``<s>`` (50257) added as a special token, and ``config`` beside it."""
+    import json
+
+    spec = json.loads(gpt2.read_text())
+    spec["added_tokens"].append(
+        {"id": 50257, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+    )  # fmt: skip
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    if config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder / "tokenizer.json"
+
+
+def test_an_edited_tokenizer_config_is_seen_with_the_eos_named_and_the_bos_auto(
+    cache, gpt2_tokenizer_path, tmp_path
+):
+    """The BOS that --bos-token auto finds comes from the config whatever names the EOS: the
+    facts kept for the old config were found again (and quoted in the manifest)."""
+    import json
+
+    path = _with_own_bos(gpt2_tokenizer_path, tmp_path / "tok", {"add_bos_token": True, "bos_token": "<s>"})
+    resolve = lambda: check_cache.resolve_tokenizer(str(path), "<|endoftext|>", "auto", "auto")[1]  # noqa: E731
+    assert resolve().bos_id == 50257
+    (path.parent / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": False}))
+    assert (resolve().bos_id, resolve().bos_found) == (
+        None,
+        "none: the tokenizer_config.json beside it sets add_bos_token false",
+    )
+
+
+def test_a_folder_in_place_of_the_tokenizer_config_is_refused_only_where_it_decides(
+    cache, gpt2_tokenizer_path, tmp_path
+):
+    """Where no setting reads it (GPT-2's EOS is one of the usual, the BOS left at the default)
+    it is passed over; where --bos-token auto reads it, it is refused, each time afresh."""
+    from pipeline.format.errors import TokshardError
+
+    path = _with_own_bos(gpt2_tokenizer_path, tmp_path / "tok", None)
+    (path.parent / "tokenizer_config.json").mkdir()
+    assert check_cache.resolve_tokenizer(str(path), None, "auto")[1].bos_id is None
+    for _ in range(2):
+        with pytest.raises(TokshardError, match=r"cannot read .*tokenizer_config\.json .*--bos-token TEXT"):
+            check_cache.resolve_tokenizer(str(path), None, "auto", "auto")
