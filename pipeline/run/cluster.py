@@ -20,6 +20,7 @@ import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 from multiprocessing import resource_tracker
 
 from pipeline.format.errors import TokshardError
@@ -257,7 +258,7 @@ def connect(
                 yield client
         return
     cluster, client = (early or EarlyStart(workers, scheduler, threads, memory_limit, dashboard)).take()
-    with connection_faults_unlogged(), cluster or contextlib.nullcontext(), client:
+    with connection_faults_unlogged(), closed_at_exit(cluster), client:
         if cluster is not None:
             shown = (
                 f"dashboard {client.dashboard_link}" if dashboard else "--dashboard serves Dask's dashboard"
@@ -269,6 +270,22 @@ def connect(
             if n == 0:
                 log("no workers are connected yet; tasks wait until `dask worker` processes join")
         yield client
+
+
+@contextlib.contextmanager
+def closed_at_exit(cluster: Any) -> Iterator[None]:
+    """The local workers closed when the block ends. On a loaded machine Dask's close can time
+    out joining a worker process it has already killed (`TimeoutError`, after the run's work is
+    done): that is no failure of the run, which would otherwise end in a traceback without its
+    manifest. The killed process is reaped when this one exits."""
+    if cluster is None:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(TimeoutError):
+            cluster.close()
 
 
 class EarlyStart:

@@ -300,3 +300,24 @@ def test_a_memory_limit_too_small_for_a_worker_is_refused_before_any_starts(tmp_
     assert proc.returncode == 2
     assert said in one_error_line(proc)
     assert not (tmp_path / "o").exists()
+
+
+class _SlowToReap:
+    """Dask's LocalCluster as a loaded machine left it: its close killed a worker process, then
+    timed out joining it (`Nanny.kill`), raising TimeoutError after the run's work was done."""
+
+    closed = False
+
+    def close(self):
+        self.closed = True
+        raise TimeoutError
+
+
+def test_a_close_that_times_out_reaping_a_killed_worker_does_not_fail_the_run():
+    """Under load the suite saw it: every partition written, then a traceback and no manifest."""
+    from pipeline.run.cluster import closed_at_exit
+
+    cluster = _SlowToReap()
+    with closed_at_exit(cluster):
+        pass
+    assert cluster.closed
