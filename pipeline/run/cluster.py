@@ -20,8 +20,8 @@ import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 from multiprocessing import resource_tracker
+from typing import Any
 
 from pipeline.format.errors import TokshardError
 
