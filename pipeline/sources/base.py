@@ -61,15 +61,21 @@ def null_field(field: str) -> str:
     return f"null field {field!r}"
 
 
-def bad_record(where: str, reason: str, kept: str = "work done so far is kept") -> DataError:
+def bad_record(where: str, reason: str, kept: str | None = None) -> DataError:
     """The error that stops a run at a bad record (the default; ``--on-bad-record skip`` counts
-    them instead), with ``kept`` saying what the stop leaves."""
-    fix = (
-        "fix it (or name the right field with --text-field)"
-        if reason.startswith("missing field")
-        else "fix it"
+    them instead), with ``kept`` saying what the stop leaves. None: a prepare's committed work,
+    which a fixed file cannot join (a rerun refuses an input changed since the run planned it),
+    so the fix is a run of its own."""
+    field = " (or name the right field with --text-field)" if reason.startswith("missing field") else ""
+    if kept is None:
+        return DataError(
+            f"{where}: bad record ({reason}); rerun with --on-bad-record skip to pass over it (work done "
+            f"so far is kept), or fix it{field} and rerun with a new --out (a run's inputs stay as it "
+            "planned them)"
+        )
+    return DataError(
+        f"{where}: bad record ({reason}); fix it{field}, or rerun with --on-bad-record skip ({kept})"
     )
-    return DataError(f"{where}: bad record ({reason}); {fix}, or rerun with --on-bad-record skip ({kept})")
 
 
 def check_size(value: Any, what: str, minimum: int) -> int:

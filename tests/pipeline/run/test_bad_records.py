@@ -212,3 +212,20 @@ def test_a_rerun_with_the_right_text_field_after_nothing_was_committed_plans_aga
     assert np.array_equal(stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, GOOD))
     again = cli(*args, "--text-field", "text", cwd=tmp_path)  # now it holds work: kept, refused
     assert again.returncode == 2 and "out holds a run of a different recipe" in again.stderr
+
+
+def test_a_bad_records_line_leads_to_a_rerun_that_works(tmp_path, tokenizer_path):
+    """It said "fix it", and the rerun on the fixed file was refused: the input changed since the
+    run planned it. The fix's rerun is a new --out; skipping keeps the work done."""
+    path = jsonl_with(tmp_path, BAD_LINES["malformed JSON"])
+    argv = ["prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--workers", "1"]
+    proc = cli(*argv, "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith(
+        "in.jsonl:2: bad record (malformed JSON); rerun with --on-bad-record skip to pass over it (work done "
+        "so far is kept), or fix it and rerun with a new --out (a run's inputs stay as it planned them)"
+    )
+    assert cli(*argv, "--out", "out", "--on-bad-record", "skip", cwd=tmp_path).returncode == 0
+    path.write_bytes(b"".join(json.dumps({"text": d}).encode() + b"\n" for d in GOOD))  # fixed
+    fixed = cli(*argv, "--out", "fixed", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
