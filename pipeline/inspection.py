@@ -98,6 +98,9 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
                     "p99": float(np.percentile(lengths, 99)),
                     "max": int(lengths.max()),
                 }
+                # none of its text's tokens, only its framing: the tokenizer dropped every character
+                framing = 0 if m.bos_id is None else 1
+                row["documents_without_text"] = int(np.count_nonzero(lengths == framing))
                 first = m.select(source, split)[0]
                 ids = _first_document(first, m.dtype)
                 if tok is None:
@@ -130,6 +133,12 @@ def render(report: dict[str, Any]) -> str:
                     f"    tokens/doc: min {d['min']}, median {d['median']:g}, mean {d['mean']:g}, "
                     f"p99 {d['p99']:g}, max {d['max']}"
                 )
+                if row["documents_without_text"]:
+                    lines.append(
+                        f"    note: {row['documents_without_text']:,} documents hold none of their text's tokens "
+                        "(the tokenizer dropped every character: one whose vocabulary lacks them, such as a "
+                        "byte-level BPE trained without its byte alphabet)"
+                    )
                 sample = row["sample"].replace("\n", "\\n")
                 lines.append(f"    sample: {sample[:200]!s}")
     if report["edited_after_prepare"]:

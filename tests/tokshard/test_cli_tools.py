@@ -153,3 +153,26 @@ def test_prepare_ends_with_what_the_manifest_it_wrote_holds_and_a_rerun_with_wha
     assert first.stdout.startswith(said + f"{totals['shards']} shard{'' if totals['shards'] == 1 else 's'} (")
     again = cli(*args, check=True)
     assert "already complete" in again.stderr and again.stdout.startswith(said)
+
+
+def test_inspect_counts_documents_whose_text_the_tokenizer_dropped_whole(tmp_path):
+    """A byte-level BPE trained without its byte alphabet has no token for characters it never
+    saw, and `tokenizers` drops them: such documents became their EOS alone, without a word."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["the quick brown fox"] * 20, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False))  # fmt: skip
+    tok.save(str(tmp_path / "tokenizer.json"))
+    data = write_jsonl(tmp_path / "in.jsonl", ["the fox", "你好，世界", "日本語のテキスト", "brown"])
+    out = tmp_path / "out"
+    cli("prepare", "--input", str(data), "--tokenizer", str(tmp_path / "tokenizer.json"), "--out", str(out), "--workers", "1", check=True)  # fmt: skip
+    row = json.loads(cli("inspect", str(out), "--json", check=True).stdout)["sources"]["data"]["splits"][
+        "train"
+    ]
+    assert row["documents_without_text"] == 2
+    assert (
+        "    note: 2 documents hold none of their text's tokens (the tokenizer dropped every character"
+        in (cli("inspect", str(out), check=True).stdout)
+    )
