@@ -82,10 +82,14 @@ def test_plot_replaces_its_own_figure_but_no_other_file(tmp_path):
     foreign = tmp_path / "mine.png"
     Image.new("RGB", (4, 4)).save(foreign)
     kept = foreign.read_bytes()
-    for target, what in ((tmp_path / "metrics.jsonl", metrics), (foreign, kept)):
+    refused = {
+        tmp_path / "metrics.jsonl": (metrics, "metrics.jsonl: the figure is a PNG; name the file with .png"),
+        foreign: (kept, f"{foreign} exists and is not a figure tokshard wrote, so it is kept"),
+    }
+    for target, (what, said) in refused.items():
         proc = cli("plot", str(tmp_path), "--out", str(target))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert f"{target} exists and is not a figure tokshard wrote, so it is kept" in proc.stderr
+        assert said in proc.stderr
         assert target.read_bytes() == what
 
 

@@ -340,7 +340,11 @@ def test_a_changed_bos_token_is_another_run(gemma2_runs, gemma2, tmp_path):
     proc = cli("prepare", "--input", str(gemma2_runs.folder / "in.jsonl"), "--tokenizer", str(gemma2),
                "--out", str(tmp_path / "out"), "--bos-token", "auto")  # fmt: skip
     assert proc.returncode == 2
-    assert "holds a run of a different recipe (bos_token: '<unset>' -> 'auto')" in one_error_line(proc)
+    m, _ = _run(gemma2_runs, "auto")  # what auto writes: the BOS
+    assert (
+        f"holds a run whose tokenizer framed documents otherwise (bos_id: None -> {m.bos_id}; bos_token: None "
+        f"-> {m.data['tokenizer']['bos_token']!r}: the --eos-token/--bos-token given"
+    ) in one_error_line(proc)
 
 
 def _framed(
