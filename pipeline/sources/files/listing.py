@@ -286,10 +286,19 @@ def _url_files(pattern: str) -> list[InputFile]:
             if known_kind(name) is not None or not descends(path):
                 raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
             continue
+        if _folder_marker(name, info):
+            continue
         files.append(_object(fs, name, info))
     if not files:
         _refuse_no_match(fs, path, pattern, bool(matches))
     return files
+
+
+def _folder_marker(name: str, info: dict[str, Any]) -> bool:
+    """Whether a listed object is a folder's marker: an empty object whose key ends in ``/``
+    (``corpus/``, as the S3 console's "Create folder", rclone and Hadoop make), a folder as
+    a local ``**`` glob passes by, not a file to read."""
+    return name.endswith("/") and not info.get("size")
 
 
 def _literal_object(fs: Any, path: str, pattern: str, matches: dict[str, Any]) -> InputFile | None:
