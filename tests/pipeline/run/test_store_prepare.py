@@ -397,3 +397,45 @@ def test_inputs_read_from_s3_give_the_shards_of_the_same_local_files(
     proc = cli("prepare", "--input", f"s3://{bucket}/in/*", "--out", "from-s3", *common, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert f"input s3://{bucket}/in/a.jsonl (train) changed since this run started" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["folder", "store"])
+def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
+    where, s3_server, store_setup, tmp_path, dask_client
+):
+    """tokenizer.json deleted from the output while the run went on: the manifest was written
+    beside no tokenizer (exit 0) and `verify` called the output faulty. It is put back from
+    the run's tokenizer first; `status` says a rerun puts back one deleted after the end."""
+    from pipeline import recipe as recipe_mod
+    from pipeline.run.driver import RunOptions, prepare
+    from pipeline.run.open_state import open_run_state
+    from pipeline.run.status import render, status
+
+    recipe_path, ref = store_setup
+    out = str(tmp_path / "out") if where == "folder" else f"s3://{s3_server.new_bucket()}/run"
+    state = open_run_state(out)
+    finished_checkpoints = state.finished_checkpoints
+
+    def deleted_first(plan):  # just before the driver writes the manifest
+        state.place.delete("tokenizer.json")
+        return finished_checkpoints(plan)
+
+    state.finished_checkpoints = deleted_first
+    said: list[str] = []
+    prepare(recipe_mod.load(recipe_path), state, RunOptions(client=dask_client), log=said.append)
+    assert any("tokenizer.json was deleted while the run went on; putting" in line for line in said), said
+    assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
+    assert cli("verify", out, cwd=tmp_path, check=True).stdout.startswith("OK: ")
+
+    state.place.delete("tokenizer.json")  # after the end: status says what a rerun does
+    found = status(out)
+    assert not found["complete"] and found["tokenizer"] == "missing"
+    assert (
+        "a rerun would: put back tokenizer.json (missing here) from the run's tokenizer; nothing else"
+        in render(found)
+    )
+    prepare(
+        recipe_mod.load(recipe_path), open_run_state(out), RunOptions(client=dask_client), log=said.append
+    )
+    assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
+    assert status(out)["complete"]
