@@ -190,7 +190,8 @@ def scratch_pids() -> set[int]:
     import tempfile
 
     root = Path(tempfile.gettempdir()) / "tokshard-scratch"
-    return {int(p.name.split("-", 1)[0]) for p in root.glob("*-*") if p.name.split("-", 1)[0].isdigit()}
+    pids = (p.name.split("-", 1)[0].split(".", 1)[0] for p in root.glob("*-*"))  # PID.NAMESPACE-
+    return {int(pid) for pid in pids if pid.isdigit()}
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_identical_bytes(s3_server, store_setup):
