@@ -95,6 +95,28 @@ def test_a_store_that_ignores_conditional_writes_is_named_and_the_run_is_exact(
     assert_same_as_local(s3_server, bucket, "run", ref)
 
 
+@pytest.mark.parametrize("status", [501, 400])
+def test_a_store_that_refuses_conditional_writes_is_named_in_one_line(
+    s3_server, store_setup, tmp_path, status
+):
+    """Some S3 APIs answer If-None-Match with 501 NotImplemented (or a 400 saying a header
+    "implies functionality that is not implemented"): the line quoted s3fs's
+    "OSError: [Errno 38] ..." and said nothing of what to do."""
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    with faulty_store(s3_server.endpoint, every=0, reject_conditions=status) as endpoint:
+        done = cli("prepare", str(recipe), "--out", url, cwd=tmp_path, env={"AWS_ENDPOINT_URL": endpoint})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        f"tokshard: error: {url}/.tokshard/lease.json: this store does not support conditional writes "
+        "(S3's If-None-Match: *), which the lease"
+    ), lines[0]
+    assert "prepare into a local or shared folder" in lines[0] and "Errno" not in lines[0]
+    assert not [k for k in s3_server.objects(bucket) if k.endswith("manifest.json")]
+
+
 def test_a_store_whose_listings_lag_its_writes_finishes_the_run_exactly(s3_server, store_setup, tmp_path):
     """Eventually consistent stores and caching gateways list an object only a while after it
     is written: here a minute, longer than the whole run. The run still finishes (before, it
