@@ -4,11 +4,11 @@ tests' S3 server that answers every Nth request itself with a fault instead of p
 Faults, taken in turn: ``slow-down`` (503 SlowDown, S3's throttling), ``internal`` (500
 InternalError) and ``drop`` (the connection closed with no answer); ``silence`` (no answer at
 all, the connection kept open, as a stopped server or a proxy that swallows requests) is asked
-for by name. It can also play four ways a
+for by name. It can also play five ways a
 store's answers differ from the tests' server on this machine: conditional writes ignored,
 listings that lag behind writes (as eventually consistent stores and caching gateways give
 them), listings whose ETags lack the quotes the same object's HEAD gives it (NetApp ONTAP),
-and a network's round trip before each answer. Run as a script (its
+a network's round trip before each answer, and conditional writes refused (501). Run as a script (its
 own process, so the proxy never shares the test's event loop); `faulty_store` starts one.
 """
 
@@ -58,6 +58,7 @@ def faulty_store(
     list_lag: float = 0.0,
     latency: float = 0.0,
     bare_listed_tags: bool = False,
+    reject_conditions: int = 0,
 ) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
     cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
@@ -66,7 +67,9 @@ def faulty_store(
     listings leave out every object written in the last ``list_lag`` seconds (reading one by
     its name still finds it). With ``latency`` each answer waits that many seconds first, as a
     store across a network's round trip does (S3 from EC2: tens of milliseconds). With
-    ``bare_listed_tags`` its listings give each ETag without its quotes."""
+    ``bare_listed_tags`` its listings give each ETag without its quotes. With
+    ``reject_conditions`` (an HTTP status: 501, or 400) it is a store that has no conditional
+    writes and says so: each write with a condition is answered with that status."""
     from support import free_port, serving
 
     port = free_port()
@@ -75,6 +78,7 @@ def faulty_store(
     argv += ["--list-lag", str(list_lag)] if list_lag else []
     argv += ["--latency", str(latency)] if latency else []
     argv += ["--bare-listed-tags"] if bare_listed_tags else []
+    argv += ["--reject-conditions", str(reject_conditions)] if reject_conditions else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -111,6 +115,7 @@ def serve(
     list_lag: float,
     latency: float,
     bare_listed_tags: bool,
+    reject_conditions: int = 0,
 ) -> None:
     from aiohttp import ClientSession, web
 
@@ -137,6 +142,15 @@ def serve(
             await asyncio.sleep(latency)
         if every and n % every == 0:
             return await fault(request, faults[(n // every - 1) % len(faults)])
+        if (
+            reject_conditions
+            and request.method == "PUT"
+            and CONDITIONS & {k.lower() for k in request.headers}
+        ):
+            code = "NotImplemented" if reject_conditions == 501 else "InvalidArgument"
+            message = "A header you provided implies functionality that is not implemented"
+            body = _ERROR_XML.format(code=code, message=message).encode()
+            return web.Response(status=reject_conditions, body=body, content_type="application/xml")
         not_passed = _NOT_PASSED_ON | (CONDITIONS if ignore_conditions else set())
         headers = {k: v for k, v in request.headers.items() if k.lower() not in not_passed}
         async with (
@@ -173,6 +187,7 @@ if __name__ == "__main__":
     parser.add_argument("--list-lag", type=float, default=0.0)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--bare-listed-tags", action="store_true")
+    parser.add_argument("--reject-conditions", type=int, default=0)
     a = parser.parse_args()
     serve(
         a.upstream,
@@ -183,4 +198,5 @@ if __name__ == "__main__":
         a.list_lag,
         a.latency,
         a.bare_listed_tags,
+        a.reject_conditions,
     )

@@ -159,6 +159,7 @@ def prepare(
             if early is not None:
                 early.discard()
         finished = state.finished_checkpoints(plan)
+        state.restore_tokenizer(src, tok, log)  # deleted or replaced while the run went on
         doc = manifest_doc(recipe, plan, finished, decision)
         path = state.write_manifest(doc)
         log(f"wrote {path}")

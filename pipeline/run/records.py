@@ -188,12 +188,17 @@ class Holder:
     run: str | None = None
     tokens_per_s: float | None = None
     eta_s: float | None = None
+    #: the holder's PID namespace (`pid_namespace`): its ``pid`` means that process only to a
+    #: process in the same one (two containers on one host name each have their own pids);
+    #: None in a record of an older version, or from a host without /proc
+    pid_ns: int | None = None
 
     @classmethod
     def of_this_process(cls, run_id: str | None) -> Holder:
         now = time.time()
         return cls(
             pid=os.getpid(),
+            pid_ns=pid_namespace(),
             host=socket.gethostname(),
             since=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)),
             started=now,
@@ -241,6 +246,16 @@ class Holder:
             return None
         age = time.time() - float(self.time)
         return age if signed else max(0.0, age)
+
+
+def pid_namespace() -> int | None:
+    """This process's PID namespace, as the inode of /proc/self/ns/pid (Linux; None where there
+    is none to read): what tells apart two processes of one host name with their own pids (a
+    container on the host's network, a Kubernetes pod with hostNetwork)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def holder_text(holder: Holder | None) -> str:

@@ -19,6 +19,7 @@ and what differs (locks, scratch, progress records) is each implementation's own
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from pipeline.encoding.spec import EncoderSpec
 from pipeline.encoding.tokenizer import TOKENIZER_FILE, TokenizerInfo
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import json_bytes
+from pipeline.format.errors import TokshardError
 from pipeline.run.records import Checkpoint, Holder, Plan
 from pipeline.sources.base import Partition
 from pipeline.storage.ownership import PREPARE_STATE
@@ -157,6 +159,35 @@ class RunState(ABC):
     @abstractmethod
     def install_tokenizer(self, src: Path, tok: TokenizerInfo) -> Path:
         """Put the run's tokenizer.json beside the manifest; returns a local copy's path."""
+
+    def tokenizer_problem(self, sha256: str, hashes: bool = True) -> str | None:
+        """What is wrong with the run's tokenizer.json beside the manifest: "missing", or (with
+        ``hashes``, which reads it whole) "changed" from the plan's ``sha256``; None if nothing."""
+        if not hashes:
+            return None if self.place.exists(TOKENIZER_FILE) else "missing"
+        data = self.place.read_bytes(TOKENIZER_FILE)
+        if data is None:
+            return "missing"
+        return "changed" if hashlib.sha256(data).hexdigest() != sha256 else None
+
+    def restore_tokenizer(self, src: Path, tok: TokenizerInfo, log: Log) -> None:
+        """Before the manifest is written: the run's tokenizer.json there, with the content the
+        plan records (deleted or replaced while the run went on, it is put back from ``src``,
+        the tokenizer the run was given), so that no manifest is published beside a tokenizer
+        `verify` would call missing or wrong."""
+        where = self.place.where(TOKENIZER_FILE)
+        problem = self.tokenizer_problem(tok.sha256)
+        if problem is None:
+            return
+        happened = "was deleted" if problem == "missing" else "was replaced by another file"
+        log(f"{where} {happened} while the run went on; putting the run's tokenizer back")
+        self.install_tokenizer(src, tok)
+        problem = self.tokenizer_problem(tok.sha256)
+        if problem is not None:
+            raise TokshardError(
+                f"{where} is {problem} again right after it was put back, so no manifest was written; "
+                "stop whatever else writes to the output, then rerun"
+            )
 
     def remove_tokenizer(self) -> None:
         """Take back the tokenizer put beside the manifest for a run that could not be planned

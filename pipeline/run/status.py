@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from pipeline.encoding import tokenizer
+from pipeline.encoding.tokenizer import TOKENIZER_FILE
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
@@ -50,6 +51,9 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
     # not finished: one that runs checked them when it started, and a finished run's rerun looks
     # at each shard's size alone); a damaged partition is redone whole
     problems = state.kept_problems(plan, checkpoints, hashes=holder is None and not has_manifest)
+    lost_tokenizer = state.tokenizer_problem(
+        plan.tokenizer["sha256"], hashes=holder is None and not has_manifest
+    )
     now = time.time()
     damaged: list[str] = []
     rows: dict[str, dict[str, Any]] = {}
@@ -102,10 +106,11 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
         "tokens_per_s": rate,
         "eta_s": eta,
         "progress": total["input_done"] / max(total["input"], 1),
-        "complete": unfinished == 0 and has_manifest,
+        "complete": unfinished == 0 and has_manifest and lost_tokenizer is None,
         "damaged": damaged,
+        "tokenizer": lost_tokenizer,
         "rerun": _refused_for_inputs(plan)
-        or _rerun(rows, running, has_manifest, damaged, state.resumes_partials),
+        or _rerun(rows, running, has_manifest, damaged, state.resumes_partials, lost_tokenizer),
     }
 
 
@@ -146,15 +151,24 @@ def _rerun(
     has_manifest: bool,
     damaged: list[str],
     resumes_partials: bool = True,
+    lost_tokenizer: str | None = None,
 ) -> str:
     partial = sum(r["partial"] for r in rows.values())
     pending = sum(r["pending"] for r in rows.values()) - len(damaged)
+    restore = (
+        f"put back {TOKENIZER_FILE} ({lost_tokenizer} here) from the run's tokenizer"
+        if lost_tokenizer is not None
+        else None
+    )
     if partial == pending == len(damaged) == 0:
-        what = (
-            "nothing: the run is complete and its manifest is written"
-            if has_manifest
-            else "write the manifest (all partitions are done)"
-        )
+        if has_manifest:
+            what = (
+                f"{restore}; nothing else: the run is complete and its manifest is written"
+                if restore
+                else "nothing: the run is complete and its manifest is written"
+            )
+        else:
+            what = (f"{restore}, then " if restore else "") + "write the manifest (all partitions are done)"
     else:
         steps = []
         if damaged:
@@ -167,6 +181,8 @@ def _rerun(
             steps.append(f"redo {partial} partitions that were being written (a store keeps whole ones)")
         if pending:
             steps.append(f"start {pending} pending partitions")
+        if restore:
+            steps.append(restore)
         what = ", ".join(steps) + ", then write the manifest"
     if holder:
         return f"be refused while {holder} holds the lock; after that run: {what}"

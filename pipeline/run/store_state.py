@@ -16,11 +16,12 @@ One `prepare` per URL: the driver holds a *lease* object, created only where non
 conditions has), rewritten every `LEASE_RENEW` seconds while it is still this run's, and deleted
 at the end. A second `prepare` is refused while the lease is fresh. A lease whose holder is dead
 is taken over by first creating a *claim* named after that lease's version (only one contender
-can create it, so two reruns cannot both take it), then rewriting the lease. On the same host
-the holder's pid says whether it runs. From another host its record's time cannot be
-trusted alone (the two clocks may differ by minutes), so a lease that looks stale, or written
-in the future, is watched on this host's own monotonic clock for `LEASE_WATCH` seconds: a
-renewal meanwhile means it runs; no change, that it is dead.
+can create it, so two reruns cannot both take it), then rewriting the lease. On the same host,
+in the same PID namespace, the holder's pid says whether it runs. From another host (or another
+container of the same host name, with its own pids) its record's time cannot be trusted alone
+(the two clocks may differ by minutes), so a lease that looks stale, or written in the future,
+is watched on this host's own monotonic clock for `LEASE_WATCH` seconds: a renewal meanwhile
+means it runs; no change, that it is dead.
 
 State written by another process (a worker, an earlier run) is read past every cache: the
 store is opened without fsspec's listing cache (`pipeline.storage.object_store`).
@@ -47,7 +48,7 @@ from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.shard_writer import ShardRecord, shard_files
-from pipeline.run.records import Checkpoint, Holder, Plan
+from pipeline.run.records import Checkpoint, Holder, Plan, pid_namespace
 from pipeline.run.run_state import OWN_MARKER, STATE_DIR, HeldRun, Log, RunState, checkpoint_rel
 from pipeline.run.worker_task import PartitionTask, Superseded, run_partition, warm_up
 from pipeline.sources.base import Partition
@@ -138,11 +139,15 @@ def _new_scratch() -> Path:
     """A private local folder for one attempt; folders of dead processes are removed first."""
     root = _scratch_root()
     root.mkdir(parents=True, exist_ok=True)
+    ns = pid_namespace()
     for old in root.glob("*-*"):
-        pid = old.name.split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        pid, _, its_ns = old.name.split("-", 1)[0].partition(".")
+        # a folder of another PID namespace (a container sharing this /tmp) is not this one's to
+        # judge: its pid is none of ours (an older version's folder says no namespace)
+        if pid.isdigit() and its_ns in ("", str(ns)) and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+    owner = f"{os.getpid()}" if ns is None else f"{os.getpid()}.{ns}"  # PID.NAMESPACE-
+    return Path(tempfile.mkdtemp(prefix=f"{owner}-", dir=root))
 
 
 def _alive(pid: int) -> bool:
@@ -185,9 +190,17 @@ def lease_is_dead(holder: Holder | None) -> bool:
 
 
 def _on_this_host(holder: Holder) -> bool:
-    """A holder whose pid this host can look up (a record may hold anything)."""
+    """A holder whose pid this process can look up (a record may hold anything): on this host,
+    and in this PID namespace (another container of the same host name has its own pids: a
+    live holder there is no pid here). A record that does not say its namespace (an older
+    version's) is judged as another host's, by its age."""
     pid = holder.pid
-    return holder.host == socket.gethostname() and type(pid) is int and 0 < pid < 2**31
+    return (
+        holder.host == socket.gethostname()
+        and type(pid) is int
+        and 0 < pid < 2**31
+        and holder.pid_ns == pid_namespace()
+    )
 
 
 def _fresh_by_its_clock(holder: Holder) -> bool:

@@ -43,6 +43,13 @@ def location_problem(text: str) -> str | None:
     Caught where a path or URL enters (argparse types, recipe paths, `open_place`): a URL
     typed with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names
     no bucket, and a ``file://`` URL is a local path in disguise."""
+    if text != text.strip() and _looks_like_url(text.strip()):
+        also = location_problem(text.strip())
+        return (
+            f"{text!r} has whitespace around a URL, which would make it a local folder (before it) "
+            "or object keys ending in a space (after it); "
+            + (f"without it: {also}" if also else f"write {text.strip()}")
+        )
     last_link = text.rsplit("::", 1)[-1]
     if _CHAINED.match(text) and _URL.match(last_link):
         return (
@@ -56,17 +63,70 @@ def location_problem(text: str) -> str | None:
             return f"{text} is a file:// URL; give the local path itself ({rest or '/'})"
         if not rest.strip("/"):
             return f"{text} names no bucket or location; write {scheme}://BUCKET/PATH"
-        if scheme in BUCKET_PROTOCOLS and ("//" in rest.rstrip("/") or rest.startswith("/")):
-            fixed = re.sub("/+", "/", rest).strip("/")
-            return (
-                f"{text} has an empty part between slashes, which a store keeps in its object keys "
-                f"(other tools would not find them); write {scheme}://{fixed}"
-            )
+        if scheme in BUCKET_PROTOCOLS:
+            return _store_url_problem(text, scheme, rest)
         return None
     m = _MISTYPED.match(text)
     if m and m.group(1).lower() in KNOWN_PROTOCOLS:
         return f"{text} looks like a URL with a slash missing; write {m.group(1).lower()}://{text[m.end() :].lstrip('/')}"
     return None
+
+
+def _looks_like_url(text: str) -> bool:
+    """A URL, or one with a slash missing (`location_problem`'s ``s3:/b``)."""
+    m = _MISTYPED.match(text)
+    return bool(_URL.match(text)) or bool(m and m.group(1).lower() in KNOWN_PROTOCOLS)
+
+
+#: what S3's client takes as a bucket name (botocore's own check, which says only "Parameter
+#: validation failed" of any other); an access point's ARN is taken as it is
+_BUCKET_NAME = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+
+
+def _store_url_problem(text: str, scheme: str, rest: str) -> str | None:
+    """What a bucket store's URL (``s3://BUCKET/KEY...``) cannot mean as written: a bucket name
+    no store takes (a port or a user in it: those are the endpoint's), or a key with parts a
+    store keeps literally where a path would be resolved (``//``, ``.``, ``..``)."""
+    bucket = rest.split("/", 1)[0]
+    if bucket and not bucket.startswith("arn:") and not _BUCKET_NAME.match(bucket):
+        s3 = scheme in ("s3", "s3a", "r2")
+        endpoint = (
+            "in AWS_ENDPOINT_URL (e.g. AWS_ENDPOINT_URL=http://HOST:PORT)" if s3 else "in its configuration"
+        )
+        if "@" in bucket:
+            return (
+                f"{text}: {bucket!r} is not a valid bucket name: a user or key is not part of a store URL, "
+                f"nor a host; credentials go {'in AWS_ACCESS_KEY_ID/AWS_PROFILE' if s3 else 'in the store configuration'}, "
+                f"the endpoint {endpoint} (docs/STORAGE.md); write {scheme}://BUCKET/PATH"
+            )
+        if re.search(r":\d*$", bucket):
+            return (
+                f"{text}: {bucket!r} is not a valid bucket name: a port is the endpoint's, not the "
+                f"URL's; the endpoint goes {endpoint}; write {scheme}://BUCKET/PATH"
+            )
+        return (
+            f"{text}: {bucket!r} is not a valid bucket name (only letters, digits, '.', '-' and '_'); "
+            "check the URL"
+        )
+    parts = rest.rstrip("/").split("/")
+    if "" not in parts and "." not in parts and ".." not in parts:
+        return None
+    kept: list[str] = []
+    for part in parts:
+        if part == "..":
+            if len(kept) < 2:  # the bucket itself, or nothing, is all there is above
+                return (
+                    f"{text} has a '..' part that climbs above the bucket; a store keeps '..' "
+                    "literally in its object keys: write the URL without it"
+                )
+            kept.pop()
+        elif part not in ("", "."):
+            kept.append(part)
+    what = "an empty part between slashes" if "" in parts else "a '.' or '..' part"
+    return (
+        f"{text} has {what}, which a store keeps literally in its object keys (other tools "
+        f"would not find them); write {scheme}://{'/'.join(kept)}"
+    )
 
 
 def normalized(text: str) -> str:

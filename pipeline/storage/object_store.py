@@ -13,6 +13,7 @@ Stdlib only at import; fsspec is imported on first use, so the trainer can impor
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -143,6 +144,14 @@ class ObjectStore(Place):
             except OSError as exc:
                 if _precondition_failed(exc):
                     return False
+                if _conditions_unsupported(exc):
+                    raise TokshardError(
+                        f"{self.where(rel)}: this store does not support conditional writes (S3's "
+                        "If-None-Match: *), which the lease that keeps a second `tokshard prepare` off "
+                        "this output needs; use a store that has them (AWS S3 does since 2024; MinIO "
+                        "and Ceph in recent versions), or prepare into a local or shared folder and copy "
+                        "it to the store"
+                    ) from exc
                 raise
             return True
 
@@ -236,6 +245,18 @@ def _precondition_failed(exc: BaseException) -> bool:
     """S3 answered 412 (or 409 for a racing conditional write): the condition did not hold."""
     text = f"{exc} {exc.__cause__ or ''}"
     return any(k in text for k in ("PreconditionFailed", "pre-conditions", "ConditionalRequestConflict"))
+
+
+def _conditions_unsupported(exc: BaseException) -> bool:
+    """The store refused a conditional write as a feature it lacks (501 NotImplemented, or a 400
+    saying a header "implies functionality that is not implemented"), which s3fs passes on as
+    ``OSError [Errno 38]`` with the store's message alone."""
+    text = f"{exc} {exc.__cause__ or ''}"
+    return (
+        getattr(exc, "errno", None) == errno.ENOSYS
+        or "NotImplemented" in text
+        or "not implemented" in text.lower()
+    )
 
 
 def _missing_protocol(url: str, exc: BaseException) -> TokshardError:

@@ -300,6 +300,10 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a file:// URL", f"file://{root}/x"),
             ("a store inside one process", "memory://x"),
             ("a chained URL", "simplecache::s3://bucket/x"),
+            ("a URL after a space", " s3://bucket/x"),  # it was a local folder named ' s3:'
+            ("a URL before a space", "s3://bucket/x "),
+            ("a '..' part in a store URL", "s3://bucket/a/../x"),
+            ("a port in a bucket", "s3://bucket:9000/x"),
         ]
     metavar = str(action.metavar or "")
     if metavar == "SIZE":

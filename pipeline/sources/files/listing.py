@@ -15,7 +15,7 @@ import json
 import os
 import stat
 from pathlib import PurePath
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
@@ -274,29 +274,49 @@ def _url_files(pattern: str) -> list[InputFile]:
             if info.get("type") == "directory":
                 raise TokshardError(_directory_given(pattern))
             return [_object(fs, path, info)]
+        fs.invalidate_cache(path)  # and every folder above it
         fs.invalidate_cache(_static_prefix(path))
         matches = fs.glob(path, detail=True)
+        literal = _literal_object(fs, path, pattern, matches)
+        if literal is not None:  # as a local path that exists: the key itself, not a pattern
+            return [literal]
     files = []
     for name, info in matches.items():
         if info.get("type") == "directory":
             if known_kind(name) is not None or not descends(path):
                 raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
             continue
+        if _folder_marker(name, info):
+            continue
         files.append(_object(fs, name, info))
     if not files:
-        return [_literal_object(fs, path, pattern, bool(matches))]
+        _refuse_no_match(fs, path, pattern, bool(matches))
     return files
 
 
-def _literal_object(fs: Any, path: str, pattern: str, matched_folders: bool) -> InputFile:
-    """The object whose key is the pattern itself (``[2024] part.jsonl``: brackets in a key, as a
-    local path that exists is taken as it is); else why nothing matches, the bucket named where
-    it is the bucket that is missing."""
+def _folder_marker(name: str, info: dict[str, Any]) -> bool:
+    """Whether a listed object is a folder's marker: an empty object whose key ends in ``/``
+    (``corpus/``, as the S3 console's "Create folder", rclone and Hadoop make), a folder as
+    a local ``**`` glob passes by, not a file to read."""
+    return name.endswith("/") and not info.get("size")
+
+
+def _literal_object(fs: Any, path: str, pattern: str, matches: dict[str, Any]) -> InputFile | None:
+    """The object whose key is the pattern itself (``[2024] part.jsonl``: brackets in a key), taken
+    instead of what the pattern matches as a glob, as a local path that exists is taken as it is
+    (else ``in/[2024] part.jsonl`` would read ``in/2 part.jsonl``); None where there is none.
+    Where the glob listed the key's folder (wildcards in the last part only) the answer is in
+    that listing, at no request."""
+    with store_errors(pattern), contextlib.suppress(FileNotFoundError):
+        info = matches[path] if path in matches else fs.info(path)
+        if info.get("type") != "directory":
+            return _object(fs, path, info)
+    return None
+
+
+def _refuse_no_match(fs: Any, path: str, pattern: str, matched_folders: bool) -> NoReturn:
+    """Why nothing matches a pattern, the bucket named where it is the bucket that is missing."""
     with store_errors(pattern):
-        with contextlib.suppress(FileNotFoundError):
-            info = fs.info(path)
-            if info.get("type") != "directory":
-                return _object(fs, path, info)
         bucket = path.split("/", 1)[0]
         if protocol(pattern) in BUCKET_PROTOCOLS and not fs.exists(bucket):
             raise TokshardError(f"the bucket of {pattern} does not exist; check the URL")

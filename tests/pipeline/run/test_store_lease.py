@@ -7,6 +7,7 @@ server that keeps GCS's preconditions, tests/gcs_preconditions.py)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -15,7 +16,8 @@ import pytest
 from support import gcs_emulator
 
 from pipeline.format.errors import TokshardError
-from pipeline.run.store_state import LEASE_FILE, LEASE_WATCH, lease
+from pipeline.run.records import Holder, pid_namespace
+from pipeline.run.store_state import LEASE_FILE, LEASE_WATCH, lease, lease_is_dead
 from pipeline.storage.object_store import ObjectStore
 
 
@@ -110,17 +112,36 @@ def test_a_lease_deleted_while_watched_is_created_anew(store):
     assert not [m for m in said if "took over" in m], said
 
 
-def _dead_here() -> bytes:
-    """The lease a killed `prepare` on this host left: its pid is gone, its time is now."""
-    return json.dumps(
-        {
-            "pid": 2**22 + 12335,
-            "host": socket.gethostname(),
-            "since": "then",
-            "time": time.time(),
-            "run": "dead",
-        }
-    ).encode()
+def _dead_here(**record) -> bytes:
+    """The lease a killed `prepare` on this host (and in this PID namespace) left: its pid is
+    gone, its time is now; ``record``: what differs (None: left out)."""
+    fields = {
+        "pid": 2**22 + 12335,
+        "pid_ns": pid_namespace(),
+        "host": socket.gethostname(),
+        "since": "then",
+        "time": time.time(),
+        "run": "dead",
+        **record,
+    }
+    return json.dumps({k: v for k, v in fields.items() if v is not None}).encode()
+
+
+@pytest.mark.skipif(pid_namespace() is None, reason="no /proc/self/ns/pid to tell PID namespaces apart")
+@pytest.mark.parametrize("namespace", ["another", "unsaid"])
+def test_a_fresh_lease_of_this_host_name_whose_pid_is_in_another_namespace_is_not_taken(store, namespace):
+    """A second prepare in another container of the same host name (docker --network host,
+    a Kubernetes pod with hostNetwork) found no such pid and took a lease renewed just now
+    over: a pid is looked up only in the namespace it was recorded in; a record that does
+    not say its namespace (an older version's) is judged by its age, as another host's."""
+    record = _dead_here(pid_ns=pid_namespace() + 1 if namespace == "another" else None)
+    assert store.create(LEASE_FILE, record)
+    assert not lease_is_dead(Holder.parse(record))  # status: running
+    refused = pytest.raises(TokshardError, match=r"another `tokshard prepare` \(pid 4206639 on ")
+    with refused, lease(store, "second", lambda m: None):
+        pass
+    assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "dead"
+    assert lease_is_dead(Holder.parse(_dead_here()))  # in this namespace the pid says it is gone
 
 
 @BOTH_STORES
@@ -178,3 +199,19 @@ def test_the_lease_asks_the_store_for_no_condition_but_create_only(store):
         events.unregister("before-call", record)
     assert len(sent) >= 4  # the claim, the lease, the probe, a renewal
     assert not [h for h in sent if "If-Match" in h], sent
+
+
+@pytest.mark.skipif(pid_namespace() is None, reason="no /proc/self/ns/pid to tell PID namespaces apart")
+def test_a_scratch_folder_of_another_pid_namespace_is_not_cleaned_as_a_dead_process(tmp_path, monkeypatch):
+    """Scratch folders are named PID.NAMESPACE-: one of a container sharing this /tmp holds a
+    pid that is none of ours, and is left alone; a dead pid of this namespace's (or an older
+    version's folder, which says none) is cleaned."""
+    from pipeline.run import store_state
+
+    monkeypatch.setattr(store_state, "_scratch_root", lambda: tmp_path)
+    dead, ns = 2**22 + 12335, pid_namespace()
+    for name in (f"{dead}.{ns + 1}-other", f"{dead}.{ns}-mine", f"{dead}-older"):
+        (tmp_path / name).mkdir()
+    made = store_state._new_scratch()
+    assert made.name.startswith(f"{os.getpid()}.{ns}-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{dead}.{ns + 1}-other", made.name])

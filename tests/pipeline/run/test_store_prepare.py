@@ -95,6 +95,28 @@ def test_a_store_that_ignores_conditional_writes_is_named_and_the_run_is_exact(
     assert_same_as_local(s3_server, bucket, "run", ref)
 
 
+@pytest.mark.parametrize("status", [501, 400])
+def test_a_store_that_refuses_conditional_writes_is_named_in_one_line(
+    s3_server, store_setup, tmp_path, status
+):
+    """Some S3 APIs answer If-None-Match with 501 NotImplemented (or a 400 saying a header
+    "implies functionality that is not implemented"): the line quoted s3fs's
+    "OSError: [Errno 38] ..." and said nothing of what to do."""
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    with faulty_store(s3_server.endpoint, every=0, reject_conditions=status) as endpoint:
+        done = cli("prepare", str(recipe), "--out", url, cwd=tmp_path, env={"AWS_ENDPOINT_URL": endpoint})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        f"tokshard: error: {url}/.tokshard/lease.json: this store does not support conditional writes "
+        "(S3's If-None-Match: *), which the lease"
+    ), lines[0]
+    assert "prepare into a local or shared folder" in lines[0] and "Errno" not in lines[0]
+    assert not [k for k in s3_server.objects(bucket) if k.endswith("manifest.json")]
+
+
 def test_a_store_whose_listings_lag_its_writes_finishes_the_run_exactly(s3_server, store_setup, tmp_path):
     """Eventually consistent stores and caching gateways list an object only a while after it
     is written: here a minute, longer than the whole run. The run still finishes (before, it
@@ -190,7 +212,8 @@ def scratch_pids() -> set[int]:
     import tempfile
 
     root = Path(tempfile.gettempdir()) / "tokshard-scratch"
-    return {int(p.name.split("-", 1)[0]) for p in root.glob("*-*") if p.name.split("-", 1)[0].isdigit()}
+    pids = (p.name.split("-", 1)[0].split(".", 1)[0] for p in root.glob("*-*"))  # PID.NAMESPACE-
+    return {int(pid) for pid in pids if pid.isdigit()}
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_identical_bytes(s3_server, store_setup):
@@ -397,3 +420,45 @@ def test_inputs_read_from_s3_give_the_shards_of_the_same_local_files(
     proc = cli("prepare", "--input", f"s3://{bucket}/in/*", "--out", "from-s3", *common, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert f"input s3://{bucket}/in/a.jsonl (train) changed since this run started" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["folder", "store"])
+def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
+    where, s3_server, store_setup, tmp_path, dask_client
+):
+    """tokenizer.json deleted from the output while the run went on: the manifest was written
+    beside no tokenizer (exit 0) and `verify` called the output faulty. It is put back from
+    the run's tokenizer first; `status` says a rerun puts back one deleted after the end."""
+    from pipeline import recipe as recipe_mod
+    from pipeline.run.driver import RunOptions, prepare
+    from pipeline.run.open_state import open_run_state
+    from pipeline.run.status import render, status
+
+    recipe_path, ref = store_setup
+    out = str(tmp_path / "out") if where == "folder" else f"s3://{s3_server.new_bucket()}/run"
+    state = open_run_state(out)
+    finished_checkpoints = state.finished_checkpoints
+
+    def deleted_first(plan):  # just before the driver writes the manifest
+        state.place.delete("tokenizer.json")
+        return finished_checkpoints(plan)
+
+    state.finished_checkpoints = deleted_first
+    said: list[str] = []
+    prepare(recipe_mod.load(recipe_path), state, RunOptions(client=dask_client), log=said.append)
+    assert any("tokenizer.json was deleted while the run went on; putting" in line for line in said), said
+    assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
+    assert cli("verify", out, cwd=tmp_path, check=True).stdout.startswith("OK: ")
+
+    state.place.delete("tokenizer.json")  # after the end: status says what a rerun does
+    found = status(out)
+    assert not found["complete"] and found["tokenizer"] == "missing"
+    assert (
+        "a rerun would: put back tokenizer.json (missing here) from the run's tokenizer; nothing else"
+        in render(found)
+    )
+    prepare(
+        recipe_mod.load(recipe_path), open_run_state(out), RunOptions(client=dask_client), log=said.append
+    )
+    assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
+    assert status(out)["complete"]

@@ -187,14 +187,33 @@ def test_a_folder_of_objects_matched_by_a_star_glob_is_named(s3_server, docs):
 
 
 def test_an_object_whose_key_holds_brackets_is_read_by_its_key(s3_server, docs):
-    """``[2024] part.jsonl``: as a glob it matches nothing; a local path that exists is taken as
-    it is, and so is such an object (only ``[[]2024]`` named it)."""
+    """``[2024] part.jsonl``: a local path that exists is taken as it is, and so is such an
+    object (only ``[[]2024]`` named it), even where the glob matches another key (it read
+    ``2 part.jsonl`` instead); a glob whose key is no object is still a glob."""
     bucket = s3_server.new_bucket()
-    s3_server.client().put_object(
-        Bucket=bucket, Key="odd/[2024] part.jsonl", Body=json.dumps({"text": docs[0]}).encode() + b"\n"
-    )
+    for key in ("odd/[2024] part.jsonl", "odd/2 part.jsonl"):
+        s3_server.client().put_object(
+            Bucket=bucket, Key=key, Body=json.dumps({"text": docs[0]}).encode() + b"\n"
+        )
     found = [f.path for f in list_files([f"s3://{bucket}/odd/[2024] part.jsonl"], ".")]
     assert found == [f"s3://{bucket}/odd/[2024] part.jsonl"]
+    found = [f.path for f in list_files([f"s3://{bucket}/odd/[12] part.jsonl"], ".")]
+    assert found == [f"s3://{bucket}/odd/2 part.jsonl"]
+
+
+def test_a_folder_marker_object_is_passed_by_as_a_local_folder_is(s3_server, docs):
+    """An empty object whose key ends in ``/`` (the S3 console's "Create folder", rclone, Hadoop):
+    ``corpus/**`` refused it as a file of unsupported type; ``**`` passes a local folder by."""
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    for key in ("corpus/", "corpus/sub/", "empty/"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"")
+    for key in ("corpus/a.jsonl", "corpus/sub/b.jsonl"):
+        s3.put_object(Bucket=bucket, Key=key, Body=json.dumps({"text": docs[0]}).encode() + b"\n")
+    found = [f.path for f in list_files([f"s3://{bucket}/corpus/**"], ".")]
+    assert found == [f"s3://{bucket}/corpus/a.jsonl", f"s3://{bucket}/corpus/sub/b.jsonl"]
+    with pytest.raises(TokshardError, match="matches only directories"):
+        list_files([f"s3://{bucket}/empty/**"], ".")
 
 
 def test_a_glob_in_a_bucket_that_does_not_exist_names_the_bucket(s3_server):

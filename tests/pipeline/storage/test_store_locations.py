@@ -64,3 +64,69 @@ def test_a_store_url_with_an_empty_part_is_refused_with_the_fix(text, fixed):
     store's console, ``aws s3 ls s3://b/run/`` and every other tool found nothing there."""
     with pytest.raises(TokshardError, match=f"has an empty part between slashes.*; write {fixed}$"):
         checked_location(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "fixed"),
+    [
+        ("s3://b/a/../run", "s3://b/run"),
+        ("s3://b/./u", "s3://b/u"),
+        ("gs://b/a/b/../../c/.", "gs://b/c"),
+        ("s3://b/x/./..//y", "s3://b/y"),
+    ],
+)
+def test_a_store_url_with_dot_parts_is_refused_with_the_fix(text, fixed):
+    """s3fs kept ``s3://b/a/../run`` as the keys ``a/../run/...``: no path is resolved in a
+    store, so the run was where no other tool looks."""
+    with pytest.raises(TokshardError, match=rf"has (a '\.' or '\.\.' part|an empty part).*; write {fixed}$"):
+        checked_location(text)
+    with pytest.raises(TokshardError, match=r"climbs above the bucket"):
+        checked_location("s3://b/../other/run")
+
+
+@pytest.mark.parametrize(
+    "text", [" s3://b/run", "s3://b/run ", "\ts3://b/run\n", " s3:/b/run", " gs://b/x/*.jsonl"]
+)
+def test_a_url_with_whitespace_around_it_is_refused_with_the_fix(text):
+    """`` s3://b/run`` (a space pasted with it) made a local folder named `` s3:``; a space
+    after it made keys under ``run /``."""
+    problem = location_problem(text)
+    assert problem and problem.startswith(f"{text!r} has whitespace around a URL")
+    fixed = text.strip().replace("s3:/b", "s3://b").replace("s3:///b", "s3://b")
+    assert problem.endswith(f"write {fixed}"), problem
+
+
+def test_a_local_path_with_spaces_around_it_is_a_path():
+    assert location_problem(" my notes.jsonl") is None and location_problem("data /x ") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            "s3://bkt:443/run",
+            "'bkt:443' is not a valid bucket name: a port is the endpoint's, not the URL's; the endpoint goes in AWS_ENDPOINT_URL",
+        ),
+        (
+            "s3://user@bkt/run",
+            "'user@bkt' is not a valid bucket name: a user or key is not part of a store URL",
+        ),
+        ("s3://my_bucket!/run", "'my_bucket!' is not a valid bucket name (only letters, digits"),
+    ],
+)
+def test_a_bucket_name_no_store_takes_is_refused_naming_it(text, says):
+    """botocore said only "ParamValidationError: Parameter validation failed:" of these."""
+    assert says in (location_problem(text) or "")
+    assert "AWS_ENDPOINT_URL" in (location_problem(text) or "") or "!" in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "s3://My_Old.Bucket/run",
+        "s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/k",
+        "s3://b/[2024] part.jsonl",
+    ],
+)
+def test_bucket_names_the_client_takes_pass(text):
+    assert location_problem(text) is None
