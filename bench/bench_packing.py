@@ -235,7 +235,7 @@ def train_run(manifest: Path, run_dir: Path, packing: str, doc_mask: bool, args:
         "wall_s": time.perf_counter() - t0,
         "eval_loss_first": evals[0]["eval_loss"],
         "eval_loss_last": evals[-1]["eval_loss"],
-        "train_loss_last": float(np.mean([t["loss"] for t in train[-3:]])),
+        "train_loss_last": float(np.mean([t["loss"] for t in train if t["loss"] is not None][-3:])),
         "tokens_per_s_median": float(np.median([t["tokens_per_s"] for t in train[1:]])),
     }
 

@@ -23,6 +23,11 @@ training line (every ``--log-every`` steps, and the last step)
 evaluation line (at step 0 of a fresh run, every ``--eval-every`` steps, and the last step)
     ``step``, ``eval_loss`` (mean over the split's evaluation windows), ``eval_ppl``
     (``exp(eval_loss)``), ``split``, ``sources`` (loss per source)
+
+A value that is not a finite number (a diverged step's NaN, in fp16 a step its loss scaler
+skips; an infinite evaluation loss) is written as ``null`` and named in the line's
+``not_finite`` list: JSON has no NaN or Infinity, and strict readers (jq, most languages'
+parsers) refuse a file that holds them.
 """
 
 from __future__ import annotations
@@ -106,6 +111,23 @@ def _keep(line: bytes, step: int) -> bool:
     return not isinstance(at, int) or at <= step
 
 
+def finite(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as strict JSON holds it: each value that is not a finite number (at the top
+    level, or per source) null, and their keys listed in ``not_finite``."""
+    named: list[str] = []
+
+    def kept(key: str, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            named.append(key)
+            return None
+        if isinstance(value, dict):
+            return {k: kept(f"{key}.{k}", v) for k, v in value.items()}
+        return value
+
+    out = {key: kept(key, value) for key, value in record.items()}
+    return {**out, "not_finite": named} if named else out
+
+
 class MetricsLog:
     def __init__(self, run_dir: Path, enabled: bool, total_steps: int, out: TextIO | None = None) -> None:
         self.enabled = enabled
@@ -118,7 +140,7 @@ class MetricsLog:
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
             try:
-                self._file.write(json.dumps(record) + "\n")
+                self._file.write(json.dumps(finite(record), allow_nan=False) + "\n")
                 self._file.flush()
             except OSError as exc:  # a full disk mid-run: one line, the checkpoints are kept
                 raise disk_error(exc, self.path) from exc

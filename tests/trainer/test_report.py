@@ -146,3 +146,26 @@ def test_a_step_that_scored_no_target_is_a_null_loss_a_gap_and_no_first_or_last(
     n = write_report(other)
     assert (n["steps"], n["first_loss"], n["unreadable_lines"]) == (1, None, 0)
     assert "train loss" not in describe(n)
+
+
+def test_a_value_that_is_not_finite_is_written_as_null_and_named(tmp_path):
+    """A diverged step's NaN and an infinite evaluation loss were written as NaN and Infinity,
+    which JSON does not have: strict readers (jq, json.loads with parse_constant refusing them)
+    refused the whole file."""
+    import json
+    import math
+
+    log = MetricsLog(tmp_path, enabled=True, total_steps=2, out=io.StringIO())
+    log.train(step=1, loss=math.nan, lr=1e-3, tokens_per_s=1.0, samples=8, data_wait_frac=0.0, elapsed_s=1.0)
+    log.eval(step=1, loss=math.inf, split="validation", sources={"w": math.inf, "v": 2.0})
+    log.close()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    train, evaluation = [
+        json.loads(line, parse_constant=refuse) for line in (tmp_path / "metrics.jsonl").open()
+    ]
+    assert train["loss"] is None and train["not_finite"] == ["loss"]
+    assert evaluation["eval_loss"] is None and evaluation["sources"] == {"w": None, "v": 2.0}
+    assert evaluation["not_finite"] == ["eval_loss", "sources.w"]
