@@ -83,6 +83,7 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
         "totals": m.data["totals"],
         # counts a hand edit changed are shown as they are, but not as the run's own
         "edited_after_prepare": not m.checksum_ok(),
+        "encoder": m.data.get("encoder"),
         "sources": {},
     }
     for source, info in m.data["sources"].items():
@@ -120,6 +121,13 @@ def render(report: dict[str, Any]) -> str:
         f"{report['manifest']}: {t['tokens']:,} tokens, {t['documents']:,} documents, "
         f"{t['shards']} shard{'' if t['shards'] == 1 else 's'} ({report['dtype']})"
     ]
+    encoder = report.get("encoder")
+    if isinstance(encoder, dict):  # a manifest of an older tokshard may have none
+        line = f"  encoder: {encoder.get('library')} {encoder.get('version')} ({encoder.get('reason')})"
+        routed = encoder.get("routed")
+        if isinstance(routed, dict):
+            line += f"; {routed.get('documents', 0):,} documents sent to {routed.get('to')}: {routed.get('class')}"
+        lines.append(line)
     for source, info in report["sources"].items():
         for split, row in info["splits"].items():
             skipped = sum(row["skipped"].values())

@@ -85,6 +85,9 @@ def test_inspect_reports_counts_length_stats_and_a_decoded_sample(prepared, docs
     assert docs[0][:30].replace("\n", "\\n") in proc.stdout
     report = json.loads(cli("inspect", str(prepared), "--json", check=True).stdout)
     assert report["sources"]["docs"]["splits"]["train"]["documents"] == 40
+    encoder = manifest.load(prepared).data["encoder"]  # which back end wrote it, and why
+    assert report["encoder"] == encoder
+    assert f"  encoder: {encoder['library']} {encoder['version']} ({encoder['reason']})" in proc.stdout
 
 
 def test_inspect_of_a_hand_edited_manifest_says_its_counts_are_the_edit_s(prepared):
