@@ -131,6 +131,32 @@ def test_a_link_that_leads_to_no_file_is_named(folder, tokenizer_path, docs, lin
     assert str(folder / "data" / link) in one_error_line(proc)
 
 
+def test_symbolic_link_loops_under_a_double_star_glob_are_gone_into_once(folder, docs, monkeypatch):
+    """Two links back up a corpus folder (``self1 -> .``, ``self2 -> .``) and one back from a
+    subfolder: glob followed every path through them to the system's limit of 40 links, 2 ** 40
+    of them, and planning never ended. Each real folder is listed once; each file is read once,
+    and a link to itself is still named."""
+    write_jsonl(folder / "data" / "2024" / "jan.jsonl", docs[6:8])
+    (folder / "data" / "self1").symlink_to(".")
+    (folder / "data" / "self2").symlink_to(".")
+    (folder / "data" / "2024" / "up").symlink_to("..")
+    listings = 0
+    scandir = os.scandir
+
+    def counted(path="."):
+        nonlocal listings
+        listings += 1
+        assert listings < 200, "the glob lists the same folders again and again"
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    found = [f.path for f in list_files([str(folder / "data" / "**" / "*.jsonl")], ".")]
+    assert found == [os.path.realpath(folder / "data" / n) for n in ("2024/jan.jsonl", "a.jsonl", "b.jsonl")]
+    (folder / "data" / "c.jsonl").symlink_to("c.jsonl")
+    with pytest.raises(DataError, match=r"c\.jsonl: its symbolic links loop"):
+        list_files([str(folder / "data" / "**" / "*.jsonl")], ".")
+
+
 def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokenizer_path, docs):
     """Spark writes ``part.parquet/`` folders: ``*.parquet`` matches the folder, whose files
     would otherwise be left out silently."""
