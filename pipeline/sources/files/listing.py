@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
-from pipeline.sources.files.formats import COMPRESSIONS, known_kind
+from pipeline.sources.files.formats import COMPRESSIONS, kind_of, known_kind
 from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
 from pipeline.storage.locations import BUCKET_PROTOCOLS, checked_location, is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
@@ -161,7 +161,8 @@ class _LocalGlob:
         costs an `os.access` only for a file its mode does not make readable to all."""
         try:
             st = os.lstat(match)
-            if stat.S_ISLNK(st.st_mode):
+            linked = stat.S_ISLNK(st.st_mode)
+            if linked:
                 real = os.path.realpath(match)
                 st = os.stat(match)
             else:
@@ -181,7 +182,13 @@ class _LocalGlob:
         if stat.S_ISREG(st.st_mode):
             if not st.st_mode & stat.S_IROTH and not os.access(match, os.R_OK):
                 raise unreadable(os.path.abspath(match), PermissionError(errno.EACCES, "Permission denied"))
-            return InputFile(real, st.st_size, st.st_mtime_ns, None, known_kind(real))
+            # a link's file is read as the link's own name says, as any file is by the name it
+            # is given (a hub cache's snapshots/REV/train.jsonl -> ../../blobs/<hash>); its
+            # resolved path is what names it from here on (one file however it is reached)
+            kind = known_kind(match)
+            if kind is None and linked:
+                kind_of(os.path.abspath(match))  # refused by the name given, not its target's
+            return InputFile(real, st.st_size, st.st_mtime_ns, None, kind)
         if stat.S_ISDIR(st.st_mode):
             if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
                 raise DataError(_directory_matched(os.path.abspath(match), self.pattern))

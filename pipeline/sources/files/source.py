@@ -220,7 +220,7 @@ def iter_texts(
     them (a listed file's size is its listing's; a path's is asked for). A bad record stops it
     as it stops `prepare`, unless ``skipped`` is given: then each is counted there by its reason."""
     pieces = [
-        Piece(f.path, kind_of(f.path), f.size)
+        Piece(f.path, f.kind or kind_of(f.path), f.size)
         if isinstance(f, InputFile)
         else Piece(f, kind_of(f), file_size(f))
         for f in files

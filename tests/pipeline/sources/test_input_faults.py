@@ -157,6 +157,38 @@ def test_symbolic_link_loops_under_a_double_star_glob_are_gone_into_once(folder,
         list_files([str(folder / "data" / "**" / "*.jsonl")], ".")
 
 
+def test_a_link_is_read_as_its_own_name_says_not_as_its_target_s(tmp_path, docs, tokenizer_path):
+    """A Hugging Face hub cache names its files by links (``snapshots/REV/data/train-00000.jsonl
+    -> ../../../blobs/<hash>``, a target without an ending): each is read as the link's name
+    says, as any file is read by the name it is given, by `prepare` and by tokenizer training;
+    ``train.jsonl -> export.txt`` is JSON Lines, not one .txt document of raw JSON; and a link
+    whose own name says no input is refused by that name, whatever its target's."""
+    big = docs * (1 + SMALL_FILE // len("".join(docs)))  # its ends are checked as planned
+    write_jsonl(tmp_path / "hub" / "blobs" / "4f1c9e7a0b", big)
+    snapshot = tmp_path / "hub" / "snapshots" / "rev1" / "data"
+    snapshot.mkdir(parents=True)
+    (snapshot / "train-00000.jsonl").symlink_to("../../../blobs/4f1c9e7a0b")
+    write_jsonl(tmp_path / "lk" / "export.txt", docs[:2])
+    (tmp_path / "lk" / "train.jsonl").symlink_to("export.txt")
+    globs = ["hub/snapshots/rev1/data/*.jsonl", "lk/train.jsonl"]
+    proc = prepare_cli(tmp_path, *globs, tokenizer=tokenizer_path)
+    assert proc.returncode == 0, proc.stderr
+    expected = big + docs[:2]
+    assert np.array_equal(
+        stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, expected)
+    )
+    assert list(iter_texts(list_files(globs, str(tmp_path)))) == expected
+    (tmp_path / "lk" / "saved.txt").write_text("<!DOCTYPE html>\n<html><body>a page</body></html>\n")
+    (tmp_path / "lk" / "page.jsonl").symlink_to("saved.txt")  # its first bytes checked as JSON Lines'
+    with pytest.raises(DataError, match="saved.txt is an HTML page, not JSON Lines"):
+        list(iter_texts(list_files(["lk/page.jsonl"], str(tmp_path))))
+    (tmp_path / "lk" / "notes.csv").symlink_to("export.txt")
+    with pytest.raises(
+        TokshardError, match=f"^{re.escape(str(tmp_path / 'lk' / 'notes.csv'))}: unsupported file type"
+    ):
+        list_files(["lk/*"], str(tmp_path))
+
+
 def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokenizer_path, docs):
     """Spark writes ``part.parquet/`` folders: ``*.parquet`` matches the folder, whose files
     would otherwise be left out silently."""
