@@ -179,8 +179,8 @@ def test_a_link_is_read_as_its_own_name_says_not_as_its_target_s(tmp_path, docs,
     )
     assert list(iter_texts(list_files(globs, str(tmp_path)))) == expected
     (tmp_path / "lk" / "saved.txt").write_text("<!DOCTYPE html>\n<html><body>a page</body></html>\n")
-    (tmp_path / "lk" / "page.jsonl").symlink_to("saved.txt")  # its first bytes checked as JSON Lines'
-    with pytest.raises(DataError, match="saved.txt is an HTML page, not JSON Lines"):
+    (tmp_path / "lk" / "page.jsonl").symlink_to("saved.txt")  # its first bytes checked as JSON Lines
+    with pytest.raises(DataError, match=r"saved\.txt is an HTML page, not JSON Lines"):
         list(iter_texts(list_files(["lk/page.jsonl"], str(tmp_path))))
     (tmp_path / "lk" / "notes.csv").symlink_to("export.txt")
     with pytest.raises(
