@@ -242,6 +242,10 @@ class Source(ABC):
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:  # noqa: B027
         """Raise if a planned partition's input changed since (default: nothing to check)."""
 
+    def check_read(self) -> None:  # noqa: B027
+        """Raise if an input the last `read` has read from so far changed while it was read,
+        before a commit makes what was read durable (default: nothing to check)."""
+
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:

@@ -25,7 +25,7 @@ from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile, list_files, refuse_non_utf8
 from pipeline.sources.files.pieces import FileTable, Piece, partition_key, partition_spec, pieces_of
 from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
-from pipeline.sources.files.readers import read_partition
+from pipeline.sources.files.readers import PartitionRead, read_partition
 from pipeline.sources.files.readers.base import open_piece
 from pipeline.sources.files.readers.long_json import TextPieces
 from pipeline.sources.files.readers.txt import TextStream
@@ -52,6 +52,7 @@ class FilesSource(Source):
         super().__init__(name, config)
         self._listed: dict[str, list[InputFile]] = {}
         self._fingerprints: dict[str, list[dict[str, Any]]] = {}
+        self._reading: PartitionRead | None = None
 
     @classmethod
     def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -198,7 +199,13 @@ class FilesSource(Source):
         return auto_partition_bytes(total) if configured == "auto" else configured
 
     def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
-        yield from read_partition(partition.spec, partition.size, cursor, self.config["text_field"])
+        self._reading = PartitionRead(partition.spec, partition.size, cursor, self.config["text_field"])
+        return iter(self._reading)
+
+    def check_read(self) -> None:
+        """The file the last `read` took its last document from is still as planned (one stat)."""
+        if self._reading is not None:
+            self._reading.check()
 
 
 def _listed_fingerprint(path: str, listed: dict[str, InputFile]) -> dict[str, Any]:

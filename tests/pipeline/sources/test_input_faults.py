@@ -636,6 +636,57 @@ def test_a_small_file_changed_after_planning_is_refused_by_its_reader(tmp_path, 
         list(source.read(part, None))
 
 
+def test_a_file_written_to_while_it_is_read_stops_the_run_before_its_new_text_is_committed(
+    tmp_path, docs, tokenizer_path, monkeypatch
+):
+    """A 2 MB .jsonl rewritten in place while its partition is read (same size, a new time):
+    the task stops at its next commit naming the file, so no checkpoint holds text of the new
+    version and no manifest is written; a rerun refuses the file as it is now, and once the file
+    is restored (bytes and time) resumes from the last commit to the planned version's shards."""
+    from distributed import Client, LocalCluster
+
+    from pipeline.run import worker_task
+
+    texts = docs * 3  # several encoder items, a commit after each
+    path = write_jsonl(tmp_path / "in" / "big.jsonl", texts)
+    planned, st = path.read_bytes(), path.stat()
+    saved: list[int] = []
+    save = worker_task.save_checkpoint
+
+    def edit_after_the_first_commit(out, part, ckpt):
+        save(out, part, ckpt)
+        saved.append(ckpt.progress)
+        if len(saved) == 1:  # the reader is inside the file: old text before its place, new after
+            path.write_bytes(planned.replace(b"the", b"THE"))
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+    monkeypatch.setattr(worker_task, "save_checkpoint", edit_after_the_first_commit)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "commit_seconds": 0.001,
+        "sources": {"d": {"type": "files", "paths": [str(path)], "partition_bytes": 1 << 30}},
+    }
+    out = tmp_path / "out"
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c,
+        Client(c) as client,
+    ):
+        says = rf"input {re.escape(str(path))} changed since this run started \(written to while it was read"
+        with pytest.raises(DataError, match=says):
+            run_prepare(recipe, out, client)
+        assert len(saved) == 1 and 0 < saved[0] < len(planned), saved
+        assert not (out / "manifest.json").exists()
+        monkeypatch.undo()
+        with pytest.raises(DataError, match=r"big\.jsonl \(train\) changed since this run started"):
+            run_prepare(recipe, out, client)
+        path.write_bytes(planned)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        logged: list[str] = []
+        run_prepare(recipe, out, client, log=logged.append)
+    assert any("1 to resume" in line for line in logged), logged
+    assert np.array_equal(stream_of(out / "manifest.json"), plain_encode(tokenizer_path, texts))
+
+
 # --- a clone made without git-lfs -----------------------------------------------------------------
 
 #: a Git LFS pointer as `git lfs` writes one (its spec's example), and as a Windows checkout
