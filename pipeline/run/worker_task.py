@@ -45,7 +45,7 @@ from pipeline.run.folder_layout import (
 )
 from pipeline.run.records import Checkpoint
 from pipeline.sources import build_source
-from pipeline.sources.base import Partition, bad_record
+from pipeline.sources.base import Partition, Source, bad_record
 
 #: characters per encoded item (batch, or group of long-document pieces) per encoder thread
 ITEM_CHARS = 1 << 18
@@ -150,6 +150,7 @@ class PartitionRun:
     ) -> None:
         self.task, self.out, self.part, self.ckpt = task, out, part, ckpt
         self.on_commit = on_commit
+        self.source: Source | None = None
         self.started = time.monotonic()
         # from the start of the attempt: loading the encoder and reopening shards count too
         self.clock = CommitClock(task.commit_seconds)
@@ -194,7 +195,7 @@ class PartitionRun:
 
     def run(self) -> Checkpoint:
         task, ckpt = self.task, self.ckpt
-        source = build_source(self.part.source, task.source_config)
+        source = self.source = build_source(self.part.source, task.source_config)
         resume = ckpt.long
         clock = self.clock
         try:
@@ -253,7 +254,11 @@ class PartitionRun:
         ckpt.cursor, ckpt.progress = item.cursor, item.progress
 
     def commit(self) -> None:
-        """Shards durable, then the checkpoint that lists them, then final names for sealed ones."""
+        """Shards durable, then the checkpoint that lists them, then final names for sealed ones;
+        first, the input read so far is still the one planned (nothing of a file edited while it
+        was read is committed)."""
+        if self.source is not None:
+            self.source.check_read()
         ckpt = self.ckpt
         began = time.monotonic()
         open_shard = self.shards.commit()

@@ -255,6 +255,10 @@ class Source(ABC):
         this source cannot tell so (default)."""
         return None
 
+    def check_read(self) -> None:  # noqa: B027
+        """Raise if an input the last `read` has read from so far changed while it was read,
+        before a commit makes what was read durable (default: nothing to check)."""
+
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:

@@ -102,7 +102,7 @@ def fingerprint(f: InputFile, check: bool = True) -> dict[str, Any]:
         return listed_fingerprint(f)
     ends = read_ends(f.path, 0, f.size, FILE_SAMPLE)
     if check:
-        check_ends(f.path, kind_of(f.path), ends.head, ends.tail)
+        check_ends(f.path, f.kind or kind_of(f.path), ends.head, ends.tail)
     if is_url(f.path):  # a store that gives no version tag
         return {"path": f.path, "size": f.size, "sample": ends.sample}
     return {"path": f.path, "size": f.size, "mtime": f.mtime, "sample": ends.sample}

@@ -122,7 +122,7 @@ def check_ends(path: str, kind: str, head: bytes, tail: bytes) -> None:
     check_compression(path, kind, head)
     if kind in COMPRESSED:
         head = _decompressed_head(head, kind)
-    check_text_head(path, head)
+    check_text_head(path, head, kind)
 
 
 def compression_of(head: bytes) -> str | None:
@@ -162,9 +162,10 @@ def check_compression(path: str, kind: str, raw_head: bytes) -> None:
         )
 
 
-def check_text_head(path: str, head: bytes) -> None:
+def check_text_head(path: str, head: bytes, kind: str | None = None) -> None:
     """The first bytes of a text input (a .txt file, or the first line of JSON Lines): UTF-8,
-    and for a .json file JSON Lines rather than one JSON array."""
+    and for a .json file JSON Lines rather than one JSON array (``kind``: what it is read as,
+    where that is not what its path's name says: a link's own name says it)."""
     for bom, encoding in FOREIGN_BOMS if head.startswith(_FOREIGN_BOM_STARTS) else ():
         if head.startswith(bom):
             raise DataError(
@@ -178,7 +179,7 @@ def check_text_head(path: str, head: bytes) -> None:
         )
     if is_json_name(path):
         check_not_json_array(path, head)
-    if known_kind(path) != ".txt":
+    if (kind or known_kind(path)) != ".txt":
         check_not_pretty_printed(path, head)
         check_not_html(path, head)
 

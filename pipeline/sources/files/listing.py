@@ -14,12 +14,13 @@ import glob
 import json
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import PurePath
 from typing import Any, NamedTuple, NoReturn
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
-from pipeline.sources.files.formats import COMPRESSIONS, known_kind
+from pipeline.sources.files.formats import COMPRESSIONS, kind_of, known_kind
 from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
 from pipeline.storage.locations import BUCKET_PROTOCOLS, checked_location, is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
@@ -134,7 +135,7 @@ class _LocalGlob:
         entry."""
         folder, last = os.path.split(self.path)
         if glob.has_magic(folder) or "**" in last:
-            return glob.glob(self.glob, recursive=True)
+            return local_glob(self.glob)
         try:
             names = os.listdir(folder or ".")
         except OSError:
@@ -160,7 +161,8 @@ class _LocalGlob:
         costs an `os.access` only for a file its mode does not make readable to all."""
         try:
             st = os.lstat(match)
-            if stat.S_ISLNK(st.st_mode):
+            linked = stat.S_ISLNK(st.st_mode)
+            if linked:
                 real = os.path.realpath(match)
                 st = os.stat(match)
             else:
@@ -180,7 +182,13 @@ class _LocalGlob:
         if stat.S_ISREG(st.st_mode):
             if not st.st_mode & stat.S_IROTH and not os.access(match, os.R_OK):
                 raise unreadable(os.path.abspath(match), PermissionError(errno.EACCES, "Permission denied"))
-            return InputFile(real, st.st_size, st.st_mtime_ns, None, known_kind(real))
+            # a link's file is read as the link's own name says, as any file is by the name it
+            # is given (a hub cache's snapshots/REV/train.jsonl -> ../../blobs/<hash>); its
+            # resolved path is what names it from here on (one file however it is reached)
+            kind = known_kind(match)
+            if kind is None and linked:
+                kind_of(os.path.abspath(match))  # refused by the name given, not its target's
+            return InputFile(real, st.st_size, st.st_mtime_ns, None, kind)
         if stat.S_ISDIR(st.st_mode):
             if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
                 raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
@@ -201,9 +209,7 @@ class _LocalGlob:
         """The folders the glob lists: where its folder part leads, and the folders a ``**``
         in its last part matched (glob skips a folder it cannot list without a word)."""
         parent, last = os.path.split(self.glob)
-        folders = (
-            glob.glob(os.path.join(parent, ""), recursive=True) if glob.has_magic(parent) else [parent or "."]
-        )
+        folders = local_glob(os.path.join(parent, "")) if glob.has_magic(parent) else [parent or "."]
         if "**" in last:
             folders += [m for m in matches if os.path.isdir(m)]
         return folders
@@ -215,6 +221,102 @@ class _LocalGlob:
                     f"cannot list folder {os.path.abspath(folder)} that {self.pattern!r} reaches "
                     "into: permission denied; make it readable (chmod), or narrow the glob"
                 )
+
+
+def local_glob(pattern: str) -> list[str]:
+    """``glob.glob(pattern, recursive=True)``: the same paths in the same order, except that a
+    ``**`` goes into each real folder once. glob follows a symbolic link to a folder every time
+    it meets one, so a link back up the tree (``self -> .``) is listed again through each path
+    to it until the system's limit of 40 links, and two such links make that exponentially many
+    paths (planning never ends). Here such a link is still matched as a name, and its folder's
+    own entries through it, but what lies below it is listed once, through the first path to it
+    (the same files, so the listing's resolved paths are those glob's give)."""
+    found = _glob_paths(pattern, False)
+    if pattern[:2] == "**":  # as glob: the empty match of a leading ``**`` is not a path
+        first = next(found, None)
+        return [first, *found] if first else list(found)
+    return list(found)
+
+
+def _glob_paths(pattern: str, dironly: bool) -> Iterator[str]:
+    """`glob._iglob` (str, no root_dir or dir_fd, recursive, hidden names left out), with
+    `_below` for ``**``."""
+    folder, name = os.path.split(pattern)
+    if not glob.has_magic(pattern):
+        if os.path.lexists(pattern) if name else os.path.isdir(folder):
+            yield pattern
+        return
+    if not folder:
+        yield from _below(folder, dironly) if name == "**" else _matching(folder, name, dironly)
+        return
+    folders = _glob_paths(folder, True) if folder != pattern and glob.has_magic(folder) else [folder]
+    for folder in folders:
+        if name == "**":
+            names: Iterable[str] = _below(folder, dironly)
+        elif glob.has_magic(name):
+            names = _matching(folder, name, dironly)
+        elif os.path.lexists(os.path.join(folder, name)) if name else os.path.isdir(folder):
+            names = [name]
+        else:
+            names = []
+        for found in names:
+            yield os.path.join(folder, found)
+
+
+def _entries(folder: str, dironly: bool) -> list[tuple[str, bool]]:
+    """A folder's entries (only its folders, with ``dironly``), each with whether it is a folder
+    (a link to one included); none where it cannot be listed, as glob has it."""
+    found = []
+    try:
+        with os.scandir(folder or os.curdir) as entries:
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir or not dironly:
+                    found.append((entry.name, is_dir))
+    except OSError:
+        return []
+    return found
+
+
+def _matching(folder: str, pattern: str, dironly: bool) -> list[str]:
+    """`glob._glob1`: the names in ``folder`` that match ``pattern``."""
+    names = [name for name, _ in _entries(folder, dironly)]
+    if not pattern.startswith("."):
+        names = [n for n in names if not n.startswith(".")]
+    return fnmatch.filter(names, pattern)
+
+
+def _below(folder: str, dironly: bool) -> Iterator[str]:
+    """`glob._glob2`: "" and every path below ``folder``, relative to it, depth first in listing
+    order, each real folder (by device and inode) gone into once."""
+    yield ""
+    try:
+        st = os.stat(folder or os.curdir)
+    except OSError:
+        return
+    yield from _walk(folder, dironly, {(st.st_dev, st.st_ino)})
+
+
+def _walk(folder: str, dironly: bool, visited: set[tuple[int, int]]) -> Iterator[str]:
+    for name, is_dir in _entries(folder, dironly):
+        if name.startswith("."):
+            continue
+        yield name
+        if not is_dir:
+            continue
+        path = os.path.join(folder, name) if folder else name
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in visited:
+            continue
+        visited.add((st.st_dev, st.st_ino))
+        for below in _walk(path, dironly, visited):
+            yield os.path.join(name, below)
 
 
 def refuse_non_utf8(files: list[InputFile]) -> None:

@@ -25,7 +25,7 @@ from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile, list_files, refuse_non_utf8
 from pipeline.sources.files.pieces import FileTable, Piece, partition_key, partition_spec, pieces_of
 from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
-from pipeline.sources.files.readers import read_partition
+from pipeline.sources.files.readers import PartitionRead, read_partition
 from pipeline.sources.files.readers.base import open_piece
 from pipeline.sources.files.readers.jsonl import line_number
 from pipeline.sources.files.readers.long_json import TextPieces
@@ -53,6 +53,7 @@ class FilesSource(Source):
         super().__init__(name, config)
         self._listed: dict[str, list[InputFile]] = {}
         self._fingerprints: dict[str, list[dict[str, Any]]] = {}
+        self._reading: PartitionRead | None = None
 
     @classmethod
     def normalize(cls, name: str, raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -211,7 +212,13 @@ class FilesSource(Source):
         return auto_partition_bytes(total) if configured == "auto" else configured
 
     def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
-        yield from read_partition(partition.spec, partition.size, cursor, self.config["text_field"])
+        self._reading = PartitionRead(partition.spec, partition.size, cursor, self.config["text_field"])
+        return iter(self._reading)
+
+    def check_read(self) -> None:
+        """The file the last `read` took its last document from is still as planned (one stat)."""
+        if self._reading is not None:
+            self._reading.check()
 
 
 def _listed_fingerprint(path: str, listed: dict[str, InputFile]) -> dict[str, Any]:
@@ -241,7 +248,7 @@ def iter_documents(
     path's is asked for). A bad record stops it as it stops `prepare`, unless ``skipped`` is
     given: then each is counted there by its reason."""
     pieces = [
-        Piece(f.path, kind_of(f.path), f.size)
+        Piece(f.path, f.kind or kind_of(f.path), f.size)
         if isinstance(f, InputFile)
         else Piece(f, kind_of(f), file_size(f))
         for f in files

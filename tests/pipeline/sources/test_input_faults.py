@@ -131,6 +131,64 @@ def test_a_link_that_leads_to_no_file_is_named(folder, tokenizer_path, docs, lin
     assert str(folder / "data" / link) in one_error_line(proc)
 
 
+def test_symbolic_link_loops_under_a_double_star_glob_are_gone_into_once(folder, docs, monkeypatch):
+    """Two links back up a corpus folder (``self1 -> .``, ``self2 -> .``) and one back from a
+    subfolder: glob followed every path through them to the system's limit of 40 links, 2 ** 40
+    of them, and planning never ended. Each real folder is listed once; each file is read once,
+    and a link to itself is still named."""
+    write_jsonl(folder / "data" / "2024" / "jan.jsonl", docs[6:8])
+    (folder / "data" / "self1").symlink_to(".")
+    (folder / "data" / "self2").symlink_to(".")
+    (folder / "data" / "2024" / "up").symlink_to("..")
+    listings = 0
+    scandir = os.scandir
+
+    def counted(path="."):
+        nonlocal listings
+        listings += 1
+        assert listings < 200, "the glob lists the same folders again and again"
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    found = [f.path for f in list_files([str(folder / "data" / "**" / "*.jsonl")], ".")]
+    assert found == [os.path.realpath(folder / "data" / n) for n in ("2024/jan.jsonl", "a.jsonl", "b.jsonl")]
+    (folder / "data" / "c.jsonl").symlink_to("c.jsonl")
+    with pytest.raises(DataError, match=r"c\.jsonl: its symbolic links loop"):
+        list_files([str(folder / "data" / "**" / "*.jsonl")], ".")
+
+
+def test_a_link_is_read_as_its_own_name_says_not_as_its_target_s(tmp_path, docs, tokenizer_path):
+    """A Hugging Face hub cache names its files by links (``snapshots/REV/data/train-00000.jsonl
+    -> ../../../blobs/<hash>``, a target without an ending): each is read as the link's name
+    says, as any file is read by the name it is given, by `prepare` and by tokenizer training;
+    ``train.jsonl -> export.txt`` is JSON Lines, not one .txt document of raw JSON; and a link
+    whose own name says no input is refused by that name, whatever its target's."""
+    big = docs * (1 + SMALL_FILE // len("".join(docs)))  # its ends are checked as planned
+    write_jsonl(tmp_path / "hub" / "blobs" / "4f1c9e7a0b", big)
+    snapshot = tmp_path / "hub" / "snapshots" / "rev1" / "data"
+    snapshot.mkdir(parents=True)
+    (snapshot / "train-00000.jsonl").symlink_to("../../../blobs/4f1c9e7a0b")
+    write_jsonl(tmp_path / "lk" / "export.txt", docs[:2])
+    (tmp_path / "lk" / "train.jsonl").symlink_to("export.txt")
+    globs = ["hub/snapshots/rev1/data/*.jsonl", "lk/train.jsonl"]
+    proc = prepare_cli(tmp_path, *globs, tokenizer=tokenizer_path)
+    assert proc.returncode == 0, proc.stderr
+    expected = big + docs[:2]
+    assert np.array_equal(
+        stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, expected)
+    )
+    assert list(iter_texts(list_files(globs, str(tmp_path)))) == expected
+    (tmp_path / "lk" / "saved.txt").write_text("<!DOCTYPE html>\n<html><body>a page</body></html>\n")
+    (tmp_path / "lk" / "page.jsonl").symlink_to("saved.txt")  # its first bytes checked as JSON Lines
+    with pytest.raises(DataError, match=r"saved\.txt is an HTML page, not JSON Lines"):
+        list(iter_texts(list_files(["lk/page.jsonl"], str(tmp_path))))
+    (tmp_path / "lk" / "notes.csv").symlink_to("export.txt")
+    with pytest.raises(
+        TokshardError, match=f"^{re.escape(str(tmp_path / 'lk' / 'notes.csv'))}: unsupported file type"
+    ):
+        list_files(["lk/*"], str(tmp_path))
+
+
 def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokenizer_path, docs):
     """Spark writes ``part.parquet/`` folders: ``*.parquet`` matches the folder, whose files
     would otherwise be left out silently."""
@@ -595,6 +653,57 @@ def test_a_small_file_changed_after_planning_is_refused_by_its_reader(tmp_path, 
         DataError, match=r"input .*d1\.jsonl changed since this run started \(size or modification time\)"
     ):
         list(source.read(part, None))
+
+
+def test_a_file_written_to_while_it_is_read_stops_the_run_before_its_new_text_is_committed(
+    tmp_path, docs, tokenizer_path, monkeypatch
+):
+    """A 2 MB .jsonl rewritten in place while its partition is read (same size, a new time):
+    the task stops at its next commit naming the file, so no checkpoint holds text of the new
+    version and no manifest is written; a rerun refuses the file as it is now, and once the file
+    is restored (bytes and time) resumes from the last commit to the planned version's shards."""
+    from distributed import Client, LocalCluster
+
+    from pipeline.run import worker_task
+
+    texts = docs * 3  # several encoder items, a commit after each
+    path = write_jsonl(tmp_path / "in" / "big.jsonl", texts)
+    planned, st = path.read_bytes(), path.stat()
+    saved: list[int] = []
+    save = worker_task.save_checkpoint
+
+    def edit_after_the_first_commit(out, part, ckpt):
+        save(out, part, ckpt)
+        saved.append(ckpt.progress)
+        if len(saved) == 1:  # the reader is inside the file: old text before its place, new after
+            path.write_bytes(planned.replace(b"the", b"THE"))
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+    monkeypatch.setattr(worker_task, "save_checkpoint", edit_after_the_first_commit)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "commit_seconds": 0.001,
+        "sources": {"d": {"type": "files", "paths": [str(path)], "partition_bytes": 1 << 30}},
+    }
+    out = tmp_path / "out"
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c,
+        Client(c) as client,
+    ):
+        says = rf"input {re.escape(str(path))} changed since this run started \(written to while it was read"
+        with pytest.raises(DataError, match=says):
+            run_prepare(recipe, out, client)
+        assert len(saved) == 1 and 0 < saved[0] < len(planned), saved
+        assert not (out / "manifest.json").exists()
+        monkeypatch.undo()
+        with pytest.raises(DataError, match=r"big\.jsonl \(train\) changed since this run started"):
+            run_prepare(recipe, out, client)
+        path.write_bytes(planned)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        logged: list[str] = []
+        run_prepare(recipe, out, client, log=logged.append)
+    assert any("1 to resume" in line for line in logged), logged
+    assert np.array_equal(stream_of(out / "manifest.json"), plain_encode(tokenizer_path, texts))
 
 
 # --- a clone made without git-lfs -----------------------------------------------------------------

@@ -9,8 +9,10 @@ or, after kills, byte for byte with an uninterrupted run."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -246,6 +248,51 @@ def test_every_cursor_of_a_partition_of_many_files_resumes_at_the_next_document(
         )
     assert [r.progress for r in records] == sorted(r.progress for r in records)
     assert records[-1].progress == part.size
+
+
+def written_to(path: Path) -> None:
+    """``path`` rewritten in place with bytes of its size (here its own) and a new modification
+    time (a second on: two writes within a clock tick may share one)."""
+    st = path.stat()
+    path.write_bytes(path.read_bytes())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+def test_a_file_written_to_while_its_partition_is_read_is_named_before_the_file_after_it(tmp_path, docs):
+    """A file of a packed partition written to in place while it is read: asked before a commit
+    (`check_read`), the source names it at once, and its reader names it once the file is read
+    to its end, before any document of the file after it; in every format, and a file gone
+    while it was read too (one stat per file and per commit, none per document)."""
+    mixed_folder(tmp_path / "in", docs, 2 * len(FORMATS))
+    pattern = str(tmp_path / "in" / "*")
+    files = [Path(f.path) for f in source_of([pattern]).files("train")]
+    for edited, after in itertools.pairwise(files[: len(FORMATS) + 1]):
+        source = source_of([pattern], 1 << 30)  # planned as the files are now
+        (part,) = source.partitions()
+        records = source.read(part, None)
+        seen = [next(records).input.name]
+        while seen[-1] != str(edited):
+            seen.append(next(records).input.name)
+        source.check_read()  # as planned so far
+        written_to(edited)
+        says = (
+            rf"input {re.escape(str(edited))} changed since this run started \(written to while it was read"
+        )
+        with pytest.raises(DataError, match=says):
+            source.check_read()
+        with pytest.raises(DataError, match=says):
+            for rec in records:
+                seen.append(rec.input.name)
+        assert str(after) not in seen
+    source = source_of([pattern], 1 << 30)
+    (part,) = source.partitions()
+    records = source.read(part, None)
+    next(records)
+    files[0].unlink()
+    with pytest.raises(
+        DataError, match=rf"input {re.escape(str(files[0]))} changed since this run started \(removed while"
+    ):
+        list(records)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,8 @@ download or disk leaves them.
 from __future__ import annotations
 
 import bz2
+import contextlib
+import glob
 import io
 import json
 import lzma
@@ -23,6 +25,7 @@ from support import cli, one_error_line, plain_encode, run_prepare, stream_of, w
 from pipeline.format import manifest
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files import expand, iter_texts
+from pipeline.sources.files.listing import local_glob
 
 
 def files_recipe(tokenizer_path, paths, **settings) -> dict:
@@ -82,6 +85,34 @@ def test_input_takes_the_files_an_unquoted_glob_expands_to(parts, tokenizer_path
 )
 def test_question_mark_negated_bracket_and_double_star_expand_like_the_shell(parts, pattern, names):
     assert [os.path.basename(f) for f in expand([pattern], str(parts))] == names
+
+
+def test_a_local_glob_matches_what_glob_matches(tmp_path):
+    """`local_glob` (which goes into each real folder once) gives exactly glob's paths, in its
+    order, over a tree without two ways into one folder: hidden names, a broken link, a linked
+    folder, ``**`` at the start, in the middle and last, a trailing separator; and where a
+    folder is reached two ways, the same files (by their resolved paths)."""
+    tree = tmp_path / "tree"
+    names = ["a/1.jsonl", "a/b/2.jsonl", "a/b/c/3.jsonl", ".h/x/4.jsonl", ".5.jsonl", "a/.6.jsonl", "d/7.txt"]
+    for name in names:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("{}\n")
+    write_jsonl(tmp_path / "elsewhere" / "f" / "8.jsonl", ["x"])
+    (tree / "d" / "broken").symlink_to("nowhere")
+    (tree / "e").symlink_to("../elsewhere")
+    patterns = ["**", "**/", "**/*.jsonl", "*/**/*.jsonl", "a/**", "**/b/**", "*/*/", "**/.*", ".*/**"]
+    patterns += ["**/*", "a/**/c/*", "a/**/**/*.jsonl", "a/b/", "d/*", "e/**"]
+    for pattern in patterns:
+        for base in ("", f"{tree}/"):
+            with contextlib.chdir(tree):
+                assert local_glob(base + pattern) == glob.glob(base + pattern, recursive=True), base + pattern
+    (tree / "d" / "broken").unlink()
+    (tree / "d" / "a").symlink_to("../a")  # a second way into a/
+    for pattern in ("**/*.jsonl", "**", "*/**/*.jsonl", "**/b/*.jsonl"):
+        path = str(tree / pattern)
+        files = {os.path.realpath(p) for p in glob.glob(path, recursive=True) if os.path.isfile(p)}
+        assert {os.path.realpath(p) for p in local_glob(path) if os.path.isfile(p)} == files
+        assert expand([path], ".") == sorted(files)
 
 
 def test_a_file_whose_name_holds_brackets_is_itself(tmp_path, docs):

@@ -130,6 +130,26 @@ def _check_listed(piece: Piece, st: os.stat_result) -> None:
         raise changed(piece, "size or modification time")
 
 
+def check_read(piece: Piece) -> None:
+    """A local piece, once read (to its end, or as far as a commit covers), is still the file
+    planned: one stat of its path, its modification time and a whole file's size as listed. An
+    edit in place, or a new version put there, since it was opened is named, not read as the
+    planned version. An object is left as it is: it is read as the version opened (its tag is
+    checked then), which an upload replaces whole rather than edits."""
+    if "://" in piece.path and is_url(piece.path):
+        return
+    try:
+        st = os.stat(piece.path)
+    except FileNotFoundError:
+        raise changed(piece, "removed while it was read") from None
+    except OSError as exc:
+        raise unreadable(piece.path, exc) from exc
+    if (piece.mtime is not None and st.st_mtime_ns != piece.mtime) or (
+        piece.whole and st.st_size != piece.size
+    ):
+        raise changed(piece, "written to while it was read: its size or modification time is not as planned")
+
+
 def _check_sample(piece: Piece) -> None:
     if content_sample(piece.path, piece.start, piece.stop) != piece.sample:
         raise changed(piece, f"bytes {piece.start}-{piece.stop} differ")

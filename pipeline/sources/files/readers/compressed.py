@@ -43,7 +43,7 @@ class CompressedJsonLinesReader(Reader):
                     if not line or line.isspace():
                         continue
                     if head_unchecked:
-                        check_text_head(path, line[:HEAD_BYTES])
+                        check_text_head(path, line[:HEAD_BYTES], piece.kind)
                         head_unchecked = False
                     if lineno <= skip:
                         continue

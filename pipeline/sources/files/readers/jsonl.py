@@ -59,7 +59,7 @@ class JsonLinesReader(Reader):
                 continue
             if head_unchecked:
                 check_compression(path, ".jsonl", line[:HEAD_BYTES])
-                check_text_head(path, line[:HEAD_BYTES])
+                check_text_head(path, line[:HEAD_BYTES], ".jsonl")
                 head_unchecked = False
             text, bad = line_text(line, self.text_field)
             where = f"{path}:{line_number(path, line_start)}" if bad else path

@@ -73,13 +73,13 @@ class TextReader(Reader):
             with self.open(piece) as f:
                 head = f.read(HEAD_BYTES)
             check_compression(path, ".txt", head)
-            check_text_head(path, head)
+            check_text_head(path, head, ".txt")
             yield Record(TextStream(path, piece.size), cursor, path, None, progress, origin)  # type: ignore[arg-type]
             return
         with self.open(piece) as f:
             data = f.read()
         check_compression(path, ".txt", data[:HEAD_BYTES])
-        check_text_head(path, data[:HEAD_BYTES])
+        check_text_head(path, data[:HEAD_BYTES], ".txt")
         where = path
         try:
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
