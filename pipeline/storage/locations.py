@@ -88,12 +88,14 @@ def _store_url_problem(text: str, scheme: str, rest: str) -> str | None:
     no store takes (a port or a user in it: those are the endpoint's), or a key with parts a
     store keeps literally where a path would be resolved (``//``, ``.``, ``..``)."""
     bucket = rest.split("/", 1)[0]
-    if bucket and not bucket.startswith("arn:") and not _BUCKET_NAME.match(bucket):
+    # OCI Object Storage names a bucket with its namespace: oci://BUCKET@NAMESPACE/PATH (ocifs)
+    names = bucket.split("@", 1) if scheme == "oci" else [bucket]
+    if bucket and not bucket.startswith("arn:") and not all(_BUCKET_NAME.match(n) for n in names):
         s3 = scheme in ("s3", "s3a", "r2")
         endpoint = (
             "in AWS_ENDPOINT_URL (e.g. AWS_ENDPOINT_URL=http://HOST:PORT)" if s3 else "in its configuration"
         )
-        if "@" in bucket:
+        if "@" in bucket and scheme != "oci":
             return (
                 f"{text}: {bucket!r} is not a valid bucket name: a user or key is not part of a store URL, "
                 f"nor a host; credentials go {'in AWS_ACCESS_KEY_ID/AWS_PROFILE' if s3 else 'in the store configuration'}, "

@@ -112,6 +112,7 @@ def test_a_local_path_with_spaces_around_it_is_a_path():
             "'user@bkt' is not a valid bucket name: a user or key is not part of a store URL",
         ),
         ("s3://my_bucket!/run", "'my_bucket!' is not a valid bucket name (only letters, digits"),
+        ("oci://bkt@ns!/run", "'bkt@ns!' is not a valid bucket name (only letters, digits"),
     ],
 )
 def test_a_bucket_name_no_store_takes_is_refused_naming_it(text, says):
@@ -126,6 +127,7 @@ def test_a_bucket_name_no_store_takes_is_refused_naming_it(text, says):
         "s3://My_Old.Bucket/run",
         "s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/k",
         "s3://b/[2024] part.jsonl",
+        "oci://mybucket@mynamespace/corpus/a.jsonl",  # ocifs names the namespace so, and only so
     ],
 )
 def test_bucket_names_the_client_takes_pass(text):
