@@ -1,27 +1,43 @@
 """The `tokshard` console script (and ``python -m tokshard``).
 
-Loading the command line (numpy, each command's module) takes a moment after the shell starts
-it: a Ctrl-C, SIGTERM or SIGHUP then ends in the one line a command gives when stopped before it
-started, not Python's traceback or silence. A command stopped while Rust works on a thread of
-its own (`pipeline.encoding.interruptible`) ends without the interpreter's teardown, which that
-thread would abort.
+Loading the command line (numpy, orjson, each command's module) takes a moment after the shell
+starts it. A Ctrl-C, SIGTERM or SIGHUP meanwhile is noted, not raised: an exception raised
+inside an import can crash a C extension's start-up (orjson's ends in a segfault) or be dropped
+by importlib's own cleanup, and the command would then run on. Once the modules are loaded, a
+noted stop ends in the one line a command gives when stopped before it started. A command
+stopped while Rust works on a thread of its own (`pipeline.encoding.interruptible`) ends
+without the interpreter's teardown, which that thread would abort.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from pipeline.encoding.interruptible import work_abandoned
-from tokshard.commands.command import Terminated, stopped_before_start, stopping_signals_raise
+from tokshard.commands.command import STOPPING, Terminated, stopped_before_start
+
+#: the signals noted while the command line loads (one left ignored, as under nohup, stays so)
+NOTED = (signal.SIGINT, *STOPPING)
 
 
 def main() -> int:
+    noted: list[int] = []
+    previous = {
+        signum: signal.signal(signum, lambda signum, _frame: noted.append(signum))
+        for signum in NOTED
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler)
+    }
     try:
-        with stopping_signals_raise():
-            from tokshard.cli import main as run_command
-    except (KeyboardInterrupt, Terminated) as stop:
-        return stopped_before_start(stop)
+        from tokshard.cli import main as run_command
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if noted:
+        return stopped_before_start(
+            KeyboardInterrupt() if noted[0] == signal.SIGINT else Terminated(noted[0])
+        )
     status = run_command()
     if work_abandoned():
         sys.stdout.flush()
