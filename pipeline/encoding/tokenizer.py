@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -336,13 +336,17 @@ def json_object_bytes(path: str | os.PathLike) -> bytes:
     weights named by mistake (gigabytes of safetensors) are refused before they are read into
     memory."""
     with open(path, "rb") as f:
-        head = f.read(HEAD_BYTES)
-        _check_json_head(head)
-        return head + f.read()
+        _check_json_start(f)
+        f.seek(0)
+        return f.read()
 
 
-def _check_json_head(head: bytes) -> None:
-    if not head.removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"{"):
+def _check_json_start(f: BinaryIO) -> None:
+    """ValueError unless the first byte past a byte-order mark and whitespace is ``{``."""
+    data = f.read(HEAD_BYTES).removeprefix(codecs.BOM_UTF8)
+    while data and not data.lstrip():  # whitespace alone so far: read on, a chunk at a time
+        data = f.read(1 << 16)
+    if not data.lstrip().startswith(b"{"):
         raise ValueError("it does not start with '{' (a JSON object)")
 
 
@@ -351,7 +355,7 @@ def _starts_as_json(path: Path) -> Path:
     model's weights named by mistake would be hashed whole before the line that refuses them."""
     try:
         with path.open("rb") as f:
-            _check_json_head(f.read(HEAD_BYTES))
+            _check_json_start(f)
     except (OSError, ValueError) as exc:
         raise unreadable(path, exc) from exc
     return path

@@ -618,3 +618,11 @@ def test_a_pipe_given_as_the_tokenizer_is_named_a_pipe_not_looked_for_on_the_hub
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TokshardError, match=r"^tokenizer fifo is a pipe, not a file; pass a tokenizer\.json"):
         locate("fifo")
+
+
+def test_a_tokenizer_json_after_much_leading_whitespace_is_read(tmp_path, tokenizer_path):
+    """Its first bytes are looked at before it is read: 5,000 spaces first were taken for no
+    JSON object, where `tokenizers` reads the file."""
+    padded = tmp_path / "tokenizer.json"
+    padded.write_bytes(b" " * 5000 + b"\n" + tokenizer_path.read_bytes())
+    assert load(locate(str(padded))).get_vocab_size() == load(tokenizer_path).get_vocab_size()
