@@ -701,6 +701,9 @@ class Trained:
     skipped: dict[str, int]
     #: the ids it holds: the --vocab-size asked for, or fewer where the text ran out of pairs to merge
     ids: int
+    #: the documents that hold the EOS's (delimited) spelling as text, and where the first is
+    eos_in_text: int = 0
+    eos_first_place: str | None = None
 
 
 def train(
@@ -749,11 +752,16 @@ def _train(
     skipped: dict[str, int] = {}
     documents = 0
 
+    quoted, first_quote = 0, None  # the documents that hold the EOS's delimited spelling as text
+
     def texts() -> Iterator[str]:
-        nonlocal documents
+        nonlocal documents, quoted, first_quote
         for text, rec in iter_documents(files, text_field, skipped if skip_bad else None):
             if eos_token in text:
-                raise _eos_in_text(eos_token, place_text(rec))
+                if not looks_special(eos_token):
+                    raise _eos_in_text(eos_token, place_text(rec))
+                quoted += 1
+                first_quote = first_quote or place_text(rec)
             documents += bool(text) and not text.isspace()  # as `prepare` drops it: no document
             yield text
 
@@ -781,13 +789,22 @@ def _train(
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
-    return Trained(dest, documents, skipped, tok.get_vocab_size())
+    return Trained(dest, documents, skipped, tok.get_vocab_size(), quoted, first_quote)
+
+
+def looks_special(spelling: str) -> bool:
+    """Is it spelled as special tokens are (``<|endoftext|>``, ``</s>``, ``[SEP]``): delimited so
+    that text holds it only where it quotes one (web pages and code about language models). Such
+    text is a known cost of every published tokenizer, said in a note; a spelling text holds
+    as words (``--eos the``) is refused."""
+    return len(spelling) >= 3 and (spelling[0], spelling[-1]) in (("<", ">"), ("[", "]"))
 
 
 def _eos_in_text(eos_token: str, where: str) -> TokshardError:
-    """A training document holds the EOS's spelling. `prepare` encodes it as text, but every
-    library that loads the tokenizer.json (tokenizers, transformers) matches special tokens in
-    text first: there ``--eos the`` would turn each "the" into the EOS id."""
+    """A training document holds the EOS's spelling as words (`looks_special`: not delimited).
+    `prepare` encodes it as text, but every library that loads the tokenizer.json (tokenizers,
+    transformers) matches special tokens in text first: there ``--eos the`` would turn each
+    "the" into the EOS id."""
     instead = "<|doc_end|>" if eos_token == DEFAULT_EOS else DEFAULT_EOS
     return TokshardError(
         f"--eos {eos_token!r}: {where} holds it as text, and libraries that load a tokenizer "

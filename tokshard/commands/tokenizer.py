@@ -4,6 +4,7 @@ handler (``pipeline.encoding.tokenizer`` does the work)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pipeline.encoding.tokenizer import DEFAULT_EOS
@@ -55,6 +56,15 @@ def run_train(args: argparse.Namespace) -> int:
     print(
         f"wrote {trained.path}: {trained.ids:,} ids{short}, trained on {trained.documents:,} document{'' if trained.documents == 1 else 's'}{skipped}"
     )
+    if trained.eos_in_text:
+        print(
+            f"note: --eos {args.eos!r} is text in {trained.eos_in_text:,} training document"
+            f"{'' if trained.eos_in_text == 1 else 's'} (the first: {trained.eos_first_place}): `tokshard prepare` "
+            "encodes it as text, but libraries that load the tokenizer (tokenizers, transformers) match "
+            "special tokens in text first, so there it becomes the EOS id; a spelling no document holds "
+            "(--eos) avoids that",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -184,20 +184,45 @@ def test_an_eos_text_reaches_in_the_trained_vocabulary_writes_no_tokenizer(tmp_p
     assert not (tmp_path / "tok").exists()
 
 
-@pytest.mark.parametrize(("eos", "name"), [("the", "corpus.jsonl.gz"), ("<|endoftext|>", "corpus.jsonl")])
-def test_an_eos_spelled_as_a_document_s_text_writes_no_tokenizer_and_names_the_line(tmp_path, eos, name):
+@pytest.mark.parametrize("name", ["corpus.jsonl.gz", "corpus.jsonl"])
+def test_an_eos_spelled_as_a_document_s_words_writes_no_tokenizer_and_names_the_line(tmp_path, name):
     """Libraries that load the tokenizer match special tokens in text first: ``--eos the`` made
-    each "the" the EOS id there (exit 0), and so would a corpus that quotes the default."""
-    texts = ["a cat sat on a mat", "dogs run far", "a bird sang", "fish swim", f"it quotes {eos} here", "end"]
+    each "the" the EOS id there (exit 0)."""
+    data = _corpus_quoting(tmp_path, name, "the")
+    proc = train_tokenizer_cli(tmp_path, data, "--eos", "the")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"tokshard: error: --eos 'the': {data}:5 holds it as text, and libraries")
+    assert "choose a spelling no document holds with --eos" in proc.stderr
+    assert not (tmp_path / "tok").exists()
+
+
+def test_a_special_spelling_a_document_quotes_is_a_note_and_the_tokenizer_is_written(tmp_path):
+    """Web pages and code about language models quote ``<|endoftext|>``, as every published
+    tokenizer's corpus did: refusing them left such corpora no tokenizer; the note says the cost."""
+    data = _corpus_quoting(tmp_path, "corpus.jsonl", "<|endoftext|>")
+    proc = train_tokenizer_cli(tmp_path, data)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith(
+        f"note: --eos '<|endoftext|>' is text in 1 training document (the first: {data}:5): `tokshard prepare` "
+        "encodes it as text, but libraries that load the tokenizer"
+    )
+    assert (tmp_path / "tok" / "tokenizer.json").is_file()
+
+
+def _corpus_quoting(tmp_path: Path, name: str, spelling: str) -> Path:
+    texts = [
+        "a cat sat on a mat",
+        "dogs run far",
+        "a bird sang",
+        "fish swim",
+        f"it quotes {spelling} here",
+        "end",
+    ]
     data = write_jsonl(tmp_path / "corpus.jsonl", texts)
     if name.endswith(".gz"):
         data = tmp_path / name
         data.write_bytes(gzip.compress((tmp_path / "corpus.jsonl").read_bytes()))
-    proc = train_tokenizer_cli(tmp_path, data, "--eos", eos)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"tokshard: error: --eos {eos!r}: {data}:5 holds it as text, and libraries")
-    assert "choose a spelling no document holds with --eos" in proc.stderr
-    assert not (tmp_path / "tok").exists()
+    return data
 
 
 def test_tokenizer_train_stops_at_a_record_without_the_field_and_names_text_field(tmp_path, docs):
