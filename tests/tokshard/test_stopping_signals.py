@@ -184,3 +184,19 @@ def test_a_stop_while_the_command_line_loads_is_one_line(tmp_path, module, signu
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert (proc.returncode, proc.stderr) == (code, line + "\n")
+
+
+def test_importlibs_module_lock_callback_counts_as_a_finalizer():
+    """A stop raised there was printed as "Exception ignored in: <function
+    _get_module_lock.<locals>.cb ...>" and dropped, and the command ran on to exit 0."""
+    from tokshard.commands.command import in_a_finalizer
+
+    scope: dict = {}
+    exec(
+        compile(
+            "import sys\ndef cb():\n    return sys._getframe()\n", "<frozen importlib._bootstrap>", "exec"
+        ),
+        scope,
+    )
+    assert in_a_finalizer(scope["cb"]())
+    assert not in_a_finalizer(sys._getframe())

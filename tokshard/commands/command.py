@@ -132,7 +132,7 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
     Dask releases its futures, or a ``weakref.finalize`` callback), where Python prints the
     exception and drops it, and the run would go on: there the signal is sent again a moment
     later, to be taken outside it."""
-    if _in_a_finalizer(frame):
+    if in_a_finalizer(frame):
         _send_again(signum)
         return
     raise Terminated(signum)
@@ -141,7 +141,7 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 def _interrupted(signum: int, frame: FrameType | None) -> None:
     """Python's own Ctrl-C handler (KeyboardInterrupt), but for a signal inside a finalizer,
     which `_terminated` says why to send again."""
-    if _in_a_finalizer(frame):
+    if in_a_finalizer(frame):
         _send_again(signum)
         return
     raise KeyboardInterrupt
@@ -153,10 +153,17 @@ def _send_again(signum: int) -> None:
     timer.start()
 
 
-def _in_a_finalizer(frame: FrameType | None) -> bool:
+def in_a_finalizer(frame: FrameType | None) -> bool:
+    """Inside a ``__del__``, a `weakref.finalize` callback, or importlib's callback that drops a
+    module's lock (a weakref callback too, run as a lazy import ends): Python prints what each
+    raises and drops it."""
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "__del__" or code.co_filename.endswith(f"{os.sep}weakref.py"):
+        if (
+            code.co_name == "__del__"
+            or code.co_filename.endswith(f"{os.sep}weakref.py")
+            or (code.co_filename == "<frozen importlib._bootstrap>" and code.co_name == "cb")
+        ):
             return True
         frame = frame.f_back
     return False
