@@ -15,7 +15,7 @@ from support import cli, write_jsonl
 
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
-from tokshard.usage import file_arg, folder_arg, path_arg
+from tokshard.usage import file_arg, folder_arg, path_arg, png_arg
 
 COMMANDS = [
     ["demo"],
@@ -230,7 +230,7 @@ def is_number(action: argparse.Action) -> bool:
         return False
 
 
-LOCATION_TYPES = (path_arg, folder_arg, file_arg)
+LOCATION_TYPES = (path_arg, folder_arg, file_arg, png_arg)
 #: how a flag that takes a path or URL shows itself in --help
 LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "DS.json", "RUN_DIR", "MANIFEST")
 

@@ -27,6 +27,7 @@ from support import (
 )
 
 from pipeline.format import manifest
+from pipeline.run.records import pid_namespace
 from pipeline.run.store_state import LEASE_FILE, lease
 from pipeline.storage.object_store import ObjectStore
 
@@ -305,6 +306,8 @@ def test_the_lease_of_a_dead_prepare_is_taken_over_and_named(s3_server, store_se
                 "since": "then",
                 "time": time.time() - (0 if here else 600),
                 "run": "old",
+                # a record of this version says its PID namespace: a pid is looked up only there
+                **({"pid_ns": pid_namespace()} if here else {}),
             }
         ).encode()
     assert ObjectStore(url).create(LEASE_FILE, body)
@@ -424,7 +427,7 @@ def test_inputs_read_from_s3_give_the_shards_of_the_same_local_files(
 
 @pytest.mark.parametrize("where", ["folder", "store"])
 def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
-    where, s3_server, store_setup, tmp_path, dask_client
+    where, s3_server, store_setup, tmp_path
 ):
     """tokenizer.json deleted from the output while the run went on: the manifest was written
     beside no tokenizer (exit 0) and `verify` called the output faulty. It is put back from
@@ -445,7 +448,9 @@ def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
 
     state.finished_checkpoints = deleted_first
     said: list[str] = []
-    prepare(recipe_mod.load(recipe_path), state, RunOptions(client=dask_client), log=said.append)
+    # its own workers: the session's Dask workers may have started before the S3 server's
+    # credentials were in this process's environment
+    prepare(recipe_mod.load(recipe_path), state, RunOptions(workers=1), log=said.append)
     assert any("tokenizer.json was deleted while the run went on; putting" in line for line in said), said
     assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
     assert cli("verify", out, cwd=tmp_path, check=True).stdout.startswith("OK: ")
@@ -457,8 +462,6 @@ def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
         "a rerun would: put back tokenizer.json (missing here) from the run's tokenizer; nothing else"
         in render(found)
     )
-    prepare(
-        recipe_mod.load(recipe_path), open_run_state(out), RunOptions(client=dask_client), log=said.append
-    )
+    prepare(recipe_mod.load(recipe_path), open_run_state(out), RunOptions(workers=1), log=said.append)
     assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
     assert status(out)["complete"]
