@@ -5,6 +5,7 @@ commit when the rerun takes over). Output byte-identical to an uninterrupted run
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -66,6 +67,10 @@ def start_cluster(d: Path, workers: int, procs: list[subprocess.Popen]) -> str:
     if workers:
         from distributed import Client
 
+        # a Client another test of this process left unclosed is finalized here, not by the
+        # garbage collector inside the new Client's loop thread as it starts: its __del__
+        # there waits on its own loop runner, and the start hung (600 s) or gave up after 10 s
+        gc.collect()
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(workers, timeout=60)
     return address
