@@ -93,6 +93,7 @@ def prepare(
             log(f"removed {leftovers} temporary files of interrupted writes")
         recipe.pin_tokenizer(tok)
         plan = state.load_plan()
+        fresh = plan is None
         # a fresh run needs its workers: they boot while the driver plans (many small files:
         # planning is most of the time before the first task), and build the likely encoder
         early = _early_workers(options, settings.threads) if plan is None else None
@@ -133,14 +134,19 @@ def prepare(
             if early is not None:
                 early.planned(len(todo))
             sha256 = plan.tokenizer["sha256"]
-            decision = decide(
-                settings.encoder,
-                state.worker_tokenizer(sha256),
-                lambda: _samples(plan, recipe),
-                sha256=sha256,
-                threads=settings.threads,
-                workers=EarlyWorkers(early, state.warm) if early is not None else None,
-            )
+            try:
+                decision = decide(
+                    settings.encoder,
+                    state.worker_tokenizer(sha256),
+                    lambda: _samples(plan, recipe),
+                    sha256=sha256,
+                    threads=settings.threads,
+                    workers=EarlyWorkers(early, state.warm) if early is not None else None,
+                )
+            except TokshardError:
+                if fresh:  # refused before any work: a new --out is left as it was found
+                    _take_back_plan(state)
+                raise
             log(decision.log_line())
             if tok.bos_unused:  # said once the run goes on: a refusal is its one line
                 log(
@@ -164,6 +170,15 @@ def prepare(
         path = state.write_manifest(doc)
         log(f"wrote {path}")
         return path
+
+
+def _take_back_plan(state: RunState) -> None:
+    """Remove what a fresh run wrote before it was refused (its plan and tokenizer), so that
+    the lock's release leaves the output as the run found it. Nothing was encoded yet: a
+    rerun plans again."""
+    with contextlib.suppress(Exception):  # the refusal is the error to say
+        state.discard_plan()
+        state.remove_tokenizer()
 
 
 @contextlib.contextmanager

@@ -109,6 +109,10 @@ class RunState(ABC):
     def save_plan(self, plan: Plan) -> None:
         self.place.write_bytes(PLAN_FILE, json_bytes(plan.to_json(), compact=True))
 
+    def discard_plan(self) -> None:
+        """Delete the plan of a fresh run refused before any partition ran."""
+        self.place.delete(PLAN_FILE)
+
     # --- checkpoints ---------------------------------------------------------------------
 
     def load_checkpoint(self, part: Partition) -> Checkpoint | None:

@@ -305,7 +305,9 @@ def test_a_panic_inside_fastokens_refuses_it_and_auto_goes_on_to_the_next(
     assert "fastokens not used, fastokens cannot read this tokenizer (PanicException: " in decision.reason
 
 
-def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing_string(tmp_path, docs):
+def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing_string_and_leaves_no_out(
+    tmp_path, docs
+):
     # letters and spaces only: tiktoken drops the text between matches, tokenizers keeps it
     tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
     data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
@@ -317,6 +319,7 @@ def test_tiktoken_on_a_non_equivalent_tokenizer_stops_naming_the_first_differing
     assert "Traceback" not in proc.stderr
     assert line.startswith("tokshard: error: --encoder tiktoken would change the ids: ")
     assert show(first) in line and "--encoder tokenizers" in line
+    assert not (tmp_path / "out").exists(), "the refused run left its plan and tokenizer behind"
 
 
 def test_a_worker_whose_fast_path_differs_refuses_to_encode(tmp_path, docs):

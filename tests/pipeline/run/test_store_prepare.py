@@ -23,6 +23,7 @@ from support import (
     kill_group,
     moto_server,
     start_prepare,
+    train_tokenizer_json,
     write_jsonl,
 )
 
@@ -465,3 +466,16 @@ def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
     prepare(recipe_mod.load(recipe_path), open_run_state(out), RunOptions(workers=1), log=said.append)
     assert state.place.read_bytes("tokenizer.json") == (ref / "tokenizer.json").read_bytes()
     assert status(out)["complete"]
+
+
+def test_a_refused_encoder_on_a_new_url_leaves_no_object_behind(s3_server, docs, tmp_path):
+    """The encoder is refused after the plan and the tokenizer went up for the workers: a
+    fresh run takes both back, so the URL is as the user left it."""
+    # letters and spaces only: tiktoken would change the ids, so --encoder tiktoken is refused
+    tok = train_tokenizer_json(tmp_path / "tok" / "tokenizer.json", docs[:40], split=r"\p{L}+| +")
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    bucket = s3_server.new_bucket()
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tok), "--out", f"s3://{bucket}/run",
+               "--encoder", "tiktoken", "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2 and "would change the ids" in proc.stderr, proc.stderr
+    assert s3_server.objects(bucket) == {}
