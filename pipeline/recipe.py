@@ -141,12 +141,17 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str 
         raw = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is read past
     except FileNotFoundError as exc:
         raise TokshardError(f"recipe {p} does not exist; check the path") from exc
-    except UnicodeDecodeError as exc:
-        raise not_utf8(f"recipe {p}", exc) from exc
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not TOML
+        if p.suffix.lower() != ".toml":  # a data file or folder where the recipe goes
+            raise TokshardError(
+                f"{p} is not a recipe (a .toml file); to tokenize it, give it with --input: "
+                f"tokshard prepare --input {p} --tokenizer TOKENIZER --out DIR"
+            ) from exc
+        if isinstance(exc, UnicodeDecodeError):
+            raise not_utf8(f"recipe {p}", exc) from exc
+        if isinstance(exc, tomllib.TOMLDecodeError):
+            raise TokshardError(f"{p}: not valid TOML ({exc})") from exc
         raise TokshardError(f"cannot read recipe {p}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise TokshardError(f"{p}: not valid TOML ({exc})") from exc
     return from_dict(raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror)
 
 

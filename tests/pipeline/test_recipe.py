@@ -37,6 +37,22 @@ def test_a_recipe_that_is_not_utf8_is_one_line_saying_to_save_it_so(tmp_path, en
 
 
 @pytest.mark.parametrize(
+    ("name", "content"),
+    [("a.jsonl", b'{"text": "hello"}\n'), ("a.parquet", b"PAR1\x00\xff\x15"), ("a-folder", None)],
+    ids=["json-lines", "binary", "folder"],
+)
+def test_data_given_where_the_recipe_goes_says_to_give_it_with_input(tmp_path, name, content):
+    path = tmp_path / name
+    path.mkdir() if content is None else path.write_bytes(content)
+    with pytest.raises(TokshardError) as exc:
+        recipe.load(path)
+    assert str(exc.value) == (
+        f"{path} is not a recipe (a .toml file); to tokenize it, give it with --input: "
+        f"tokshard prepare --input {path} --tokenizer TOKENIZER --out DIR"
+    )
+
+
+@pytest.mark.parametrize(
     ("line", "says"),
     [
         ("tokenizer = 5", 'tokenizer must be a path or name in quotes (tokenizer = "..."), got 5'),
