@@ -84,7 +84,8 @@ class _LocalGlob:
         self.path = os.path.join(base_dir, self.expanded)
         self.glob = os.path.join(glob.escape(base_dir), self.expanded)
         shown = os.path.isabs(self.expanded) or base_dir in ("", ".")
-        self.shown = pattern if shown else f"{pattern} (in {base_dir})"
+        #: the pattern as messages quote it, with the folder a relative one is under
+        self.shown = repr(pattern) if shown else f"{pattern!r} (in {base_dir})"
         self.descends = descends(self.expanded)
         self._real_dirs: dict[str, str] = {}
 
@@ -95,7 +96,7 @@ class _LocalGlob:
             return [self._file(self.path)]  # type: ignore[list-item]
         if not glob.has_magic(self.expanded):
             self._check_listable([os.path.dirname(self.path) or "."])
-            raise TokshardError(_nothing_matches(self.shown, False))
+            raise TokshardError(_nothing_matches(self.shown, False, magic=False))
         matches = self._matches()
         self._check_listable(self._folders_searched(matches))
         files = self._listed(matches, TokshardOutputs(_static_prefix(self.path) or "."))
@@ -372,7 +373,7 @@ def _url_files(pattern: str) -> list[InputFile]:
             except FileNotFoundError as exc:
                 if isinstance(exc.__cause__, OSError):  # fsspec's HTTP calls a refused connection "not found"
                     raise exc.__cause__ from None
-                raise TokshardError(_nothing_matches(pattern, False)) from None
+                raise TokshardError(_nothing_matches(repr(pattern), False, magic=False)) from None
             if info.get("type") == "directory":
                 raise TokshardError(_directory_given(pattern))
             return [_object(fs, path, info)]
@@ -422,7 +423,7 @@ def _refuse_no_match(fs: Any, path: str, pattern: str, matched_folders: bool) ->
         bucket = path.split("/", 1)[0]
         if protocol(pattern) in BUCKET_PROTOCOLS and not fs.exists(bucket):
             raise TokshardError(f"the bucket of {pattern} does not exist; check the URL")
-    raise TokshardError(_nothing_matches(pattern, matched_folders))
+    raise TokshardError(_nothing_matches(repr(pattern), matched_folders, glob.has_magic(pattern)))
 
 
 def _object(fs: Any, path: str, info: dict[str, Any]) -> InputFile:
@@ -511,9 +512,10 @@ def _broken_link(link: str, target: str, pattern: str) -> str:
     )
 
 
-def _nothing_matches(pattern: str, only_directories: bool) -> str:
+def _nothing_matches(shown: str, only_directories: bool, magic: bool = True) -> str:
+    """``shown``: the quoted pattern (`_LocalGlob.shown`); ``magic``: it is a glob."""
     if only_directories:
-        return f"{pattern!r} matches only directories; name the files in them, e.g. '.../*.jsonl'"
-    if glob.has_magic(pattern):
-        return f"no files match {pattern!r}; check the path or glob"
-    return f"no files match {pattern!r} (no such file); check the path"
+        return f"{shown} matches only directories; name the files in them, e.g. '.../*.jsonl'"
+    if magic:
+        return f"no files match {shown}; check the path or glob"
+    return f"no files match {shown} (no such file); check the path"

@@ -37,7 +37,7 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files import iter_texts
 from pipeline.sources.files.fingerprints import SMALL_FILE, fingerprints, needs_read
 from pipeline.sources.files.formats import bomless_wide
-from pipeline.sources.files.listing import list_files
+from pipeline.sources.files.listing import expand, list_files
 from pipeline.sources.files.readers.jsonl import json_text
 
 
@@ -936,3 +936,11 @@ def test_text_that_starts_like_a_compressed_stream_is_still_text(tmp_path):
     """bzip2's "BZh" is told by the block that follows it, not by those three letters."""
     (tmp_path / "a.txt").write_text("BZh9 is a bzip2 header's start, and this is a sentence about it.")
     assert list(iter_texts([str(tmp_path / "a.txt")])) == [(tmp_path / "a.txt").read_text()]
+
+
+@pytest.mark.parametrize("pattern", ["corp/f[1-9]*.txt", "corp/none.txt"], ids=["glob", "path"])
+def test_a_relative_pattern_that_matches_nothing_is_quoted_before_the_folder_it_is_in(tmp_path, pattern):
+    (tmp_path / "corp").mkdir()
+    with pytest.raises(TokshardError) as exc:
+        expand([pattern], str(tmp_path))
+    assert str(exc.value).startswith(f"no files match '{pattern}' (in {tmp_path})")
