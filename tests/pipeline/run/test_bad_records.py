@@ -168,7 +168,9 @@ def test_a_column_of_bytes_is_read_as_utf8_text(tmp_path, tokenizer_path, dask_c
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, [GOOD[0], "naïve café 東京", GOOD[1]]))
 
 
-def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_path, dask_client):
+def test_parquet_without_the_text_column_is_a_clear_error_and_leaves_no_out(
+    tmp_path, tokenizer_path, dask_client
+):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"body": ["a"]}), path)
     with pytest.raises(
@@ -176,6 +178,7 @@ def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_pa
         match=r"no column 'text' \(columns: body\); name the text.s field with --text-field \(text_field in a recipe\)",
     ):
         run_prepare(recipe_for(tokenizer_path, path), tmp_path / "out", dask_client)
+    assert not (tmp_path / "out").exists(), "the refused run on a new --out left its plan behind"
 
 
 @pytest.mark.parametrize(
