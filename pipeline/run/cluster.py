@@ -355,6 +355,11 @@ class EarlyStart:
         finally:
             future.release()
 
+    def wait_ready(self) -> None:
+        """Wait until the workers are up; raises why they could not start (a scheduler out of
+        reach, a scratch folder that cannot be made) before any task is sent."""
+        self._ready.result()
+
     def take(self) -> tuple[object | None, object]:
         """(local cluster or None, client), once ready and warm; the caller owns and closes both.
 

@@ -94,47 +94,52 @@ def prepare(
         recipe.pin_tokenizer(tok)
         plan = state.load_plan()
         fresh = plan is None
-        # a fresh run needs its workers: they boot while the driver plans (many small files:
-        # planning is most of the time before the first task), and build the likely encoder
-        early = _early_workers(options, settings.threads) if plan is None else None
+        in_flight = False  # tasks were submitted and not all came back
         try:
-            if early is not None:  # a fresh run: its tokenizer goes in now, for the workers
-                state.install_tokenizer(src, tok)
-                warm_likely(
-                    settings.encoder,
-                    state.worker_tokenizer(tok.sha256),
-                    tok.sha256,
-                    settings.threads,
-                    EarlyWorkers(early, state.warm),
-                )
+            # a fresh run needs its workers: they boot while the driver plans (many small files:
+            # planning is most of the time before the first task), and build the likely encoder
+            early = _early_workers(options, settings.threads) if plan is None else None
             try:
-                plan = _checked_or_new_plan(plan, recipe, state, tok, log)
-            except BaseException:
-                if early is not None:  # a fresh run that could not be planned leaves none behind
-                    with contextlib.suppress(Exception):  # (the planning's error is the one to say)
-                        state.remove_tokenizer()
-                raise
-            if early is None:  # a rerun's, once its plan is found to be this recipe's
-                state.install_tokenizer(src, tok)
-            checkpoints = state.load_checkpoints(plan)
-            if state.holds_its_manifest(plan):
-                damaged = state.kept_problems(plan, checkpoints, hashes=False)
-                if not damaged:
-                    log(f"{state.location} is already complete ({state.manifest_location}); nothing to do")
-                    return state.manifest_location
-                log(
-                    f"{state.location} is complete, but {len(damaged)} partitions' shards are missing or "
-                    f"cut since ({next(iter(damaged.values()))}); redoing them and writing the manifest again"
-                )
-            _redo_damaged(state, plan, checkpoints, log)
-            todo = [p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)]
-            resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
-            if early is None and todo:
-                early = _early_workers(options, settings.threads)
-            if early is not None:
-                early.planned(len(todo))
-            sha256 = plan.tokenizer["sha256"]
-            try:
+                if early is not None:  # a fresh run: its tokenizer goes in now, for the workers
+                    state.install_tokenizer(src, tok)
+                    warm_likely(
+                        settings.encoder,
+                        state.worker_tokenizer(tok.sha256),
+                        tok.sha256,
+                        settings.threads,
+                        EarlyWorkers(early, state.warm),
+                    )
+                try:
+                    plan = _checked_or_new_plan(plan, recipe, state, tok, log)
+                except BaseException:
+                    if early is not None:  # a fresh run that could not be planned leaves none behind
+                        with contextlib.suppress(Exception):  # (the planning's error is the one to say)
+                            state.remove_tokenizer()
+                    raise
+                if early is None:  # a rerun's, once its plan is found to be this recipe's
+                    state.install_tokenizer(src, tok)
+                checkpoints = state.load_checkpoints(plan)
+                if state.holds_its_manifest(plan):
+                    damaged = state.kept_problems(plan, checkpoints, hashes=False)
+                    if not damaged:
+                        log(
+                            f"{state.location} is already complete ({state.manifest_location}); nothing to do"
+                        )
+                        return state.manifest_location
+                    log(
+                        f"{state.location} is complete, but {len(damaged)} partitions' shards are missing or "
+                        f"cut since ({next(iter(damaged.values()))}); redoing them and writing the manifest again"
+                    )
+                _redo_damaged(state, plan, checkpoints, log)
+                todo = [
+                    p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)
+                ]
+                resumed = sum(1 for p in todo if checkpoints[p.key] is not None)
+                if early is None and todo:
+                    early = _early_workers(options, settings.threads)
+                if early is not None:
+                    early.planned(len(todo))
+                sha256 = plan.tokenizer["sha256"]
                 decision = decide(
                     settings.encoder,
                     state.worker_tokenizer(sha256),
@@ -143,41 +148,49 @@ def prepare(
                     threads=settings.threads,
                     workers=EarlyWorkers(early, state.warm) if early is not None else None,
                 )
-            except TokshardError:
-                if fresh:  # refused before any work: a new --out is left as it was found
-                    _take_back_plan(state)
-                raise
-            log(decision.log_line())
-            if tok.bos_unused:  # said once the run goes on: a refusal is its one line
-                log(
-                    f"note: tokenizer {settings.tokenizer} starts each text with {tok.bos_unused!r}; documents "
-                    "here start with their own text (encode(doc) + [EOS]): pass --bos-token auto to write it"
-                )
-            if todo:
-                log(
-                    f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
-                    f"{resumed} to resume, {len(todo) - resumed} to start"
-                )
-                tasks = [_task(recipe, state, plan, p, run_id, decision.spec) for p in todo]
-                with _heap_frozen():
-                    _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
-        finally:
-            if early is not None:
-                early.discard()
-        finished = state.finished_checkpoints(plan)
-        state.restore_tokenizer(src, tok, log)  # deleted or replaced while the run went on
-        doc = manifest_doc(recipe, plan, finished, decision)
-        path = state.write_manifest(doc)
-        log(f"wrote {path}")
-        return path
+                log(decision.log_line())
+                if tok.bos_unused:  # said once the run goes on: a refusal is its one line
+                    log(
+                        f"note: tokenizer {settings.tokenizer} starts each text with {tok.bos_unused!r}; documents "
+                        "here start with their own text (encode(doc) + [EOS]): pass --bos-token auto to write it"
+                    )
+                if todo:
+                    log(
+                        f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
+                        f"{resumed} to resume, {len(todo) - resumed} to start"
+                    )
+                    tasks = [_task(recipe, state, plan, p, run_id, decision.spec) for p in todo]
+                    if early is not None:
+                        early.wait_ready()
+                    in_flight = True
+                    with _heap_frozen():
+                        _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
+                    in_flight = False
+            finally:
+                if early is not None:
+                    early.discard()
+            finished = state.finished_checkpoints(plan)
+            state.restore_tokenizer(src, tok, log)  # deleted or replaced while the run went on
+            doc = manifest_doc(recipe, plan, finished, decision)
+            path = state.write_manifest(doc)
+            log(f"wrote {path}")
+            return path
+        except TokshardError:
+            if fresh and not in_flight and plan is not None:
+                _take_back_if_empty(state, plan)
+            raise
 
 
-def _take_back_plan(state: RunState) -> None:
-    """Remove what a fresh run wrote before it was refused (its plan and tokenizer), so that
-    the lock's release leaves the output as the run found it. Nothing was encoded yet: a
-    rerun plans again."""
+def _take_back_if_empty(state: RunState, plan: Plan) -> None:
+    """A fresh run refused before it wrote a token (an encoder that would change the ids, a
+    scheduler out of reach, a first record without the text field, inputs without text) takes
+    back its state, plan and tokenizer, so that the lock's release leaves a new --out as the run
+    found it. A run that wrote tokens keeps them for its rerun."""
     with contextlib.suppress(Exception):  # the refusal is the error to say
-        state.discard_plan()
+        checkpoints = state.load_checkpoints(plan)
+        if any(ck is not None and (ck.tokens or ck.closed) for ck in checkpoints.values()):
+            return
+        state.discard_run(plan)
         state.remove_tokenizer()
 
 

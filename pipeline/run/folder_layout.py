@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -262,6 +263,18 @@ def finish_complete(out: Path, part: Partition, ckpt: Checkpoint) -> None:
     last checkpoint (the driver calls this before it lists the shards in the manifest)."""
     with partition_lock(out, part):
         finalize(out, ckpt.closed)
+
+
+def remove_work_folders(out: Path, parts: list[Partition]) -> None:
+    """Remove the run state's partition and spool folders, and the shard folders the
+    partitions would have filled where they are empty (a discarded run's, no task running)."""
+    for name in ("parts", "spool"):
+        shutil.rmtree(state_dir(out) / name, ignore_errors=True)
+    for folder in sorted({(out / p.stem).parent for p in parts}, reverse=True):
+        for empty in (folder, folder.parent):
+            with contextlib.suppress(OSError):
+                if empty != out:
+                    empty.rmdir()
 
 
 def forget_partition(out: Path, part: Partition) -> None:

@@ -95,6 +95,10 @@ class FolderState(RunState):
     def forget_partition(self, part: Partition) -> None:
         folder_layout.forget_partition(self.out, part)
 
+    def discard_run(self, plan: Plan) -> None:
+        super().discard_run(plan)
+        folder_layout.remove_work_folders(self.out, plan.partitions)
+
     def finished_checkpoints(self, plan: Plan) -> list[Checkpoint]:
         finished = []
         for part in plan.partitions:

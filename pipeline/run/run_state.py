@@ -109,8 +109,12 @@ class RunState(ABC):
     def save_plan(self, plan: Plan) -> None:
         self.place.write_bytes(PLAN_FILE, json_bytes(plan.to_json(), compact=True))
 
-    def discard_plan(self) -> None:
-        """Delete the plan of a fresh run refused before any partition ran."""
+    def discard_run(self, plan: Plan) -> None:
+        """Delete the checkpoints and the plan of a fresh run refused before it wrote a token
+        (no task of it runs any more)."""
+        for part in plan.partitions:
+            if self.load_checkpoint(part) is not None:
+                self.forget_partition(part)
         self.place.delete(PLAN_FILE)
 
     # --- checkpoints ---------------------------------------------------------------------

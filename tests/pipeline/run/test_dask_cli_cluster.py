@@ -21,6 +21,7 @@ from support import (
     REPO,
     assert_same_output,
     checkpoints,
+    cli,
     corpus,
     files_recipe,
     kill_group,
@@ -29,6 +30,7 @@ from support import (
     reference,
     start_prepare,
     wait_for,
+    write_jsonl,
 )
 
 from pipeline.run.run_state import STATE_DIR
@@ -318,3 +320,14 @@ def test_the_clients_give_up_on_a_lost_scheduler_is_left_to_the_runs_one_line():
     finally:
         log.removeHandler(handler)
     assert shown == ["another client error"]
+
+
+def test_a_scheduler_refused_once_the_run_planned_leaves_a_new_out_as_it_was(tmp_path, tokenizer_path, docs):
+    """The scheduler is joined while the driver plans: its refusal came after the plan and the
+    tokenizer were written, and left them in the new --out."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    (tmp_path / "s.json").write_text("{}")
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", "out",
+               "--scheduler", "s.json", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2 and "not a Dask scheduler file" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -82,7 +82,7 @@ def test_a_dask_scratch_folder_that_cannot_be_made_is_one_line_naming_it_and_the
         "(Not a directory); point Dask's temporary-directory at a writable local folder "
         "(DASK_TEMPORARY_DIRECTORY=DIR, or temporary-directory in ~/.config/dask/dask.yaml)"
     )
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not (tmp_path / "out").exists(), "the refused run left its state in the new --out"
 
 
 def test_an_untaken_early_cluster_is_closed_by_discard(before):

@@ -200,7 +200,7 @@ def test_inputs_with_no_text_at_all_are_an_error_not_an_empty_manifest(
     assert proc.returncode == 1, proc.stderr
     line = one_error_line(proc)
     assert "the inputs hold no text to encode" in line and says in line, line
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not (tmp_path / "out").exists(), "the refused run left its state in the new --out"
 
 
 @pytest.mark.parametrize(
