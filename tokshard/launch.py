@@ -17,12 +17,14 @@ import sys
 
 from pipeline.encoding.interruptible import work_abandoned
 from tokshard.commands.command import STOPPING, Terminated, stopped_before_start
+from trainer.console import closed_streams_to_devnull
 
 #: the signals noted while the command line loads (one left ignored, as under nohup, stays so)
 NOTED = (signal.SIGINT, *STOPPING)
 
 
 def main() -> int:
+    closed_streams_to_devnull()
     noted: list[int] = []
     previous = {
         signum: signal.signal(signum, lambda signum, _frame: noted.append(signum))
