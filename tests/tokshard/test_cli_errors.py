@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from support import cli, write_jsonl
+from support import REPO, cli, write_jsonl
 
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
@@ -182,6 +185,35 @@ def test_a_mistake_is_one_line_and_a_nonzero_exit(files, argv, says):
     assert errors == lines[-1:], proc.stderr
     assert all(line.startswith("tokshard: ") for line in lines), proc.stderr
     assert says in errors[0]
+
+
+@pytest.mark.parametrize("argv", [["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/o-gone"],
+                                  ["train", "--help"]], ids=["prepare", "train"])  # fmt: skip
+def test_a_command_run_in_a_removed_folder_is_refused_in_one_line_before_any_work(files, tmp_path, argv):
+    """``mkdir g && cd g && rmdir ../g`` then any command: it was a traceback each its own way
+    (Dask's "Nanny failed to start", with run state left in --out; torch's oneMKL FATAL)."""
+    gone = tmp_path / "g"
+    gone.mkdir()
+    args = [a.format(**files) for a in argv]
+    cmd = [
+        "bash",
+        "-c",
+        'cd "$1" && rmdir "$1" && shift && exec "$@"',
+        "_",
+        str(gone),
+        sys.executable,
+        "-m",
+        "tokshard",
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        f"tokshard: error: the current folder ({gone}) no longer exists; cd to a folder that exists and rerun"
+    ]
+    assert not (files["root"] / "o-gone").exists()
 
 
 def test_a_plot_of_a_stored_manifest_needs_a_plot_file_and_is_refused_before_any_work():
