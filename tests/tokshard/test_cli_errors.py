@@ -336,6 +336,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a URL before a space", "s3://bucket/x "),
             ("a '..' part in a store URL", "s3://bucket/a/../x"),
             ("a port in a bucket", "s3://bucket:9000/x"),
+            ("a newline", f"{root}/o\nx"),  # a folder named so was made, and its lines were two
         ]
     metavar = str(action.metavar or "")
     if metavar == "SIZE":
