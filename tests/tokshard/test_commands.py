@@ -128,12 +128,21 @@ def test_a_prepare_started_with_stderr_closed_writes_its_manifest(tmp_path, docs
 
 @pytest.mark.parametrize(
     ("command", "paths"),  # (megatron-args blends its manifests: one given twice is refused)
-    [("inspect", 1), ("verify", 1), ("megatron-args", 1), ("inspect", 2), ("verify", 2)],
+    [
+        ("inspect", 1),
+        ("verify", 1),
+        ("megatron-args", 1),
+        ("inspect", 2),
+        ("verify", 2),
+        ("--help", 0),
+        ("--version", 0),
+    ],
 )
 def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, command, paths):
     """`tokshard COMMAND ... > report.txt` on a full disk (here /dev/full): one line, exit 2,
     where Python's own message was a traceback. Of several manifests, the first write stops the
-    command: each was said to fail, then "2 of 2 manifests failed verification"."""
+    command: each was said to fail, then "2 of 2 manifests failed verification". ``--help`` and
+    ``--version`` alike (they exited 0 having written nothing)."""
     cmd = [sys.executable, "-m", "tokshard", command, *[str(spaced)] * paths]
     with open("/dev/full", "w") as full:
         proc = subprocess.run(cmd, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
