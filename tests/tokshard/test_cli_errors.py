@@ -153,7 +153,7 @@ MISTAKES = [
     (["tokenizer", "train", "--input", "{corpus}"], "required: --vocab-size, --out"),
     (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "512", "--out", "{root}/a-file"], "is a file; this names a folder"),
     # status
-    (["status", "{root}/nowhere"], "is not a folder"),
+    (["status", "{root}/nowhere"], "nowhere does not exist; pass the --out folder"),  # it said "is not a folder"
     (["status", "{root}/empty-run"], "holds no tokshard run"),
     # verify
     (["verify", "{root}/nowhere/manifest.json"], "no manifest at"),
