@@ -72,12 +72,19 @@ def build_parser(options_of: Collection[str] | None = None) -> argparse.Argument
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        with stopping_signals_raise():  # `train`'s options load torch: a job stopped then is named too
-            args, rest = build_parser(options_of=_command_in(argv)).parse_known_args(argv)
-            if rest:
-                args.usage.unrecognized(rest)
-    except SystemExit as exc:  # --help, --version
-        return int(exc.code or 0)
+        # `train`'s options load torch: a job stopped then is named too; --help and --version
+        # write through the guarded console, and flush inside it, as every command does
+        with stopping_signals_raise(), guarded_console():
+            try:
+                args, rest = build_parser(options_of=_command_in(argv)).parse_known_args(argv)
+                if rest:
+                    args.usage.unrecognized(rest)
+            except SystemExit as exc:  # --help, --version
+                sys.stdout.flush()
+                return int(exc.code or 0)
+    except StdoutUnwritable as exc:  # `--help > /dev/full`
+        reader_gone()
+        return _failed(exc)
     except TokshardError as exc:
         return _failed(exc)
     except (KeyboardInterrupt, Terminated) as stop:  # nothing started yet

@@ -7,6 +7,10 @@ by importlib's own cleanup, and the command would then run on. Once the modules 
 noted stop ends in the one line a command gives when stopped before it started. A command
 stopped while Rust works on a thread of its own (`pipeline.encoding.interruptible`) ends
 without the interpreter's teardown, which that thread would abort.
+
+Before anything else, a stdout or stderr closed at exec becomes /dev/null
+(`trainer.console.closed_streams_to_devnull`), and a command run in a folder removed meanwhile
+is refused in one line (`current_folder_gone`).
 """
 
 from __future__ import annotations
@@ -16,13 +20,24 @@ import signal
 import sys
 
 from pipeline.encoding.interruptible import work_abandoned
-from tokshard.commands.command import STOPPING, Terminated, stopped_before_start
+from tokshard.commands.command import (
+    STOPPING,
+    Terminated,
+    current_folder_gone,
+    error_line,
+    stopped_before_start,
+)
+from trainer.console import closed_streams_to_devnull
 
 #: the signals noted while the command line loads (one left ignored, as under nohup, stays so)
 NOTED = (signal.SIGINT, *STOPPING)
 
 
 def main() -> int:
+    closed_streams_to_devnull()
+    if (gone := current_folder_gone()) is not None:
+        print(error_line(gone), file=sys.stderr)
+        return gone.exit_code
     noted: list[int] = []
     previous = {
         signum: signal.signal(signum, lambda signum, _frame: noted.append(signum))

@@ -12,6 +12,9 @@ are for a person, and a failure to write them is never the command's failure.
 fails with an `OSError` that names no file, and Python drops what it could not write:
 `CheckedStdout` raises `StdoutUnwritable`, one line for a command; a training run goes on
 without its console (`trainer.metrics`).
+
+``tokshard verify DIR >&-``, ``tokshard prepare ... 2>&-``: a stream closed before the command
+started is /dev/null (`closed_streams_to_devnull`), as for a reader that left.
 """
 
 from __future__ import annotations
@@ -24,6 +27,31 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+
+
+def closed_streams_to_devnull() -> None:
+    """Give a command started with stdout or stderr closed (``>&-``, ``2>&-``; Python then
+    sets ``sys.stdout`` or ``sys.stderr`` to None) /dev/null in its place, before it does
+    anything: what it prints is dropped and its work done. The descriptor itself is taken too,
+    so that neither a file opened later (a shard, a manifest) lands on 1 or 2, where a worker's
+    or a library's console lines would go into it, nor a worker started inherits a closed one."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != fd and not _is_open(fd):
+            os.dup2(devnull, fd)
+            os.close(devnull)
+            devnull = fd
+        setattr(sys, name, os.fdopen(devnull, "w"))
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 class StdoutUnwritable(TokshardError):

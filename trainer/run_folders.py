@@ -23,7 +23,9 @@ from pipeline.format.atomic import (
     held_by_another,
     holder_text,
     lock_file,
+    missing_folders,
     name_holder,
+    take_back_folders,
     try_exclusive,
 )
 from pipeline.format.errors import DataError, TokshardError
@@ -90,17 +92,6 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
             os.close(fd)
 
 
-def missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and those of its parents that do not exist yet, deepest first: what a run that
-    writes there makes."""
-    missing: list[Path] = []
-    for path in (folder, *folder.parents):
-        if path.exists() or path.is_symlink():
-            break
-        missing.append(path)
-    return missing
-
-
 def take_back_unwritten(locks: list[Path], folders: list[Path]) -> None:
     """A run refused or stopped before writing leaves its folders as it found them: the lock
     files it made and holds, in folders holding nothing else, are removed (a run that opened one
@@ -109,11 +100,7 @@ def take_back_unwritten(locks: list[Path], folders: list[Path]) -> None:
     for lock in locks:
         if not folder_contents(lock.parent):
             lock.unlink(missing_ok=True)
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # holds something (or was never made): kept, and so are its parents
-            return
+    take_back_folders(folders)
 
 
 def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:

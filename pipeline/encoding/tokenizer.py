@@ -27,7 +27,7 @@ from pipeline.encoding import byte_level
 from pipeline.encoding.bos import AUTO_BOS, NO_BOS, find_bos
 from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
-from pipeline.format.atomic import check_writable_dir, write_json
+from pipeline.format.atomic import check_writable_dir, missing_folders, take_back_folders, write_json
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.file_kind import not_a_file
@@ -722,14 +722,12 @@ def train(
     files = list_files(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
-    made = not out_dir.exists()
+    made = missing_folders(out_dir)
     check_writable_dir(out_dir, "--out")
     try:
         return _train(files, vocab_size, out_dir, eos_token, text_field, skip_bad)
     except BaseException:
-        if made:  # a failed run leaves no folder of its own behind (only if it is empty)
-            with contextlib.suppress(OSError):
-                out_dir.rmdir()
+        take_back_folders(made)  # a failed run leaves none of the folders it made behind
         raise
 
 

@@ -244,6 +244,27 @@ def _renames_refused(exc: OSError) -> str:
     )
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first: what a run that
+    writes there makes."""
+    missing: list[Path] = []
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            break
+        missing.append(path)
+    return missing
+
+
+def take_back_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (`missing_folders` of a run that was then refused or stopped) while
+    they are empty, deepest first: one that holds something is kept, and so are its parents."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # holds something (or was never made)
+            return
+
+
 def check_writable_dir(path: Path, flag: str) -> None:
     """``path`` is (or can become) a folder this process can write: checked before any work, so
     ``--save`` or ``--out`` on a file, a read-only filesystem or under /proc is one line, not a traceback

@@ -24,6 +24,7 @@ from multiprocessing import resource_tracker
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+from pipeline.run.progress import counted
 
 BATCH_SYSTEMS = ("slurm", "pbs")
 #: a local worker's memory limit when none is given (Dask's: the machine's memory split over the workers)
@@ -263,10 +264,12 @@ def connect(
             shown = (
                 f"dashboard {client.dashboard_link}" if dashboard else "--dashboard serves Dask's dashboard"
             )
-            log(f"Dask: {len(cluster.workers)} local worker processes; {shown}")
+            log(
+                f"Dask: {counted(len(cluster.workers), 'local worker process', 'local worker processes')}; {shown}"
+            )
         else:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
-            log(f"Dask scheduler {scheduler}: {n} workers; dashboard {client.dashboard_link}")
+            log(f"Dask scheduler {scheduler}: {counted(n, 'worker')}; dashboard {client.dashboard_link}")
             if n == 0:
                 log("no workers are connected yet; tasks wait until `dask worker` processes join")
         yield client

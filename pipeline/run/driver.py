@@ -33,7 +33,7 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
 from pipeline.run.cluster import ClusterLost, EarlyStart, connect, scheduler_lost
 from pipeline.run.open_state import open_run_state
-from pipeline.run.progress import Progress, stderr_log
+from pipeline.run.progress import Progress, counted, stderr_log
 from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, encode_texts
@@ -156,7 +156,7 @@ def prepare(
                     )
                 if todo:
                     log(
-                        f"{len(plan.partitions)} partitions: {len(plan.partitions) - len(todo)} done, "
+                        f"{counted(len(plan.partitions), 'partition')}: {len(plan.partitions) - len(todo)} done, "
                         f"{resumed} to resume, {len(todo) - resumed} to start"
                     )
                     tasks = [_task(recipe, state, plan, p, run_id, decision.spec) for p in todo]

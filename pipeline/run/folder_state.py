@@ -58,6 +58,8 @@ class FolderState(RunState):
             raise disk_error(exc, self.manifest_location) from exc
 
     def check_readable(self) -> None:
+        if not self.out.exists():
+            raise TokshardError(f"{self.out} does not exist; pass the --out folder of a prepare run")
         if not self.out.is_dir():
             raise TokshardError(f"{self.out} is not a folder; pass the --out folder of a prepare run")
 

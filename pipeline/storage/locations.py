@@ -34,6 +34,8 @@ PROCESS_LOCAL_PROTOCOLS = frozenset({"memory"})
 #: fsspec's URL chaining (``simplecache::s3://b/x``, ``zip://a.txt::s3://b/x.zip``), where the
 #: last link is a URL (a local file may be named ``notes::v2.jsonl``)
 _CHAINED = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*(://[^:]*)?::")
+#: C0 and C1 control characters and DEL: a path holding one cannot be shown in a line
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 
@@ -42,13 +44,21 @@ def location_problem(text: str) -> str | None:
 
     Caught where a path or URL enters (argparse types, recipe paths, `open_place`): a URL
     typed with one slash would otherwise become a local folder named ``s3:``, ``s3://`` names
-    no bucket, and a ``file://`` URL is a local path in disguise."""
+    no bucket, and a ``file://`` URL is a local path in disguise. A control character (a
+    newline, a tab, an escape) is refused in any of them (around a URL, as whitespace): a
+    folder named ``o\nx`` was made without a word, and every line naming it after was two
+    lines, or rewrote the terminal."""
     if text != text.strip() and _looks_like_url(text.strip()):
         also = location_problem(text.strip())
         return (
             f"{text!r} has whitespace around a URL, which would make it a local folder (before it) "
             "or object keys ending in a space (after it); "
             + (f"without it: {also}" if also else f"write {text.strip()}")
+        )
+    if (control := _CONTROL.search(text)) is not None:
+        return (
+            f"{text!r} holds a control character ({control.group()!r}), which no line that names the "
+            "path could show as it is; write the path without it"
         )
     last_link = text.rsplit("::", 1)[-1]
     if _CHAINED.match(text) and _URL.match(last_link):

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+from pipeline.storage.hub_client import quiet
 from pipeline.storage.locations import EXTRAS, checked_location, protocol
 from pipeline.storage.place import Place
 
@@ -52,6 +53,18 @@ class SaidOnce(logging.Filter):
 #: on, every time: hundreds of the same line on stderr in one run, around tokshard's own. Each
 #: process that reaches a store (this module: inputs and outputs alike) says it once.
 logging.getLogger("gcsfs").addFilter(SaidOnce())
+
+
+class RaisedAnyway(logging.Filter):
+    """Drops gcsfs's record of a request it gave up on ("_request out of retries on exception",
+    "non-retriable exception", each with two tracebacks): the exception is raised next, and
+    tokshard says what failed in one line of its own (`store_error`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.funcName != "retry_request"
+
+
+logging.getLogger("gcsfs").addFilter(RaisedAnyway())
 
 
 #: how long a store's client waits for a byte of an answer before it tries again
@@ -105,7 +118,9 @@ class ObjectStore(Place):
     def check_reachable(self) -> None:
         """Fail now, in one line, if the endpoint, credentials or bucket are wrong."""
         bucket = self.root.split("/", 1)[0]
-        with errors(self.url):
+        # gcsfs's "Could not determine bucket type" would come first, even where the store
+        # cannot be reached at all; where it can, the next call says it (once: `SaidOnce`)
+        with errors(self.url), quiet("gcsfs"):
             try:
                 self.fs.ls(bucket, detail=False, refresh=True)
             except FileNotFoundError:

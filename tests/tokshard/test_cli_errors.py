@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from support import cli, write_jsonl
+from support import REPO, cli, write_jsonl
 
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
@@ -150,7 +153,7 @@ MISTAKES = [
     (["tokenizer", "train", "--input", "{corpus}"], "required: --vocab-size, --out"),
     (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "512", "--out", "{root}/a-file"], "is a file; this names a folder"),
     # status
-    (["status", "{root}/nowhere"], "is not a folder"),
+    (["status", "{root}/nowhere"], "nowhere does not exist; pass the --out folder"),  # it said "is not a folder"
     (["status", "{root}/empty-run"], "holds no tokshard run"),
     # verify
     (["verify", "{root}/nowhere/manifest.json"], "no manifest at"),
@@ -182,6 +185,35 @@ def test_a_mistake_is_one_line_and_a_nonzero_exit(files, argv, says):
     assert errors == lines[-1:], proc.stderr
     assert all(line.startswith("tokshard: ") for line in lines), proc.stderr
     assert says in errors[0]
+
+
+@pytest.mark.parametrize("argv", [["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/o-gone"],
+                                  ["train", "--help"]], ids=["prepare", "train"])  # fmt: skip
+def test_a_command_run_in_a_removed_folder_is_refused_in_one_line_before_any_work(files, tmp_path, argv):
+    """``mkdir g && cd g && rmdir ../g`` then any command: it was a traceback each its own way
+    (Dask's "Nanny failed to start", with run state left in --out; torch's oneMKL FATAL)."""
+    gone = tmp_path / "g"
+    gone.mkdir()
+    args = [a.format(**files) for a in argv]
+    cmd = [
+        "bash",
+        "-c",
+        'cd "$1" && rmdir "$1" && shift && exec "$@"',
+        "_",
+        str(gone),
+        sys.executable,
+        "-m",
+        "tokshard",
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        f"tokshard: error: the current folder ({gone}) no longer exists; cd to a folder that exists and rerun"
+    ]
+    assert not (files["root"] / "o-gone").exists()
 
 
 def test_a_plot_of_a_stored_manifest_needs_a_plot_file_and_is_refused_before_any_work():
@@ -304,6 +336,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a URL before a space", "s3://bucket/x "),
             ("a '..' part in a store URL", "s3://bucket/a/../x"),
             ("a port in a bucket", "s3://bucket:9000/x"),
+            ("a newline", f"{root}/o\nx"),  # a folder named so was made, and its lines were two
         ]
     metavar = str(action.metavar or "")
     if metavar == "SIZE":

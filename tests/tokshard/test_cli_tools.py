@@ -117,7 +117,7 @@ def test_status_of_a_finished_folder_says_a_rerun_does_nothing(prepared):
             "no tokenizer at",
         ),
         (["verify", "/nonexistent"], "no manifest at"),
-        (["status", "/nonexistent"], "is not a folder"),
+        (["status", "/nonexistent"], "/nonexistent does not exist"),
         (["prepare"], "nothing to prepare"),
     ],
 )

@@ -102,14 +102,47 @@ def test_a_prepare_whose_console_reader_quits_writes_its_whole_output(tmp_path, 
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:200]))
 
 
+def _with_closed(redirect: str, *args: str, **run) -> subprocess.CompletedProcess:
+    """`tokshard ARGS` started as ``tokshard ARGS >&-`` (or ``2>&-``) in a shell: the stream is
+    closed, not /dev/null (``stdout=subprocess.DEVNULL`` is an open stream)."""
+    cmd = ["bash", "-c", f'exec "$@" {redirect}', "_", sys.executable, "-m", "tokshard", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, **run)
+
+
+def test_a_command_started_with_stdout_closed_does_its_work(spaced):
+    """``tokshard verify DIR >&-``: what it would print is dropped, as for a reader that left
+    (it was a traceback, ``'NoneType' object has no attribute 'write'``, exit 1)."""
+    proc = _with_closed(">&-", "verify", str(spaced))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_a_prepare_started_with_stderr_closed_writes_its_manifest(tmp_path, docs, tokenizer_path):
+    """``tokshard prepare ... 2>&-``: it died at its first log line, exit 1, silently."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:50])
+    out = tmp_path / "out"
+    proc = _with_closed("2>&-", "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path),
+                        "--out", str(out), "--workers", "1")  # fmt: skip
+    assert proc.returncode == 0
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, docs[:50]))
+
+
 @pytest.mark.parametrize(
     ("command", "paths"),  # (megatron-args blends its manifests: one given twice is refused)
-    [("inspect", 1), ("verify", 1), ("megatron-args", 1), ("inspect", 2), ("verify", 2)],
+    [
+        ("inspect", 1),
+        ("verify", 1),
+        ("megatron-args", 1),
+        ("inspect", 2),
+        ("verify", 2),
+        ("--help", 0),
+        ("--version", 0),
+    ],
 )
 def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, command, paths):
     """`tokshard COMMAND ... > report.txt` on a full disk (here /dev/full): one line, exit 2,
     where Python's own message was a traceback. Of several manifests, the first write stops the
-    command: each was said to fail, then "2 of 2 manifests failed verification"."""
+    command: each was said to fail, then "2 of 2 manifests failed verification". ``--help`` and
+    ``--version`` alike (they exited 0 having written nothing)."""
     cmd = [sys.executable, "-m", "tokshard", command, *[str(spaced)] * paths]
     with open("/dev/full", "w") as full:
         proc = subprocess.run(cmd, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)

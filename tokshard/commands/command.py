@@ -216,6 +216,24 @@ def path_refused(exc: OSError) -> TokshardError | None:
     return TokshardError(f"cannot use {shown}: {exc.strerror}; {PATH_REFUSALS[exc.errno]}")
 
 
+def current_folder_gone() -> TokshardError | None:
+    """The current folder, if it was removed under the shell (``rm -r`` of a run folder from
+    another terminal, a scratch folder a job cleaned): every relative path, Dask's start and
+    torch's own libraries fail on it, each in a traceback of its own, after some of them have
+    written; said in one line before the command does anything. None where it exists."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        try:
+            where = f" ({os.readlink('/proc/self/cwd').removesuffix(' (deleted)')})"
+        except OSError:  # not Linux
+            where = f" ({os.environ['PWD']})" if os.environ.get("PWD") else ""
+        return TokshardError(
+            f"the current folder{where} no longer exists; cd to a folder that exists and rerun"
+        )
+    return None
+
+
 def error_line(exc: TokshardError) -> str:
     """How a command says its error: one line, even where a library's text inside the message
     (a parser's, the hub client's) runs to several, since a user or a log search reads the last

@@ -20,6 +20,7 @@ from pipeline import recipe as recipe_mod
 from pipeline.format.errors import TokshardError
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS, Settings
 from pipeline.run.cluster import BATCH_SYSTEMS, LOCAL_MEMORY_LIMIT, BatchJobs
+from pipeline.run.progress import counted
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
 from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int
@@ -375,11 +376,13 @@ def prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str
                 skipped[reason] = skipped.get(reason, 0) + n
     routed = data.get("encoder", {}).get("routed")
     routed_text = (
-        f"; {routed['documents']:,} documents ({routed['class']}) encoded by {routed['to']}" if routed else ""
+        f"; {counted(routed['documents'], 'document')} ({routed['class']}) encoded by {routed['to']}"
+        if routed
+        else ""
     )
     return (
-        f"{path}: {totals['tokens']:,} tokens, {totals['documents']:,} documents, "
-        f"{totals['shards']} shard{'' if totals['shards'] == 1 else 's'} ({seconds:.1f} s)"
+        f"{path}: {totals['tokens']:,} tokens, {counted(totals['documents'], 'document')}, "
+        f"{counted(totals['shards'], 'shard')} ({seconds:.1f} s)"
         + (f"; {skipped_text(skipped)}" if skipped else "")
         + routed_text
     )

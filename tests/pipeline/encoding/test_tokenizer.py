@@ -151,7 +151,7 @@ def test_tokenizer_train_cli_makes_a_byte_level_bpe_with_eos(tmp_path, docs):
     assert info.eos_token == "<|endoftext|>" and info.eos_id == 0
 
 
-def train_tokenizer_cli(tmp_path, data, *extra: str):
+def train_tokenizer_cli(tmp_path, data, *extra: str, out: str = "tok"):
     return cli(
         "tokenizer",
         "train",
@@ -160,7 +160,7 @@ def train_tokenizer_cli(tmp_path, data, *extra: str):
         "--vocab-size",
         "300",
         "--out",
-        str(tmp_path / "tok"),
+        str(tmp_path / out),
         *extra,
     )
 
@@ -187,9 +187,9 @@ def test_an_eos_text_reaches_in_the_trained_vocabulary_writes_no_tokenizer(tmp_p
 @pytest.mark.parametrize("name", ["corpus.jsonl.gz", "corpus.jsonl"])
 def test_an_eos_spelled_as_a_document_s_words_writes_no_tokenizer_and_names_the_line(tmp_path, name):
     """Libraries that load the tokenizer match special tokens in text first: ``--eos the`` made
-    each "the" the EOS id there (exit 0)."""
+    each "the" the EOS id there (exit 0). The folders it made for --out go too (it left tok/a/)."""
     data = _corpus_quoting(tmp_path, name, "the")
-    proc = train_tokenizer_cli(tmp_path, data, "--eos", "the")
+    proc = train_tokenizer_cli(tmp_path, data, "--eos", "the", out="tok/a/b")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"tokshard: error: --eos 'the': {data}:5 holds it as text, and libraries")
     assert "choose a spelling no document holds with --eos" in proc.stderr

@@ -235,7 +235,7 @@ def test_a_rerun_with_fewer_partitions_left_than_workers_boots_one_per_partition
     said: list[str] = []
     again = manifest.load(prepare(r, out, RunOptions(workers=2), log=said.append))
     assert f"{len(checkpoints)} partitions: {len(checkpoints) - 1} done, 0 to resume, 1 to start" in said
-    assert any(line.startswith("Dask: 1 local worker processes") for line in said), said
+    assert any(line.startswith("Dask: 1 local worker process;") for line in said), said
     assert {s.rel_path: s.bin_path.read_bytes() for s in again.select()} == shards
 
 
@@ -246,8 +246,8 @@ def test_a_run_with_fewer_partitions_than_workers_boots_one_per_partition(tmp_pa
     )
     said: list[str] = []
     prepare(r, tmp_path / "out", RunOptions(workers=2), log=said.append)
-    assert "1 partitions: 0 done, 0 to resume, 1 to start" in said
-    assert any(line.startswith("Dask: 1 local worker processes") for line in said), said
+    assert "1 partition: 0 done, 0 to resume, 1 to start" in said
+    assert any(line.startswith("Dask: 1 local worker process;") for line in said), said
 
 
 def test_workers_set_in_a_recipe_is_how_many_boot(tmp_path, docs, tokenizer_path):
@@ -260,7 +260,7 @@ def test_workers_set_in_a_recipe_is_how_many_boot(tmp_path, docs, tokenizer_path
         f'[sources.d]\ntype = "files"\npaths = ["{data}"]\npartition_bytes = 20000\n'
     )
     done = cli("prepare", str(path), "--out", str(tmp_path / "out"), check=True)
-    assert "tokshard: Dask: 1 local worker processes" in done.stderr, done.stderr
+    assert "tokshard: Dask: 1 local worker process;" in done.stderr, done.stderr
     assert "0 done, 0 to resume, 1 to start" not in done.stderr  # several partitions
 
 
