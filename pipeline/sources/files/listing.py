@@ -56,7 +56,8 @@ class InputFile(NamedTuple):
 def expand(patterns: list[str], base_dir: str) -> list[str]:
     """Shell-style globs (``*``, ``?``, ``[..]``, ``**``; relative ones against base_dir) into a
     sorted file list in which each file appears once, however many patterns name it: local
-    paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file."""
+    paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file,
+    and a file's hard links are one file, named by the first of them in sorted order."""
     return [f.path for f in list_files(patterns, base_dir)]
 
 
@@ -68,11 +69,36 @@ def list_files(patterns: list[str], base_dir: str) -> list[InputFile]:
             "input '-': standard input cannot be an input, since a rerun must read the same bytes again; "
             "save the data to a file and name that"
         )
+    hard_linked: dict[str, tuple[int, int]] = {}
     for pattern in map(checked_location, patterns):  # a recipe's paths skip argparse's check
-        matches = _url_files(pattern) if is_url(pattern) else _LocalGlob(pattern, base_dir).files()
+        if is_url(pattern):
+            matches = _url_files(pattern)
+        else:
+            local = _LocalGlob(pattern, base_dir)
+            matches = local.files()
+            hard_linked.update(local.hard_linked)
         for f in matches:
             found.setdefault(f.path, f)
-    return [found[p] for p in sorted(found)]
+    return _one_name_per_file([found[p] for p in sorted(found)], hard_linked)
+
+
+def _one_name_per_file(files: list[InputFile], hard_linked: dict[str, tuple[int, int]]) -> list[InputFile]:
+    """``files`` (sorted by path) with each file that several hard links name (one device and
+    inode, ``hard_linked``) kept under its first name only: one file is read once, as its
+    symbolic links are (their resolved path). Only files of more than one link are in
+    ``hard_linked``, so a listing without any costs nothing here."""
+    if not hard_linked:
+        return files
+    seen: set[tuple[int, int]] = set()
+    kept = []
+    for f in files:
+        inode = hard_linked.get(f.path)
+        if inode is not None:
+            if inode in seen:
+                continue
+            seen.add(inode)
+        kept.append(f)
+    return kept
 
 
 class _LocalGlob:
@@ -87,6 +113,9 @@ class _LocalGlob:
         self.shown = pattern if shown else f"{pattern} (in {base_dir})"
         self.descends = descends(self.expanded)
         self._real_dirs: dict[str, str] = {}
+        #: the device and inode of each listed file that has more than one hard link, by its
+        #: listed path (`_one_name_per_file`), from the stat the listing makes anyway
+        self.hard_linked: dict[str, tuple[int, int]] = {}
 
     def files(self) -> list[InputFile]:
         if self._exists(self.path):  # a file whose name holds [ or ? is itself, not a pattern
@@ -125,6 +154,8 @@ class _LocalGlob:
                 st = None  # `_file` says why
             if st is not None and st.st_mode & _REGULAR_READABLE_MASK == _REGULAR_READABLE:
                 found.append(InputFile(real + name, st.st_size, st.st_mtime_ns, None, known_kind(name)))
+                if st.st_nlink > 1:
+                    self.hard_linked[real + name] = (st.st_dev, st.st_ino)
             elif (f := self._file(match)) is not None:
                 found.append(f)
         return found
@@ -188,6 +219,8 @@ class _LocalGlob:
             kind = known_kind(match)
             if kind is None and linked:
                 kind_of(os.path.abspath(match))  # refused by the name given, not its target's
+            if st.st_nlink > 1:
+                self.hard_linked[real] = (st.st_dev, st.st_ino)
             return InputFile(real, st.st_size, st.st_mtime_ns, None, kind)
         if stat.S_ISDIR(st.st_mode):
             if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
