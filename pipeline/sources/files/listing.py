@@ -21,7 +21,12 @@ from typing import Any, NamedTuple, NoReturn
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import COMPRESSIONS, kind_of, known_kind
-from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
+from pipeline.sources.files.tokshard_outputs import (
+    ONLY_OUTPUTS,
+    TokshardOutputs,
+    refuse_own_output,
+    written_by_prepare,
+)
 from pipeline.storage.locations import BUCKET_PROTOCOLS, checked_location, is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
 from pipeline.storage.object_store import url_filesystem
@@ -121,14 +126,18 @@ class _LocalGlob:
         if self._exists(self.path):  # a file whose name holds [ or ? is itself, not a pattern
             if os.path.isdir(self.path):
                 raise TokshardError(_directory_given(self.pattern))
+            refuse_own_output(self.path)
             return [self._file(self.path)]  # type: ignore[list-item]
         if not glob.has_magic(self.expanded):
             self._check_listable([os.path.dirname(self.path) or "."])
             raise TokshardError(_nothing_matches(self.shown, False))
         matches = self._matches()
         self._check_listable(self._folders_searched(matches))
-        files = self._listed(matches, TokshardOutputs(_static_prefix(self.path) or "."))
+        outputs = TokshardOutputs(_static_prefix(self.path) or ".")
+        files = self._listed(matches, outputs)
         if not files:
+            if _any_own_output(matches, outputs):
+                raise TokshardError(f"{self.shown!r} matches only {ONLY_OUTPUTS}")
             raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))
         return files
 
@@ -378,6 +387,12 @@ def _is_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _any_own_output(matches: list[str], outputs: TokshardOutputs) -> bool:
+    """Whether some of a glob's matches, all left out, are tokshard's own outputs (files in a
+    folder `prepare` wrote, or such a folder): asked only once nothing else matched."""
+    return any(outputs.holds(m) or (os.path.isdir(m) and written_by_prepare(m)) for m in matches)
 
 
 def _holds_no_input(folder: str) -> bool:
