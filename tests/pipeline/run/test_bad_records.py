@@ -12,6 +12,7 @@ from support import cli, plain_encode, run_prepare, stream_of, unchecked_strings
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
+from pipeline.sources.files import iter_texts
 from pipeline.sources.files.readers.jsonl import json_text
 from pipeline.sources.files.readers.txt import STREAM_TXT_BYTES
 
@@ -190,6 +191,24 @@ def test_parquet_without_the_text_column_is_a_clear_error(tmp_path, tokenizer_pa
 )
 def test_lines_the_fast_parser_refuses_but_json_accepts_are_documents(line):
     assert json_text(line, "text") == ("after a byte order mark", None)
+
+
+def test_a_dotted_text_field_into_an_object_the_records_have_is_named_as_nested_not_read(tmp_path):
+    """``--text-field meta.text`` over ``{"meta": {"text": ...}}``: "missing field" sent the
+    user to skip bad records, which skipped them all. The stop says nested fields are not read
+    and how to flatten them (exit 2: the command is at fault); a dotted name the record has no
+    part of is still missing."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"meta": {"text": "x"}}\n')
+    with pytest.raises(TokshardError) as err:
+        list(iter_texts([str(path)], "meta.text"))
+    assert err.value.exit_code == 2
+    assert (
+        f"{path}:1: bad record (nested field 'meta.text'): nested fields are not read, --text-field "
+        in str(err.value)
+    )
+    assert "jq -c '{text: .meta.text}'" in str(err.value)
+    assert json_text(b'{"body": "x"}', "meta.text") == (None, "missing field 'meta.text'")
 
 
 def test_a_text_field_holding_a_number_too_long_to_convert_is_a_non_string_field():
