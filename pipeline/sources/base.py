@@ -8,6 +8,7 @@ stores a cursor at a commit point can later resume the partition exactly there.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import re
@@ -61,11 +62,34 @@ def null_field(field: str) -> str:
     return f"null field {field!r}"
 
 
-def bad_record(where: str, reason: str, kept: str | None = None) -> DataError:
+#: how a bad record's reason for a text field inside another one starts (`missing_field`)
+NESTED_FIELD = "nested field "
+
+
+def missing_field(field: str, record: dict[str, Any]) -> str:
+    """A bad record's reason for a text field the record lacks. A dotted name whose first part
+    the record has (``meta.text`` for ``{"meta": {"text": ...}}``) means a nested field, which
+    is not read: no record would have it, so skipping would skip them all (`bad_record` says
+    what to do instead)."""
+    parent = field.partition(".")[0]
+    if parent != field and parent in record:
+        return f"{NESTED_FIELD}{field!r}"
+    return f"missing field {field!r}"
+
+
+def bad_record(where: str, reason: str, kept: str | None = None) -> TokshardError:
     """The error that stops a run at a bad record (the default; ``--on-bad-record skip`` counts
     them instead), with ``kept`` saying what the stop leaves. None: a prepare's committed work,
     which a fixed file cannot join (a rerun refuses an input changed since the run planned it),
-    so the fix is a run of its own."""
+    so the fix is a run of its own. A nested text field is the command's fault, not the
+    record's (exit 2)."""
+    if reason.startswith(NESTED_FIELD):
+        path = ast.literal_eval(reason[len(NESTED_FIELD) :])
+        return TokshardError(
+            f"{where}: bad record ({reason}): nested fields are not read, --text-field names a top-level "
+            f"field; flatten the records first (e.g. jq -c '{{text: .{path}}}' IN.jsonl > FLAT.jsonl) and "
+            f"name the flattened files{' with a new --out' if kept is None else ''}"
+        )
     field = " (or name the right field with --text-field)" if reason.startswith("missing field") else ""
     if kept is None:
         return DataError(

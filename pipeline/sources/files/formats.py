@@ -180,6 +180,7 @@ def check_text_head(path: str, head: bytes, kind: str | None = None) -> None:
     if is_json_name(path):
         check_not_json_array(path, head)
     if (kind or known_kind(path)) != ".txt":
+        check_not_array_of_records(path, head)
         check_not_pretty_printed(path, head)
         check_not_html(path, head)
 
@@ -199,14 +200,34 @@ def bomless_wide(head: bytes) -> str | None:
 def check_not_json_array(path: str, head: bytes) -> None:
     """A .json file whose text starts with ``[`` holds one JSON array: say so by name, not as
     a "malformed JSON" record at its line 1 (or, skipping bad records, no text at all)."""
+    if _text_start(head).startswith(b"["):
+        raise DataError(_one_json_array(path))
+
+
+def check_not_array_of_records(path: str, head: bytes) -> None:
+    """`check_not_json_array` for a file of any JSON Lines name (``.jsonl`` too): one that
+    starts as an array of objects (``[{``, or ``[`` alone on its line as ``indent=2`` writes
+    it) is one JSON array saved under that name, not a "not a JSON object" record at line 1
+    (or, skipping bad records, no text at all). A line that is an array of anything else is
+    left a bad record of its own."""
+    start = _text_start(head)
+    if start.startswith(b"[") and start[1:].lstrip()[:1] in (b"{", b"]", b""):
+        raise DataError(_one_json_array(path))
+
+
+def _text_start(head: bytes) -> bytes:
+    """``head`` from its first character that is not a byte-order mark or white space."""
     head = head.lstrip()
     if head.startswith(UTF8_BOM):
         head = head[3:].lstrip()
-    if head.startswith(b"["):
-        raise DataError(
-            f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
-            "(e.g. with jq -c '.[]') and name the converted file"
-        )
+    return head
+
+
+def _one_json_array(path: str) -> str:
+    return (
+        f"{path} holds one JSON array, not JSON Lines (one object per line); convert it "
+        "(e.g. with jq -c '.[]') and name the converted file"
+    )
 
 
 def check_not_pretty_printed(path: str, head: bytes) -> None:
@@ -227,10 +248,7 @@ HTML_STARTS = (b"<!doctype html", b"<html")
 def check_not_html(path: str, head: bytes) -> None:
     """JSON Lines whose text starts as an HTML page is one: say so by name, not as a
     "malformed JSON" record at its line 1 (or, skipping bad records, as that many skipped)."""
-    head = head.lstrip()
-    if head.startswith(UTF8_BOM):
-        head = head[3:].lstrip()
-    if head[:16].lower().startswith(HTML_STARTS):
+    if _text_start(head)[:16].lower().startswith(HTML_STARTS):
         raise DataError(
             f"{path} is an HTML page, not JSON Lines; if it came from a web address, give the "
             "address of the file itself (on the hub .../resolve/REVISION/FILE, on GitHub the raw one)"

@@ -21,7 +21,12 @@ from typing import Any, NamedTuple, NoReturn
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import COMPRESSIONS, kind_of, known_kind
-from pipeline.sources.files.tokshard_outputs import TokshardOutputs, written_by_prepare
+from pipeline.sources.files.tokshard_outputs import (
+    ONLY_OUTPUTS,
+    TokshardOutputs,
+    refuse_own_output,
+    written_by_prepare,
+)
 from pipeline.storage.locations import BUCKET_PROTOCOLS, checked_location, is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
 from pipeline.storage.object_store import url_filesystem
@@ -56,7 +61,8 @@ class InputFile(NamedTuple):
 def expand(patterns: list[str], base_dir: str) -> list[str]:
     """Shell-style globs (``*``, ``?``, ``[..]``, ``**``; relative ones against base_dir) into a
     sorted file list in which each file appears once, however many patterns name it: local
-    paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file."""
+    paths are resolved to absolute ones first, so ``a.jsonl`` and ``./a.jsonl`` are one file,
+    and a file's hard links are one file, named by the first of them in sorted order."""
     return [f.path for f in list_files(patterns, base_dir)]
 
 
@@ -68,11 +74,36 @@ def list_files(patterns: list[str], base_dir: str) -> list[InputFile]:
             "input '-': standard input cannot be an input, since a rerun must read the same bytes again; "
             "save the data to a file and name that"
         )
+    hard_linked: dict[str, tuple[int, int]] = {}
     for pattern in map(checked_location, patterns):  # a recipe's paths skip argparse's check
-        matches = _url_files(pattern) if is_url(pattern) else _LocalGlob(pattern, base_dir).files()
+        if is_url(pattern):
+            matches = _url_files(pattern)
+        else:
+            local = _LocalGlob(pattern, base_dir)
+            matches = local.files()
+            hard_linked.update(local.hard_linked)
         for f in matches:
             found.setdefault(f.path, f)
-    return [found[p] for p in sorted(found)]
+    return _one_name_per_file([found[p] for p in sorted(found)], hard_linked)
+
+
+def _one_name_per_file(files: list[InputFile], hard_linked: dict[str, tuple[int, int]]) -> list[InputFile]:
+    """``files`` (sorted by path) with each file that several hard links name (one device and
+    inode, ``hard_linked``) kept under its first name only: one file is read once, as its
+    symbolic links are (their resolved path). Only files of more than one link are in
+    ``hard_linked``, so a listing without any costs nothing here."""
+    if not hard_linked:
+        return files
+    seen: set[tuple[int, int]] = set()
+    kept = []
+    for f in files:
+        inode = hard_linked.get(f.path)
+        if inode is not None:
+            if inode in seen:
+                continue
+            seen.add(inode)
+        kept.append(f)
+    return kept
 
 
 class _LocalGlob:
@@ -88,19 +119,26 @@ class _LocalGlob:
         self.shown = repr(pattern) if shown else f"{pattern!r} (in {base_dir})"
         self.descends = descends(self.expanded)
         self._real_dirs: dict[str, str] = {}
+        #: the device and inode of each listed file that has more than one hard link, by its
+        #: listed path (`_one_name_per_file`), from the stat the listing makes anyway
+        self.hard_linked: dict[str, tuple[int, int]] = {}
 
     def files(self) -> list[InputFile]:
         if self._exists(self.path):  # a file whose name holds [ or ? is itself, not a pattern
             if os.path.isdir(self.path):
                 raise TokshardError(_directory_given(self.pattern))
+            refuse_own_output(self.path)
             return [self._file(self.path)]  # type: ignore[list-item]
         if not glob.has_magic(self.expanded):
             self._check_listable([os.path.dirname(self.path) or "."])
             raise TokshardError(_nothing_matches(self.shown, False, magic=False))
         matches = self._matches()
         self._check_listable(self._folders_searched(matches))
-        files = self._listed(matches, TokshardOutputs(_static_prefix(self.path) or "."))
+        outputs = TokshardOutputs(_static_prefix(self.path) or ".")
+        files = self._listed(matches, outputs)
         if not files:
+            if _any_own_output(matches, outputs):
+                raise TokshardError(f"{self.shown!r} matches only {ONLY_OUTPUTS}")
             raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))
         return files
 
@@ -126,6 +164,8 @@ class _LocalGlob:
                 st = None  # `_file` says why
             if st is not None and st.st_mode & _REGULAR_READABLE_MASK == _REGULAR_READABLE:
                 found.append(InputFile(real + name, st.st_size, st.st_mtime_ns, None, known_kind(name)))
+                if st.st_nlink > 1:
+                    self.hard_linked[real + name] = (st.st_dev, st.st_ino)
             elif (f := self._file(match)) is not None:
                 found.append(f)
         return found
@@ -189,6 +229,8 @@ class _LocalGlob:
             kind = known_kind(match)
             if kind is None and linked:
                 kind_of(os.path.abspath(match))  # refused by the name given, not its target's
+            if st.st_nlink > 1:
+                self.hard_linked[real] = (st.st_dev, st.st_ino)
             return InputFile(real, st.st_size, st.st_mtime_ns, None, kind)
         if stat.S_ISDIR(st.st_mode):
             if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
@@ -346,6 +388,12 @@ def _is_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _any_own_output(matches: list[str], outputs: TokshardOutputs) -> bool:
+    """Whether some of a glob's matches, all left out, are tokshard's own outputs (files in a
+    folder `prepare` wrote, or such a folder): asked only once nothing else matched."""
+    return any(outputs.holds(m) or (os.path.isdir(m) and written_by_prepare(m)) for m in matches)
 
 
 def _holds_no_input(folder: str) -> bool:

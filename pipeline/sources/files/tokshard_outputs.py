@@ -13,8 +13,16 @@ import os
 
 import orjson
 
+from pipeline.format import json_kinds
+from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import FORMAT, MANIFEST_NAME
 from pipeline.storage.ownership import PREPARE_STATE
+
+#: what a glob's matches that are all tokshard's own outputs are, and what to do instead
+ONLY_OUTPUTS = (
+    "tokshard's own outputs (a prepared folder: its manifest, tokenizer and shards), which are "
+    "never read as inputs; name the input files instead"
+)
 
 
 class TokshardOutputs:
@@ -63,3 +71,24 @@ def written_by_prepare(folder: str) -> bool:
     except (OSError, orjson.JSONDecodeError):
         return False
     return isinstance(doc, dict) and doc.get("format") == FORMAT and "shards" in doc and "tokenizer" in doc
+
+
+def refuse_own_output(path: str) -> None:
+    """Refuse a file named itself that `prepare` wrote (its manifest or tokenizer.json, in a
+    folder that is an output, as `TokshardOutputs` tells), named as `json_kinds` names it: a
+    glob leaves such files out, and read as text each is a puzzle ("a JSON object written over
+    several lines", "missing field 'text'"). A JSON file is read only where it lies in an
+    output, so another input costs the one check per folder a glob's matches cost."""
+    if not path.endswith(".json") or not TokshardOutputs(os.path.dirname(path) or os.curdir).holds(path):
+        return
+    try:
+        with open(path, "rb") as f:
+            kind = json_kinds.kind_of(orjson.loads(f.read()))
+    except (OSError, orjson.JSONDecodeError):
+        return
+    if kind is not None:
+        shown = os.path.abspath(path)
+        raise TokshardError(
+            f"input {shown} is {kind} of the prepared folder {os.path.dirname(shown)}, not text to "
+            "tokenize (tokshard's own outputs are never read as inputs); name the input files instead"
+        )

@@ -12,7 +12,11 @@ from support import cli, plain_encode, run_prepare, stream_of, unchecked_strings
 
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
+from pipeline.sources.files import iter_texts
+from pipeline.sources.files.pieces import Piece
+from pipeline.sources.files.readers.base import Place
 from pipeline.sources.files.readers.jsonl import json_text
+from pipeline.sources.files.readers.parquet import ParquetReader
 from pipeline.sources.files.readers.txt import STREAM_TXT_BYTES
 
 GOOD = ["first good document", "second good document", "third good document"]
@@ -129,6 +133,17 @@ def test_null_text_in_parquet_is_a_bad_record(tmp_path, tokenizer_path, dask_cli
     assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"null field 'text'": 1}
 
 
+def test_a_bad_parquet_row_is_named_by_its_row_of_the_file_counted_from_1(tmp_path):
+    """A piece of the file's second row group on: its null is the file's 4th row, named so
+    ("row group 1+, row 2" mixed a group counted from 0 with a row counted from 1 within the
+    piece), as an Arrow file's rows are; its provenance still counts from 0."""
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": ["a", "b", "c", None, "e"]}), path, row_group_size=2)
+    piece = Piece(str(path), ".parquet", path.stat().st_size, row_groups=(1, 2))
+    bad = [r for r in ParquetReader("text").read(piece, Place(0, 0), None) if r.bad]
+    assert [(r.where, r.bad, r.place) for r in bad] == [(f"{path} row 4 of the file", "null field 'text'", 3)]
+
+
 def columns_file(tmp_path, kind: str, column: pa.Array):
     path = tmp_path / f"in.{kind}"
     table = pa.table({"text": column})
@@ -146,7 +161,7 @@ def test_a_string_column_value_that_is_not_utf8_is_a_bad_record(tmp_path, tokeni
     skipped and counted as an undecodable JSON line is."""
     values = [GOOD[0].encode(), b"caf\xe9 in Latin-1", GOOD[1].encode(), GOOD[2].encode()]
     path = columns_file(tmp_path, kind, unchecked_strings(values))
-    with pytest.raises(TokshardError, match=r"row 2: bad record \(invalid UTF-8\)"):
+    with pytest.raises(TokshardError, match=r"row 2 of the file: bad record \(invalid UTF-8\)"):
         run_prepare(recipe_for(tokenizer_path, path), tmp_path / "stopped", dask_client)
     out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
     assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"invalid UTF-8": 1}
@@ -161,7 +176,7 @@ def test_a_column_of_bytes_is_read_as_utf8_text(tmp_path, tokenizer_path, dask_c
     values = [GOOD[0].encode(), "naïve café 東京".encode(), b"caf\xe9 in Latin-1", GOOD[1].encode()]
     column = pa.array(values, pa.binary()).cast(binary)
     path = columns_file(tmp_path, kind, column)
-    with pytest.raises(TokshardError, match=r"row 3: bad record \(invalid UTF-8\)"):
+    with pytest.raises(TokshardError, match=r"row 3 of the file: bad record \(invalid UTF-8\)"):
         run_prepare(recipe_for(tokenizer_path, path), tmp_path / "stopped", dask_client)
     out = run_prepare(recipe_for(tokenizer_path, path, on_bad_record="skip"), tmp_path / "out", dask_client)
     assert manifest.load(out).data["sources"]["d"]["splits"]["train"]["skipped"] == {"invalid UTF-8": 1}
@@ -193,6 +208,24 @@ def test_parquet_without_the_text_column_is_a_clear_error_and_leaves_no_out(
 )
 def test_lines_the_fast_parser_refuses_but_json_accepts_are_documents(line):
     assert json_text(line, "text") == ("after a byte order mark", None)
+
+
+def test_a_dotted_text_field_into_an_object_the_records_have_is_named_as_nested_not_read(tmp_path):
+    """``--text-field meta.text`` over ``{"meta": {"text": ...}}``: "missing field" sent the
+    user to skip bad records, which skipped them all. The stop says nested fields are not read
+    and how to flatten them (exit 2: the command is at fault); a dotted name the record has no
+    part of is still missing."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"meta": {"text": "x"}}\n')
+    with pytest.raises(TokshardError) as err:
+        list(iter_texts([str(path)], "meta.text"))
+    assert err.value.exit_code == 2
+    assert (
+        f"{path}:1: bad record (nested field 'meta.text'): nested fields are not read, --text-field "
+        in str(err.value)
+    )
+    assert "jq -c '{text: .meta.text}'" in str(err.value)
+    assert json_text(b'{"body": "x"}', "meta.text") == (None, "missing field 'meta.text'")
 
 
 def test_a_text_field_holding_a_number_too_long_to_convert_is_a_non_string_field():

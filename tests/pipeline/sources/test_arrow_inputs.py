@@ -178,7 +178,7 @@ def test_a_run_of_batches_resumes_at_the_row_after_its_cursor(one_big_file):
     records = list(ArrowReader("text").read(piece, Place(0, 0), {"row": 10}))
     assert [r.text for r in records] == texts[34:48]
     assert records[0].cursor == {"piece": 0, "row": 11}
-    assert [r.where for r in records[:1]] == [f"{path} row 35"]
+    assert [r.where for r in records[:1]] == [f"{path} row 35 of the file"]
 
 
 def test_a_stream_with_dictionary_batches_is_one_task(tmp_path, docs):

@@ -871,6 +871,22 @@ def test_every_json_lines_reader_names_an_html_page(tmp_path, name):
         list(iter_texts([str(tmp_path / name)]))
 
 
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_array_saved_as_json_lines_is_named_even_when_skipping_bad_records(tmp_path, name, indent):
+    """``json.dump(records, f)`` under a ``.jsonl`` name: its first line was a "not a JSON
+    object" record, and skipping it left no text at all. A line that is an array of other
+    values stays a bad record of its own."""
+    body = json.dumps([{"text": "a"}, {"text": "b"}], indent=indent).encode()
+    (tmp_path / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')} holds one JSON array, not JSON Lines"):
+        list(iter_texts([str(tmp_path / name)], skipped={}))
+    (tmp_path / "b.jsonl").write_bytes(b'["a", "b"]\n{"text": "c"}\n')
+    skipped: dict[str, int] = {}
+    assert list(iter_texts([str(tmp_path / "b.jsonl")], skipped=skipped)) == ["c"]
+    assert skipped == {"not a JSON object": 1}
+
+
 def test_a_txt_file_of_html_is_text(tmp_path):
     """Text files may hold HTML on purpose (a corpus of web pages): only JSON Lines cannot."""
     (tmp_path / "page.txt").write_bytes(PAGE)

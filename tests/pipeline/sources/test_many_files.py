@@ -229,6 +229,22 @@ def test_a_folder_listing_records_each_file_as_its_own_stat_says(tmp_path, docs)
     assert [tuple(f) for f in listed] == sorted(set(expected))
 
 
+def test_hard_links_of_one_file_are_listed_once_by_their_first_name(tmp_path, docs):
+    """A file's hard links (one device and inode) are one input, as its symbolic links are:
+    listed once, by the first of its names in sorted order, whether a glob or a name given
+    itself reaches each; a rerun lists the same files its plan holds."""
+    data = tmp_path / "d"
+    write_jsonl(data / "b.jsonl", docs[:2])
+    os.link(data / "b.jsonl", data / "a.jsonl")
+    (tmp_path / "e").mkdir()
+    os.link(data / "b.jsonl", tmp_path / "e" / "c.jsonl")
+    write_jsonl(data / "c.jsonl", docs[2:3])
+    (data / "z.jsonl").symlink_to("b.jsonl")
+    patterns = [str(data / "*.jsonl"), str(tmp_path / "e" / "c.jsonl")]
+    assert [f.path for f in list_files(patterns, ".")] == [str(data / "a.jsonl"), str(data / "c.jsonl")]
+    source_of(patterns).check_unchanged(source_of(patterns).origin())
+
+
 def _groups(key: str) -> tuple[int, int]:
     first, last = key.rsplit("#rg", 1)[1].split("-")
     return int(first), int(last) + 1

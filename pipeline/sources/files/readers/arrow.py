@@ -16,7 +16,7 @@ from pipeline.format.provenance import Input
 from pipeline.sources.base import NAME_THE_FIELD, Record
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
+from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, row_place
 from pipeline.sources.files.readers.jsonl import column_texts
 from pipeline.sources.text_columns import holds_text
 from pipeline.storage.locations import is_url
@@ -66,7 +66,7 @@ class ArrowReader(Reader):
                 row += 1
                 if row <= skip:
                     continue
-                where = f"{path} row {first_row + row}"
+                where = row_place(path, first_row + row)
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
 

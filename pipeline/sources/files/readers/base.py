@@ -36,6 +36,12 @@ class Place(NamedTuple):
         return {"piece": self.index, **position}
 
 
+def row_place(path: str, row: int) -> str:
+    """Where a row of a parquet or Arrow file is, as a message names it: its place in the whole
+    file, counted from 1 as a JSON line's is (a document's provenance counts rows from 0)."""
+    return f"{path} row {row} of the file"
+
+
 #: how a reader opens a piece: `open_piece`, or a partition's prefetch of small objects
 Opener = Callable[[Piece], BinaryIO]
 

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from pipeline.format.provenance import Input
-from pipeline.sources.base import Record, null_field
+from pipeline.sources.base import Record, missing_field, null_field
 from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.formats import HEAD_BYTES, check_compression, check_text_head
 from pipeline.sources.files.pieces import Piece
@@ -102,7 +102,7 @@ def json_text(line: bytes, field: str) -> tuple[str | None, str | None]:
     if not isinstance(obj, dict):
         return None, "not a JSON object"
     if field not in obj:
-        return None, f"missing field {field!r}"
+        return None, missing_field(field, obj)
     text = obj[field]
     if text is None:
         return None, null_field(field)

@@ -12,7 +12,7 @@ from pipeline.format.provenance import Input
 from pipeline.sources.base import NAME_THE_FIELD, Record
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
-from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line
+from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, row_place
 from pipeline.sources.files.readers.jsonl import column_texts
 from pipeline.sources.text_columns import holds_text
 
@@ -56,7 +56,7 @@ class ParquetReader(Reader):
                 row += 1
                 if row <= skip:
                     continue
-                where = f"{path} row group {groups[0]}+, row {row}"
+                where = row_place(path, first_row + row)
                 progress = place.before + piece.size * row // rows
                 yield Record(text, place.cursor(row=row), where, bad, progress, origin, first_row + row - 1)
 
