@@ -138,7 +138,7 @@ class _LocalGlob:
         files = self._listed(matches, outputs)
         if not files:
             if _any_own_output(matches, outputs):
-                raise TokshardError(f"{self.shown!r} matches only {ONLY_OUTPUTS}")
+                raise TokshardError(f"{self.shown} matches only {ONLY_OUTPUTS}")
             raise TokshardError(_nothing_matches(self.shown, any(os.path.isdir(m) for m in matches)))
         return files
 

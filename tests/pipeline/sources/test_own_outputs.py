@@ -35,7 +35,7 @@ def test_an_output_inside_the_input_glob_is_left_out_of_its_inputs(tmp_path, tok
     # its files given as inputs are named as its outputs: not "matches only directories", nor
     # read as a JSON object over several lines or a record missing its text (exit 2)
     with pytest.raises(
-        TokshardError, match=r"^'data/tok/\*.*' matches only tokshard's own outputs \(a prepared"
+        TokshardError, match=r"^'data/tok/\*' \(in .*\) matches only tokshard's own outputs \(a prepared"
     ):
         list_files(["data/tok/*"], str(tmp_path))
     for name, kind in (("manifest.json", "a tokshard manifest"), ("tokenizer.json", "a tokenizer.json")):
