@@ -104,6 +104,9 @@ class DataState:
     mix: dict[str, float]
     #: plain windows, or packed ones (none: a checkpoint from before packing)
     packing: Packing = field(default_factory=Packing)
+    #: the sha256 of the tokenizer the shards were made with (the manifests', one for all of
+    #: them): what the token ids mean (None: not recorded by an older tokshard)
+    tokenizer: str | None = None
 
     #: the fields a resume must find unchanged, and the option that sets each
     KEPT: ClassVar[dict[str, str]] = {
@@ -111,6 +114,12 @@ class DataState:
         "train_split": "--train-split",
         "packing": "--packing",
     }
+
+    def tokenizer_change(self, now: DataState) -> str | None:
+        """The change of tokenizer ``now`` makes, in words (None: the same, or not recorded)."""
+        if self.tokenizer is None or now.tokenizer is None or self.tokenizer == now.tokenizer:
+            return None
+        return f"tokenizer: checkpoint sha256 {self.tokenizer[:16]}..., now sha256 {now.tokenizer[:16]}..."
 
     def differences(self, now: DataState) -> list[str]:
         """What ``now`` changes of what a resume must keep (a changed mix is not one: the
@@ -130,6 +139,7 @@ class DataState:
             "mix": self.mix,
             "train_split": self.train_split,
             "packing": self.packing.to_json(),
+            "tokenizer_sha256": self.tokenizer,
         }
 
     @classmethod
@@ -144,6 +154,7 @@ class DataState:
             str(d["train_split"]),
             {str(k): float(v) for k, v in d["mix"].items()},
             Packing.from_json(d.get("packing")),
+            d.get("tokenizer_sha256"),
         )
 
 
