@@ -32,6 +32,7 @@ from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
 from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record
+from trainer.sampler import PERIOD, raised_to_one
 from trainer.settings import TrainSettings
 from trainer.stop_request import StoppedBySignal, StopRequest
 
@@ -153,7 +154,8 @@ def start_notes(plan: Plan) -> list[str]:
 
 
 def data_notes(plan: Plan) -> list[str]:
-    """Training sources the run leaves aside: at weight 0, or without an evaluation split."""
+    """Training sources the run leaves aside (at weight 0, or without an evaluation split), and
+    --mix weights too small for the schedule, which draws them at its smallest share."""
     settings, data = plan.settings, plan.data
     notes = []
     unweighted = [s for s in data.train_sources if s not in data.schedule.weights()]
@@ -167,6 +169,13 @@ def data_notes(plan: Plan) -> list[str]:
                 f"{names} kept at weight 0 ({why}): not trained from here; a later --mix that weighs "
                 "them continues each where it stopped"
             )
+    drawn = data.schedule.weights()
+    asked = {s: w for s, w in (settings.data.mix or {}).items() if s in drawn}
+    for name in raised_to_one(asked):
+        notes.append(
+            f"--mix {name}={asked[name]:g} asks for less than the smallest share the schedule can express, "
+            f"1/{PERIOD} of the samples: {name!r} is drawn at that ({drawn[name]:.4g})"
+        )
     if data.eval_set is not None:
         split = settings.eval.split
         held = sources_with_split(list(data.manifests), split)
