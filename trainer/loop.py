@@ -31,7 +31,7 @@ from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
-from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record
+from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record, start_over
 from trainer.sampler import PERIOD, raised_to_one
 from trainer.settings import TrainSettings
 from trainer.stop_request import StoppedBySignal, StopRequest
@@ -60,11 +60,17 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     run_dir = run_folder(settings, dist.is_main, distributed.broadcast)
     resumed_at = plan.resume.state.step if plan.resume else None
     dropped = cut_back_logs(run_dir, resumed_at) if resumed_at is not None and dist.is_main else 0
+    replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
     if dist.world > 1:
         torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
     log = MetricsLog(run_dir, dist.is_main, settings.optim.steps)
     for note in start_notes(plan):
         log.note(note)
+    if replaced:
+        log.note(
+            f"{run_dir} held the record ({', '.join(replaced)}) of a start of this same run (its settings) "
+            "that saved no checkpoint: starting over, replacing it"
+        )
     if dropped:
         log.note(
             f"cut {dropped} log lines written after step {resumed_at} (the checkpoint's) "
