@@ -59,7 +59,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     engine, config, load_tag = build_engine(plan, dist)
     run_dir = run_folder(settings, dist.is_main, distributed.broadcast)
     resumed_at = plan.resume.state.step if plan.resume else None
-    dropped = cut_back_logs(run_dir, resumed_at) if resumed_at is not None and dist.is_main else 0
+    eval_again = plan.resume is not None and plan.resume.state.eval_pending
+    dropped = cut_back_logs(run_dir, resumed_at, eval_again) if resumed_at is not None and dist.is_main else 0
     replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
     if dist.world > 1:
         torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
@@ -85,7 +86,9 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         step, samples = 0, 0
         history = (BatchSpan(0, 0, global_batch),)
     end = settings.end
-    if step >= end:  # the run's record stays the one of the part that trained (a rerun is a no-op)
+    # the run's record stays the one of the part that trained (a rerun is a no-op); a checkpoint
+    # at the last step whose evaluation a stop abandoned has that evaluation left to run
+    if step > end or (step == end and not eval_again):
         log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
         log.close()
         return {"step": step, "samples": samples}
@@ -119,7 +122,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     )
     try:
         with stop.listening() if stop is not None else contextlib.nullcontext():
-            run.baseline_eval()
+            run.first_eval()
+            run.stop_if_asked()
             while run.step < end:
                 run.train_step()
                 run.log_step()
@@ -250,7 +254,11 @@ class Steps:
         stop: StopRequest | None = None,
     ) -> None:
         self.engine, self.plan, self.dist = engine, plan, dist
-        self.stop, self.saved_at = stop, -1
+        self.stop = stop
+        #: the step of the checkpoint last saved (or resumed): a stop there does not save it again
+        self.saved_at = start[0] if plan.resume is not None else -1
+        #: the step whose evaluation a stop abandoned (None: none)
+        self.unevaluated: int | None = None
         self.settings = plan.settings
         self.batches, self.log, self.sample_log = batches, log, sample_log
         self.step, self.samples = start
@@ -272,11 +280,21 @@ class Steps:
         #: with --doc-mask, evaluation also attends within documents only
         self.doc_eos = plan.inputs.eos_id
 
-    def baseline_eval(self) -> None:
-        """At step 0, the loss every later evaluation is read against."""
-        if self.plan.data.eval_set is not None and self.step == 0:
+    def first_eval(self) -> None:
+        """At step 0 of a fresh run, the loss every later evaluation is read against; on a
+        resume, the evaluation a stop abandoned at the checkpoint's step, where this run's
+        schedule has one there."""
+        if self.plan.data.eval_set is None:
+            return
+        resume = self.plan.resume
+        due = self.step == 0 if resume is None else resume.state.eval_pending and self._eval_due()
+        if due:
             self._evaluate()
             self.t_begin = self.t_last = time.perf_counter()
+
+    def _eval_due(self) -> bool:
+        """Whether the schedule evaluates at this step (there is an evaluation set)."""
+        return self.step == 0 or self.step % self.settings.eval.every == 0 or self.step == self.end
 
     def train_step(self) -> None:
         """One optimizer step: ``accum`` micro-batches forward and backward. A micro-batch
@@ -331,11 +349,12 @@ class Steps:
             self.scored_at = (self.step, loss_value)
 
     def eval_step(self) -> None:
-        every = self.settings.eval.every
-        if self.plan.data.eval_set is None or not (self.step % every == 0 or self.step == self.end):
+        if self.plan.data.eval_set is None or not self._eval_due():
             return
         t0 = time.perf_counter()
-        self.last["eval_loss"] = self._evaluate()
+        loss = self._evaluate()
+        if loss is not None:
+            self.last["eval_loss"] = loss
         self.t_last += time.perf_counter() - t0
 
     def save_step(self) -> None:
@@ -346,11 +365,15 @@ class Steps:
 
     def stop_if_asked(self) -> None:
         """Where SIGTERM asked any rank to stop (`trainer.stop_request`): this step's
-        checkpoint, then the stop, on every rank at this step."""
-        signum = self.stop.agreed() if self.stop is not None and self.step < self.end else 0
+        checkpoint, then the stop, on every rank at this step. At the last step only a stop
+        that abandoned its evaluation is left to say (the run has ended otherwise)."""
+        abandoned = self.unevaluated == self.step
+        asking = self.stop is not None and (self.step < self.end or abandoned)
+        signum = self.stop.agreed() if asking else 0
         if not signum:
             return
-        self.log.note(f"{signal.Signals(signum).name}: saving step {self.step}, then stopping")
+        left = "its evaluation left for the resume to run; " if abandoned else ""
+        self.log.note(f"{signal.Signals(signum).name}: {left}saving step {self.step}, then stopping")
         if self.saved_at != self.step:
             self.save()
         raise StoppedBySignal(signum, self.step)
@@ -406,15 +429,31 @@ class Steps:
             zero_stage=plan.engine.zero_stage,
             precision=plan.engine.precision,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
+            eval_pending=self.unevaluated == self.step,
         )
 
-    def _evaluate(self) -> float:
+    def _evaluate(self) -> float | None:
+        """This step's evaluation, logged; None where a stop abandoned it (nothing logged)."""
         evaluation = self.settings.eval
-        mean, by_source = evaluate(
-            self.engine, self.plan.data.eval_set, evaluation.samples, self.micro, self.dist, self.doc_eos
+        done = evaluate(
+            self.engine,
+            self.plan.data.eval_set,
+            evaluation.samples,
+            self.micro,
+            self.dist,
+            self.doc_eos,
+            stop=self._asked_to_stop,
         )
+        if done is None:
+            self.unevaluated = self.step
+            return None
+        mean, by_source = done
         self.log.eval(step=self.step, loss=mean, split=evaluation.split, sources=by_source)
         return mean
+
+    def _asked_to_stop(self) -> bool:
+        """Whether a stop was asked of any rank (every rank asks at the same point)."""
+        return self.stop is not None and bool(self.stop.agreed())
 
 
 def scored_loss(

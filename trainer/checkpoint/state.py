@@ -203,6 +203,9 @@ class TrainerState:
     #: the last step trained on data a resume with ``--allow-data-change`` replaced (0: none):
     #: the schedule and manifests recorded here fix only the samples of the steps after it
     data_replaced_at: int = 0
+    #: a stop abandoned the evaluation scheduled at this step (`trainer.evaluate`): a resume
+    #: runs it before its first step (False: done, none was due, or an older tokshard's)
+    eval_pending: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -218,6 +221,7 @@ class TrainerState:
             "zero_stage": self.zero_stage,
             "precision": self.precision,
             "data_replaced_at": self.data_replaced_at,
+            "eval_pending": self.eval_pending,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
             "batches": [
@@ -247,6 +251,7 @@ class TrainerState:
             zero_stage=d.get("zero_stage"),
             precision=d.get("precision"),
             data_replaced_at=int(d.get("data_replaced_at") or 0),
+            eval_pending=bool(d.get("eval_pending", False)),
         )
 
     def step_start(self, step: int) -> tuple[int, int]:
