@@ -88,7 +88,7 @@ def test_the_same_command_after_a_stop_before_the_first_checkpoint_starts_over(m
     is replaced, with nothing else in the folder; another run's is still refused, untouched."""
     from pipeline.format.errors import TokshardError
     from tokshard.commands.train import parse
-    from trainer.run_folders import check_outputs, run_record, start_over
+    from trainer.run_folders import check_outputs, run_record
 
     save = tmp_path / "ck"
     save.mkdir()
@@ -97,11 +97,13 @@ def test_the_same_command_after_a_stop_before_the_first_checkpoint_starts_over(m
     (save / "run.json").write_text(json.dumps(run_record(settings, start_step=0)))
     (save / "metrics.jsonl").write_text('{"step": 1}\n')
     (save / "samples-rank0.jsonl").write_text('{"step": 1}\n')
+    check_outputs(settings)  # the same command: not refused
     another = parse([*args, "--lr", "1e-3"])
     with pytest.raises(TokshardError, match="holds the record of a run that saved no checkpoint"):
         check_outputs(another)
+    from trainer.run_folders import start_over
+
     assert start_over(save, another) == []
-    check_outputs(settings)  # the same command: not refused
     assert start_over(save, settings) == ["metrics.jsonl", "run.json", "samples-rank0.jsonl"]
     assert list(save.iterdir()) == []
 

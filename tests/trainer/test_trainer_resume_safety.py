@@ -299,13 +299,13 @@ def test_sigterm_during_an_evaluation_abandons_it_and_the_resume_runs_it_first(m
     save = tmp_path / "ck"
     args = [*endless(manifest, save), "--eval-every", "1", "--eval-samples", "100000"]  # each step's
     cmd, env = trainer_cmd(*args)
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    code, err = stopped_by_sigterm(proc, save)
+    with open(tmp_path / "out", "w") as out:  # the run's notes
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        code, err = stopped_by_sigterm(proc, save)
     assert code == 143 and "Traceback" not in err, err[-3000:]
     step = steps_in(save / "metrics.jsonl")[-1]
-    assert f"tokshard: SIGTERM: its evaluation left for the resume to run; saving step {step}, " in err
+    said = (tmp_path / "out").read_text()
+    assert f"tokshard: SIGTERM: its evaluation left for the resume to run; saving step {step}, " in said
     assert [e["step"] for e in metrics(save)[1]] == list(range(step))  # none of step `step`
     assert json.loads((save / f"step{step:08d}" / "tokshard.json").read_text())["eval_pending"]
     for _ in range(2):  # a resume killed after the evaluation it ran again leaves no second line

@@ -244,7 +244,7 @@ def test_resume_on_a_different_manifest_is_refused(resumed, manifest, tmp_path):
         cli.main([*args, "--save", str(resumed["B"]), "--resume"])
 
 
-def test_resume_on_another_tokenizers_shards_is_refused_naming_both(resumed, tmp_path):
+def test_resume_on_another_tokenizers_shards_is_refused_naming_both(resumed, manifest, tmp_path):
     """An o200k checkpoint resumed on qwen2 shards went on with a note about windows only: the
     checkpoint records its tokenizer, and another one is said by name, refused unless
     --allow-data-change, which then says the model continues on the other tokenizer's ids."""
@@ -256,17 +256,17 @@ def test_resume_on_another_tokenizers_shards_is_refused_naming_both(resumed, tmp
     ds = resumed["A"].parent / "zero2.json"
     args = ["--manifest", str(other), "--deepspeed", str(ds), *SMALL, "--steps", str(RESUME_STEPS)]
     args += ["--vocab-size", str(saved.vocab_size)]  # the checkpoint's model
-    was = saved.data
-    now = json.loads(other.read_text())["tokenizer"]["sha256"]
-    assert was.tokenizer is not None and was.tokenizer != now
-    named = rf"tokenizer: checkpoint sha256 {was.tokenizer[:16]}\.\.\., now sha256 {now[:16]}\.\.\."
+    was, now = (json.loads(m.read_text())["tokenizer"]["sha256"] for m in (manifest, other))
+    assert was != now
+    named = rf"tokenizer: checkpoint sha256 {was[:16]}\.\.\., now sha256 {now[:16]}\.\.\."
     with pytest.raises(TokshardError, match=rf"another tokenizer's ids \({named}\).*--allow-data-change"):
         cli.main([*args, "--save", str(resumed["B"]), "--resume"])
-    moved = DataState(**{**was.__dict__, "tokenizer": now})
-    assert check_compatible(was, moved, allow_data_change=True)[0].endswith(
+    assert saved.data.tokenizer == was
+    moved = DataState(**{**saved.data.__dict__, "tokenizer": now})
+    assert check_compatible(saved.data, moved, allow_data_change=True)[0].endswith(
         ": the model continues on another tokenizer's ids"
     )
-    older = {k: v for k, v in was.to_json().items() if k != "tokenizer_sha256"}  # an older checkpoint
+    older = {k: v for k, v in saved.data.to_json().items() if k != "tokenizer_sha256"}  # an older checkpoint
     assert check_compatible(DataState.from_json(older), moved, allow_data_change=False) == []
 
 
