@@ -1,4 +1,9 @@
-"""`tokshard inspect`: what a prepared folder holds, per source and split, with a sample."""
+"""`tokshard inspect`: what a prepared folder holds, per source and split, with a sample.
+
+A split's ``tokens`` are every token of its shards, each document's EOS included (as the
+manifest and the trainer count them); its per-document statistics (``doc_tokens``) leave the
+EOS out, as the length histogram does: a document's own tokens. Both outputs say so
+(``COUNTED``)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,12 @@ from pipeline.format.manifest import ShardEntry
 from pipeline.format.shard_reader import Shard, ShardFormatError
 from pipeline.format.verify import files_faults
 from pipeline.storage.data_cache import load_manifest
+
+#: what the counts of a report hold, as its JSON says it (``counted``) and its text labels them
+COUNTED = {
+    "tokens": "every token of the shards, each document's EOS included",
+    "doc_tokens": "the tokens of one document, its EOS excluded (a BOS the tokenizer adds included)",
+}
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
@@ -84,6 +95,7 @@ def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
         # counts a hand edit changed are shown as they are, but not as the run's own
         "edited_after_prepare": not m.checksum_ok(),
         "encoder": m.data.get("encoder"),
+        "counted": COUNTED,
         "sources": {},
     }
     for source, info in m.data["sources"].items():
@@ -132,13 +144,13 @@ def render(report: dict[str, Any]) -> str:
         for split, row in info["splits"].items():
             skipped = sum(row["skipped"].values())
             lines.append(
-                f"  {source}/{split} ({info['type']}): {row['documents']:,} docs, {row['tokens']:,} tokens, "
+                f"  {source}/{split} ({info['type']}): {row['documents']:,} docs, {row['tokens']:,} tokens with EOS, "
                 f"{row['shards']} shard{'' if row['shards'] == 1 else 's'}; dropped empty {row['dropped_empty']:,}, skipped bad {skipped:,}"
             )
             if "doc_tokens" in row:
                 d = row["doc_tokens"]
                 lines.append(
-                    f"    tokens/doc: min {d['min']}, median {d['median']:g}, mean {d['mean']:g}, "
+                    f"    tokens/doc without EOS: min {d['min']}, median {d['median']:g}, mean {d['mean']:g}, "
                     f"p99 {d['p99']:g}, max {d['max']}"
                 )
                 if row["documents_without_text"]:

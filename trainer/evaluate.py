@@ -7,6 +7,7 @@ run and every number of ranks, so two runs' evaluations compare.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -26,10 +27,20 @@ def eval_items(windows: list[int], per_source: int) -> list[tuple[int, int]]:
 
 @torch.no_grad()
 def evaluate(
-    engine, dataset: WindowDataset, per_source: int, micro: int, dist, doc_eos: int | None = None
-) -> tuple[float, dict[str, float]]:
+    engine,
+    dataset: WindowDataset,
+    per_source: int,
+    micro: int,
+    dist,
+    doc_eos: int | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> tuple[float, dict[str, float]] | None:
     """Mean next-token loss over the evaluation windows (per source too). Every rank runs the
     same number of forward passes (padding with weight-0 rows), as ZeRO-3 needs.
+
+    ``stop`` is asked before each forward pass (the same answer on every rank,
+    `trainer.stop_request`): True abandons the evaluation there (None), since one of many
+    windows takes minutes and a job's time limit does not wait for it.
 
     No mean here is 0/0 (as a training micro-batch with every target ignored would be without
     `trainer.model.scored_mean`): evaluation scores every target of plain windows (no packing,
@@ -46,6 +57,8 @@ def evaluate(
     sums = torch.zeros(2 * n_src, dtype=torch.float64, device=dist.device)
     engine.eval()
     for i in range(0, len(mine), micro):
+        if stop is not None and stop():
+            return None
         rows = mine[i : i + micro]
         src = np.array([padded[r][0] for r in rows])
         win = np.array([padded[r][1] for r in rows])

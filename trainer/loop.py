@@ -31,7 +31,8 @@ from trainer.evaluate import evaluate
 from trainer.metrics import MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
-from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record
+from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record, start_over
+from trainer.sampler import PERIOD, raised_to_one
 from trainer.settings import TrainSettings
 from trainer.stop_request import StoppedBySignal, StopRequest
 
@@ -58,12 +59,19 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     engine, config, load_tag = build_engine(plan, dist)
     run_dir = run_folder(settings, dist.is_main, distributed.broadcast)
     resumed_at = plan.resume.state.step if plan.resume else None
-    dropped = cut_back_logs(run_dir, resumed_at) if resumed_at is not None and dist.is_main else 0
+    eval_again = plan.resume is not None and plan.resume.state.eval_pending
+    dropped = cut_back_logs(run_dir, resumed_at, eval_again) if resumed_at is not None and dist.is_main else 0
+    replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
     if dist.world > 1:
         torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
     log = MetricsLog(run_dir, dist.is_main, settings.optim.steps)
     for note in start_notes(plan):
         log.note(note)
+    if replaced:
+        log.note(
+            f"{run_dir} held the record ({', '.join(replaced)}) of a start of this same run (its settings) "
+            "that saved no checkpoint: starting over, replacing it"
+        )
     if dropped:
         log.note(
             f"cut {dropped} log lines written after step {resumed_at} (the checkpoint's) "
@@ -78,7 +86,9 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         step, samples = 0, 0
         history = (BatchSpan(0, 0, global_batch),)
     end = settings.end
-    if step >= end:  # the run's record stays the one of the part that trained (a rerun is a no-op)
+    # the run's record stays the one of the part that trained (a rerun is a no-op); a checkpoint
+    # at the last step whose evaluation a stop abandoned has that evaluation left to run
+    if step > end or (step == end and not eval_again):
         log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
         log.close()
         return {"step": step, "samples": samples}
@@ -112,7 +122,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     )
     try:
         with stop.listening() if stop is not None else contextlib.nullcontext():
-            run.baseline_eval()
+            run.first_eval()
+            run.stop_if_asked()
             while run.step < end:
                 run.train_step()
                 run.log_step()
@@ -153,7 +164,8 @@ def start_notes(plan: Plan) -> list[str]:
 
 
 def data_notes(plan: Plan) -> list[str]:
-    """Training sources the run leaves aside: at weight 0, or without an evaluation split."""
+    """Training sources the run leaves aside (at weight 0, or without an evaluation split), and
+    --mix weights too small for the schedule, which draws them at its smallest share."""
     settings, data = plan.settings, plan.data
     notes = []
     unweighted = [s for s in data.train_sources if s not in data.schedule.weights()]
@@ -167,6 +179,13 @@ def data_notes(plan: Plan) -> list[str]:
                 f"{names} kept at weight 0 ({why}): not trained from here; a later --mix that weighs "
                 "them continues each where it stopped"
             )
+    drawn = data.schedule.weights()
+    asked = {s: w for s, w in (settings.data.mix or {}).items() if s in drawn}
+    for name in raised_to_one(asked):
+        notes.append(
+            f"--mix {name}={asked[name]:g} asks for less than the smallest share the schedule can express, "
+            f"1/{PERIOD} of the samples: {name!r} is drawn at that ({drawn[name]:.4g})"
+        )
     if data.eval_set is not None:
         split = settings.eval.split
         held = sources_with_split(list(data.manifests), split)
@@ -235,7 +254,11 @@ class Steps:
         stop: StopRequest | None = None,
     ) -> None:
         self.engine, self.plan, self.dist = engine, plan, dist
-        self.stop, self.saved_at = stop, -1
+        self.stop = stop
+        #: the step of the checkpoint last saved (or resumed): a stop there does not save it again
+        self.saved_at = start[0] if plan.resume is not None else -1
+        #: the step whose evaluation a stop abandoned (None: none)
+        self.unevaluated: int | None = None
         self.settings = plan.settings
         self.batches, self.log, self.sample_log = batches, log, sample_log
         self.step, self.samples = start
@@ -257,11 +280,21 @@ class Steps:
         #: with --doc-mask, evaluation also attends within documents only
         self.doc_eos = plan.inputs.eos_id
 
-    def baseline_eval(self) -> None:
-        """At step 0, the loss every later evaluation is read against."""
-        if self.plan.data.eval_set is not None and self.step == 0:
+    def first_eval(self) -> None:
+        """At step 0 of a fresh run, the loss every later evaluation is read against; on a
+        resume, the evaluation a stop abandoned at the checkpoint's step, where this run's
+        schedule has one there."""
+        if self.plan.data.eval_set is None:
+            return
+        resume = self.plan.resume
+        due = self.step == 0 if resume is None else resume.state.eval_pending and self._eval_due()
+        if due:
             self._evaluate()
             self.t_begin = self.t_last = time.perf_counter()
+
+    def _eval_due(self) -> bool:
+        """Whether the schedule evaluates at this step (there is an evaluation set)."""
+        return self.step == 0 or self.step % self.settings.eval.every == 0 or self.step == self.end
 
     def train_step(self) -> None:
         """One optimizer step: ``accum`` micro-batches forward and backward. A micro-batch
@@ -316,11 +349,12 @@ class Steps:
             self.scored_at = (self.step, loss_value)
 
     def eval_step(self) -> None:
-        every = self.settings.eval.every
-        if self.plan.data.eval_set is None or not (self.step % every == 0 or self.step == self.end):
+        if self.plan.data.eval_set is None or not self._eval_due():
             return
         t0 = time.perf_counter()
-        self.last["eval_loss"] = self._evaluate()
+        loss = self._evaluate()
+        if loss is not None:
+            self.last["eval_loss"] = loss
         self.t_last += time.perf_counter() - t0
 
     def save_step(self) -> None:
@@ -331,11 +365,15 @@ class Steps:
 
     def stop_if_asked(self) -> None:
         """Where SIGTERM asked any rank to stop (`trainer.stop_request`): this step's
-        checkpoint, then the stop, on every rank at this step."""
-        signum = self.stop.agreed() if self.stop is not None and self.step < self.end else 0
+        checkpoint, then the stop, on every rank at this step. At the last step only a stop
+        that abandoned its evaluation is left to say (the run has ended otherwise)."""
+        abandoned = self.unevaluated == self.step
+        asking = self.stop is not None and (self.step < self.end or abandoned)
+        signum = self.stop.agreed() if asking else 0
         if not signum:
             return
-        self.log.note(f"{signal.Signals(signum).name}: saving step {self.step}, then stopping")
+        left = "its evaluation left for the resume to run; " if abandoned else ""
+        self.log.note(f"{signal.Signals(signum).name}: {left}saving step {self.step}, then stopping")
         if self.saved_at != self.step:
             self.save()
         raise StoppedBySignal(signum, self.step)
@@ -391,15 +429,31 @@ class Steps:
             zero_stage=plan.engine.zero_stage,
             precision=plan.engine.precision,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
+            eval_pending=self.unevaluated == self.step,
         )
 
-    def _evaluate(self) -> float:
+    def _evaluate(self) -> float | None:
+        """This step's evaluation, logged; None where a stop abandoned it (nothing logged)."""
         evaluation = self.settings.eval
-        mean, by_source = evaluate(
-            self.engine, self.plan.data.eval_set, evaluation.samples, self.micro, self.dist, self.doc_eos
+        done = evaluate(
+            self.engine,
+            self.plan.data.eval_set,
+            evaluation.samples,
+            self.micro,
+            self.dist,
+            self.doc_eos,
+            stop=self._asked_to_stop,
         )
+        if done is None:
+            self.unevaluated = self.step
+            return None
+        mean, by_source = done
         self.log.eval(step=self.step, loss=mean, split=evaluation.split, sources=by_source)
         return mean
+
+    def _asked_to_stop(self) -> bool:
+        """Whether a stop was asked of any rank (every rank asks at the same point)."""
+        return self.stop is not None and bool(self.stop.agreed())
 
 
 def scored_loss(

@@ -20,7 +20,8 @@ training line (every ``--log-every`` steps, and the last step)
                         (the slowest rank's)
     ``elapsed_s``       seconds since this process started training
 
-evaluation line (at step 0 of a fresh run, every ``--eval-every`` steps, and the last step)
+evaluation line (at step 0 of a fresh run, every ``--eval-every`` steps, and the last step;
+a stop during one abandons it, unlogged, and the resume from that step runs it first)
     ``step``, ``eval_loss`` (mean over the split's evaluation windows), ``eval_ppl``
     (``exp(eval_loss)``), ``split``, ``sources`` (loss per source)
 
@@ -80,26 +81,28 @@ def _holds(value: Any, kind: Any) -> bool:
     return isinstance(value, kind)
 
 
-def cut_back_logs(run_dir: Path, step: int) -> int:
+def cut_back_logs(run_dir: Path, step: int, eval_again: bool = False) -> int:
     """Drop, from metrics.jsonl and the samples-rank*.jsonl files, every line after ``step``
-    (and a last line a kill cut short); returns how many lines went. Each file is replaced
+    (and a last line a kill cut short); returns how many lines went. With ``eval_again`` (the
+    checkpoint's evaluation was abandoned, and the resume runs it), an evaluation line of
+    ``step`` goes too: an earlier resume of the same checkpoint wrote it. Each file is replaced
     atomically, so a kill now loses nothing that was kept."""
     dropped = 0
     for path in [run_dir / METRICS_FILE, *sorted(run_dir.glob(SAMPLES_GLOB))]:
         if path.is_file():
-            dropped += _cut_back(path, step)
+            dropped += _cut_back(path, step, eval_again)
     return dropped
 
 
-def _cut_back(path: Path, step: int) -> int:
+def _cut_back(path: Path, step: int, eval_again: bool) -> int:
     lines = path.read_bytes().splitlines(keepends=True)
-    keep = [line for line in lines if _keep(line, step)]
+    keep = [line for line in lines if _keep(line, step, eval_again)]
     if len(keep) != len(lines):
         write_bytes(path, b"".join(keep))
     return len(lines) - len(keep)
 
 
-def _keep(line: bytes, step: int) -> bool:
+def _keep(line: bytes, step: int, eval_again: bool) -> bool:
     """A whole JSON line of a step up to ``step`` (or of no step at all) stays."""
     if not line.endswith(b"\n"):
         return False  # cut short by the kill
@@ -108,6 +111,8 @@ def _keep(line: bytes, step: int) -> bool:
     except ValueError:
         return False
     at = record.get("step") if isinstance(record, dict) else None
+    if eval_again and at == step and line_kind(record) == "eval":
+        return False
     return not isinstance(at, int) or at <= step
 
 

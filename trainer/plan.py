@@ -239,4 +239,5 @@ def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule
         train_split=data.train_split,
         mix=schedule.weights(),
         packing=data.packing,
+        tokenizer=manifests[0].data["tokenizer"]["sha256"],  # every manifest's (`source_owners`)
     )

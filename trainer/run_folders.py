@@ -3,8 +3,9 @@
 The run folder is ``--run-dir``, else ``--save``, else a new ``runs/TIME``. It holds
 ``run.json`` (how each part of the run was started), ``metrics.jsonl`` (``trainer.metrics``)
 and, with ``--log-samples``, ``samples-rankR.jsonl``. Both folders are checked before any
-work: local and writable; a fresh run writes only into empty folders or ones it makes, a
-resume only into its own. ``folder_contents`` is the trainer's one "what is in this folder"
+work: local and writable; a fresh run writes only into empty folders or ones it makes (or
+its own record of a start that saved no checkpoint, which it replaces), a resume only into
+its own. ``folder_contents`` is the trainer's one "what is in this folder"
 look, to be replaced by the storage package's shared one.
 """
 
@@ -31,7 +32,7 @@ from pipeline.format.atomic import (
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
 from trainer.checkpoint.state import latest_tag
-from trainer.metrics import METRICS_FILE
+from trainer.metrics import METRICS_FILE, SAMPLES_GLOB
 from trainer.settings import TrainSettings
 
 RUN_FILE = "run.json"
@@ -167,7 +168,7 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
         )
     if not resume:
         for flag, folder in (("--save", save), ("--run-dir", run_dir)):
-            if folder:
+            if folder and not (folder == (run_dir or save) and same_runs_record(Path(folder), settings)):
                 refuse_unless_empty(Path(folder), flag)
     elif run_dir and not same_folder(Path(run_dir), Path(save)):
         refuse_unless_this_runs(Path(run_dir), Path(save))
@@ -182,7 +183,8 @@ def refuse_unless_empty(folder: Path, flag: str) -> None:
     if (RUN_FILE in held or METRICS_FILE in held) and flag == "--save":
         raise TokshardError(
             f"--save {folder} holds the record of a run that saved no checkpoint ({listing(held)}), so "
-            "there is nothing to resume; choose another --save, or remove those files to start again there"
+            "there is nothing to resume; choose another --save, or remove those files to start again there "
+            "(the command that run was started with starts it over by itself)"
         )
     if RUN_FILE in held or METRICS_FILE in held:
         raise TokshardError(
@@ -193,6 +195,44 @@ def refuse_unless_empty(folder: Path, flag: str) -> None:
         f"{flag} {folder} is not empty (it holds {listing(held)}); a new run writes only into an empty "
         f"folder or one it makes: choose another {flag}"
     )
+
+
+def same_runs_record(folder: Path, settings: TrainSettings) -> bool:
+    """Whether ``folder`` holds nothing but the record of a run started with these very
+    settings (its run.json's) that saved no checkpoint: the same command, run again after a
+    kill, an OOM or a cut shard stopped it before its first checkpoint, which starts over
+    (`start_over`). Another run's record, or anything beside it, stays refused: a new run
+    does not write over what it cannot tell is its own."""
+    held = folder_contents(folder)
+    if RUN_FILE not in held or held != run_record_files(folder):
+        return False
+    try:
+        recorded = json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    these = json.loads(json.dumps(settings.to_json()))  # as run.json holds them
+    return isinstance(recorded, dict) and recorded.get("settings") == these
+
+
+def start_over(run_dir: Path, settings: TrainSettings) -> list[str]:
+    """Remove the record a start of this same run left without a checkpoint (`same_runs_record`,
+    which the checks before the run let through); returns the names removed."""
+    if not same_runs_record(run_dir, settings):
+        return []
+    names = run_record_files(run_dir)
+    for name in names:
+        (run_dir / name).unlink(missing_ok=True)
+    return names
+
+
+def run_record_files(run_dir: Path) -> list[str]:
+    """The files of a run's record in ``run_dir``: run.json, metrics.jsonl, samples-rankR.jsonl."""
+    try:
+        return sorted(
+            p.name for p in run_dir.iterdir() if p.name in (RUN_FILE, METRICS_FILE) or p.match(SAMPLES_GLOB)
+        )
+    except OSError:
+        return []
 
 
 def refuse_unless_this_runs(run_dir: Path, save: Path) -> None:
@@ -297,8 +337,8 @@ def how_to_continue(save_dir: Path | None, resumed: bool) -> str:
         return f"it stopped before writing anything into {save_dir}: rerun the same command to start again"
     if latest is None:
         return (
-            f"no checkpoint was saved in {save_dir}, so there is nothing to resume; start again in another "
-            "--save, or empty this one"
+            f"no checkpoint was saved in {save_dir}, so there is nothing to resume: rerun the same command "
+            "to start over there"
         )
     how = "rerun the same command" if resumed else "rerun it with --resume"
     return f"the last checkpoint is {save_dir / latest}: {how} to continue from there"

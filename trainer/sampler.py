@@ -102,6 +102,18 @@ def quotas(weights: dict[str, float], period: int = PERIOD) -> dict[str, int]:
     return q
 
 
+def raised_to_one(weights: dict[str, float], period: int = PERIOD) -> list[str]:
+    """The names whose weight is a share of the positive weights below ``1 / period``: `quotas`
+    raises each to one sample in ``period``, the smallest share a schedule can express (a
+    weight asked is drawn, however small)."""
+    positive = {n: w for n, w in weights.items() if w > 0}
+    if not positive:
+        return []
+    top = max(positive.values())  # scaled first, as `quotas` does
+    total = sum(w / top for w in positive.values())
+    return [n for n, w in positive.items() if w / top / total * period < 1]
+
+
 @dataclass(frozen=True)
 class Draws:
     """Samples picked for a list of positions: source index, window index, source epoch."""

@@ -1,9 +1,11 @@
 """A stop that SIGTERM asks for (a job's time limit, a preemption, ``kill``), taken at the next
 step boundary with a checkpoint of that step. Stopping at once would lose every step since the
-last checkpoint: with the default ``--save-every 0``, the whole run.
+last checkpoint: with the default ``--save-every 0``, the whole run. An evaluation under way
+is abandoned between two of its forward passes (`trainer.evaluate`): it can take minutes,
+and the resume runs it again.
 
 Every rank must stop at the same step, or the checkpoint's collectives would wait forever, so
-the ranks agree at each step boundary through a one-number all-reduce on the CPU (gloo; a group
+the ranks agree at each step boundary (and before each forward pass of an evaluation) through a one-number all-reduce on the CPU (gloo; a group
 of its own where training runs on NCCL), which never waits for a GPU. A second SIGTERM goes to
 the handler that was there before (the CLI's: stop at once, in one line)."""
 

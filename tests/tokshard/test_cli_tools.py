@@ -81,10 +81,16 @@ def test_inspect_reports_counts_length_stats_and_a_decoded_sample(prepared, docs
     proc = cli("inspect", str(prepared), check=True)
     assert "docs/train (files): 40 docs" in proc.stdout
     assert "docs/validation (files): 10 docs" in proc.stdout
-    assert "tokens/doc: min" in proc.stdout
     assert docs[0][:30].replace("\n", "\\n") in proc.stdout
     report = json.loads(cli("inspect", str(prepared), "--json", check=True).stdout)
-    assert report["sources"]["docs"]["splits"]["train"]["documents"] == 40
+    train = report["sources"]["docs"]["splits"]["train"]
+    assert train["documents"] == 40
+    # the split's tokens count each document's EOS, its per-document statistics do not: both say so
+    assert train["doc_tokens"]["mean"] == pytest.approx(train["tokens"] / 40 - 1, abs=0.05)
+    assert report["counted"]["tokens"].endswith("each document's EOS included")
+    assert report["counted"]["doc_tokens"].startswith("the tokens of one document, its EOS excluded")
+    assert f"40 docs, {train['tokens']:,} tokens with EOS, " in proc.stdout
+    assert f"    tokens/doc without EOS: min {train['doc_tokens']['min']}, " in proc.stdout
     encoder = manifest.load(prepared).data["encoder"]  # which back end wrote it, and why
     assert report["encoder"] == encoder
     assert f"  encoder: {encoder['library']} {encoder['version']} ({encoder['reason']})" in proc.stdout

@@ -82,6 +82,32 @@ def test_a_save_folder_of_a_run_that_saved_no_checkpoint_says_there_is_nothing_t
     assert "remove those files and run without --resume to start again there" in line
 
 
+def test_the_same_command_after_a_stop_before_the_first_checkpoint_starts_over(manifest, tmp_path):
+    """A run killed before its first checkpoint (SIGKILL, an OOM, a cut shard) left its record
+    in --save, and the same command again was refused for it: a record of these very settings
+    is replaced, with nothing else in the folder; another run's is still refused, untouched."""
+    from pipeline.format.errors import TokshardError
+    from tokshard.commands.train import parse
+    from trainer.run_folders import check_outputs, run_record
+
+    save = tmp_path / "ck"
+    save.mkdir()
+    args = [*train_args(manifest), "--save", str(save)]
+    settings = parse(args)
+    (save / "run.json").write_text(json.dumps(run_record(settings, start_step=0)))
+    (save / "metrics.jsonl").write_text('{"step": 1}\n')
+    (save / "samples-rank0.jsonl").write_text('{"step": 1}\n')
+    check_outputs(settings)  # the same command: not refused
+    another = parse([*args, "--lr", "1e-3"])
+    with pytest.raises(TokshardError, match="holds the record of a run that saved no checkpoint"):
+        check_outputs(another)
+    from trainer.run_folders import start_over
+
+    assert start_over(save, another) == []
+    assert start_over(save, settings) == ["metrics.jsonl", "run.json", "samples-rank0.jsonl"]
+    assert list(save.iterdir()) == []
+
+
 def test_a_resume_logs_into_its_own_run_folder_and_refuses_another_runs(manifest, halfway, tmp_path):
     other = tmp_path / "other"
     launch(*train_args(manifest), "--steps", "1", "--run-dir", str(other))
@@ -218,8 +244,8 @@ def test_a_failed_first_save_says_which_files_to_remove_and_then_the_rerun_is_no
         (save / name).write_text("{}\n")
     error = save_error(OSError(errno.ENOSPC, "No space left on device"), save, "step00000002", save)
     assert str(error).endswith(
-        f"no earlier checkpoint exists; free space there, then remove metrics.jsonl, run.json from {save} "
-        "(this run's record), and run the same command again"
+        "no earlier checkpoint exists; free space there, then run the same command again (it starts over, "
+        f"replacing metrics.jsonl, run.json in {save})"
     )
     shutil.rmtree(save / "step00000002.partial")
     for name in ("metrics.jsonl", "run.json"):

@@ -451,3 +451,29 @@ def test_a_packed_source_without_a_whole_evaluation_window_is_trained_and_said_u
         "evaluation on 'validation' leaves out 'tiny' (shorter than one window); evaluated: stdlib, asyncio"
         in data_notes(plan)
     )
+
+
+def test_a_mix_weight_below_the_schedules_smallest_share_is_said_to_be_raised(manifest):
+    """``--mix stdlib=1e-9,asyncio=1`` trained stdlib at 1/65536 of the samples, silently (the
+    checkpoint recorded 1.52587890625e-05): the schedule draws a weight asked, however small,
+    at its smallest share, and the log now says so, naming it."""
+    from trainer.loop import data_notes
+    from trainer.plan import prepare
+
+    args = [
+        "--manifest",
+        str(manifest),
+        "--model",
+        "tiny",
+        "--seq-len",
+        "32",
+        "--mix",
+        "stdlib=1e-9,asyncio=1",
+    ]
+    plan = prepare(cli.parse(args))
+    assert plan.data.schedule.weights()["stdlib"] == 1 / 65536
+    assert data_notes(plan) == [
+        "--mix stdlib=1e-09 asks for less than the smallest share the schedule can express, 1/65536 of the "
+        "samples: 'stdlib' is drawn at that (1.526e-05)"
+    ]
+    assert data_notes(prepare(cli.parse([*args[:-1], "stdlib=1,asyncio=1"]))) == []

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import AS_AT_A_TERMINAL, REPO, cached_manifest, free_port, make_manifest, samples_by_step
+from support import (
+    AS_AT_A_TERMINAL,
+    REPO,
+    cached_manifest,
+    free_port,
+    make_manifest,
+    metrics,
+    samples_by_step,
+)
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import lock_file, try_exclusive
@@ -284,12 +292,36 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_trains_the_uninterrup
     assert_trained_as_uninterrupted(manifest, save, step + 2)
 
 
+def test_sigterm_during_an_evaluation_abandons_it_and_the_resume_runs_it_first(manifest, tmp_path):
+    """A SIGTERM waited for the whole evaluation under way (minutes, with many --eval-samples),
+    silent, then trained a step more: the evaluation is abandoned unlogged, the step before it
+    saved, and the resume runs it before its first step, so the log reads as one run's."""
+    save = tmp_path / "ck"
+    args = [*endless(manifest, save), "--eval-every", "1", "--eval-samples", "100000"]  # each step's
+    cmd, env = trainer_cmd(*args)
+    with open(tmp_path / "out", "w") as out:  # the run's notes
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        code, err = stopped_by_sigterm(proc, save)
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    step = steps_in(save / "metrics.jsonl")[-1]
+    said = (tmp_path / "out").read_text()
+    assert f"tokshard: SIGTERM: its evaluation left for the resume to run; saving step {step}, " in said
+    assert [e["step"] for e in metrics(save)[1]] == list(range(step))  # none of step `step`
+    assert json.loads((save / f"step{step:08d}" / "tokshard.json").read_text())["eval_pending"]
+    for _ in range(2):  # a resume killed after the evaluation it ran again leaves no second line
+        train(*args, "--resume", "--stop-at", str(step + 1))
+        assert [e["step"] for e in metrics(save)[1]] == list(range(step + 2))
+        assert steps_in(save / "metrics.jsonl") == list(range(1, step + 2))
+        (save / "latest").write_text(f"step{step:08d}")
+
+
 def test_sigterm_to_one_rank_stops_every_rank_at_the_same_saved_step(manifest, tmp_path):
     """The ranks agree where to stop: a signal that reaches one rank alone (as a launcher or a
     scheduler may deliver it a step apart) still gives one whole checkpoint of two ranks,
-    where a rank saving alone would wait for the other forever."""
+    where a rank saving alone would wait for the other forever; in an evaluation too, which
+    they abandon between the same two forward passes."""
     save = tmp_path / "ck"
-    cmd, env = trainer_cmd(*endless(manifest, save))
+    cmd, env = trainer_cmd(*endless(manifest, save), "--eval-every", "2")
     launcher = [
         sys.executable,
         "-m",

@@ -244,6 +244,32 @@ def test_resume_on_a_different_manifest_is_refused(resumed, manifest, tmp_path):
         cli.main([*args, "--save", str(resumed["B"]), "--resume"])
 
 
+def test_resume_on_another_tokenizers_shards_is_refused_naming_both(resumed, manifest, tmp_path):
+    """An o200k checkpoint resumed on qwen2 shards went on with a note about windows only: the
+    checkpoint records its tokenizer, and another one is said by name, refused unless
+    --allow-data-change, which then says the model continues on the other tokenizer's ids."""
+    from trainer.checkpoint.resume import check_compatible
+    from trainer.checkpoint.state import DataState, read_tag
+
+    other = make_manifest(tmp_path / "other", vocab_size=700)  # a tokenizer trained to another size
+    saved = read_tag(resumed["B"], f"step{RESUME_STEPS:08d}")
+    ds = resumed["A"].parent / "zero2.json"
+    args = ["--manifest", str(other), "--deepspeed", str(ds), *SMALL, "--steps", str(RESUME_STEPS)]
+    args += ["--vocab-size", str(saved.vocab_size)]  # the checkpoint's model
+    was, now = (json.loads(m.read_text())["tokenizer"]["sha256"] for m in (manifest, other))
+    assert was != now
+    named = rf"tokenizer: checkpoint sha256 {was[:16]}\.\.\., now sha256 {now[:16]}\.\.\."
+    with pytest.raises(TokshardError, match=rf"another tokenizer's ids \({named}\).*--allow-data-change"):
+        cli.main([*args, "--save", str(resumed["B"]), "--resume"])
+    assert saved.data.tokenizer == was
+    moved = DataState(**{**saved.data.__dict__, "tokenizer": now})
+    assert check_compatible(saved.data, moved, allow_data_change=True)[0].endswith(
+        ": the model continues on another tokenizer's ids"
+    )
+    older = {k: v for k, v in saved.data.to_json().items() if k != "tokenizer_sha256"}  # an older checkpoint
+    assert check_compatible(DataState.from_json(older), moved, allow_data_change=False) == []
+
+
 def test_resume_refuses_a_new_seed_and_a_changed_seq_len(resumed, manifest):
     ds = resumed["A"].parent / "zero2.json"
     args = [

@@ -22,8 +22,18 @@ def check_compatible(
     """What differs between the checkpoint's data and this run's; an error unless allowed.
 
     ``source_diffs`` are the sources whose content changed or that are gone
-    (``Schedule.changed_sources``). Returns the differences that were allowed, for the log."""
-    diffs = saved.differences(now) + list(source_diffs)
+    (``Schedule.changed_sources``). Returns the differences that were allowed, for the log.
+    Another tokenizer is said first and on its own: its ids mean other text, so every source
+    reads as changed, and the model would go on learning the other tokenizer's ids."""
+    tokenizer = saved.tokenizer_change(now)
+    if tokenizer is not None and not allow_data_change:
+        raise TokshardError(
+            f"--resume: the checkpoint was trained on another tokenizer's ids ({tokenizer}): the same "
+            "ids mean other text; resume on shards prepared with the checkpoint's tokenizer, or pass "
+            "--allow-data-change to go on training the model on this tokenizer's ids"
+        )
+    said = [f"{tokenizer}: the model continues on another tokenizer's ids"] if tokenizer else []
+    diffs = said + saved.differences(now) + list(source_diffs)
     if diffs and not allow_data_change:
         raise TokshardError(
             "--resume: the checkpoint was trained on different data ("

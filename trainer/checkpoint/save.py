@@ -15,8 +15,7 @@ from pathlib import Path
 from pipeline.format.atomic import disk_error, fsync_dir, write_bytes
 from pipeline.format.errors import TokshardError
 from trainer.checkpoint.state import CLIENT_KEY, LATEST, TrainerState, is_tag, latest_tag, write_state
-from trainer.metrics import METRICS_FILE
-from trainer.run_folders import RUN_FILE
+from trainer.run_folders import run_record_files
 
 PARTIAL = ".partial"
 #: less free space than this after a failed torch.save: the disk ran full
@@ -105,20 +104,9 @@ def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | Non
 
 
 def start_again(run_dir: Path | None) -> str:
-    """How to start over after a failed first save: a new run is refused where a run's record
-    is (it does not write over one), so the advice names this run's record to remove first."""
+    """How to start over after a failed first save: the same command, which replaces this
+    run's record (`trainer.run_folders.same_runs_record`)."""
     record = run_record_files(run_dir) if run_dir is not None else []
     if not record:
         return "run the same command again"
-    return f"remove {', '.join(record)} from {run_dir} (this run's record), and run the same command again"
-
-
-def run_record_files(run_dir: Path) -> list[str]:
-    """The files of a run's record in ``run_dir`` (``trainer.run_folders``)."""
-    names = (RUN_FILE, METRICS_FILE)
-    try:
-        return sorted(
-            p.name for p in run_dir.iterdir() if p.name in names or p.name.startswith("samples-rank")
-        )
-    except OSError:
-        return []
+    return f"run the same command again (it starts over, replacing {', '.join(record)} in {run_dir})"

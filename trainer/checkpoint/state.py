@@ -104,6 +104,9 @@ class DataState:
     mix: dict[str, float]
     #: plain windows, or packed ones (none: a checkpoint from before packing)
     packing: Packing = field(default_factory=Packing)
+    #: the sha256 of the tokenizer the shards were made with (the manifests', one for all of
+    #: them): what the token ids mean (None: not recorded by an older tokshard)
+    tokenizer: str | None = None
 
     #: the fields a resume must find unchanged, and the option that sets each
     KEPT: ClassVar[dict[str, str]] = {
@@ -111,6 +114,12 @@ class DataState:
         "train_split": "--train-split",
         "packing": "--packing",
     }
+
+    def tokenizer_change(self, now: DataState) -> str | None:
+        """The change of tokenizer ``now`` makes, in words (None: the same, or not recorded)."""
+        if self.tokenizer is None or now.tokenizer is None or self.tokenizer == now.tokenizer:
+            return None
+        return f"tokenizer: checkpoint sha256 {self.tokenizer[:16]}..., now sha256 {now.tokenizer[:16]}..."
 
     def differences(self, now: DataState) -> list[str]:
         """What ``now`` changes of what a resume must keep (a changed mix is not one: the
@@ -130,6 +139,7 @@ class DataState:
             "mix": self.mix,
             "train_split": self.train_split,
             "packing": self.packing.to_json(),
+            "tokenizer_sha256": self.tokenizer,
         }
 
     @classmethod
@@ -144,6 +154,7 @@ class DataState:
             str(d["train_split"]),
             {str(k): float(v) for k, v in d["mix"].items()},
             Packing.from_json(d.get("packing")),
+            d.get("tokenizer_sha256"),
         )
 
 
@@ -192,6 +203,9 @@ class TrainerState:
     #: the last step trained on data a resume with ``--allow-data-change`` replaced (0: none):
     #: the schedule and manifests recorded here fix only the samples of the steps after it
     data_replaced_at: int = 0
+    #: a stop abandoned the evaluation scheduled at this step (`trainer.evaluate`): a resume
+    #: runs it before its first step (False: done, none was due, or an older tokshard's)
+    eval_pending: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -207,6 +221,7 @@ class TrainerState:
             "zero_stage": self.zero_stage,
             "precision": self.precision,
             "data_replaced_at": self.data_replaced_at,
+            "eval_pending": self.eval_pending,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
             "batches": [
@@ -236,6 +251,7 @@ class TrainerState:
             zero_stage=d.get("zero_stage"),
             precision=d.get("precision"),
             data_replaced_at=int(d.get("data_replaced_at") or 0),
+            eval_pending=bool(d.get("eval_pending", False)),
         )
 
     def step_start(self, step: int) -> tuple[int, int]:
