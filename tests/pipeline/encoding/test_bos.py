@@ -394,11 +394,13 @@ def test_a_rerun_whose_tokenizer_config_now_frames_documents_otherwise_is_refuse
     """The tokenizer_config.json beside the tokenizer sets add_bos_token: an edit after the run
     was said "already complete; nothing to do" (or a resume went on with the plan's framing)."""
     tok = _alone(tmp_path, gemma2, {"add_bos_token": True, "bos_token": "<bos>"})
-    m = _prepare(tmp_path, tok, prose[:3], "--bos-token", "auto")
+    # the reference encoder: which back end encodes is not the point (fastokens' check of a 256k
+    # vocabulary cost seconds a run)
+    m = _prepare(tmp_path, tok, prose[:3], "--bos-token", "auto", "--encoder", "tokenizers")
     assert m.bos_id is not None
     (tok.parent / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": False}))
     proc = cli("prepare", "--input", str(tmp_path / "in.jsonl"), "--tokenizer", str(tok), "--out",
-               str(tmp_path / "out"), "--bos-token", "auto")  # fmt: skip
+               str(tmp_path / "out"), "--bos-token", "auto", "--encoder", "tokenizers")  # fmt: skip
     assert proc.returncode == 2
     assert (
         f"holds a run whose tokenizer framed documents otherwise (bos_id: {m.bos_id} -> None; "

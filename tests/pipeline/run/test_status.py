@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,13 @@ def test_status_names_the_run_holding_the_lock_with_rate_and_eta(interrupted):
 def running_rates(proc, where: str) -> list[float]:
     """What `tokshard status` reports, read over and over while ``proc`` runs (in this process:
     the same function the command prints, without a fresh interpreter per look): the rates it
-    showed while a run held the output and its input was not all done."""
+    showed while a run held the output and its input was not all done. A short pause between
+    looks: a busy loop took a core from the run it watched (more CPU than the run itself)."""
     from pipeline.run.status import status
 
     rates = []
     while proc.poll() is None:
+        time.sleep(0.05)
         try:
             s = status(where)
         except TokshardError:  # no plan yet

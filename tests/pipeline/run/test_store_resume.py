@@ -1,7 +1,8 @@
 """An interrupted `prepare` into an object store finishes on its FIRST rerun, whatever stopped it:
 a kill -9, the endpoint losing its state, a finished shard or checkpoint lost. Against a real
 S3 API server (moto_server on 127.0.0.1, started by the tests); every rerun is a fresh process,
-as a user types it."""
+as a user types it. One worker each: how many encode is not the point (each more boots its own
+interpreter)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ def test_a_prepare_killed_midway_finishes_on_its_first_rerun(s3_server, store_se
     recipe, ref = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
-    proc = start_prepare(recipe, url, "--workers", "2")
+    proc = start_prepare(recipe, url, "--workers", "1")
     wait_for(lambda: finished_partitions(s3_server, bucket) >= 2, 120, "two finished partitions", proc)
     kill_group(proc)
     assert finished_partitions(s3_server, bucket) < PARTITIONS, "the run ended before the kill"
-    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2")
+    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1")
     assert rerun.returncode == 0, rerun.stderr
     assert_same_as_local(s3_server, bucket, "run", ref)
 
@@ -48,7 +49,7 @@ def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server
     recipe, ref = store_setup
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
-    cli("prepare", str(recipe), "--out", url, "--workers", "2", check=True)
+    cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
     s3 = s3_server.client()
     for key in ("manifest.json", "text/train/00003-0000.idx", ".tokshard/parts/text/train/00005.json"):
         s3.delete_object(Bucket=bucket, Key=f"run/{key}")
@@ -65,7 +66,7 @@ def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server
     )
     assert status["rerun"].startswith("redo 2 partitions whose shards do not match"), status["rerun"]
     assert ", start 1 pending partitions, then write the manifest" in status["rerun"], status["rerun"]
-    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2")
+    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1")
     assert rerun.returncode == 0, rerun.stderr
     assert f"{lost}; redoing that partition" in rerun.stderr and f"{cut_damage}; redoing" in rerun.stderr
     assert "delete" not in rerun.stderr
@@ -79,7 +80,7 @@ def test_a_store_that_lost_its_state_midway_is_prepared_whole_by_the_first_rerun
     with moto_server() as server:
         bucket = server.new_bucket()
         url = f"s3://{bucket}/run"
-        proc = start_prepare(recipe, url, "--workers", "2", env=server.env)
+        proc = start_prepare(recipe, url, "--workers", "1", env=server.env)
         wait_for(lambda: finished_partitions(server, bucket) >= 1, 120, "a finished partition", proc)
         with paused(proc):
             assert not server.objects(bucket, "run/manifest.json"), "the run ended before the reset"
@@ -88,7 +89,7 @@ def test_a_store_that_lost_its_state_midway_is_prepared_whole_by_the_first_rerun
         assert proc.returncode != 0 and "Traceback" not in stderr, stderr
         assert stderr.strip().splitlines()[-1].startswith("tokshard: error: "), stderr
         server.client().create_bucket(Bucket=bucket)
-        rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2", env=server.env)
+        rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1", env=server.env)
         assert rerun.returncode == 0, rerun.stderr
         assert_same_as_local(server, bucket, "run", ref)
 
@@ -102,7 +103,7 @@ def test_a_prepare_whose_credentials_were_revoked_finishes_on_its_first_rerun_wi
         bucket = "tokshard-revoked"
         boto3_client(server, first, "s3").create_bucket(Bucket=bucket)
         url = f"s3://{bucket}/run"
-        proc = start_prepare(recipe, url, "--workers", "2", env={**server.env, **first})
+        proc = start_prepare(recipe, url, "--workers", "1", env={**server.env, **first})
         wait_for(
             lambda: finished_partitions_as(server, second, bucket) >= 1, 120, "a finished partition", proc
         )
@@ -116,7 +117,7 @@ def test_a_prepare_whose_credentials_were_revoked_finishes_on_its_first_rerun_wi
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode != 0 and "Traceback" not in stderr, stderr
         assert stderr.strip().splitlines()[-1].startswith("tokshard: error: "), stderr
-        rerun = cli("prepare", str(recipe), "--out", url, "--workers", "2", env={**server.env, **second})
+        rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1", env={**server.env, **second})
         assert rerun.returncode == 0, rerun.stderr
         server_objects = {
             k: v for k, v in _objects_as(server, second, bucket).items() if not k.startswith(".tokshard/")
