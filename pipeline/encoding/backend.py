@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -76,6 +77,8 @@ def library_version(lib: str) -> str | None:
         return None
 
 
+@lru_cache(maxsize=1)
 def library_versions() -> tuple[tuple[str, str], ...]:
-    """The encoder libraries' versions: the equivalence check holds for these only."""
+    """The encoder libraries' versions: the equivalence check holds for these only. Read once
+    a process (the libraries it has loaded do not change; each lookup scans site-packages)."""
     return tuple((lib, v) for lib in ("fastokens", "tiktoken", "tokenizers") if (v := library_version(lib)))

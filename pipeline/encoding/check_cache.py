@@ -64,7 +64,7 @@ def key_parts(candidate: str, tokenizer_path: str) -> dict[str, object] | None:
     """Everything a passed static check depends on (None: it cannot be keyed)."""
     code = code_digest()
     try:
-        tokenizer = sha256_file(tokenizer_path)
+        tokenizer = _tokenizer_sha256(tokenizer_path)
     except OSError:
         return None
     if code is None:
@@ -76,6 +76,18 @@ def key_parts(candidate: str, tokenizer_path: str) -> dict[str, object] | None:
         "machine": f"{sys.platform}-{platform.machine()}",
         "code_sha256": code,
     }
+
+
+def _tokenizer_sha256(path: str) -> str:
+    """The tokenizer's sha256, hashed once a process while the file stays the same one (a run
+    keys several checks and derived facts on it, each asked for again by every candidate)."""
+    st = os.stat(path)
+    return _sha256_of(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+
+@lru_cache(maxsize=8)
+def _sha256_of(path: str, identity: tuple[int, ...]) -> str:
+    return sha256_file(path)
 
 
 def _entry_path(parts: dict[str, object]) -> Path:
