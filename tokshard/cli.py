@@ -65,7 +65,9 @@ def build_parser(options_of: Collection[str] | None = None) -> argparse.Argument
         p = commands.add_parser(command.name, help=command.summary, **command.parser_settings())
         if options_of is None or command.name in options_of:
             command.add_options(p)
-        p.set_defaults(run=command.run, after_stop=command.after_stop, usage=p)
+        p.set_defaults(
+            run=command.run, after_stop=command.after_stop, stray_words=command.stray_words, usage=p
+        )
     return parser
 
 
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 args, rest = build_parser(options_of=_command_in(argv)).parse_known_args(argv)
                 if rest:
+                    if args.stray_words is not None:
+                        args.stray_words(args, rest)
                     args.usage.unrecognized(rest)
             except SystemExit as exc:  # --help, --version
                 sys.stdout.flush()

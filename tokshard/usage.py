@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import decimal
 import difflib
 import math
 import os
@@ -49,10 +50,27 @@ def _whole(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        value = _whole_in_exponent_form(text)
     if abs(value) > LARGEST_WHOLE:
         raise argparse.ArgumentTypeError(f"{text} is more than the largest number taken ({LARGEST_WHOLE:,})")
     return value
+
+
+def _whole_in_exponent_form(text: str) -> int:
+    """``1e6``, ``2.5e9``: a whole number as sizes are often written (``--partition-bytes``
+    takes it too); ``1.5`` or ``1e-3`` is no whole number."""
+    try:
+        value = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        value = None
+    if (
+        value is None
+        or "e" not in text.lower()
+        or not value.is_finite()
+        or value != value.to_integral_value()
+    ):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
 
 
 def positive_int(text: str) -> int:
@@ -162,6 +180,16 @@ def folder_arg(text: str) -> str:
                 "mounted?); create that folder, or give another"
             )
     return text
+
+
+def run_folder_arg(text: str) -> str:
+    """`folder_arg` for a prepare run's --out, which may be given by its manifest.json (as
+    `verify` and `inspect` take it): the folder that holds it."""
+    text = path_arg(text)
+    head, _, name = text.rstrip("/").rpartition("/")
+    if name == "manifest.json" and (is_url(text) or os.path.isfile(text)):
+        text = head or "."
+    return folder_arg(text)
 
 
 def dangling_link_in(path: str) -> str | None:

@@ -71,6 +71,11 @@ def load(run_dir: str | Path) -> Metrics:
         else:  # cut short by a kill, or not a line tokshard train wrote
             unreadable += 1
     if not train and not evals:
+        if unreadable and path.name != METRICS_FILE:  # lines, none a step's or an evaluation's
+            raise TokshardError(
+                f"{path} is not a {METRICS_FILE} of `tokshard train` (none of its {unreadable:,} lines is a "
+                "training or evaluation line); pass the --run-dir (or --save) folder of a training run"
+            )
         raise TokshardError(
             f"{path} has no training or evaluation lines yet; plot it once the run has logged"
         )

@@ -107,6 +107,14 @@ def test_partition_bytes_below_the_smallest_partition_is_refused_as_a_usage_erro
     assert "argument --partition-bytes: expected 4096 bytes or more, got '4000'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("given", "count"), [("1e6", 1_000_000), ("2.5E6", 2_500_000), ("1_000_000", 1_000_000)]
+)
+def test_a_whole_number_may_be_written_with_an_exponent_as_sizes_are(given, count):
+    args = build_parser().parse_args(["prepare", "--input", "a.jsonl", "--shard-tokens", given])
+    assert args.shard_tokens == count
+
+
 def test_an_unknown_option_is_named_under_its_command_with_what_it_likely_meant(capsys):
     assert main(["prepare", "--input", "x.jsonl", "--tokenizr", "t", "--out", "o"]) == 2
     assert capsys.readouterr().err.strip() == (

@@ -18,7 +18,7 @@ from support import REPO, cli, write_jsonl
 
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
-from tokshard.usage import file_arg, folder_arg, path_arg, png_arg
+from tokshard.usage import file_arg, folder_arg, path_arg, png_arg, run_folder_arg
 
 COMMANDS = [
     ["demo"],
@@ -116,10 +116,13 @@ MISTAKES = [
     (["plot", "{root}/nowhere"], "does not exist"),
     (["plot", "{root}/empty-run"], "holds no metrics.jsonl"),
     (["plot", "{root}/metrics-run"], "no training or evaluation lines"),
+    (["plot", "{corpus}"], "a.jsonl is not a metrics.jsonl of `tokshard train` (none of its 2 lines is a training or evaluation line)"),
     (["plot", "{root}/metrics-run", "--out", "{root}/loss.jpg"], "loss.jpg: the figure is a PNG; name the file with .png"),
     (["inspect", "{root}/nowhere", "--plot-file", "{root}/h.svg"], "h.svg: the figure is a PNG; name the file with .png"),
     # prepare
     (["prepare", "{root}/missing.toml", "--out", "{root}/o1"], "does not exist"),
+    (["prepare", "{corpus}", "{root}/data.csv", "--out", "{root}/o1"], "is not a recipe (a .toml file); to tokenize data files, give them with --input: tokshard prepare --input"),
+    (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/o1", "--shard-tokens", "1.5e0"], "--shard-tokens: expected a whole number, got '1.5e0'"),
     (["prepare", "{bad_key}", "--out", "{root}/o2"], "unknown setting 'tokenizr'"),
     (["prepare", "{bad_source}", "--out", "{root}/o3"], "wikitxt"),
     (["prepare", "{int_field}", "--out", "{root}/o15"], "[sources.mine] text_field must be a non-empty string, got 5"),
@@ -262,7 +265,7 @@ def is_number(action: argparse.Action) -> bool:
         return False
 
 
-LOCATION_TYPES = (path_arg, folder_arg, file_arg, png_arg)
+LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg)
 #: how a flag that takes a path or URL shows itself in --help
 LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "DS.json", "RUN_DIR", "MANIFEST")
 

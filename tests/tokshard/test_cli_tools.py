@@ -114,6 +114,13 @@ def test_status_of_a_finished_folder_says_a_rerun_does_nothing(prepared):
     assert "a rerun would: nothing" in proc.stdout
 
 
+def test_status_takes_the_folders_manifest_as_verify_and_inspect_do(prepared):
+    by_folder = cli("status", str(prepared.parent), "--json", check=True).stdout
+    assert cli("status", str(prepared), "--json", check=True).stdout == by_folder
+    here = cli("status", "manifest.json", "--json", check=True, cwd=prepared.parent).stdout
+    assert json.loads(here).keys() == json.loads(by_folder).keys()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -62,6 +62,9 @@ class Command:
     #: what the line of a run stopped by Ctrl-C (or SIGTERM, SIGHUP) says after it: what the
     #: stop left and what a rerun does
     after_stop: str = "nothing was changed"
+    #: what words the command's parser did not take may mean, said instead of argparse's
+    #: "unrecognized arguments" where it knows better (it returns to let that be said)
+    stray_words: Callable[[argparse.Namespace, list[str]], None] | None = None
 
     def parser_settings(self) -> dict[str, Any]:
         """The keyword arguments of the command's parser (``add_parser`` or a parser alone)."""

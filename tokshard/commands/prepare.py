@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import math
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -466,6 +467,18 @@ def recipe_path(name: str) -> Path:
     raise TokshardError(f"recipe {name} does not exist (bundled recipes: {known or 'none'})")
 
 
+def data_files_as_recipe(args: argparse.Namespace, words: list[str]) -> None:
+    """`tokshard prepare a.jsonl b.jsonl` (a shell's expanded glob where the recipe goes): the
+    files go with --input, one option for all of them."""
+    data = args.recipe and Path(args.recipe).exists() and not args.recipe.lower().endswith(".toml")
+    if data and not any(w.startswith("-") for w in words):
+        files = " ".join(shlex.quote(f) for f in (args.recipe, *words))
+        raise TokshardError(
+            f"{args.recipe} is not a recipe (a .toml file); to tokenize data files, give them with "
+            f"--input: tokshard prepare --input {files} --tokenizer TOKENIZER --out DIR"
+        )
+
+
 COMMAND = Command(
     name="prepare",
     summary="tokenize a recipe's corpora (or your files) into shards and a manifest; rerun to resume",
@@ -474,4 +487,5 @@ COMMAND = Command(
     add_options=add_options,
     run=run,
     after_stop="rerun the same command to resume",
+    stray_words=data_files_as_recipe,
 )

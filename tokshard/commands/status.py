@@ -6,15 +6,15 @@ import argparse
 import json
 
 from tokshard.commands.command import Command, each_path
-from tokshard.usage import folder_arg
+from tokshard.usage import run_folder_arg
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "dir",
         nargs="+",
-        type=folder_arg,
-        help="the --out folder of a prepare run; several (runs/*/, as the shell expands it) are each read",
+        type=run_folder_arg,
+        help="the --out folder of a prepare run (or its manifest.json); several (runs/*/, as the shell expands it) are each read",
     )
     p.add_argument(
         "--json",
