@@ -33,6 +33,7 @@ from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
 from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record, start_over
 from trainer.sampler import PERIOD, raised_to_one
+from trainer.schedule import token_shares
 from trainer.settings import TrainSettings
 from trainer.stop_request import StoppedBySignal, StopRequest
 
@@ -186,6 +187,15 @@ def data_notes(plan: Plan) -> list[str]:
             f"--mix {name}={asked[name]:g} asks for less than the smallest share the schedule can express, "
             f"1/{PERIOD} of the samples: {name!r} is drawn at that ({drawn[name]:.4g})"
         )
+    if settings.data.mix is None and plan.resume is None:  # the default mix: each source's token share
+        shares = {s: w for s, w in token_shares(data.dataset).items() if s in drawn}
+        total = sum(shares.values())
+        for name in raised_to_one(shares):
+            notes.append(
+                f"{name!r} holds {shares[name] / total:.3g} of the tokens, less than the smallest share the "
+                f"schedule can express, 1/{PERIOD} of the samples: it is drawn at that ({drawn[name]:.4g}); "
+                "give weights with --mix to draw it otherwise"
+            )
     if data.eval_set is not None:
         split = settings.eval.split
         held = sources_with_split(list(data.manifests), split)

@@ -477,3 +477,20 @@ def test_a_mix_weight_below_the_schedules_smallest_share_is_said_to_be_raised(ma
         "samples: 'stdlib' is drawn at that (1.526e-05)"
     ]
     assert data_notes(prepare(cli.parse([*args[:-1], "stdlib=1,asyncio=1"]))) == []
+
+
+def test_a_sources_token_share_below_the_smallest_share_is_said_to_be_raised(tmp_path):
+    """Without --mix each source is drawn at its share of the tokens; one of a single short
+    document (2 tokens of 155,759) was raised to 1/65536 of the samples without a word."""
+    from support import make_manifest
+
+    from trainer.loop import data_notes
+    from trainer.plan import prepare
+
+    m = make_manifest(tmp_path, more={"tiny": ["x"] * 9})  # the last 8 are its validation split
+    args = ["--manifest", str(m), "--model", "tiny", "--seq-len", "32", "--packing", "best-fit"]
+    plan = prepare(cli.parse(args))
+    assert plan.data.schedule.weights()["tiny"] == 1 / 65536
+    (note,) = data_notes(plan)
+    assert note.startswith("'tiny' holds 1.28e-05 of the tokens, less than the smallest share the schedule")
+    assert note.endswith("it is drawn at that (1.526e-05); give weights with --mix to draw it otherwise")
