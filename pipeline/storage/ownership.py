@@ -40,6 +40,7 @@ def claim_folder(
     if not names:
         return "new"
     if marker is not None and marker in names:
+        _check_marker(place, marker, names, flag, owner)
         return "ours"
     held = listing(names)
     if marker is None:
@@ -51,6 +52,33 @@ def claim_folder(
         f"{flag} {place.url} holds {held} but no {marker}: {owner} did not write it (or its "
         f"{marker} was removed), so it will not touch it; {owner} writes only into a new or empty "
         f"folder or one holding its own {marker}: choose another {flag}, or empty that one"
+    )
+
+
+def _check_marker(place: Place, marker: str, names: list[str], flag: str, owner: str) -> None:
+    """A marker folder shows the folder is ours where it holds something (the run's lock and
+    plan; an object store has no empty folders) or is all the folder holds (a run stopped just
+    after making it). An empty one beside other entries is no proof (anyone may have made it),
+    and one that is a link leads our writes into a folder elsewhere."""
+    if not marker.endswith("/") or place.local_root is None:
+        return
+    path = place.local_root / marker.rstrip("/")
+    if path.is_symlink():
+        raise TokshardError(
+            f"{flag} {place.url}: its {marker} is a symbolic link to {os.readlink(path)}; {owner} keeps its "
+            f"own state there and will not write through a link into another folder: choose another {flag}, "
+            "or remove the link"
+        )
+    if names == [marker]:
+        return
+    with os.scandir(path) as entries:
+        if any(True for _ in entries):
+            return
+    others = listing([n for n in names if n != marker])
+    raise TokshardError(
+        f"{flag} {place.url} holds {others} beside an empty {marker}, which {owner} does not leave so "
+        f"(its own holds the run's lock and plan), so it will not touch them; choose another {flag}, "
+        "or empty that one"
     )
 
 

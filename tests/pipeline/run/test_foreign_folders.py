@@ -86,6 +86,48 @@ def test_prepare_refuses_a_folder_holding_files_it_did_not_write(
     assert snapshot(out) == before, "a refused prepare touched the folder"
 
 
+@pytest.mark.parametrize(
+    ("marker", "said"),
+    [
+        (
+            "empty",
+            r"holds data/, manifest\.json.* beside an empty \.tokshard/, which prepare does not leave so",
+        ),
+        ("a link", r": its \.tokshard/ is a symbolic link to .*mine; prepare keeps its own state there"),
+    ],
+)
+def test_a_tokshard_folder_prepare_did_not_fill_does_not_make_the_folder_its_own(
+    tmp_path, tokenizer_path, finished_dataset, marker, said
+):
+    """An empty .tokshard/ beside a dataset (or one linking to a folder of the user's) was taken
+    for prepare's own: the user's manifest.json and shards were replaced, or the run state was
+    written into the linked folder. Both are refused; nothing of the user's is touched."""
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text"] * 20)
+    out = foreign_folder("a dataset whose run state was removed", tmp_path / "out", finished_dataset)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    if marker == "empty":
+        (out / ".tokshard").mkdir()
+    else:
+        (out / ".tokshard").symlink_to(mine)
+    before, before_mine = snapshot(out), snapshot(mine)
+    proc = prepare_into(out, data, tokenizer_path)
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(said, proc.stderr.strip()), proc.stderr
+    assert "\n" not in proc.stderr.strip()
+    assert snapshot(out) == before and snapshot(mine) == before_mine
+
+
+def test_a_run_stopped_just_after_making_its_state_folder_is_taken_up_by_the_rerun(tmp_path, tokenizer_path):
+    data = write_jsonl(tmp_path / "in.jsonl", ["some text", "more text"] * 10)
+    out = tmp_path / "out"
+    (out / ".tokshard").mkdir(parents=True)  # all the first run left
+    cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out),
+        "--workers", "1", check=True)  # fmt: skip
+    assert (out / "manifest.json").is_file()
+
+
 def test_prepare_into_an_empty_folder_and_a_rerun_into_its_own_are_accepted(tmp_path, tokenizer_path):
     data = write_jsonl(tmp_path / "in.jsonl", ["some text", "more text"] * 10)
     out = tmp_path / "empty"
