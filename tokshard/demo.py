@@ -216,6 +216,11 @@ def open_folder(out: Path, size_name: str) -> tuple[DemoFolder, dict[str, Any]]:
     """The demo folder (locked by `one_demo`), refusing a demo of another size."""
     folder = DemoFolder(out)
     record = folder.record()
+    if record and "size" not in record:  # a demo.json of the user's, or of another tool
+        raise TokshardError(
+            f"{out} holds a {DEMO_FILE} that tokshard demo did not write (it names no size); "
+            "use another --out, or delete the folder to start over"
+        )
     if record and record.get("size") != size_name:
         raise TokshardError(
             f"{out} holds a demo of size {record.get('size')!r}, not {size_name!r}; "

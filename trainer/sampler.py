@@ -223,7 +223,7 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
             weight = -1.0
         if sep and name.strip() and weight == 0:
             raise TokshardError(
-                f"--mix: {part!r} gives {name.strip()} no weight; to train without a source, leave it out "
+                f"--mix: {part!r} gives source {name.strip()!r} no weight; to train without a source, leave it out "
                 "of --mix (every source --mix does not name is left out)"
             )
         if not sep or not name.strip() or not weight > 0 or not math.isfinite(weight):

@@ -437,7 +437,7 @@ def test_every_flag_refuses_each_typical_mistake_in_one_line_with_exit_2(sweep_r
         ("stdlib=-1", "--mix: 'stdlib=-1' is not SOURCE=WEIGHT with a positive weight"),
         (
             "stdlib=0,asyncio=1",
-            "--mix: 'stdlib=0' gives stdlib no weight; to train without a source, leave it out",
+            "--mix: 'stdlib=0' gives source 'stdlib' no weight; to train without a source, leave it out",
         ),
     ],
     ids=["unknown-name", "duplicate-key", "no-weight", "negative", "zero"],

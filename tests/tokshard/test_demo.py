@@ -275,6 +275,20 @@ def test_a_demo_record_of_another_shape_is_one_line(copy, tmp_path, record):
     assert (out / "demo.json").read_text() == record
 
 
+def test_a_demo_json_of_the_users_is_named_as_not_the_demos(copy, tmp_path):
+    """It was "holds a demo of size None, not 'quick'"."""
+    out = tmp_path / "demo-out"
+    out.mkdir()
+    (out / "demo.json").write_text('{"my": "config"}')
+    proc = run_demo(copy, out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"tokshard: error: {out} holds a demo.json that tokshard demo did not write (it names no size); "
+        "use another --out, or delete the folder to start over"
+    ]
+    assert (out / "demo.json").read_text() == '{"my": "config"}'
+
+
 def test_an_out_folder_that_cannot_be_made_is_one_line(copy):
     proc = run_demo(copy, Path("/proc/tokshard-demo-out"))
     assert proc.returncode == 2
