@@ -164,6 +164,10 @@ class DataCache:
         self._guard = threading.Lock()
         self._stores: dict[str, ObjectStore] = {}
         claim_folder(self.root, "--data-cache", "the data cache", VIEWS + "/")
+
+    def _make_views(self) -> None:
+        """Made once a manifest is there to keep: a run refused before (no manifest at the URL,
+        a store out of reach) leaves no folder behind."""
         try:
             (self.root / VIEWS).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -179,6 +183,7 @@ class DataCache:
         data = store.read_bytes(murl.rsplit("/", 1)[1])
         if data is None:
             raise TokshardError(f"no manifest at {murl} (is `tokshard prepare` still running?)")
+        self._make_views()
         view = self.root / VIEWS / hashlib.sha256(murl.encode()).hexdigest()[:16]
         self._write(view / manifest_mod.MANIFEST_NAME, data)
         self._write(view / SOURCE_URL, (murl + "\n").encode())

@@ -18,7 +18,7 @@ import pytest
 from faulty_store import FAULTS, faults_given, faulty_store
 from support import REPO, cli, copy_run, corpus, run_prepare, upload_folder
 
-from pipeline.format.errors import DataError
+from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.data_cache import DataCache, DownloadStopped, ShardFetcher
 
 CONFIGS = REPO / "trainer" / "configs"
@@ -53,6 +53,15 @@ def test_train_refuses_a_data_cache_folder_holding_other_files(tmp_path):
         one_line(proc),
     )
     assert [p.name for p in cache.iterdir()] == ["thesis.tex"]
+
+
+def test_a_manifest_url_with_no_manifest_leaves_no_cache_folder(s3_server, tmp_path):
+    """The refusal made the new --data-cache folder and its empty views/ first."""
+    bucket = s3_server.new_bucket()
+    cache = tmp_path / "new-cache"
+    with pytest.raises(TokshardError, match=rf"no manifest at s3://{bucket}/run/manifest\.json"):
+        DataCache(cache, log=lambda _: None).open_manifest(f"s3://{bucket}/run/manifest.json")
+    assert not cache.exists()
 
 
 @pytest.mark.parametrize("change", ["deleted", "replaced"])
