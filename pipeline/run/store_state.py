@@ -385,7 +385,11 @@ class StoreState(RunState):
                 "give a folder or a store URL such as s3://BUCKET/PATH"
             )
         self.place.check_reachable()
-        claim_folder(self.place, "--out", "prepare", OWN_MARKER)
+        if claim_folder(self.place, "--out", "prepare", OWN_MARKER) == "new" and self.place.is_a_file():
+            raise TokshardError(
+                f"--out {url} is an object; it names a folder (a key prefix) to write the run under: "
+                "choose another --out"
+            )
 
     def check_readable(self) -> None:
         self.place.check_reachable()

@@ -174,6 +174,10 @@ class ObjectStore(Place):
         with errors(self.where(rel)):
             return self.fs.exists(self.full(rel))
 
+    def is_a_file(self) -> bool:
+        with errors(self.url):
+            return "/" in self.root and self.fs.isfile(self.root)
+
     def size(self, rel: str) -> int | None:
         with errors(self.where(rel)):
             try:

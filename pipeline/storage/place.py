@@ -49,6 +49,11 @@ class Place(ABC):
     def list(self, prefix: str = "") -> dict[str, int]:
         """Every file under ``prefix``, recursively: relative name -> size in bytes."""
 
+    def is_a_file(self) -> bool:
+        """Whether the folder's own name is a file (an object's key, where a store has no
+        folders): a place to write into it is not. A local one is refused as a path first."""
+        return False
+
     @abstractmethod
     def names(self) -> list[str]:
         """The folder's own entries, one level, sorted, a subfolder's with a trailing ``/``;

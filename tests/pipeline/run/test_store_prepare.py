@@ -470,6 +470,22 @@ def test_a_tokenizer_deleted_during_the_run_is_put_back_before_the_manifest(
     assert status(out)["complete"]
 
 
+def test_an_out_url_naming_an_object_is_refused_as_a_local_file_is(s3_server, docs, tokenizer_path, tmp_path):
+    """It was taken as a prefix: the run went under ``README.txt/``."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    bucket = s3_server.new_bucket()
+    s3_server.client().put_object(Bucket=bucket, Key="small/README.txt", Body=b"mine")
+    out = f"s3://{bucket}/small/README.txt"
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", out,
+               "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"tokshard: error: --out {out} is an object; it names a folder (a key prefix) to write the run "
+        "under: choose another --out"
+    )
+    assert s3_server.objects(bucket) == {"small/README.txt": b"mine"}
+
+
 def test_a_refused_encoder_on_a_new_url_leaves_no_object_behind(s3_server, docs, tmp_path):
     """The encoder is refused after the plan and the tokenizer went up for the workers: a
     fresh run takes both back, so the URL is as the user left it."""
