@@ -30,7 +30,7 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.hub_client import quiet
 from pipeline.storage.locations import is_url
-from pipeline.storage.object_store import url_filesystem
+from pipeline.storage.object_store import ObjectStore, url_filesystem
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0
@@ -170,6 +170,8 @@ def locate_mirror(mirror: str, base_dir: str, repo: str, revision: str = "main")
 
     if not is_url(mirror):
         mirror = os.path.abspath(os.path.join(base_dir, os.path.expanduser(mirror)))
+    else:  # an endpoint, credentials or bucket that is wrong, said as for any store URL
+        ObjectStore(mirror).check_reachable()
     fs, path = url_filesystem(mirror)
     try:
         found = fs.isdir(path)

@@ -304,6 +304,14 @@ def test_mirror_may_be_the_repo_folder_or_a_folder_of_repos(mirror):
         locate_mirror(str(root / "nowhere"), ".", "Salesforce/wikitext")
 
 
+def test_a_mirror_url_whose_bucket_does_not_exist_is_said_as_for_any_store(s3_server):
+    """It said "is not a folder" (and an endpoint down, botocore's own text)."""
+    with pytest.raises(
+        TokshardError, match=r"^bucket no-such-mirror does not exist \(s3://no-such-mirror/hub\)"
+    ):
+        locate_mirror("s3://no-such-mirror/hub", ".", "Salesforce/wikitext")
+
+
 def test_a_repo_missing_from_a_folder_of_repos_is_refused_naming_what_its_owner_holds(mirror):
     root, _ = mirror
     with pytest.raises(
