@@ -240,4 +240,11 @@ def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule
         mix=schedule.weights(),
         packing=data.packing,
         tokenizer=manifests[0].data["tokenizer"]["sha256"],  # every manifest's (`source_owners`)
+        urls=source_urls(manifests),
     )
+
+
+def source_urls(manifests: list[Manifest]) -> tuple[str | None, ...]:
+    """The URL each manifest was read from (`remote.open_manifests` notes it), () for none."""
+    urls = tuple(getattr(m, "source_url", None) for m in manifests)
+    return urls if any(urls) else ()

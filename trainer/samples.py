@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.manifest import Manifest
-from pipeline.storage.data_cache import view_source
+from pipeline.storage.data_cache import view_cache, view_source
 from trainer import remote
 from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import Samples, check_shards_whole, sources_with_split
@@ -75,8 +75,8 @@ class RunData:
         that cache (unless ``data_cache`` names another), since the view holds only the shards
         the run had fetched."""
         specs, cache = [], self.data_cache
-        for path in self.manifest_paths:
-            viewed = view_source(path)
+        for i, path in enumerate(self.manifest_paths):
+            viewed = view_source(path) or (None if self.given else self._recorded_url(i, path))
             if viewed is not None:
                 path, cache = viewed[0], cache or str(viewed[1])
             specs.append(path)
@@ -84,6 +84,14 @@ class RunData:
             return remote.open_manifests(specs, cache, None)[0]
         except TokshardError as exc:
             raise type(exc)(f"samples: {exc}" + ("" if self.given else f"; {_GIVE_MANIFESTS}")) from exc
+
+    def _recorded_url(self, i: int, path: str) -> tuple[str, Path] | None:
+        """The URL the checkpoint records for a view deleted since (its data cache removed),
+        to be fetched again into that cache."""
+        urls, cache = self.state.data.urls, view_cache(path)
+        if cache is None or i >= len(urls) or urls[i] is None:
+            return None
+        return urls[i], cache
 
     @cached_property
     def dataset(self) -> Samples:

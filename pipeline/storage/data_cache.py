@@ -495,16 +495,28 @@ def load_manifest(location: str | os.PathLike, cache_dir: str | None = None) -> 
 
 def view_source(manifest: str | os.PathLike) -> tuple[str, Path] | None:
     """For a manifest in a data cache's view folder (the path a run trained on a URL records):
-    the URL it was read from and the cache folder; None for any other manifest."""
+    the URL it was read from and the cache folder; None for any other manifest, or a view
+    deleted since."""
+    cache = view_cache(manifest)
+    if cache is None:
+        return None
     path = Path(manifest)
     folder = path.parent if path.name.endswith(".json") else path
-    if is_url(str(manifest)) or folder.parent.name != VIEWS:
-        return None
     try:
         url = (folder / SOURCE_URL).read_text().strip()
     except OSError:
         return None
-    return url, folder.parent.parent
+    return url, cache
+
+
+def view_cache(manifest: str | os.PathLike) -> Path | None:
+    """The data cache folder a manifest path is a view in, by its shape alone (the view may be
+    gone); None for a path that is no view."""
+    path = Path(manifest)
+    folder = path.parent if path.name.endswith(".json") else path
+    if is_url(str(manifest)) or folder.parent.name != VIEWS:
+        return None
+    return folder.parent.parent
 
 
 def _download_name(path: Path) -> Path:

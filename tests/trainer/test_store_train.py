@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,24 @@ def test_samples_origin_of_a_run_on_an_s3_manifest_reads_sidecars_through_the_ca
             f.seek(max(0, o["offset"] - 1))
             assert o["offset"] == 0 or f.read(1) == b"\n"
     assert list(cache.rglob("text/train/*.origin.ok")), "the sidecars come through the cache, checked"
+
+
+def test_samples_of_a_run_on_an_s3_manifest_whose_data_cache_was_deleted_fetches_it_again(
+    s3_manifest, tmp_path
+):
+    """It said "no manifest at CACHE/views/KEY/manifest.json": the checkpoint recorded only the
+    cache's view, and the view held the URL. The checkpoint records the URL too now."""
+    cache, save = tmp_path / "cache", tmp_path / "ckpt"
+    args = ["train", "--manifest", s3_manifest, "--data-cache", str(cache), "--save", str(save)]
+    args += ["--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--model", "tiny", "--seq-len", "32"]
+    args += ["--steps", "1", "--micro-batch", "4", "--eval-every", "0", "--run-dir", str(tmp_path / "r")]
+    assert cli(*args, cwd=tmp_path).returncode == 0
+    before = cli("samples", str(save), "--steps", "1", "--json", check=True).stdout
+    shutil.rmtree(cache)
+    after = cli("samples", str(save), "--steps", "1", "--json")
+    assert after.returncode == 0, after.stderr
+    assert after.stdout == before
+    assert list(cache.rglob("manifest.json")), "fetched again into the cache the run used"
 
 
 def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3_manifest, tmp_path):

@@ -107,6 +107,9 @@ class DataState:
     #: the sha256 of the tokenizer the shards were made with (the manifests', one for all of
     #: them): what the token ids mean (None: not recorded by an older tokshard)
     tokenizer: str | None = None
+    #: the URL each manifest was read from, where one was (a run on a URL records its data
+    #: cache's view as the manifest, and the view may be deleted since); () where none was
+    urls: tuple[str | None, ...] = ()
 
     #: the fields a resume must find unchanged, and the option that sets each
     KEPT: ClassVar[dict[str, str]] = {
@@ -140,6 +143,7 @@ class DataState:
             "train_split": self.train_split,
             "packing": self.packing.to_json(),
             "tokenizer_sha256": self.tokenizer,
+            **({"manifest_url": self.urls[0] if one else list(self.urls)} if any(self.urls) else {}),
         }
 
     @classmethod
@@ -147,6 +151,8 @@ class DataState:
         manifests = d["manifest"] if isinstance(d["manifest"], list) else [d["manifest"]]
         prints = d.get("manifest_fingerprint")
         prints = prints if isinstance(prints, list) else [prints] * len(manifests)
+        urls = d.get("manifest_url")
+        urls = urls if isinstance(urls, list) else [urls] if urls else []
         return cls(
             tuple(str(m) for m in manifests),
             tuple(prints),
@@ -155,6 +161,7 @@ class DataState:
             {str(k): float(v) for k, v in d["mix"].items()},
             Packing.from_json(d.get("packing")),
             d.get("tokenizer_sha256"),
+            tuple(str(u) if u else None for u in urls),
         )
 
 
