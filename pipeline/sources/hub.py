@@ -92,6 +92,15 @@ class Repo:
             raise read_error(exc, self, rel) from exc
 
 
+def input_name(repo: Repo, rel: str) -> str:
+    """What names one of the repo's files wherever it is read from: its URL, or in a local
+    mirror its resolved path (a hub cache's snapshot file is a link to a blob), as the files
+    source names a local file, so one file is one name however it is reached."""
+    if repo.mirror is not None and not is_url(repo.mirror):
+        return os.path.realpath(os.path.join(repo.mirror, rel))
+    return repo.url(rel)
+
+
 def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | None:
     """A one-line, actionable error for a failed hub call, or None if it is not a hub failure."""
     from huggingface_hub.errors import (

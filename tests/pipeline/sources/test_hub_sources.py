@@ -23,6 +23,7 @@ from support import (
     REPO,
     cli,
     english_documents,
+    one_error_line,
     plain_encode,
     run_prepare,
     stream_of,
@@ -911,3 +912,80 @@ def test_a_dictionary_encoded_text_column_is_text(tmp_path, docs):
     assert "dictionary" in str(pq.read_metadata(repo / "data" / "a.parquet").schema.to_arrow_schema())
     src = source("hf", tmp_path, repo="acme/cats", split="train", text_field="content")
     assert read_all(src) == {"train": texts}
+
+
+# --- one file, one source; a split the card declares is there ----------------------------
+
+DS_CARD = """---
+configs:
+- config_name: plain_text
+  data_files:
+  - split: train
+    path: plain_text/train-*.parquet
+  - split: validation
+    path: plain_text/validation-*.parquet
+---
+"""
+DS_FILES = (
+    "plain_text/train-00000-of-00002.parquet",
+    "plain_text/train-00001-of-00002.parquet",
+    "plain_text/validation-00000-of-00001.parquet",
+)
+
+
+def build_ds(root: Path, card: str = DS_CARD) -> Path:
+    """rtorg/ds in a folder of repos: a card's configs (plain_text), three numbered files."""
+    repo = root / "rtorg" / "ds"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(card)
+    docs = english_documents(30)
+    for i, rel in enumerate(DS_FILES):
+        write_parquet(repo / rel, {"text": docs[10 * i : 10 * i + 10]})
+    return repo
+
+
+def hf_table(name: str, **cfg) -> str:
+    """A recipe's [sources.NAME] table of the rtorg/ds repo in the mirror folder `hub`."""
+    lines = [
+        f"[sources.{name}]",
+        'type = "hf"',
+        'repo = "rtorg/ds"',
+        'config = "plain_text"',
+        'mirror = "hub"',
+    ]
+    return "\n".join(lines + [f"{k} = {json.dumps(v)}" for k, v in cfg.items()]) + "\n"
+
+
+def test_a_card_layout_read_by_two_sources_is_refused_before_any_work(tmp_path, tokenizer_path):
+    repo = build_ds(tmp_path / "hub")
+    (tmp_path / "dup.toml").write_text(f'tokenizer = "{tokenizer_path}"\n' + hf_table("x") + hf_table("y"))
+    proc = cli("prepare", "dup.toml", "--out", "dupo", "--workers", "1", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2
+    assert (
+        f"input {repo / DS_FILES[0]} is named by both split train of source x and split train of source y"
+        in line
+    )
+    assert not (tmp_path / "dupo").exists()
+
+
+def test_a_hub_file_a_files_source_reads_too_is_refused(tmp_path, tokenizer_path):
+    repo = build_ds(tmp_path / "hub")
+    (tmp_path / "dup.toml").write_text(
+        f'tokenizer = "{tokenizer_path}"\n'
+        + hf_table("x", splits=["train"])
+        + '[sources.y]\ntype = "files"\npaths = ["hub/rtorg/ds/plain_text/*.parquet"]\n'
+    )
+    proc = cli("prepare", "dup.toml", "--out", "dupo", "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert (
+        f"input {repo / DS_FILES[0]} is named by both split train of source x and split train of source y"
+        in (one_error_line(proc))
+    )
+    assert not (tmp_path / "dupo").exists()
+
+
+def test_a_card_may_publish_one_file_as_two_splits_of_one_source(tmp_path):
+    build_ds(tmp_path, DS_CARD.replace("path: plain_text/validation-*", "path: plain_text/train-00001-*"))
+    read = read_all(source("hf", tmp_path, repo="rtorg/ds", config="plain_text"))
+    assert read["validation"] == read["train"][10:] and len(read["train"]) == 20
