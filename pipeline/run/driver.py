@@ -322,6 +322,7 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
     check_read_once(
         {(name, split): files for name, s in sources.items() for split, files in s.named_inputs().items()},
         recipe.where,
+        frozenset(name for name, s in sources.items() if s.splits_may_share_inputs()),
     )
     for name, source in sources.items():
         origins[name] = source.origin()

@@ -261,10 +261,15 @@ class Source(ABC):
         return [spec for _, spec in specs]
 
     def named_inputs(self) -> dict[str, list[str]]:
-        """The input files the recipe itself names, per split, which `check_read_once` holds to
-        one split each (default: none; a hub dataset's layout is its publisher's, and some
-        publish one file as two splits on purpose)."""
+        """The input files this source reads, per split, which `check_read_once` holds to one
+        source each, and to one split each unless `splits_may_share_inputs` (default: none)."""
         return {}
+
+    def splits_may_share_inputs(self) -> bool:
+        """Whether one input file may lie in two of this source's splits (default: no; a hub
+        dataset's card layout is its publisher's, and some publish one file as two splits on
+        purpose). Two sources never share one: it would be trained on twice."""
+        return False
 
     def check_unchanged(self, recorded_origin: dict[str, Any]) -> None:  # noqa: B027
         """Raise if the inputs changed since the run was planned (default: nothing to check)."""
@@ -299,23 +304,56 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def check_read_once(named: dict[tuple[str, str], list[str]], where: str) -> None:
+def check_read_once(
+    named: dict[tuple[str, str], list[str]], where: str, shared: frozenset[str] = frozenset()
+) -> None:
     """Refuse an input file named under two splits or two sources (``named``: (source, split)
     -> files): a file in train and validation leaks evaluation text into training, and one in
     two sources is trained on twice. A glob such as ``data/*.jsonl`` beside ``data/val.jsonl``
-    is the usual way in. Found by set operations, not by a Python lookup per file."""
-    owners: list[tuple[tuple[str, str], set[str]]] = []
-    named_before: set[str] = set()
+    is the usual way in. The splits of a source in ``shared`` may hold a file in common (a hub
+    card's layout); its files are still held to that one source. Found by set operations, not
+    by a Python lookup per file."""
+    by_source: dict[str, list[tuple[tuple[str, str], set[str]]]] = {}
     for (source, split), paths in named.items():
-        names = set(paths)
+        by_source.setdefault(source, []).append(((source, split), set(paths)))
+    for source, owners in by_source.items():
+        if source not in shared:
+            _refuse_overlap(owners, where)
+    wholes = [((s, ""), set().union(*(names for _, names in owners))) for s, owners in by_source.items()]
+    clash = _first_overlap(wholes)
+    if clash is not None:
+        path, first, second = clash
+        _refuse_overlap([_owner_of(path, by_source[first[0]]), _owner_of(path, by_source[second[0]])], where)
+
+
+def _owner_of(path: str, owners: list[tuple[tuple[str, str], set[str]]]) -> tuple[tuple[str, str], set[str]]:
+    """The first of ``owners`` (one source's splits) that holds ``path``, holding it alone."""
+    return next((owner, {path}) for owner, names in owners if path in names)
+
+
+def _first_overlap(
+    owners: list[tuple[tuple[str, str], set[str]]],
+) -> tuple[str, tuple[str, str], tuple[str, str]] | None:
+    """The first file two of ``owners`` ((source, split), files) hold, with both owners."""
+    named_before: set[str] = set()
+    for i, (owner, names) in enumerate(owners):
         if not named_before.isdisjoint(names):
-            path = next(p for p in paths if p in named_before)
-            seen = next(owner for owner, held in owners if path in held)
-            a, b = (f"split {seen[1]} of source {seen[0]}", f"split {split} of source {source}")
-            raise TokshardError(
-                f"{where}: input {path} is named by both {a} and {b}; list each file under one "
-                "split and source only (narrow the glob that matches both), or the same text is "
-                "read twice (into validation and training, or twice into training)"
-            )
-        owners.append(((source, split), names))
+            path = min(names & named_before)
+            seen = next(o for o, held in owners[:i] if path in held)
+            return path, seen, owner
         named_before |= names
+    return None
+
+
+def _refuse_overlap(owners: list[tuple[tuple[str, str], set[str]]], where: str) -> None:
+    """Raise, in one line, for the first file two of ``owners`` ((source, split), files) hold."""
+    clash = _first_overlap(owners)
+    if clash is None:
+        return
+    path, seen, owner = clash
+    a, b = (f"split {seen[1]} of source {seen[0]}", f"split {owner[1]} of source {owner[0]}")
+    raise TokshardError(
+        f"{where}: input {path} is named by both {a} and {b}; list each file under one "
+        "split and source only (narrow the glob that matches both), or the same text is "
+        "read twice (into validation and training, or twice into training)"
+    )

@@ -92,6 +92,15 @@ class Repo:
             raise read_error(exc, self, rel) from exc
 
 
+def input_name(repo: Repo, rel: str) -> str:
+    """What names one of the repo's files wherever it is read from: its URL, or in a local
+    mirror its resolved path (a hub cache's snapshot file is a link to a blob), as the files
+    source names a local file, so one file is one name however it is reached."""
+    if repo.mirror is not None and not is_url(repo.mirror):
+        return os.path.realpath(os.path.join(repo.mirror, rel))
+    return repo.url(rel)
+
+
 def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | None:
     """A one-line, actionable error for a failed hub call, or None if it is not a hub failure."""
     from huggingface_hub.errors import (
@@ -368,13 +377,16 @@ def list_data_files(
 
     root = repo.root.rstrip("/")
     base = root
+    declared: str | None = None  # who names the splits' patterns: the recipe, the card, or a default
     try:
         if data_files:
             patterns = sanitize_patterns(data_files)
+            declared = "data_files"
         else:
             card = _card_config(repo, config)
             if card is not None:
                 patterns = sanitize_patterns(card["data_files"])
+                declared = "card"
                 if card.get("data_dir"):
                     base = f"{root}/{card['data_dir']}"
             else:
@@ -388,7 +400,12 @@ def list_data_files(
         raise
     except Exception as exc:
         raise _listing_error(exc, repo) from exc
-    found = {str(split): _resolve(repo, base, pats) for split, pats in patterns.items()}
+    found: dict[str, list[str]] = {}
+    for split, pats in patterns.items():
+        found[str(split)], unmatched = _resolve(repo, base, pats)
+        if unmatched and declared is not None and (splits is None or str(split) in splits):
+            pattern = posixpath.join(base[len(root) :].strip("/"), unmatched[0])  # as in the repo
+            raise TokshardError(_unmatched(repo, declared, str(split), pattern))
     found = {s: f for s, f in found.items() if f}
     if splits is not None:
         missing = [s for s in splits if s not in found]
@@ -415,17 +432,20 @@ def list_data_files(
     return dict(sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
-    """Files matching any of ``patterns`` (relative to ``base``), relative to the repo root."""
+def _resolve(repo: Repo, base: str, patterns: list[str]) -> tuple[list[str], list[str]]:
+    """Files matching any of ``patterns`` (relative to ``base``), relative to the repo root,
+    and the patterns that match none."""
     from datasets.data_files import resolve_pattern
 
     _, root_path = url_filesystem(repo.root)
     root_path = root_path.rstrip("/")
     seen: dict[str, None] = {}
+    unmatched: list[str] = []
     for pattern in patterns:
         try:
             matches = resolve_pattern(pattern, base)
         except FileNotFoundError:
+            unmatched.append(pattern)
             continue
         except Exception as exc:
             raise _listing_error(exc, repo) from exc
@@ -438,7 +458,29 @@ def _resolve(repo: Repo, base: str, patterns: list[str]) -> list[str]:
                     "paths inside it"
                 )
             seen.setdefault(path[len(root_path) + 1 :])
-    return list(seen)
+    return list(seen), unmatched
+
+
+def _unmatched(repo: Repo, declared: str, split: str, pattern: str) -> str:
+    """The one line for a pattern that the card (or the recipe's ``data_files``) gives a split
+    the run reads, and that matches no file: a download left the files out (``hf download
+    --include``), and read as it is the split would be dropped, or read short, without a word.
+    What to do depends on who declared it and where the files should have been."""
+    start = f"{repo.describe()} split {split}: "
+    narrow = "or list the splits wanted with splits = [...] in the recipe"
+    if declared == "data_files":
+        return f"{start}data_files pattern {pattern!r} matches no file; check data_files.{split}, {narrow}"
+    if repo.mirror is None:
+        return (
+            f"{start}the card's pattern {pattern!r} matches no file in the repo; name the files with "
+            f"data_files = {{...}}, {narrow}"
+        )
+    snapshot = _SNAPSHOT.search(repo.mirror.rstrip("/"))
+    where = f"--revision {snapshot.group(1)}" if snapshot else f"--local-dir {repo.mirror}"
+    return (
+        f"{start}the card's pattern {pattern!r} matches no file in mirror {repo.mirror} (a partial download?); "
+        f"download it (hf download {repo.repo} --repo-type dataset --include '{pattern}' {where}), {narrow}"
+    )
 
 
 def check_complete(repo: Repo, split: str, files: list[str]) -> None:

@@ -26,6 +26,7 @@ from pipeline.sources.hub import (
     FileLayout,
     Repo,
     file_layouts,
+    input_name,
     is_commit,
     list_data_files,
     locate_mirror,
@@ -181,12 +182,16 @@ class HubSource(Source):
         return list(self._plan()[1])
 
     def named_inputs(self) -> dict[str, list[str]]:
-        """The files the recipe's own ``data_files`` match, per split, held to one split each
-        (a card's layout is its publisher's, who may list one file under two splits on purpose)."""
-        if not self.config["data_files"]:
-            return {}
+        """Every file this source reads, per split, as the files source names them (a local
+        mirror's by their resolved paths): one file read by two sources, from the card's layout
+        or ``data_files``, or by a files source too, is refused like two file sources."""
         repo, layouts = self._plan()
-        return {split: [repo.url(f.path) for f in files] for split, files in layouts.items()}
+        return {split: [input_name(repo, f.path) for f in files] for split, files in layouts.items()}
+
+    def splits_may_share_inputs(self) -> bool:
+        """A card's layout is its publisher's, who may list one file under two splits on
+        purpose; the recipe's own ``data_files`` are held to one split each."""
+        return not self.config["data_files"]
 
     def origin(self) -> dict[str, Any]:
         repo, layouts = self._plan()

@@ -23,6 +23,7 @@ from support import (
     REPO,
     cli,
     english_documents,
+    one_error_line,
     plain_encode,
     run_prepare,
     stream_of,
@@ -919,3 +920,122 @@ def test_a_dictionary_encoded_text_column_is_text(tmp_path, docs):
     assert "dictionary" in str(pq.read_metadata(repo / "data" / "a.parquet").schema.to_arrow_schema())
     src = source("hf", tmp_path, repo="acme/cats", split="train", text_field="content")
     assert read_all(src) == {"train": texts}
+
+
+# --- one file, one source; a split the card declares is there ----------------------------
+
+DS_CARD = """---
+configs:
+- config_name: plain_text
+  data_files:
+  - split: train
+    path: plain_text/train-*.parquet
+  - split: validation
+    path: plain_text/validation-*.parquet
+---
+"""
+DS_FILES = (
+    "plain_text/train-00000-of-00002.parquet",
+    "plain_text/train-00001-of-00002.parquet",
+    "plain_text/validation-00000-of-00001.parquet",
+)
+
+
+def build_ds(root: Path, card: str = DS_CARD) -> Path:
+    """rtorg/ds in a folder of repos: a card's configs (plain_text), three numbered files."""
+    repo = root / "rtorg" / "ds"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text(card)
+    docs = english_documents(30)
+    for i, rel in enumerate(DS_FILES):
+        write_parquet(repo / rel, {"text": docs[10 * i : 10 * i + 10]})
+    return repo
+
+
+def hf_table(name: str, **cfg) -> str:
+    """A recipe's [sources.NAME] table of the rtorg/ds repo in the mirror folder `hub`."""
+    lines = [
+        f"[sources.{name}]",
+        'type = "hf"',
+        'repo = "rtorg/ds"',
+        'config = "plain_text"',
+        'mirror = "hub"',
+    ]
+    return "\n".join(lines + [f"{k} = {json.dumps(v)}" for k, v in cfg.items()]) + "\n"
+
+
+def test_a_card_layout_read_by_two_sources_is_refused_before_any_work(tmp_path, tokenizer_path):
+    repo = build_ds(tmp_path / "hub")
+    (tmp_path / "dup.toml").write_text(f'tokenizer = "{tokenizer_path}"\n' + hf_table("x") + hf_table("y"))
+    proc = cli("prepare", "dup.toml", "--out", "dupo", "--workers", "1", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2
+    assert (
+        f"input {repo / DS_FILES[0]} is named by both split train of source x and split train of source y"
+        in line
+    )
+    assert not (tmp_path / "dupo").exists()
+
+
+def test_a_hub_file_a_files_source_reads_too_is_refused(tmp_path, tokenizer_path):
+    repo = build_ds(tmp_path / "hub")
+    (tmp_path / "dup.toml").write_text(
+        f'tokenizer = "{tokenizer_path}"\n'
+        + hf_table("x", splits=["train"])
+        + '[sources.y]\ntype = "files"\npaths = ["hub/rtorg/ds/plain_text/*.parquet"]\n'
+    )
+    proc = cli("prepare", "dup.toml", "--out", "dupo", "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert (
+        f"input {repo / DS_FILES[0]} is named by both split train of source x and split train of source y"
+        in (one_error_line(proc))
+    )
+    assert not (tmp_path / "dupo").exists()
+
+
+def test_a_card_may_publish_one_file_as_two_splits_of_one_source(tmp_path):
+    build_ds(tmp_path, DS_CARD.replace("path: plain_text/validation-*", "path: plain_text/train-00001-*"))
+    read = read_all(source("hf", tmp_path, repo="rtorg/ds", config="plain_text"))
+    assert read["validation"] == read["train"][10:] and len(read["train"]) == 20
+
+
+def test_a_split_the_card_declares_and_the_mirror_lacks_is_refused_before_any_work(tmp_path, tokenizer_path):
+    repo = build_ds(tmp_path / "hub")
+    (repo / DS_FILES[2]).unlink()  # as `hf download --include 'plain_text/train-*'` leaves it
+    (tmp_path / "r.toml").write_text(f'tokenizer = "{tokenizer_path}"\n' + hf_table("x"))
+    proc = cli("prepare", "r.toml", "--out", "out", "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert (
+        "split validation: the card's pattern 'plain_text/validation-*.parquet' matches no file in mirror "
+        f"{repo} (a partial download?); download it (hf download rtorg/ds --repo-type dataset --include "
+        f"'plain_text/validation-*.parquet' --local-dir {repo}), or list the splits wanted with splits = [...]"
+    ) in one_error_line(proc)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_split_the_card_declares_is_not_needed_when_the_recipe_lists_the_splits_wanted(tmp_path):
+    (build_ds(tmp_path) / DS_FILES[2]).unlink()
+    assert list(read_all(source("hf", tmp_path, repo="rtorg/ds", splits=["train"]))) == ["train"]
+    with pytest.raises(TokshardError, match=r"split validation: the card's pattern .* matches no file"):
+        source("hf", tmp_path, repo="rtorg/ds", splits=["train", "validation"]).origin()
+
+
+def test_a_split_a_hub_cache_snapshot_lacks_names_the_download_of_that_commit(tmp_path):
+    repo = build_ds(tmp_path / "full")
+    (repo / DS_FILES[2]).unlink()
+    build_hub_cache(tmp_path / "hub", repo, "rtorg/ds", COMMIT_A)
+    with pytest.raises(
+        TokshardError,
+        match=f"hf download rtorg/ds --repo-type dataset --include 'plain_text/validation-\\*.parquet' "
+        f"--revision {COMMIT_A}\\), or list the splits wanted",
+    ):
+        source("hf", tmp_path / "hub", repo="rtorg/ds").origin()
+
+
+def test_a_data_files_pattern_matching_nothing_is_refused_not_dropped(mirror):
+    root, _ = mirror
+    files = {"train": "data/train-*.parquet", "validation": "data/valid-*.parquet"}
+    with pytest.raises(
+        TokshardError, match=r"split validation: data_files pattern 'data/valid-\*.parquet' matches no file"
+    ):
+        source("hf", root, repo="acme/notes", text_field="content", data_files=files).origin()
