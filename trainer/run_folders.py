@@ -72,6 +72,7 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
         return
     named = [Path(f) for f in (settings.checkpoint.save, settings.log.run_dir) if f]
     made = [p for folder in named for p in missing_folders(folder)]
+    found = {folder: folder_contents(folder) for folder in named}
     locks_made = [folder / WRITER_LOCK for folder in named if not (folder / WRITER_LOCK).exists()]
     held: dict[Path, int] = {}
     try:
@@ -86,20 +87,21 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
             held[folder / WRITER_LOCK] = _take_writer_lock(folder / WRITER_LOCK, flag, folder)
         yield
     except BaseException:  # only the locks held: a run refused for another's lock leaves it be
-        take_back_unwritten([lock for lock in locks_made if lock in held], made)
+        take_back_unwritten([lock for lock in locks_made if lock in held], made, found)
         raise
     finally:
         for fd in held.values():
             os.close(fd)
 
 
-def take_back_unwritten(locks: list[Path], folders: list[Path]) -> None:
+def take_back_unwritten(locks: list[Path], folders: list[Path], found: dict[Path, list[str]]) -> None:
     """A run refused or stopped before writing leaves its folders as it found them: the lock
-    files it made and holds, in folders holding nothing else, are removed (a run that opened one
+    files it made and holds, in folders holding what they held before it (``found``: nothing,
+    or a user's own files beside a refused --resume), are removed (a run that opened one
     meanwhile locks anew, `_take_writer_lock`), then the folders it made that are now empty,
     deepest first."""
     for lock in locks:
-        if not folder_contents(lock.parent):
+        if folder_contents(lock.parent) == found.get(lock.parent, []):
             lock.unlink(missing_ok=True)
     take_back_folders(folders)
 

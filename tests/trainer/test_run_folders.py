@@ -192,6 +192,16 @@ def test_a_refused_run_takes_back_the_folders_it_made_and_keeps_those_it_found(m
     assert list(kept.iterdir()) == []
 
 
+def test_a_refused_resume_into_a_folder_of_the_users_files_leaves_no_lock_file(manifest, tmp_path):
+    """ "--resume: no checkpoint in ..." left .tokshard-train.lock beside the user's notes."""
+    save = tmp_path / "mine"
+    save.mkdir()
+    (save / "notes.txt").write_text("mine")
+    line = refused(*train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(tmp_path / "r"))
+    assert "no checkpoint in" in line
+    assert sorted(p.name for p in save.iterdir()) == ["notes.txt"]
+
+
 @pytest.mark.parametrize("saved_in", ["fp32", "bf16"])
 def test_a_resume_under_another_precision_is_refused(manifest, halfway, tmp_path, saved_in):
     """fp32 resumed as bf16 was a KeyError 'dynamic_loss_scale' deep in DeepSpeed's loader, bf16
