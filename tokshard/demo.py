@@ -193,14 +193,20 @@ def one_demo(out: Path) -> Iterator[None]:
     check_writable_dir(out, "--out")
     lock = out / DEMO_LOCK
     _refuse_if_running(lock, out)  # before judging the folder: a first demo's lock may be all it holds
-    if {name for name in os.listdir(out)} - {DEMO_LOCK}:
+    found = set(os.listdir(out)) - {DEMO_LOCK}
+    if found:
         claim_folder(out, "--out", "the demo", DEMO_FILE)
+    made = not lock.exists()
     fd = lock_file(lock)
     try:
         if not try_exclusive(fd, lock):
             _refuse_if_running(lock, out, held=True)
         name_holder(fd, lock)
         yield
+    except BaseException:  # refused or stopped before it wrote: the lock file it made goes too
+        if made and set(os.listdir(out)) - {DEMO_LOCK} == found:
+            lock.unlink(missing_ok=True)
+        raise
     finally:
         os.close(fd)
 

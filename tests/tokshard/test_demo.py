@@ -287,6 +287,7 @@ def test_a_demo_json_of_the_users_is_named_as_not_the_demos(copy, tmp_path):
         "use another --out, or delete the folder to start over"
     ]
     assert (out / "demo.json").read_text() == '{"my": "config"}'
+    assert [p.name for p in out.iterdir()] == ["demo.json"], "no lock file left beside it"
 
 
 def test_an_out_folder_that_cannot_be_made_is_one_line(copy):
