@@ -325,6 +325,13 @@ def mirror_commit(repo: Repo, files: list[str]) -> str | None:
                 commit: str | None = f.readline().strip() or None
         except FileNotFoundError:
             commit = None
+        if commit is not None and not is_commit(commit):
+            raise TokshardError(
+                f"mirror {repo.mirror}: {meta.removeprefix(root.rstrip('/') + '/')} should start with the commit "
+                f"{rel} was downloaded at, and reads {commit[:60]!r}; download the repo again (hf download "
+                f"{repo.repo} --repo-type dataset --local-dir ...), or remove its .cache/huggingface folder "
+                "to read the mirror as a copy without a record"
+            )
         commits.setdefault(commit, rel)
     if len(commits) > 1:
         shown = ", ".join(f"{c or 'no record'} ({rel})" for c, rel in commits.items())

@@ -468,6 +468,20 @@ def test_mirror_mixing_two_commits_is_refused(tmp_path, mirror):
         source("wikitext", tmp_path).origin()
 
 
+def test_download_metadata_that_names_no_commit_is_refused_not_recorded_as_the_revision(tmp_path, mirror):
+    """A .metadata whose first line read 'hello world' went into the manifest as the revision."""
+    root, _ = mirror
+    shutil.copytree(root / "Salesforce", tmp_path / "Salesforce")
+    repo_dir = tmp_path / "Salesforce" / "wikitext"
+    write_download_metadata(repo_dir, COMMIT_A)
+    meta = next((repo_dir / ".cache" / "huggingface" / "download").rglob("*.metadata"))
+    meta.write_text("hello world\n" + meta.read_text().split("\n", 1)[1])
+    with pytest.raises(
+        TokshardError, match=r"should start with the commit .* and reads 'hello world'; download"
+    ):
+        source("wikitext", tmp_path).origin()
+
+
 def test_data_files_climbing_out_of_the_repo_are_refused(mirror):
     root, _ = mirror
     src = source("hf", root, repo="acme/notes", data_files="../../vblagoje/cc_news/data/*.parquet")
