@@ -421,7 +421,7 @@ def _url_files(pattern: str) -> list[InputFile]:
             except FileNotFoundError as exc:
                 if isinstance(exc.__cause__, OSError):  # fsspec's HTTP calls a refused connection "not found"
                     raise exc.__cause__ from None
-                raise TokshardError(_nothing_matches(repr(pattern), False, magic=False)) from None
+                _refuse_no_match(fs, path, pattern, False)
             if info.get("type") == "directory":
                 raise TokshardError(_directory_given(pattern))
             return [_object(fs, path, info)]

@@ -282,6 +282,14 @@ def test_a_glob_in_a_bucket_that_does_not_exist_names_the_bucket(s3_server):
         list_files(["s3://tokshard-no-such-bucket/*.jsonl"], ".")
 
 
+def test_an_object_in_a_bucket_that_does_not_exist_names_the_bucket(s3_server):
+    """The glob's line, not "no files match ... (no such file)"."""
+    with pytest.raises(
+        TokshardError, match=r"^the bucket of s3://tokshard-no-such-bucket/x/a\.jsonl does not exist"
+    ):
+        list_files(["s3://tokshard-no-such-bucket/x/a.jsonl"], ".")
+
+
 def test_a_fifo_matched_by_a_glob_is_named_and_never_opened(folder, tokenizer_path):
     """Opening a FIFO would block until someone writes to it; its bytes could not be read
     again on a resume either."""
