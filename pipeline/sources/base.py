@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from pipeline.format import field_types
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError, TokshardError, locale_cannot_name
 from pipeline.format.provenance import Input, Origin
 
 Cursor = dict[str, Any]
@@ -34,6 +35,10 @@ def check_path_name(what: str, name: Any, where: str) -> str:
         raise TokshardError(
             f"{where}: {what} name {name!r} must be letters, digits, - or _ (it names a folder of the output)"
         )
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:  # a non-ASCII letter under LC_ALL=C: the run would stop half-way
+        raise locale_cannot_name(f"{where}: {what} name {name!r}") from None
     return name
 
 
