@@ -31,6 +31,7 @@ from tokshard.commands.command import (
     Command,
     Terminated,
     error_line,
+    locale_refused,
     path_refused,
     stopped_before_start,
     stopping_signals_raise,
@@ -109,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(exc)
     except OSError as exc:  # after the pipe and disk-full cases above, which are OSErrors too
         refused = path_refused(exc)
+        if refused is None:
+            raise
+        return _failed(refused)
+    except UnicodeEncodeError as exc:  # a name the locale cannot take, met anywhere
+        refused = locale_refused(exc)
         if refused is None:
             raise
         return _failed(refused)

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, locale_cannot_name, names_files_in_utf8, shown_name
 from pipeline.storage.locations import PROCESS_LOCAL_PROTOCOLS, is_url, location_problem, normalized, protocol
 
 
@@ -165,6 +165,18 @@ def path_arg(text: str) -> str:
             "and ranks are others; give a folder or a store URL such as s3://BUCKET/PATH"
         )
     return normalized(text)
+
+
+def text_arg(text: str) -> str:
+    """An argparse type for a word that is text, not a path (a field's name, a token's
+    spelling): bytes this process could not decode (a non-ASCII word under LC_ALL=C with
+    PYTHONUTF8=0 arrives as lone surrogates) would never equal the text meant, and a run would
+    call the records' field missing; refused at once (exit 2), naming the cause."""
+    if not any("\udc80" <= c <= "\udcff" for c in text):
+        return text
+    if not names_files_in_utf8():
+        raise argparse.ArgumentTypeError(str(locale_cannot_name(f"'{shown_name(text)}'")))
+    raise argparse.ArgumentTypeError(f"'{shown_name(text)}' is not UTF-8 text; type it as UTF-8")
 
 
 def folder_arg(text: str) -> str:

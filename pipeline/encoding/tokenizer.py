@@ -29,7 +29,7 @@ from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
 from pipeline.format.atomic import check_writable_dir, missing_folders, take_back_folders, write_json
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError, TokshardError, utf8_path
 from pipeline.format.file_kind import not_a_file
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
@@ -722,6 +722,7 @@ def train(
     files = list_files(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
+    utf8_path(out_dir / TOKENIZER_FILE, "--out")  # before the training's minutes, not after
     made = missing_folders(out_dir)
     check_writable_dir(out_dir, "--out")
     try:
@@ -840,7 +841,7 @@ def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: s
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(eos_token, special=True)])
     out.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out))
+    tok.save(utf8_path(out, "--out"))
     return out
 
 

@@ -6,6 +6,10 @@ its traceback. Stdlib only, so the shard reader and the trainer can raise it too
 
 from __future__ import annotations
 
+import codecs
+import os
+import sys
+
 
 class TokshardError(Exception):
     """A user-facing failure: say what went wrong, where, and what to do."""
@@ -34,3 +38,44 @@ def not_utf8(what: str, exc: UnicodeDecodeError) -> TokshardError:
         f"{what} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 "
         "(a UTF-16 file, as PowerShell's `>` writes, is the usual cause)"
     )
+
+
+def names_files_in_utf8() -> bool:
+    """Whether this process names files in UTF-8. Not so in the C or POSIX locale with
+    PYTHONUTF8=0 (ASCII): a non-ASCII name then arrives as lone surrogates, which every UTF-8
+    writer (run.json, a Rust library's path) refuses, and a non-ASCII name from a file (a
+    recipe) cannot be opened at all."""
+    return codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
+
+
+def shown_name(text: str) -> str:
+    """A name as the user typed it, where this process holds its bytes as surrogates."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def locale_cannot_name(what: str) -> TokshardError:
+    """Text this process's locale cannot take (see `names_files_in_utf8`): the locale is the
+    cause, not the file, the folder or the data."""
+    return TokshardError(
+        f"{what} holds characters that this process's locale cannot take (it names files in "
+        f"{sys.getfilesystemencoding()}: LC_ALL or LANG is not a UTF-8 locale, e.g. C with PYTHONUTF8=0); run "
+        "under a UTF-8 locale (e.g. LC_ALL=C.UTF-8) or with PYTHONUTF8=1"
+    )
+
+
+def utf8_path(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` as a library that takes UTF-8 paths only (tokenizers, in Rust) needs it. A name
+    this process holds as lone surrogates fails there with "surrogates not allowed", which a
+    caller's handler would call an unwritable folder or a damaged file: said here instead, naming
+    the cause (the locale, or a name that is not UTF-8)."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        if not names_files_in_utf8():
+            raise locale_cannot_name(f"{what} '{shown_name(text)}'") from None
+        raise TokshardError(
+            f"{what} '{shown_name(text)}': its path is not UTF-8 text, which the tokenizers library needs; "
+            "rename it to UTF-8 (from Latin-1: convmv -f latin1 -t utf8 --notest NAME)"
+        ) from None
+    return text

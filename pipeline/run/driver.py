@@ -39,6 +39,7 @@ from pipeline.run.run_state import HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, encode_texts
 from pipeline.sources import build_source
 from pipeline.sources.base import (
+    BadRecord,
     Partition,
     check_folder_names_differ,
     check_path_name,
@@ -94,7 +95,7 @@ def prepare(
         recipe.pin_tokenizer(tok)
         plan = state.load_plan()
         fresh = plan is None
-        in_flight = False  # tasks were submitted and not all came back
+        sub: Submission | None = None  # the tasks, once submitted
         try:
             # a fresh run needs its workers: they boot while the driver plans (many small files:
             # planning is most of the time before the first task), and build the likely encoder
@@ -162,10 +163,9 @@ def prepare(
                     tasks = [_task(recipe, state, plan, p, run_id, decision.spec) for p in todo]
                     if early is not None:
                         early.wait_ready()
-                    in_flight = True
+                    sub = Submission(tasks, todo, checkpoints, plan, state, held)
                     with _heap_frozen():
-                        _run(Submission(tasks, todo, checkpoints, plan, state, held), options, log, early)
-                    in_flight = False
+                        _run(sub, options, log, early)
             finally:
                 if early is not None:
                     early.discard()
@@ -175,9 +175,13 @@ def prepare(
             path = state.write_manifest(doc)
             log(f"wrote {path}")
             return path
-        except TokshardError:
-            if fresh and not in_flight and plan is not None:
+        except TokshardError as exc:
+            if plan is None:
+                raise
+            if fresh and (sub is None or sub.settled):
                 _take_back_if_empty(state, plan)
+            if isinstance(exc, BadRecord) and exc.kept is None and _committed_nothing(state, plan):
+                raise exc.committed_nothing() from None
             raise
 
 
@@ -185,13 +189,25 @@ def _take_back_if_empty(state: RunState, plan: Plan) -> None:
     """A fresh run refused before it wrote a token (an encoder that would change the ids, a
     scheduler out of reach, a first record without the text field, inputs without text) takes
     back its state, plan and tokenizer, so that the lock's release leaves a new --out as the run
-    found it. A run that wrote tokens keeps them for its rerun."""
+    found it. A run that wrote tokens keeps them for its rerun. Called only once no task of the
+    run can still write (none submitted, or `Submission.settled`)."""
     with contextlib.suppress(Exception):  # the refusal is the error to say
         checkpoints = state.load_checkpoints(plan)
         if any(ck is not None and (ck.tokens or ck.closed) for ck in checkpoints.values()):
             return
         state.discard_run(plan)
         state.remove_tokenizer()
+
+
+def _committed_nothing(state: RunState, plan: Plan) -> bool:
+    """Whether no partition of the run holds committed work (or the run was taken back), so
+    that a rerun on the same --out, with another recipe or a fixed input, plans afresh
+    (`_checked_or_new_plan`) instead of being refused; False where that cannot be read."""
+    try:
+        checkpoints = state.load_checkpoints(plan)
+        return not any(ck and ck.holds_work for ck in checkpoints.values()) and state.manifest_doc() is None
+    except TokshardError:
+        return False
 
 
 @contextlib.contextmanager
@@ -394,6 +410,9 @@ class Submission:
     plan: Plan
     state: RunState
     held: HeldRun
+    #: whether no task of it can run any more (each one ended, or the run's own local workers
+    #: closed): only then may a refused fresh run take its state back
+    settled: bool = False
 
 
 def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | None = None) -> None:
@@ -401,17 +420,21 @@ def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | Non
     if options.client is not None:
         _submit_and_wait(options.client, sub, options, log)
         return
-    with connect(
-        workers=options.workers,
-        scheduler=options.scheduler,
-        threads=sub.tasks[0].encoder.threads,
-        memory_limit=options.memory_limit,
-        dashboard=options.dashboard,
-        log=log,
-        batch=options.batch,
-        early=early,
-    ) as client:
-        _submit_and_wait(client, sub, options, log)
+    own = options.scheduler is None and options.batch is None  # local workers, closed with it
+    try:
+        with connect(
+            workers=options.workers,
+            scheduler=options.scheduler,
+            threads=sub.tasks[0].encoder.threads,
+            memory_limit=options.memory_limit,
+            dashboard=options.dashboard,
+            log=log,
+            batch=options.batch,
+            early=early,
+        ) as client:
+            _submit_and_wait(client, sub, options, log)
+    finally:
+        sub.settled = sub.settled or own
 
 
 def in_flight(client, options: RunOptions, nthreads: dict | None = None) -> int:
@@ -556,6 +579,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
         client.cancel([fut for fut, _ in pending.values()])
         raise
     finally:
+        sub.settled = not pending  # each task submitted has ended (one still pending may run on)
         progress.close()
 
 

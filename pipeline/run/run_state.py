@@ -110,12 +110,29 @@ class RunState(ABC):
         self.place.write_bytes(PLAN_FILE, json_bytes(plan.to_json(), compact=True))
 
     def discard_run(self, plan: Plan) -> None:
-        """Delete the checkpoints and the plan of a fresh run refused before it wrote a token
-        (no task of it runs any more)."""
+        """Delete the checkpoints, the partitions' files and the plan of a fresh run refused
+        before it wrote a token (no task of it runs any more). A partition stopped before its
+        first commit has no checkpoint, but may have left shard files (``.tmp``) or a progress
+        record: those go too."""
         for part in plan.partitions:
             if self.load_checkpoint(part) is not None:
                 self.forget_partition(part)
+        self._delete_partition_files(plan.partitions)
+        self.remove_leftovers()
         self.place.delete(PLAN_FILE)
+
+    def _delete_partition_files(self, parts: list[Partition]) -> None:
+        """Every file named after one of ``parts`` (``NNNNN-*`` in its output folder): one
+        listing per folder, however many partitions."""
+        stems: dict[str, set[str]] = {}
+        for part in parts:
+            folder, _, name = part.stem.rpartition("/")
+            stems.setdefault(folder, set()).add(f"{name}-")
+        for folder, prefixes in stems.items():
+            for rel in self.place.list(folder):
+                parent, _, name = rel.rpartition("/")
+                if parent == folder and name[: name.find("-") + 1] in prefixes:
+                    self.place.delete(rel)
 
     # --- checkpoints ---------------------------------------------------------------------
 

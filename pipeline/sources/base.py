@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from pipeline.format import field_types
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError, TokshardError, locale_cannot_name
 from pipeline.format.provenance import Input, Origin
 
 Cursor = dict[str, Any]
@@ -34,6 +35,10 @@ def check_path_name(what: str, name: Any, where: str) -> str:
         raise TokshardError(
             f"{where}: {what} name {name!r} must be letters, digits, - or _ (it names a folder of the output)"
         )
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:  # a non-ASCII letter under LC_ALL=C: the run would stop half-way
+        raise locale_cannot_name(f"{where}: {what} name {name!r}") from None
     return name
 
 
@@ -77,29 +82,56 @@ def missing_field(field: str, record: dict[str, Any]) -> str:
     return f"missing field {field!r}"
 
 
-def bad_record(where: str, reason: str, kept: str | None = None) -> TokshardError:
+#: what a prepare's bad-record stop says when no partition committed work: a rerun on the same
+#: --out plans afresh (the run took its state back, or its plan holds no work to keep)
+NOTHING_COMMITTED = "nothing was committed: a rerun on the same --out plans afresh"
+
+
+class BadRecord(DataError):
+    """The stop at a bad record (`bad_record`), carrying where and why, so that the driver can
+    say the advice again once it knows whether any work was kept (`committed_nothing`). It
+    crosses from a Dask worker to the driver, so it pickles by its arguments."""
+
+    def __init__(self, where: str, reason: str, kept: str | None = None) -> None:
+        self.where, self.reason, self.kept = where, reason, kept
+        if reason.startswith(NESTED_FIELD):
+            self.exit_code = 2  # the command's fault, not the record's
+        super().__init__(_bad_record_text(where, reason, kept))
+
+    def __reduce__(self) -> tuple[type[BadRecord], tuple[str, str, str | None]]:
+        return type(self), (self.where, self.reason, self.kept)
+
+    def committed_nothing(self) -> BadRecord:
+        """The same stop for a prepare that committed no work: the fix's rerun needs no new --out."""
+        return BadRecord(self.where, self.reason, NOTHING_COMMITTED)
+
+
+def bad_record(where: str, reason: str, kept: str | None = None) -> BadRecord:
     """The error that stops a run at a bad record (the default; ``--on-bad-record skip`` counts
     them instead), with ``kept`` saying what the stop leaves. None: a prepare's committed work,
     which a fixed file cannot join (a rerun refuses an input changed since the run planned it),
     so the fix is a run of its own. A nested text field is the command's fault, not the
     record's (exit 2)."""
+    return BadRecord(where, reason, kept)
+
+
+def _bad_record_text(where: str, reason: str, kept: str | None) -> str:
+    """`BadRecord`'s line: what the record is, and how to go on given what the stop ``kept``."""
     if reason.startswith(NESTED_FIELD):
         path = ast.literal_eval(reason[len(NESTED_FIELD) :])
-        return TokshardError(
+        return (
             f"{where}: bad record ({reason}): nested fields are not read, --text-field names a top-level "
             f"field; flatten the records first (e.g. jq -c '{{text: .{path}}}' IN.jsonl > FLAT.jsonl) and "
             f"name the flattened files{' with a new --out' if kept is None else ''}"
         )
     field = " (or name the right field with --text-field)" if reason.startswith("missing field") else ""
     if kept is None:
-        return DataError(
+        return (
             f"{where}: bad record ({reason}); rerun with --on-bad-record skip to pass over it (work done "
             f"so far is kept), or fix it{field} and rerun with a new --out (a run's inputs stay as it "
             "planned them)"
         )
-    return DataError(
-        f"{where}: bad record ({reason}); fix it{field}, or rerun with --on-bad-record skip ({kept})"
-    )
+    return f"{where}: bad record ({reason}); fix it{field}, or rerun with --on-bad-record skip ({kept})"
 
 
 def check_size(value: Any, what: str, minimum: int) -> int:

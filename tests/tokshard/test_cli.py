@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from support import cli, one_error_line, write_jsonl
 
 from tokshard.cli import COMMANDS, build_parser, main
 from tokshard.commands import prepare
@@ -121,3 +122,69 @@ def test_an_unknown_option_is_named_under_its_command_with_what_it_likely_meant(
         "tokshard: error: prepare: unrecognized arguments: --tokenizr; did you mean --tokenizer? "
         "(see `tokshard prepare --help`)"
     )
+
+
+#: a process that names files in ASCII: non-ASCII bytes of a name arrive as lone surrogates
+ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0"}
+LOCALE_FIX = "run under a UTF-8 locale (e.g. LC_ALL=C.UTF-8) or with PYTHONUTF8=1"
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["prepare", "--input", "dätä/in.jsonl"], "input '{cwd}/d\\xe4t\\xe4/in.jsonl' holds"),
+        (["prepare", "--input", "in.jsonl", "--text-field", "tëxt"], "argument --text-field: 't\\xebxt' holds"),
+        (["tokenizer", "train", "--input", "in.jsonl", "--vocab-size", "300", "--out", "tök"],
+         "--out 't\\xf6k/tokenizer.json' holds"),
+    ],
+    ids=["prepare-input", "prepare-text-field", "tokenizer-train-out"],
+)  # fmt: skip
+def test_a_non_ascii_word_under_an_ascii_locale_is_one_line_naming_the_locale(
+    tmp_path, tokenizer_path, docs, command, says
+):
+    """Under LC_ALL=C with PYTHONUTF8=0 a non-ASCII word arrives as lone surrogates: prepare
+    ended in a StopIteration traceback, tokenizer train called the folder unwritable ("choose a
+    writable folder"), and a --text-field the records have was called missing from each."""
+    for path in (tmp_path / "in.jsonl", tmp_path / "dätä" / "in.jsonl"):
+        write_jsonl(path, docs[:20], field="tëxt")
+    if command[0] == "prepare":
+        command = [*command, "--tokenizer", str(tokenizer_path), "--out", "out", "--workers", "1"]
+    proc = cli(*command, cwd=tmp_path, env=ASCII_LOCALE)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc)
+    assert says.format(cwd=tmp_path) + " characters that this process's locale cannot take" in line, line
+    assert LOCALE_FIX in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dätä", "in.jsonl"]
+
+
+def test_a_non_ascii_out_under_an_ascii_locale_is_written_as_its_bytes(tmp_path, tokenizer_path, docs):
+    """A folder's name is only passed on to the system, never kept as text: it needs no UTF-8
+    locale, and is not refused for lacking one."""
+    write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    proc = cli("prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--out", "öut",
+               "--workers", "1", cwd=tmp_path, env=ASCII_LOCALE)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "öut" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("section", "says"),
+    [
+        ('[sources.d]\ntype = "files"\npaths = ["dätä/in.jsonl"]', "dätä/in.jsonl"),
+        ('[sources."dätä"]\ntype = "files"\npaths = ["in.jsonl"]', "source name 'd\\xe4t\\xe4'"),
+    ],
+    ids=["input-path", "source-name"],
+)
+def test_a_recipes_non_ascii_name_under_an_ascii_locale_is_one_line_and_leaves_no_out(
+    tmp_path, tokenizer_path, docs, section, says
+):
+    """A name from the recipe is text the locale cannot encode: a traceback, or (a source's name,
+    a folder of the output) a run stopped half-way with its plan left in --out."""
+    for path in (tmp_path / "in.jsonl", tmp_path / "dätä" / "in.jsonl"):
+        write_jsonl(path, docs[:20])
+    (tmp_path / "r.toml").write_text(f'tokenizer = "{tokenizer_path}"\n{section}\n', encoding="utf-8")
+    proc = cli("prepare", "r.toml", "--out", "out", "--workers", "1", cwd=tmp_path, env=ASCII_LOCALE)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc)
+    assert says.replace("ä", "\\xe4") in line and line.endswith(LOCALE_FIX), line
+    assert not (tmp_path / "out").exists()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, locale_cannot_name, names_files_in_utf8, shown_name
 from tokshard.usage import OneLineParser
 from trainer.console import StdoutUnwritable
 
@@ -217,6 +217,16 @@ def path_refused(exc: OSError) -> TokshardError | None:
     path = exc.filename if isinstance(exc.filename, str) else os.fsdecode(exc.filename)
     shown = path if len(path) <= 1000 else f"{path[:600]}...{path[-200:]} ({len(path)} characters)"
     return TokshardError(f"cannot use {shown}: {exc.strerror}; {PATH_REFUSALS[exc.errno]}")
+
+
+def locale_refused(exc: UnicodeEncodeError) -> TokshardError | None:
+    """A name or a text that escaped a command because the locale cannot encode it (a recipe's
+    non-ASCII path, a folder's non-ASCII file names under LC_ALL=C with PYTHONUTF8=0), as one
+    line naming the locale, wherever it was met; None under a UTF-8 locale (a bug then)."""
+    if names_files_in_utf8() or not isinstance(exc.object, str):
+        return None
+    text = shown_name(exc.object)
+    return locale_cannot_name(f"'{text}'" if len(text) <= 200 else f"'{text[:200]}...'")
 
 
 def current_folder_gone() -> TokshardError | None:

@@ -24,7 +24,7 @@ from pipeline.run.cluster import BATCH_SYSTEMS, LOCAL_MEMORY_LIMIT, BatchJobs
 from pipeline.run.progress import counted
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
-from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int
+from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int, text_arg
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "manifests"
 #: the source name of ``--input`` files
@@ -53,10 +53,16 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "expands a glob, or a quoted glob tokshard expands; repeatable)",
     )
     p.add_argument(
-        "--text-field", help=f"ad hoc: JSON/parquet field holding the text (default: {files['text_field']})"
+        "--text-field",
+        type=text_arg,
+        help=f"ad hoc: JSON/parquet field holding the text (default: {files['text_field']})",
     )
-    p.add_argument("--split", help=f"ad hoc: split name for --input files (default: {files['split']})")
-    p.add_argument("--name", help=f"ad hoc: source name for --input files (default: {INPUT_SOURCE})")
+    p.add_argument(
+        "--split", type=text_arg, help=f"ad hoc: split name for --input files (default: {files['split']})"
+    )
+    p.add_argument(
+        "--name", type=text_arg, help=f"ad hoc: source name for --input files (default: {INPUT_SOURCE})"
+    )
     p.add_argument(
         "--partition-bytes",
         metavar="SIZE",
@@ -110,12 +116,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--eos-token",
         metavar="TEXT",
+        type=text_arg,
         help="the token that ends each document (default: the recipe's eos_token, else the first of "
         "the usual spellings the tokenizer has, else the one its tokenizer_config.json names)",
     )
     p.add_argument(
         "--bos-token",
         metavar="TEXT",
+        type=text_arg,
         help="the token that starts each document, or 'auto': the one the tokenizer itself puts before "
         "a text, if any (its tokenizer_config.json's add_bos_token, else its post-processor's template, "
         "as Gemma and Llama 3 have); default: the recipe's bos_token, else none",

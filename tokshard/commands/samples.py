@@ -7,7 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError, TokshardError, utf8_path
 from tokshard.commands.command import Command
 from tokshard.usage import LARGEST_WHOLE, folder_arg, path_arg, positive_int
 from trainer.console import reader_left
@@ -93,8 +93,9 @@ def tokenizer_decoder(run: RunData):
     from tokenizers import Tokenizer
 
     path = run.manifests[0].tokenizer_path
+    named = utf8_path(path, "samples --decode: the manifest's tokenizer")
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_file(named)
     except Exception as exc:  # tokenizers raises a bare Exception for a missing or unreadable file
         raise DataError(
             f"samples --decode: cannot read the manifest's tokenizer {path} ({exc}); put the tokenizer.json "

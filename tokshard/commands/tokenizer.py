@@ -11,7 +11,7 @@ from pipeline.encoding.tokenizer import DEFAULT_EOS
 from pipeline.recipe import BAD_RECORD_POLICIES
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
-from tokshard.usage import folder_arg, path_arg, positive_int
+from tokshard.usage import folder_arg, path_arg, positive_int, text_arg
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
@@ -26,8 +26,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
     p.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
-    p.add_argument("--eos", default=DEFAULT_EOS, help="the EOS token's text")
-    p.add_argument("--text-field", default="text", help="JSON/parquet field holding the text")
+    p.add_argument("--eos", default=DEFAULT_EOS, type=text_arg, help="the EOS token's text")
+    p.add_argument("--text-field", default="text", type=text_arg, help="JSON/parquet field holding the text")
     p.add_argument(
         "--on-bad-record",
         choices=BAD_RECORD_POLICIES,

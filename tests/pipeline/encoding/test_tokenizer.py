@@ -14,7 +14,7 @@ import pytest
 from support import cli, edited, gated_hub, run_prepare, write_jsonl
 from tokenizers import Tokenizer
 
-from pipeline.encoding.tokenizer import load, locate, resolve
+from pipeline.encoding.tokenizer import load, locate, resolve, train
 from pipeline.format import manifest
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import TokshardError
@@ -651,3 +651,15 @@ def test_a_tokenizer_json_after_much_leading_whitespace_is_read(tmp_path, tokeni
     padded = tmp_path / "tokenizer.json"
     padded.write_bytes(b" " * 5000 + b"\n" + tokenizer_path.read_bytes())
     assert load(locate(str(padded))).get_vocab_size() == load(tokenizer_path).get_vocab_size()
+
+
+def test_training_into_a_folder_whose_name_is_not_utf8_is_refused_before_the_work(tmp_path, docs):
+    """The tokenizers library saves to UTF-8 paths only: a Latin-1 folder name failed after the
+    training, as "cannot write ...; choose a writable folder", though the folder is writable."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    out = tmp_path / os.fsdecode(b"t\xf6k")
+    with pytest.raises(
+        TokshardError, match=r"t\\xf6k/tokenizer.json': its path is not UTF-8 text, which the tokenizers"
+    ):
+        train([str(data)], 300, out)
+    assert not out.exists()

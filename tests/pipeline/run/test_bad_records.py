@@ -8,10 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import cli, plain_encode, run_prepare, stream_of, unchecked_strings
+from support import cli, one_error_line, plain_encode, run_prepare, stream_of, unchecked_strings
 
+from pipeline import recipe
 from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
+from pipeline.run.driver import RunOptions, prepare
 from pipeline.sources.files import iter_texts
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place
@@ -232,13 +234,55 @@ def test_a_text_field_holding_a_number_too_long_to_convert_is_a_non_string_field
     assert json_text(b'{"text": ' + b"9" * 5000 + b"}\n", "text") == (None, "non-string field 'text'")
 
 
-def test_a_rerun_with_the_right_text_field_after_nothing_was_committed_plans_again(tmp_path, tokenizer_path):
-    """The first run stopped at its first record (the wrong --text-field) and committed nothing:
-    the fixed command was refused as "a different recipe", and the user told to delete the folder."""
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in GOOD))
-    args = ["prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--out", "out"]
+@pytest.mark.parametrize("found", ["new", "empty"])
+def test_a_wrong_text_field_leaves_the_out_as_it_found_it_and_says_the_same_out_will_do(
+    tmp_path, tokenizer_path, found
+):
+    """The refusal came from the run's tasks (a record without the field), after the plan, the
+    tokenizer and the first shard's .tmp files were written: all of that stayed in the --out,
+    and the line sent the user to a new --out, though the same one replans. Two inputs, two
+    workers: the other task's files go too."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in GOOD))
+    if found == "empty":
+        (tmp_path / "out").mkdir()
+    args = ["prepare", "--input", "a.jsonl", "--input", "b.jsonl", "--tokenizer", str(tokenizer_path),
+            "--out", "out", "--workers", "2"]  # fmt: skip
     wrong = cli(*args, cwd=tmp_path)
-    assert wrong.returncode == 1 and "missing field 'text'" in wrong.stderr
+    assert wrong.returncode == 1
+    assert one_error_line(wrong).endswith(
+        ".jsonl:1: bad record (missing field 'text'); fix it (or name the right field with --text-field), or "
+        "rerun with --on-bad-record skip (nothing was committed: a rerun on the same --out plans afresh)"
+    )
+    if found == "new":
+        assert not (tmp_path / "out").exists()
+    else:
+        assert list((tmp_path / "out").iterdir()) == []
+    fixed = cli(*args, "--text-field", "body", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert np.array_equal(
+        stream_of(tmp_path / "out" / "manifest.json"), plain_encode(tokenizer_path, GOOD * 2)
+    )
+
+
+def test_a_rerun_with_the_right_text_field_after_nothing_was_committed_plans_again(
+    tmp_path, tokenizer_path, dask_client
+):
+    """A run stopped once planned (Ctrl-C here; a refusal while a shared scheduler's tasks still
+    ran is the same) committed nothing: the fixed command was refused as "a different recipe",
+    and the user told to delete the folder."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"body": d}) + "\n" for d in GOOD))
+
+    def stop_once_planned(line: str) -> None:
+        if "to start" in line:
+            raise KeyboardInterrupt
+
+    r = recipe.from_dict(recipe_for(tokenizer_path, path), "test")
+    with pytest.raises(KeyboardInterrupt):
+        prepare(r, tmp_path / "out", RunOptions(client=dask_client), log=stop_once_planned)
+    assert (tmp_path / "out" / ".tokshard" / "run.json").is_file()
+    args = ["prepare", "--input", "in.jsonl", "--tokenizer", str(tokenizer_path), "--out", "out"]
     fixed = cli(*args, "--text-field", "body", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
     assert (

@@ -495,3 +495,15 @@ def test_a_refused_encoder_on_a_new_url_leaves_no_object_behind(s3_server, docs,
                "--encoder", "tiktoken", "--workers", "1", cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 2 and "would change the ids" in proc.stderr, proc.stderr
     assert s3_server.objects(bucket) == {}
+
+
+def test_a_wrong_text_field_on_a_new_url_leaves_no_object_behind(s3_server, docs, tokenizer_path, tmp_path):
+    """The refusal came from the run's task, after the plan and the tokenizer went up: a fresh run
+    takes them back once its workers are closed, and says that the same URL will do."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5], field="body")
+    bucket = s3_server.new_bucket()
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", f"s3://{bucket}/run",
+               "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1 and "bad record (missing field 'text')" in proc.stderr, proc.stderr
+    assert "nothing was committed: a rerun on the same --out plans afresh" in proc.stderr
+    assert s3_server.objects(bucket) == {}

@@ -329,6 +329,22 @@ def test_an_input_whose_path_is_not_utf8_is_named_before_any_work(folder, tokeni
     assert "rename the" in one_error_line(proc)
 
 
+def test_a_utf8_input_path_a_glob_finds_under_an_ascii_locale_is_one_line_naming_the_locale(
+    folder, tokenizer_path, docs
+):
+    """Under LC_ALL=C with PYTHONUTF8=0, Python holds a UTF-8 name's bytes as lone surrogates:
+    the check for names that are not UTF-8 found none, and ended in a StopIteration traceback."""
+    write_jsonl(folder / "dätä" / "c.jsonl", docs[6:8])
+    proc = cli("prepare", "--input", "d*/c.jsonl", "--tokenizer", str(tokenizer_path), "--out", "out",
+               "--workers", "1", cwd=folder, env={"LC_ALL": "C", "PYTHONUTF8": "0"})  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc).startswith(
+        f"tokshard: error: input '{folder}/d\\xe4t\\xe4/c.jsonl' holds characters "
+    )
+    assert "run under a UTF-8 locale (e.g. LC_ALL=C.UTF-8) or with PYTHONUTF8=1" in proc.stderr
+    assert not (folder / "out").exists()
+
+
 def test_tokenizer_training_reads_an_input_whose_path_is_not_utf8(tmp_path, docs):
     """`tokenizer train` keeps no input's path, so it reads such a file as any other."""
     write_jsonl(tmp_path / f"{LATIN1_NAME}.jsonl", docs[:20])
