@@ -311,9 +311,17 @@ def _documents_verdict(
     return Verdict(
         True,
         f"{_shape(candidate, tokenizer_path)}, and {candidate} gave the same ids as tokenizers on {static} "
-        f"and the run's first {len(docs)} documents",
+        f"and {_run_documents(len(docs))}",
         kept,
     )
+
+
+def _run_documents(n: int) -> str:
+    """How the reason names the run's documents the check compared (none: its first records
+    held no text, as where --text-field names a field they lack)."""
+    if n == 0:
+        return "none of the run's documents (its first records held no text)"
+    return f"the run's first {n:,} document{'' if n == 1 else 's'}"
 
 
 def _shape(candidate: str, tokenizer_path: str) -> str:

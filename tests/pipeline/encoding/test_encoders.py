@@ -177,6 +177,16 @@ def test_auto_falls_back_to_tiktoken_where_fastokens_cannot_be_imported(
         decide("fastokens", str(gpt2_tokenizer_path), lambda: docs)
 
 
+def test_a_check_that_had_no_document_of_the_run_says_so(gpt2_tokenizer_path):
+    """A --text-field the records lack gave the run no text to compare: the line read "the
+    run's first 0 documents" before the run's refusal."""
+    decision = decide("auto", str(gpt2_tokenizer_path), lambda: [])
+    assert decision.reason.endswith("none of the run's documents (its first records held no text)")
+    assert decide("auto", str(gpt2_tokenizer_path), lambda: ["one"]).reason.endswith(
+        "the run's first 1 document"
+    )
+
+
 def test_requesting_tokenizers_skips_the_check(tmp_path):
     never_read = str(tmp_path / "never-read.json")
     decision = decide("tokenizers", never_read, lambda: 1 / 0, sha256="sha-of-the-plan")
