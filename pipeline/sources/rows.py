@@ -218,7 +218,7 @@ class HubSource(Source):
             return
         now = mirror_commit(repo, [f["path"] for f in recorded_origin["files"]])
         if now is not None and now != revision:
-            raise TokshardError(
+            raise DataError(
                 f"mirror {mirror} now holds {repo.repo} at {now}, this run is pinned to {revision}; "
                 "restore that commit in the mirror, or start over with a new --out"
             )
@@ -229,11 +229,11 @@ class HubSource(Source):
             try:
                 size = fs.size(path)
             except FileNotFoundError as exc:
-                raise TokshardError(
+                raise DataError(
                     f"{repo.url(entry['path'])} is gone since this run started; restore it"
                 ) from exc
             if size != entry["size"]:
-                raise TokshardError(
+                raise DataError(
                     f"{repo.url(entry['path'])} changed since this run started ({entry['size']} -> {size} "
                     "bytes); restore it, or start over with a new --out"
                 )
@@ -250,7 +250,7 @@ class HubSource(Source):
             if moved:
                 entry = {k: v for k, v in entry.items() if k != "mtime"}
             if found != {**found, **entry}:  # a plan of an older tokshard has fewer keys
-                raise TokshardError(
+                raise DataError(
                     f"{repo.url(entry['path'])} changed since this run started (its modification time "
                     "or content); restore it, or start over with a new --out"
                 )

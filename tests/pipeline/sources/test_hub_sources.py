@@ -659,7 +659,7 @@ def test_resume_refuses_a_mirror_file_rewritten_at_the_same_size_and_time(tmp_pa
     write_notes(tmp_path, [t.replace("plain", "other") for t in NOTES])  # other statistics in the footer
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert path.stat().st_size == before.st_size
-    with pytest.raises(TokshardError, match=r"train-00000-of-00001.parquet changed since this run started"):
+    with pytest.raises(DataError, match=r"train-00000-of-00001.parquet changed since this run started"):
         source("hf", tmp_path, repo="acme/notes").check_unchanged(origin)
 
 
@@ -670,7 +670,7 @@ def test_resume_refuses_a_mirror_file_edited_in_place_at_the_same_size(tmp_path)
     data[data.index(b"number 025")] ^= 0x01  # inside a page: the footer stays as it was
     path.write_bytes(bytes(data))
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
-    with pytest.raises(TokshardError, match=r"changed since this run started .*start over with a new --out"):
+    with pytest.raises(DataError, match=r"changed since this run started .*start over with a new --out"):
         source("hf", tmp_path, repo="acme/notes").check_unchanged(origin)
 
 
@@ -773,7 +773,7 @@ def test_resume_keeps_the_recorded_commit_and_refuses_a_moved_mirror(
     shutil.rmtree(out / ".tokshard" / "parts" / "wiki" / "test")
     write_download_metadata(repo_dir, COMMIT_B)  # the mirror moved to another commit
     with pytest.raises(
-        TokshardError, match=f"now holds Salesforce/wikitext at {COMMIT_B}, this run is pinned to {COMMIT_A}"
+        DataError, match=f"now holds Salesforce/wikitext at {COMMIT_B}, this run is pinned to {COMMIT_A}"
     ):
         run_prepare(recipe, out, dask_client)
 
