@@ -271,16 +271,23 @@ class PartitionRun:
         ckpt.open = open_shard
         ckpt.busy_seconds = self.busy_before + time.monotonic() - self.started
         ckpt.commit_time = self.commit_before + self.commit_spent + time.monotonic() - began
+        self._stop_if_superseded("before this commit")
         save_checkpoint(self.out, self.part, ckpt)
         self.shards.finalize()
         self.commit_spent += time.monotonic() - began
         if self.on_commit is not None:
             self.on_commit(ckpt)
+        self._stop_if_superseded("at its last commit")
+
+    def _stop_if_superseded(self, where: str) -> None:
+        """A task of a run that ended (refused, or its driver gone) may still run on a shared
+        scheduler's worker; once a newer prepare has taken the folder (and may have planned
+        afresh, with another recipe), nothing more of the old run's is committed there."""
         newer = current_run(self.out)
         if self.task.run_id and newer and newer != self.task.run_id:
             raise Superseded(
                 f"partition {self.part.key}: a newer prepare (run {newer}) took over {self.out}; "
-                "this task stopped at its last commit"
+                f"this task stopped {where}"
             )
 
 

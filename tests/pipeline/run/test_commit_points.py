@@ -179,6 +179,57 @@ def test_no_checkpoint_after_a_long_document_points_into_the_next_one(
     assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, texts))
 
 
+def test_a_task_whose_run_a_newer_prepare_took_over_commits_nothing_more(
+    tmp_path, docs, tokenizer_path, monkeypatch
+):
+    """A refused run's task on a shared scheduler ran on and committed into the newer run that
+    planned the folder afresh (another tokenizer's ids published under its manifest): a task
+    now looks for a newer run before each commit, not only after it."""
+    import json
+
+    from distributed import Client, LocalCluster
+    from support import run_prepare, write_jsonl
+
+    from pipeline.format.errors import TokshardError
+    from pipeline.run import folder_layout, worker_task
+
+    write_jsonl(tmp_path / "in.jsonl", docs * 4)
+    out = tmp_path / "out"
+    saved, looks = [], []
+    real_save, real_current = worker_task.save_checkpoint, worker_task.current_run
+
+    def recorded(out_, part, ckpt):
+        real_save(out_, part, ckpt)
+        saved.append(ckpt.documents)
+
+    def taken_over_after_the_first_commit(out_):
+        looks.append(out_)
+        if len(saved) == 1 and len(looks) == 3:  # between the first commit and the second
+            (folder_layout.state_dir(out) / folder_layout.RUN_ID_FILE).write_text(
+                json.dumps({"run": "newer"})
+            )
+        return real_current(out_)
+
+    monkeypatch.setattr(worker_task, "save_checkpoint", recorded)
+    monkeypatch.setattr(worker_task, "current_run", taken_over_after_the_first_commit)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "commit_seconds": 0.001,  # a commit after every item
+        "sources": {
+            "d": {"type": "files", "paths": [str(tmp_path / "in.jsonl")], "partition_bytes": 1 << 30}
+        },
+    }
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c,
+        Client(c) as cl,
+        pytest.raises(
+            TokshardError, match=r"a newer prepare \(run newer\) took over .*stopped before this commit"
+        ),
+    ):
+        run_prepare(recipe, out, cl)
+    assert len(saved) == 1, saved
+
+
 def test_a_partition_held_by_another_process_is_waited_for_then_named(tmp_path):
     part = Partition("src", "train", 0, "k", 1)
     holder = subprocess.Popen(
