@@ -111,18 +111,27 @@ def run_partition_in_store(task: PartitionTask) -> Checkpoint:
                 f"worker scratch space is full ({exc.path}); give the workers more local disk "
                 "(TMPDIR), then rerun: finished partitions are kept"
             ) from None
-        holder = Holder.parse(store.read_bytes(LEASE_FILE) or b"")
-        if task.run_id and holder is not None and holder.run != task.run_id:
-            raise Superseded(f"partition {part.key}: a newer prepare took over {store.url}; not recording it")
+        _stop_if_superseded(store, task)
         for rec in ck.closed:
             for rel in shard_files(rec):
                 store.upload(scratch / rel, rel)
+        _stop_if_superseded(store, task)  # the uploads take a while: a newer run may have come
         store.write_bytes(checkpoint_rel(part), ck.to_bytes())
         with contextlib.suppress(TokshardError):
             store.delete(progress_rel(part))
         return ck
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop_if_superseded(store: ObjectStore, task: PartitionTask) -> None:
+    """Nothing of a run a newer prepare took over is recorded (its task may have run on, on a
+    shared scheduler's worker, after its driver was refused)."""
+    holder = Holder.parse(store.read_bytes(LEASE_FILE) or b"")
+    if task.run_id and holder is not None and holder.run != task.run_id:
+        raise Superseded(
+            f"partition {task.partition.key}: a newer prepare took over {store.url}; not recording it"
+        )
 
 
 def warm_up_if_present(spec: EncoderSpec) -> None:
