@@ -45,6 +45,8 @@ from pipeline.run.run_state import STATE_DIR, checkpoint_rel
 from pipeline.sources.base import Partition
 
 RUN_ID_FILE = "run-id"
+#: the run lock's file in the state folder: the first file a run makes there
+LOCK_NAME = "lock"
 #: least seconds between two rewrites of a running driver's progress into its lock record
 HOLDER_UPDATE_SECONDS = 2.0
 
@@ -136,7 +138,7 @@ def run_lock(out: Path, run_id: str | None = None, made_out: bool = False) -> It
     for a driver that was killed see a newer run take over and stop at their next commit.
     ``made_out``: this run made the folder (`_unmade` takes it back if the run fails at once).
     """
-    path = state_dir(out) / "lock"
+    path = state_dir(out) / LOCK_NAME
     made_state = not state_dir(out).exists()
     fd = lock_file(path)
     try:
@@ -164,9 +166,9 @@ def _unmade(out: Path, made_out: bool) -> None:
     on a new --out leaves no folder behind. A run that planned keeps everything (a rerun goes on)."""
     folder = state_dir(out)
     with contextlib.suppress(OSError):
-        if not {p.name for p in folder.iterdir()} <= {"lock", RUN_ID_FILE}:
+        if not {p.name for p in folder.iterdir()} <= {LOCK_NAME, RUN_ID_FILE}:
             return
-        for name in ("lock", RUN_ID_FILE):
+        for name in (LOCK_NAME, RUN_ID_FILE):
             (folder / name).unlink(missing_ok=True)
         folder.rmdir()
         if made_out:
@@ -187,7 +189,7 @@ def lock_holder(out: Path) -> Holder | None:
 
     (`held_by_another`: never call this in the process that holds the run lock.)
     """
-    path = state_dir(out) / "lock"
+    path = state_dir(out) / LOCK_NAME
     return _settled_holder(path) if held_by_another(path) else None
 
 

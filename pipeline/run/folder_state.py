@@ -50,7 +50,7 @@ class FolderState(RunState):
     def open_for_writing(self) -> None:
         if self.out.exists() and not self.out.is_dir():
             raise TokshardError(f"output {self.out} is a file, not a folder; choose another --out")
-        claim_folder(self.place, "--out", "prepare", OWN_MARKER)
+        claim_folder(self.place, "--out", "prepare", OWN_MARKER, proof=folder_layout.LOCK_NAME)
         self.made_out = not self.out.exists()
         try:
             self.out.mkdir(parents=True, exist_ok=True)

@@ -28,19 +28,27 @@ Claim = Literal["new", "ours"]
 
 
 def claim_folder(
-    folder: Place | str | os.PathLike, flag: str, owner: str, marker: str | None = None
+    folder: Place | str | os.PathLike,
+    flag: str,
+    owner: str,
+    marker: str | None = None,
+    proof: str | None = None,
 ) -> Claim:
     """Refuse (`TokshardError`, exit 2) unless ``folder`` is missing, empty, or holds ``marker``
     (an entry name; a subfolder's ends in ``/``). Returns "new" (missing or empty) or "ours".
 
     ``flag`` names the option the folder came from (``--out``); ``owner`` the writer in the
-    message (``prepare``). With no ``marker`` only a new or empty folder is accepted."""
+    message (``prepare``). With no ``marker`` only a new or empty folder is accepted. ``proof``:
+    a file the owner makes first in a marker folder (prepare's lock), without which the marker
+    folder is not taken for the owner's beside other entries."""
     place = folder if isinstance(folder, Place) else open_place(folder)
     names = place.names()
     if not names:
         return "new"
+    if marker is not None and marker.endswith("/") and marker.rstrip("/") in names:  # a link to nothing
+        _check_marker(place, marker, names, flag, owner, proof)
     if marker is not None and marker in names:
-        _check_marker(place, marker, names, flag, owner)
+        _check_marker(place, marker, names, flag, owner, proof)
         return "ours"
     held = listing(names)
     if marker is None:
@@ -55,7 +63,9 @@ def claim_folder(
     )
 
 
-def _check_marker(place: Place, marker: str, names: list[str], flag: str, owner: str) -> None:
+def _check_marker(
+    place: Place, marker: str, names: list[str], flag: str, owner: str, proof: str | None
+) -> None:
     """A marker folder shows the folder is ours where it holds something (the run's lock and
     plan; an object store has no empty folders) or is all the folder holds (a run stopped just
     after making it). An empty one beside other entries is no proof (anyone may have made it),
@@ -72,9 +82,16 @@ def _check_marker(place: Place, marker: str, names: list[str], flag: str, owner:
     if names == [marker]:
         return
     with os.scandir(path) as entries:
-        if any(True for _ in entries):
-            return
+        held = [e.name + ("/" if e.is_dir() else "") for e in entries]
+    if held and (proof is None or proof in held):
+        return
     others = listing([n for n in names if n != marker])
+    if held:  # a folder of that name, of someone else's
+        raise TokshardError(
+            f"{flag} {place.url} holds {others} beside a {marker} that {owner} did not make (it holds "
+            f"{listing(sorted(held))} but no {proof}, which {owner} writes first), so it will not touch them; "
+            f"choose another {flag}, or empty that one"
+        )
     raise TokshardError(
         f"{flag} {place.url} holds {others} beside an empty {marker}, which {owner} does not leave so "
         f"(its own holds the run's lock and plan), so it will not touch them; choose another {flag}, "

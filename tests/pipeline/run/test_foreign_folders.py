@@ -94,6 +94,8 @@ def test_prepare_refuses_a_folder_holding_files_it_did_not_write(
             r"holds data/, manifest\.json.* beside an empty \.tokshard/, which prepare does not leave so",
         ),
         ("a link", r": its \.tokshard/ is a symbolic link to .*mine; prepare keeps its own state there"),
+        ("a link to nothing", r": its \.tokshard/ is a symbolic link to .*nowhere; prepare keeps its own"),
+        ("someone else's", r"beside a \.tokshard/ that prepare did not make \(it holds cache/ but no lock, "),
     ],
 )
 def test_a_tokshard_folder_prepare_did_not_fill_does_not_make_the_folder_its_own(
@@ -109,8 +111,13 @@ def test_a_tokshard_folder_prepare_did_not_fill_does_not_make_the_folder_its_own
     (mine / "notes.txt").write_text("mine")
     if marker == "empty":
         (out / ".tokshard").mkdir()
-    else:
+    elif marker == "a link":
         (out / ".tokshard").symlink_to(mine)
+    elif marker == "a link to nothing":
+        (out / ".tokshard").symlink_to(tmp_path / "nowhere")
+    else:  # a tool's own folder of that name, holding files
+        (out / ".tokshard" / "cache").mkdir(parents=True)
+        (out / ".tokshard" / "cache" / "x").write_text("theirs")
     before, before_mine = snapshot(out), snapshot(mine)
     proc = prepare_into(out, data, tokenizer_path)
     assert proc.returncode == 2, proc.stderr
