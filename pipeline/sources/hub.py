@@ -321,11 +321,12 @@ def mirror_commit(repo: Repo, files: list[str]) -> str | None:
     for rel in files:
         meta = f"{root.rstrip('/')}/.cache/huggingface/download/{rel}.metadata"
         try:
-            with fs.open(meta, "rt") as f:
-                commit: str | None = f.readline().strip() or None
+            with fs.open(meta, "rb") as f:
+                first: bytes | None = f.readline()
         except FileNotFoundError:
-            commit = None
-        if commit is not None and not is_commit(commit):
+            first = None
+        commit = None if first is None else first.decode("utf-8", "backslashreplace").strip()
+        if commit is not None and not is_commit(commit):  # blank, another text, other bytes
             raise TokshardError(
                 f"mirror {repo.mirror}: {meta.removeprefix(root.rstrip('/') + '/')} should start with the commit "
                 f"{rel} was downloaded at, and reads {commit[:60]!r}; download the repo again (hf download "

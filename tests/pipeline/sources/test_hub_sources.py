@@ -468,16 +468,24 @@ def test_mirror_mixing_two_commits_is_refused(tmp_path, mirror):
         source("wikitext", tmp_path).origin()
 
 
-def test_download_metadata_that_names_no_commit_is_refused_not_recorded_as_the_revision(tmp_path, mirror):
-    """A .metadata whose first line read 'hello world' went into the manifest as the revision."""
+@pytest.mark.parametrize(
+    ("first", "reads"),
+    [(b"hello world", "'hello world'"), (b"", "''"), (b"\xff\xfe", r"'\\xff\\xfe'")],
+    ids=["text", "blank", "not UTF-8"],
+)
+def test_download_metadata_that_names_no_commit_is_refused_not_recorded_as_the_revision(
+    tmp_path, mirror, first, reads
+):
+    """A .metadata whose first line read 'hello world' went into the manifest as the revision;
+    a blank one read as "mixes revisions", bytes that are not UTF-8 were a traceback."""
     root, _ = mirror
     shutil.copytree(root / "Salesforce", tmp_path / "Salesforce")
     repo_dir = tmp_path / "Salesforce" / "wikitext"
     write_download_metadata(repo_dir, COMMIT_A)
     meta = next((repo_dir / ".cache" / "huggingface" / "download").rglob("*.metadata"))
-    meta.write_text("hello world\n" + meta.read_text().split("\n", 1)[1])
+    meta.write_bytes(first + b"\n" + meta.read_bytes().split(b"\n", 1)[1])
     with pytest.raises(
-        TokshardError, match=r"should start with the commit .* and reads 'hello world'; download"
+        TokshardError, match=rf"should start with the commit .* and reads {re.escape(reads)}; "
     ):
         source("wikitext", tmp_path).origin()
 
