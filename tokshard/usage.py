@@ -199,7 +199,7 @@ def run_folder_arg(text: str) -> str:
     `verify` and `inspect` take it): the folder that holds it."""
     text = path_arg(text)
     head, _, name = text.rstrip("/").rpartition("/")
-    if name == "manifest.json" and (is_url(text) or os.path.isfile(text)):
+    if name == "manifest.json" and (is_url(text) or not os.path.isdir(text)):  # written or not yet
         text = head or "."
     return folder_arg(text)
 

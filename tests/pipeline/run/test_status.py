@@ -55,6 +55,12 @@ def test_status_counts_partitions_and_says_what_a_rerun_does(interrupted):
     assert f"{row['tokens']:,} tokens" in text and "running: no" in text
 
 
+def test_status_of_an_unfinished_runs_manifest_path_reads_its_folder(interrupted):
+    """Its manifest.json is not written yet: it said the path does not exist."""
+    by_manifest = cli("status", str(interrupted / "manifest.json"), "--json", check=True).stdout
+    assert by_manifest == cli("status", str(interrupted), "--json", check=True).stdout
+
+
 def test_status_names_the_run_holding_the_lock_with_rate_and_eta(interrupted):
     with run_lock(interrupted, "test-run"):  # this process plays a running prepare
         text = cli("status", str(interrupted), check=True).stdout
