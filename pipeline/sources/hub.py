@@ -413,7 +413,7 @@ def list_data_files(
         found[str(split)], unmatched = _resolve(repo, base, pats)
         if unmatched and declared is not None and (splits is None or str(split) in splits):
             pattern = posixpath.join(base[len(root) :].strip("/"), unmatched[0])  # as in the repo
-            raise TokshardError(_unmatched(repo, declared, str(split), pattern))
+            raise TokshardError(_unmatched(repo, declared, str(split), pattern, bool(found[str(split)])))
     found = {s: f for s, f in found.items() if f}
     if splits is not None:
         missing = [s for s in splits if s not in found]
@@ -469,13 +469,18 @@ def _resolve(repo: Repo, base: str, patterns: list[str]) -> tuple[list[str], lis
     return list(seen), unmatched
 
 
-def _unmatched(repo: Repo, declared: str, split: str, pattern: str) -> str:
+def _unmatched(repo: Repo, declared: str, split: str, pattern: str, partly: bool = False) -> str:
     """The one line for a pattern that the card (or the recipe's ``data_files``) gives a split
     the run reads, and that matches no file: a download left the files out (``hf download
     --include``), and read as it is the split would be dropped, or read short, without a word.
-    What to do depends on who declared it and where the files should have been."""
+    What to do depends on who declared it and where the files should have been, and on whether
+    the split's other patterns found files (``partly``: leaving the split out is no way on)."""
     start = f"{repo.describe()} split {split}: "
-    narrow = "or list the splits wanted with splits = [...] in the recipe"
+    narrow = (
+        f"or name the split's files with data_files = {{{split} = [...]}} in the recipe"
+        if partly
+        else "or list the splits wanted with splits = [...] in the recipe"
+    )
     if declared == "data_files":
         return f"{start}data_files pattern {pattern!r} matches no file; check data_files.{split}, {narrow}"
     if repo.mirror is None:

@@ -1054,6 +1054,19 @@ def test_a_split_a_hub_cache_snapshot_lacks_names_the_download_of_that_commit(tm
         source("hf", tmp_path / "hub", repo="rtorg/ds").origin()
 
 
+def test_a_split_pattern_matching_nothing_beside_one_that_matches_names_data_files_not_splits(mirror):
+    """Leaving the split out (splits = [...]) was the advice, where the split's other pattern
+    found its files: naming them is the way on."""
+    root, _ = mirror
+    files = {"train": ["data/train-*.parquet", "data/nothing-*.parquet"]}
+    with pytest.raises(TokshardError) as refused:
+        source("hf", root, repo="acme/notes", text_field="content", data_files=files).origin()
+    assert str(refused.value).endswith(
+        "data_files pattern 'data/nothing-*.parquet' matches no file; check data_files.train, or name the "
+        "split's files with data_files = {train = [...]} in the recipe"
+    )
+
+
 def test_a_data_files_pattern_matching_nothing_is_refused_not_dropped(mirror):
     root, _ = mirror
     files = {"train": "data/train-*.parquet", "validation": "data/valid-*.parquet"}
