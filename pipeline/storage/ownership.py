@@ -45,8 +45,8 @@ def claim_folder(
     names = place.names()
     if not names:
         return "new"
-    if marker is not None and marker.endswith("/") and marker.rstrip("/") in names:  # a link to nothing
-        _check_marker(place, marker, names, flag, owner, proof)
+    if marker is not None and marker.endswith("/") and marker.rstrip("/") in names:  # a link to nothing?
+        _refuse_a_link(place, marker, flag, owner)
     if marker is not None and marker in names:
         _check_marker(place, marker, names, flag, owner, proof)
         return "ours"
@@ -72,13 +72,8 @@ def _check_marker(
     and one that is a link leads our writes into a folder elsewhere."""
     if not marker.endswith("/") or place.local_root is None:
         return
+    _refuse_a_link(place, marker, flag, owner)
     path = place.local_root / marker.rstrip("/")
-    if path.is_symlink():
-        raise TokshardError(
-            f"{flag} {place.url}: its {marker} is a symbolic link to {os.readlink(path)}; {owner} keeps its "
-            f"own state there and will not write through a link into another folder: choose another {flag}, "
-            "or remove the link"
-        )
     if names == [marker]:
         return
     with os.scandir(path) as entries:
@@ -97,6 +92,20 @@ def _check_marker(
         f"(its own holds the run's lock and plan), so it will not touch them; choose another {flag}, "
         "or empty that one"
     )
+
+
+def _refuse_a_link(place: Place, marker: str, flag: str, owner: str) -> None:
+    """A marker folder that is a symbolic link (to a folder elsewhere, or to nothing) would lead
+    the owner's writes out of the folder: refused, named as a link."""
+    if place.local_root is None:
+        return
+    path = place.local_root / marker.rstrip("/")
+    if path.is_symlink():
+        raise TokshardError(
+            f"{flag} {place.url}: its {marker} is a symbolic link to {os.readlink(path)}; {owner} keeps its "
+            f"own state there and will not write through a link into another folder: choose another {flag}, "
+            "or remove the link"
+        )
 
 
 def listing(names: list[str], shown: int = SHOWN) -> str:

@@ -96,6 +96,7 @@ def test_prepare_refuses_a_folder_holding_files_it_did_not_write(
         ("a link", r": its \.tokshard/ is a symbolic link to .*mine; prepare keeps its own state there"),
         ("a link to nothing", r": its \.tokshard/ is a symbolic link to .*nowhere; prepare keeps its own"),
         ("someone else's", r"beside a \.tokshard/ that prepare did not make \(it holds cache/ but no lock, "),
+        ("a file of that name", r"holds \.tokshard, data/.* but no \.tokshard/: prepare did not write it"),
     ],
 )
 def test_a_tokshard_folder_prepare_did_not_fill_does_not_make_the_folder_its_own(
@@ -115,6 +116,8 @@ def test_a_tokshard_folder_prepare_did_not_fill_does_not_make_the_folder_its_own
         (out / ".tokshard").symlink_to(mine)
     elif marker == "a link to nothing":
         (out / ".tokshard").symlink_to(tmp_path / "nowhere")
+    elif marker == "a file of that name":
+        (out / ".tokshard").write_text("theirs")
     else:  # a tool's own folder of that name, holding files
         (out / ".tokshard" / "cache").mkdir(parents=True)
         (out / ".tokshard" / "cache" / "x").write_text("theirs")
