@@ -10,6 +10,7 @@ import json
 import re
 import urllib.request
 
+import pytest
 from support import (
     assert_same_as_local,
     cli,
@@ -168,3 +169,41 @@ def _objects_as(server, key: dict[str, str], bucket: str) -> dict[str, bytes]:
 
 def finished_partitions_as(server, key: dict[str, str], bucket: str) -> int:
     return sum(1 for k in _keys_as(server, key, bucket) if k.startswith(".tokshard/parts/"))
+
+
+def test_a_store_task_whose_run_a_newer_prepare_took_over_during_its_uploads_records_nothing(
+    s3_server, docs, tokenizer_path, tmp_path, monkeypatch
+):
+    """The task looked for a newer run before its uploads only: one that took the lease while
+    they went on found the old run's partition recorded under its own plan."""
+    from distributed import Client, LocalCluster
+    from support import run_prepare, write_jsonl
+
+    from pipeline.format.errors import TokshardError
+    from pipeline.run import store_state
+    from pipeline.run.records import Holder
+
+    write_jsonl(tmp_path / "in.jsonl", docs[:40])
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    real_upload = store_state.ObjectStore.upload
+
+    def upload_then_taken_over(store, local, rel):
+        real_upload(store, local, rel)
+        if rel.endswith(".bin"):  # the partition's first shard is up: a newer prepare takes the lease
+            store.write_bytes(store_state.LEASE_FILE, Holder.of_this_process("newer").to_bytes())
+
+    monkeypatch.setattr(store_state.ObjectStore, "upload", upload_then_taken_over)
+    recipe = {
+        "tokenizer": str(tokenizer_path),
+        "sources": {
+            "d": {"type": "files", "paths": [str(tmp_path / "in.jsonl")], "partition_bytes": 1 << 30}
+        },
+    }
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c,
+        Client(c) as cl,
+        pytest.raises(TokshardError, match=r"a newer prepare took over .*; not recording it"),
+    ):
+        run_prepare(recipe, url, cl)
+    assert not [k for k in s3_server.objects(bucket, "run/.tokshard/parts/") if k.endswith(".json")]
