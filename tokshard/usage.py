@@ -13,7 +13,13 @@ import os
 import re
 from typing import Any
 
-from pipeline.format.errors import TokshardError, locale_cannot_name, names_files_in_utf8, shown_name
+from pipeline.format.errors import (
+    TokshardError,
+    encodes_as_utf8,
+    locale_cannot_name,
+    names_files_in_utf8,
+    shown_name,
+)
 from pipeline.storage.locations import PROCESS_LOCAL_PROTOCOLS, is_url, location_problem, normalized, protocol
 
 
@@ -172,7 +178,7 @@ def text_arg(text: str) -> str:
     spelling): bytes this process could not decode (a non-ASCII word under LC_ALL=C with
     PYTHONUTF8=0 arrives as lone surrogates) would never equal the text meant, and a run would
     call the records' field missing; refused at once (exit 2), naming the cause."""
-    if not any("\udc80" <= c <= "\udcff" for c in text):
+    if encodes_as_utf8(text):
         return text
     if not names_files_in_utf8():
         raise argparse.ArgumentTypeError(str(locale_cannot_name(f"'{shown_name(text)}'")))

@@ -63,19 +63,27 @@ def locale_cannot_name(what: str) -> TokshardError:
     )
 
 
+def encodes_as_utf8(text: str) -> bool:
+    """False for text holding lone surrogates: bytes this process could not decode (a name
+    under a non-UTF-8 locale, or not UTF-8 at all)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def utf8_path(path: str | os.PathLike[str], what: str) -> str:
     """``path`` as a library that takes UTF-8 paths only (tokenizers, in Rust) needs it. A name
     this process holds as lone surrogates fails there with "surrogates not allowed", which a
     caller's handler would call an unwritable folder or a damaged file: said here instead, naming
     the cause (the locale, or a name that is not UTF-8)."""
     text = os.fspath(path)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if not encodes_as_utf8(text):
         if not names_files_in_utf8():
-            raise locale_cannot_name(f"{what} '{shown_name(text)}'") from None
+            raise locale_cannot_name(f"{what} '{shown_name(text)}'")
         raise TokshardError(
             f"{what} '{shown_name(text)}': its path is not UTF-8 text, which the tokenizers library needs; "
             "rename it to UTF-8 (from Latin-1: convmv -f latin1 -t utf8 --notest NAME)"
-        ) from None
+        )
     return text

@@ -45,8 +45,8 @@ def claim_folder(
     names = place.names()
     if not names:
         return "new"
-    if marker is not None and marker.endswith("/") and marker.rstrip("/") in names:  # a link to nothing?
-        _refuse_a_link(place, marker, flag, owner)
+    if marker is not None and marker.endswith("/") and {marker, marker.rstrip("/")} & set(names):
+        _refuse_a_link(place, marker, flag, owner)  # a link to nothing lists without its "/"
     if marker is not None and marker in names:
         _check_marker(place, marker, names, flag, owner, proof)
         return "ours"
@@ -68,11 +68,10 @@ def _check_marker(
 ) -> None:
     """A marker folder shows the folder is ours where it holds something (the run's lock and
     plan; an object store has no empty folders) or is all the folder holds (a run stopped just
-    after making it). An empty one beside other entries is no proof (anyone may have made it),
-    and one that is a link leads our writes into a folder elsewhere."""
+    after making it). An empty one beside other entries is no proof (anyone may have made it).
+    A marker that is a link is refused before (`_refuse_a_link`)."""
     if not marker.endswith("/") or place.local_root is None:
         return
-    _refuse_a_link(place, marker, flag, owner)
     path = place.local_root / marker.rstrip("/")
     if names == [marker]:
         return

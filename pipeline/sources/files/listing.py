@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import PurePath
 from typing import Any, NamedTuple, NoReturn
 
-from pipeline.format.errors import DataError, TokshardError, locale_cannot_name, shown_name
+from pipeline.format.errors import DataError, TokshardError, encodes_as_utf8, locale_cannot_name, shown_name
 from pipeline.sources.files.access import unreadable, version_tag
 from pipeline.sources.files.formats import COMPRESSIONS, kind_of, known_kind
 from pipeline.sources.files.tokshard_outputs import (
@@ -373,7 +373,7 @@ def refuse_non_utf8(files: list[InputFile]) -> None:
         named = [f.path.encode("utf-8", "surrogateescape") for f in files]
         raw = next((r for r in named if not _is_utf8(r)), None)
         if raw is None:  # each is UTF-8: the locale (LC_ALL=C, PYTHONUTF8=0) did not decode them
-            path = next(f.path for f in files if not _encodes(f.path))
+            path = next(f.path for f in files if not encodes_as_utf8(f.path))
             raise locale_cannot_name(f"input '{shown_name(path)}'") from None
         parts = raw.split(os.fsencode(os.sep))
         at = next(i for i, p in enumerate(parts) if not _is_utf8(p))
@@ -384,14 +384,6 @@ def refuse_non_utf8(files: list[InputFile]) -> None:
             f"input's path as UTF-8 in its run state and provenance; rename the {kind} to UTF-8 "
             "(from Latin-1: convmv -f latin1 -t utf8 --notest NAME), then rerun"
         ) from None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _is_utf8(raw: bytes) -> bool:
