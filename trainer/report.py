@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, shown_name
 from trainer.figures import figure, save_png
 from trainer.metrics import METRICS_FILE, line_kind
 
@@ -148,7 +148,7 @@ def plot(m: Metrics, png: Path, title: str | None = None) -> None:
     wait_ax.set_ylim(bottom=0)
     wait_ax.set_xlabel("optimizer step")
     wait_ax.grid(alpha=0.3)
-    fig.suptitle(title or str(m.path.parent))
+    fig.suptitle(shown_name(title or str(m.path.parent)))  # a name the locale could not decode, as typed
     save_png(fig, png, "choose another path (tokshard plot --out PNG)")
 
 

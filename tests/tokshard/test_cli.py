@@ -136,15 +136,17 @@ LOCALE_FIX = "run under a UTF-8 locale (e.g. LC_ALL=C.UTF-8) or with PYTHONUTF8=
         (["prepare", "--input", "in.jsonl", "--text-field", "tëxt"], "argument --text-field: 't\\xebxt' holds"),
         (["tokenizer", "train", "--input", "in.jsonl", "--vocab-size", "300", "--out", "tök"],
          "--out 't\\xf6k/tokenizer.json' holds"),
+        (["demo", "--out", "dëmo", "--size", "quick"], "--out 'd\\xebmo' holds"),
     ],
-    ids=["prepare-input", "prepare-text-field", "tokenizer-train-out"],
+    ids=["prepare-input", "prepare-text-field", "tokenizer-train-out", "demo-out"],
 )  # fmt: skip
 def test_a_non_ascii_word_under_an_ascii_locale_is_one_line_naming_the_locale(
     tmp_path, tokenizer_path, docs, command, says
 ):
     """Under LC_ALL=C with PYTHONUTF8=0 a non-ASCII word arrives as lone surrogates: prepare
     ended in a StopIteration traceback, tokenizer train called the folder unwritable ("choose a
-    writable folder"), and a --text-field the records have was called missing from each."""
+    writable folder"), a --text-field the records have was called missing from each, and the
+    demo wrote its corpus into --out before its parquet writer refused the name."""
     for path in (tmp_path / "in.jsonl", tmp_path / "dätä" / "in.jsonl"):
         write_jsonl(path, docs[:20], field="tëxt")
     if command[0] == "prepare":

@@ -169,3 +169,15 @@ def test_a_value_that_is_not_finite_is_written_as_null_and_named(tmp_path):
     assert train["loss"] is None and train["not_finite"] == ["loss"]
     assert evaluation["eval_loss"] is None and evaluation["sources"] == {"w": None, "v": 2.0}
     assert evaluation["not_finite"] == ["eval_loss", "sources.w"]
+
+
+def test_plot_of_a_non_ascii_run_folder_under_an_ascii_locale_draws_it(tmp_path):
+    """Under LC_ALL=C with PYTHONUTF8=0 the folder's name arrives as lone surrogates, which the
+    figure's default title could not render (a matplotlib traceback)."""
+    from support import cli
+
+    (tmp_path / "rün").mkdir()
+    log_run(tmp_path / "rün", range(0, 6), loss0=8.0)
+    proc = cli("plot", "rün", cwd=tmp_path, env={"LC_ALL": "C", "PYTHONUTF8": "0"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (tmp_path / "rün" / "report.png").is_file()

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pipeline.format.errors import utf8_path
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
 from tokshard.demo import DEFAULT_SIZE, MAX_WORKERS, SIZES
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from tokshard import demo
 
     refuse_url(args.out, "--out")
+    utf8_path(args.out, "--out")  # its parquet and tokenizer writers take UTF-8 paths only: before any file
     check_local_workers(args.workers)
     summary = demo.run(Path(args.out), args.size, args.workers)
     print(demo.console_summary(summary))
