@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from pipeline.encoding.backend import TokenizersEncoder, library_versions
 from pipeline.encoding.byte_level import (
+    NotEquivalent,
     check_fast_shape,
     is_sentencepiece_bpe,
     merge_pairs,
@@ -37,7 +38,7 @@ from pipeline.encoding.byte_level import (
     split_patterns,
     to_bytes,
 )
-from pipeline.encoding.normalizing import run_ahead, without_normalizer
+from pipeline.encoding.normalizing import added_tokens_it_changes, run_ahead, without_normalizer
 from pipeline.encoding.tokenizer import read_spec
 from pipeline.format.errors import TokshardError
 
@@ -338,6 +339,11 @@ def fastokens_spec(tokenizer_path: str) -> tuple[dict, str]:
         splits = len(split_patterns(spec.get("pre_tokenizer")))
         return spec, "byte-level BPE" + (f" with {splits} split patterns in a row" if splits > 1 else "")
     check_fast_shape(without_normalizer(spec))
+    for content, found_as in added_tokens_it_changes(spec, ahead):
+        raise NotEquivalent(
+            f"tokenizers finds its added token {content!a} in {ahead.normalizer['type']}-normalized text, "
+            f"as {found_as!a}, which a fast back end built without the normalizer would not find"
+        )
     return spec, f"byte-level BPE after its {ahead.normalizer['type']} normalizer (run by tokenizers itself)"
 
 

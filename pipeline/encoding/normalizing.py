@@ -12,7 +12,10 @@ Only normalizers in `RUN_AHEAD` are taken out. Where the file has non-special ad
 before it normalizes, so the text cannot be normalized first: there a text the normalizer
 would change goes to `tokenizers` whole (`Ahead.route_changed`), and every other is encoded as
 it is (a part of a normalized text is normalized too, so `tokenizers` changes none of its
-pieces either). Every Unicode normalization form leaves ASCII text as it is, in every Unicode
+pieces either). Such a token marked ``normalized`` is found in the normalized text by its
+normalized form; one whose content the normalizer changes would be missed by a back end built
+without the normalizer, so it keeps the run off the fast back end (`added_tokens_it_changes`).
+Every Unicode normalization form leaves ASCII text as it is, in every Unicode
 version, so such text is passed through without a call.
 
 Other text is passed through too where Python's own tables prove NFC leaves it as it is
@@ -93,6 +96,21 @@ def run_ahead(spec: dict[str, Any]) -> Ahead | None:
     if normalizer not in RUN_AHEAD:
         return None
     return Ahead(normalizer, bool(plain_added(spec)))
+
+
+def added_tokens_it_changes(spec: dict[str, Any], ahead: Ahead) -> list[tuple[str, str]]:
+    """The non-special added tokens `tokenizers` matches in normalized text (``normalized``)
+    whose content its normalizer changes: it looks for their normalized form (``na\u0308ive``
+    is found as ``na\u00efve``), a fast back end built without the normalizer for the content as
+    written, so the two part on text holding the normalized form, which no check is sure to
+    meet. Each as (content, normalized form)."""
+    normalize = normalizing(ahead.normalizer)
+    matched_normalized = [
+        t.get("content", "")
+        for t in spec.get("added_tokens") or []
+        if not t.get("special") and t.get("normalized", True)
+    ]
+    return [(content, normalize(content)) for content in matched_normalized if normalize(content) != content]
 
 
 def without_normalizer(spec: dict[str, Any]) -> dict[str, Any]:

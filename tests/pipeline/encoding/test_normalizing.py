@@ -223,6 +223,41 @@ def test_with_added_tokens_that_are_not_special_the_texts_nfc_changes_go_to_toke
         "class": "text its NFC normalizer changes", "to": "tokenizers", "documents": 6}  # fmt: skip
 
 
+def qwen_with_added(qwen: str, folder: Path, content: str) -> str:
+    """Qwen2's file with one more non-special added token, matched in normalized text."""
+    spec = json.loads(Path(qwen).read_text(encoding="utf-8"))
+    spec["added_tokens"].append({"id": 1 + max(t["id"] for t in spec["added_tokens"]), "content": content,
+                                 "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+                                 "special": False})  # fmt: skip
+    path = folder / "tokenizer.json"
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def test_an_added_token_nfc_changes_keeps_the_run_on_tokenizers_whatever_its_documents(qwen, prose, tmp_path):
+    """`tokenizers` finds a normalized added token by its NFC form (``nai\u0308ve`` in the
+    NFC text ``na\u00efve``), fastokens without the normalizer by its content: a document
+    holding the NFC form past the check's first 64 was written with other ids."""
+    path = qwen_with_added(qwen, tmp_path, "nai\u0308ve")
+    decision = decide("auto", path, lambda: prose)
+    assert decision.name == "tokenizers"
+    assert "added token 'nai\\u0308ve' in NFC-normalized text, as 'na\\xefve'" in decision.reason
+    texts = ["I am na\u00efve.", "nai\u0308ve"]
+    assert [list(ids) for ids in worker_encoder(decision.spec).encode_batch(texts)] == TokenizersEncoder(
+        path
+    ).encode_batch(texts)
+
+
+def test_an_added_token_nfc_leaves_as_it_is_keeps_fastokens_exact(qwen, prose, tmp_path):
+    path = qwen_with_added(qwen, tmp_path, "na\u00efve")
+    decision = decide("auto", path, lambda: prose)
+    assert decision.name == "fastokens", decision.reason
+    texts = ["I am na\u00efve.", "I am nai\u0308ve.", prose[0]]
+    assert [list(ids) for ids in worker_encoder(decision.spec).encode_batch(texts)] == TokenizersEncoder(
+        path
+    ).encode_batch(texts)
+
+
 def test_prepare_with_qwen2_writes_tiktokens_ids_of_the_nfc_text_on_fastokens(tmp_path, prose):
     """The whole command on Qwen2's real vocabulary: uint32 by itself, fastokens, and the ids
     of the text in NFC, whether the documents came in NFC or not, a long document too."""
