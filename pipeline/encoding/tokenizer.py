@@ -561,7 +561,11 @@ def framing_kind(tok, tid: int, path: str | os.PathLike, role: str = "EOS", by: 
     if token is None:
         return f"an entry of the {model} vocabulary no text reaches (no merge makes it, nor a word)"
     if model == "Unigram" and tok.model.token_to_id(name) == tid:
-        return "a special token; its piece is put out of reach of text (see special_pieces_out_of_reach)"
+        return (
+            "a special token; its Unigram piece, as every special token's, is scored below all others "
+            f"for this run, so document text takes another segmentation (tokenizers on the file as it "
+            f"is gives a literal {name!r} the {role} id)"
+        )
     return "a special token; its text inside a document is encoded as ordinary text"
 
 

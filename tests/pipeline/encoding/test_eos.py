@@ -155,7 +155,9 @@ def test_sentencepiece_family_runs_exactly_through_tokenizers_and_a_literal_eos_
     assert len(got) == len(docs)
     assert got == reference_ids(tok, docs)
     assert "its text inside a document is encoded as ordinary text" in m.data["tokenizer"]["eos_found"] or (
-        "out of reach of text" in m.data["tokenizer"]["eos_found"]
+        "is scored below all others for this run, so document text takes another segmentation "
+        "(tokenizers on the file as it is gives a literal '</s>' the EOS id)"
+        in m.data["tokenizer"]["eos_found"]
     )
 
 
