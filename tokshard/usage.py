@@ -20,7 +20,14 @@ from pipeline.format.errors import (
     names_files_in_utf8,
     shown_name,
 )
-from pipeline.storage.locations import PROCESS_LOCAL_PROTOCOLS, is_url, location_problem, normalized, protocol
+from pipeline.storage.locations import (
+    PROCESS_LOCAL_PROTOCOLS,
+    READ_ONLY_PROTOCOLS,
+    is_url,
+    location_problem,
+    normalized,
+    protocol,
+)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -207,6 +214,12 @@ def run_folder_arg(text: str) -> str:
     head, _, name = text.rstrip("/").rpartition("/")
     if name == "manifest.json" and (is_url(text) or not os.path.isdir(text)):  # written or not yet
         text = head or "."
+    if is_url(text) and protocol(text) in READ_ONLY_PROTOCOLS:
+        raise argparse.ArgumentTypeError(
+            f"{text}: a prepare keeps its run's state in a folder or an object store, never at a "
+            f"{protocol(text)}:// URL (it cannot write there); give the --out the run was given "
+            "(verify and inspect read a manifest served there)"
+        )
     return folder_arg(text)
 
 

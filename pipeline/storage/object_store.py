@@ -23,7 +23,7 @@ from typing import Any
 
 from pipeline.format.errors import TokshardError
 from pipeline.storage.hub_client import quiet
-from pipeline.storage.locations import EXTRAS, checked_location, protocol
+from pipeline.storage.locations import BUCKET_PROTOCOLS, EXTRAS, checked_location, protocol
 from pipeline.storage.place import Place
 
 #: every read sees what other processes wrote: no listing cache (fsspec's would answer "no such
@@ -116,7 +116,10 @@ class ObjectStore(Place):
         return f"{self.root}/{rel}" if rel else self.root
 
     def check_reachable(self) -> None:
-        """Fail now, in one line, if the endpoint, credentials or bucket are wrong."""
+        """Fail now, in one line, if the endpoint, credentials or bucket are wrong (a web
+        server's URL has no bucket to list: its first read says whether it answers)."""
+        if protocol(self.url) not in BUCKET_PROTOCOLS:
+            return
         bucket = self.root.split("/", 1)[0]
         # gcsfs's "Could not determine bucket type" would come first, even where the store
         # cannot be reached at all; where it can, the next call says it (once: `SaidOnce`)

@@ -63,6 +63,37 @@ def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_
     assert not (tmp_path / "s3:").exists()
 
 
+@pytest.fixture
+def served(store_setup):
+    """The local run's folder served by a plain web server (no listing API, no byte ranges)."""
+    import functools
+    import http.server
+    import threading
+
+    _, ref = store_setup
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(ref.parent))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/{ref.name}"
+    finally:
+        server.shutdown()
+
+
+def test_a_manifest_served_over_http_is_verified_and_status_there_is_refused_in_one_line(served, tmp_path):
+    """verify, inspect and train read a manifest by URL; a web server's URL, which has no
+    bucket, was "store error ... InvalidUrlClientError: http://". status reads a run's state,
+    which prepare never writes to a web server."""
+    assert cli("verify", f"{served}/manifest.json", cwd=tmp_path, check=True).stdout.startswith("OK: ")
+    proc = cli("status", served, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert (
+        "a prepare keeps its run's state in a folder or an object store, never at a http:// URL"
+        in proc.stderr
+    )
+
+
 def test_prepare_through_a_store_that_fails_every_few_requests_gives_the_bytes_of_a_local_run(
     s3_server, store_setup, tmp_path
 ):
