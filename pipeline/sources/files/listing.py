@@ -133,6 +133,7 @@ class _LocalGlob:
             self._check_listable([os.path.dirname(self.path) or "."])
             raise TokshardError(_nothing_matches(self.shown, False, magic=False))
         matches = self._matches()
+        self._folders_of_matches = {os.path.dirname(m) for m in matches}
         self._check_listable(self._folders_searched(matches))
         outputs = TokshardOutputs(_static_prefix(self.path) or ".")
         files = self._listed(matches, outputs)
@@ -233,8 +234,11 @@ class _LocalGlob:
                 self.hard_linked[real] = (st.st_dev, st.st_ino)
             return InputFile(real, st.st_size, st.st_mtime_ns, None, kind)
         if stat.S_ISDIR(st.st_mode):
-            if known_kind(match) is not None or not (self.descends or _holds_no_input(match)):
-                raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
+            if known_kind(match) is not None:  # a Spark-style folder of parts, named as a file
+                if not (self.descends and reached_into(match, self._folders_of_matches, os.sep)):
+                    raise DataError(_directory_matched(os.path.abspath(match), self.pattern, self.descends))
+            elif not (self.descends or _holds_no_input(match)):
+                raise DataError(_directory_matched(os.path.abspath(match), self.pattern, self.descends))
             return None
         what = next((name for test, name in _SPECIAL if test(st.st_mode)), "not a regular file")
         raise DataError(
@@ -436,10 +440,12 @@ def _url_files(pattern: str) -> list[InputFile]:
         if literal is not None:  # as a local path that exists: the key itself, not a pattern
             return [literal]
     files = []
+    folders_of_matches = {name.rpartition("/")[0] for name in matches}
     for name, info in matches.items():
         if info.get("type") == "directory":
-            if known_kind(name) is not None or not descends(path):
-                raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
+            deep = descends(path)
+            if not deep or (known_kind(name) is not None and not reached_into(name, folders_of_matches, "/")):
+                raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern, deep))
             continue
         if _folder_marker(name, info):
             continue
@@ -549,11 +555,19 @@ def _usual_ending(folder: str) -> str:
     return max(set(endings), key=endings.count) if endings else ".jsonl"
 
 
-def _directory_matched(folder: str, pattern: str) -> str:
+def reached_into(folder: str, folders_of_matches: set[str], sep: str) -> bool:
+    """Whether a glob that matched ``folder`` also matched something inside it (``**/*.jsonl``
+    over a Spark-style ``x.jsonl/`` folder of ``part-0.jsonl`` files reads its parts)."""
+    inside = folder.rstrip(sep) + sep
+    return any(f == inside[:-1] or f.startswith(inside) for f in folders_of_matches)
+
+
+def _directory_matched(folder: str, pattern: str, descending: bool = False) -> str:
     folder = folder.rstrip("/")
+    deeper = "" if descending else ", or a '**' glob"
     return (
         f"input {folder} (matched by {pattern!r}) is a directory, not a file, and its files would be "
-        f"left out; name them (e.g. '{folder}/*', or a '**' glob), or narrow the glob to files"
+        f"left out; name them (e.g. '{folder}/*'{deeper}), or narrow the glob to files"
     )
 
 

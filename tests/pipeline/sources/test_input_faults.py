@@ -200,6 +200,24 @@ def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokeni
     refused(proc, says, folder / "out")
 
 
+def test_a_deep_glob_reads_the_parts_of_a_folder_named_as_a_file_where_it_names_them(folder):
+    """``data/**/*.parquet`` over a Spark-style ``y.parquet/`` folder matches its parts too:
+    they are read (it was refused, advising the ``**`` glob it was); parts the glob misses
+    (``part-0.snappy`` under ``**/*.parquet``) are still named, without that advice."""
+    (folder / "data" / "y.parquet").mkdir()
+    pq.write_table(pa.table({"text": ["a part"]}), folder / "data" / "y.parquet" / "part-0.parquet")
+    found = [f.path for f in list_files(["data/**/*.parquet"], str(folder))]
+    assert found == [os.path.realpath(folder / "data" / "y.parquet" / "part-0.parquet")]
+    (folder / "data" / "z.parquet").mkdir()
+    (folder / "data" / "z.parquet" / "part-0.snappy").write_bytes(b"PAR1")
+    with pytest.raises(DataError) as refused_:
+        list_files(["data/**/*.parquet"], str(folder))
+    assert f"input {folder / 'data' / 'z.parquet'} (matched by 'data/**/*.parquet') is a directory" in str(
+        refused_.value
+    )
+    assert "'**' glob" not in str(refused_.value)
+
+
 def test_a_folder_matched_by_a_star_glob_is_named_not_skipped(folder, tokenizer_path, docs):
     """``data/*`` over a folder of files and a subfolder (an older export kept beside them):
     the subfolder's files are not matched, so the run names it instead of leaving them out;
@@ -242,6 +260,15 @@ def test_a_folder_of_objects_matched_by_a_star_glob_is_named(s3_server, docs):
         list_files([f"s3://{bucket}/in/*"], ".")
     found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]
     assert found == [f"s3://{bucket}/in/{k}" for k in ("2023/old.jsonl", "a.jsonl", "b.jsonl")]
+
+
+def test_a_deep_glob_reads_the_parts_of_a_prefix_named_as_a_file_where_it_names_them(s3_server, docs):
+    bucket = s3_server.new_bucket()
+    s3_server.client().put_object(
+        Bucket=bucket, Key="in/y.jsonl/part-0.jsonl", Body=json.dumps({"text": docs[0]}).encode() + b"\n"
+    )
+    found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]
+    assert found == [f"s3://{bucket}/in/y.jsonl/part-0.jsonl"]
 
 
 def test_an_object_whose_key_holds_brackets_is_read_by_its_key(s3_server, docs):
