@@ -207,6 +207,14 @@ def folder_arg(text: str) -> str:
     return text
 
 
+def local_folder_arg(text: str) -> str:
+    """`folder_arg` for a folder that must be on this machine (a node-local cache): a URL, a
+    chained one too, is refused at once (exit 2), where a store's own URL would not help."""
+    if is_url(text) or ("::" in text and location_problem(text)):
+        raise argparse.ArgumentTypeError(f"{text} is a URL; this option takes a local folder on this machine")
+    return folder_arg(text)
+
+
 def run_folder_arg(text: str) -> str:
     """`folder_arg` for a prepare run's --out, which may be given by its manifest.json (as
     `verify` and `inspect` take it): the folder that holds it."""

@@ -18,7 +18,7 @@ from support import REPO, cli, write_jsonl
 
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
-from tokshard.usage import file_arg, folder_arg, path_arg, png_arg, run_folder_arg
+from tokshard.usage import file_arg, folder_arg, local_folder_arg, path_arg, png_arg, run_folder_arg
 
 COMMANDS = [
     ["demo"],
@@ -265,7 +265,7 @@ def is_number(action: argparse.Action) -> bool:
         return False
 
 
-LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg)
+LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg, local_folder_arg)
 #: how a flag that takes a path or URL shows itself in --help
 LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "DS.json", "RUN_DIR", "MANIFEST")
 
@@ -341,6 +341,8 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
             ("a port in a bucket", "s3://bucket:9000/x"),
             ("a newline", f"{root}/o\nx"),  # a folder named so was made, and its lines were two
         ]
+    if action.type is local_folder_arg:  # a node-local cache: advice to give a store's URL would not help
+        cases.append(("a store URL for a folder on this machine", "s3://bucket/x"))
     metavar = str(action.metavar or "")
     if metavar == "SIZE":
         cases += [("a word", "lots"), ("negative", "-1GB")]
@@ -542,3 +544,12 @@ def test_damaged_data_is_one_line_and_exit_1(tmp_path, tmp_path_factory, command
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and lines[-1].startswith("tokshard: error: "), proc.stderr
     assert says in lines[-1]
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/cache", "simplecache::s3://bucket/cache"])
+def test_a_cache_folder_given_as_a_url_says_it_takes_a_local_folder(url):
+    """A chained URL was told to give the store's own URL, which --data-cache refuses too."""
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=r"is a URL; this option takes a local folder on this"
+    ):
+        local_folder_arg(url)

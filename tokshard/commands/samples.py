@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.format.errors import DataError, TokshardError, utf8_path
 from tokshard.commands.command import Command
-from tokshard.usage import LARGEST_WHOLE, folder_arg, path_arg, positive_int
+from tokshard.usage import LARGEST_WHOLE, folder_arg, local_folder_arg, path_arg, positive_int
 from trainer.console import reader_left
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-cache",
         metavar="DIR",
-        type=folder_arg,
+        type=local_folder_arg,
         help="node-local folder for the files of a manifest URL, as train's --data-cache (default "
         f"{default_cache_dir()})",
     )

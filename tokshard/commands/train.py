@@ -19,6 +19,7 @@ from tokshard.usage import (
     auto_or_non_negative,
     file_arg,
     folder_arg,
+    local_folder_arg,
     non_negative,
     non_negative_float,
     path_arg,
@@ -79,7 +80,7 @@ def _data_options(g) -> None:
     g.add_argument(
         "--data-cache",
         metavar="DIR",
-        type=folder_arg,
+        type=local_folder_arg,
         help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
         f"(default {default_cache_dir()})",
     )
