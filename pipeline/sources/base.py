@@ -61,6 +61,20 @@ def check_folder_names_differ(what: str, names: Iterable[str], where: str) -> No
 NAME_THE_FIELD = "name the text's field with --text-field (text_field in a recipe)"
 
 
+def no_column(path: str, field: str, names: list[str]) -> TokshardError:
+    """A columnar file (parquet, Arrow) without the text's column. ``meta.text`` where ``meta``
+    is a column names a field of a struct, which is not read (a JSON Lines record's nested
+    field is said the same way): flattening makes it a column of that very name."""
+    head = field.split(".", 1)[0]
+    if "." in field and head in names:
+        return TokshardError(
+            f"{path}: no column {field!r}: nested fields are not read, --text-field names a top-level "
+            f"column ({head!r} here); flatten the table first (pyarrow's Table.flatten() makes {field!r} a "
+            "column of its own) and name the flattened files"
+        )
+    return TokshardError(f"{path}: no column {field!r} (columns: {', '.join(names)}); {NAME_THE_FIELD}")
+
+
 def null_field(field: str) -> str:
     """A bad record's reason for a null text: the field is there, so "missing" would send a
     user looking for a typo in the column's name."""

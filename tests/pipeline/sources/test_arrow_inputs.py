@@ -10,6 +10,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
+import pyarrow.parquet as pq
 import pytest
 from support import cli, one_error_line, plain_encode, run_prepare, stream_of
 
@@ -192,3 +193,22 @@ def test_a_stream_with_dictionary_batches_is_one_task(tmp_path, docs):
         w.write_table(table, max_chunksize=8)
     assert group_runs(str(path), ".arrow", 1000) is None
     assert list(iter_texts([str(path)])) == texts.to_pylist()
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_a_field_of_a_struct_column_is_named_as_nested_not_as_a_column_to_name(tmp_path, kind):
+    """``--text-field meta.text`` over a ``meta`` struct column advised naming the field with
+    --text-field, which the user had done."""
+    table = pa.table({"meta": pa.array([{"text": "x"}]), "n": [1]})
+    path = tmp_path / f"a.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, path)
+    else:
+        feather.write_feather(table, path)
+    with pytest.raises(TokshardError) as refused:
+        list(iter_texts([str(path)], field="meta.text"))
+    assert str(refused.value) == (
+        f"{path}: no column 'meta.text': nested fields are not read, --text-field names a top-level column "
+        "('meta' here); flatten the table first (pyarrow's Table.flatten() makes 'meta.text' a column of its "
+        "own) and name the flattened files"
+    )

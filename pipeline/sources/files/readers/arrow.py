@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input
-from pipeline.sources.base import NAME_THE_FIELD, Record
+from pipeline.sources.base import NAME_THE_FIELD, Record, no_column
 from pipeline.sources.files.formats import ARROW_FILE_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, row_place
@@ -38,9 +38,7 @@ class ArrowReader(Reader):
         batches = record_batches(source)
         schema = next(batches)
         if field not in schema.names:
-            raise TokshardError(
-                f"{path}: no column {field!r} (columns: {', '.join(schema.names)}); {NAME_THE_FIELD}"
-            )
+            raise no_column(path, field, schema.names)
         col_type = schema.field(field).type
         if not holds_text(col_type):
             raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; {NAME_THE_FIELD}")

@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 from pipeline.format import lfs_pointer
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input
-from pipeline.sources.base import NAME_THE_FIELD, Record
+from pipeline.sources.base import NAME_THE_FIELD, Record, no_column
 from pipeline.sources.files.formats import PARQUET_MAGIC
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, corrupt_is_one_line, row_place
@@ -34,9 +34,7 @@ class ParquetReader(Reader):
         # pages written with checksums are checked: a flipped byte is an error, not other text
         pf = pq.ParquetFile(f, page_checksum_verification=True)
         if field not in pf.schema_arrow.names:
-            raise TokshardError(
-                f"{path}: no column {field!r} (columns: {', '.join(pf.schema_arrow.names)}); {NAME_THE_FIELD}"
-            )
+            raise no_column(path, field, pf.schema_arrow.names)
         col_type = pf.schema_arrow.field(field).type
         if not holds_text(col_type):
             raise TokshardError(f"{path}: column {field!r} is {col_type}, not text; {NAME_THE_FIELD}")
