@@ -8,8 +8,10 @@ for by name. It can also play five ways a
 store's answers differ from the tests' server on this machine: conditional writes ignored,
 listings that lag behind writes (as eventually consistent stores and caching gateways give
 them), listings whose ETags lack the quotes the same object's HEAD gives it (NetApp ONTAP),
-a network's round trip before each answer, and conditional writes refused (501). Run as a script (its
-own process, so the proxy never shares the test's event loop); `faulty_store` starts one.
+a network's round trip before each answer, and conditional writes refused (501). And one a
+network gives: an answer lost on its way back (the request reached the store, which did it;
+the client sees the connection drop, and tries again). Run as a script (its own process, so
+the proxy never shares the test's event loop); `faulty_store` starts one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ _ANSWERS = {
     "slow-down": (503, "SlowDown", "Please reduce your request rate."),
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
 }
+#: the error code a store gives with each status it may refuse a conditional write with
+_REJECTED_AS = {501: "NotImplemented", 403: "AccessDenied"}
 #: hop-by-hop headers, and those aiohttp sets again for the body it sends
 _NOT_PASSED_ON = {"host", "transfer-encoding", "content-encoding", "connection", "keep-alive"}
 
@@ -59,6 +63,7 @@ def faulty_store(
     latency: float = 0.0,
     bare_listed_tags: bool = False,
     reject_conditions: int = 0,
+    lose_answer_to: str = "",
 ) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
     cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
@@ -69,7 +74,10 @@ def faulty_store(
     store across a network's round trip does (S3 from EC2: tens of milliseconds). With
     ``bare_listed_tags`` its listings give each ETag without its quotes. With
     ``reject_conditions`` (an HTTP status: 501, or 400) it is a store that has no conditional
-    writes and says so: each write with a condition is answered with that status."""
+    writes and says so: each write with a condition is answered with that status (403: as a key
+    without write permission is answered). With ``lose_answer_to`` (a regular expression on
+    ``METHOD PATH``) the first request it matches is passed on to the store, and its answer is
+    lost: the connection is closed instead."""
     from support import free_port, serving
 
     port = free_port()
@@ -79,6 +87,7 @@ def faulty_store(
     argv += ["--latency", str(latency)] if latency else []
     argv += ["--bare-listed-tags"] if bare_listed_tags else []
     argv += ["--reject-conditions", str(reject_conditions)] if reject_conditions else []
+    argv += ["--lose-answer-to", lose_answer_to] if lose_answer_to else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -116,11 +125,13 @@ def serve(
     latency: float,
     bare_listed_tags: bool,
     reject_conditions: int = 0,
+    lose_answer_to: str = "",
 ) -> None:
     from aiohttp import ClientSession, web
 
     requests, given = itertools.count(1), itertools.count()
     counted = {"faults": 0}
+    to_lose = [re.compile(lose_answer_to)] if lose_answer_to else []  # emptied once one is lost
 
     async def fault(request: web.Request, kind: str) -> web.StreamResponse:
         counted["faults"] = next(given) + 1
@@ -147,7 +158,7 @@ def serve(
             and request.method == "PUT"
             and CONDITIONS & {k.lower() for k in request.headers}
         ):
-            code = "NotImplemented" if reject_conditions == 501 else "InvalidArgument"
+            code = _REJECTED_AS.get(reject_conditions, "InvalidArgument")
             message = "A header you provided implies functionality that is not implemented"
             body = _ERROR_XML.format(code=code, message=message).encode()
             return web.Response(status=reject_conditions, body=body, content_type="application/xml")
@@ -160,6 +171,9 @@ def serve(
             ) as reply,
         ):
             data = await reply.read()
+            if to_lose and to_lose[0].search(f"{request.method} {request.path}"):
+                to_lose.clear()
+                return await fault(request, "drop")
             dropped = _NOT_PASSED_ON | ({"content-length"} if request.method != "HEAD" else set())
             out = {k: v for k, v in reply.headers.items() if k.lower() not in dropped}
             if request.method == "HEAD":  # the object's length stands in the header alone
@@ -188,6 +202,7 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--bare-listed-tags", action="store_true")
     parser.add_argument("--reject-conditions", type=int, default=0)
+    parser.add_argument("--lose-answer-to", default="")
     a = parser.parse_args()
     serve(
         a.upstream,
@@ -199,4 +214,5 @@ if __name__ == "__main__":
         a.latency,
         a.bare_listed_tags,
         a.reject_conditions,
+        a.lose_answer_to,
     )

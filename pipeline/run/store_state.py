@@ -16,7 +16,9 @@ One `prepare` per URL: the driver holds a *lease* object, created only where non
 conditions has), rewritten every `LEASE_RENEW` seconds while it is still this run's, and deleted
 at the end. A second `prepare` is refused while the lease is fresh. A lease whose holder is dead
 is taken over by first creating a *claim* named after that lease's version (only one contender
-can create it, so two reruns cannot both take it), then rewriting the lease. On the same host,
+can create it, so two reruns cannot both take it), then rewriting the lease; a claim whose
+taker died before that rewrite is claimed in its turn, its taker judged as a lease's holder.
+A create whose answer was lost finds its own record (`_create_own`). On the same host,
 in the same PID namespace, the holder's pid says whether it runs. From another host (or another
 container of the same host name, with its own pids) its record's time cannot be trusted alone
 (the two clocks may differ by minutes), so a lease that looks stale, or written in the future,
@@ -217,16 +219,12 @@ def _fresh_by_its_clock(holder: Holder) -> bool:
     return age is not None and -CLOCK_SLACK <= age <= LEASE_SECONDS
 
 
-def _watched(store: ObjectStore, found: tuple[bytes, str], log: Log) -> tuple[bytes, str] | None:
-    """Watch another host's lease that looks dead by its record's time for `LEASE_WATCH`
-    seconds of this host's clock: the lease as it changed (a live holder renewed it, another
-    run took it, or it is gone: None), or ``found`` itself if it never changed. The record is
-    compared with its version tag, as a store may give no tag."""
-    other = Holder.parse(found[0]) or Holder()
-    log(
-        f"the lease on {store.url} ({stale_text(other)}) is from another host, whose clock may "
-        f"differ from this one's; watching it {LEASE_WATCH:.0f} s for a renewal before taking it over"
-    )
+def _watched(store: ObjectStore, found: tuple[bytes, str], log: Log, why: str) -> tuple[bytes, str] | None:
+    """Watch the lease for `LEASE_WATCH` seconds of this host's clock, saying ``why`` first: the
+    lease as it changed (a live holder renewed it, another run took it, or it is gone: None),
+    or ``found`` itself if it never changed. The record is compared with its version tag, as a
+    store may give no tag."""
+    log(f"{why}; watching it {LEASE_WATCH:.0f} s for a renewal before taking it over")
     deadline = time.monotonic() + LEASE_WATCH
     while time.monotonic() < deadline:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
@@ -234,6 +232,15 @@ def _watched(store: ObjectStore, found: tuple[bytes, str], log: Log) -> tuple[by
         if now != found:
             return now
     return found
+
+
+def _create_own(store: ObjectStore, rel: str, record: Holder) -> bool:
+    """Create ``rel`` holding ``record`` only where no object is; True if it is this run's. A
+    create whose answer was lost (the write reached the store, the client tried it again and
+    was told an object is there) finds its own record: every record names its run (a random
+    id), so no other run's is the same bytes."""
+    data = record.to_bytes()
+    return store.create(rel, data) or store.read_bytes(rel) == data
 
 
 class Lease:
@@ -288,7 +295,7 @@ class Lease:
 def lease(store: ObjectStore, run_id: str, log: Log) -> Iterator[Lease]:
     """Hold the URL's run lease for the duration (see the module docstring)."""
     mine = Holder.of_this_process(run_id)
-    if not store.create(LEASE_FILE, mine.to_bytes()):
+    if not _create_own(store, LEASE_FILE, mine):
         _take_over(store, mine, log)
     if store.create(LEASE_FILE, mine.to_bytes()):  # the lease is there: a store that keeps it says no
         log(
@@ -312,23 +319,58 @@ def _take_over(store: ObjectStore, mine: Holder, log: Log) -> None:
         if (not lease_is_dead(other)) if here else _fresh_by_its_clock(other):
             raise _running_elsewhere(store, other, "")
         if not here:
-            now = _watched(store, found, log)
+            why = (
+                f"the lease on {store.url} ({stale_text(other)}) is from another host, whose clock may "
+                "differ from this one's"
+            )
+            now = _watched(store, found, log, why)
             if now is not None and now != found:
                 raise _renewed_elsewhere(store, other, Holder.parse(now[0]))
             found = now  # None: its run ended while watched and deleted the lease
     if found is None:
-        if not store.create(LEASE_FILE, mine.to_bytes()):
+        if not _create_own(store, LEASE_FILE, mine):
             raise _taken_just_now(store)
         return
-    if not store.create(_claim_of(found), mine.to_bytes()):
-        raise _taken_just_now(store)
+    _claim(store, found, mine, log)
     store.write_bytes(LEASE_FILE, mine.to_bytes())
     log(f"took over the lease of a dead run ({stale_text(other)})")
 
 
-def _claim_of(lease_found: tuple[bytes, str]) -> str:
-    """The claim that takes over this version of the lease: every contender that found the
-    same dead lease names the same claim, and only one can create it."""
+def _claim(store: ObjectStore, lease_found: tuple[bytes, str], mine: Holder, log: Log) -> None:
+    """Create the claim on this version of the lease, or refuse while another rerun may be
+    taking it over. A claim whose taker died before it rewrote the lease (a kill -9 between the
+    two writes) would block every rerun for good: it is claimed in its turn, by a claim named
+    after its own version, once its taker is judged dead as a lease's holder is."""
+    claimed = lease_found
+    while not _create_own(store, name := claim_of(claimed), mine):
+        found = store.etag(name)
+        if found is None or not _abandoned(store, lease_found, Holder.parse(found[0]), log):
+            raise _taken_just_now(store)
+        claimed = found
+
+
+def _abandoned(store: ObjectStore, lease_found: tuple[bytes, str], taker: Holder | None, log: Log) -> bool:
+    """Whether a claim's taker died before it rewrote the lease (a live one rewrites it at once):
+    the lease is still the version it claimed, and the taker is dead by the rules of a lease's
+    holder (its pid on this host; from another host, a record that looks fresh is alive, and
+    one that does not is watched: the lease it would rewrite is left unchanged)."""
+    if store.etag(LEASE_FILE) != lease_found:
+        return False
+    taker = taker or Holder()
+    if _on_this_host(taker):
+        return lease_is_dead(taker)
+    if _fresh_by_its_clock(taker):
+        return False
+    why = (
+        f"the dead lease on {store.url} was claimed by {stale_text(taker)}, from another host, which "
+        "has not rewritten it since"
+    )
+    return _watched(store, lease_found, log, why) == lease_found
+
+
+def claim_of(lease_found: tuple[bytes, str]) -> str:
+    """The claim that takes over this version of the lease (or of a claim): every contender
+    that found the same dead one names the same claim, and only one can create it."""
     data, version = lease_found
     digest = hashlib.sha256(version.encode() + b"\0" + data).hexdigest()
     return f"{CLAIMS_DIR}/{digest[:32]}.json"

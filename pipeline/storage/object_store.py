@@ -162,7 +162,7 @@ class ObjectStore(Place):
             except OSError as exc:
                 if _precondition_failed(exc):
                     return False
-                if _conditions_unsupported(exc):
+                if not _access_denied(exc) and _conditions_unsupported(exc):
                     raise TokshardError(
                         f"{self.where(rel)}: this store does not support conditional writes (S3's "
                         "If-None-Match: *), which the lease that keeps a second `tokshard prepare` off "
@@ -269,6 +269,18 @@ def _precondition_failed(exc: BaseException) -> bool:
     return any(k in text for k in ("PreconditionFailed", "pre-conditions", "ConditionalRequestConflict"))
 
 
+def _access_denied(exc: BaseException) -> bool:
+    """The store refused the credentials or their permission (S3's 403 AccessDenied, GCS's 403
+    Forbidden), whatever words its message has: a store that lacks a feature says so in a code
+    of its own (`_conditions_unsupported`)."""
+    text = f"{exc} {exc.__cause__ or ''}"
+    return (
+        isinstance(exc, PermissionError)
+        or any(code in text for code in ("AccessDenied", "InvalidAccessKeyId"))
+        or str(exc).startswith("Forbidden: ")  # gcsfs's 403
+    )
+
+
 def _conditions_unsupported(exc: BaseException) -> bool:
     """The store refused a conditional write as a feature it lacks (501 NotImplemented, or a 400
     saying a header "implies functionality that is not implemented"), which s3fs passes on as
@@ -316,7 +328,7 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
         )
     if "NoSuchBucket" in chain or "bucket does not exist" in chain.lower():
         return TokshardError(f"the bucket of {url} does not exist; create it, or fix the URL")
-    if isinstance(exc, PermissionError) or "AccessDenied" in chain or "InvalidAccessKeyId" in chain:
+    if _access_denied(exc):
         return TokshardError(
             f"access denied to {url} ({text.splitlines()[0][:120] if text else name}); "
             "check the credentials and the bucket's permissions"

@@ -6,18 +6,21 @@ server that keeps GCS's preconditions, tests/gcs_preconditions.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
+from faulty_store import faults_given, faulty_store
 from support import gcs_emulator
 
 from pipeline.format.errors import TokshardError
 from pipeline.run.records import Holder, pid_namespace
-from pipeline.run.store_state import LEASE_FILE, LEASE_WATCH, lease, lease_is_dead
+from pipeline.run.store_state import CLAIMS_DIR, LEASE_FILE, LEASE_WATCH, claim_of, lease, lease_is_dead
 from pipeline.storage.object_store import ObjectStore
 
 
@@ -215,3 +218,106 @@ def test_a_scratch_folder_of_another_pid_namespace_is_not_cleaned_as_a_dead_proc
     made = store_state._new_scratch()
     assert made.name.startswith(f"{os.getpid()}.{ns}-")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{dead}.{ns + 1}-other", made.name])
+
+
+@contextlib.contextmanager
+def _losing_one_answer(s3_server, monkeypatch, request: str) -> Iterator[tuple[ObjectStore, str]]:
+    """A fresh run folder reached through a proxy that passes the first request matching
+    ``request`` (a pattern on ``METHOD PATH``) on to the store and loses its answer; and the
+    proxy's endpoint."""
+    from s3fs import S3FileSystem
+
+    bucket = s3_server.new_bucket()
+    with faulty_store(s3_server.endpoint, every=0, lose_answer_to=request) as endpoint:
+        S3FileSystem.clear_instance_cache()  # the one made for the server itself
+        try:
+            with monkeypatch.context() as env:
+                env.setenv("AWS_ENDPOINT_URL", endpoint)
+                yield ObjectStore(f"s3://{bucket}/run"), endpoint
+        finally:
+            S3FileSystem.clear_instance_cache()
+
+
+def test_a_lease_whose_create_lost_its_answer_is_held_by_its_own_run(s3_server, monkeypatch):
+    """The create reached the store, its answer did not: the client tried it again and was told
+    a lease is there. The run refused itself ("another `tokshard prepare` (pid <its own>) is
+    running") and left its lease behind; it reads the lease back and knows its own record."""
+    said: list[str] = []
+    with _losing_one_answer(s3_server, monkeypatch, r"^PUT .*/\.tokshard/lease\.json$") as (store, endpoint):
+        with lease(store, "first", said.append):
+            assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "first"
+        assert faults_given(endpoint) == 1
+        assert store.read_bytes(LEASE_FILE) is None  # deleted at the end, as any run's
+    assert said == [], said  # nor taken for a store that ignores conditional writes
+
+
+def test_a_claim_whose_create_lost_its_answer_takes_the_dead_lease_over(s3_server, monkeypatch):
+    """The rerun after a kill -9 creates the claim on the dead lease, and loses the answer: it
+    was refused as "another `tokshard prepare` took over ... just now", and so was every rerun
+    after it, for good (the claim stayed). It reads the claim back and knows its own record."""
+    said: list[str] = []
+    with _losing_one_answer(s3_server, monkeypatch, r"^PUT .*/\.tokshard/claims/") as (store, endpoint):
+        assert store.create(LEASE_FILE, _dead_here())
+        with lease(store, "rerun", said.append):
+            assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "rerun"
+        assert faults_given(endpoint) == 1
+    assert any(m.startswith("took over the lease of a dead run") for m in said), said
+
+
+def _claimed_by(store: ObjectStore, taker: bytes) -> bytes:
+    """A dead run's lease, and a rerun's claim on it (``taker``: its record) that never got as
+    far as rewriting the lease: the lease's record."""
+    assert store.create(LEASE_FILE, _dead_here())
+    found = store.etag(LEASE_FILE)
+    assert found is not None and store.create(claim_of(found), taker)
+    return found[0]
+
+
+def test_a_claim_whose_taker_died_before_it_rewrote_the_lease_is_taken_over(store):
+    """A kill -9 between the claim and the lease's rewrite: every later rerun was refused as
+    "another `tokshard prepare` took over ... just now", for good, while `status` said nothing
+    runs. The claim's taker is judged as a lease's holder (here: its pid is gone)."""
+    _claimed_by(store, _dead_here(run="killed-taker"))
+    said: list[str] = []
+    with lease(store, "rerun", said.append):
+        assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "rerun"
+    assert any(m.startswith("took over the lease of a dead run") for m in said), said
+    assert len(store.list(CLAIMS_DIR)) == 2  # the dead taker's, and this rerun's on it
+
+
+@pytest.mark.parametrize("where", ["this host", "another host"])
+def test_a_claim_whose_taker_may_still_run_is_not_taken(store, where):
+    """A claim just made, by a live process of this host or a record from another host that
+    looks fresh, is a rerun between its two writes: it is not taken, the lease is left as it was."""
+    if where == "this host":
+        taker = _dead_here(pid=os.getpid(), run="taking")
+    else:
+        taker = _record("taking", 0)
+    dead = _claimed_by(store, taker)
+    refused = pytest.raises(
+        TokshardError, match=rf"another `tokshard prepare` took over {store.url} just now"
+    )
+    with refused, lease(store, "rerun", lambda m: None):
+        pytest.fail("took a claimed lease")
+    assert store.read_bytes(LEASE_FILE) == dead
+    assert len(store.list(CLAIMS_DIR)) == 1
+
+
+def test_a_claim_from_another_host_whose_taker_rewrites_the_lease_while_watched_is_not_taken(store):
+    """A claim from another host whose record looks stale (that host's clock runs behind) is
+    watched like a lease: its taker rewrites the lease meanwhile, so it runs, and this rerun is
+    refused."""
+    _claimed_by(store, _record("taking", -600))
+    timer = threading.Timer(2.0, store.write_bytes, args=(LEASE_FILE, _record("taking", -600)))
+    timer.start()
+    said: list[str] = []
+    try:
+        with (
+            pytest.raises(TokshardError, match=rf"took over {store.url} just now"),
+            lease(store, "rerun", said.append),
+        ):
+            pytest.fail("took a lease another host's rerun was taking")
+    finally:
+        timer.join()
+    assert json.loads(store.read_bytes(LEASE_FILE) or b"{}")["run"] == "taking"
+    assert [m for m in said if "was claimed by pid 7 on far" in m and "watching it" in m], said

@@ -150,6 +150,23 @@ def test_a_store_that_refuses_conditional_writes_is_named_in_one_line(
     assert not [k for k in s3_server.objects(bucket) if k.endswith("manifest.json")]
 
 
+def test_a_conditional_write_the_store_denies_is_named_as_access_denied(s3_server, store_setup, tmp_path):
+    """A key without write permission is answered 403 AccessDenied, whatever words the answer's
+    message has (here those of a store that lacks conditions): the line said the store does not
+    support conditional writes, and sent the user to another store."""
+    recipe, _ = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    with faulty_store(s3_server.endpoint, every=0, reject_conditions=403) as endpoint:
+        done = cli("prepare", str(recipe), "--out", url, cwd=tmp_path, env={"AWS_ENDPOINT_URL": endpoint})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode in (1, 2) and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"tokshard: error: access denied to {url}/.tokshard/lease.json ("), lines[0]
+    assert "check the credentials and the bucket's permissions" in lines[0]
+    assert "conditional writes" not in lines[0]
+    assert not [k for k in s3_server.objects(bucket) if k.endswith("manifest.json")]
+
+
 def test_a_store_whose_listings_lag_its_writes_finishes_the_run_exactly(s3_server, store_setup, tmp_path):
     """Eventually consistent stores and caching gateways list an object only a while after it
     is written: here a minute, longer than the whole run. The run still finishes (before, it
