@@ -66,6 +66,11 @@ def location_problem(text: str) -> str | None:
             f"{text} is a chained fsspec URL; give the store's own URL ({last_link}): "
             "tokshard reads and writes stores itself, and train keeps shards in --data-cache"
         )
+    if "::" in text and _URL.match(text):
+        return (
+            f"{text}: fsspec reads '::' in a URL as a chain of stores (simplecache::s3://...); give the "
+            "store's own URL, without '::' (tokshard reads and writes stores itself)"
+        )
     m = _URL.match(text)
     if m:
         scheme, rest = m.group(1).lower(), text[m.end() :]

@@ -110,6 +110,11 @@ class ObjectStore(Place):
                 self.fs, self.root = url_filesystem(self.url, **READ_PAST_CACHES)
             except (ImportError, ValueError) as exc:
                 raise _missing_protocol(self.url, exc) from exc
+            except TypeError as exc:  # a protocol built on options (reference://, zip://), not a URL
+                raise TokshardError(
+                    f"cannot open {self.url}: fsspec's {protocol(self.url)}:// is opened with options, not "
+                    f"from a URL alone ({exc}); give a folder or a store URL such as s3://BUCKET/PATH"
+                ) from exc
         self.root = self.root.rstrip("/")
 
     def full(self, rel: str) -> str:

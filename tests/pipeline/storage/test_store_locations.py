@@ -41,6 +41,7 @@ def test_paths_and_urls_as_typed_pass(text):
         ("file:///tmp/x", "is a file:// URL; give the local path itself (/tmp/x)"),
         ("simplecache::s3://b/run", "is a chained fsspec URL; give the store's own URL (s3://b/run)"),
         ("zip://a.txt::s3://b/x.zip", "is a chained fsspec URL; give the store's own URL (s3://b/x.zip)"),
+        ("s3://b/run::simplecache", "fsspec reads '::' in a URL as a chain of stores"),  # a TypeError in s3fs
     ],
 )
 def test_a_mistyped_or_empty_url_is_refused_with_the_fix(text, says):
@@ -132,3 +133,13 @@ def test_a_bucket_name_no_store_takes_is_refused_naming_it(text, says):
 )
 def test_bucket_names_the_client_takes_pass(text):
     assert location_problem(text) is None
+
+
+def test_a_protocol_opened_with_options_is_one_line_naming_it():
+    """``reference://x`` was "store error ... TypeError: ReferenceFileSystem.__init__() missing"."""
+    from pipeline.storage.object_store import ObjectStore
+
+    with pytest.raises(
+        TokshardError, match=r"^cannot open reference://x: fsspec's reference:// is opened with options"
+    ):
+        ObjectStore("reference://x")
