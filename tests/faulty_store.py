@@ -8,10 +8,13 @@ for by name. It can also play five ways a
 store's answers differ from the tests' server on this machine: conditional writes ignored,
 listings that lag behind writes (as eventually consistent stores and caching gateways give
 them), listings whose ETags lack the quotes the same object's HEAD gives it (NetApp ONTAP),
-a network's round trip before each answer, and conditional writes refused (501). And one a
-network gives: an answer lost on its way back (the request reached the store, which did it;
-the client sees the connection drop, and tries again). Run as a script (its own process, so
-the proxy never shares the test's event loop); `faulty_store` starts one.
+a network's round trip before each answer, conditional writes refused (501), byte ranges ignored
+(a GET's Range header dropped: the whole object comes back, as from a caching gateway on a
+miss) and answers cut short (an object's body cut to half, its Content-Length and checksum
+headers kept as they were sent). And one a network gives: an answer lost on its way back
+(the request reached the store, which did it; the client sees the connection drop, and
+tries again). Run as a script (its own process, so the proxy never shares the test's event
+loop); `faulty_store` starts one.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def faulty_store(
     bare_listed_tags: bool = False,
     reject_conditions: int = 0,
     lose_answer_to: str = "",
+    ignore_ranges: bool = False,
+    cut_answers: bool = False,
 ) -> Iterator[str]:
     """The endpoint of a proxy to ``upstream`` that fails every ``every``-th request (0: none),
     cycling through ``faults``; a request to ``/faults`` answers how many it has given. With
@@ -77,7 +82,10 @@ def faulty_store(
     writes and says so: each write with a condition is answered with that status (403: as a key
     without write permission is answered). With ``lose_answer_to`` (a regular expression on
     ``METHOD PATH``) the first request it matches is passed on to the store, and its answer is
-    lost: the connection is closed instead."""
+    lost: the connection is closed instead. With ``ignore_ranges`` each GET of an object is
+    passed on without its Range header (the whole object answers it); with ``cut_answers``
+    each object's body comes back cut to half, its Content-Length saying so and its checksum
+    headers those of the whole."""
     from support import free_port, serving
 
     port = free_port()
@@ -88,6 +96,8 @@ def faulty_store(
     argv += ["--bare-listed-tags"] if bare_listed_tags else []
     argv += ["--reject-conditions", str(reject_conditions)] if reject_conditions else []
     argv += ["--lose-answer-to", lose_answer_to] if lose_answer_to else []
+    argv += ["--ignore-ranges"] if ignore_ranges else []
+    argv += ["--cut-answers"] if cut_answers else []
     endpoint = f"http://127.0.0.1:{port}"
     with serving(argv, f"{endpoint}/faults", "the faulty store"):
         yield endpoint
@@ -126,6 +136,8 @@ def serve(
     bare_listed_tags: bool,
     reject_conditions: int = 0,
     lose_answer_to: str = "",
+    ignore_ranges: bool = False,
+    cut_answers: bool = False,
 ) -> None:
     from aiohttp import ClientSession, web
 
@@ -162,7 +174,11 @@ def serve(
             message = "A header you provided implies functionality that is not implemented"
             body = _ERROR_XML.format(code=code, message=message).encode()
             return web.Response(status=reject_conditions, body=body, content_type="application/xml")
+        listing = request.method == "GET" and request.query.get("list-type") == "2"
+        # a GET of a key in a bucket (botocore adds ``?x-id=GetObject`` to some)
+        object_read = request.method == "GET" and "/" in request.path.strip("/") and not listing
         not_passed = _NOT_PASSED_ON | (CONDITIONS if ignore_conditions else set())
+        not_passed |= {"range"} if ignore_ranges and object_read else set()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in not_passed}
         async with (
             ClientSession(auto_decompress=False) as session,
@@ -178,7 +194,8 @@ def serve(
             out = {k: v for k, v in reply.headers.items() if k.lower() not in dropped}
             if request.method == "HEAD":  # the object's length stands in the header alone
                 return web.Response(status=reply.status, headers=out)
-            listing = request.method == "GET" and request.query.get("list-type") == "2"
+            if cut_answers and object_read and reply.status in (200, 206):
+                data = data[: len(data) // 2]
             if listing and list_lag:
                 data = lagging_listing(data, list_lag)
             if listing and bare_listed_tags:
@@ -203,6 +220,8 @@ if __name__ == "__main__":
     parser.add_argument("--bare-listed-tags", action="store_true")
     parser.add_argument("--reject-conditions", type=int, default=0)
     parser.add_argument("--lose-answer-to", default="")
+    parser.add_argument("--ignore-ranges", action="store_true")
+    parser.add_argument("--cut-answers", action="store_true")
     a = parser.parse_args()
     serve(
         a.upstream,
@@ -215,4 +234,6 @@ if __name__ == "__main__":
         a.bare_listed_tags,
         a.reject_conditions,
         a.lose_answer_to,
+        a.ignore_ranges,
+        a.cut_answers,
     )

@@ -30,7 +30,7 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.sources.text_columns import is_text_type
 from pipeline.storage.hub_client import quiet
 from pipeline.storage.locations import is_url
-from pipeline.storage.object_store import ObjectStore, url_filesystem
+from pipeline.storage.object_store import ObjectStore, open_object, url_filesystem
 
 #: seconds to wait for the hub's API before calling it unreachable
 HUB_TIMEOUT = 10.0
@@ -87,7 +87,7 @@ class Repo:
             if self.mirror is not None and not is_url(self.mirror):
                 return open(os.path.join(self.mirror, rel), "rb", buffering=1 << 20)
             fs, path = url_filesystem(self.url(rel))
-            return fs.open(path, "rb", block_size=8 << 20)
+            return open_object(fs, path, self.url(rel), block_size=8 << 20)
         except Exception as exc:
             raise read_error(exc, self, rel) from exc
 

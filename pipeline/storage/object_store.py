@@ -98,6 +98,32 @@ def bounded_waits() -> None:
     client.setdefault("read_timeout", READ_TIMEOUT_S)
     if not {"AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"} & set(os.environ):
         client.setdefault("retries", {"total_max_attempts": CLIENT_ATTEMPTS, "mode": "standard"})
+    retried_as_s3_throttling()
+
+
+def retried_as_s3_throttling() -> None:
+    """s3fs tries a request again (five times, with backoff) when S3's error code says
+    throttling; a HEAD's error has no body, so its code is the bare status ("503") and two 503s
+    ended a command where a GET got ten tries. A body that fails the checksum its store sent
+    with it (a damaged read) was a traceback; it is tried again the same way."""
+    try:
+        import s3fs.core
+        from botocore.exceptions import FlexibleChecksumError
+    except ImportError:  # no s3:// support installed
+        return
+    s3fs.core.add_retryable_error(FlexibleChecksumError)
+    s3fs.core.set_custom_error_handler(_bare_server_error)
+
+
+def _bare_server_error(exc: BaseException) -> bool:
+    """A store's 500 or 503 answered without a body (to a HEAD): its code is the bare status."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    return isinstance(error, dict) and str(error.get("Code")) in BARE_SERVER_ERRORS
+
+
+#: the codes botocore gives a HEAD's 500 and 503 (no body to hold S3's code)
+BARE_SERVER_ERRORS = ("500", "503")
 
 
 class ObjectStore(Place):
@@ -199,15 +225,24 @@ class ObjectStore(Place):
             self.fs.put_file(os.fspath(local), self.full(rel))
 
     def download(self, rel: str, local: str | os.PathLike) -> None:
-        with errors(self.where(rel)):
-            self.fs.get_file(self.full(rel), os.fspath(local))
+        """Copied through `open_read`, so every range read is checked (s3fs's own download asks
+        for parts by range and writes whatever comes back at each part's place); a copy that
+        fails part-way is removed."""
+        try:
+            with errors(self.where(rel)), self.open_read(rel) as src, open(local, "wb") as dst:
+                while chunk := src.read(1 << 23):
+                    dst.write(chunk)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(local)
+            raise
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[Any]:
         """The object opened for reading; its failures (not the caller's) become one line."""
         where = self.where(rel)
         with errors(where):
-            f = self.fs.open(self.full(rel), "rb", block_size=1 << 23)
+            f = open_object(self.fs, self.full(rel), where, block_size=1 << 23)
         with f:
             yield _Reading(f, where)
 
@@ -236,6 +271,62 @@ class ObjectStore(Place):
     def delete(self, rel: str) -> None:
         with errors(self.where(rel)), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))
+
+
+def open_object(fs: Any, path: str, where: str, **options: Any) -> Any:
+    """fsspec's file of ``path`` opened for reading, every byte range it fetches checked to be the
+    range asked for (`ExactRanges`): the one way tokshard reads part of an object."""
+    f = fs.open(path, "rb", **options)
+    cache, size = getattr(f, "cache", None), getattr(f, "size", None)
+    if cache is not None and size is not None:  # (a stream of unknown length fetches no ranges)
+        f.cache = type(cache)(cache.blocksize, ExactRanges(cache.fetcher, size, where), cache.size)
+    return f
+
+
+#: tries of a range read whose answer came back short, before it is one line
+SHORT_READ_TRIES = 3
+
+
+class ExactRanges:
+    """A file's fetcher of byte ranges that gives exactly the bytes asked for, or one line.
+
+    A store or caching gateway (nginx's proxy_cache on a miss) that ignores the Range header
+    answers 200 with the whole object: fsspec took that for the range, and a worker encoded the
+    file's first megabytes again as each partition, recorded complete. A longer answer is now
+    refused at once, a shorter one (an answer cut short) tried again first; a read's other
+    failures are one line naming the object (`store_error`)."""
+
+    def __init__(self, fetch: Any, size: int, where: str) -> None:
+        self.fetch, self.size, self.where = fetch, size, where
+
+    def __call__(self, start: int, end: int) -> bytes:
+        want = max(0, min(end, self.size) - start)
+        for _ in range(SHORT_READ_TRIES):
+            data = self._fetched(start, end)
+            if len(data) == want:
+                return data
+            if len(data) > want:
+                raise TokshardError(
+                    f"{self.where}: the store answered a read of bytes {start}-{start + want - 1} with "
+                    f"{len(data):,} bytes, not {want:,}: it (or a caching gateway before it) ignores byte "
+                    "ranges (HTTP Range), which reading a file in parts needs; nothing of that answer was "
+                    "used. Read through a store or gateway that honours Range, or copy the files here and "
+                    "give their local paths"
+                )
+        raise TokshardError(
+            f"{self.where}: the store answered a read of bytes {start}-{start + want - 1} with "
+            f"{len(data):,} bytes, not {want:,}, {SHORT_READ_TRIES} times: it cuts its answers short (or "
+            "the object was replaced while it was read); nothing of those answers was used. Try again "
+            "later, or copy the files here and give their local paths"
+        )
+
+    def _fetched(self, start: int, end: int) -> bytes:
+        try:
+            return self.fetch(start, end)
+        except (TokshardError, FileNotFoundError):
+            raise
+        except Exception as exc:
+            raise store_error(exc, self.where) from exc
 
 
 class _Reading:
@@ -343,10 +434,18 @@ def store_error(exc: BaseException, url: str) -> TokshardError:
             f"cannot reach {url}: the hub's offline mode is on (HF_HUB_OFFLINE); unset it where the hub "
             "is reachable, or copy the files here and give their local paths"
         )
-    if any(answer in chain for answer in STILL_FAILING_AFTER_RETRIES):
+    if "FlexibleChecksumError" in chain:
+        return TokshardError(
+            f"the store's answers for {url} kept failing the checksum it sent with them, after its "
+            "client's retries: they arrive damaged (a gateway or the network cuts or changes them); "
+            "try again later, or read through another endpoint"
+        )
+    if any(answer in chain for answer in STILL_FAILING_AFTER_RETRIES) or _bare_server_error(
+        exc.__cause__ or exc
+    ):
         return TokshardError(
             f"the store kept failing on {url} after its client's retries ({errno_free(first)[:120]}): it is "
-            "overloaded or down; try again later (what was written is kept)"
+            "overloaded or down; try again later"
         )
     if (
         "EndpointConnectionError" in chain

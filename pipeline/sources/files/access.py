@@ -15,7 +15,7 @@ from pipeline.format.errors import DataError
 from pipeline.sources.files.zstd_frames import ZstdFrames
 from pipeline.storage.locations import is_url, protocol
 from pipeline.storage.object_store import errors as store_errors
-from pipeline.storage.object_store import url_filesystem
+from pipeline.storage.object_store import open_object, url_filesystem
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -27,7 +27,7 @@ def open_binary(path: str) -> BinaryIO:
             fs, p = url_filesystem(path)
             fs.invalidate_cache(p)
             try:
-                f = fs.open(p, "rb")
+                f = open_object(fs, p, path)
             except FileNotFoundError as exc:  # listed, then deleted: the data's fault, as locally
                 raise unreadable(path, exc) from exc
             if protocol(path) in ("http", "https") and (f.size or 0) > f.blocksize:

@@ -199,7 +199,7 @@ def test_a_store_that_keeps_failing_is_one_line_that_says_so(s3_server, store_se
             assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
             assert re.fullmatch(
                 rf"tokshard: error: the store kept failing on {url} after its client's retries \(.+\): "
-                r"it is overloaded or down; try again later \(what was written is kept\)",
+                r"it is overloaded or down; try again later",
                 proc.stderr.strip(),
             ), proc.stderr
     _no_local_folder(tmp_path)

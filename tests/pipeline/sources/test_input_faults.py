@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from faulty_store import faulty_store
 from support import REPO, cli, one_error_line, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline.format import manifest
@@ -880,15 +881,24 @@ def test_files_behind_a_web_servers_page_of_links_read_as_the_same_local_files(
     assert hashes[0] == hashes[1]
 
 
-def test_a_web_server_without_byte_ranges_is_one_line_before_anything_is_read(tmp_path, docs, tokenizer_path):
+@pytest.mark.parametrize(
+    ("named", "extra"),
+    [("big.jsonl", ()), ("mid.jsonl", ("--partition-bytes", "1MiB"))],
+    ids=["big", "ranges"],
+)
+def test_a_web_server_without_byte_ranges_is_one_line_before_anything_is_read(
+    tmp_path, docs, tokenizer_path, named, extra
+):
     """Python's own file server answers every request with the whole file: a file larger than
-    one read is then named in one line, not a traceback half-way through it."""
+    one read is then named in one line, not a traceback half-way through it. A smaller file in
+    several byte ranges was a traceback from the planner's read of a range's ends."""
     _big_and_small_files(tmp_path / "web", docs)
+    write_jsonl(tmp_path / "web" / "mid.jsonl", docs * (3 * 2**20 // sum(len(d) for d in docs) + 1))
     with _serving(tmp_path / "web", _Quiet) as url:
-        proc = prepare_cli(tmp_path, f"{url}/big.jsonl", tokenizer=tokenizer_path)
+        proc = prepare_cli(tmp_path, f"{url}/{named}", tokenizer=tokenizer_path, extra=extra)
     line = one_error_line(proc)
     assert proc.returncode == 2, proc.stderr
-    assert f"{url}/big.jsonl: its server does not answer byte-range requests" in line, line
+    assert f"{url}/{named}: its server does not answer byte-range requests" in line, line
     assert "download the file" in line
 
 
@@ -1011,3 +1021,56 @@ def test_a_relative_pattern_that_matches_nothing_is_quoted_before_the_folder_it_
     with pytest.raises(TokshardError) as exc:
         expand([pattern], str(tmp_path))
     assert str(exc.value).startswith(f"no files match '{pattern}' (in {tmp_path})")
+
+
+# --- a store whose answers are not the bytes asked for ---------------------------------------------
+
+
+def _uploaded(s3_server, path: Path) -> str:
+    bucket = s3_server.new_bucket()
+    s3_server.client().upload_file(str(path), bucket, f"in/{path.name}")
+    return f"s3://{bucket}/in/{path.name}"
+
+
+def test_an_input_store_that_ignores_byte_ranges_is_one_line_and_no_wrong_text_is_published(
+    s3_server, tmp_path, docs, tokenizer_path
+):
+    """A store (or caching gateway) that answers a Range with the whole object: each partition
+    after the first held the file's first documents again, recorded complete, and with
+    ``--on-bad-record skip`` the run published them under a manifest that verify calls OK."""
+    url = _uploaded(
+        s3_server, write_jsonl(tmp_path / "big.jsonl", docs * (3 * 2**20 // sum(map(len, docs)) + 1))
+    )
+    args = ("--partition-bytes", "1MiB", "--on-bad-record", "skip")
+    with faulty_store(s3_server.endpoint, every=0, ignore_ranges=True) as endpoint:
+        proc = cli(
+            *("prepare", "--input", url, "--tokenizer", str(tokenizer_path), "--out", "out", *args),
+            cwd=tmp_path,
+            env={"AWS_ENDPOINT_URL": endpoint},
+        )
+    line = one_error_line(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(rf"{url}: the store answered a read of bytes \d+-\d+ with [\d,]+ bytes, not ", line), (
+        line
+    )
+    assert "ignores byte ranges (HTTP Range)" in line, line
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("command", ["prepare", "tokenizer"])
+def test_an_input_whose_answers_fail_their_checksum_is_one_line(
+    s3_server, tmp_path, docs, tokenizer_path, command
+):
+    """A body cut short whose Content-Length says so, sent with the whole object's checksum:
+    botocore's FlexibleChecksumError was a traceback from prepare and from tokenizer training."""
+    url = _uploaded(s3_server, write_jsonl(tmp_path / "small.jsonl", docs[:40]))
+    args = {
+        "prepare": ("prepare", "--input", url, "--tokenizer", str(tokenizer_path), "--out", "out"),
+        "tokenizer": ("tokenizer", "train", "--input", url, "--vocab-size", "500", "--out", "tok"),
+    }[command]
+    with faulty_store(s3_server.endpoint, every=0, cut_answers=True) as endpoint:
+        proc = cli(*args, cwd=tmp_path, env={"AWS_ENDPOINT_URL": endpoint})
+    line = one_error_line(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert f"the store's answers for {url} kept failing the checksum it sent with them" in line, line
+    assert not [*tmp_path.rglob("manifest.json"), *tmp_path.rglob("tokenizer.json")]
