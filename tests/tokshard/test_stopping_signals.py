@@ -200,3 +200,36 @@ def test_importlibs_module_lock_callback_counts_as_a_finalizer():
     )
     assert in_a_finalizer(scope["cb"]())
     assert not in_a_finalizer(sys._getframe())
+
+
+def test_a_stop_inside_an_at_fork_hook_is_taken_after_it(tmp_path):
+    """Python runs at-fork hooks (logging's, inside every fork: Dask's workers, the demo's
+    trainer) where it prints an exception and drops it: a SIGHUP there was "Exception ignored
+    in: <function _releaseLock>" and the demo trained on to exit 0. Sent again, it stops the
+    command's block as anywhere else."""
+    script = (
+        "import os, signal, sys, time\n"
+        "from tokshard.commands.command import Terminated, stopping_signals_raise\n"
+        "sent = []\n"
+        "def hook():\n"
+        "    if not sent:\n"
+        "        sent.append(1)\n"
+        "        os.kill(os.getpid(), signal.SIGHUP)\n"
+        "os.register_at_fork(after_in_parent=hook)\n"
+        "try:\n"
+        "    with stopping_signals_raise():\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            os._exit(0)\n"
+        "        os.waitpid(pid, 0)\n"
+        "        deadline = time.monotonic() + 10\n"
+        "        while time.monotonic() < deadline:\n"
+        "            time.sleep(0.01)\n"
+        "    print('ran on')\n"
+        "except Terminated as stop:\n"
+        "    print('stopped', stop.signum)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout == f"stopped {int(signal.SIGHUP)}\n", proc.stdout + proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import os
 import signal
 import sys
@@ -150,6 +151,20 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _signal_raised_where_python_drops_it(hook_before: Callable[[Any], None], unraisable: Any) -> None:
+    """`sys.unraisablehook` while a command runs: a stop raised where Python prints an exception
+    and drops it (an at-fork hook such as logging's, which runs inside every fork; any place
+    `in_a_finalizer` does not name) is sent again, to be taken outside it; anything else goes to
+    the hook there was."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Terminated):
+        _send_again(exc.signum)
+    elif isinstance(exc, KeyboardInterrupt):
+        _send_again(signal.SIGINT)
+    else:
+        hook_before(unraisable)
+
+
 def _send_again(signum: int) -> None:
     timer = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
     timer.daemon = True
@@ -188,9 +203,12 @@ def stopping_signals_raise() -> Iterator[None]:
     }
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupted)
+    hook_before = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_signal_raised_where_python_drops_it, hook_before)
     try:
         yield
     finally:
+        sys.unraisablehook = hook_before
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
