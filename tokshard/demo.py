@@ -469,12 +469,15 @@ def _refuse_if_trained_now(folder: DemoFolder) -> None:
 
 
 def _child_env() -> dict[str, str]:
+    """The trainer's environment: the user's with tokshard importable, the same whether or not
+    this demo ran its prepare (which leaves the environment as it found it)."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("OMP_NUM_THREADS", "1")  # the demo's small model: one thread an op, as torchrun's ranks
     return env
 
 

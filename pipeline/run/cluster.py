@@ -529,6 +529,22 @@ def check_speaks_dask(address: str) -> None:
 
 
 @contextlib.contextmanager
+def environment_kept() -> Iterator[None]:
+    """This process's environment as it was before the block. Dask's nannies set their
+    pre-spawn variables (OMP_NUM_THREADS=1, PYTHONHASHSEED, ...) in the driver's own
+    environment before they spawn a worker, and every process the driver starts later would
+    inherit them: the demo's trainer ran on one thread after a prepare in the same process, on
+    the machine's default after a rerun that skipped it, and so computed otherwise."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(before):
+            del os.environ[name]
+        os.environ.update(before)
+
+
+@contextlib.contextmanager
 def scratch_folder_named() -> Iterator[None]:
     """A local cluster that cannot make or write its scratch folder (Dask's
     ``temporary-directory`` set to a read-only or missing mount) is one line naming the folder
@@ -561,7 +577,11 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
         else {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "100ms"}
     )
     before_spawn = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in MALLOC_ENV.items()}
-    with dask.config.set(before_spawn), scratch_folder_named():  # the nannies read it here
+    with (
+        dask.config.set(before_spawn),
+        scratch_folder_named(),
+        environment_kept(),
+    ):  # the nannies read it here
         return LocalCluster(
             n_workers=n,
             threads_per_worker=1,

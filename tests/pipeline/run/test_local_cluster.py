@@ -147,6 +147,24 @@ def test_local_workers_start_with_the_allocator_kept_in_the_heap_unless_the_user
     assert _settle(before) == set()
 
 
+def test_local_workers_leave_the_drivers_environment_as_it_was(before, monkeypatch):
+    """Dask's nannies set their pre-spawn variables (OMP_NUM_THREADS=1, PYTHONHASHSEED) in the
+    driver's own environment: the demo's trainer, started after a prepare in the same process,
+    ran on one thread, and after a rerun that skipped the prepare on every core, computing
+    other losses. The workers still get them."""
+    import os
+
+    for name in ("OMP_NUM_THREADS", "PYTHONHASHSEED", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    environment = dict(os.environ)
+    cluster, client = EarlyStart(1, None, threads=1, memory_limit=None).take()
+    with cluster, client:
+        (workers,) = client.run(lambda: os.environ.get("OMP_NUM_THREADS")).values()
+        assert dict(os.environ) == environment
+    assert workers == "1"
+    assert _settle(before) == set()
+
+
 def _encoders_built(dask_worker) -> int:
     from pipeline.encoding.spec import worker_encoder
 
