@@ -20,7 +20,8 @@ STORAGE = "pipeline.storage"
 #: what the storage package may import from outside the project: xxhash at load, and fsspec
 #: inside functions only (when a location is a URL), so a node reading local shards never loads it
 STORAGE_THIRD_PARTY = {"xxhash"}
-STORAGE_LAZY = {"pipeline.storage.object_store": {"fsspec"}}
+#: (and s3fs's retry hooks, with the botocore error they name, where s3:// is installed)
+STORAGE_LAZY = {"pipeline.storage.object_store": {"fsspec", "s3fs", "botocore"}}
 
 
 def module_files() -> dict[str, Path]:
