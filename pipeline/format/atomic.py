@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import stat
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -363,3 +364,42 @@ def try_exclusive(fd: int, path: Path) -> bool:
             "use a folder on one that does (a local disk, NFSv4, Lustre mounted with flock)"
         ) from exc
     return True
+
+
+def take_lock(path: Path, refusal: Callable[[], TokshardError]) -> int:
+    """The lock file ``path`` taken (`try_exclusive`) and named for this process: its
+    descriptor, held until closed. Held by another process, ``refusal()`` is raised (it may
+    name them, `holder_text`). A lock file removed by its holder between our open and our lock
+    (`release_lock`) is locked anew, so two runs never both hold one."""
+    while True:
+        fd = lock_file(path)
+        if not try_exclusive(fd, path):
+            os.close(fd)
+            raise refusal()
+        if _names(path, fd):
+            break
+        os.close(fd)
+    try:
+        name_holder(fd, path)
+    except TokshardError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def release_lock(fd: int, path: Path) -> None:
+    """Let go of a lock `take_lock` took, its file removed first (while still held): a run
+    that ended leaves no lock file behind in the folder it wrote."""
+    try:
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named, held = path.stat(), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)

@@ -39,10 +39,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from pipeline.encoding.tokenizer import train
     from pipeline.run.status import skipped_text
-    from pipeline.storage.ownership import claim_folder
 
     refuse_url(args.out, "--out")
-    claim_folder(args.out, "--out", "tokenizer train")
     trained = train(
         args.input, args.vocab_size, Path(args.out), args.eos, args.text_field, args.on_bad_record == "skip"
     )
