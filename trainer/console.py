@@ -54,6 +54,15 @@ def _is_open(fd: int) -> bool:
     return True
 
 
+def forgive_stderr() -> None:
+    """Make ``sys.stderr`` a `ForgivingStderr` for the rest of the process, from its start:
+    a command's last line (its error, or that it was stopped) is written after its console
+    guard ends, and a failure to write it there (``2>/dev/full``) raised out of the command,
+    whose exit status became 1 whatever the line would have said."""
+    if not isinstance(sys.stderr, ForgivingStderr):
+        sys.stderr = ForgivingStderr(sys.stderr)
+
+
 class StdoutUnwritable(TokshardError):
     """Standard output failed a write (not a reader that quit: that is `BrokenPipeError`)."""
 

@@ -153,6 +153,19 @@ def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, 
     ]
 
 
+@pytest.mark.parametrize(("what", "expected"), [("a usage error", 2), ("a data error", 1)])
+def test_an_error_whose_line_cannot_be_written_keeps_its_exit_status(tmp_path, what, expected):
+    """``tokshard status nonexist 2>/dev/full``: writing the error line failed, the failure
+    escaped the command, and it exited 1 (as a traceback), where the same error exits 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bad")
+    args = ["status", str(tmp_path / "nonexist")] if what == "a usage error" else ["verify", str(bad)]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "tokshard", *args], cwd=REPO, stderr=full, timeout=120)
+    assert proc.returncode == expected
+    assert cli(*args).returncode == expected  # the same, with its line written
+
+
 def test_json_replaces_its_own_blend_but_no_other_file(spaced, tmp_path):
     blend = tmp_path / "blend.json"
     for _ in range(2):  # written, then written again over its own
