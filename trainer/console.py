@@ -73,6 +73,32 @@ class StdoutUnwritable(TokshardError):
         )
 
 
+class ReportLost(StdoutUnwritable):
+    """Standard output failed the report of work already done: the line says what was done,
+    so that no one takes it for a failed run (and a rerun refused for the output it finds there
+    for a mystery)."""
+
+    def __init__(self, done: str, reason: str) -> None:
+        self.reason = reason
+        TokshardError.__init__(  # not StdoutUnwritable's line, which says nothing was done
+            self,
+            f"{done}, but its report could not be written to standard output ({self.reason}); "
+            "send it elsewhere, or free space where it goes",
+        )
+
+
+@contextlib.contextmanager
+def reporting(done: str) -> Iterator[None]:
+    """The lines printed inside report work already done (``done``: what was written, where,
+    as "wrote DIR/manifest.json"): a standard output that fails them, flushed here, raises
+    `ReportLost`, whose line says the work stands and only its report was lost."""
+    try:
+        yield
+        sys.stdout.flush()
+    except StdoutUnwritable as exc:
+        raise ReportLost(done, exc.reason) from exc
+
+
 class _Console:
     """A console stream whose failed writes go to `_failed` (the rest is the stream's own)."""
 
