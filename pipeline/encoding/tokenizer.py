@@ -34,6 +34,7 @@ from pipeline.format.atomic import (
     release_lock,
     take_back_folders,
     take_lock,
+    write_durable,
     write_json,
 )
 from pipeline.format.content_hash import sha256_file
@@ -810,13 +811,9 @@ def _train(
         )
     dest = out_dir / TOKENIZER_FILE
     tmp = out_dir / (TOKENIZER_FILE + ".tmp")
-    try:
-        tok.save(str(tmp))
-    except Exception as exc:  # tokenizers raises a bare Exception for an unwritable path
-        tmp.unlink(missing_ok=True)
-        raise TokshardError(
-            f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
-        ) from exc
+    # written by us, not `tok.save` (the same bytes), whose bare Exception could not tell a full
+    # disk from an unwritable folder: `write_durable` says which, and how much is needed
+    write_durable(tmp, tok.to_str(pretty=True).encode())
     try:
         _refuse_eos_text_reaches(tok, eos_token, tmp)
         # what names the EOS to `prepare --tokenizer OUT/` (and to transformers), whatever its spelling

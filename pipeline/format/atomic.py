@@ -182,7 +182,8 @@ class DiskFullError(TokshardError):
     def __init__(self, path: str, free: int | None, needed: int | None) -> None:
         self.path, self.free, self.needed = str(path), free, needed
         free_text = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
-        need_text = f", about {needed / 2**20:.1f} MiB more needed" if needed else ""
+        # (at least 0.1: a small file's "0.0 MiB more needed" reads as none)
+        need_text = f", about {max(needed / 2**20, 0.1):.1f} MiB more needed" if needed else ""
         super().__init__(
             f"disk full writing {path} ({free_text}{need_text}); free space or move --out, "
             "then rerun: committed work is kept"
@@ -279,6 +280,8 @@ def check_writable_dir(path: Path, flag: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
     except OSError as exc:
+        if exc.errno in DISK_FULL_ERRNOS:  # writable, but full: not "choose a writable folder"
+            raise DiskFullError(str(path), free_bytes(path), None) from exc
         raise TokshardError(
             f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
         ) from exc
@@ -381,8 +384,8 @@ def take_lock(path: Path, refusal: Callable[[], TokshardError]) -> int:
         os.close(fd)
     try:
         name_holder(fd, path)
-    except TokshardError:
-        os.close(fd)
+    except TokshardError:  # a full disk: the file it made goes too, leaving the folder as it was
+        release_lock(fd, path)
         raise
     return fd
 

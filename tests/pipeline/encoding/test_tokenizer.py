@@ -738,3 +738,26 @@ def test_the_lock_a_killed_training_left_does_not_block_the_next(tmp_path, docs)
     proc = train_tokenizer_cli(tmp_path, data)
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(out)) == ["tokenizer.json", "tokenizer_config.json"]
+
+
+def test_training_into_a_full_disk_says_the_disk_is_full_and_leaves_nothing(tmp_path, docs, monkeypatch):
+    """The folder is writable, just full: it said "choose a writable folder". Here the disk
+    fills during the training (its tokenizer.json.tmp becomes /dev/full, whose writes fail
+    with ENOSPC, as a full disk's do)."""
+    from pipeline.format.atomic import DiskFullError
+    from pipeline.sources import files
+
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    out = tmp_path / "tok"
+    read = files.iter_documents
+
+    def filling(*args, **kwargs):
+        (out / "tokenizer.json.tmp").symlink_to("/dev/full")
+        yield from read(*args, **kwargs)
+
+    monkeypatch.setattr(files, "iter_documents", filling)
+    with pytest.raises(
+        DiskFullError, match=r"^disk full writing .*tokenizer\.json\.tmp \(.* MiB free, about"
+    ):
+        train([str(data)], 300, out)
+    assert not out.exists()
