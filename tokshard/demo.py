@@ -423,7 +423,7 @@ def run_training(folder: DemoFolder, size: DemoSize, log: Log) -> None:
     if not resume:
         shutil.rmtree(folder.run, ignore_errors=True)
     cmd = [sys.executable, "-m", "tokshard", "train", *train_args(folder, size, resume)]
-    shown = re.compile(r"^(step|eval|tokshard)")
+    shown = re.compile(r"^(step|eval|tokshard(?!: error:))")  # its error: in the demo's own line
     last_error = ""
     with open(folder.train_log, "a") as logfile:
         logfile.write(f"$ {' '.join(cmd)}\n")

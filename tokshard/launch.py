@@ -9,7 +9,8 @@ stopped while Rust works on a thread of its own (`pipeline.encoding.interruptibl
 without the interpreter's teardown, which that thread would abort.
 
 Before anything else, a stdout or stderr closed at exec becomes /dev/null
-(`trainer.console.closed_streams_to_devnull`), and a command run in a folder removed meanwhile
+(`trainer.console.closed_streams_to_devnull`), stderr one whose failed writes never change the
+exit status (`trainer.console.forgive_stderr`), and a command run in a folder removed meanwhile
 is refused in one line (`current_folder_gone`).
 """
 
@@ -27,7 +28,7 @@ from tokshard.commands.command import (
     error_line,
     stopped_before_start,
 )
-from trainer.console import closed_streams_to_devnull
+from trainer.console import closed_streams_to_devnull, forgive_stderr
 
 #: the signals noted while the command line loads (one left ignored, as under nohup, stays so)
 NOTED = (signal.SIGINT, *STOPPING)
@@ -35,6 +36,7 @@ NOTED = (signal.SIGINT, *STOPPING)
 
 def main() -> int:
     closed_streams_to_devnull()
+    forgive_stderr()
     if (gone := current_folder_gone()) is not None:
         print(error_line(gone), file=sys.stderr)
         return gone.exit_code

@@ -54,6 +54,15 @@ def _is_open(fd: int) -> bool:
     return True
 
 
+def forgive_stderr() -> None:
+    """Make ``sys.stderr`` a `ForgivingStderr` for the rest of the process, from its start:
+    a command's last line (its error, or that it was stopped) is written after its console
+    guard ends, and a failure to write it there (``2>/dev/full``) raised out of the command,
+    whose exit status became 1 whatever the line would have said."""
+    if not isinstance(sys.stderr, ForgivingStderr):
+        sys.stderr = ForgivingStderr(sys.stderr)
+
+
 class StdoutUnwritable(TokshardError):
     """Standard output failed a write (not a reader that quit: that is `BrokenPipeError`)."""
 
@@ -62,6 +71,32 @@ class StdoutUnwritable(TokshardError):
         super().__init__(
             f"cannot write to standard output ({self.reason}); send it elsewhere, or free space where it goes"
         )
+
+
+class ReportLost(StdoutUnwritable):
+    """Standard output failed the report of work already done: the line says what was done,
+    so that no one takes it for a failed run (and a rerun refused for the output it finds there
+    for a mystery)."""
+
+    def __init__(self, done: str, reason: str) -> None:
+        self.reason = reason
+        TokshardError.__init__(  # not StdoutUnwritable's line, which says nothing was done
+            self,
+            f"{done}, but its report could not be written to standard output ({self.reason}); "
+            "send it elsewhere, or free space where it goes",
+        )
+
+
+@contextlib.contextmanager
+def reporting(done: str) -> Iterator[None]:
+    """The lines printed inside report work already done (``done``: what was written, where,
+    as "wrote DIR/manifest.json"): a standard output that fails them, flushed here, raises
+    `ReportLost`, whose line says the work stands and only its report was lost."""
+    try:
+        yield
+        sys.stdout.flush()
+    except StdoutUnwritable as exc:
+        raise ReportLost(done, exc.reason) from exc
 
 
 class _Console:

@@ -23,11 +23,9 @@ from pipeline.format.atomic import (
     check_writable_dir,
     held_by_another,
     holder_text,
-    lock_file,
     missing_folders,
-    name_holder,
     take_back_folders,
-    try_exclusive,
+    take_lock,
 )
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
@@ -107,32 +105,13 @@ def take_back_unwritten(locks: list[Path], folders: list[Path], found: dict[Path
 
 
 def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:
-    while True:
-        fd = lock_file(path)
-        if not try_exclusive(fd, path):
-            os.close(fd)
-            raise TokshardError(
-                f"another `tokshard train` ({holder_text(path)}) is writing into {flag} {folder}; "
-                "wait for it to end or stop it, then rerun"
-            )
-        if _names(path, fd):
-            break
-        os.close(fd)  # removed by a refused run (`take_back_unwritten`) before we locked it: lock anew
-    try:
-        name_holder(fd, path)
-    except TokshardError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _names(path: Path, fd: int) -> bool:
-    """Whether ``path`` still names the file open as ``fd``."""
-    try:
-        named, held = path.stat(), os.fstat(fd)
-    except FileNotFoundError:
-        return False
-    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+    return take_lock(
+        path,
+        lambda: TokshardError(
+            f"another `tokshard train` ({holder_text(path)}) is writing into {flag} {folder}; "
+            "wait for it to end or stop it, then rerun"
+        ),
+    )
 
 
 def _refuse_if_written_now(folder: Path, flag: str) -> None:

@@ -27,7 +27,16 @@ from pipeline.encoding import byte_level
 from pipeline.encoding.bos import AUTO_BOS, NO_BOS, find_bos
 from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
-from pipeline.format.atomic import check_writable_dir, missing_folders, take_back_folders, write_json
+from pipeline.format.atomic import (
+    check_writable_dir,
+    holder_text,
+    missing_folders,
+    release_lock,
+    take_back_folders,
+    take_lock,
+    write_durable,
+    write_json,
+)
 from pipeline.format.content_hash import sha256_file
 from pipeline.format.errors import DataError, TokshardError, utf8_path
 from pipeline.format.file_kind import not_a_file
@@ -36,6 +45,8 @@ from pipeline.format.token_dtypes import TOKEN_DTYPES
 TOKENIZER_FILE = "tokenizer.json"
 #: the file a model's hub folder keeps beside its tokenizer.json, naming its EOS
 CONFIG_FILE = "tokenizer_config.json"
+#: held (a POSIX lock) by the `tokshard tokenizer train` writing into its --out, and naming it
+TRAIN_LOCK = ".tokshard-tokenizer.lock"
 DEFAULT_EOS = "<|endoftext|>"
 #: EOS spellings tried in order when a recipe does not name one: the end of a document in the
 #: published families (GPT-2, GPT-4 and Qwen; Llama 2 and Mistral; Llama 3; Gemma; DeepSeek;
@@ -730,10 +741,34 @@ def train(
     made = missing_folders(out_dir)
     check_writable_dir(out_dir, "--out")
     try:
-        return _train(files, vocab_size, out_dir, eos_token, text_field, skip_bad)
+        with one_trainer(out_dir):
+            return _train(files, vocab_size, out_dir, eos_token, text_field, skip_bad)
     except BaseException:
         take_back_folders(made)  # a failed run leaves none of the folders it made behind
         raise
+
+
+@contextlib.contextmanager
+def one_trainer(out_dir: Path) -> Iterator[None]:
+    """``out_dir`` locked for this training to its end, and judged under the lock to be new or
+    empty: of two trainings started into one folder at once, both found it empty, and the
+    second's tokenizer.json silently replaced the first's. The second is refused in one line
+    naming the first; a holder that dies lets go at once, and one that ends removes the lock."""
+    from pipeline.storage.ownership import claim_folder
+
+    lock = out_dir / TRAIN_LOCK
+    fd = take_lock(
+        lock,
+        lambda: TokshardError(
+            f"another `tokshard tokenizer train` ({holder_text(lock)}) is writing into --out {out_dir}; "
+            "wait for it to end or stop it, then rerun"
+        ),
+    )
+    try:
+        claim_folder(out_dir, "--out", "tokenizer train", ignore=(TRAIN_LOCK,))
+        yield
+    finally:
+        release_lock(fd, lock)
 
 
 def _train(
@@ -776,13 +811,9 @@ def _train(
         )
     dest = out_dir / TOKENIZER_FILE
     tmp = out_dir / (TOKENIZER_FILE + ".tmp")
-    try:
-        tok.save(str(tmp))
-    except Exception as exc:  # tokenizers raises a bare Exception for an unwritable path
-        tmp.unlink(missing_ok=True)
-        raise TokshardError(
-            f"--out {out_dir}: cannot write {dest} ({exc}); choose a writable folder"
-        ) from exc
+    # written by us, not `tok.save` (the same bytes), whose bare Exception could not tell a full
+    # disk from an unwritable folder: `write_durable` says which, and how much is needed
+    write_durable(tmp, tok.to_str(pretty=True).encode())
     try:
         _refuse_eos_text_reaches(tok, eos_token, tmp)
         # what names the EOS to `prepare --tokenizer OUT/` (and to transformers), whatever its spelling

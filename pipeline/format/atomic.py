@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import stat
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,8 @@ class DiskFullError(TokshardError):
     def __init__(self, path: str, free: int | None, needed: int | None) -> None:
         self.path, self.free, self.needed = str(path), free, needed
         free_text = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
-        need_text = f", about {needed / 2**20:.1f} MiB more needed" if needed else ""
+        # (at least 0.1: a small file's "0.0 MiB more needed" reads as none)
+        need_text = f", about {max(needed / 2**20, 0.1):.1f} MiB more needed" if needed else ""
         super().__init__(
             f"disk full writing {path} ({free_text}{need_text}); free space or move --out, "
             "then rerun: committed work is kept"
@@ -278,6 +280,8 @@ def check_writable_dir(path: Path, flag: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
     except OSError as exc:
+        if exc.errno in DISK_FULL_ERRNOS:  # writable, but full: not "choose a writable folder"
+            raise DiskFullError(str(path), free_bytes(path), None) from exc
         raise TokshardError(
             f"{flag} {path}: cannot write there ({exc.strerror or exc}); choose a writable folder"
         ) from exc
@@ -363,3 +367,42 @@ def try_exclusive(fd: int, path: Path) -> bool:
             "use a folder on one that does (a local disk, NFSv4, Lustre mounted with flock)"
         ) from exc
     return True
+
+
+def take_lock(path: Path, refusal: Callable[[], TokshardError]) -> int:
+    """The lock file ``path`` taken (`try_exclusive`) and named for this process: its
+    descriptor, held until closed. Held by another process, ``refusal()`` is raised (it may
+    name them, `holder_text`). A lock file removed by its holder between our open and our lock
+    (`release_lock`) is locked anew, so two runs never both hold one."""
+    while True:
+        fd = lock_file(path)
+        if not try_exclusive(fd, path):
+            os.close(fd)
+            raise refusal()
+        if _names(path, fd):
+            break
+        os.close(fd)
+    try:
+        name_holder(fd, path)
+    except TokshardError:  # a full disk: the file it made goes too, leaving the folder as it was
+        release_lock(fd, path)
+        raise
+    return fd
+
+
+def release_lock(fd: int, path: Path) -> None:
+    """Let go of a lock `take_lock` took, its file removed first (while still held): a run
+    that ended leaves no lock file behind in the folder it wrote."""
+    try:
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named, held = path.stat(), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)

@@ -11,6 +11,7 @@ replaced or mixed with ours. Works alike for a local folder and a store URL.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from typing import Literal
 
 from pipeline.format.errors import TokshardError
@@ -33,6 +34,7 @@ def claim_folder(
     owner: str,
     marker: str | None = None,
     proof: str | None = None,
+    ignore: Collection[str] = (),
 ) -> Claim:
     """Refuse (`TokshardError`, exit 2) unless ``folder`` is missing, empty, or holds ``marker``
     (an entry name; a subfolder's ends in ``/``). Returns "new" (missing or empty) or "ours".
@@ -40,9 +42,10 @@ def claim_folder(
     ``flag`` names the option the folder came from (``--out``); ``owner`` the writer in the
     message (``prepare``). With no ``marker`` only a new or empty folder is accepted. ``proof``:
     a file the owner makes first in a marker folder (prepare's lock), without which the marker
-    folder is not taken for the owner's beside other entries."""
+    folder is not taken for the owner's beside other entries. ``ignore``: entries not counted
+    (the owner's own lock file, which it holds while it judges the folder)."""
     place = folder if isinstance(folder, Place) else open_place(folder)
-    names = place.names()
+    names = [name for name in place.names() if name not in ignore]
     if not names:
         return "new"
     if marker is not None and marker.endswith("/") and {marker, marker.rstrip("/")} & set(names):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -151,6 +152,44 @@ def test_any_command_whose_output_cannot_be_written_says_so_in_one_line(spaced, 
         "tokshard: error: cannot write to standard output (No space left on device); send it elsewhere, "
         "or free space where it goes"
     ]
+
+
+@pytest.mark.parametrize("command", ["prepare", "tokenizer train"])
+def test_work_done_whose_report_cannot_be_written_says_it_was_done(tmp_path, docs, tokenizer_path, command):
+    """``> /dev/full``: the command wrote its output, then said only "cannot write to standard
+    output", and a rerun of tokenizer train was refused for a tokenizer.json never said written."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:50])
+    out = tmp_path / "out"
+    args, written = (
+        (["prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--workers", "1"], "prepared")
+        if command == "prepare"
+        else (["tokenizer", "train", "--input", str(data), "--vocab-size", "300"], "wrote")
+    )
+    made = out / ("manifest.json" if command == "prepare" else "tokenizer.json")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "tokshard", *args, "--out", str(out)], cwd=REPO,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2
+    assert re.fullmatch(
+        rf"tokshard: error: {written} {re.escape(str(made))}( \(\d+ ids\))?, but its report could not be "
+        r"written to standard output \(No space left on device\); send it elsewhere, or free space where it goes",
+        proc.stderr.splitlines()[-1],
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("tokshard: error:") == 1
+    assert made.is_file()
+
+
+@pytest.mark.parametrize(("what", "expected"), [("a usage error", 2), ("a data error", 1)])
+def test_an_error_whose_line_cannot_be_written_keeps_its_exit_status(tmp_path, what, expected):
+    """``tokshard status nonexist 2>/dev/full``: writing the error line failed, the failure
+    escaped the command, and it exited 1 (as a traceback), where the same error exits 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bad")
+    args = ["status", str(tmp_path / "nonexist")] if what == "a usage error" else ["verify", str(bad)]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "tokshard", *args], cwd=REPO, stderr=full, timeout=120)
+    assert proc.returncode == expected
+    assert cli(*args).returncode == expected  # the same, with its line written
 
 
 def test_json_replaces_its_own_blend_but_no_other_file(spaced, tmp_path):

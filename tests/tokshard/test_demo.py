@@ -418,3 +418,24 @@ def test_a_full_disk_is_one_line_saying_to_rerun_the_demo(tmp_path, monkeypatch,
         str(raised.value)
         == f"no space left on the device of {out}; free space and rerun the demo: it resumes"
     )
+
+
+def test_a_trainer_that_found_the_disk_full_is_one_line_of_the_demo(tmp_path, monkeypatch):
+    """The trainer's own error line was echoed ("tokshard demo:   tokshard: error: checkpoint
+    not saved: disk full ...") above the demo's, which says the same and what to do."""
+    from tokshard import demo as demo_mod
+
+    trainer = tmp_path / "trainer"
+    trainer.write_text(
+        "#!/bin/sh\necho 'step 1 loss 7.6'\n"
+        "echo 'tokshard: error: checkpoint not saved: disk full writing x (0.0 MiB free); free space'\nexit 2\n"
+    )
+    trainer.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(trainer))
+    folder = demo_mod.DemoFolder(tmp_path / "demo-out")
+    folder.root.mkdir()
+    shown: list[str] = []
+    with pytest.raises(TokshardError) as raised:
+        demo_mod.run_training(folder, demo_mod.SIZES["quick"], shown.append)
+    assert shown == ["  step 1 loss 7.6"]
+    assert str(raised.value).startswith(f"no space left on the device of {folder.run} while training (")

@@ -40,12 +40,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pipeline.run.cluster import check_local_workers
     from tokshard import demo
+    from trainer.console import reporting
 
     refuse_url(args.out, "--out")
     utf8_path(args.out, "--out")  # its parquet and tokenizer writers take UTF-8 paths only: before any file
     check_local_workers(args.workers)
     summary = demo.run(Path(args.out), args.size, args.workers)
-    print(demo.console_summary(summary))
+    with reporting(f"the demo ran to its end in {args.out}"):
+        print(demo.console_summary(summary))
     if not summary["learned"]:
         print(
             "tokshard demo: the evaluation loss did not fall as expected; see the report above",

@@ -25,11 +25,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainer.console import reporting
     from trainer.report import describe, write_report
 
     refuse_url(args.run_dir, "RUN_DIR")
     refuse_url(args.out, "--out")
-    print(describe(write_report(args.run_dir, args.out, args.title)))
+    report = write_report(args.run_dir, args.out, args.title)
+    with reporting(f"drew {report['png']}"):
+        print(describe(report))
     return 0
 
 

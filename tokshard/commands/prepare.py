@@ -342,6 +342,7 @@ def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
 def run(args: argparse.Namespace) -> int:
     from pipeline.run.driver import RunOptions, prepare
     from pipeline.run.open_state import open_run_state
+    from trainer.console import reporting
 
     batch = batch_jobs(args)
     if args.print_job_script:
@@ -369,7 +370,8 @@ def run(args: argparse.Namespace) -> int:
     )
     path = prepare(recipe, state, options)
     doc = state.written_manifest or state.manifest_doc() or {}  # (already complete: read)
-    print(prepared_line(path, doc, time.monotonic() - started))
+    with reporting(f"prepared {path}"):
+        print(prepared_line(path, doc, time.monotonic() - started))
     return 0
 
 

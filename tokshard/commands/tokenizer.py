@@ -39,10 +39,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from pipeline.encoding.tokenizer import train
     from pipeline.run.status import skipped_text
-    from pipeline.storage.ownership import claim_folder
+    from trainer.console import reporting
 
     refuse_url(args.out, "--out")
-    claim_folder(args.out, "--out", "tokenizer train")
     trained = train(
         args.input, args.vocab_size, Path(args.out), args.eos, args.text_field, args.on_bad_record == "skip"
     )
@@ -53,9 +52,10 @@ def run_train(args: argparse.Namespace) -> int:
         if trained.ids < args.vocab_size
         else ""
     )
-    print(
-        f"wrote {trained.path}: {trained.ids:,} ids{short}, trained on {trained.documents:,} document{'' if trained.documents == 1 else 's'}{skipped}"
-    )
+    with reporting(f"wrote {trained.path} ({trained.ids:,} ids)"):
+        print(
+            f"wrote {trained.path}: {trained.ids:,} ids{short}, trained on {trained.documents:,} document{'' if trained.documents == 1 else 's'}{skipped}"
+        )
     if trained.eos_in_text:
         print(
             f"note: --eos {args.eos!r} is text in {trained.eos_in_text:,} training document"

@@ -6,12 +6,15 @@ import gzip
 import json
 import os
 import re
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support import cli, edited, gated_hub, run_prepare, write_jsonl
+from support import REPO, cli, edited, gated_hub, run_prepare, write_jsonl
 from tokenizers import Tokenizer
 
 from pipeline.encoding.tokenizer import load, locate, resolve, train
@@ -660,6 +663,101 @@ def test_training_into_a_folder_whose_name_is_not_utf8_is_refused_before_the_wor
     out = tmp_path / os.fsdecode(b"t\xf6k")
     with pytest.raises(
         TokshardError, match=r"t\\xf6k/tokenizer.json': its path is not UTF-8 text, which the tokenizers"
+    ):
+        train([str(data)], 300, out)
+    assert not out.exists()
+
+
+def test_two_trainings_into_one_folder_at_once_one_is_refused_and_the_other_kept(tmp_path, docs):
+    """Both found the folder empty, both said "wrote", and the folder held one's tokenizer.json
+    beside, at times, the other's tokenizer_config.json."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:200])
+    out = tmp_path / "tok"
+    argv = [sys.executable, "-m", "tokshard", "tokenizer", "train", "--input", str(data), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    asked = {"<|a|>": "400", "<|b|>": "500"}
+    runs = {
+        eos: subprocess.Popen([*argv, "--vocab-size", size, "--eos", eos], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for eos, size in asked.items()
+    }  # fmt: skip
+    ended = {eos: (proc.wait(timeout=300), proc.stderr.read()) for eos, proc in runs.items()}
+    assert sorted(code for code, _ in ended.values()) == [0, 2], ended
+    (kept,) = [eos for eos, (code, _) in ended.items() if code == 0]
+    (refusal,) = [err.strip().splitlines() for code, err in ended.values() if code == 2]
+    assert len(refusal) == 1 and refusal[0].startswith("tokshard: error: "), refusal
+    assert json.loads((out / "tokenizer_config.json").read_text())["eos_token"] == kept
+    assert kept in Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab()
+    assert sorted(os.listdir(out)) == ["tokenizer.json", "tokenizer_config.json"]
+
+
+def _hold_lock(path: Path) -> subprocess.Popen:
+    """Another process holding the POSIX lock on ``path`` (as a running training does), named
+    in it, until its stdin closes."""
+    code = (
+        "import fcntl, json, os, socket, sys\n"
+        f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+        "os.write(fd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(), 'since': 'now'}).encode())\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_training_into_a_folder_another_is_training_into_is_refused_naming_it(tmp_path, docs):
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
+    out = tmp_path / "tok"
+    out.mkdir()
+    holder = _hold_lock(out / ".tokshard-tokenizer.lock")
+    try:
+        proc = train_tokenizer_cli(tmp_path, data)
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"tokshard: error: another `tokshard tokenizer train` (pid {holder.pid} on {socket.gethostname()} "
+        f"since now) is writing into --out {out}; wait for it to end or stop it, then rerun"
+    ]
+    assert os.listdir(out) == [".tokshard-tokenizer.lock"]
+
+
+def test_the_lock_a_killed_training_left_does_not_block_the_next(tmp_path, docs):
+    """kill -9 leaves the lock file, but no lock: the next training runs, and leaves no lock file."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
+    out = tmp_path / "tok"
+    out.mkdir()
+    holder = _hold_lock(out / ".tokshard-tokenizer.lock")
+    holder.kill()  # its lock goes with it; the file stays
+    holder.wait()
+    proc = train_tokenizer_cli(tmp_path, data)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(out)) == ["tokenizer.json", "tokenizer_config.json"]
+
+
+def test_training_into_a_full_disk_says_the_disk_is_full_and_leaves_nothing(tmp_path, docs, monkeypatch):
+    """The folder is writable, just full: it said "choose a writable folder". Here the disk
+    fills during the training (its tokenizer.json.tmp becomes /dev/full, whose writes fail
+    with ENOSPC, as a full disk's do)."""
+    from pipeline.format.atomic import DiskFullError
+    from pipeline.sources import files
+
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    out = tmp_path / "tok"
+    read = files.iter_documents
+
+    def filling(*args, **kwargs):
+        (out / "tokenizer.json.tmp").symlink_to("/dev/full")
+        yield from read(*args, **kwargs)
+
+    monkeypatch.setattr(files, "iter_documents", filling)
+    with pytest.raises(
+        DiskFullError, match=r"^disk full writing .*tokenizer\.json\.tmp \(.* MiB free, about"
     ):
         train([str(data)], 300, out)
     assert not out.exists()

@@ -153,3 +153,32 @@ def test_a_failed_rename_says_whether_the_filesystem_renames_at_all(tmp_path, mo
         atomic.write_bytes(path, b"{}")
     assert says.format(path=path) in str(info.value)
     assert list(tmp_path.iterdir()) == []  # the temporary file is gone too
+
+
+def test_a_writable_folder_on_a_full_disk_is_said_to_be_full(tmp_path, monkeypatch):
+    """The check before a run said "choose a writable folder" for a folder that is writable,
+    just full (its probe file refused with ENOSPC)."""
+    from pathlib import Path
+
+    from pipeline.format.atomic import DiskFullError, check_writable_dir
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(DiskFullError, match=rf"^disk full writing {tmp_path / 'out'} \("):
+        check_writable_dir(tmp_path / "out", "--out")
+
+
+def test_a_lock_whose_holder_cannot_be_named_on_a_full_disk_leaves_no_file(tmp_path, monkeypatch):
+    """Naming the holder failed with ENOSPC, and the empty lock file stayed, keeping the folder
+    a refused run had made."""
+    from pipeline.format import atomic
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(atomic.DiskFullError):
+        atomic.take_lock(tmp_path / "x.lock", lambda: AssertionError("not held"))
+    assert os.listdir(tmp_path) == []
