@@ -66,25 +66,11 @@ def file_size(path: str) -> int:
         raise unreadable(path, exc) from exc
 
 
-#: how a version tag that is only a time of writing begins (`version_tag`)
-WRITTEN_AT = "written "
-
-
 def version_tag(info: dict[str, Any]) -> str | None:
     """The version an object store gives an object in its listing and its metadata (S3's
-    ETag, changed by every write); where a web server gives no ETag, the time it says the file
-    was last written (Last-Modified, to the second: `only_a_time`); None where it gives neither."""
+    ETag, changed by every write), or None where the store gives none."""
     tag = info.get("ETag") or info.get("etag")
-    if tag:
-        return str(tag)
-    written = info.get("Last-Modified")
-    return f"{WRITTEN_AT}{written}" if written else None
-
-
-def only_a_time(tag: str | None) -> bool:
-    """Whether a version tag is a time of writing, which an edit within the same second keeps:
-    the file's sampled ends are checked too."""
-    return tag is not None and tag.startswith(WRITTEN_AT)
+    return str(tag) if tag else None
 
 
 def same_version(listed: str, opened: str) -> bool:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import xxhash
 
 from pipeline.format.errors import DataError
-from pipeline.sources.files.access import only_a_time, open_binary, version_tag
+from pipeline.sources.files.access import open_binary, version_tag
 from pipeline.sources.files.formats import check_ends, kind_of
 from pipeline.sources.files.listing import InputFile
 from pipeline.storage.locations import is_url
@@ -90,7 +90,7 @@ def fingerprints(files: list[InputFile]) -> list[dict[str, Any]]:
 def needs_read(f: InputFile) -> bool:
     """Whether a file's fingerprint reads its bytes (a large local file, or an object whose
     store gives no version tag: the listing gives a local file its time, an object none)."""
-    return (f.etag is None or only_a_time(f.etag)) and (f.size > SMALL_FILE or f.mtime is None)
+    return f.etag is None and (f.size > SMALL_FILE or f.mtime is None)
 
 
 def fingerprint(f: InputFile, check: bool = True) -> dict[str, Any]:
@@ -103,9 +103,8 @@ def fingerprint(f: InputFile, check: bool = True) -> dict[str, Any]:
     ends = read_ends(f.path, 0, f.size, FILE_SAMPLE)
     if check:
         check_ends(f.path, f.kind or kind_of(f.path), ends.head, ends.tail)
-    if is_url(f.path):  # a store that gives no version tag, or only a time (`only_a_time`)
-        tagged = {"etag": f.etag} if f.etag else {}
-        return {"path": f.path, "size": f.size, **tagged, "sample": ends.sample}
+    if is_url(f.path):  # a store that gives no version tag
+        return {"path": f.path, "size": f.size, "sample": ends.sample}
     return {"path": f.path, "size": f.size, "mtime": f.mtime, "sample": ends.sample}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pipeline.sources.files.access import only_a_time, open_binary
+from pipeline.sources.files.access import open_binary
 from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample, io_map
 from pipeline.sources.files.formats import kind_of
 from pipeline.sources.files.listing import InputFile
@@ -80,7 +80,7 @@ def with_range_samples(pieces: list[Piece]) -> list[Piece]:
         i
         for i, p in enumerate(pieces)
         if p.size > SMALL_FILE or not p.whole  # not a small whole file (its size tested first)
-        if p.kind == ".jsonl" and p.sample is None and (p.etag is None or only_a_time(p.etag))
+        if p.kind == ".jsonl" and p.sample is None and p.etag is None
     ]
     samples = io_map(lambda i: content_sample(pieces[i].path, pieces[i].start, pieces[i].stop), todo)
     found = list(pieces)

@@ -881,32 +881,6 @@ def test_files_behind_a_web_servers_page_of_links_read_as_the_same_local_files(
     assert hashes[0] == hashes[1]
 
 
-def test_a_web_file_edited_in_place_is_found_changed_by_its_servers_time_without_an_etag(
-    tmp_path, docs, tokenizer_path
-):
-    """A server that gives no ETag (Python's own) but the time a file was last written: an edit
-    in place, the size kept and outside every sampled end, read as the same file, and a rerun
-    kept shards of one version beside shards of the other."""
-    web = tmp_path / "web"
-    write_jsonl(web / "mid.jsonl", docs * (3 * 2**20 // sum(len(d) for d in docs) + 1))
-    with _serving(web, _Ranged) as url:
-        first = prepare_cli(
-            tmp_path, f"{url}/mid.jsonl", tokenizer=tokenizer_path, extra=("--partition-bytes", "512KiB")
-        )
-        assert first.returncode == 0, first.stderr
-        data = bytearray((web / "mid.jsonl").read_bytes())
-        middle = data.index(b" the ", 1_310_720)
-        data[middle + 1 : middle + 4] = b"THE"
-        (web / "mid.jsonl").write_bytes(bytes(data))
-        later = (web / "mid.jsonl").stat().st_mtime + 2
-        os.utime(web / "mid.jsonl", (later, later))
-        again = prepare_cli(
-            tmp_path, f"{url}/mid.jsonl", tokenizer=tokenizer_path, extra=("--partition-bytes", "512KiB")
-        )
-    assert again.returncode == 1, again.stderr
-    assert "mid.jsonl" in one_error_line(again)
-
-
 @pytest.mark.parametrize(
     ("named", "extra"),
     [("big.jsonl", ()), ("mid.jsonl", ("--partition-bytes", "1MiB"))],

@@ -19,14 +19,7 @@ from typing import Any, BinaryIO, ClassVar, NamedTuple
 from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError
 from pipeline.sources.base import Cursor, Record
-from pipeline.sources.files.access import (
-    only_a_time,
-    open_binary,
-    open_local,
-    same_version,
-    unreadable,
-    version_tag,
-)
+from pipeline.sources.files.access import open_binary, open_local, same_version, unreadable, version_tag
 from pipeline.sources.files.fingerprints import SMALL_FILE, content_sample
 from pipeline.sources.files.pieces import Piece
 from pipeline.storage.locations import is_url
@@ -83,7 +76,7 @@ def open_piece(piece: Piece) -> BinaryIO:
         if piece.etag is not None and now is not None and not same_version(piece.etag, now):
             f.close()
             raise changed(piece, f"its version {now} is not {piece.etag}")
-        if piece.sample is not None and (piece.etag is None or only_a_time(piece.etag)):
+        if piece.sample is not None and piece.etag is None:
             _check_sample(piece)
         if piece.whole and piece.size < lfs_pointer.MAX_BYTES:  # small enough to be a Git LFS pointer
             with f:
