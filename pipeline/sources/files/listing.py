@@ -14,7 +14,7 @@ import glob
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import PurePath
 from typing import Any, NamedTuple, NoReturn
 
@@ -133,7 +133,7 @@ class _LocalGlob:
             self._check_listable([os.path.dirname(self.path) or "."])
             raise TokshardError(_nothing_matches(self.shown, False, magic=False))
         matches = self._matches()
-        self._folders_of_matches = {os.path.dirname(m) for m in matches}
+        self._matched = set(matches)
         self._check_listable(self._folders_searched(matches))
         outputs = TokshardOutputs(_static_prefix(self.path) or ".")
         files = self._listed(matches, outputs)
@@ -235,10 +235,15 @@ class _LocalGlob:
             return InputFile(real, st.st_size, st.st_mtime_ns, None, kind)
         if stat.S_ISDIR(st.st_mode):
             if known_kind(match) is not None:  # a Spark-style folder of parts, named as a file
-                if not (self.descends and reached_into(match, self._folders_of_matches, os.sep)):
-                    raise DataError(_directory_matched(os.path.abspath(match), self.pattern, self.descends))
+                if not self.descends:
+                    raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
+                parts = (os.path.join(top, name) for top, _, names in os.walk(match) for name in names)
+                if (left := part_left_out(parts, self._matched)) is not None:
+                    raise DataError(
+                        _part_left_out(os.path.abspath(match), os.path.abspath(left), self.pattern)
+                    )
             elif not (self.descends or _holds_no_input(match)):
-                raise DataError(_directory_matched(os.path.abspath(match), self.pattern, self.descends))
+                raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
             return None
         what = next((name for test, name in _SPECIAL if test(st.st_mode)), "not a regular file")
         raise DataError(
@@ -440,12 +445,12 @@ def _url_files(pattern: str) -> list[InputFile]:
         if literal is not None:  # as a local path that exists: the key itself, not a pattern
             return [literal]
     files = []
-    folders_of_matches = {name.rpartition("/")[0] for name in matches}
     for name, info in matches.items():
         if info.get("type") == "directory":
-            deep = descends(path)
-            if not deep or (known_kind(name) is not None and not reached_into(name, folders_of_matches, "/")):
-                raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern, deep))
+            if not descends(path):
+                raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
+            if known_kind(name) is not None and (left := part_left_out(fs.find(name), matches)) is not None:
+                raise DataError(_part_left_out(fs.unstrip_protocol(name), fs.unstrip_protocol(left), pattern))
             continue
         if _folder_marker(name, info):
             continue
@@ -555,19 +560,30 @@ def _usual_ending(folder: str) -> str:
     return max(set(endings), key=endings.count) if endings else ".jsonl"
 
 
-def reached_into(folder: str, folders_of_matches: set[str], sep: str) -> bool:
-    """Whether a glob that matched ``folder`` also matched something inside it (``**/*.jsonl``
-    over a Spark-style ``x.jsonl/`` folder of ``part-0.jsonl`` files reads its parts)."""
-    inside = folder.rstrip(sep) + sep
-    return any(f == inside[:-1] or f.startswith(inside) for f in folders_of_matches)
+def part_left_out(parts: Iterable[str], matched: Collection[str]) -> str | None:
+    """The first file of a folder named as a file (Spark's ``x.parquet/`` of parts) that looks
+    like an input and that a ``**`` glob reaching into the folder did not match (None: it
+    matched them all, or there are none): it would be left out without a word."""
+    for part in sorted(parts):
+        name = part.rstrip("/").rpartition("/")[2].rpartition(os.sep)[2]
+        if known_kind(name) is not None and not name.startswith(("_", ".")) and part not in matched:
+            return part
+    return None
 
 
-def _directory_matched(folder: str, pattern: str, descending: bool = False) -> str:
+def _part_left_out(folder: str, part: str, pattern: str) -> str:
+    return (
+        f"input {folder} (matched by {pattern!r}) is a directory named as a file, and its part {part} is "
+        f"not matched by the glob, so it would be left out; name the folder's parts (e.g. '{folder}/*'), "
+        "or narrow the glob to files"
+    )
+
+
+def _directory_matched(folder: str, pattern: str) -> str:
     folder = folder.rstrip("/")
-    deeper = "" if descending else ", or a '**' glob"
     return (
         f"input {folder} (matched by {pattern!r}) is a directory, not a file, and its files would be "
-        f"left out; name them (e.g. '{folder}/*'{deeper}), or narrow the glob to files"
+        f"left out; name them (e.g. '{folder}/*', or a '**' glob), or narrow the glob to files"
     )
 
 

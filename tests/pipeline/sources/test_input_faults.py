@@ -201,22 +201,28 @@ def test_a_folder_with_an_input_suffix_matched_by_a_glob_is_named(folder, tokeni
     refused(proc, says, folder / "out")
 
 
-def test_a_deep_glob_reads_the_parts_of_a_folder_named_as_a_file_where_it_names_them(folder):
+def test_a_deep_glob_reads_a_folder_named_as_a_file_whose_parts_it_all_names(folder):
     """``data/**/*.parquet`` over a Spark-style ``y.parquet/`` folder matches its parts too:
-    they are read (it was refused, advising the ``**`` glob it was); parts the glob misses
-    (``part-0.snappy`` under ``**/*.parquet``) are still named, without that advice."""
+    they are read (it was refused, advising the ``**`` glob it was); an empty such folder
+    leaves nothing out; one part the glob misses (``chunk-1.snappy`` under ``**/*.parquet``, or
+    ``chunk-1.parquet`` under ``**/*t*.parquet``) is named, where it was left out without a word."""
     (folder / "data" / "y.parquet").mkdir()
     pq.write_table(pa.table({"text": ["a part"]}), folder / "data" / "y.parquet" / "part-0.parquet")
+    (folder / "data" / "y.parquet" / "_SUCCESS").write_bytes(b"")
+    (folder / "data" / "empty.parquet").mkdir()
     found = [f.path for f in list_files(["data/**/*.parquet"], str(folder))]
     assert found == [os.path.realpath(folder / "data" / "y.parquet" / "part-0.parquet")]
-    (folder / "data" / "z.parquet").mkdir()
-    (folder / "data" / "z.parquet" / "part-0.snappy").write_bytes(b"PAR1")
+    (folder / "data" / "text.parquet").mkdir()
+    for name in ("part-0.parquet", "chunk-1.parquet"):
+        pq.write_table(pa.table({"text": [name]}), folder / "data" / "text.parquet" / name)
     with pytest.raises(DataError) as refused_:
-        list_files(["data/**/*.parquet"], str(folder))
-    assert f"input {folder / 'data' / 'z.parquet'} (matched by 'data/**/*.parquet') is a directory" in str(
-        refused_.value
+        list_files(["data/**/*t*.parquet"], str(folder))
+    spark = folder / "data" / "text.parquet"
+    assert str(refused_.value) == (
+        f"input {spark} (matched by 'data/**/*t*.parquet') is a directory named as a file, and its part "
+        f"{spark / 'chunk-1.parquet'} is not matched by the glob, so it would be left out; name the "
+        f"folder's parts (e.g. '{spark}/*'), or narrow the glob to files"
     )
-    assert "'**' glob" not in str(refused_.value)
 
 
 def test_a_folder_matched_by_a_star_glob_is_named_not_skipped(folder, tokenizer_path, docs):
@@ -263,13 +269,20 @@ def test_a_folder_of_objects_matched_by_a_star_glob_is_named(s3_server, docs):
     assert found == [f"s3://{bucket}/in/{k}" for k in ("2023/old.jsonl", "a.jsonl", "b.jsonl")]
 
 
-def test_a_deep_glob_reads_the_parts_of_a_prefix_named_as_a_file_where_it_names_them(s3_server, docs):
+def test_a_deep_glob_reads_a_prefix_named_as_a_file_whose_parts_it_all_names(s3_server, docs):
     bucket = s3_server.new_bucket()
-    s3_server.client().put_object(
-        Bucket=bucket, Key="in/y.jsonl/part-0.jsonl", Body=json.dumps({"text": docs[0]}).encode() + b"\n"
-    )
-    found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]
+    for key in ("in/y.jsonl/part-0.jsonl", "in/data.jsonl/part-0.jsonl", "in/data.jsonl/other.jsonl"):
+        s3_server.client().put_object(
+            Bucket=bucket, Key=key, Body=json.dumps({"text": docs[0]}).encode() + b"\n"
+        )
+    found = [f.path for f in list_files([f"s3://{bucket}/in/y.jsonl/**/*.jsonl"], ".")]
     assert found == [f"s3://{bucket}/in/y.jsonl/part-0.jsonl"]
+    found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]
+    assert len(found) == 3
+    with pytest.raises(
+        DataError, match=rf"its part s3://{bucket}/in/data\.jsonl/other\.jsonl is not matched"
+    ):
+        list_files([f"s3://{bucket}/in/**/*a*.jsonl"], ".")
 
 
 def test_an_object_whose_key_holds_brackets_is_read_by_its_key(s3_server, docs):
