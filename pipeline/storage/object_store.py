@@ -225,13 +225,22 @@ class ObjectStore(Place):
             self.fs.put_file(os.fspath(local), self.full(rel))
 
     def download(self, rel: str, local: str | os.PathLike) -> None:
-        """Copied through `open_read`, so every range read is checked (s3fs's own download asks
-        for parts by range and writes whatever comes back at each part's place); a copy that
-        fails part-way is removed."""
+        """The store client's own download (one streamed answer from a web server, parts read
+        at once from S3), checked to hold as many bytes as the object: s3fs writes whatever
+        comes back for each part at its place, so a store that ignores byte ranges made a file
+        of another size. A copy that fails is removed."""
+        where = self.where(rel)
         try:
-            with errors(self.where(rel)), self.open_read(rel) as src, open(local, "wb") as dst:
-                while chunk := src.read(1 << 23):
-                    dst.write(chunk)
+            with errors(where):
+                self.fs.get_file(self.full(rel), os.fspath(local))
+                want = int(self.fs.info(self.full(rel))["size"])
+            got = os.path.getsize(local)
+            if got != want:
+                raise TokshardError(
+                    f"{where}: the store's answers made a copy of {got:,} bytes of an object of {want:,}: it (or "
+                    "a caching gateway before it) ignores byte ranges (HTTP Range), or the object was replaced "
+                    "while it was read; read through a store or gateway that honours Range, or try again"
+                )
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(local)
