@@ -90,7 +90,7 @@ def test_a_download_from_a_web_server_without_byte_ranges_is_the_whole_file(tmp_
     import http.server
     import threading
 
-    data = os.urandom(9 << 20)
+    data = os.urandom(20 << 20)  # more than two of its 8 MiB reads
     (tmp_path / "web").mkdir()
     (tmp_path / "web" / "s.bin").write_bytes(data)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "web"))
