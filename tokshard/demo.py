@@ -468,12 +468,17 @@ def _refuse_if_trained_now(folder: DemoFolder) -> None:
         )
 
 
+#: the environment the demo was started with, before its prepare's Dask workers (whose nannies
+#: set their pre-spawn variables in this process again each time one restarts)
+_STARTED_WITH = dict(os.environ)
+
+
 def _child_env() -> dict[str, str]:
     """The trainer's environment: the user's with tokshard importable, the same whether or not
-    this demo ran its prepare (which leaves the environment as it found it)."""
+    this demo ran its prepare."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+        k: v for k, v in _STARTED_WITH.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
     }
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
