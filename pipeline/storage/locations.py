@@ -31,6 +31,11 @@ READ_ONLY_PROTOCOLS = frozenset({"http", "https", "hf"})
 #: protocols whose store lives inside one process: tokshard's workers and ranks are other
 #: processes, so a path a user gives cannot name one (tests use it in one process)
 PROCESS_LOCAL_PROTOCOLS = frozenset({"memory"})
+#: fsspec's protocols that wrap another (``simplecache::/data/x``): a path that starts with one
+#: and ``::`` is a chain, not a local file's name
+CHAINING_PROTOCOLS = frozenset(
+    {"simplecache", "filecache", "blockcache", "cached", "dir", "zip", "tar", "reference"}
+)
 #: fsspec's URL chaining (``simplecache::s3://b/x``, ``zip://a.txt::s3://b/x.zip``), where the
 #: last link is a URL (a local file may be named ``notes::v2.jsonl``)
 _CHAINED = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*(://[^:]*)?::")
@@ -66,6 +71,8 @@ def location_problem(text: str) -> str | None:
             f"{text} is a chained fsspec URL; give the store's own URL ({last_link}): "
             "tokshard reads and writes stores itself, and train keeps shards in --data-cache"
         )
+    if _CHAINED.match(text) and text.split(":", 1)[0].lower() in CHAINING_PROTOCOLS:
+        return f"{text} is a chained fsspec URL; give the local path itself ({last_link})"
     if "::" in text and _URL.match(text):
         return (
             f"{text}: fsspec reads '::' in a URL as a chain of stores (simplecache::s3://...); give the "

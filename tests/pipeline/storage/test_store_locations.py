@@ -42,6 +42,7 @@ def test_paths_and_urls_as_typed_pass(text):
         ("simplecache::s3://b/run", "is a chained fsspec URL; give the store's own URL (s3://b/run)"),
         ("zip://a.txt::s3://b/x.zip", "is a chained fsspec URL; give the store's own URL (s3://b/x.zip)"),
         ("s3://b/run::simplecache", "fsspec reads '::' in a URL as a chain of stores"),  # a TypeError in s3fs
+        ("simplecache::/tmp/x", "is a chained fsspec URL; give the local path itself (/tmp/x)"),
     ],
 )
 def test_a_mistyped_or_empty_url_is_refused_with_the_fix(text, says):
