@@ -524,7 +524,9 @@ def _directory_given(pattern: str) -> str:
             f"('{folder}/{splits[0]}/*.arrow', quoted, with --split {splits[0]}), or each in a recipe: "
             f"splits = {{ {each} }}"
         )
-    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*{_usual_ending(folder)}' (quoted)"
+    named = known_kind(folder)  # a Spark-style folder named as its parts are (x.parquet/)
+    ending = named if named is not None and not os.path.isdir(folder) else _usual_ending(folder)
+    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*{ending}' (quoted)"
 
 
 def _datasets_splits(folder: str) -> list[str]:

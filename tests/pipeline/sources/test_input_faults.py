@@ -285,6 +285,16 @@ def test_a_deep_glob_reads_a_prefix_named_as_a_file_whose_parts_it_all_names(s3_
         list_files([f"s3://{bucket}/in/**/*a*.jsonl"], ".")
 
 
+def test_a_prefix_named_as_a_file_given_whole_is_advised_by_its_own_ending(s3_server, docs):
+    """``--input s3://b/sp/x.parquet``, a prefix of parquet parts, was advised '.../x.parquet/*.jsonl'."""
+    bucket = s3_server.new_bucket()
+    s3_server.client().put_object(Bucket=bucket, Key="sp/x.parquet/part-0.parquet", Body=b"PAR1")
+    with pytest.raises(
+        TokshardError, match=rf"name the files in it, e\.g\. 's3://{bucket}/sp/x\.parquet/\*\.parquet'"
+    ):
+        list_files([f"s3://{bucket}/sp/x.parquet"], ".")
+
+
 def test_an_object_whose_key_holds_brackets_is_read_by_its_key(s3_server, docs):
     """``[2024] part.jsonl``: a local path that exists is taken as it is, and so is such an
     object (only ``[[]2024]`` named it), even where the glob matches another key (it read
