@@ -344,8 +344,9 @@ def _claim(store: ObjectStore, lease_found: tuple[bytes, str], mine: Holder, log
     claimed = lease_found
     while not _create_own(store, name := claim_of(claimed), mine):
         found = store.etag(name)
-        if found is None or not _abandoned(store, lease_found, Holder.parse(found[0]), log):
-            raise _taken_just_now(store)
+        taker = Holder.parse(found[0]) if found is not None else None
+        if found is None or not _abandoned(store, lease_found, taker, log):
+            raise _taken_just_now(store, taker, name)
         claimed = found
 
 
@@ -387,9 +388,14 @@ def _renewed_elsewhere(store: ObjectStore, watched: Holder, now: Holder | None) 
     )
 
 
-def _taken_just_now(store: ObjectStore) -> TokshardError:
+def _taken_just_now(
+    store: ObjectStore, taker: Holder | None = None, claim: str | None = None
+) -> TokshardError:
+    """Refused for a takeover by another rerun; ``taker`` and its ``claim`` named where known (a
+    claim is taken over once its taker is dead, as a lease is)."""
+    who = f" ({taker.text()}, by its claim {store.where(claim)})" if taker is not None and claim else ""
     return TokshardError(
-        f"another `tokshard prepare` took over {store.url} just now; wait for it, then rerun"
+        f"another `tokshard prepare`{who} took over {store.url} just now; wait for it, then rerun"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -294,8 +295,10 @@ def test_a_claim_whose_taker_may_still_run_is_not_taken(store, where):
     else:
         taker = _record("taking", 0)
     dead = _claimed_by(store, taker)
-    refused = pytest.raises(
-        TokshardError, match=rf"another `tokshard prepare` took over {store.url} just now"
+    refused = pytest.raises(  # the claim's taker and the claim named: it blocks until its taker ends
+        TokshardError,
+        match=rf"another `tokshard prepare` \(pid \d+ on [^,]+, by its claim {re.escape(store.url)}/"
+        rf"\.tokshard/claims/\w+\.json\) took over {re.escape(store.url)} just now",
     )
     with refused, lease(store, "rerun", lambda m: None):
         pytest.fail("took a claimed lease")
