@@ -248,10 +248,13 @@ class ObjectStore(Place):
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[Any]:
-        """The object opened for reading; its failures (not the caller's) become one line."""
+        """The object opened to be read from start to end; its failures (not the caller's) become
+        one line. From a web server, one streamed answer (many serve no byte ranges); from a
+        store, ranges of 8 MiB, each checked (`open_object`)."""
         where = self.where(rel)
+        streamed = protocol(self.url) in ("http", "https")
         with errors(where):
-            f = open_object(self.fs, self.full(rel), where, block_size=1 << 23)
+            f = open_object(self.fs, self.full(rel), where, block_size=0 if streamed else 1 << 23)
         with f:
             yield _Reading(f, where)
 

@@ -83,9 +83,10 @@ def test_a_store_that_ignores_byte_ranges_is_one_line_for_each_read_of_part_of_a
     assert (tmp_path / "copy.bin").read_bytes() == data
 
 
-def test_a_download_from_a_web_server_without_byte_ranges_is_the_whole_file(tmp_path):
+def test_a_whole_read_from_a_web_server_without_byte_ranges_is_the_whole_file(tmp_path):
     """A manifest served by Python's own file server (no Range): a copy made of 8 MiB ranges
-    refused every shard larger than one, for verify, inspect and train alike."""
+    refused every shard larger than one, for verify, inspect and train alike (a download and
+    the data cache's read from start to end)."""
     import functools
     import http.server
     import threading
@@ -98,10 +99,14 @@ def test_a_download_from_a_web_server_without_byte_ranges_is_the_whole_file(tmp_
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        ObjectStore(f"http://127.0.0.1:{server.server_port}").download("s.bin", tmp_path / "copy.bin")
+        store = ObjectStore(f"http://127.0.0.1:{server.server_port}")
+        store.download("s.bin", tmp_path / "copy.bin")
+        with store.open_read("s.bin") as f:  # the data cache's read, for train and inspect
+            read = b"".join(iter(lambda: f.read(1 << 20), b""))
     finally:
         server.shutdown()
     assert (tmp_path / "copy.bin").read_bytes() == data
+    assert read == data
 
 
 def test_a_store_whose_answers_arrive_damaged_is_one_line_after_retries(s3_server):
