@@ -71,8 +71,15 @@ def location_problem(text: str) -> str | None:
             f"{text} is a chained fsspec URL; give the store's own URL ({last_link}): "
             "tokshard reads and writes stores itself, and train keeps shards in --data-cache"
         )
-    if _CHAINED.match(text) and text.split(":", 1)[0].lower() in CHAINING_PROTOCOLS:
-        return f"{text} is a chained fsspec URL; give the local path itself ({last_link})"
+    if (
+        _CHAINED.match(text)
+        and text.split(":", 1)[0].lower() in CHAINING_PROTOCOLS
+        and not os.path.lexists(text)  # a file or folder of that very name is itself
+    ):
+        return (
+            f"{text} is a chained fsspec URL; give the local path itself ({last_link}), or ./{text} for "
+            "a file of that name"
+        )
     if "::" in text and _URL.match(text):
         return (
             f"{text}: fsspec reads '::' in a URL as a chain of stores (simplecache::s3://...); give the "

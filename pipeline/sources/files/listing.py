@@ -238,7 +238,7 @@ class _LocalGlob:
                 if not self.descends:
                     raise DataError(_directory_matched(os.path.abspath(match), self.pattern))
                 parts = (os.path.join(top, name) for top, _, names in os.walk(match) for name in names)
-                if (left := part_left_out(parts, self._matched)) is not None:
+                if (left := part_left_out(parts, self._matched, match)) is not None:
                     raise DataError(
                         _part_left_out(os.path.abspath(match), os.path.abspath(left), self.pattern)
                     )
@@ -449,7 +449,10 @@ def _url_files(pattern: str) -> list[InputFile]:
         if info.get("type") == "directory":
             if not descends(path):
                 raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
-            if known_kind(name) is not None and (left := part_left_out(fs.find(name), matches)) is not None:
+            if (
+                known_kind(name) is not None
+                and (left := part_left_out(fs.find(name), matches, name)) is not None
+            ):
                 raise DataError(_part_left_out(fs.unstrip_protocol(name), fs.unstrip_protocol(left), pattern))
             continue
         if _folder_marker(name, info):
@@ -562,13 +565,18 @@ def _usual_ending(folder: str) -> str:
     return max(set(endings), key=endings.count) if endings else ".jsonl"
 
 
-def part_left_out(parts: Iterable[str], matched: Collection[str]) -> str | None:
-    """The first file of a folder named as a file (Spark's ``x.parquet/`` of parts) that looks
-    like an input and that a ``**`` glob reaching into the folder did not match (None: it
-    matched them all, or there are none): it would be left out without a word."""
+def part_left_out(parts: Iterable[str], matched: Collection[str], folder: str) -> str | None:
+    """The first file of ``folder``, named as a file (Spark's ``x.parquet/`` of parts), that
+    looks like an input and that a ``**`` glob reaching into it did not match (None: it matched
+    them all, or there are none): it would be left out without a word. What Hadoop and Spark
+    hide is no part: a name under ``folder`` beginning with ``_`` or ``.`` (``_SUCCESS``,
+    ``_temporary/``, ``.spark-staging-1/``), and a store's folder marker (a key ending in ``/``)."""
+    top = folder.rstrip("/" + os.sep)
     for part in sorted(parts):
-        name = part.rstrip("/").rpartition("/")[2].rpartition(os.sep)[2]
-        if known_kind(name) is not None and not name.startswith(("_", ".")) and part not in matched:
+        inside = part[len(top) :].replace(os.sep, "/").strip("/").split("/")
+        if part.endswith("/") or any(name.startswith(("_", ".")) for name in inside):
+            continue
+        if known_kind(inside[-1]) is not None and part not in matched:
             return part
     return None
 

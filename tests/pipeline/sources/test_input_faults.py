@@ -209,6 +209,10 @@ def test_a_deep_glob_reads_a_folder_named_as_a_file_whose_parts_it_all_names(fol
     (folder / "data" / "y.parquet").mkdir()
     pq.write_table(pa.table({"text": ["a part"]}), folder / "data" / "y.parquet" / "part-0.parquet")
     (folder / "data" / "y.parquet" / "_SUCCESS").write_bytes(b"")
+    (folder / "data" / "y.parquet" / ".spark-staging-1").mkdir()  # hidden, as '**' leaves it
+    pq.write_table(
+        pa.table({"text": ["staged"]}), folder / "data" / "y.parquet" / ".spark-staging-1" / "p.parquet"
+    )
     (folder / "data" / "empty.parquet").mkdir()
     found = [f.path for f in list_files(["data/**/*.parquet"], str(folder))]
     assert found == [os.path.realpath(folder / "data" / "y.parquet" / "part-0.parquet")]
@@ -275,6 +279,7 @@ def test_a_deep_glob_reads_a_prefix_named_as_a_file_whose_parts_it_all_names(s3_
         s3_server.client().put_object(
             Bucket=bucket, Key=key, Body=json.dumps({"text": docs[0]}).encode() + b"\n"
         )
+    s3_server.client().put_object(Bucket=bucket, Key="in/y.jsonl/", Body=b"")  # the console's folder marker
     found = [f.path for f in list_files([f"s3://{bucket}/in/y.jsonl/**/*.jsonl"], ".")]
     assert found == [f"s3://{bucket}/in/y.jsonl/part-0.jsonl"]
     found = [f.path for f in list_files([f"s3://{bucket}/in/**/*.jsonl"], ".")]

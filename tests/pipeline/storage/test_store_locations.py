@@ -144,3 +144,11 @@ def test_a_protocol_opened_with_options_is_one_line_naming_it():
         TokshardError, match=r"^cannot open reference://x: fsspec's reference:// is opened with options"
     ):
         ObjectStore("reference://x")
+
+
+def test_a_local_name_that_exists_is_itself_even_where_it_reads_as_a_chain(tmp_path, monkeypatch):
+    """A file named ``zip::x.jsonl`` was refused as a chain, advised to give ``x.jsonl``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "zip::x.jsonl").write_text("{}\n")
+    assert location_problem("zip::x.jsonl") is None
+    assert "or ./zip::y.jsonl for a file of that name" in location_problem("zip::y.jsonl")
