@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import http.server
 import importlib
@@ -846,14 +847,30 @@ class _GatedHub(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def gated_hub() -> Iterator[str]:
-    """An endpoint (for HF_ENDPOINT) that answers every request as the hub does for a gated repo."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GatedHub)
+def http_serving(handler: Any) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 answering with ``handler``, for the block: its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+        server.server_close()
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def web_folder(folder: Path) -> contextlib.AbstractContextManager[str]:
+    """``folder`` served by Python's own file server (no listing API, no byte ranges): its URL."""
+    return http_serving(functools.partial(_QuietFiles, directory=str(folder)))
+
+
+def gated_hub() -> contextlib.AbstractContextManager[str]:
+    """An endpoint (for HF_ENDPOINT) that answers every request as the hub does for a gated repo."""
+    return http_serving(_GatedHub)
 
 
 def unchecked_strings(values: list[bytes]):

@@ -24,6 +24,7 @@ from support import (
     moto_server,
     start_prepare,
     train_tokenizer_json,
+    web_folder,
     write_jsonl,
 )
 
@@ -66,19 +67,9 @@ def test_prepare_to_s3_gives_the_bytes_of_a_local_run_and_status_verify_inspect_
 @pytest.fixture
 def served(store_setup):
     """The local run's folder served by a plain web server (no listing API, no byte ranges)."""
-    import functools
-    import http.server
-    import threading
-
     _, ref = store_setup
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(ref.parent))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/{ref.name}"
-    finally:
-        server.shutdown()
+    with web_folder(ref.parent) as url:
+        yield f"{url}/{ref.name}"
 
 
 def test_a_manifest_served_over_http_is_verified_and_status_there_is_refused_in_one_line(served, tmp_path):

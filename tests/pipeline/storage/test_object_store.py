@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from faulty_store import faults_given, faulty_store
-from support import free_port
+from support import free_port, web_folder
 
 from pipeline.format.errors import TokshardError
 from pipeline.storage.object_store import ObjectStore
@@ -87,24 +87,14 @@ def test_a_whole_read_from_a_web_server_without_byte_ranges_is_the_whole_file(tm
     """A manifest served by Python's own file server (no Range): a copy made of 8 MiB ranges
     refused every shard larger than one, for verify, inspect and train alike (a download and
     the data cache's read from start to end)."""
-    import functools
-    import http.server
-    import threading
-
     data = os.urandom(20 << 20)  # more than two of its 8 MiB reads
     (tmp_path / "web").mkdir()
     (tmp_path / "web" / "s.bin").write_bytes(data)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "web"))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        store = ObjectStore(f"http://127.0.0.1:{server.server_port}")
+    with web_folder(tmp_path / "web") as url:
+        store = ObjectStore(url)
         store.download("s.bin", tmp_path / "copy.bin")
         with store.open_read("s.bin") as f:  # the data cache's read, for train and inspect
             read = b"".join(iter(lambda: f.read(1 << 20), b""))
-    finally:
-        server.shutdown()
     assert (tmp_path / "copy.bin").read_bytes() == data
     assert read == data
 
