@@ -530,18 +530,30 @@ def check_speaks_dask(address: str) -> None:
 
 @contextlib.contextmanager
 def environment_kept() -> Iterator[None]:
-    """This process's environment as it was before the block. Dask's nannies set their
-    pre-spawn variables (OMP_NUM_THREADS=1, PYTHONHASHSEED, ...) in the driver's own
-    environment before they spawn a worker, and every process the driver starts later would
-    inherit them: the demo's trainer ran on one thread after a prepare in the same process, on
-    the machine's default after a rerun that skipped it, and so computed otherwise."""
-    before = dict(os.environ)
+    """The variables Dask's nannies set in this process's own environment before they spawn a
+    worker (their pre-spawn settings: OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, PYTHONHASHSEED;
+    and Dask's parent-pid mark) as they were before the block: every process the driver
+    started later inherited them, so the demo's trainer ran on one thread after a prepare in
+    the same process, on the machine's default after a rerun that skipped it, and computed
+    otherwise. Only those names: the driver's other threads set variables of their own meanwhile
+    (the encoders' thread counts)."""
+    import dask
+    import distributed  # noqa: F401  (its defaults hold the nannies' settings)
+
+    names = {
+        *dask.config.get("distributed.nanny.pre-spawn-environ", {}),
+        "PYTHONHASHSEED",
+        "__DASK_PARENT_PID",
+    }
+    before = {name: os.environ.get(name) for name in names}
     try:
         yield
     finally:
-        for name in set(os.environ) - set(before):
-            del os.environ[name]
-        os.environ.update(before)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

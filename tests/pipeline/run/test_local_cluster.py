@@ -165,6 +165,22 @@ def test_local_workers_leave_the_drivers_environment_as_it_was(before, monkeypat
     assert _settle(before) == set()
 
 
+def test_only_dasks_own_variables_are_put_back_after_the_workers_start(monkeypatch):
+    """The driver's other threads set variables while the workers start (an encoder's thread
+    count, read once by its Rust pool): putting the whole environment back dropped them."""
+    import os
+
+    from pipeline.run.cluster import environment_kept
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    with environment_kept():
+        os.environ["OMP_NUM_THREADS"] = "1"  # as a nanny does
+        os.environ["RAYON_NUM_THREADS"] = "1"  # as the driver's check does, on its own thread
+    assert "OMP_NUM_THREADS" not in os.environ
+    assert os.environ["RAYON_NUM_THREADS"] == "1"
+
+
 def _encoders_built(dask_worker) -> int:
     from pipeline.encoding.spec import worker_encoder
 
