@@ -449,11 +449,13 @@ def _url_files(pattern: str) -> list[InputFile]:
         if info.get("type") == "directory":
             if not descends(path):
                 raise DataError(_directory_matched(fs.unstrip_protocol(name), pattern))
-            if (
-                known_kind(name) is not None
-                and (left := part_left_out(fs.find(name), matches, name)) is not None
-            ):
-                raise DataError(_part_left_out(fs.unstrip_protocol(name), fs.unstrip_protocol(left), pattern))
+            if known_kind(name) is not None:
+                with store_errors(pattern):  # a listing of its own: its failure is one line too
+                    parts = fs.find(name)
+                if (left := part_left_out(parts, matches, name)) is not None:
+                    raise DataError(
+                        _part_left_out(fs.unstrip_protocol(name), fs.unstrip_protocol(left), pattern)
+                    )
             continue
         if _folder_marker(name, info):
             continue
