@@ -5,4 +5,4 @@ Kept import-free so that `pipeline.format` loads on a GPU node with numpy, xxhas
 standard library alone (docs/ARCHITECTURE.md gives the import rule).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
