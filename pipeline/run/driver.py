@@ -132,6 +132,7 @@ def prepare(
                         f"cut since ({next(iter(damaged.values()))}); redoing them and writing the manifest again"
                     )
                 _redo_damaged(state, plan, checkpoints, log)
+                _restart_untraced(state, plan, checkpoints, log)
                 todo = [
                     p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)
                 ]
@@ -232,6 +233,20 @@ def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint
     for part in plan.partitions:
         if part.key in problems:
             log(f"partition {part.key}: {problems[part.key]}; redoing that partition")
+            state.forget_partition(part)
+            checkpoints[part.key] = None
+
+
+def _restart_untraced(
+    state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log
+) -> None:
+    """Redo from its start each partial partition an older tokshard began without provenance:
+    resumed, the documents it committed would be listed with no place although their source
+    names one, and its shards would differ from a clean run's; redone, they equal them."""
+    untraced = state.untraced_partials(plan, checkpoints)
+    for part in plan.partitions:
+        if part.key in untraced:
+            log(f"note: partition {part.key}: {untraced[part.key]}; redoing it from its start to record it")
             state.forget_partition(part)
             checkpoints[part.key] = None
 

@@ -9,7 +9,7 @@ import pytest
 from support import cli, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline import recipe
-from pipeline.format import manifest
+from pipeline.format import manifest, provenance
 from pipeline.format.errors import TokshardError
 from pipeline.run.driver import RunOptions, prepare
 from pipeline.run.folder_layout import run_lock
@@ -107,3 +107,52 @@ def test_a_rerun_that_finds_the_encoder_check_kept_writes_the_manifest_of_the_fi
     for doc in manifests:
         del doc["created"], doc["checksum"]
     assert manifests[0] == manifests[1]
+
+
+def as_an_older_tokshard_left_it(out) -> None:
+    """Make ``out`` what a tokshard that recorded no provenance left: no ``.origin`` sidecars
+    and no open shard's origin logs, checkpoints (and the manifest) whose shard records have no
+    ``origin_hash``/``origin_bytes`` and no ``routed`` count, as that version wrote them."""
+    for suffix in (provenance.SUFFIX, provenance.LOG_SUFFIX, provenance.INPUTS_SUFFIX):
+        for path in out.rglob(f"*{suffix}*"):
+            path.unlink()
+    for path in out.glob(".tokshard/parts/**/*.json"):
+        ck = json.loads(path.read_text())
+        ck.pop("routed", None)
+        for rec in ck["closed"]:
+            del rec["origin_hash"], rec["origin_bytes"]
+        path.write_text(json.dumps(ck))
+    if (out / manifest.MANIFEST_NAME).exists():
+        doc = json.loads((out / manifest.MANIFEST_NAME).read_text())
+        for shard in doc["shards"]:
+            del shard["origin_hash"], shard["origin_bytes"]
+        manifest.write(out, {k: v for k, v in doc.items() if k != "checksum"})
+
+
+def shard_files(out) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "d").rglob("*")) if p.is_file()}
+
+
+def test_a_partial_an_older_tokshard_committed_without_provenance_is_redone_to_equal_a_clean_run(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    data = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": d}) for d in docs[:60]]
+    lines[45] = '{"text": "broken'  # the old run stops there, its partial committed
+    data.write_text("\n".join(lines) + "\n")
+    one_partition = {"type": "files", "paths": [str(data)], "partition_bytes": 10_000_000}
+    made = {"tokenizer": str(tokenizer_path), "shard_tokens": 2000, "sources": {"d": one_partition}}
+    out = tmp_path / "out"
+    with pytest.raises(TokshardError, match="bad record"):
+        run_prepare(made, out, dask_client)
+    (ck,) = [json.loads(p.read_text()) for p in out.glob(".tokshard/parts/d/train/*.json")]
+    assert not ck["complete"] and ck["closed"] and ck["open"]["documents"]
+    as_an_older_tokshard_left_it(out)
+    said: list[str] = []
+    path = run_prepare({**made, "on_bad_record": "skip"}, out, dask_client, log=said.append)
+    clean = tmp_path / "clean"
+    run_prepare({**made, "on_bad_record": "skip"}, clean, dask_client)
+    assert shard_files(out) == shard_files(clean)  # .bin, .idx and .origin, byte for byte
+    assert all(s.origin_hash for s in manifest.load(path).shards)
+    (note,) = [m for m in said if "older tokshard" in m]
+    assert "recorded no provenance" in note and "redoing it from its start" in note
