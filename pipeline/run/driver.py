@@ -126,6 +126,7 @@ def prepare(
                         log(
                             f"{state.location} is already complete ({state.manifest_location}); nothing to do"
                         )
+                        _say_untraced([ck for ck in checkpoints.values() if ck is not None], log)
                         return state.manifest_location
                     log(
                         f"{state.location} is complete, but {len(damaged)} partitions' shards are missing or "
@@ -175,6 +176,7 @@ def prepare(
             doc = manifest_doc(recipe, plan, finished, decision)
             path = state.write_manifest(doc)
             log(f"wrote {path}")
+            _say_untraced(finished, log)
             return path
         except TokshardError as exc:
             if plan is None:
@@ -235,6 +237,19 @@ def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint
             log(f"partition {part.key}: {problems[part.key]}; redoing that partition")
             state.forget_partition(part)
             checkpoints[part.key] = None
+
+
+def _say_untraced(finished: list[Checkpoint], log: Log) -> None:
+    """A note on the finished shards that carry no provenance (an older tokshard wrote them, and
+    a rerun keeps them rather than encode them again): their documents cannot be traced."""
+    shards = [rec for ck in finished for rec in ck.closed]
+    untraced = sum(rec.origin_hash is None for rec in shards)
+    if untraced:
+        log(
+            f"note: {untraced:,} of the run's {counted(len(shards), 'shard')} carry no provenance (written by an older "
+            "tokshard, which recorded no places), so `tokshard samples --origin` cannot name where their "
+            "documents came from; to trace them, prepare into a new --out"
+        )
 
 
 def _restart_untraced(

@@ -156,3 +156,25 @@ def test_a_partial_an_older_tokshard_committed_without_provenance_is_redone_to_e
     assert all(s.origin_hash for s in manifest.load(path).shards)
     (note,) = [m for m in said if "older tokshard" in m]
     assert "recorded no provenance" in note and "redoing it from its start" in note
+
+
+def test_finished_shards_an_older_tokshard_wrote_are_kept_and_counted_as_without_provenance(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:60])
+    out = tmp_path / "out"
+    run_prepare(files_recipe(tokenizer_path, data), out, dask_client)
+    as_an_older_tokshard_left_it(out)
+    bins = sorted(out.glob("d/train/*.bin"))
+    assert len(bins) >= 3
+    bins[1].unlink()  # its partition is redone, with provenance; the others are kept
+    kept = {p: p.stat().st_mtime_ns for p in bins if p != bins[1]}
+    for _ in range(2):  # the rerun that finishes the run, and one that finds it complete
+        said: list[str] = []
+        path = run_prepare(files_recipe(tokenizer_path, data), out, dask_client, log=said.append)
+        assert all(p.stat().st_mtime_ns == t for p, t in kept.items()), "kept shards were encoded again"
+        shards = manifest.load(path).shards
+        assert sum(s.origin_hash is None for s in shards) == len(kept)
+        (note,) = [m for m in said if "no provenance" in m]
+        assert f"{len(kept)} of the run's {len(shards)} shards carry no provenance" in note
+        assert "older tokshard" in note and "new --out" in note
