@@ -95,12 +95,15 @@ class FolderState(RunState):
             return {key: p for (key, _), p in zip(kept, problems, strict=True) if p is not None}
 
     def untraced_partials(self, plan: Plan, checkpoints: dict[str, Checkpoint | None]) -> dict[str, str]:
+        """Each partial checkpoint's shards read as they are now: one that changed meanwhile is
+        being written by a live task (this tokshard's), whose rotation deleted the open shard's
+        logs the checkpoint read before named, so it is not counted."""
         found = {}
         for part in plan.partitions:
             ck = checkpoints[part.key]
             if ck is not None and not ck.complete:
                 why = untraced_work(self.out, part.stem, ck.closed, ck.open)
-                if why is not None:
+                if why is not None and self.load_checkpoint(part) == ck:
                     found[part.key] = why
         return found
 

@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from support import cli, plain_encode, run_prepare, stream_of, write_jsonl
+from support import as_an_older_tokshard_left_it, cli, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline import recipe
-from pipeline.format import manifest, provenance
+from pipeline.format import manifest
 from pipeline.format.errors import TokshardError
 from pipeline.run.driver import RunOptions, prepare
 from pipeline.run.folder_layout import run_lock
@@ -107,26 +107,6 @@ def test_a_rerun_that_finds_the_encoder_check_kept_writes_the_manifest_of_the_fi
     for doc in manifests:
         del doc["created"], doc["checksum"]
     assert manifests[0] == manifests[1]
-
-
-def as_an_older_tokshard_left_it(out) -> None:
-    """Make ``out`` what a tokshard that recorded no provenance left: no ``.origin`` sidecars
-    and no open shard's origin logs, checkpoints (and the manifest) whose shard records have no
-    ``origin_hash``/``origin_bytes`` and no ``routed`` count, as that version wrote them."""
-    for suffix in (provenance.SUFFIX, provenance.LOG_SUFFIX, provenance.INPUTS_SUFFIX):
-        for path in out.rglob(f"*{suffix}*"):
-            path.unlink()
-    for path in out.glob(".tokshard/parts/**/*.json"):
-        ck = json.loads(path.read_text())
-        ck.pop("routed", None)
-        for rec in ck["closed"]:
-            del rec["origin_hash"], rec["origin_bytes"]
-        path.write_text(json.dumps(ck))
-    if (out / manifest.MANIFEST_NAME).exists():
-        doc = json.loads((out / manifest.MANIFEST_NAME).read_text())
-        for shard in doc["shards"]:
-            del shard["origin_hash"], shard["origin_bytes"]
-        manifest.write(out, {k: v for k, v in doc.items() if k != "checksum"})
 
 
 def shard_files(out) -> dict[str, bytes]:
