@@ -142,6 +142,28 @@ def run_prepare(recipe_dict: dict, out: Path, client=None, where: str = "test", 
     return path
 
 
+def as_an_older_tokshard_left_it(out) -> None:
+    """Make ``out`` what a tokshard that recorded no provenance left: no ``.origin`` sidecars
+    and no open shard's origin logs, checkpoints (and the manifest) whose shard records have no
+    ``origin_hash``/``origin_bytes`` and no ``routed`` count, as that version wrote them."""
+    from pipeline.format import manifest, provenance
+
+    for suffix in (provenance.SUFFIX, provenance.LOG_SUFFIX, provenance.INPUTS_SUFFIX):
+        for path in out.rglob(f"*{suffix}*"):
+            path.unlink()
+    for path in out.glob(".tokshard/parts/**/*.json"):
+        ck = json.loads(path.read_text())
+        ck.pop("routed", None)
+        for rec in ck["closed"]:
+            del rec["origin_hash"], rec["origin_bytes"]
+        path.write_text(json.dumps(ck))
+    if (out / manifest.MANIFEST_NAME).exists():
+        doc = json.loads((out / manifest.MANIFEST_NAME).read_text())
+        for shard in doc["shards"]:
+            del shard["origin_hash"], shard["origin_bytes"]
+        manifest.write(out, {k: v for k, v in doc.items() if k != "checksum"})
+
+
 def cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None = None, cwd=None):
     """Run `tokshard ARGS` as a user would (a fresh process), returning CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}

@@ -29,6 +29,19 @@ def without_provenance(manifest: Manifest) -> DataError:
     )
 
 
+class UntracedShard(DataError):
+    """A document in a shard that carries no provenance, in a manifest whose other shards do (a
+    run an older tokshard began and this one finished): that document cannot be traced."""
+
+
+def untraced_shard(manifest: Manifest, rel_path: str) -> UntracedShard:
+    """The one line for a document of a shard written without a provenance sidecar."""
+    return UntracedShard(
+        f"{manifest.path}: shard {rel_path} was written by an older tokshard that recorded no places (it "
+        "has no .origin sidecar); to trace its documents, prepare the data again into a new folder"
+    )
+
+
 def hub_files(origin: dict[str, Any]):
     """For a hub source (its manifest origin names a repo and a revision): input -> the repo,
     the revision and the file inside the repo, whether the input was the hub or a mirror of it."""
@@ -46,12 +59,14 @@ def hub_files(origin: dict[str, Any]):
 
 
 class StreamOrigins:
-    """The origins of one (source, split) stream's documents, shard sidecars read on demand."""
+    """The origins of one (source, split) stream's documents, shard sidecars read on demand;
+    refused whole for a manifest none of whose shards has one, document by document for a
+    shard without one in a manifest whose others have theirs."""
 
     def __init__(self, manifest: Manifest, source: str, split: str) -> None:
         self.manifest = manifest
         self.shards = manifest.select(source, split)
-        if any(s.origin_hash is None for s in self.shards):
+        if all(s.origin_hash is None for s in manifest.shards):
             raise without_provenance(manifest)
         self.starts = np.cumsum([0, *(s.documents for s in self.shards)], dtype=np.int64).tolist()
         self._sidecars: dict[int, Origins] = {}
@@ -81,11 +96,14 @@ class StreamOrigins:
 
     def origin(self, doc: int) -> dict[str, Any]:
         """Document ``doc`` of the stream: its input and place (``line``, ``row`` or ``offset``),
-        and the shard holding it with the content hash the manifest records for that shard."""
+        and the shard holding it with the content hash the manifest records for that shard
+        (`UntracedShard`: that shard has no provenance)."""
         if not 0 <= doc < self.documents:
             raise IndexError(f"document {doc} of a stream of {self.documents}")
         i = bisect.bisect_right(self.starts, doc) - 1
         entry = self.shards[i]
+        if entry.origin_hash is None:
+            raise untraced_shard(self.manifest, entry.rel_path)
         name, unit, place = self._sidecar(i)[doc - self.starts[i]]
         found: dict[str, Any] = {"input": name, unit: place} if (name, unit) != UNKNOWN else {"input": None}
         if self.hub is not None and name:

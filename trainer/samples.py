@@ -29,7 +29,7 @@ from pipeline.storage.data_cache import view_cache, view_source
 from trainer import remote
 from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import Samples, check_shards_whole, sources_with_split
-from trainer.origins import StreamOrigins
+from trainer.origins import StreamOrigins, UntracedShard
 from trainer.packed import open_samples
 from trainer.run_folders import RUN_FILE, recorded_save
 from trainer.schedule import Schedule, window_sources
@@ -147,11 +147,23 @@ class RunData:
         for source in range(len(self.schedule.sources)):
             self.origins(source)
 
+    def _trace(self, rec: dict[str, Any], source: int) -> None:
+        """Each document of a sample with its origin; a sample touching a shard without
+        provenance gets, instead, ``untraced``: the one line that says so."""
+        origins = self.origins(source)
+        try:
+            found = [origins.origin(doc["id"]) for doc in rec["documents"]]
+        except UntracedShard as exc:
+            rec["untraced"] = str(exc)
+            return
+        for doc, where in zip(rec["documents"], found, strict=True):
+            doc["origin"] = where
+
     def records(
         self, step: int, layout: Layout | None = None, decode=None, origin: bool = False
     ) -> Iterator[dict[str, Any]]:
         """One dict per sample of optimizer step ``step``, in position order (``origin``: each
-        document with where it came from)."""
+        document with where it came from, or the sample's ``untraced`` line: see `_trace`)."""
         positions = self.step_positions(step)
         draws = self.schedule.draw(positions)
         first = int(positions[0])
@@ -174,9 +186,7 @@ class RunData:
                 "documents": [p.to_json() for p in dataset.pieces(src, window)],
             }
             if origin:
-                origins = self.origins(src)
-                for doc in rec["documents"]:
-                    doc["origin"] = origins.origin(doc["id"])
+                self._trace(rec, src)
             if layout is not None:
                 rec.update(rank_and_micro(pos - first, layout))
             if decode is not None:

@@ -31,7 +31,6 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -181,6 +180,30 @@ class OriginColumns:
         return cls([None] * documents, [0] * documents)
 
 
+def log_holds(bin_path: Path, documents: int) -> bool:
+    """Whether an open shard's logs hold an entry, and its input, for each of its ``documents``
+    committed documents: False for a shard begun by a tokshard that wrote no provenance, whose
+    documents cannot be resumed with their places."""
+    found = _committed_log(bin_path.with_suffix(LOG_SUFFIX), bin_path.with_suffix(INPUTS_SUFFIX), documents)
+    return found is not None
+
+
+def _committed_log(entries: Path, inputs: Path, documents: int) -> tuple[np.ndarray, list[bytes]] | None:
+    """The first ``documents`` entries of an open shard's log, as (input number, place) pairs,
+    and the lines of the inputs they use (None: the logs are missing or hold fewer)."""
+    if not documents:
+        return np.zeros((0, 2), np.int64), []
+    try:
+        pairs = np.frombuffer(entries.read_bytes()[: 16 * documents], "<i8").reshape(-1, 2)
+        lines = inputs.read_bytes().split(b"\n")
+    except (FileNotFoundError, ValueError):
+        return None
+    used = int(pairs[:, 0].max()) + 1 if len(pairs) else 0
+    if len(pairs) != documents or len(lines) <= used:
+        return None
+    return pairs, lines[:used]
+
+
 class OriginLog:
     """The open shard's entries, appended as documents are; `commit` makes them durable.
 
@@ -211,29 +234,21 @@ class OriginLog:
 
     def _reload(self, documents: int) -> None:
         """Read back the committed entries; what a crash left past them is cut. A log that is
-        missing or short (a run begun by a tokshard without provenance) is rewritten with unknown
-        places, so its shard still has one entry per document."""
-        try:
-            pairs = np.frombuffer(self.entries_path.read_bytes()[: 16 * documents], "<i8").reshape(-1, 2)
-            lines = self.inputs_path.read_bytes().split(b"\n")
-        except (FileNotFoundError, ValueError):
-            pairs, lines = np.zeros((0, 2), np.int64), []
-        used = int(pairs[:, 0].max()) + 1 if len(pairs) else 0
-        complete = len(pairs) == documents and len(lines) > used
-        if complete:
-            for line in lines[:used]:
-                self._number(Input(*json.loads(line)))
-            self.input_of.frombytes(np.ascontiguousarray(pairs[:, 0]).tobytes())
-            self.place.frombytes(np.ascontiguousarray(pairs[:, 1]).tobytes())
-            self._entries_written, self._inputs_written = documents, used
-            self._inputs_bytes = sum(len(line) + 1 for line in lines[:used])
-            return
-        known = [self.origin(d) for d in range(len(self.place))]  # nothing kept: all rewritten
-        self.inputs, self._numbers, self.input_of, self.place = [], {}, array("q"), array("q")
-        self.add_origins(known + [UNKNOWN_ORIGIN] * (documents - len(known)))
-
-    def origin(self, doc: int) -> Origin:
-        return Origin(*self.inputs[self.input_of[doc]], self.place[doc])
+        missing or short (a shard begun by a tokshard that wrote no provenance, or a log deleted
+        since) is refused: its documents' places are lost, and unknown ones would be a lie."""
+        found = _committed_log(self.entries_path, self.inputs_path, documents)
+        if found is None:
+            raise ProvenanceError(
+                f"{self.entries_path}: the provenance log of the open shard holds fewer than its "
+                f"{documents} committed documents (begun by a tokshard that recorded no provenance?)"
+            )
+        pairs, lines = found
+        for line in lines:
+            self._number(Input(*json.loads(line)))
+        self.input_of.frombytes(np.ascontiguousarray(pairs[:, 0]).tobytes())
+        self.place.frombytes(np.ascontiguousarray(pairs[:, 1]).tobytes())
+        self._entries_written, self._inputs_written = documents, len(lines)
+        self._inputs_bytes = sum(len(line) + 1 for line in lines)
 
     def add(self, columns: OriginColumns) -> None:
         """One entry per document of ``columns``, taken run by run of one input (a reader's
@@ -241,11 +256,6 @@ class OriginLog:
         for key, run in itertools.groupby(columns.inputs):
             self.input_of.extend(array("q", [self._number(key or UNKNOWN_INPUT)]) * len(list(run)))
         self.place.extend(columns.places)
-
-    def add_origins(self, origins: Iterable[Origin]) -> None:
-        for name, unit, at in origins:
-            self.input_of.append(self._number(Input(name, unit)))
-            self.place.append(at)
 
     def _number(self, key: Input) -> int:
         """The input's number in this shard (the next one at its first use)."""

@@ -30,7 +30,14 @@ import numpy as np
 from pipeline.format.atomic import TMP_SUFFIX, disk_error, fsync_dir, write_durable
 from pipeline.format.content_hash import READ_CHUNK, bytes_hash, file_hash, new_hasher, recorded
 from pipeline.format.errors import TokshardError
-from pipeline.format.provenance import INPUTS_SUFFIX, LOG_SUFFIX, OriginColumns, OriginLog
+from pipeline.format.provenance import (
+    INPUTS_SUFFIX,
+    LOG_SUFFIX,
+    OriginColumns,
+    OriginLog,
+    ProvenanceError,
+    log_holds,
+)
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.provenance import encode as encode_origins
 from pipeline.format.shard_reader import index_bytes, index_size, token_dtype
@@ -95,7 +102,14 @@ class ShardWriter:
         self._bin = self._open_at(self._tmp(".bin"), committed.tokens * self.dtype.itemsize)
         self._lens = self._open_at(self._tmp(".lens"), committed.documents * 4)
         self._lens_written = committed.documents
-        self._origins = OriginLog(self.bin_path, committed.documents)
+        try:
+            self._origins = OriginLog(self.bin_path, committed.documents)
+        except ProvenanceError as exc:
+            self._bin.close()
+            self._lens.close()
+            raise TokshardError(
+                f"{exc}; delete the partition's checkpoint under OUT/.tokshard/parts to redo that partition"
+            ) from None
         if committed.tokens:
             self._rehash_prefix(committed.tokens * self.dtype.itemsize)
         if committed.documents:
@@ -325,6 +339,32 @@ def kept_problem(out_dir: Path, closed: list[ShardRecord], hashes: bool = True) 
     return None
 
 
+def shard_rel(stem: str, seq: int) -> str:
+    """The path of a partition's ``seq``-th shard (``stem``: the partition's)."""
+    return f"{stem}-{seq:04d}.bin"
+
+
+def untraced_work(
+    out_dir: Path, stem: str, closed: list[ShardRecord], open_shard: OpenShard | None
+) -> str | None:
+    """What of a partition's committed work carries no provenance (None: all of it does), as
+    text: an older tokshard, which recorded no places, began it. Resumed, its documents would
+    be listed with no place although their source names one, so the partition is redone."""
+    untraced = sum(rec.origin_hash is None for rec in closed)
+    documents = 0
+    if open_shard is not None and not log_holds(
+        out_dir / shard_rel(stem, open_shard.seq), open_shard.documents
+    ):
+        documents = open_shard.documents
+    if not untraced and not documents:
+        return None
+    held = [f"{untraced} finished shard{'s' * (untraced != 1)}"] if untraced else []
+    held += [f"{documents} document{'s' * (documents != 1)} of its open shard"] if documents else []
+    return (
+        f"its committed work ({', '.join(held)}) was written by an older tokshard that recorded no provenance"
+    )
+
+
 class ShardSequence:
     """A partition's shards, rotated at ``shard_tokens``; a document never spans two shards.
 
@@ -355,7 +395,7 @@ class ShardSequence:
         self.current = ShardWriter(out_dir, self.shard_path(committed.seq), dtype, committed)
 
     def shard_path(self, seq: int) -> str:
-        return f"{self.stem}-{seq:04d}.bin"
+        return shard_rel(self.stem, seq)
 
     def _remove_beyond(self, seq: int) -> None:
         """Delete files the checkpoint does not know: later shards, and all of the open one

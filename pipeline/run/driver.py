@@ -126,12 +126,14 @@ def prepare(
                         log(
                             f"{state.location} is already complete ({state.manifest_location}); nothing to do"
                         )
+                        _say_untraced([ck for ck in checkpoints.values() if ck is not None], log)
                         return state.manifest_location
                     log(
                         f"{state.location} is complete, but {len(damaged)} partitions' shards are missing or "
                         f"cut since ({next(iter(damaged.values()))}); redoing them and writing the manifest again"
                     )
                 _redo_damaged(state, plan, checkpoints, log)
+                _restart_untraced(state, plan, checkpoints, log)
                 todo = [
                     p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)
                 ]
@@ -174,6 +176,7 @@ def prepare(
             doc = manifest_doc(recipe, plan, finished, decision)
             path = state.write_manifest(doc)
             log(f"wrote {path}")
+            _say_untraced(finished, log)
             return path
         except TokshardError as exc:
             if plan is None:
@@ -232,6 +235,33 @@ def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint
     for part in plan.partitions:
         if part.key in problems:
             log(f"partition {part.key}: {problems[part.key]}; redoing that partition")
+            state.forget_partition(part)
+            checkpoints[part.key] = None
+
+
+def _say_untraced(finished: list[Checkpoint], log: Log) -> None:
+    """A note on the finished shards that carry no provenance (an older tokshard wrote them, and
+    a rerun keeps them rather than encode them again): their documents cannot be traced."""
+    shards = [rec for ck in finished for rec in ck.closed]
+    untraced = sum(rec.origin_hash is None for rec in shards)
+    if untraced:
+        log(
+            f"note: {untraced:,} of the run's {counted(len(shards), 'shard')} carry no provenance (written by an older "
+            "tokshard, which recorded no places), so `tokshard samples --origin` cannot name where their "
+            "documents came from; to trace them, prepare into a new --out"
+        )
+
+
+def _restart_untraced(
+    state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log
+) -> None:
+    """Redo from its start each partial partition an older tokshard began without provenance:
+    resumed, the documents it committed would be listed with no place although their source
+    names one, and its shards would differ from a clean run's; redone, they equal them."""
+    untraced = state.untraced_partials(plan, checkpoints)
+    for part in plan.partitions:
+        if part.key in untraced:
+            log(f"note: partition {part.key}: {untraced[part.key]}; redoing it from its start to record it")
             state.forget_partition(part)
             checkpoints[part.key] = None
 

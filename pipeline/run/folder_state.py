@@ -16,7 +16,7 @@ from pipeline.encoding import tokenizer
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import disk_error
 from pipeline.format.errors import TokshardError
-from pipeline.format.shard_writer import kept_problem
+from pipeline.format.shard_writer import kept_problem, untraced_work
 from pipeline.run import folder_layout
 from pipeline.run.records import Checkpoint, Holder, Plan
 from pipeline.run.run_state import OWN_MARKER, HeldRun, Log, RunState
@@ -93,6 +93,19 @@ class FolderState(RunState):
         with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:
             problems = pool.map(lambda item: kept_problem(self.out, item[1].closed, hashes), kept)
             return {key: p for (key, _), p in zip(kept, problems, strict=True) if p is not None}
+
+    def untraced_partials(self, plan: Plan, checkpoints: dict[str, Checkpoint | None]) -> dict[str, str]:
+        """Each partial checkpoint's shards read as they are now: one that changed meanwhile is
+        being written by a live task (this tokshard's), whose rotation deleted the open shard's
+        logs the checkpoint read before named, so it is not counted."""
+        found = {}
+        for part in plan.partitions:
+            ck = checkpoints[part.key]
+            if ck is not None and not ck.complete:
+                why = untraced_work(self.out, part.stem, ck.closed, ck.open)
+                if why is not None and self.load_checkpoint(part) == ck:
+                    found[part.key] = why
+        return found
 
     def forget_partition(self, part: Partition) -> None:
         folder_layout.forget_partition(self.out, part)

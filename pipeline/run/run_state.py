@@ -161,6 +161,12 @@ class RunState(ABC):
         """Partition key -> what is wrong with a shard its checkpoint keeps (missing, another
         size, with ``hashes`` other content), for every partition where something is."""
 
+    def untraced_partials(self, plan: Plan, checkpoints: dict[str, Checkpoint | None]) -> dict[str, str]:
+        """Partition key -> why, for each partial partition whose committed work carries no
+        provenance (begun by an older tokshard): resumed, its documents would have no places,
+        so the run redoes it whole. None here: only a state that `resumes_partials` has any."""
+        return {}
+
     @abstractmethod
     def forget_partition(self, part: Partition) -> None:
         """Delete a partition's checkpoint and shards, so that the run redoes it whole."""

@@ -54,6 +54,7 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
     lost_tokenizer = state.tokenizer_problem(
         plan.tokenizer["sha256"], hashes=holder is None and not has_manifest
     )
+    untraced = state.untraced_partials(plan, checkpoints)
     now = time.time()
     damaged: list[str] = []
     rows: dict[str, dict[str, Any]] = {}
@@ -110,7 +111,15 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
         "damaged": damaged,
         "tokenizer": lost_tokenizer,
         "rerun": _refused_for_inputs(plan)
-        or _rerun(rows, running, has_manifest, damaged, state.resumes_partials, lost_tokenizer),
+        or _rerun(
+            rows,
+            running,
+            has_manifest,
+            damaged,
+            state.resumes_partials,
+            lost_tokenizer,
+            sum(key not in problems for key in untraced),
+        ),
     }
 
 
@@ -152,7 +161,10 @@ def _rerun(
     damaged: list[str],
     resumes_partials: bool = True,
     lost_tokenizer: str | None = None,
+    untraced: int = 0,
 ) -> str:
+    """What a rerun does (``untraced``: partial partitions an older tokshard began without
+    provenance, which it redoes from their start: `RunState.untraced_partials`)."""
     partial = sum(r["partial"] for r in rows.values())
     pending = sum(r["pending"] for r in rows.values()) - len(damaged)
     restore = (
@@ -175,9 +187,13 @@ def _rerun(
             steps.append(
                 f"redo {len(damaged)} partitions whose shards do not match their checkpoints ({damaged[0]})"
             )
-        if partial and resumes_partials:
-            steps.append(f"resume {partial} partial partitions from their last commit points")
-        elif partial:
+        if untraced and resumes_partials:
+            steps.append(
+                f"redo {untraced} partial partitions an older tokshard began without provenance from their start"
+            )
+        if partial - untraced and resumes_partials:
+            steps.append(f"resume {partial - untraced} partial partitions from their last commit points")
+        elif partial and not resumes_partials:
             steps.append(f"redo {partial} partitions that were being written (a store keeps whole ones)")
         if pending:
             steps.append(f"start {pending} pending partitions")

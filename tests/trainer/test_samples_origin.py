@@ -217,3 +217,43 @@ def test_data_prepared_without_provenance_says_so_in_one_line(traced, tmp_path):
     assert "prepared without provenance" in line and "prepare it again" in line
     plain = cli("samples", str(traced["save"]), "--steps", "1", "--manifest", str(old))
     assert plain.returncode == 0, plain.stderr
+
+
+def test_a_run_finished_over_an_older_tokshards_shards_refuses_only_the_samples_in_those(traced, tmp_path):
+    """Every other shard as an older tokshard wrote it (no sidecar, none in the manifest), the
+    others as this one does: as a run an older version began and this one finished leaves it."""
+    mixed = tmp_path / "mixed"
+    shutil.copytree(traced["data"], mixed)
+    path = mixed / manifest_mod.MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    untraced = set()
+    for shard in doc["shards"][::2]:
+        del shard["origin_hash"], shard["origin_bytes"]
+        (mixed / shard["path"]).with_suffix(".origin").unlink()
+        untraced.add(shard["path"])
+    manifest_mod.write(mixed, {k: v for k, v in doc.items() if k != "checksum"})
+    proc = cli(
+        "samples",
+        str(traced["save"]),
+        "--steps",
+        SHOWN,
+        "--origin",
+        "--decode",
+        "--json",
+        "--manifest",
+        str(mixed),
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    touches = [any(d["origin"]["shard"] in untraced for d in r["documents"]) for r in traced["records"]]
+    assert any(touches) and not all(touches)
+    shown = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert shown == [r for r, t in zip(traced["records"], touches, strict=True) if not t]
+    refused = [line for line in proc.stderr.splitlines() if "older tokshard" in line]
+    assert len(refused) == sum(touches)
+    for line, rec in zip(
+        refused, [r for r, t in zip(traced["records"], touches, strict=True) if t], strict=True
+    ):
+        assert f"step {rec['step']} position {rec['position']}:" in line
+        named = line.split(" shard ", 1)[1].split(" ", 1)[0]
+        assert named in untraced and any(d["origin"]["shard"] == named for d in rec["documents"])
+        assert "recorded no places" in line and "new folder" in line

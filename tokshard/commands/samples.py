@@ -160,13 +160,21 @@ def run(args: argparse.Namespace) -> int:
     first, last = args.steps
     if last > recorded.trained_to:
         print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
+    untraced = 0
     for step in range(first, last + 1):
         if reader_left():  # `| head` has what it wanted: nothing more to find for it
             break
         layout = layout_for(args, recorded.state.step_start(step)[1])
         for rec in recorded.records(step, layout, decode, args.origin):
+            if "untraced" in rec:  # refused alone: the other samples are traced as usual
+                untraced += 1
+                print(
+                    f"tokshard: samples: step {step} position {rec['position']}: {rec['untraced']}",
+                    file=sys.stderr,
+                )
+                continue
             print(json.dumps(rec) if args.json else describe(rec))
-    return 0
+    return DataError.exit_code if untraced else 0
 
 
 COMMAND = Command(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.format import provenance
+from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import Input, Origin, OriginColumns, sidecar_path
 from pipeline.format.shard_reader import read_index
 from pipeline.format.shard_writer import ShardSequence
@@ -122,19 +124,18 @@ def test_damage_is_named_not_misread(tmp_path):
         raise AssertionError("a truncated sidecar was read")
 
 
-def test_a_run_begun_without_provenance_resumes_with_unknown_places_for_what_it_wrote(tmp_path):
+def test_an_open_shard_begun_without_provenance_is_refused_not_given_unknown_places(tmp_path):
     seq = ShardSequence(tmp_path, "p", "uint16", 1000)
     seq.add(*docs(1, 4))
     committed = seq.commit()
     seq.current.abandon()
     for log in (provenance.LOG_SUFFIX, provenance.INPUTS_SUFFIX):  # an older tokshard wrote none
         (tmp_path / f"p-0000{log}").unlink()
-    again = ShardSequence(tmp_path, "p", "uint16", 1000, open_shard=committed)
-    tokens, lengths, places = docs(4, 6)
-    again.add(tokens, lengths, places)
-    (rec,) = again.finish()
-    side = provenance.read(sidecar_path(tmp_path / rec.path))
-    assert [side[d] for d in range(len(side))] == [provenance.UNKNOWN_ORIGIN] * 3 + as_origins(places)
+    with pytest.raises(TokshardError) as refused:
+        ShardSequence(tmp_path, "p", "uint16", 1000, open_shard=committed)
+    line = str(refused.value)
+    assert "p-0000.orig.tmp" in line and "no provenance" in line and "OUT/.tokshard/parts" in line
+    assert "\n" not in line
 
 
 @settings(max_examples=60, deadline=None)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from support import cli, plain_encode, run_prepare, stream_of, write_jsonl
+from support import as_an_older_tokshard_left_it, cli, plain_encode, run_prepare, stream_of, write_jsonl
 
 from pipeline import recipe
 from pipeline.format import manifest
@@ -107,3 +107,54 @@ def test_a_rerun_that_finds_the_encoder_check_kept_writes_the_manifest_of_the_fi
     for doc in manifests:
         del doc["created"], doc["checksum"]
     assert manifests[0] == manifests[1]
+
+
+def shard_files(out) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "d").rglob("*")) if p.is_file()}
+
+
+def test_a_partial_an_older_tokshard_committed_without_provenance_is_redone_to_equal_a_clean_run(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    data = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": d}) for d in docs[:60]]
+    lines[45] = '{"text": "broken'  # the old run stops there, its partial committed
+    data.write_text("\n".join(lines) + "\n")
+    one_partition = {"type": "files", "paths": [str(data)], "partition_bytes": 10_000_000}
+    made = {"tokenizer": str(tokenizer_path), "shard_tokens": 2000, "sources": {"d": one_partition}}
+    out = tmp_path / "out"
+    with pytest.raises(TokshardError, match="bad record"):
+        run_prepare(made, out, dask_client)
+    (ck,) = [json.loads(p.read_text()) for p in out.glob(".tokshard/parts/d/train/*.json")]
+    assert not ck["complete"] and ck["closed"] and ck["open"]["documents"]
+    as_an_older_tokshard_left_it(out)
+    said: list[str] = []
+    path = run_prepare({**made, "on_bad_record": "skip"}, out, dask_client, log=said.append)
+    clean = tmp_path / "clean"
+    run_prepare({**made, "on_bad_record": "skip"}, clean, dask_client)
+    assert shard_files(out) == shard_files(clean)  # .bin, .idx and .origin, byte for byte
+    assert all(s.origin_hash for s in manifest.load(path).shards)
+    (note,) = [m for m in said if "older tokshard" in m]
+    assert "recorded no provenance" in note and "redoing it from its start" in note
+
+
+def test_finished_shards_an_older_tokshard_wrote_are_kept_and_counted_as_without_provenance(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:60])
+    out = tmp_path / "out"
+    run_prepare(files_recipe(tokenizer_path, data), out, dask_client)
+    as_an_older_tokshard_left_it(out)
+    bins = sorted(out.glob("d/train/*.bin"))
+    assert len(bins) >= 3
+    bins[1].unlink()  # its partition is redone, with provenance; the others are kept
+    kept = {p: p.stat().st_mtime_ns for p in bins if p != bins[1]}
+    for _ in range(2):  # the rerun that finishes the run, and one that finds it complete
+        said: list[str] = []
+        path = run_prepare(files_recipe(tokenizer_path, data), out, dask_client, log=said.append)
+        assert all(p.stat().st_mtime_ns == t for p, t in kept.items()), "kept shards were encoded again"
+        shards = manifest.load(path).shards
+        assert sum(s.origin_hash is None for s in shards) == len(kept)
+        (note,) = [m for m in said if "no provenance" in m]
+        assert f"{len(kept)} of the run's {len(shards)} shards carry no provenance" in note
+        assert "older tokshard" in note and "new --out" in note

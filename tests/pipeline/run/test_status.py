@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import cli, corpus, files_recipe, start_prepare
+from support import as_an_older_tokshard_left_it, cli, corpus, files_recipe, start_prepare
 
 from pipeline import recipe
 from pipeline.format.errors import TokshardError
@@ -53,6 +53,20 @@ def test_status_counts_partitions_and_says_what_a_rerun_does(interrupted):
     text = cli("status", str(interrupted), check=True).stdout
     assert f"d/train: {row['done']} done, 1 partial, {row['pending']} pending partitions; " in text
     assert f"{row['tokens']:,} tokens" in text and "running: no" in text
+
+
+def test_status_says_a_rerun_redoes_a_partial_an_older_tokshard_began_without_provenance(
+    interrupted, tmp_path
+):
+    old = tmp_path / "old"
+    shutil.copytree(interrupted, old)
+    as_an_older_tokshard_left_it(old)
+    s = json.loads(cli("status", str(old), "--json", check=True).stdout)
+    assert s["splits"]["d/train"]["partial"] == 1
+    assert s["rerun"].startswith(
+        "redo 1 partial partitions an older tokshard began without provenance from their start"
+    )
+    assert "resume" not in s["rerun"]
 
 
 def test_status_of_an_unfinished_runs_manifest_path_reads_its_folder(interrupted):
