@@ -451,6 +451,7 @@ def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | Non
         _submit_and_wait(options.client, sub, options, log)
         return
     own = options.scheduler is None and options.batch is None  # local workers, closed with it
+    connected = False
     try:
         with connect(
             workers=options.workers,
@@ -462,9 +463,12 @@ def _run(sub: Submission, options: RunOptions, log: Log, early: EarlyStart | Non
             batch=options.batch,
             early=early,
         ) as client:
+            connected = True
             _submit_and_wait(client, sub, options, log)
     finally:
-        sub.settled = sub.settled or own
+        # no workers to be had (a job the batch system refused, a scheduler out of reach): no
+        # task was submitted, so none can write, and a fresh run may take its state back
+        sub.settled = sub.settled or own or not connected
 
 
 def in_flight(client, options: RunOptions, nthreads: dict | None = None) -> int:

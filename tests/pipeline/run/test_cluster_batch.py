@@ -105,6 +105,32 @@ def test_a_job_the_batch_system_refuses_is_one_line_quoting_it(tmp_path, docs, t
     )
 
 
+@pytest.mark.parametrize(("system", "submit"), [("slurm", "sbatch"), ("pbs", "qsub")])
+@pytest.mark.parametrize("existing", [False, True], ids=["new-out", "empty-out"])
+def test_a_refused_job_leaves_the_out_folder_as_it_was(
+    tmp_path, docs, tokenizer_path, system, submit, existing
+):
+    """The refusal came after the plan and the tokenizer were written: a new --out was left
+    holding a half-made run (that `status` counted as pending), an empty one its files."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / submit).write_text("#!/bin/sh\necho 'error: Invalid account' >&2\nexit 1\n")
+    (fake / submit).chmod(0o755)
+    data = tmp_path / "in.txt"
+    data.write_text(docs[0])
+    out = tmp_path / "o"
+    if existing:
+        out.mkdir()
+    proc = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out),
+        "--cluster", system, "--cores", "2", "--memory", "4GB",
+        env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{submit} refused the job (error: Invalid account)" in one_error_line(proc)
+    assert (sorted(out.iterdir()) == []) if existing else not out.exists()
+
+
 def test_jobs_the_batch_system_takes_are_submitted_before_the_run_goes_on(tmp_path, monkeypatch):
     from pipeline.run.cluster import BatchJobs, batch_cluster, submit_jobs
 
