@@ -458,15 +458,7 @@ def _join(scheduler: str):
     """A client of a running scheduler (``tcp://HOST:PORT`` or a scheduler file)."""
     from distributed import Client
 
-    if "://" not in scheduler:
-        scheduler = os.path.expanduser(scheduler)  # quoted, or --scheduler=~/...: not the shell's
-    looks_like_a_file = "://" not in scheduler and (scheduler.endswith(".json") or os.sep in scheduler)
-    if looks_like_a_file and not os.path.isfile(scheduler):
-        raise TokshardError(
-            f"--scheduler {scheduler}: no scheduler file there; give the file that "
-            "`dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
-        )
-    address = scheduler_file_address(scheduler) if os.path.isfile(scheduler) else scheduler
+    address = scheduler_address(scheduler)
     check_speaks_dask(address)
     try:
         return Client(address, timeout="15s")
@@ -480,6 +472,23 @@ def _join(scheduler: str):
             f"--scheduler {address}: {exc}; set distributed.comm.tls.* in your Dask config for a "
             "tls:// scheduler, or give its tcp:// address"
         ) from exc
+
+
+def scheduler_address(scheduler: str) -> str:
+    """The address --scheduler names (itself, or the one in the scheduler file it names),
+    checked without connecting (`check_scheduler_address`): cheap enough to call before a run
+    makes anything, so that a mistyped address leaves no --out behind."""
+    if "://" not in scheduler:
+        scheduler = os.path.expanduser(scheduler)  # quoted, or --scheduler=~/...: not the shell's
+    looks_like_a_file = "://" not in scheduler and (scheduler.endswith(".json") or os.sep in scheduler)
+    if looks_like_a_file and not os.path.isfile(scheduler):
+        raise TokshardError(
+            f"--scheduler {scheduler}: no scheduler file there; give the file that "
+            "`dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
+        )
+    address = scheduler_file_address(scheduler) if os.path.isfile(scheduler) else scheduler
+    check_scheduler_address(address)
+    return address
 
 
 def scheduler_file_address(path: str) -> str:
@@ -500,6 +509,53 @@ def scheduler_file_address(path: str) -> str:
             "file that `dask scheduler --scheduler-file FILE` writes, or tcp://HOST:PORT"
         )
     return address
+
+
+#: the protocols a client reaches a scheduler by (Dask's ``inproc`` is within one process,
+#: its ``ucx`` needs UCX-Py, which tokshard does not install)
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+def split_address(address: str) -> tuple[str, str, str]:
+    """(scheme, host, port) of ``[SCHEME://]HOST:PORT`` (an IPv6 host in brackets); a missing
+    scheme is Dask's default, tcp, and a missing port is ''."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if rest.startswith("["):
+        host, _, after = rest[1:].partition("]")
+        return scheme, host, after.removeprefix(":")
+    host, colon, port = rest.rpartition(":")
+    return (scheme, host, port) if colon else (scheme, rest, "")
+
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse, before any connection, an address Dask would take 15 s to time out on or answer
+    with advice for another problem: an unsupported protocol (ucx:// said "Can't instantiate
+    abstract class" and to set TLS settings), a port outside 1-65535, a host that does not
+    resolve."""
+    scheme, host, port = split_address(address)
+    if scheme not in SCHEDULER_SCHEMES:
+        raise TokshardError(
+            f"--scheduler {address}: {scheme}:// is not supported; give a tcp://HOST:PORT address (or "
+            f"{', '.join(f'{s}://' for s in SCHEDULER_SCHEMES[1:])}), or the scheduler's file"
+        )
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        said = f"port {port!r} is not a port number (1-65535)" if port else "no port given"
+        shown = f"[{host}]" if ":" in host else host or "HOST"
+        raise TokshardError(
+            f"--scheduler {address}: {said}; give the scheduler's HOST:PORT ({scheme}://{shown}:8786 by default)"
+        )
+    if not host:
+        return  # ":8786": this machine, as Dask reads it
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TokshardError(
+            f"--scheduler {address}: host {host} does not resolve ({reason}); check the scheduler's host "
+            "name, or give its IP address"
+        ) from None
 
 
 def check_speaks_dask(address: str) -> None:

@@ -31,7 +31,7 @@ from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
-from pipeline.run.cluster import ClusterLost, EarlyStart, connect, scheduler_lost
+from pipeline.run.cluster import ClusterLost, EarlyStart, connect, scheduler_address, scheduler_lost
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, stderr_log
 from pipeline.run.records import Checkpoint, Plan
@@ -85,6 +85,8 @@ def prepare(
     src, tok = check_cache.resolve_tokenizer(
         settings.tokenizer, settings.eos_token, settings.dtype, settings.bos_token
     )
+    if options.scheduler is not None:  # a mistyped address too, without waiting on a connection
+        scheduler_address(options.scheduler)
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]

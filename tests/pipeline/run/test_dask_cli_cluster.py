@@ -252,6 +252,30 @@ def test_a_tls_scheduler_without_tls_settings_is_one_line():
         _join("tls://127.0.0.1:1")
 
 
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [
+        ("ucx://127.0.0.1:8811", "ucx:// is not supported; give a tcp://HOST:PORT address (or tls://, ws://, wss://)"),
+        ("tcp://127.0.0.1:99999", "port '99999' is not a port number (1-65535)"),
+        ("tcp://127.0.0.1", "no port given; give the scheduler's HOST:PORT (tcp://127.0.0.1:8786 by default)"),
+        ("tcp://nosuchhost.invalid:8786", "host nosuchhost.invalid does not resolve ("),
+    ],
+)  # fmt: skip
+def test_a_scheduler_address_that_cannot_work_is_one_line_at_once(
+    tmp_path, tokenizer_path, docs, address, said
+):
+    """ucx:// was refused with advice on TLS settings, a port out of range and a host that does
+    not resolve after a 15 s wait as "Timed out trying to connect"."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    started = time.monotonic()
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", "out",
+               "--scheduler", address, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2
+    assert f"--scheduler {address}: {said}" in one_error_line(proc)
+    assert time.monotonic() - started < 12  # the CLI's start included, on a busy machine
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_scheduler_killed_mid_run_is_one_line_and_the_rerun_resumes(own_cluster, workload, tmp_path):
     address, procs = own_cluster(1)
     recipe, ref = workload
