@@ -24,6 +24,7 @@ from multiprocessing import resource_tracker
 from typing import Any
 
 from pipeline.format.errors import TokshardError
+from pipeline.run.code_check import check_workers, gated
 from pipeline.run.progress import counted
 
 BATCH_SYSTEMS = ("slurm", "pbs")
@@ -338,8 +339,9 @@ class EarlyStart:
             with contextlib.suppress(Exception):  # best effort: the first task does it anyway
                 client = self._ready.result()[1]
                 workers = client.scheduler_info(n_workers=-1)["workers"]
+                call = (fn, args) if self.local else gated(fn, *args)  # (another's workers: checked)
                 futures = [
-                    client.submit(fn, *args, workers=[w], allow_other_workers=False, pure=False)
+                    client.submit(call[0], *call[1], workers=[w], allow_other_workers=False, pure=False)
                     for w in workers
                 ]
                 # bounded: on a shared cluster a worker may be busy (or die) for a long time
@@ -417,7 +419,13 @@ def _start(
     from distributed import Client
 
     if scheduler:
-        return None, _join(scheduler)
+        client = _join(scheduler)
+        try:
+            check_workers(client)  # before any task: a worker of another tokshard is refused here
+        except BaseException:
+            client.close()
+            raise
+        return None, client
     keep_ctrl_c_from_workers()
     n = workers or os.cpu_count() or 1
     with contextlib.suppress(TimeoutError):

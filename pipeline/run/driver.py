@@ -32,6 +32,7 @@ from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
 from pipeline.run.cluster import ClusterLost, EarlyStart, connect, scheduler_address, scheduler_lost
+from pipeline.run.code_check import gated, refusal
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, stderr_log
 from pipeline.run.records import Checkpoint, Plan
@@ -578,7 +579,10 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
         while len(pending) < limit and (item := next(waiting, None)) is not None:
             task, part = item
             key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
-            fut = client.submit(state.work, task, key=key, retries=0, priority=part.size)
+            # another's workers (a scheduler's, batch jobs') run it only if their tokshard is ours,
+            # those that joined since the run's start among them
+            fn, args = (state.work, (task,)) if watch.local else gated(state.work, task)
+            fut = client.submit(fn, *args, key=key, retries=0, priority=part.size)
             pending[fut.key] = (fut, part)
             fut.add_done_callback(finished.put)
 
@@ -632,6 +636,11 @@ def _checkpoint_of(fut, part: Partition, state: RunState, plan: Plan, dtype: str
         ) from exc
     except DiskFullError as exc:
         raise exc.with_needed(_bytes_to_write(state, plan, dtype)) from None
+    except RuntimeError as exc:  # a worker of another tokshard refused it (`gated`)
+        refused = refusal(exc)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def manifest_doc(

@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,6 +275,78 @@ def test_a_scheduler_address_that_cannot_work_is_one_line_at_once(
     assert f"--scheduler {address}: {said}" in one_error_line(proc)
     assert time.monotonic() - started < 12  # the CLI's start included, on a busy machine
     assert not (tmp_path / "out").exists()
+
+
+def other_tokshard(folder: Path, change: str) -> Path:
+    """A copy of the ``pipeline`` package on a PYTHONPATH of its own, as a worker installed
+    from another release would import it: its version or one of its sources changed."""
+    shutil.copytree(REPO / "pipeline", folder / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    if change == "version":
+        init = folder / "pipeline" / "__init__.py"
+        init.write_text(re.sub(r'__version__ = "[^"]+"', '__version__ = "0.0.1"', init.read_text()))
+    else:
+        with open(folder / "pipeline" / "encoding" / "documents.py", "a") as f:
+            f.write("\n# a change that could shape the tokens\n")
+    return folder
+
+
+def start_other_worker(address: str, other: Path, log: Path) -> subprocess.Popen:
+    """A `dask worker` that imports the ``pipeline`` package in ``other``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dask", "worker", address, "--nworkers", "1", "--nthreads", "1",
+         "--host", "127.0.0.1", "--no-dashboard"],
+        cwd=log.parent, env={**os.environ, "PYTHONPATH": str(other)}, stdout=subprocess.DEVNULL,
+        stderr=open(log, "w"), start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("change", ["version", "source"])
+def test_a_worker_of_another_tokshard_is_refused_before_any_task(
+    own_cluster, tmp_path, tokenizer_path, docs, change
+):
+    """A worker of an older tokshard died reading its first task and the run waited for workers
+    without a word; one whose code differed would have been used."""
+    from distributed import Client
+
+    from pipeline import __version__
+
+    address, procs = own_cluster(0)
+    procs.append(start_other_worker(address, other_tokshard(tmp_path / "other", change), tmp_path / "w.log"))
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(1, timeout=60)
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", "out",
+               "--scheduler", address, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    theirs = "0.0.1" if change == "version" else __version__
+    line = one_error_line(proc)
+    assert re.fullmatch(
+        rf"tokshard: error: Dask worker tcp://127\.0\.0\.1:\d+ runs tokshard {theirs} \(code [0-9a-f]{{12}}\), "
+        rf"this driver tokshard {__version__} \(code [0-9a-f]{{12}}\); install the same tokshard on every "
+        r"worker \(and the driver\), restart the workers, then rerun",
+        line,
+    ), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_of_another_tokshard_that_joins_later_is_refused_its_tasks(own_cluster, tmp_path):
+    """Workers that join once the run is going were not probed: each task checks first."""
+    from distributed import Client
+
+    from pipeline.run.code_check import gated, refusal
+
+    address, procs = own_cluster(0)
+    with Client(address, timeout="30s") as client:
+        fn, args = gated(len, "abc")
+        future = client.submit(fn, *args, pure=False)  # waits for a worker
+        procs.append(
+            start_other_worker(address, other_tokshard(tmp_path / "other", "source"), tmp_path / "w.log")
+        )
+        with pytest.raises(RuntimeError) as caught:
+            future.result(timeout=60)
+        said = str(refusal(caught.value))
+        assert said.startswith(f"Dask worker {next(iter(client.nthreads()))} runs tokshard "), said
+    assert fn(*args) == 3  # here, the driver's own tokshard: it runs
 
 
 def test_a_scheduler_killed_mid_run_is_one_line_and_the_rerun_resumes(own_cluster, workload, tmp_path):
