@@ -14,11 +14,11 @@ import math
 import signal
 import time
 import zlib
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
-from pipeline.format.atomic import write_json
+from pipeline.format.atomic import DiskFullError, write_json
 from pipeline.format.errors import TokshardError
 from trainer import distributed, docmask, remote
 from trainer.api import micro_batch_positions
@@ -28,10 +28,18 @@ from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
 from trainer.engine import build_engine
 from trainer.evaluate import evaluate
-from trainer.metrics import MetricsLog, cut_back_logs
+from trainer.metrics import LineFile, MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
-from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record, start_over
+from trainer.run_folders import (
+    RUN_FILE,
+    disk_full,
+    how_to_continue,
+    one_writer,
+    run_folder,
+    run_record,
+    start_over,
+)
 from trainer.sampler import PERIOD, raised_to_one
 from trainer.schedule import token_shares
 from trainer.settings import TrainSettings
@@ -42,15 +50,18 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     check_settings(settings)  # a refusal of the settings alone makes no folder
     distributed.import_deepspeed()  # before anything else imports it (its loggers)
-    with one_writer(settings):
-        plan = prepare(settings)
-        dist = distributed.init(plan.cuda)
-        try:
-            last = run_steps(plan, dist)
-        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
-            distributed.abandon()
-            raise
-        distributed.finish(dist)
+    try:
+        with one_writer(settings):
+            plan = prepare(settings)
+            dist = distributed.init(plan.cuda)
+            try:
+                last = run_steps(plan, dist)
+            except BaseException:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
+                distributed.abandon()
+                raise
+            distributed.finish(dist)
+    except DiskFullError as exc:  # its line names prepare's --out
+        raise disk_full(exc, settings) from exc
     return last
 
 
@@ -100,6 +111,7 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     if data.fetchers:
         remote.start_downloads(list(data.fetchers), data.dataset, data.schedule, samples)
     micro = engine.train_micro_batch_size_per_gpu()
+    sample_log = LineFile(run_dir / f"samples-rank{dist.rank}.jsonl") if settings.log.samples else None
     prefetcher = Prefetcher(
         data.dataset,
         data.schedule,
@@ -108,10 +120,6 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         depth=settings.data.prefetch,
         keep_host=settings.log.samples,
         vocab_size=plan.model.limits.vocab_size,
-    )
-    # line-buffered: a kill -9 loses no line of a step before the checkpoint the resume starts from
-    sample_log = (
-        open(run_dir / f"samples-rank{dist.rank}.jsonl", "a", buffering=1) if settings.log.samples else None
     )
     stop = StopRequest(dist.world) if plan.save_dir is not None else None
     run = Steps(engine, plan, dist, prefetcher, log, sample_log, (step, samples), history, stop)
@@ -131,14 +139,32 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
                 run.eval_step()
                 run.save_step()
                 run.stop_if_asked()
-    finally:
-        prefetcher.close()
-        if data.fetchers:
-            log.note(remote.finish(list(data.fetchers)))
-        if sample_log is not None:
-            sample_log.close()
-        log.close()
+    except BaseException:
+        wind_up(plan, prefetcher, log, sample_log, quietly=True)
+        raise
+    wind_up(plan, prefetcher, log, sample_log)
     return run.last
+
+
+def wind_up(
+    plan: Plan, prefetcher: Prefetcher, log: MetricsLog, sample_log: LineFile | None, quietly: bool = False
+) -> None:
+    """Stop the data's threads and close the run's record files. ``quietly`` (the run is
+    already ending on an error or a stop): a close that fails too is left unsaid, as the first
+    error's line is the one that tells what happened and what to do."""
+    prefetcher.close()
+    fetchers = list(plan.data.fetchers)
+    if fetchers:
+        log.note(remote.finish(fetchers))
+    failed: TokshardError | None = None
+    for record in (sample_log, log):
+        try:
+            if record is not None:
+                record.close()
+        except TokshardError as exc:
+            failed = failed or exc
+    if failed is not None and not quietly:
+        raise failed
 
 
 def start_notes(plan: Plan) -> list[str]:
@@ -258,7 +284,7 @@ class Steps:
         dist: distributed.Dist,
         batches: Prefetcher,
         log: MetricsLog,
-        sample_log: TextIO | None,
+        sample_log: LineFile | None,
         start: tuple[int, int],
         history: tuple[BatchSpan, ...],
         stop: StopRequest | None = None,
@@ -483,7 +509,7 @@ def scored_loss(
     return (mean if count else None), float(wait.item())
 
 
-def log_samples(f: TextIO, step: int, micro_step: int, rank: int, batch: Batch, sources: list[str]) -> None:
+def log_samples(f: LineFile, step: int, micro_step: int, rank: int, batch: Batch, sources: list[str]) -> None:
     """One line of RUN_DIR/samples-rankR.jsonl: which samples a micro-batch held."""
     d = batch.draws
     record = {

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.atomic import (
+    DiskFullError,
     check_writable_dir,
     held_by_another,
     holder_text,
@@ -304,6 +305,19 @@ def recorded_save(run_json: dict[str, Any]) -> str | None:
     if isinstance(settings, dict):
         return (settings.get("checkpoint") or {}).get("save")
     return (run_json.get("args") or {}).get("save")
+
+
+def disk_full(exc: DiskFullError, settings: TrainSettings) -> TokshardError:
+    """A full disk under the run's files, in train's words: the flag that names the folder (a
+    file of the run's record: ``--run-dir``, whose default is ``--save``), and how the run
+    continues (`how_to_continue`)."""
+    where = str(exc).split(";")[0]  # "disk full writing PATH (N MiB free)"
+    record = Path(exc.path).name in (RUN_FILE, METRICS_FILE) or Path(exc.path).match(SAMPLES_GLOB)
+    other = " or pass --run-dir another folder for the run's record" if record else ""
+    save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
+    return TokshardError(
+        f"{where}; free space there{other}; {how_to_continue(save, settings.checkpoint.resume)}"
+    )
 
 
 def how_to_continue(save_dir: Path | None, resumed: bool) -> str:

@@ -481,6 +481,17 @@ def test_a_full_disk_during_a_save_keeps_the_last_whole_checkpoint(manifest, sma
     assert "resumed step00000002 at step 2" in done.stdout and latest(save) == "step00000004"
 
 
+def test_a_full_disk_under_the_metrics_log_is_one_line_naming_trains_flags(manifest, tmpfs, tmp_path):
+    """metrics.jsonl's write fails; closing it after must not fail again and bury that line."""
+    mount, _ = tmpfs
+    save = mount(tmp_path / "disk", "8k") / "ck"
+    done = train("--manifest", str(manifest), *SMALL, "--steps", "4", "--save", str(save), code=2)
+    line = one_error_line(done)
+    assert line.startswith(f"tokshard: error: disk full writing {save / 'metrics.jsonl'} (")
+    assert "free space there or pass --run-dir another folder for the run's record" in line
+    assert "--out" not in line
+
+
 # --- item 15: ids the embedding has no row for (a hand-edited, re-sealed manifest) ---
 
 
