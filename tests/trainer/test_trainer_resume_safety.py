@@ -410,6 +410,23 @@ def test_resume_with_another_vocabulary_or_model_is_refused(manifest, halfway):
         cli.main([*resume_args(manifest, halfway), "--model", "gpt2-124m"])
 
 
+def test_resume_on_a_larger_tokenizers_shards_names_the_tokenizer_first(manifest, halfway, tmp_path):
+    """Its ids outnumber the checkpoint's embedding rows: the refusal names the tokenizer, not
+    a --vocab-size whose use is then refused for the ids beyond it."""
+    wider = make_manifest(tmp_path / "wider", vocab_size=3000)
+    was, now = (json.loads(m.read_text())["tokenizer"]["sha256"] for m in (manifest, wider))
+    for extra in ([], ["--vocab-size", "1024"], ["--allow-data-change"]):
+        args = [*resume_args(wider, halfway), *extra]
+        with pytest.raises(TokshardError) as refused:
+            cli.main(args)
+        assert str(refused.value) == (
+            f"--resume: the checkpoint was trained on another tokenizer's ids (tokenizer: checkpoint "
+            f"sha256 {was[:16]}..., now sha256 {now[:16]}...), and its model embeds 1024 rows where this "
+            "tokenizer has 3000 ids; resume on shards prepared with the checkpoint's tokenizer, or start "
+            "a new run in another --save"
+        )
+
+
 def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, halfway, tmp_path):
     """A checkpoint from before the model was recorded: DeepSpeed's size mismatch, one line."""
     save = tmp_path / "ck"

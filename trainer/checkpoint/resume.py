@@ -10,6 +10,8 @@ or added sources need no flag, since the schedule continues every source where i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from trainer.checkpoint.state import DataState, TrainerState
@@ -27,11 +29,7 @@ def check_compatible(
     reads as changed, and the model would go on learning the other tokenizer's ids."""
     tokenizer = saved.tokenizer_change(now)
     if tokenizer is not None and not allow_data_change:
-        raise TokshardError(
-            f"--resume: the checkpoint was trained on another tokenizer's ids ({tokenizer}): the same "
-            "ids mean other text; resume on shards prepared with the checkpoint's tokenizer, or pass "
-            "--allow-data-change to go on training the model on this tokenizer's ids"
-        )
+        raise other_tokenizer(tokenizer)
     said = [f"{tokenizer}: the model continues on another tokenizer's ids"] if tokenizer else []
     diffs = said + saved.differences(now) + list(source_diffs)
     if diffs and not allow_data_change:
@@ -41,6 +39,34 @@ def check_compatible(
             + "); resuming would not continue its sample sequence. Pass --allow-data-change to resume anyway"
         )
     return diffs
+
+
+def other_tokenizer(change: str, rows: int | None = None, ids: int | None = None) -> TokshardError:
+    """The refusal of a resume on another tokenizer's shards (``change``: `DataState.tokenizer_change`'s
+    words). Where this tokenizer has more ids (``ids``) than the checkpoint's model embeds
+    (``rows``), no flag lets the model train on them."""
+    if rows is not None and ids is not None and ids > rows:
+        return TokshardError(
+            f"--resume: the checkpoint was trained on another tokenizer's ids ({change}), and its model "
+            f"embeds {rows} rows where this tokenizer has {ids} ids; resume on shards prepared with the "
+            "checkpoint's tokenizer, or start a new run in another --save"
+        )
+    return TokshardError(
+        f"--resume: the checkpoint was trained on another tokenizer's ids ({change}): the same "
+        "ids mean other text; resume on shards prepared with the checkpoint's tokenizer, or pass "
+        "--allow-data-change to go on training the model on this tokenizer's ids"
+    )
+
+
+def check_tokenizer(saved: TrainerState, tokenizer: str, ids: int, allow_data_change: bool) -> None:
+    """The shards' tokenizer (its sha256 and number of ids) is the checkpoint's; checked before
+    the model and the manifests are, as another tokenizer is the cause their refusals (another
+    number of embedding rows, ids beyond them) would only point at."""
+    change = saved.data.tokenizer_change(replace(saved.data, tokenizer=tokenizer))
+    if change is None:
+        return
+    if not allow_data_change or (saved.vocab_size is not None and ids > saved.vocab_size):
+        raise other_tokenizer(change, saved.vocab_size, ids)
 
 
 def check_model(saved: TrainerState, name: str, vocab_size: int) -> None:
