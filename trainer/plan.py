@@ -238,10 +238,17 @@ def resumed_schedule(
     """The checkpoint's schedule continued on this run's sources and mix; a data change is
     refused unless ``--allow-data-change``."""
     infos = window_sources(dataset)
-    resumed = resume.saved_schedule(saved, manifests, infos).continued(infos, mix, saved.samples)
+    retyped = resume.retyped_sources(saved.data, manifests, settings.data.train_split)
+    base = resume.saved_schedule(saved, manifests, infos)
+    resumed = base.continued(infos, mix, saved.samples, retyped)
     now = data_state(settings.data, manifests, resumed.schedule)
+    said_retyped = base.retyped_in(infos, retyped)
     allowed = resume.check_compatible(
-        saved.data, now, settings.checkpoint.allow_data_change, resumed.data_changes
+        saved.data,
+        now,
+        settings.checkpoint.allow_data_change,
+        resumed.data_changes,
+        retyped_only=bool(said_retyped) and len(said_retyped) == len(resumed.data_changes),
     )
     point = ResumePoint(Path(settings.checkpoint.save), tag, saved, tuple(allowed), tuple(resumed.changes))
     return resumed.schedule, now, point

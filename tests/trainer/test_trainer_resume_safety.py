@@ -21,11 +21,14 @@ from support import (
     AS_AT_A_TERMINAL,
     REPO,
     cached_manifest,
+    corpus,
+    files_recipe,
     free_port,
     make_manifest,
     metrics,
     samples_by_step,
 )
+from support import cli as prepare_cli
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import lock_file, try_exclusive
@@ -425,6 +428,34 @@ def test_resume_on_a_larger_tokenizers_shards_names_the_tokenizer_first(manifest
             "tokenizer has 3000 ids; resume on shards prepared with the checkpoint's tokenizer, or start "
             "a new run in another --save"
         )
+
+
+def test_resume_on_its_shards_prepared_again_as_uint32_names_the_dtype(tokenizer_path, docs, tmp_path):
+    """The same documents and tokenizer prepared as uint16, then uint32: the shards' hashes (over
+    their bytes) differ, and the refusal says it is their token type, which
+    --allow-data-change continues the same sample sequence on."""
+    data = corpus(tmp_path / "docs.jsonl", docs, copies=2)
+    made = {}
+    for dtype in ("uint16", "uint32"):
+        recipe = files_recipe(
+            tmp_path / f"{dtype}.toml", tokenizer_path, data, 1 << 20, out=str(tmp_path / dtype)
+        )
+        recipe.write_text(recipe.read_text().replace("[sources.text]", f'dtype = "{dtype}"\n[sources.text]'))
+        prepare_cli("prepare", str(recipe), check=True)
+        made[dtype] = tmp_path / dtype / "manifest.json"
+    save = tmp_path / "ck"
+    train("--manifest", str(made["uint16"]), *SMALL, "--steps", "4", "--stop-at", "2", "--save", str(save))
+    with pytest.raises(TokshardError) as refused:
+        cli.main(resume_args(made["uint32"], save))
+    line = str(refused.value)
+    assert line.startswith(
+        "--resume: the checkpoint's shards were re-prepared with another token type (source "
+    )
+    assert (
+        "'text': its shards are uint32, the checkpoint's uint16, with the same token and document counts"
+        in line
+    )
+    assert line.endswith("pass --allow-data-change to continue the same sample sequence on them")
 
 
 def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, halfway, tmp_path):
