@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import time
 import zlib
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -472,6 +474,9 @@ class Steps:
             precision=plan.engine.precision,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
             eval_pending=self.unevaluated == self.step,
+            run_dir=None
+            if logged_beside(self.log.path.parent, plan.save_dir)
+            else os.path.abspath(self.log.path.parent),
         )
 
     def _evaluate(self) -> float | None:
@@ -498,6 +503,11 @@ class Steps:
         return self.stop is not None and bool(self.stop.agreed())
 
 
+def logged_beside(run_dir: Path, save_dir: Path | None) -> bool:
+    """Whether the run's record is in its --save folder, beside its checkpoints."""
+    return save_dir is not None and run_dir.resolve() == save_dir.resolve()
+
+
 def scored_loss(
     loss_sum: torch.Tensor, scored: torch.Tensor, wait_frac: float, dist: distributed.Dist
 ) -> tuple[float | None, float]:
@@ -516,7 +526,8 @@ def scored_loss(
 
 
 def log_samples(f: LineFile, step: int, micro_step: int, rank: int, batch: Batch, sources: list[str]) -> None:
-    """One line of RUN_DIR/samples-rankR.jsonl: which samples a micro-batch held."""
+    """One line of RUN_DIR/samples-rankR.jsonl: which samples a micro-batch held, and each row's
+    CRC-32 as the step got it (int64: a window's tokens, or a packed bin's tokens then targets)."""
     d = batch.draws
     record = {
         "step": step,

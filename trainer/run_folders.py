@@ -30,7 +30,7 @@ from pipeline.format.atomic import (
 )
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
-from trainer.checkpoint.state import latest_tag
+from trainer.checkpoint.state import latest_tag, read_tag
 from trainer.metrics import METRICS_FILE, SAMPLES_GLOB
 from trainer.settings import TrainSettings
 
@@ -136,13 +136,9 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
     folders = writable_outputs(settings)
     latest = latest_tag(Path(save)) if save else None
     if resume and save and latest is None:
-        held = folder_contents(Path(save))
-        if RUN_FILE in held or METRICS_FILE in held:
-            raise TokshardError(
-                f"--resume: --save {save} holds the record of a run that stopped before its first "
-                f"checkpoint ({listing(held)}), so there is nothing to resume; remove those files and "
-                "run without --resume to start again there, or choose another --save"
-            )
+        refuse_resume_without_checkpoint(Path(save))
+    if resume and save and latest is not None and not run_dir:
+        refuse_another_record(Path(save), latest)
     if latest and not resume:
         raise TokshardError(
             f"--save {save} already holds checkpoints (latest: {latest}); "
@@ -157,18 +153,70 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
     return folders
 
 
+def refuse_resume_without_checkpoint(save: Path) -> None:
+    """A ``--resume`` whose ``--save`` holds no checkpoint, in words that say what would work:
+    an empty folder is `trainer.checkpoint.state.read_state`'s to refuse (dropping --resume
+    starts a run there); one holding something is not a place a new run writes either."""
+    held = folder_contents(save)
+    if holds_run_record(save):
+        raise TokshardError(
+            f"--resume: --save {save} holds the record of a run that stopped before its first "
+            f"checkpoint ({listing(held)}), so there is nothing to resume; remove those files and "
+            "run without --resume to start again there, or choose another --save"
+        )
+    if held:
+        raise TokshardError(
+            f"--resume: --save {save} holds no checkpoint (it holds {listing(held)}), so there is nothing "
+            "to resume; pass the --save of the run to continue, or, to start a new run, an empty or new "
+            "--save without --resume"
+        )
+
+
+def refuse_another_record(save: Path, latest: str) -> None:
+    """A resume without ``--run-dir`` logs into ``--save``: refused where the run kept its
+    record elsewhere (the checkpoint's ``run_dir``; for one from an older tokshard, a --save
+    that holds no run.json), as its metrics.jsonl would go on in two folders."""
+    try:
+        recorded = read_tag(save, latest).run_dir
+    except TokshardError:  # a damaged checkpoint: the resume's load says what to do
+        return
+    if recorded is not None and same_folder(Path(recorded), save):
+        return
+    if recorded is None and RUN_FILE in folder_contents(save):
+        return
+    where = (
+        f"--run-dir {recorded}"
+        if recorded
+        else "the --run-dir it was started with (--save holds no run.json)"
+    )
+    raise TokshardError(
+        f"--resume: the run saved in --save {save} keeps its record in {where}; pass that --run-dir to "
+        "continue its metrics.jsonl there, or another --run-dir to start a new record"
+    )
+
+
+def holds_run_record(folder: Path) -> bool:
+    """Whether ``folder`` holds a tokshard run's record: its run.json, read as one (a file a
+    user named metrics.jsonl, or a run.json of their own, is not)."""
+    try:
+        recorded = json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and (isinstance(recorded.get("settings"), dict) or "args" in recorded)
+
+
 def refuse_unless_empty(folder: Path, flag: str) -> None:
     """A fresh run's folder holds nothing: another run's record or anyone's files are kept."""
     held = folder_contents(folder)
     if not held:
         return
-    if (RUN_FILE in held or METRICS_FILE in held) and flag == "--save":
+    if holds_run_record(folder) and flag == "--save":
         raise TokshardError(
             f"--save {folder} holds the record of a run that saved no checkpoint ({listing(held)}), so "
             "there is nothing to resume; choose another --save, or remove those files to start again there "
             "(the command that run was started with starts it over by itself)"
         )
-    if RUN_FILE in held or METRICS_FILE in held:
+    if holds_run_record(folder):
         raise TokshardError(
             f"{flag} {folder} holds the record of another run ({listing(held)}); a new run writes its own "
             f"into an empty folder: choose another {flag}, or pass --resume with the --save of that run"
@@ -232,7 +280,7 @@ def refuse_unless_this_runs(run_dir: Path, save: Path) -> None:
         return
     if recorded:
         whose = f"the record of the run saved in {recorded}"
-    elif RUN_FILE in held or METRICS_FILE in held:
+    elif holds_run_record(run_dir):
         whose = f"the record of another run ({listing(held)})"
     else:
         whose = listing(held)
