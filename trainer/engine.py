@@ -80,3 +80,21 @@ def start_schedule(engine) -> None:
     schedule = getattr(engine, "lr_scheduler", None)
     if getattr(schedule, "last_batch_iteration", None) == -1:
         schedule.step(0)
+
+
+def resume_schedule(engine) -> tuple[float, float] | None:
+    """Set the optimizer's rate to this run's schedule at the loaded position; returns the
+    rate the checkpoint held for the next step and this run's (None: a schedule this cannot
+    place, torch's own).
+
+    A checkpoint's optimizer state holds the rate its own schedule set for the next step, and
+    loading the schedule's position sets no rate: a resume with another --lr, --warmup or
+    --steps would train its first step at the checkpoint's rate and follow its own schedule
+    only from the second."""
+    schedule = getattr(engine, "lr_scheduler", None)
+    at = getattr(schedule, "last_batch_iteration", None)
+    if not isinstance(at, int) or at < 0:
+        return None
+    was = float(engine.get_lr()[0])
+    schedule.step(at)  # DeepSpeed's schedules: the rate of iteration `at`, set into the optimizer
+    return was, float(engine.get_lr()[0])

@@ -11,14 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import time
 import zlib
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from pipeline.format.atomic import write_json
+from pipeline.format.atomic import DiskFullError, write_json
 from pipeline.format.errors import TokshardError
 from trainer import distributed, docmask, remote
 from trainer.api import micro_batch_positions
@@ -26,12 +28,20 @@ from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
-from trainer.engine import build_engine
+from trainer.engine import build_engine, resume_schedule
 from trainer.evaluate import evaluate
-from trainer.metrics import MetricsLog, cut_back_logs
+from trainer.metrics import LineFile, MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
-from trainer.run_folders import RUN_FILE, how_to_continue, one_writer, run_folder, run_record, start_over
+from trainer.run_folders import (
+    RUN_FILE,
+    disk_full,
+    how_to_continue,
+    one_writer,
+    run_folder,
+    run_record,
+    start_over,
+)
 from trainer.sampler import PERIOD, raised_to_one
 from trainer.schedule import token_shares
 from trainer.settings import TrainSettings
@@ -42,15 +52,18 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     check_settings(settings)  # a refusal of the settings alone makes no folder
     distributed.import_deepspeed()  # before anything else imports it (its loggers)
-    with one_writer(settings):
-        plan = prepare(settings)
-        dist = distributed.init(plan.cuda)
-        try:
-            last = run_steps(plan, dist)
-        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
-            distributed.abandon()
-            raise
-        distributed.finish(dist)
+    try:
+        with one_writer(settings):
+            plan = prepare(settings)
+            dist = distributed.init(plan.cuda)
+            try:
+                last = run_steps(plan, dist)
+            except BaseException:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
+                distributed.abandon()
+                raise
+            distributed.finish(dist)
+    except DiskFullError as exc:  # its line names prepare's --out
+        raise disk_full(exc, settings) from exc
     return last
 
 
@@ -100,6 +113,7 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     if data.fetchers:
         remote.start_downloads(list(data.fetchers), data.dataset, data.schedule, samples)
     micro = engine.train_micro_batch_size_per_gpu()
+    sample_log = LineFile(run_dir / f"samples-rank{dist.rank}.jsonl") if settings.log.samples else None
     prefetcher = Prefetcher(
         data.dataset,
         data.schedule,
@@ -108,10 +122,6 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         depth=settings.data.prefetch,
         keep_host=settings.log.samples,
         vocab_size=plan.model.limits.vocab_size,
-    )
-    # line-buffered: a kill -9 loses no line of a step before the checkpoint the resume starts from
-    sample_log = (
-        open(run_dir / f"samples-rank{dist.rank}.jsonl", "a", buffering=1) if settings.log.samples else None
     )
     stop = StopRequest(dist.world) if plan.save_dir is not None else None
     run = Steps(engine, plan, dist, prefetcher, log, sample_log, (step, samples), history, stop)
@@ -131,14 +141,32 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
                 run.eval_step()
                 run.save_step()
                 run.stop_if_asked()
-    finally:
-        prefetcher.close()
-        if data.fetchers:
-            log.note(remote.finish(list(data.fetchers)))
-        if sample_log is not None:
-            sample_log.close()
-        log.close()
+    except BaseException:
+        wind_up(plan, prefetcher, log, sample_log, quietly=True)
+        raise
+    wind_up(plan, prefetcher, log, sample_log)
     return run.last
+
+
+def wind_up(
+    plan: Plan, prefetcher: Prefetcher, log: MetricsLog, sample_log: LineFile | None, quietly: bool = False
+) -> None:
+    """Stop the data's threads and close the run's record files. ``quietly`` (the run is
+    already ending on an error or a stop): a close that fails too is left unsaid, as the first
+    error's line is the one that tells what happened and what to do."""
+    prefetcher.close()
+    fetchers = list(plan.data.fetchers)
+    if fetchers:
+        log.note(remote.finish(fetchers))
+    failed: TokshardError | None = None
+    for record in (sample_log, log):
+        try:
+            if record is not None:
+                record.close()
+        except TokshardError as exc:
+            failed = failed or exc
+    if failed is not None and not quietly:
+        raise failed
 
 
 def start_notes(plan: Plan) -> list[str]:
@@ -215,6 +243,12 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
     """Load the checkpoint into ``engine`` and say what the resume changes."""
     point = plan.resume
     loaded = load_into(engine, point.save_dir, load_tag)
+    rates = resume_schedule(engine)
+    if rates is not None and not math.isclose(*rates, rel_tol=1e-6):
+        log.note(
+            f"the learning rate follows this run's schedule (--lr, --warmup, --steps) from step "
+            f"{loaded.step + 1}: {rates[1]:.2e} there, where the checkpoint's schedule had {rates[0]:.2e}"
+        )
     for diff in point.allowed_changes:
         log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
     for change in point.schedule_changes:
@@ -258,7 +292,7 @@ class Steps:
         dist: distributed.Dist,
         batches: Prefetcher,
         log: MetricsLog,
-        sample_log: TextIO | None,
+        sample_log: LineFile | None,
         start: tuple[int, int],
         history: tuple[BatchSpan, ...],
         stop: StopRequest | None = None,
@@ -440,6 +474,9 @@ class Steps:
             precision=plan.engine.precision,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
             eval_pending=self.unevaluated == self.step,
+            run_dir=None
+            if logged_beside(self.log.path.parent, plan.save_dir)
+            else os.path.abspath(self.log.path.parent),
         )
 
     def _evaluate(self) -> float | None:
@@ -466,6 +503,11 @@ class Steps:
         return self.stop is not None and bool(self.stop.agreed())
 
 
+def logged_beside(run_dir: Path, save_dir: Path | None) -> bool:
+    """Whether the run's record is in its --save folder, beside its checkpoints."""
+    return save_dir is not None and run_dir.resolve() == save_dir.resolve()
+
+
 def scored_loss(
     loss_sum: torch.Tensor, scored: torch.Tensor, wait_frac: float, dist: distributed.Dist
 ) -> tuple[float | None, float]:
@@ -483,8 +525,9 @@ def scored_loss(
     return (mean if count else None), float(wait.item())
 
 
-def log_samples(f: TextIO, step: int, micro_step: int, rank: int, batch: Batch, sources: list[str]) -> None:
-    """One line of RUN_DIR/samples-rankR.jsonl: which samples a micro-batch held."""
+def log_samples(f: LineFile, step: int, micro_step: int, rank: int, batch: Batch, sources: list[str]) -> None:
+    """One line of RUN_DIR/samples-rankR.jsonl: which samples a micro-batch held, and each row's
+    CRC-32 as the step got it (int64: a window's tokens, or a packed bin's tokens then targets)."""
     d = batch.draws
     record = {
         "step": step,

@@ -33,6 +33,7 @@ parsers) refuse a file that holds them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -133,22 +134,58 @@ def finite(record: dict[str, Any]) -> dict[str, Any]:
     return {**out, "not_finite": named} if named else out
 
 
+class LineFile:
+    """A file of the run's record that lines are appended to, each on disk once written (a kill
+    -9 loses none before the checkpoint a resume starts from). A write that fails (a full disk)
+    is one line naming the file, and closes it on the spot: its lost line is of a step the resume
+    trains again, and a later ``close`` (in a ``finally``) must not try it again and bury that
+    line under a second error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._file: TextIO | None = open(path, "a")
+        except OSError as exc:
+            raise disk_error(exc, path) from exc
+
+    def write(self, line: str) -> None:
+        """Append ``line`` (ending in a newline) and flush it; after a failed write, nothing."""
+        if self._file is None:
+            return
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:  # a full disk mid-run: one line, the checkpoints are kept
+            self._abandon()
+            raise disk_error(exc, self.path) from exc
+
+    def _abandon(self) -> None:
+        file, self._file = self._file, None
+        with contextlib.suppress(OSError):  # the failed write's bytes, tried again: the same error
+            file.close()
+
+    def close(self) -> None:
+        if self._file is None:
+            return
+        file, self._file = self._file, None
+        try:
+            file.close()
+        except OSError as exc:
+            raise disk_error(exc, self.path) from exc
+
+
 class MetricsLog:
     def __init__(self, run_dir: Path, enabled: bool, total_steps: int, out: TextIO | None = None) -> None:
         self.enabled = enabled
         self.total_steps = total_steps
         self.path = run_dir / METRICS_FILE
-        self._file = open(self.path, "a") if enabled else None
+        self._file = LineFile(self.path) if enabled else None
         self._out = out
         self._console_lost = False
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            try:
-                self._file.write(json.dumps(finite(record), allow_nan=False) + "\n")
-                self._file.flush()
-            except OSError as exc:  # a full disk mid-run: one line, the checkpoints are kept
-                raise disk_error(exc, self.path) from exc
+            self._file.write(json.dumps(finite(record), allow_nan=False) + "\n")
 
     def _say(self, line: str) -> None:
         if not self.enabled or self._console_lost:

@@ -106,6 +106,7 @@ def prepare(settings: TrainSettings) -> Plan:
     manifests, fetchers = remote.open_manifests(
         list(settings.data.manifests), settings.data.cache, settings.data.cache_limit
     )
+    saved = saved_state(settings, manifests)
     spec = models.resolve(
         settings.model.name, settings.model.vocab_size, max(m.vocab_size for m in manifests)
     )
@@ -145,7 +146,7 @@ def prepare(settings: TrainSettings) -> Plan:
         None if cuda else guards.available_memory(),
     )
     spec = replace(spec, loss_chunk=chunk.tokens, loss_note=chunk.note)
-    saved = saved_checkpoint(settings, spec, engine)
+    saved = checked_checkpoint(settings, saved, spec, engine)
     seed = resume.check_seed(saved[1], settings.data.seed) if saved else settings.data.seed
     seed = DEFAULT_SEED if seed is None else seed
     trained = saved_order(trained, saved[1]) if saved else trained
@@ -193,20 +194,37 @@ def saved_order(sources: list[str], saved: TrainerState) -> list[str]:
     return [n for n in before if n in sources] + [n for n in sources if n not in before]
 
 
-def saved_checkpoint(
-    settings: TrainSettings, spec: models.ModelSpec, engine: EngineConfig
-) -> tuple[str, TrainerState] | None:
-    """With ``--resume``, the latest checkpoint, checked against this run's model and batch."""
+def saved_state(settings: TrainSettings, manifests: list[Manifest]) -> tuple[str, TrainerState] | None:
+    """With ``--resume``, the latest checkpoint's tag and state, its tokenizer checked against
+    the shards' first (`resume.check_tokenizer`)."""
     if not settings.checkpoint.resume:
         return None
     tag, saved = state.read_state(Path(settings.checkpoint.save))
-    resume.check_model(saved, spec.name, spec.limits.vocab_size)
-    resume.check_zero_stage(saved, engine.zero_stage)
-    resume.check_precision(saved, engine.precision)
-    resume.check_batch(
-        saved, engine.global_batch, engine.batch_layout(), settings.checkpoint.allow_batch_change
+    resume.check_tokenizer(
+        saved,
+        manifests[0].data["tokenizer"]["sha256"],  # every manifest's (`source_owners`)
+        max(m.vocab_size for m in manifests),
+        settings.checkpoint.allow_data_change,
     )
     return tag, saved
+
+
+def checked_checkpoint(
+    settings: TrainSettings,
+    saved: tuple[str, TrainerState] | None,
+    spec: models.ModelSpec,
+    engine: EngineConfig,
+) -> tuple[str, TrainerState] | None:
+    """The checkpoint of a resume (``saved``), checked against this run's model and batch."""
+    if saved is None:
+        return None
+    resume.check_model(saved[1], spec.name, spec.limits.vocab_size)
+    resume.check_zero_stage(saved[1], engine.zero_stage)
+    resume.check_precision(saved[1], engine.precision)
+    resume.check_batch(
+        saved[1], engine.global_batch, engine.batch_layout(), settings.checkpoint.allow_batch_change
+    )
+    return saved
 
 
 def resumed_schedule(
@@ -220,10 +238,17 @@ def resumed_schedule(
     """The checkpoint's schedule continued on this run's sources and mix; a data change is
     refused unless ``--allow-data-change``."""
     infos = window_sources(dataset)
-    resumed = resume.saved_schedule(saved, manifests, infos).continued(infos, mix, saved.samples)
+    retyped = resume.retyped_sources(saved.data, manifests, settings.data.train_split)
+    base = resume.saved_schedule(saved, manifests, infos)
+    resumed = base.continued(infos, mix, saved.samples, retyped)
     now = data_state(settings.data, manifests, resumed.schedule)
+    said_retyped = base.retyped_in(infos, retyped)
     allowed = resume.check_compatible(
-        saved.data, now, settings.checkpoint.allow_data_change, resumed.data_changes
+        saved.data,
+        now,
+        settings.checkpoint.allow_data_change,
+        resumed.data_changes,
+        retyped_only=bool(said_retyped) and len(said_retyped) == len(resumed.data_changes),
     )
     point = ResumePoint(Path(settings.checkpoint.save), tag, saved, tuple(allowed), tuple(resumed.changes))
     return resumed.schedule, now, point

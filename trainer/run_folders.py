@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.format.atomic import (
+    DiskFullError,
     check_writable_dir,
     held_by_another,
     holder_text,
@@ -29,7 +30,7 @@ from pipeline.format.atomic import (
 )
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
-from trainer.checkpoint.state import latest_tag
+from trainer.checkpoint.state import latest_tag, read_tag
 from trainer.metrics import METRICS_FILE, SAMPLES_GLOB
 from trainer.settings import TrainSettings
 
@@ -135,13 +136,9 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
     folders = writable_outputs(settings)
     latest = latest_tag(Path(save)) if save else None
     if resume and save and latest is None:
-        held = folder_contents(Path(save))
-        if RUN_FILE in held or METRICS_FILE in held:
-            raise TokshardError(
-                f"--resume: --save {save} holds the record of a run that stopped before its first "
-                f"checkpoint ({listing(held)}), so there is nothing to resume; remove those files and "
-                "run without --resume to start again there, or choose another --save"
-            )
+        refuse_resume_without_checkpoint(Path(save))
+    if resume and save and latest is not None and not run_dir:
+        refuse_another_record(Path(save), latest)
     if latest and not resume:
         raise TokshardError(
             f"--save {save} already holds checkpoints (latest: {latest}); "
@@ -156,18 +153,70 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
     return folders
 
 
+def refuse_resume_without_checkpoint(save: Path) -> None:
+    """A ``--resume`` whose ``--save`` holds no checkpoint, in words that say what would work:
+    an empty folder is `trainer.checkpoint.state.read_state`'s to refuse (dropping --resume
+    starts a run there); one holding something is not a place a new run writes either."""
+    held = folder_contents(save)
+    if holds_run_record(save):
+        raise TokshardError(
+            f"--resume: --save {save} holds the record of a run that stopped before its first "
+            f"checkpoint ({listing(held)}), so there is nothing to resume; remove those files and "
+            "run without --resume to start again there, or choose another --save"
+        )
+    if held:
+        raise TokshardError(
+            f"--resume: --save {save} holds no checkpoint (it holds {listing(held)}), so there is nothing "
+            "to resume; pass the --save of the run to continue, or, to start a new run, an empty or new "
+            "--save without --resume"
+        )
+
+
+def refuse_another_record(save: Path, latest: str) -> None:
+    """A resume without ``--run-dir`` logs into ``--save``: refused where the run kept its
+    record elsewhere (the checkpoint's ``run_dir``; for one from an older tokshard, a --save
+    that holds no run.json), as its metrics.jsonl would go on in two folders."""
+    try:
+        recorded = read_tag(save, latest).run_dir
+    except TokshardError:  # a damaged checkpoint: the resume's load says what to do
+        return
+    if recorded is not None and same_folder(Path(recorded), save):
+        return
+    if recorded is None and RUN_FILE in folder_contents(save):
+        return
+    where = (
+        f"--run-dir {recorded}"
+        if recorded
+        else "the --run-dir it was started with (--save holds no run.json)"
+    )
+    raise TokshardError(
+        f"--resume: the run saved in --save {save} keeps its record in {where}; pass that --run-dir to "
+        "continue its metrics.jsonl there, or another --run-dir to start a new record"
+    )
+
+
+def holds_run_record(folder: Path) -> bool:
+    """Whether ``folder`` holds a tokshard run's record: its run.json, read as one (a file a
+    user named metrics.jsonl, or a run.json of their own, is not)."""
+    try:
+        recorded = json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and (isinstance(recorded.get("settings"), dict) or "args" in recorded)
+
+
 def refuse_unless_empty(folder: Path, flag: str) -> None:
     """A fresh run's folder holds nothing: another run's record or anyone's files are kept."""
     held = folder_contents(folder)
     if not held:
         return
-    if (RUN_FILE in held or METRICS_FILE in held) and flag == "--save":
+    if holds_run_record(folder) and flag == "--save":
         raise TokshardError(
             f"--save {folder} holds the record of a run that saved no checkpoint ({listing(held)}), so "
             "there is nothing to resume; choose another --save, or remove those files to start again there "
             "(the command that run was started with starts it over by itself)"
         )
-    if RUN_FILE in held or METRICS_FILE in held:
+    if holds_run_record(folder):
         raise TokshardError(
             f"{flag} {folder} holds the record of another run ({listing(held)}); a new run writes its own "
             f"into an empty folder: choose another {flag}, or pass --resume with the --save of that run"
@@ -231,7 +280,7 @@ def refuse_unless_this_runs(run_dir: Path, save: Path) -> None:
         return
     if recorded:
         whose = f"the record of the run saved in {recorded}"
-    elif RUN_FILE in held or METRICS_FILE in held:
+    elif holds_run_record(run_dir):
         whose = f"the record of another run ({listing(held)})"
     else:
         whose = listing(held)
@@ -304,6 +353,19 @@ def recorded_save(run_json: dict[str, Any]) -> str | None:
     if isinstance(settings, dict):
         return (settings.get("checkpoint") or {}).get("save")
     return (run_json.get("args") or {}).get("save")
+
+
+def disk_full(exc: DiskFullError, settings: TrainSettings) -> TokshardError:
+    """A full disk under the run's files, in train's words: the flag that names the folder (a
+    file of the run's record: ``--run-dir``, whose default is ``--save``), and how the run
+    continues (`how_to_continue`)."""
+    where = str(exc).split(";")[0]  # "disk full writing PATH (N MiB free)"
+    record = Path(exc.path).name in (RUN_FILE, METRICS_FILE) or Path(exc.path).match(SAMPLES_GLOB)
+    other = " or pass --run-dir another folder for the run's record" if record else ""
+    save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
+    return TokshardError(
+        f"{where}; free space there{other}; {how_to_continue(save, settings.checkpoint.resume)}"
+    )
 
 
 def how_to_continue(save_dir: Path | None, resumed: bool) -> str:

@@ -122,17 +122,25 @@ class Schedule:
         infos = [SourceInfo(n, int(v["windows"]), v.get("content")) for n, v in d["sources"].items()]
         return cls(infos, [Segment.from_json(g) for g in d["segments"]], seed)
 
-    def changed_sources(self, now: list[SourceInfo], needed: Iterable[str]) -> list[str]:
+    def changed_sources(
+        self, now: list[SourceInfo], needed: Iterable[str], retyped: dict[str, tuple[str, str]] | None = None
+    ) -> list[str]:
         """How the sources ``now`` differ from the ones this schedule was saved with: a source
         whose windows or content changed, or one of ``needed`` gone. A resume refuses these
         unless ``--allow-data-change``; ``tokshard samples`` refuses them (its windows would be
-        other documents)."""
+        other documents). ``retyped``: sources whose shards were re-prepared in another token
+        type alone (``{source: (was, now)}``), said as that."""
         saved = {s.name: s for s in self.infos}
         current = {s.name: s for s in now}
         changes = []
         for n in (n for n in current if n in saved):
             was, now_ = saved[n], current[n]
-            if was.content != now_.content:
+            if n in self.retyped_in(now, retyped or {}):
+                changes.append(
+                    f"source {n!r}: its shards are {retyped[n][1]}, the checkpoint's {retyped[n][0]}, with the "
+                    f"same token and document counts (windows {was.windows} -> {now_.windows})"
+                )
+            elif was.content != now_.content:
                 changes.append(
                     f"source {n!r}: its shards in the manifest differ from the checkpoint's (windows "
                     f"{was.windows} -> {now_.windows}, content {was.content} -> {now_.content})"
@@ -146,13 +154,32 @@ class Schedule:
             f"source {n!r} is not in the manifests any more" for n in needed if n not in current
         ]
 
-    def continued(self, now: list[SourceInfo], weights: dict[str, float] | None, position: int) -> Resumed:
+    def retyped_in(self, now: list[SourceInfo], retyped: dict[str, tuple[str, str]]) -> list[str]:
+        """The sources of ``retyped`` whose content changed ``now`` and whose windows did not."""
+        saved = {s.name: s for s in self.infos}
+        return [
+            s.name
+            for s in now
+            if s.name in retyped
+            and s.name in saved
+            and saved[s.name].content != s.content
+            and saved[s.name].windows == s.windows
+        ]
+
+    def continued(
+        self,
+        now: list[SourceInfo],
+        weights: dict[str, float] | None,
+        position: int,
+        retyped: dict[str, tuple[str, str]] | None = None,
+    ) -> Resumed:
         """This (saved) schedule continued at ``position`` on the sources ``now`` has, with
         ``weights`` (None: keep the saved mix). A new segment starts at ``position`` when the
-        weights or the sources changed; every source keeps its offset, a new one starts at 0."""
+        weights or the sources changed; every source keeps its offset, a new one starts at 0.
+        ``retyped``: as `changed_sources` takes it."""
         saved = {s.name: s for s in self.infos}
         current = {s.name: s for s in now}
-        data_changes = self.changed_sources(now, self.segments[-1].quotas)
+        data_changes = self.changed_sources(now, self.segments[-1].quotas, retyped)
         added = [n for n in current if n not in saved]
         if weights is None:
             if added:

@@ -198,8 +198,42 @@ def test_a_refused_resume_into_a_folder_of_the_users_files_leaves_no_lock_file(m
     save.mkdir()
     (save / "notes.txt").write_text("mine")
     line = refused(*train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(tmp_path / "r"))
-    assert "no checkpoint in" in line
     assert sorted(p.name for p in save.iterdir()) == ["notes.txt"]
+    # it said "drop --resume to start fresh", which a folder holding files refuses: say what works
+    assert line == (
+        f"tokshard: error: --resume: --save {save} holds no checkpoint (it holds notes.txt), so there is "
+        "nothing to resume; pass the --save of the run to continue, or, to start a new run, an empty or "
+        "new --save without --resume"
+    )
+
+
+def test_a_users_own_metrics_jsonl_is_not_called_a_runs_record(manifest, tmp_path):
+    """Only tokshard's run.json makes a folder a run's record; a file of the user's named
+    metrics.jsonl is a folder holding other files, and the line says to remove none of it."""
+    save = tmp_path / "mine"
+    save.mkdir()
+    (save / "metrics.jsonl").write_text("hi\n")
+    line = refused(*train_args(manifest), "--save", str(save))
+    assert line == (
+        f"tokshard: error: --save {save} is not empty (it holds metrics.jsonl); a new run writes only into "
+        "an empty folder or one it makes: choose another --save"
+    )
+    assert contents(save) == {"metrics.jsonl": b"hi\n"}
+
+
+def test_a_resume_that_leaves_out_the_runs_run_dir_is_refused_naming_it(manifest, halfway, tmp_path):
+    """The first part logged into --run-dir; a resume without it would have begun a second
+    metrics.jsonl in --save, splitting the run's record in two."""
+    save = tmp_path / "ck"
+    shutil.copytree(halfway["save"], save)
+    before = contents(save)
+    line = refused(*train_args(manifest), "--save", str(save), "--resume")
+    assert line == (
+        f"tokshard: error: --resume: the run saved in --save {save} keeps its record in --run-dir "
+        f"{halfway['run'].resolve()}; pass that --run-dir to continue its metrics.jsonl there, or another "
+        "--run-dir to start a new record"
+    )
+    assert contents(save) == before
 
 
 @pytest.mark.parametrize("saved_in", ["fp32", "bf16"])

@@ -21,11 +21,14 @@ from support import (
     AS_AT_A_TERMINAL,
     REPO,
     cached_manifest,
+    corpus,
+    files_recipe,
     free_port,
     make_manifest,
     metrics,
     samples_by_step,
 )
+from support import cli as prepare_cli
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import lock_file, try_exclusive
@@ -410,6 +413,51 @@ def test_resume_with_another_vocabulary_or_model_is_refused(manifest, halfway):
         cli.main([*resume_args(manifest, halfway), "--model", "gpt2-124m"])
 
 
+def test_resume_on_a_larger_tokenizers_shards_names_the_tokenizer_first(manifest, halfway, tmp_path):
+    """Its ids outnumber the checkpoint's embedding rows: the refusal names the tokenizer, not
+    a --vocab-size whose use is then refused for the ids beyond it."""
+    wider = make_manifest(tmp_path / "wider", vocab_size=3000)
+    was, now = (json.loads(m.read_text())["tokenizer"]["sha256"] for m in (manifest, wider))
+    for extra in ([], ["--vocab-size", "1024"], ["--allow-data-change"]):
+        args = [*resume_args(wider, halfway), *extra]
+        with pytest.raises(TokshardError) as refused:
+            cli.main(args)
+        assert str(refused.value) == (
+            f"--resume: the checkpoint was trained on another tokenizer's ids (tokenizer: checkpoint "
+            f"sha256 {was[:16]}..., now sha256 {now[:16]}...), and its model embeds 1024 rows where this "
+            "tokenizer has 3000 ids; resume on shards prepared with the checkpoint's tokenizer, or start "
+            "a new run in another --save"
+        )
+
+
+def test_resume_on_its_shards_prepared_again_as_uint32_names_the_dtype(tokenizer_path, docs, tmp_path):
+    """The same documents and tokenizer prepared as uint16, then uint32: the shards' hashes (over
+    their bytes) differ, and the refusal says it is their token type, which
+    --allow-data-change continues the same sample sequence on."""
+    data = corpus(tmp_path / "docs.jsonl", docs, copies=2)
+    made = {}
+    for dtype in ("uint16", "uint32"):
+        recipe = files_recipe(
+            tmp_path / f"{dtype}.toml", tokenizer_path, data, 1 << 20, out=str(tmp_path / dtype)
+        )
+        recipe.write_text(recipe.read_text().replace("[sources.text]", f'dtype = "{dtype}"\n[sources.text]'))
+        prepare_cli("prepare", str(recipe), check=True)
+        made[dtype] = tmp_path / dtype / "manifest.json"
+    save = tmp_path / "ck"
+    train("--manifest", str(made["uint16"]), *SMALL, "--steps", "4", "--stop-at", "2", "--save", str(save))
+    with pytest.raises(TokshardError) as refused:
+        cli.main(resume_args(made["uint32"], save))
+    line = str(refused.value)
+    assert line.startswith(
+        "--resume: the checkpoint's shards were re-prepared with another token type (source "
+    )
+    assert (
+        "'text': its shards are uint32, the checkpoint's uint16, with the same token and document counts"
+        in line
+    )
+    assert line.endswith("pass --allow-data-change to continue the same sample sequence on them")
+
+
 def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, halfway, tmp_path):
     """A checkpoint from before the model was recorded: DeepSpeed's size mismatch, one line."""
     save = tmp_path / "ck"
@@ -479,6 +527,17 @@ def test_a_full_disk_during_a_save_keeps_the_last_whole_checkpoint(manifest, sma
     (small_disk / "filler").unlink()
     done = train(*args, "--resume")
     assert "resumed step00000002 at step 2" in done.stdout and latest(save) == "step00000004"
+
+
+def test_a_full_disk_under_the_metrics_log_is_one_line_naming_trains_flags(manifest, tmpfs, tmp_path):
+    """metrics.jsonl's write fails; closing it after must not fail again and bury that line."""
+    mount, _ = tmpfs
+    save = mount(tmp_path / "disk", "8k") / "ck"
+    done = train("--manifest", str(manifest), *SMALL, "--steps", "4", "--save", str(save), code=2)
+    line = one_error_line(done)
+    assert line.startswith(f"tokshard: error: disk full writing {save / 'metrics.jsonl'} (")
+    assert "free space there or pass --run-dir another folder for the run's record" in line
+    assert "--out" not in line
 
 
 # --- item 15: ids the embedding has no row for (a hand-edited, re-sealed manifest) ---

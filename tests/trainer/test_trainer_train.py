@@ -130,6 +130,21 @@ def test_the_logged_lr_is_the_rate_each_step_applied_and_warmup_0_starts_at_the_
     assert not all(torch.equal(after_step_2["module"][k], v) for k, v in initial.items())
 
 
+def test_a_resume_with_another_schedule_applies_it_from_its_first_step(manifest, tmp_path):
+    """Stopped at step 2 of 4 (--lr 1e-3, --warmup 2), resumed with --lr 2e-3 --warmup 0: step 3
+    applies the new schedule's rate at step 3, not the one the checkpoint's optimizer holds."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4"]
+    save = tmp_path / "ck"
+    launch(*common, "--lr", "1e-3", "--warmup", "2", "--stop-at", "2", "--save", str(save))
+    resumed = launch(*common, "--lr", "2e-3", "--warmup", "0", "--save", str(save), "--resume")
+    peak, end = 2e-3, 2e-4  # --warmup 0: [peak, peak, (peak + end) / 2, end]
+    assert [t["lr"] for t in metrics(save)[0]][2:] == pytest.approx([(peak + end) / 2, end])
+    assert (
+        "the learning rate follows this run's schedule (--lr, --warmup, --steps) from step 3: "
+        "1.10e-03 there, where the checkpoint's schedule had 5.50e-04"
+    ) in resumed.stdout
+
+
 @pytest.mark.parametrize("console", ["a reader that quits", "a full disk"])
 def test_a_console_that_goes_away_leaves_the_run_training(manifest, tmp_path, console):
     """`tokshard train ... | head` or `> train.log` on a full disk (here /dev/full): the run goes

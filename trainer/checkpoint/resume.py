@@ -10,6 +10,9 @@ or added sources need no flag, since the schedule continues every source where i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from trainer.checkpoint.state import DataState, TrainerState
@@ -17,30 +20,106 @@ from trainer.schedule import Schedule, SourceInfo
 
 
 def check_compatible(
-    saved: DataState, now: DataState, allow_data_change: bool, source_diffs: list[str] = ()
+    saved: DataState,
+    now: DataState,
+    allow_data_change: bool,
+    source_diffs: list[str] = (),
+    retyped_only: bool = False,
 ) -> list[str]:
     """What differs between the checkpoint's data and this run's; an error unless allowed.
 
     ``source_diffs`` are the sources whose content changed or that are gone
-    (``Schedule.changed_sources``). Returns the differences that were allowed, for the log.
+    (``Schedule.changed_sources``); ``retyped_only``: they are all of sources re-prepared in
+    another token type alone (`retyped_sources`). Returns the differences that were allowed, for
+    the log.
     Another tokenizer is said first and on its own: its ids mean other text, so every source
     reads as changed, and the model would go on learning the other tokenizer's ids."""
     tokenizer = saved.tokenizer_change(now)
     if tokenizer is not None and not allow_data_change:
-        raise TokshardError(
-            f"--resume: the checkpoint was trained on another tokenizer's ids ({tokenizer}): the same "
-            "ids mean other text; resume on shards prepared with the checkpoint's tokenizer, or pass "
-            "--allow-data-change to go on training the model on this tokenizer's ids"
-        )
+        raise other_tokenizer(tokenizer)
     said = [f"{tokenizer}: the model continues on another tokenizer's ids"] if tokenizer else []
     diffs = said + saved.differences(now) + list(source_diffs)
     if diffs and not allow_data_change:
+        if retyped_only and diffs == list(source_diffs):
+            raise TokshardError(
+                "--resume: the checkpoint's shards were re-prepared with another token type ("
+                + "; ".join(diffs)
+                + "); their bytes differ, so tokshard cannot compare their tokens; with the same tokenizer, "
+                "counts and provenance they are the same windows: pass --allow-data-change to continue the "
+                "same sample sequence on them"
+            )
         raise TokshardError(
             "--resume: the checkpoint was trained on different data ("
             + "; ".join(diffs)
             + "); resuming would not continue its sample sequence. Pass --allow-data-change to resume anyway"
         )
     return diffs
+
+
+def retyped_sources(saved: DataState, manifests: list[Manifest], split: str) -> dict[str, tuple[str, str]]:
+    """The sources whose ``split`` shards differ from the checkpoint's only in their token type
+    (``tokshard prepare`` run again with another ``dtype``), as ``{source: (was, now)}``: the
+    same shards' token and document counts and provenance, in another dtype. The shards' hashes
+    are over their bytes, so they cannot tell; the checkpoint's manifests, where they are still
+    there unchanged (their fingerprint), can."""
+    was = {src: m for m in recorded_manifests(saved) for src in m.sources()}
+    retyped = {}
+    for m in manifests:
+        for src in m.sources():
+            old = was.get(src)
+            if old is not None and old.dtype != m.dtype and same_shards(old, m, src, split):
+                retyped[src] = (old.dtype, m.dtype)
+    return retyped
+
+
+def recorded_manifests(saved: DataState) -> list[Manifest]:
+    """The checkpoint's manifests still at their recorded paths with their recorded fingerprint."""
+    found = []
+    for path, fingerprint in zip(saved.manifests, saved.fingerprints, strict=False):
+        try:
+            m = manifest_mod.load(path)
+        except (TokshardError, OSError):
+            continue
+        if fingerprint is not None and m.fingerprint() == fingerprint:
+            found.append(m)
+    return found
+
+
+def same_shards(old: Manifest, new: Manifest, source: str, split: str) -> bool:
+    """Whether ``source``'s ``split`` shards hold the same counts and provenance in both."""
+
+    def facts(m: Manifest) -> list[tuple]:
+        return [(s.tokens, s.documents, s.origin_hash) for s in m.select(source, split)]
+
+    return bool(facts(old)) and facts(old) == facts(new)
+
+
+def other_tokenizer(change: str, rows: int | None = None, ids: int | None = None) -> TokshardError:
+    """The refusal of a resume on another tokenizer's shards (``change``: `DataState.tokenizer_change`'s
+    words). Where this tokenizer has more ids (``ids``) than the checkpoint's model embeds
+    (``rows``), no flag lets the model train on them."""
+    if rows is not None and ids is not None and ids > rows:
+        return TokshardError(
+            f"--resume: the checkpoint was trained on another tokenizer's ids ({change}), and its model "
+            f"embeds {rows} rows where this tokenizer has {ids} ids; resume on shards prepared with the "
+            "checkpoint's tokenizer, or start a new run in another --save"
+        )
+    return TokshardError(
+        f"--resume: the checkpoint was trained on another tokenizer's ids ({change}): the same "
+        "ids mean other text; resume on shards prepared with the checkpoint's tokenizer, or pass "
+        "--allow-data-change to go on training the model on this tokenizer's ids"
+    )
+
+
+def check_tokenizer(saved: TrainerState, tokenizer: str, ids: int, allow_data_change: bool) -> None:
+    """The shards' tokenizer (its sha256 and number of ids) is the checkpoint's; checked before
+    the model and the manifests are, as another tokenizer is the cause their refusals (another
+    number of embedding rows, ids beyond them) would only point at."""
+    change = saved.data.tokenizer_change(replace(saved.data, tokenizer=tokenizer))
+    if change is None:
+        return
+    if not allow_data_change or (saved.vocab_size is not None and ids > saved.vocab_size):
+        raise other_tokenizer(change, saved.vocab_size, ids)
 
 
 def check_model(saved: TrainerState, name: str, vocab_size: int) -> None:

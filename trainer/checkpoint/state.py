@@ -213,6 +213,10 @@ class TrainerState:
     #: a stop abandoned the evaluation scheduled at this step (`trainer.evaluate`): a resume
     #: runs it before its first step (False: done, none was due, or an older tokshard's)
     eval_pending: bool = False
+    #: the run folder (absolute) the part of the run that saved it logged into, where that was
+    #: not its --save: a resume that names no --run-dir is refused, not split between two
+    #: (None: --save, or an older tokshard's, which recorded none)
+    run_dir: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -229,6 +233,7 @@ class TrainerState:
             "precision": self.precision,
             "data_replaced_at": self.data_replaced_at,
             "eval_pending": self.eval_pending,
+            "run_dir": self.run_dir,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
             "batches": [
@@ -259,6 +264,7 @@ class TrainerState:
             precision=d.get("precision"),
             data_replaced_at=int(d.get("data_replaced_at") or 0),
             eval_pending=bool(d.get("eval_pending", False)),
+            run_dir=d.get("run_dir"),
         )
 
     def step_start(self, step: int) -> tuple[int, int]:
