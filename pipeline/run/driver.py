@@ -235,11 +235,13 @@ def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint
     differ: a shard deleted, truncated or edited since would otherwise go into the manifest as
     if whole."""
     problems = state.kept_problems(plan, checkpoints)
-    for part in plan.partitions:
-        if part.key in problems:
-            log(f"partition {part.key}: {problems[part.key]}; redoing that partition")
-            state.forget_partition(part)
-            checkpoints[part.key] = None
+    _redo(
+        state,
+        plan,
+        checkpoints,
+        {key: f"{why}; redoing that partition" for key, why in problems.items()},
+        log,
+    )
 
 
 def _say_untraced(finished: list[Checkpoint], log: Log) -> None:
@@ -262,9 +264,22 @@ def _restart_untraced(
     resumed, the documents it committed would be listed with no place although their source
     names one, and its shards would differ from a clean run's; redone, they equal them."""
     untraced = state.untraced_partials(plan, checkpoints)
+    why = {key: f"{work}; redoing it from its start to record it" for key, work in untraced.items()}
+    _redo(state, plan, checkpoints, why, log, prefix="note: ")
+
+
+def _redo(
+    state: RunState,
+    plan: Plan,
+    checkpoints: dict[str, Checkpoint | None],
+    why: dict[str, str],
+    log: Log,
+    prefix: str = "",
+) -> None:
+    """Forget each partition ``why`` names (its key -> the reason, said), so the run does it again."""
     for part in plan.partitions:
-        if part.key in untraced:
-            log(f"note: partition {part.key}: {untraced[part.key]}; redoing it from its start to record it")
+        if part.key in why:
+            log(f"{prefix}partition {part.key}: {why[part.key]}")
             state.forget_partition(part)
             checkpoints[part.key] = None
 
