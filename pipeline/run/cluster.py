@@ -31,9 +31,24 @@ BATCH_SYSTEMS = ("slurm", "pbs")
 #: a local worker's memory limit when none is given (Dask's: the machine's memory split over the workers)
 LOCAL_MEMORY_LIMIT = "auto"
 #: the least memory a worker is let have (a local --memory-limit, a --cluster job's --memory over
-#: its worker processes): a worker process with Dask and an encoder loaded holds about 200 MiB
-#: before it reads any text, so below this its nanny kills it as it starts, again and again
-MIN_WORKER_MEMORY = 256 << 20
+#: its worker processes). Measured: the peak RSS of one local worker encoding an 8 MB corpus of
+#: prose (bench/corpus.py) is about 190 MiB with cl100k_base, 220 MiB with Llama 3 and 310-320
+#: MiB with o200k_base (1MiB or default partitions alike), and bench/RESULTS.md has GPT-2's
+#: default run at 243-271 MiB. A nanny stops its worker at 95% of the limit, so 256 MiB let
+#: o200k's (and at times GPT-2's) worker be killed as it started, again and again; 512 MiB
+#: (stopped at 486) holds the largest real vocabulary with about 170 MiB for longer texts.
+MIN_WORKER_MEMORY = 512 << 20
+#: Dask's memory thresholds our workers run without: a worker pauses (starts no task) at 80% of
+#: its limit and spills Dask-held data from 60-70%, but ours hold no Dask data (each task writes
+#: its shards and returns a small checkpoint), so nothing would ever bring a paused worker back
+#: under the mark: a worker whose encoder alone sits above it (Llama 3's, at a 256MiB limit)
+#: paused for good and the run hung without a word. Without them, a worker over its limit is
+#: stopped by its nanny at 95% (``terminate``, kept), which the driver names (`KilledWorker`).
+UNPAUSED = {
+    "distributed.worker.memory.pause": False,
+    "distributed.worker.memory.spill": False,
+    "distributed.worker.memory.target": False,
+}
 #: the longest a run waits for its workers' warm-up before it sends its tasks anyway
 WARM_UP_SECONDS = 10.0
 #: the longest local workers wait to boot for the number of partitions the run has to do, so
@@ -94,7 +109,9 @@ def batch_cluster(spec: BatchJobs, threads: int):
         "walltime": spec.walltime,
         "local_directory": spec.local_directory,
         "job_name": "tokshard",
-        "job_script_prologue": [f"export {k}={v}" for k, v in {**MALLOC_ENV, **worker_env(threads)}.items()],
+        "job_script_prologue": [
+            f"export {k}={v}" for k, v in {**MALLOC_ENV, **worker_env(threads), **unpaused_env()}.items()
+        ],
     }
     if spec.job_extra:
         kwargs["job_extra_directives"] = list(spec.job_extra)
@@ -183,6 +200,11 @@ def job_script(spec: BatchJobs, threads: int) -> str:
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
+def unpaused_env() -> dict[str, str]:
+    """`UNPAUSED` as the environment a batch job's `dask worker` reads its config from."""
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(v) for key, v in UNPAUSED.items()}
+
+
 def worker_env(threads: int) -> dict[str, str]:
     """Encoder threads per worker process, fixed before the tokenizer's thread pool starts."""
     return {
@@ -190,6 +212,23 @@ def worker_env(threads: int) -> dict[str, str]:
         "RAYON_NUM_THREADS": str(threads),
         "FASTOKENS_BPE_THREADS": str(threads),
     }
+
+
+def killed_advice(memory_limit: str | None) -> str:
+    """What to do about local workers killed again and again on a task: with a --memory-limit
+    given, it is what killed them (a nanny stops its worker at 95% of it; pausing is off,
+    `UNPAUSED`), so a larger one, about twice, is what to give; else fewer workers, each of
+    which then gets more of the machine's memory."""
+    if memory_limit is None or memory_limit.strip().lower() in ("auto", "0"):
+        return "rerun to resume from its last commit, with fewer --workers or more memory"
+    from dask.utils import parse_bytes
+
+    mib = 2 * parse_bytes(memory_limit) >> 20  # 0 for a fraction of the machine's memory (0.5)
+    twice = f", such as --memory-limit {mib}MiB" if mib else ""
+    return (
+        f"a worker is stopped at 95% of its --memory-limit {memory_limit}, too little for this tokenizer "
+        f"and text; rerun with a larger --memory-limit{twice}: it resumes from its last commit"
+    )
 
 
 class ClusterLost(TokshardError):
@@ -668,5 +707,5 @@ def _local_cluster(n: int, threads: int, memory_limit: str | None, dashboard: bo
             # a task's error reaches the driver, which reports it once (one line for a user error)
             silence_logs=logging.CRITICAL,
             env=worker_env(threads),
-            config=quiet,  # the workers' Dask config: this on top of ours
+            config={**quiet, **UNPAUSED},  # the workers' Dask config: this on top of ours
         )

@@ -31,7 +31,14 @@ from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
-from pipeline.run.cluster import ClusterLost, EarlyStart, connect, scheduler_address, scheduler_lost
+from pipeline.run.cluster import (
+    ClusterLost,
+    EarlyStart,
+    connect,
+    killed_advice,
+    scheduler_address,
+    scheduler_lost,
+)
 from pipeline.run.code_check import gated, refusal
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, stderr_log
@@ -589,6 +596,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
     waiting = iter(sorted(zip(sub.tasks, sub.todo, strict=True), key=lambda tp: tp[1].size, reverse=True))
     limit = in_flight(client, options)
     watch = worker_watch(client, options, log)
+    own_limit = options.memory_limit if watch.local else None
 
     def submit_more() -> None:
         while len(pending) < limit and (item := next(waiting, None)) is not None:
@@ -612,7 +620,8 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
                 for fut in ended:
                     if fut.key in pending:
                         _, part = pending.pop(fut.key)
-                        record(part.key, _checkpoint_of(fut, part, state, plan, sub.tasks[0].dtype))
+                        ck = _checkpoint_of(fut, part, state, plan, sub.tasks[0].dtype, own_limit)
+                        record(part.key, ck)
                 submit_more()
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + state.poll_seconds
@@ -638,16 +647,18 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
         progress.close()
 
 
-def _checkpoint_of(fut, part: Partition, state: RunState, plan: Plan, dtype: str) -> Checkpoint:
-    """A finished task's final checkpoint, or its error as the user should read it."""
+def _checkpoint_of(
+    fut, part: Partition, state: RunState, plan: Plan, dtype: str, memory_limit: str | None = None
+) -> Checkpoint:
+    """A finished task's final checkpoint, or its error as the user should read it
+    (``memory_limit``: the run's own local workers' --memory-limit, if given)."""
     from distributed import KilledWorker
 
     try:
         return fut.result()
     except KilledWorker as exc:
         raise TokshardError(
-            f"Dask workers died repeatedly on partition {part.key} (out of memory?); "
-            "rerun to resume from its last commit, with fewer --workers or more memory"
+            f"Dask workers died repeatedly on partition {part.key} (out of memory?); {killed_advice(memory_limit)}"
         ) from exc
     except DiskFullError as exc:
         raise exc.with_needed(_bytes_to_write(state, plan, dtype)) from None

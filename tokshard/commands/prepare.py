@@ -93,7 +93,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--memory-limit",
         metavar="SIZE",
         type=memory_limit_arg,
-        help="memory limit per local worker: a size with a unit (2GiB, at least 256MiB), a fraction of "
+        help="memory limit per local worker: a size with a unit (2GiB, at least 512MiB), a fraction of "
         f"this machine's memory (0.5), or 0 for none (default {LOCAL_MEMORY_LIMIT})",
     )
     p.add_argument(

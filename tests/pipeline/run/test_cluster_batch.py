@@ -145,10 +145,10 @@ def test_jobs_the_batch_system_takes_are_submitted_before_the_run_goes_on(tmp_pa
     ("extra", "said"),
     [
         (["--memory", "4"], "argument --memory: expected a size with a unit, such as 120GB, got '4'"),
-        (["--memory", "1B"], "'1B' is 0 MiB per worker, below the 256 MiB a worker process needs"),
+        (["--memory", "1B"], "'1B' is 0 MiB per worker, below the 512 MiB a worker process needs"),
         (
             ["--cores", "1000", "--memory", "8GB"],
-            "--cluster slurm: memory 8GB over 1000 worker processes is 7.6 MiB each, below the 256 MiB",
+            "--cluster slurm: memory 8GB over 1000 worker processes is 7.6 MiB each, below the 512 MiB",
         ),
         (["--walltime", "4h"], "--walltime '4h': slurm reads HH:MM:SS, D-HH:MM:SS, D-HH, MM:SS or minutes"),
         (["--walltime", "99:99:99"], "--walltime '99:99:99': slurm reads"),

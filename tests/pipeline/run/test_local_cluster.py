@@ -10,6 +10,7 @@ import urllib.request
 import psutil
 import pytest
 from background import in_a_job
+from published_vocabs import tokenizer_json
 from support import cli, one_error_line, train_tokenizer_json, write_jsonl
 
 from pipeline import recipe
@@ -322,9 +323,11 @@ def test_local_workers_all_gone_is_an_error_not_a_wait(tmp_path, docs, tokenizer
 @pytest.mark.parametrize(
     ("limit", "said"),
     [
-        ("10MB", "'10MB' is 10 MiB per worker, below the 256 MiB a worker process needs"),
-        ("1B", "'1B' is 0 MiB per worker, below the 256 MiB a worker process needs"),
-        ("0.00001", "'0.00001' is 0 MiB per worker, below the 256 MiB"),
+        ("10MB", "'10MB' is 10 MiB per worker, below the 512 MiB a worker process needs"),
+        ("1B", "'1B' is 0 MiB per worker, below the 512 MiB a worker process needs"),
+        # o200k_base's worker peaks at about 320 MiB, and its nanny stops it at 95% of the limit
+        ("256MiB", "'256MiB' is 256 MiB per worker, below the 512 MiB a worker process needs"),
+        ("0.00001", "'0.00001' is 0 MiB per worker, below the 512 MiB"),
         ("1.5", "a fraction of this machine's memory between 0 and 1 such as 0.5, or a size with a unit"),
         ("100", "a fraction of this machine's memory between 0 and 1 such as 0.5, or a size with a unit"),
     ],
@@ -334,6 +337,40 @@ def test_a_memory_limit_too_small_for_a_worker_is_refused_before_any_starts(tmp_
     assert proc.returncode == 2
     assert said in one_error_line(proc)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_whose_encoder_sits_above_dasks_pause_mark_still_runs_its_tasks(tmp_path, docs):
+    """Llama 3's loaded worker holds about 220 MiB, above the 80% of 256MiB at which Dask pauses
+    a worker; ours hold no Dask data to spill, so a paused one never resumed: the run hung."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
+    r = recipe.from_dict(
+        {
+            "tokenizer": str(tokenizer_json("llama3")),
+            "sources": {"d": {"type": "files", "paths": [str(data)], "partition_bytes": 8192}},
+        },
+        "test",
+    )
+    path = prepare(r, tmp_path / "o", RunOptions(workers=1, memory_limit="256MiB"), log=lambda m: None)
+    assert manifest.load(path).data["totals"]["shards"] > 1
+
+
+def test_the_least_memory_limit_holds_the_largest_published_vocabulary(tmp_path, docs):
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
+    done = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tokenizer_json("o200k_base")),
+        "--partition-bytes", "8KiB", "--workers", "1", "--memory-limit", "512MiB",
+        "--out", str(tmp_path / "o"), timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_workers_killed_at_their_memory_limit_are_told_a_larger_one():
+    from pipeline.run.cluster import killed_advice
+
+    said = killed_advice("512MiB")
+    assert "at 95% of its --memory-limit 512MiB" in said and "such as --memory-limit 1024MiB" in said
+    assert "--memory-limit" not in killed_advice(None)  # the machine's memory split: fewer --workers
 
 
 class _SlowToReap:
