@@ -7,7 +7,9 @@ without anyone noticing. So the driver compares each worker's tokshard with its 
 version and a fingerprint of the code that shapes the output (the ``pipeline`` package's
 sources), by a probe that any worker can run however old its tokshard: standard library only,
 shipped by value (its code travels with the task, not a reference to a module the worker may
-lack). Workers connected when the run starts are probed at once (`check_workers`); every task
+lack). A worker is judged by the code it loaded: its disk's at its first check, while the
+disk still holds it (modules load at a task's first use, so a worker left running under an
+upgrade runs old code over new files). Workers connected when the run starts are probed at once (`check_workers`); every task
 sent to a worker (`gated`) runs the same probe first and is refused on a mismatch, which covers
 the workers that join later.
 """
@@ -28,8 +30,15 @@ from pipeline.format.errors import TokshardError
 REFUSED = "tokshard-code-mismatch"
 
 
-def _identity_here() -> tuple[str | None, str | None]:
-    """(version, fingerprint) of the ``pipeline`` package this process imports (None, None
+#: what a worker runs in place of a fingerprint where its loaded code cannot be told from
+#: its disk: imported before its first check (a worker that ran an older tokshard's tasks), or
+#: the files changed since that check (a `git pull` or `pip install -U` under running workers)
+LOADED_UNCHECKED = "loaded before its first check"
+CHANGED_SINCE = "changed on disk since the worker loaded it"
+
+
+def _on_disk() -> tuple[str | None, str | None]:
+    """(version, fingerprint) of the ``pipeline`` package this process would import now (None, None
     without one): ``__version__`` read from its ``__init__.py`` and a SHA-256 of every ``.py``
     file under it (relative path and content). Standard library only, and nothing of this
     module used: it runs, by value, on workers whose tokshard may be any other."""
@@ -65,11 +74,27 @@ def _identity_here() -> tuple[str | None, str | None]:
     return version, digest.hexdigest()
 
 
+def _as_loaded() -> tuple[str | None, str | None]:
+    """(version, fingerprint) of the code a worker process runs: its disk's at its first check,
+    while the disk still holds it. Modules load lazily, at a task's first use, so a worker
+    started before an upgrade of a shared install would pass a check of its disk alone while it
+    runs the old code (a worker that upper-cased text kept doing so, and `verify` saw nothing)."""
+    import sys
+
+    now = _on_disk()
+    first = getattr(sys, "_tokshard_code_at_first_check", None)
+    if first is None:
+        if any(name == "pipeline" or name.startswith("pipeline.") for name in sys.modules):
+            return now[0], LOADED_UNCHECKED
+        sys._tokshard_code_at_first_check = first = now
+    return now if now == first else (first[0], CHANGED_SINCE)
+
+
 def _run_gated(expected: tuple[str | None, str | None], payload: bytes) -> Any:
     """On a worker: the task in ``payload`` (a pickled function and its arguments), run only if
     this worker's tokshard is the driver's (``expected``); unpickled only then, so that a worker
     without the modules it names is refused, not broken."""
-    found = _identity_here()
+    found = _as_loaded()
     if found != expected:
         try:
             from distributed import get_worker
@@ -85,16 +110,18 @@ def _run_gated(expected: tuple[str | None, str | None], payload: bytes) -> Any:
 
 
 def _shipped_by_value() -> tuple[Callable, Callable]:
-    """`_identity_here` and `_run_gated` rebuilt in a namespace no worker can import, so that
+    """`_as_loaded` (with `_on_disk`) and `_run_gated` rebuilt in a namespace no worker can import, so that
     Dask's pickling (cloudpickle) sends their code instead of a reference to this module."""
     namespace: dict[str, Any] = {
         "__builtins__": builtins,
         "__name__": "tokshard_code_probe",
         "REFUSED": REFUSED,
+        "LOADED_UNCHECKED": LOADED_UNCHECKED,
+        "CHANGED_SINCE": CHANGED_SINCE,
     }
-    for fn in (_identity_here, _run_gated):
+    for fn in (_on_disk, _as_loaded, _run_gated):
         namespace[fn.__name__] = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__)
-    return namespace["_identity_here"], namespace["_run_gated"]
+    return namespace["_as_loaded"], namespace["_run_gated"]
 
 
 PROBE, GATE = _shipped_by_value()
@@ -102,13 +129,23 @@ PROBE, GATE = _shipped_by_value()
 
 @functools.cache
 def driver_identity() -> tuple[str | None, str | None]:
-    """This process's (version, fingerprint), computed once."""
-    return _identity_here()
+    """This process's (version, fingerprint), computed once: the driver runs the code its disk
+    held as it started. Kept as this process's first check too, so that a gated task run in the
+    driver's own process (a Dask cluster of threads) is judged by it."""
+    import sys
+
+    identity = _on_disk()
+    if getattr(sys, "_tokshard_code_at_first_check", None) is None:
+        sys._tokshard_code_at_first_check = identity
+    return identity
 
 
 def shown(identity: tuple[str | None, str | None]) -> str:
     version, fingerprint = identity
-    return "no tokshard" if fingerprint is None else f"tokshard {version} (code {fingerprint[:12]})"
+    if fingerprint is None:
+        return "no tokshard"
+    code = fingerprint if fingerprint in (LOADED_UNCHECKED, CHANGED_SINCE) else fingerprint[:12]
+    return f"tokshard {version} (code {code})"
 
 
 def mismatch(address: str, found: tuple[str | None, str | None], said: str | None = None) -> TokshardError:

@@ -369,6 +369,32 @@ def test_a_scheduler_killed_mid_run_is_one_line_and_the_rerun_resumes(own_cluste
     assert_same_output(ref, out)
 
 
+def test_a_worker_whose_tokshard_changed_on_disk_under_it_is_refused(own_cluster, tmp_path):
+    """A worker keeps the code it loaded: started before an upgrade of a shared install, it
+    passed a check of its disk, which now held the driver's code, and ran its old code."""
+    import cloudpickle
+    from distributed import Client
+
+    from pipeline.run.code_check import CHANGED_SINCE, GATE, PROBE, gated, refusal, shown
+
+    address, procs = own_cluster(0)
+    other = other_tokshard(tmp_path / "other", "source")  # the worker's install before the upgrade
+    procs.append(start_other_worker(address, other, tmp_path / "w.log"))
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(1, timeout=60)
+        (before,) = client.run(PROBE).values()
+        payload = cloudpickle.dumps((shown, (tuple(before),)))
+        assert "code" in client.submit(GATE, tuple(before), payload, pure=False).result(timeout=60)
+        shutil.copy(
+            REPO / "pipeline" / "encoding" / "documents.py", other / "pipeline" / "encoding"
+        )  # the upgrade
+        fn, args = gated(shown, tuple(before))
+        with pytest.raises(RuntimeError) as caught:
+            client.submit(fn, *args, pure=False).result(timeout=60)
+    said = str(refusal(caught.value))
+    assert f"(code {CHANGED_SINCE})" in said and "restart the workers" in said, said
+
+
 def test_a_scheduler_without_workers_is_said_and_the_run_waits_for_them(
     own_cluster, tmp_path, docs, tokenizer_path, monkeypatch
 ):
