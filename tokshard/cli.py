@@ -32,6 +32,7 @@ from tokshard.commands.command import (
     Terminated,
     error_line,
     locale_refused,
+    open_files_exhausted,
     path_refused,
     stopped_before_start,
     stopping_signals_raise,
@@ -109,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     except OSError as exc:  # after the pipe and disk-full cases above, which are OSErrors too
-        refused = path_refused(exc)
+        refused = path_refused(exc) or open_files_exhausted(exc)
+        if refused is None:
+            raise
+        return _failed(refused)
+    except RuntimeError as exc:  # a library's own wrapping of too many open files
+        refused = open_files_exhausted(exc)
         if refused is None:
             raise
         return _failed(refused)

@@ -31,6 +31,7 @@ from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
+from pipeline.run import process_limits
 from pipeline.run.cluster import (
     ClusterLost,
     EarlyStart,
@@ -95,6 +96,7 @@ def prepare(
     )
     if options.scheduler is not None:  # a mistyped address too, without waiting on a connection
         scheduler_address(options.scheduler)
+    process_limits.check(_local_workers(options))
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
@@ -289,6 +291,13 @@ def _redo(
             log(f"{prefix}partition {part.key}: {why[part.key]}")
             state.forget_partition(part)
             checkpoints[part.key] = None
+
+
+def _local_workers(options: RunOptions) -> int:
+    """The worker processes this machine starts for the run (0: a scheduler's or jobs' run them)."""
+    if options.client is not None or options.scheduler is not None or options.batch is not None:
+        return 0
+    return options.workers or os.cpu_count() or 1
 
 
 def _early_workers(options: RunOptions, threads: int) -> EarlyStart | None:

@@ -276,3 +276,27 @@ def test_megatron_args_refuses_a_manifest_whose_shard_is_missing(spaced, tmp_pat
     proc = cli("megatron-args", str(copy))
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
     assert f"{gone.name} is missing (`tokshard verify` shows every fault)" in one_error_line(proc)
+
+
+def test_too_many_open_files_met_under_a_librarys_own_error_is_one_line():
+    """Dask wraps its nannies' EMFILE in "Nanny failed to start", torch names it in a
+    DistNetworkError's text: both were tracebacks."""
+    import errno
+
+    from tokshard.commands.command import open_files_exhausted
+
+    try:
+        try:
+            raise OSError(errno.EMFILE, "Too many open files")
+        except OSError as exc:
+            raise RuntimeError("Nanny failed to start.") from exc
+    except RuntimeError as wrapped:
+        nanny = wrapped
+    torch_style = RuntimeError(
+        "The server socket has failed to bind. code: -24, name: EMFILE, message: too many"
+    )
+    for exc in (nanny, torch_style):
+        said = str(open_files_exhausted(exc))
+        assert said.startswith("too many open files for this process (ulimit -n is "), said
+        assert said.endswith("raise it (ulimit -n 4096) and rerun"), said
+    assert open_files_exhausted(RuntimeError("something else")) is None

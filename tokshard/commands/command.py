@@ -237,6 +237,33 @@ def path_refused(exc: OSError) -> TokshardError | None:
     return TokshardError(f"cannot use {shown}: {exc.strerror}; {PATH_REFUSALS[exc.errno]}")
 
 
+def open_files_exhausted(exc: BaseException) -> TokshardError | None:
+    """Too many open files met anywhere, in ``exc`` or what it was raised from (Dask wraps its
+    nannies' in "Nanny failed to start"), as one line naming the limit; None for anything else.
+    A prepare checks the limit it needs first (`pipeline.run.process_limits`); this is for what
+    a run opens beyond it, and for the other commands."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        said = str(exc)  # C++ libraries' own errors (torch's DistNetworkError) carry only the name
+        if (isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)) or (
+            not isinstance(exc, OSError) and ("EMFILE" in said or "ENFILE" in said)
+        ):
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            which = (
+                "the system"
+                if getattr(exc, "errno", None) == errno.ENFILE or "ENFILE" in said
+                else "this process"
+            )
+            return TokshardError(
+                f"too many open files for {which} (ulimit -n is {soft}): raise it (ulimit -n 4096) and rerun"
+            )
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def locale_refused(exc: UnicodeEncodeError) -> TokshardError | None:
     """A name or a text that escaped a command because the locale cannot encode it (a recipe's
     non-ASCII path, a folder's non-ASCII file names under LC_ALL=C with PYTHONUTF8=0), as one

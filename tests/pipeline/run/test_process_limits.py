@@ -1,0 +1,54 @@
+"""A prepare under the machine's process limits (`ulimit -n`, `ulimit -v`): raised where the
+hard limit allows, else one line before anything is made (it was a Dask traceback, a Rust
+allocator's abort, or a hang, each after the run had made its folder)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+from support import REPO, one_error_line, write_jsonl
+
+
+def prepare_limited(tmp_path, tokenizer_path, docs, kind: int, soft: int, hard: int, *extra: str):
+    """`tokshard prepare` in a fresh process whose ``kind`` limit is (soft, hard), as `ulimit` sets it."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    argv = [sys.executable, "-m", "tokshard", "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path),
+            "--out", str(tmp_path / "out"), "--workers", "2", *extra]  # fmt: skip
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=lambda: resource.setrlimit(kind, (soft, hard)),
+    )  # fmt: skip
+
+
+def test_too_few_open_files_is_one_line_and_nothing_made(tmp_path, tokenizer_path, docs):
+    proc = prepare_limited(tmp_path, tokenizer_path, docs, resource.RLIMIT_NOFILE, 32, 32)
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert (
+        "open files are limited to 32 here (ulimit -n; hard limit 32); a prepare with 2 local workers" in line
+    )
+    assert "raise it (ulimit -n 4096)" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_short_soft_open_files_limit_is_raised_and_the_run_goes_on(tmp_path, tokenizer_path, docs):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    proc = prepare_limited(tmp_path, tokenizer_path, docs, resource.RLIMIT_NOFILE, 32, hard)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("mib", [300, 600])
+def test_too_little_address_space_is_one_line_and_nothing_made(tmp_path, tokenizer_path, docs, mib):
+    """At 300 MiB the run spun for good; at 600 MiB the tokenizer's allocator aborted it."""
+    proc = prepare_limited(tmp_path, tokenizer_path, docs, resource.RLIMIT_AS, mib << 20, mib << 20)
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert f"address space is limited to {mib} MiB a process here (ulimit -v {mib << 10};" in line
+    assert "raise it (ulimit -v unlimited, or at least" in line
+    assert not (tmp_path / "out").exists()
