@@ -348,7 +348,8 @@ def untraced_work(
     out_dir: Path, stem: str, closed: list[ShardRecord], open_shard: OpenShard | None
 ) -> str | None:
     """What of a partition's committed work carries no provenance (None: all of it does), as
-    text: an older tokshard, which recorded no places, began it. Resumed, its documents would
+    text: an older tokshard, which recorded no places, began it, or its open shard's logs were
+    deleted. Resumed, its documents would
     be listed with no place although their source names one, so the partition is redone."""
     untraced = sum(rec.origin_hash is None for rec in closed)
     documents = 0
@@ -358,11 +359,16 @@ def untraced_work(
         documents = open_shard.documents
     if not untraced and not documents:
         return None
-    held = [f"{untraced} finished shard{'s' * (untraced != 1)}"] if untraced else []
-    held += [f"{documents} document{'s' * (documents != 1)} of its open shard"] if documents else []
-    return (
-        f"its committed work ({', '.join(held)}) was written by an older tokshard that recorded no provenance"
-    )
+    said = []
+    if untraced:  # this tokshard hashes every finished shard's sidecar: none, an older one wrote it
+        shards = f"{untraced} finished shard{'s' * (untraced != 1)}"
+        said.append(f"{shards} written by an older tokshard that recorded no provenance")
+    if documents:  # the logs of the open shard are missing or short: never written, or deleted since
+        some = f"{documents} committed document{'s' * (documents != 1)}"
+        said.append(
+            f"its open shard's provenance logs lack its {some} (an older tokshard wrote none, or they were deleted)"
+        )
+    return "its committed work has no provenance: " + "; ".join(said)
 
 
 class ShardSequence:

@@ -145,6 +145,8 @@ def shown(identity: tuple[str | None, str | None]) -> str:
     if fingerprint is None:
         return "no tokshard"
     code = fingerprint if fingerprint in (LOADED_UNCHECKED, CHANGED_SINCE) else fingerprint[:12]
+    if version is None:  # a package named `pipeline` without tokshard's version in it
+        return f"a `pipeline` package that is not tokshard's (code {code})"
     return f"tokshard {version} (code {code})"
 
 

@@ -189,7 +189,7 @@ def _rerun(
             )
         if untraced and resumes_partials:
             steps.append(
-                f"redo {untraced} partial partitions an older tokshard began without provenance from their start"
+                f"redo {untraced} partial partitions whose committed work has no provenance from their start"
             )
         if partial - untraced and resumes_partials:
             steps.append(f"resume {partial - untraced} partial partitions from their last commit points")

@@ -64,7 +64,7 @@ def test_status_says_a_rerun_redoes_a_partial_an_older_tokshard_began_without_pr
     s = json.loads(cli("status", str(old), "--json", check=True).stdout)
     assert s["splits"]["d/train"]["partial"] == 1
     assert s["rerun"].startswith(
-        "redo 1 partial partitions an older tokshard began without provenance from their start"
+        "redo 1 partial partitions whose committed work has no provenance from their start"
     )
     assert "resume" not in s["rerun"]
 
