@@ -86,8 +86,9 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
             held[folder / WRITER_LOCK] = _take_writer_lock(folder / WRITER_LOCK, flag, folder)
         yield
     except BaseException:  # only the locks held: a run refused for another's lock leaves it be
-        for folder in named:
-            take_back_unrecorded(folder, found[folder])
+        for folder in named:  # only where this run holds the lock: another's fresh files stay
+            if any(same_folder(lock.parent, folder) for lock in held):
+                take_back_unrecorded(folder, found[folder])
         take_back_unwritten([lock for lock in locks_made if lock in held], made, found)
         raise
     finally:
