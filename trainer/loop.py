@@ -37,6 +37,7 @@ from trainer.run_folders import (
     RUN_FILE,
     disk_full,
     how_to_continue,
+    new_folder_taken_back,
     one_writer,
     run_folder,
     run_record,
@@ -72,42 +73,45 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     settings = plan.settings
     engine, config, load_tag = build_engine(plan, dist)
     run_dir = run_folder(settings, dist.is_main, distributed.broadcast)
-    resumed_at = plan.resume.state.step if plan.resume else None
-    eval_again = plan.resume is not None and plan.resume.state.eval_pending
-    dropped = cut_back_logs(run_dir, resumed_at, eval_again) if resumed_at is not None and dist.is_main else 0
-    replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
-    if dist.world > 1:
-        torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
-    log = MetricsLog(run_dir, dist.is_main, settings.optim.steps)
-    for note in start_notes(plan):
-        log.note(note)
-    if replaced:
-        log.note(
-            f"{run_dir} held the record ({', '.join(replaced)}) of a start of this same run (its settings) "
-            "that saved no checkpoint: starting over, replacing it"
+    with new_folder_taken_back(run_dir, settings, dist.is_main):  # until its record is written
+        resumed_at = plan.resume.state.step if plan.resume else None
+        eval_again = plan.resume is not None and plan.resume.state.eval_pending
+        dropped = (
+            cut_back_logs(run_dir, resumed_at, eval_again) if resumed_at is not None and dist.is_main else 0
         )
-    if dropped:
-        log.note(
-            f"cut {dropped} log lines written after step {resumed_at} (the checkpoint's) "
-            f"from {run_dir}: those steps are trained again"
-        )
-    global_batch = engine.train_batch_size()
-    if load_tag:
-        loaded = restore(engine, plan, load_tag, log)
-        step, samples = loaded.step, loaded.samples
-        history = loaded.batches_on(step, samples, global_batch)
-    else:
-        step, samples = 0, 0
-        history = (BatchSpan(0, 0, global_batch),)
-    end = settings.end
-    # the run's record stays the one of the part that trained (a rerun is a no-op); a checkpoint
-    # at the last step whose evaluation a stop abandoned has that evaluation left to run
-    if step > end or (step == end and not eval_again):
-        log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
-        log.close()
-        return {"step": step, "samples": samples}
-    if dist.is_main:
-        write_json(run_dir / RUN_FILE, started_record(plan, dist, engine, config, step, samples))
+        replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
+        if dist.world > 1:
+            torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
+        log = MetricsLog(run_dir, dist.is_main, settings.optim.steps)
+        for note in start_notes(plan):
+            log.note(note)
+        if replaced:
+            log.note(
+                f"{run_dir} held the record ({', '.join(replaced)}) of a start of this same run (its settings) "
+                "that saved no checkpoint: starting over, replacing it"
+            )
+        if dropped:
+            log.note(
+                f"cut {dropped} log lines written after step {resumed_at} (the checkpoint's) "
+                f"from {run_dir}: those steps are trained again"
+            )
+        global_batch = engine.train_batch_size()
+        if load_tag:
+            loaded = restore(engine, plan, load_tag, log)
+            step, samples = loaded.step, loaded.samples
+            history = loaded.batches_on(step, samples, global_batch)
+        else:
+            step, samples = 0, 0
+            history = (BatchSpan(0, 0, global_batch),)
+        end = settings.end
+        # the run's record stays the one of the part that trained (a rerun is a no-op); a checkpoint
+        # at the last step whose evaluation a stop abandoned has that evaluation left to run
+        if step > end or (step == end and not eval_again):
+            log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
+            log.close()
+            return {"step": step, "samples": samples}
+        if dist.is_main:
+            write_json(run_dir / RUN_FILE, started_record(plan, dist, engine, config, step, samples))
 
     data = plan.data
     if data.fetchers:

@@ -86,6 +86,9 @@ def one_writer(settings: TrainSettings) -> Iterator[None]:
             held[folder / WRITER_LOCK] = _take_writer_lock(folder / WRITER_LOCK, flag, folder)
         yield
     except BaseException:  # only the locks held: a run refused for another's lock leaves it be
+        for folder in named:  # only where this run holds the lock: another's fresh files stay
+            if any(same_folder(lock.parent, folder) for lock in held):
+                take_back_unrecorded(folder, found[folder])
         take_back_unwritten([lock for lock in locks_made if lock in held], made, found)
         raise
     finally:
@@ -103,6 +106,36 @@ def take_back_unwritten(locks: list[Path], folders: list[Path], found: dict[Path
         if folder_contents(lock.parent) == found.get(lock.parent, []):
             lock.unlink(missing_ok=True)
     take_back_folders(folders)
+
+
+def take_back_unrecorded(folder: Path, before: list[str]) -> None:
+    """A run that stopped before writing its run.json (a full disk there, a damaged checkpoint,
+    Ctrl-C) recorded nothing: the record files it opened (metrics.jsonl with at most its start
+    notes, samples-rankR.jsonl) are removed, so the folder is as it found it and the same command
+    is not refused for them. ``before``: the names ``folder`` held at the start; those are kept,
+    unless it held a run.json that is gone: `start_over` removed that record, and what is there
+    now is this run's."""
+    now = run_record_files(folder)
+    if RUN_FILE in now:  # its record was written: a rerun starts over on it (`same_runs_record`)
+        return
+    replaced = RUN_FILE in before
+    for name in now:
+        if replaced or name not in before:
+            (folder / name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def new_folder_taken_back(run_dir: Path, settings: TrainSettings, is_main: bool) -> Iterator[None]:
+    """The runs/TIME folder a run without --run-dir and --save made (`new_run_folder`) goes
+    again, with what it opened, when the run stops before writing its run.json in it (the
+    named folders are `one_writer`'s to take back)."""
+    try:
+        yield
+    except BaseException:
+        if is_main and not (settings.log.run_dir or settings.checkpoint.save):
+            take_back_unrecorded(run_dir, [])
+            take_back_folders([run_dir])
+        raise
 
 
 def _take_writer_lock(path: Path, flag: str, folder: Path) -> int:

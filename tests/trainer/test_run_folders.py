@@ -192,6 +192,28 @@ def test_a_refused_run_takes_back_the_folders_it_made_and_keeps_those_it_found(m
     assert list(kept.iterdir()) == []
 
 
+def test_a_resume_stopped_before_its_record_leaves_no_metrics_in_the_run_dir_it_made(
+    manifest, halfway, tmp_path
+):
+    """A resume whose checkpoint cannot be loaded stops after opening metrics.jsonl (its start
+    notes) in a new --run-dir and before its run.json: that folder went on holding it, and the
+    same resume, from a whole copy of the checkpoint, was refused for it ("holds metrics.jsonl,
+    not this run's")."""
+    save, run = tmp_path / "ck", tmp_path / "run"
+    shutil.copytree(halfway["save"], save)
+    states = save / "step00000002" / "mp_rank_00_model_states.pt"
+    whole = states.read_bytes()
+    states.write_bytes(whole[: len(whole) // 2])
+    args = [*train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(run)]
+    proc = cli("train", *args)
+    assert proc.returncode != 0 and "cannot be loaded" in one_error_line(proc)
+    assert not run.exists()
+    states.write_bytes(whole)
+    done = cli("train", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run / "run.json").is_file()
+
+
 def test_a_refused_resume_into_a_folder_of_the_users_files_leaves_no_lock_file(manifest, tmp_path):
     """ "--resume: no checkpoint in ..." left .tokshard-train.lock beside the user's notes."""
     save = tmp_path / "mine"

@@ -540,6 +540,27 @@ def test_a_full_disk_under_the_metrics_log_is_one_line_naming_trains_flags(manif
     assert "--out" not in line
 
 
+def test_a_full_disk_at_run_json_takes_back_what_the_run_made(manifest, tmpfs, tmp_path):
+    """run.json's write fails on a full disk: the run had written nothing of its record yet, so
+    the folder it made, its lock and the metrics.jsonl it opened go, and the line's "rerun the
+    same command" then trains."""
+    mount, _ = tmpfs
+    disk = mount(tmp_path / "disk", "64k")
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * (15 * 4096))
+    run_dir = disk / "rd"
+    args = ["--manifest", str(manifest), *SMALL, "--steps", "2", "--save", str(tmp_path / "ck"),
+            "--run-dir", str(run_dir)]  # fmt: skip
+    line = one_error_line(train(*args, code=2))
+    assert line.startswith(f"tokshard: error: disk full writing {run_dir / 'run.json'}")
+    assert "rerun the same command to start again" in line
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no run dir, lock or metrics.jsonl
+    assert not (tmp_path / "ck").exists()
+    filler.unlink()
+    train(*args)
+    assert (run_dir / "run.json").is_file() and latest(tmp_path / "ck") == "step00000002"
+
+
 # --- item 15: ids the embedding has no row for (a hand-edited, re-sealed manifest) ---
 
 
