@@ -200,11 +200,11 @@ def test_a_resume_stopped_before_its_record_leaves_no_metrics_in_the_run_dir_it_
     same resume, from a whole copy of the checkpoint, was refused for it ("holds metrics.jsonl,
     not this run's")."""
     save, run = tmp_path / "ck", tmp_path / "run"
-    shutil.copytree(halfway["save"], save)
-    states = save / "step00000002" / "mp_rank_00_model_states.pt"
+    shutil.copytree(halfway["save"], save)  # at step 2, or 4 where another test resumed it first
+    states = save / (save / "latest").read_text().strip() / "mp_rank_00_model_states.pt"
     whole = states.read_bytes()
     states.write_bytes(whole[: len(whole) // 2])
-    args = [*train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(run)]
+    args = [*train_args(manifest), "--steps", "6", "--resume", "--save", str(save), "--run-dir", str(run)]
     proc = cli("train", *args)
     assert proc.returncode != 0 and "cannot be loaded" in one_error_line(proc)
     assert not run.exists()
