@@ -204,11 +204,6 @@ ZERO2_FP32 = {
 }
 
 
-#: the tests that read `resumed` (six launches, two on two ranks) go to one pytest-xdist worker
-#: (``--dist loadgroup``): spread over two, each built the fixture, the suite's largest, twice
-RESUMED_ON_ONE_WORKER = pytest.mark.xdist_group("trainer_resumed")
-
-
 @pytest.fixture(scope="module")
 def resumed(manifest, tmp_path_factory) -> dict[str, Path]:
     """Run A straight through; B, C, D interrupted half way and resumed (D, C across rank counts)."""
@@ -229,7 +224,6 @@ def resumed(manifest, tmp_path_factory) -> dict[str, Path]:
     return {"A": A, "B": B, "C": C, "D": D}
 
 
-@RESUMED_ON_ONE_WORKER
 def test_resume_continues_with_exactly_the_uninterrupted_samples(resumed):
     a = samples_by_step(resumed["A"])
     assert list(a) == list(range(1, RESUME_STEPS + 1))
@@ -242,7 +236,6 @@ def test_resume_continues_with_exactly_the_uninterrupted_samples(resumed):
     assert metrics(resumed["B"])[1] == metrics(resumed["A"])[1]  # evaluations at steps 0, 3, 6
 
 
-@RESUMED_ON_ONE_WORKER
 @pytest.mark.parametrize("run", ["C", "D"], ids=["1-to-2-ranks", "2-to-1-ranks"])
 def test_resume_across_a_rank_count_change_keeps_samples_and_training(resumed, run):
     assert samples_by_step(resumed[run]) == samples_by_step(resumed["A"])
@@ -258,7 +251,6 @@ def test_resume_across_a_rank_count_change_keeps_samples_and_training(resumed, r
     assert state["samples"] == 4 * RESUME_STEPS and state["world_size"] == (2 if run == "C" else 1)
 
 
-@RESUMED_ON_ONE_WORKER
 def test_resume_on_a_different_manifest_is_refused(resumed, manifest, tmp_path):
     other = make_manifest(tmp_path / "other", shard_tokens=30_000)
     ds = resumed["A"].parent / "zero2.json"
@@ -267,7 +259,6 @@ def test_resume_on_a_different_manifest_is_refused(resumed, manifest, tmp_path):
         cli.main([*args, "--save", str(resumed["B"]), "--resume"])
 
 
-@RESUMED_ON_ONE_WORKER
 def test_resume_on_another_tokenizers_shards_is_refused_naming_both(resumed, manifest, tmp_path):
     """An o200k checkpoint resumed on qwen2 shards went on with a note about windows only: the
     checkpoint records its tokenizer, and another one is said by name, refused unless
@@ -294,7 +285,6 @@ def test_resume_on_another_tokenizers_shards_is_refused_naming_both(resumed, man
     assert check_compatible(DataState.from_json(older), moved, allow_data_change=False) == []
 
 
-@RESUMED_ON_ONE_WORKER
 def test_resume_refuses_a_new_seed_and_a_changed_seq_len(resumed, manifest):
     ds = resumed["A"].parent / "zero2.json"
     args = [
@@ -313,7 +303,6 @@ def test_resume_refuses_a_new_seed_and_a_changed_seq_len(resumed, manifest):
         cli.main([*args, "--seq-len", "16"])
 
 
-@RESUMED_ON_ONE_WORKER
 def test_resume_without_a_checkpoint_and_save_over_one(resumed, manifest, tmp_path):
     base = ["--manifest", str(manifest), *SMALL]
     with pytest.raises(TokshardError, match=r"no checkpoint in .*drop --resume"):
