@@ -579,8 +579,8 @@ def split_address(address: str) -> tuple[str, str, str]:
 def check_scheduler_address(address: str) -> None:
     """Refuse, before any connection, an address Dask would take 15 s to time out on or answer
     with advice for another problem: an unsupported protocol (ucx:// said "Can't instantiate
-    abstract class" and to set TLS settings), a port outside 1-65535, a host that does not
-    resolve."""
+    abstract class" and to set TLS settings), a port outside 1-65535, no host or an IPv6 one
+    without brackets, a host that does not resolve."""
     scheme, host, port = split_address(address)
     if scheme not in SCHEDULER_SCHEMES:
         raise TokshardError(
@@ -593,8 +593,7 @@ def check_scheduler_address(address: str) -> None:
         raise TokshardError(
             f"--scheduler {address}: {said}; give the scheduler's HOST:PORT ({scheme}://{shown}:8786 by default)"
         )
-    if not host:
-        return  # ":8786": this machine, as Dask reads it
+    check_scheduler_host(address, scheme, host, port)
     try:
         socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -603,6 +602,21 @@ def check_scheduler_address(address: str) -> None:
             f"--scheduler {address}: host {host} does not resolve ({reason}); check the scheduler's host "
             "name, or give its IP address"
         ) from None
+
+
+def check_scheduler_host(address: str, scheme: str, host: str, port: str) -> None:
+    """Refuse a host Dask cannot connect to however long it tries: none at all (":8786" waited
+    15 s, then said the scheduler was out of reach), or an IPv6 address without its brackets
+    ("::1:8786" failed only once the run had planned)."""
+    if not host:
+        raise TokshardError(
+            f"--scheduler {address}: no host given; give the scheduler's HOST:PORT "
+            f"({scheme}://127.0.0.1:{port} on this machine)"
+        )
+    if ":" in host and not address.split("://", 1)[-1].startswith("["):
+        raise TokshardError(
+            f"--scheduler {address}: an IPv6 address goes in brackets; give {scheme}://[{host}]:{port}"
+        )
 
 
 def check_speaks_dask(address: str) -> None:

@@ -260,6 +260,8 @@ def test_a_tls_scheduler_without_tls_settings_is_one_line():
         ("tcp://127.0.0.1:99999", "port '99999' is not a port number (1-65535)"),
         ("tcp://127.0.0.1", "no port given; give the scheduler's HOST:PORT (tcp://127.0.0.1:8786 by default)"),
         ("tcp://nosuchhost.invalid:8786", "host nosuchhost.invalid does not resolve ("),
+        (":8786", "no host given; give the scheduler's HOST:PORT (tcp://127.0.0.1:8786 on this machine)"),
+        ("::1:8786", "an IPv6 address goes in brackets; give tcp://[::1]:8786"),
     ],
 )  # fmt: skip
 def test_a_scheduler_address_that_cannot_work_is_one_line_at_once(
@@ -454,3 +456,22 @@ def test_a_scheduler_refused_once_the_run_planned_leaves_a_new_out_as_it_was(tmp
                "--scheduler", "s.json", cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 2 and "not a Dask scheduler file" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bracketed_ipv6_scheduler_address_is_joined(tmp_path):
+    """The check that refuses an IPv6 address without brackets lets the bracketed one through."""
+    from pipeline.run.cluster import _join
+
+    sched_file = tmp_path / "scheduler.json"
+    proc = spawn(
+        [sys.executable, "-m", "dask", "scheduler", "--host", "[::1]", "--port", "0", "--no-dashboard",
+         "--scheduler-file", str(sched_file)],
+        tmp_path / "scheduler.log",
+    )  # fmt: skip
+    try:
+        wait_for(sched_file.exists, 60, "the scheduler file")
+        port = json.loads(sched_file.read_text())["address"].rpartition(":")[2]
+        client = _join(f"tcp://[::1]:{port}")
+        client.close()
+    finally:
+        kill_group(proc)
