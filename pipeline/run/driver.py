@@ -635,6 +635,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + state.poll_seconds
                 nthreads = client.nthreads()
+                progress.waiting(not nthreads)
                 watch.seen(len(nthreads), time.monotonic())
                 limit = in_flight(client, options, nthreads)  # workers may have come or gone
                 submit_more()

@@ -398,7 +398,7 @@ def test_a_worker_whose_tokshard_changed_on_disk_under_it_is_refused(own_cluster
 
 
 def test_a_scheduler_without_workers_is_said_and_the_run_waits_for_them(
-    own_cluster, tmp_path, docs, tokenizer_path, monkeypatch
+    own_cluster, tmp_path, docs, tokenizer_path, monkeypatch, capsys
 ):
     from pipeline import recipe
     from pipeline.format import manifest
@@ -418,8 +418,11 @@ def test_a_scheduler_without_workers_is_said_and_the_run_waits_for_them(
         if line.startswith("no Dask workers connected") and len(procs) == 1:
             procs.append(start_worker(address, tmp_path, "late"))  # as a batch queue starts one
 
-    path = driver.prepare(r, tmp_path / "out", driver.RunOptions(scheduler=address), log=log)
+    options = driver.RunOptions(scheduler=address, progress_interval=0)
+    path = driver.prepare(r, tmp_path / "out", options, log=log)
     assert manifest.load(path).data["totals"]["tokens"] > 0
+    # the progress lines meanwhile say why nothing moves, not a rate of 0 and no ETA
+    assert "0.0% of input, 0 tokens, waiting for workers" in capsys.readouterr().err
     assert (
         f"no Dask workers connected to {address} for 1 s; start some (dask worker {address}) or stop "
         "with Ctrl-C: it resumes"

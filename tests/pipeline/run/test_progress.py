@@ -27,3 +27,26 @@ def test_close_prints_the_final_state_once():
     p.close()
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and "100.0% of input" in lines[1] and "40,000 tokens" in lines[1]
+
+
+def test_while_no_worker_is_connected_the_line_says_so_instead_of_a_rate(monkeypatch):
+    """With every worker gone, the line went on with a rate averaged over the idle time (falling)
+    and an ETA from it (growing), as if the run were slow rather than stopped."""
+    from pipeline.run import progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    stream = io.StringIO()
+    p = Progress(total=1000, stream=stream, interval=0)
+    now[0] += 10
+    p.update(500, 10_000)  # 1,000 tok/s over 10 s
+    p.waiting(True)
+    now[0] += 90
+    p.update(500, 10_000)
+    assert p.rate() == 0.0 and p.eta() is None
+    p.waiting(False)  # a worker is back: the 90 s nobody worked are not in the rate
+    now[0] += 10
+    p.update(1000, 20_000)
+    lines = stream.getvalue().splitlines()
+    assert lines[1].endswith("50.0% of input, 10,000 tokens, waiting for workers"), lines[1]
+    assert "1k tok/s, ETA 0:00:00" in lines[2], lines[2]
