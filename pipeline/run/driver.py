@@ -45,7 +45,7 @@ from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, stderr_log
 from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import HeldRun, RunState
-from pipeline.run.worker_task import PartitionTask, encode_texts
+from pipeline.run.worker_task import PartitionTask, current_umask, encode_texts
 from pipeline.sources import build_source
 from pipeline.sources.base import (
     BadRecord,
@@ -460,6 +460,7 @@ def _task(
         commit_seconds=float(s.commit_seconds),
         run_id=run_id,
         bos_id=plan.tokenizer.get("bos_id"),
+        umask=current_umask(),
     )
 
 

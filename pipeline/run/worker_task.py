@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ class PartitionTask:
     run_id: str | None = None
     #: the token written before each document (None: none; a plan older than it has none)
     bos_id: int | None = None
+    #: the driver's umask: a worker writes the shards under it, so that they get the mode the
+    #: folder and the manifest got (None: the worker's own)
+    umask: int | None = None
 
 
 def warm_up(spec: EncoderSpec) -> None:
@@ -92,7 +96,7 @@ def run_partition(task: PartitionTask, on_commit: Callable[[Checkpoint], None] |
     returns the final checkpoint (``on_commit``: told each commit's checkpoint once it is saved)."""
     out = Path(task.out)
     part = task.partition
-    with partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
+    with umask_of(task.umask), partition_lock(out, part, wait_seconds=_lock_wait(task), run_id=task.run_id):
         ckpt = load_checkpoint(out, part) or Checkpoint(key=part.key)
         if ckpt.complete:
             finalize(out, ckpt.closed)
@@ -103,6 +107,33 @@ def run_partition(task: PartitionTask, on_commit: Callable[[Checkpoint], None] |
             if exc.errno in DISK_FULL_ERRNOS + UNWRITABLE_ERRNOS:
                 raise disk_error(exc, exc.filename or out / part.stem) from exc
             raise
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux tells it (setting it to read
+    it back would touch every thread's files for a moment)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def umask_of(mask: int | None) -> Iterator[None]:
+    """The files and folders made in the block get the driver's umask (``mask``; None: this
+    process's): a `dask worker` started under `umask 077` wrote the shards 0600 into a folder
+    the driver had made 0755, with its manifest 0644, so nobody else could read them."""
+    if mask is None:
+        yield
+        return
+    before = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(before)
 
 
 def _lock_wait(task: PartitionTask) -> float:

@@ -478,3 +478,41 @@ def test_a_bracketed_ipv6_scheduler_address_is_joined(tmp_path):
         client.close()
     finally:
         kill_group(proc)
+
+
+def test_a_worker_under_another_umask_writes_shards_of_the_drivers_mode(
+    own_cluster, tmp_path, docs, tokenizer_path
+):
+    """A `dask worker` started under `umask 077` wrote its shards 0600 (and their folders 0700)
+    while the driver made the folder and the manifest readable by all: the drivers' umask rules."""
+    import stat
+
+    from pipeline import recipe
+    from pipeline.run import driver
+
+    address, procs = own_cluster(0)
+    procs.append(
+        subprocess.Popen(
+            ["sh", "-c", 'umask 077; exec "$0" "$@"', sys.executable, "-m", "dask", "worker", address,
+             "--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "w.log", "w"), start_new_session=True,
+        )
+    )  # fmt: skip
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    r = recipe.from_dict(
+        {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
+    )
+    before = os.umask(0o022)
+    try:
+        path = driver.prepare(r, tmp_path / "out", driver.RunOptions(scheduler=address), log=lambda _: None)
+    finally:
+        os.umask(before)
+    modes = {
+        str(p.relative_to(tmp_path / "out")): stat.S_IMODE(p.stat().st_mode)
+        for p in (tmp_path / "out").rglob("*")
+        if STATE_DIR not in p.parts
+    }
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert any(name.endswith(".bin") for name in modes), modes
+    assert modes == {name: 0o755 if (tmp_path / "out" / name).is_dir() else 0o644 for name in modes}
