@@ -651,11 +651,34 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
             raise ClusterLost(
                 f"lost the Dask scheduler at {address}; rerun: it resumes from the last commit"
             ) from None
+        if isinstance(exc, TokshardError) and not watch.local:  # (own workers: closed with the run)
+            _let_running_end(client, pending, log)
         client.cancel([fut for fut, _ in pending.values()])
         raise
     finally:
         sub.settled = not pending  # each task submitted has ended (one still pending may run on)
         progress.close()
+
+
+def _let_running_end(client, pending: dict[str, tuple[Any, Partition]], log: Log) -> None:
+    """On a task's error, cancel the tasks no worker has started and wait for those running to
+    end (taken out of ``pending`` as they do). A cancelled task that runs goes on writing on
+    its worker, out of the driver's sight: a fresh run refused by a worker that joined late
+    (`gated`) then kept its plan and tokenizer in --out, as if it had written something, or
+    took them back under a task still writing. Ctrl-C ends the wait (what is committed stays)."""
+    from distributed import wait
+
+    running = set(itertools.chain.from_iterable(client.processing().values()))
+    queued = [key for key in pending if key not in running]
+    client.cancel([pending.pop(key)[0] for key in queued])
+    if not pending:
+        return
+    log(
+        f"waiting for the {counted(len(pending), 'task')} other workers are running to end (what they "
+        "commit is kept: a rerun resumes it)"
+    )
+    wait([fut for fut, _ in pending.values()])
+    pending.clear()
 
 
 def _checkpoint_of(

@@ -516,3 +516,25 @@ def test_a_worker_under_another_umask_writes_shards_of_the_drivers_mode(
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert any(name.endswith(".bin") for name in modes), modes
     assert modes == {name: 0o755 if (tmp_path / "out" / name).is_dir() else 0o644 for name in modes}
+
+
+def test_a_fresh_run_refused_by_a_worker_that_joins_later_leaves_out_as_it_was(
+    own_cluster, tmp_path, docs, tokenizer_path
+):
+    """The late worker's refusal came while the run's other tasks were still submitted: the run
+    took nothing back, and its plan and tokenizer stayed in the new --out."""
+    address, procs = own_cluster(0)
+    data = corpus(tmp_path / "in.jsonl", docs, copies=4)
+    recipe = files_recipe(tmp_path / "r.toml", tokenizer_path, data, partition_bytes=64 << 10)
+    out = tmp_path / "out"
+    proc = start_prepare(recipe, out, "--scheduler", address)
+    wait_for(lambda: (out / STATE_DIR / "run.json").exists(), 120, "the run's plan", proc)
+    procs.append(
+        start_other_worker(address, other_tokshard(tmp_path / "other", "source"), tmp_path / "w.log")
+    )
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2, stderr
+    assert "install the same tokshard on every worker" in one_error_line(
+        SimpleNamespace(stderr=stderr, stdout="")
+    )
+    assert not out.exists(), sorted(str(p.relative_to(out)) for p in out.rglob("*"))
