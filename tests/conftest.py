@@ -20,6 +20,17 @@ def pytest_collection_modifyitems(config, items) -> None:
     readers_last(items)
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist's default ``--dist load``: each module's run of tests on one worker
+    (`scheduling.ModuleRunScheduling`), in the collection's order; any other --dist as asked."""
+    if config.getvalue("dist") != "load":
+        return None
+    config.option.loadscopereorder = False  # the order readers_last gave: background readers last
+    from scheduling import ModuleRunScheduling
+
+    return ModuleRunScheduling(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def user_cache(tmp_path_factory) -> Path:
     """The suite's own ~/.cache (XDG_CACHE_HOME), shared by its tests (in every pytest-xdist
