@@ -28,7 +28,7 @@ from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
-from trainer.engine import build_engine, resume_schedule
+from trainer.engine import build_engine, keep_run_optimizer, resume_schedule, run_optimizer
 from trainer.evaluate import evaluate
 from trainer.metrics import LineFile, MetricsLog, cut_back_logs
 from trainer.plan import Plan, check_settings, prepare
@@ -246,9 +246,16 @@ def data_notes(plan: Plan) -> list[str]:
 def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
     """Load the checkpoint into ``engine`` and say what the resume changes."""
     point = plan.resume
+    run = run_optimizer(engine)
     loaded = load_into(engine, point.save_dir, load_tag)
-    rates = resume_schedule(engine)
-    if rates is not None and not math.isclose(*rates, rel_tol=1e-6):
+    changed = keep_run_optimizer(engine, run)
+    if changed:
+        log.note(
+            f"the optimizer trains with this run's settings (--weight-decay, the --deepspeed config's) from step "
+            f"{loaded.step + 1}, not the checkpoint's: {'; '.join(changed)}"
+        )
+    rates = resume_schedule(engine, run)
+    if not math.isclose(*rates, rel_tol=1e-6):
         log.note(
             f"the learning rate follows this run's schedule (--lr, --warmup, --steps) from step "
             f"{loaded.step + 1}: {rates[1]:.2e} there, where the checkpoint's schedule had {rates[0]:.2e}"
