@@ -41,7 +41,9 @@ from trainer.run_folders import (
     one_writer,
     run_folder,
     run_record,
+    run_record_files,
     start_over,
+    take_back_unrecorded,
 )
 from trainer.sampler import PERIOD, raised_to_one
 from trainer.schedule import token_shares
@@ -82,6 +84,7 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
         if dist.world > 1:
             torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
+        found = run_record_files(run_dir)
         log = MetricsLog(run_dir, dist.is_main, settings.optim.steps)
         for note in start_notes(plan):
             log.note(note)
@@ -109,6 +112,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         if step > end or (step == end and not eval_again):
             log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
             log.close()
+            if dist.is_main:  # it recorded nothing: a later resume there finds the folder as it was
+                take_back_unrecorded(run_dir, found)
             return {"step": step, "samples": samples}
         if dist.is_main:
             write_json(run_dir / RUN_FILE, started_record(plan, dist, engine, config, step, samples))

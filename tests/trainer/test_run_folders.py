@@ -165,6 +165,22 @@ def test_a_resume_with_nothing_left_to_train_writes_no_run_record(manifest, half
     assert not (run / "run.json").exists()
 
 
+def test_a_resume_with_nothing_to_do_into_a_new_run_dir_leaves_it_open_to_the_next_resume(
+    manifest, halfway, tmp_path
+):
+    """A no-op resume (checkpoint at step 2, --steps 1) into a new --run-dir records nothing
+    there: it left an empty metrics.jsonl, and the resume that then trains on (--steps 4) into
+    the same --run-dir was refused for it, as another run's folder."""
+    save, run = tmp_path / "ck", tmp_path / "run"
+    shutil.copytree(halfway["save"], save)
+    args = [a if a != "4" else "1" for a in train_args(manifest)]  # --steps 1
+    proc = cli("train", *args, "--resume", "--save", str(save), "--run-dir", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (run / "metrics.jsonl").exists()
+    launch(*train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(run))
+    assert [t["step"] for t in metrics(run)[0]] == [3, 4]
+
+
 def test_a_run_stopped_before_writing_anything_is_told_to_rerun_the_same_command(tmp_path):
     """A SIGTERM before the first step leaves only the writer's lock in --save: a rerun there works."""
     from trainer.run_folders import WRITER_LOCK, how_to_continue
