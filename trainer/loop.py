@@ -30,7 +30,7 @@ from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
 from trainer.engine import build_engine, keep_run_optimizer, resume_schedule, run_optimizer
 from trainer.evaluate import evaluate
-from trainer.metrics import LineFile, MetricsLog, cut_back_logs
+from trainer.metrics import LineFile, MetricsLog, cut_back_logs, last_logged
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
 from trainer.run_folders import (
@@ -98,6 +98,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
                 f"cut {dropped} log lines written after step {resumed_at} (the checkpoint's) "
                 f"from {run_dir}: those steps are trained again"
             )
+        if resumed_at is not None:
+            say_where_logged(plan, run_dir, log)
         global_batch = engine.train_batch_size()
         if load_tag:
             loaded = restore(engine, plan, load_tag, log)
@@ -246,6 +248,21 @@ def data_notes(plan: Plan) -> list[str]:
                 f"evaluation on {split!r} leaves out {', '.join(why)}; evaluated: {', '.join(data.eval_set.sources)}"
             )
     return notes
+
+
+def say_where_logged(plan: Plan, run_dir: Path, log: MetricsLog) -> None:
+    """A resume into a run folder that did not log up to the checkpoint (another --run-dir
+    did): a resume line says where the steps in between are, where the record had a gap."""
+    point = plan.resume
+    logged_in = Path(point.state.run_dir) if point.state.run_dir else point.save_dir
+    if logged_in.resolve() == run_dir.resolve():
+        return
+    log.resumed(
+        step=point.state.step,
+        checkpoint=point.save_dir / point.tag,
+        logged_in=logged_in,
+        last_here=last_logged(run_dir) if log.enabled else 0,
+    )
 
 
 def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
