@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -82,19 +84,97 @@ def start_schedule(engine) -> None:
         schedule.step(0)
 
 
-def resume_schedule(engine) -> tuple[float, float] | None:
+#: param-group keys that say how torch runs the optimizer, not what it does: put back unsaid
+_IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
+#: param-group keys the schedule sets (`resume_schedule`), not the optimizer's settings
+_RATE = ("lr", "initial_lr")
+
+
+@dataclass(frozen=True)
+class RunOptimizer:
+    """This run's optimizer settings and schedule as its config built them, taken before a
+    checkpoint's load: torch's ``load_state_dict`` replaces every param group's settings
+    (weight decay, betas, eps, the rate) and a torch scheduler's own (``step_size``,
+    ``gamma``...) with the checkpoint's, so a resume with other values would keep the old ones."""
+
+    #: each param group's settings, its params left out
+    groups: tuple[dict[str, Any], ...]
+    #: a torch scheduler's state (None: DeepSpeed's own schedule, or none)
+    schedule: dict[str, Any] | None
+
+
+def run_optimizer(engine) -> RunOptimizer:
+    """What `keep_run_optimizer` puts back after the load (call it before)."""
+    optimizer = getattr(engine, "optimizer", None)
+    groups = tuple(
+        copy.deepcopy({k: v for k, v in g.items() if k != "params"})
+        for g in getattr(optimizer, "param_groups", ())
+    )
+    schedule = getattr(engine, "lr_scheduler", None)
+    torch_own = isinstance(schedule, torch.optim.lr_scheduler.LRScheduler)
+    return RunOptimizer(groups, copy.deepcopy(schedule.state_dict()) if torch_own else None)
+
+
+def keep_run_optimizer(engine, run: RunOptimizer) -> list[str]:
+    """Put this run's optimizer settings back over the checkpoint's (the rate is the
+    schedule's, `resume_schedule`); returns the settings that changed, as "name was -> now"."""
+    changed = []
+    for index, (group, ours) in enumerate(zip(engine.optimizer.param_groups, run.groups, strict=False)):
+        for key, value in ours.items():
+            if key in _RATE or group.get(key) == value:
+                continue
+            if key not in _IMPLEMENTATION:
+                where = f" (param group {index})" if len(run.groups) > 1 else ""
+                changed.append(f"{key}{where} {shown(group.get(key))} -> {shown(value)}")
+            group[key] = copy.deepcopy(value)
+    return changed
+
+
+def shown(value: Any) -> str:
+    """A setting as the note says it (betas as a list, as the config gives them)."""
+    return (
+        f"{list(value)}"
+        if isinstance(value, tuple)
+        else f"{value:g}"
+        if isinstance(value, float)
+        else str(value)
+    )
+
+
+def resume_schedule(engine, run: RunOptimizer) -> tuple[float, float]:
     """Set the optimizer's rate to this run's schedule at the loaded position; returns the
-    rate the checkpoint held for the next step and this run's (None: a schedule this cannot
-    place, torch's own).
+    rate the checkpoint held for the next step and this run's.
 
     A checkpoint's optimizer state holds the rate its own schedule set for the next step, and
     loading the schedule's position sets no rate: a resume with another --lr, --warmup or
-    --steps would train its first step at the checkpoint's rate and follow its own schedule
-    only from the second."""
+    --steps (or another scheduler in the config) would train its first step at the
+    checkpoint's rate and follow its own schedule only from the second. DeepSpeed's schedules
+    are placed at the position; torch's, whose load took the checkpoint's settings too, are
+    this run's again and replayed to it; without a schedule the rate is this run's."""
+    was = float(engine.get_lr()[0])
     schedule = getattr(engine, "lr_scheduler", None)
     at = getattr(schedule, "last_batch_iteration", None)
-    if not isinstance(at, int) or at < 0:
-        return None
-    was = float(engine.get_lr()[0])
-    schedule.step(at)  # DeepSpeed's schedules: the rate of iteration `at`, set into the optimizer
+    if isinstance(at, int) and at >= 0:
+        schedule.step(at)  # DeepSpeed's schedules: the rate of iteration `at`, set into the optimizer
+    elif run.schedule is not None:
+        replay(schedule, engine.optimizer, run)
+    elif schedule is None:
+        for group, ours in zip(engine.optimizer.param_groups, run.groups, strict=False):
+            group["lr"] = ours["lr"]
     return was, float(engine.get_lr()[0])
+
+
+def replay(schedule, optimizer, run: RunOptimizer) -> None:
+    """A torch scheduler with this run's settings, stepped from its start (the rates it set at
+    construction) to the position the checkpoint's had reached: its chainable steps need each
+    step before."""
+    position = schedule.last_epoch
+    schedule.load_state_dict(copy.deepcopy(run.schedule))
+    for group, ours in zip(optimizer.param_groups, run.groups, strict=False):
+        group["lr"] = ours["lr"]
+        if "initial_lr" in ours:
+            group["initial_lr"] = ours["initial_lr"]
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": a replay, on purpose
+        warnings.simplefilter("ignore")
+        for _ in range(position - schedule.last_epoch):
+            schedule.step()

@@ -28,9 +28,9 @@ from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
-from trainer.engine import build_engine, resume_schedule
+from trainer.engine import build_engine, keep_run_optimizer, resume_schedule, run_optimizer
 from trainer.evaluate import evaluate
-from trainer.metrics import LineFile, MetricsLog, cut_back_logs
+from trainer.metrics import LineFile, MetricsLog, cut_back_logs, last_logged
 from trainer.plan import Plan, check_settings, prepare
 from trainer.prefetch import Batch, Prefetcher
 from trainer.run_folders import (
@@ -41,7 +41,9 @@ from trainer.run_folders import (
     one_writer,
     run_folder,
     run_record,
+    run_record_files,
     start_over,
+    take_back_unrecorded,
 )
 from trainer.sampler import PERIOD, raised_to_one
 from trainer.schedule import token_shares
@@ -82,6 +84,7 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         replaced = start_over(run_dir, settings) if resumed_at is None and dist.is_main else []
         if dist.world > 1:
             torch.distributed.barrier()  # no rank appends to a log before rank 0 has cut it back
+        found = run_record_files(run_dir)
         log = MetricsLog(run_dir, dist.is_main, settings.optim.steps)
         for note in start_notes(plan):
             log.note(note)
@@ -95,6 +98,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
                 f"cut {dropped} log lines written after step {resumed_at} (the checkpoint's) "
                 f"from {run_dir}: those steps are trained again"
             )
+        if resumed_at is not None:
+            say_where_logged(plan, run_dir, log)
         global_batch = engine.train_batch_size()
         if load_tag:
             loaded = restore(engine, plan, load_tag, log)
@@ -109,6 +114,8 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
         if step > end or (step == end and not eval_again):
             log.note(f"the checkpoint is at step {step}; nothing to do up to step {end}")
             log.close()
+            if dist.is_main:  # it recorded nothing: a later resume there finds the folder as it was
+                take_back_unrecorded(run_dir, found)
             return {"step": step, "samples": samples}
         if dist.is_main:
             write_json(run_dir / RUN_FILE, started_record(plan, dist, engine, config, step, samples))
@@ -243,12 +250,34 @@ def data_notes(plan: Plan) -> list[str]:
     return notes
 
 
+def say_where_logged(plan: Plan, run_dir: Path, log: MetricsLog) -> None:
+    """A resume into a run folder that did not log up to the checkpoint (another --run-dir
+    did): a resume line says where the steps in between are, where the record had a gap."""
+    point = plan.resume
+    logged_in = Path(point.state.run_dir) if point.state.run_dir else point.save_dir
+    if logged_in.resolve() == run_dir.resolve():
+        return
+    log.resumed(
+        step=point.state.step,
+        checkpoint=point.save_dir / point.tag,
+        logged_in=logged_in,
+        last_here=last_logged(run_dir) if log.enabled else 0,
+    )
+
+
 def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
     """Load the checkpoint into ``engine`` and say what the resume changes."""
     point = plan.resume
+    run = run_optimizer(engine)
     loaded = load_into(engine, point.save_dir, load_tag)
-    rates = resume_schedule(engine)
-    if rates is not None and not math.isclose(*rates, rel_tol=1e-6):
+    changed = keep_run_optimizer(engine, run)
+    if changed:
+        log.note(
+            f"the optimizer trains with this run's settings (--weight-decay, the --deepspeed config's) from step "
+            f"{loaded.step + 1}, not the checkpoint's: {'; '.join(changed)}"
+        )
+    rates = resume_schedule(engine, run)
+    if not math.isclose(*rates, rel_tol=1e-6):
         log.note(
             f"the learning rate follows this run's schedule (--lr, --warmup, --steps) from step "
             f"{loaded.step + 1}: {rates[1]:.2e} there, where the checkpoint's schedule had {rates[0]:.2e}"

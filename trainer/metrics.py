@@ -25,6 +25,11 @@ a stop during one abandons it, unlogged, and the resume from that step runs it f
     ``step``, ``eval_loss`` (mean over the split's evaluation windows), ``eval_ppl``
     (``exp(eval_loss)``), ``split``, ``sources`` (loss per source)
 
+resume line (a resume into a run folder that did not log the checkpoint's last steps: another
+``--run-dir`` did, and the steps between this folder's last line and the checkpoint are there)
+    ``step`` (the checkpoint's), ``resumed`` (the checkpoint's folder), ``logged_in`` (the folder
+    that logged up to it), ``last_here`` (this folder's last logged step before it)
+
 A value that is not a finite number (a diverged step's NaN, in fp16 a step its loss scaler
 skips; an infinite evaluation loss) is written as ``null`` and named in the line's
 ``not_finite`` list: JSON has no NaN or Infinity, and strict readers (jq, most languages'
@@ -59,12 +64,14 @@ TRAIN_LINE = {
 }
 #: an evaluation line's
 EVAL_LINE = {"step": int, "eval_loss": float, "eval_ppl": float, "split": str, "sources": dict}
+#: a resume line's
+RESUME_LINE = {"step": int, "resumed": str, "logged_in": str, "last_here": int}
 
 
 def line_kind(record: Any) -> str | None:
-    """``"train"`` or ``"eval"`` for a line as ``MetricsLog`` writes it; None for anything else
-    (a line another tool wrote, a field of another type)."""
-    for kind, keys in (("train", TRAIN_LINE), ("eval", EVAL_LINE)):
+    """``"train"``, ``"eval"`` or ``"resume"`` for a line as ``MetricsLog`` writes it; None for
+    anything else (a line another tool wrote, a field of another type)."""
+    for kind, keys in (("train", TRAIN_LINE), ("eval", EVAL_LINE), ("resume", RESUME_LINE)):
         if isinstance(record, dict) and all(k in record and _holds(record[k], t) for k, t in keys.items()):
             return kind
     return None
@@ -114,7 +121,24 @@ def _keep(line: bytes, step: int, eval_again: bool) -> bool:
     at = record.get("step") if isinstance(record, dict) else None
     if eval_again and at == step and line_kind(record) == "eval":
         return False
+    if at == step and line_kind(record) == "resume":  # an earlier resume of this checkpoint: said again
+        return False
     return not isinstance(at, int) or at <= step
+
+
+def last_logged(run_dir: Path) -> int:
+    """The last step ``run_dir``'s metrics.jsonl has a training or evaluation line of (0: none)."""
+    try:
+        lines = (run_dir / METRICS_FILE).read_bytes().splitlines()
+    except FileNotFoundError:
+        return 0
+    steps = [0]
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if line_kind(record) in ("train", "eval"):
+                steps.append(record["step"])
+    return max(steps)
 
 
 def finite(record: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +265,16 @@ class MetricsLog:
         ppl = math.exp(min(loss, 700.0))
         self._write({"step": step, "eval_loss": loss, "eval_ppl": ppl, "split": split, "sources": sources})
         self._say(f"eval {step:>6}/{self.total_steps} | {split} loss {loss:.4f} | ppl {ppl:,.2f}")
+
+    def resumed(self, *, step: int, checkpoint: Path, logged_in: Path, last_here: int) -> None:
+        """The resume line: the steps after ``last_here`` up to ``step`` are in ``logged_in``'s record."""
+        self._write(
+            {"step": step, "resumed": str(checkpoint), "logged_in": str(logged_in), "last_here": last_here}
+        )
+        where = f"; its steps after {last_here} are there" if last_here < step else ""
+        self.note(
+            f"{self.path} resumes at step {step} from {checkpoint}, whose steps {logged_in} logged{where}"
+        )
 
     def note(self, line: str) -> None:
         self._say(f"tokshard: {line}")

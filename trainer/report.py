@@ -68,6 +68,8 @@ def load(run_dir: str | Path) -> Metrics:
             evals[record["step"]] = record
         elif kind == "train":
             train[record["step"]] = record
+        elif kind == "resume":  # where a resume's steps before it were logged: no numbers
+            continue
         else:  # cut short by a kill, or not a line tokshard train wrote
             unreadable += 1
     if not train and not evals:

@@ -13,6 +13,7 @@ import pytest
 from support import SMALL, cached_manifest, cli, launch, metrics, one_error_line
 
 from trainer.checkpoint.state import saved_tags
+from trainer.metrics import line_kind
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +164,39 @@ def test_a_resume_with_nothing_left_to_train_writes_no_run_record(manifest, half
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"the checkpoint is at step \d+; nothing to do up to step 1", proc.stdout), proc.stdout
     assert not (run / "run.json").exists()
+
+
+def test_a_resume_with_nothing_to_do_into_a_new_run_dir_leaves_it_open_to_the_next_resume(
+    manifest, halfway, tmp_path
+):
+    """A no-op resume (checkpoint at step 2, --steps 1) into a new --run-dir records nothing
+    there: it left an empty metrics.jsonl, and the resume that then trains on (--steps 4) into
+    the same --run-dir was refused for it, as another run's folder."""
+    save, run = tmp_path / "ck", tmp_path / "run"
+    shutil.copytree(halfway["save"], save)
+    args = [a if a != "4" else "1" for a in train_args(manifest)]  # --steps 1
+    proc = cli("train", *args, "--resume", "--save", str(save), "--run-dir", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (run / "metrics.jsonl").exists()
+    launch(*train_args(manifest), "--resume", "--save", str(save), "--run-dir", str(run))
+    assert [t["step"] for t in metrics(run)[0]] == [3, 4]
+
+
+def test_a_resume_into_an_earlier_run_dir_says_where_the_steps_before_it_were_logged(manifest, tmp_path):
+    """Steps 1-2 logged in r1, 3-4 in r2, then resumed into r1 again: r1's record had a gap
+    (steps 3-4); a resume line between its step 2 and step 5 now says they are in r2's."""
+    save, r1, r2 = tmp_path / "ck", tmp_path / "r1", tmp_path / "r2"
+    args = [a if a != "4" else "6" for a in train_args(manifest)]  # --steps 6
+    launch(*args, "--stop-at", "2", "--save", str(save), "--run-dir", str(r1))
+    launch(*args, "--stop-at", "4", "--resume", "--save", str(save), "--run-dir", str(r2))
+    out = launch(*args, "--resume", "--save", str(save), "--run-dir", str(r1))
+    lines = [json.loads(x) for x in (r1 / "metrics.jsonl").read_text().splitlines()]
+    resumes = [x for x in lines if line_kind(x) == "resume"]
+    assert resumes == [
+        {"step": 4, "resumed": str(save / "step00000004"), "logged_in": str(r2), "last_here": 2}
+    ]
+    assert [x["step"] for x in lines if line_kind(x) != "eval"] == [1, 2, 4, 5, 6]
+    assert f"whose steps {r2} logged; its steps after 2 are there" in out.stdout
 
 
 def test_a_run_stopped_before_writing_anything_is_told_to_rerun_the_same_command(tmp_path):

@@ -145,6 +145,62 @@ def test_a_resume_with_another_schedule_applies_it_from_its_first_step(manifest,
     ) in resumed.stdout
 
 
+def with_optimizer(folder: Path, name: str, scheduler: dict | None = None, **params) -> Path:
+    """The shipped ZeRO-0 fp32 config with these optimizer params and scheduler, as a file."""
+    cfg = json.loads((CONFIGS / "zero0-fp32.json").read_text())
+    cfg["optimizer"]["params"].update(params)
+    if scheduler is not None:
+        cfg["scheduler"] = scheduler
+    path = folder / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def optimizer_group(save: Path, step: int) -> dict:
+    """The optimizer's settings a checkpoint holds (those its step trained with)."""
+    states = torch.load(save / f"step{step:08d}" / "mp_rank_00_model_states.pt", weights_only=False)
+    return states["optimizer"]["param_groups"][0]
+
+
+def test_a_resume_with_other_optimizer_settings_trains_with_them_from_its_first_step(manifest, tmp_path):
+    """Stopped at step 2 with weight decay 0.1 and betas [0.9, 0.95], resumed with
+    --weight-decay 0.3 and a config's betas [0.8, 0.9]: steps 3 and 4 train with those (the
+    checkpoint's optimizer state held the old ones, and torch's load put them back), said once."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--save-every", "1"]
+    save = tmp_path / "ck"
+    launch(*common, "--weight-decay", "0.1", "--stop-at", "2", "--save", str(save))
+    other = with_optimizer(tmp_path, "betas.json", betas=[0.8, 0.9])
+    resumed = launch(
+        *common, "--weight-decay", "0.3", "--deepspeed", str(other), "--save", str(save), "--resume"
+    )
+    used = [
+        (optimizer_group(save, s)["weight_decay"], list(optimizer_group(save, s)["betas"])) for s in (2, 3, 4)
+    ]
+    assert used == [(0.1, [0.9, 0.95]), (0.3, [0.8, 0.9]), (0.3, [0.8, 0.9])]
+    assert (
+        "the optimizer trains with this run's settings (--weight-decay, the --deepspeed config's) from step 3, "
+        "not the checkpoint's: betas [0.9, 0.95] -> [0.8, 0.9]; weight_decay 0.1 -> 0.3"
+    ) in resumed.stdout
+
+
+def test_a_resume_with_another_torch_scheduler_follows_it_from_its_first_step(manifest, tmp_path):
+    """A config naming torch's StepLR (gamma 0.5), stopped at step 2 of 4, resumed with gamma
+    0.1: steps 3 and 4 apply the rates gamma 0.1 gives there (1e-3 x 0.1^2, 0.1^3), where the
+    checkpoint's scheduler state, loaded over this run's, went on with gamma 0.5."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--lr", "1e-3"]
+    save = tmp_path / "ck"
+    halving = with_optimizer(
+        tmp_path, "half.json", {"type": "StepLR", "params": {"step_size": 1, "gamma": 0.5}}
+    )
+    tenth = with_optimizer(
+        tmp_path, "tenth.json", {"type": "StepLR", "params": {"step_size": 1, "gamma": 0.1}}
+    )
+    launch(*common, "--deepspeed", str(halving), "--stop-at", "2", "--save", str(save))
+    resumed = launch(*common, "--deepspeed", str(tenth), "--save", str(save), "--resume")
+    assert [t["lr"] for t in metrics(save)[0]] == pytest.approx([1e-3, 5e-4, 1e-5, 1e-6])
+    assert "from step 3: 1.00e-05 there, where the checkpoint's schedule had 2.50e-04" in resumed.stdout
+
+
 @pytest.mark.parametrize("console", ["a reader that quits", "a full disk"])
 def test_a_console_that_goes_away_leaves_the_run_training(manifest, tmp_path, console):
     """`tokshard train ... | head` or `> train.log` on a full disk (here /dev/full): the run goes
