@@ -30,6 +30,17 @@ def halfway(manifest, tmp_path_factory) -> dict[str, Path]:
     return {"save": save, "run": run}
 
 
+def halfway_copy(halfway: dict[str, Path], save: Path) -> Path:
+    """A copy of ``halfway``'s checkpoints as the fixture made them, at step 2 (another test here
+    resumes the fixture's own to step 4, in some orders before the copy is taken)."""
+    shutil.copytree(halfway["save"], save)
+    for later in save.glob("step*"):
+        if later.name > "step00000002":
+            shutil.rmtree(later)
+    (save / "latest").write_text("step00000002")
+    return save
+
+
 def train_args(manifest: Path) -> list[str]:
     return ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4"]
 
@@ -172,8 +183,7 @@ def test_a_resume_with_nothing_to_do_into_a_new_run_dir_leaves_it_open_to_the_ne
     """A no-op resume (checkpoint at step 2, --steps 1) into a new --run-dir records nothing
     there: it left an empty metrics.jsonl, and the resume that then trains on (--steps 4) into
     the same --run-dir was refused for it, as another run's folder."""
-    save, run = tmp_path / "ck", tmp_path / "run"
-    shutil.copytree(halfway["save"], save)
+    save, run = halfway_copy(halfway, tmp_path / "ck"), tmp_path / "run"
     args = [a if a != "4" else "1" for a in train_args(manifest)]  # --steps 1
     proc = cli("train", *args, "--resume", "--save", str(save), "--run-dir", str(run))
     assert proc.returncode == 0, proc.stderr[-3000:]
