@@ -50,6 +50,11 @@ def set_threads(threads: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)
 
 
+#: the reference back end's library: every run's ids depend on its version (a fast back end
+#: is checked against it, fastokens sends a class of documents to it)
+REFERENCE = "tokenizers"
+
+
 class TokenizersEncoder:
     """Hugging Face `tokenizers`: exact for every tokenizer.json, the reference."""
 

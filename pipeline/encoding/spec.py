@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from pipeline.encoding import BACKEND_NAMES, check_cache
-from pipeline.encoding.backend import Encoder, TokenizersEncoder, library_versions
+from pipeline.encoding.backend import REFERENCE, Encoder, TokenizersEncoder, library_versions
 from pipeline.encoding.equivalence import confirm_builtin
 from pipeline.encoding.fastokens_backend import FastokensEncoder, normalizer_ahead, rewritten_text
 from pipeline.encoding.normalizing import Ahead, normalizing
@@ -68,6 +68,12 @@ class EncoderSpec:
             normalizer=kept_normalizer(tokenizer) if backend == "fastokens" else "null",
             space_cuts=check_cache.space_cuts(tokenizer) if fast else None,
         )
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """The libraries whose versions shape this encoder's ids, which a worker must share with
+        the driver: its back end's and the reference's (`backend.REFERENCE`)."""
+        return tuple(dict.fromkeys((self.backend, REFERENCE)))
 
     def reading(self, tokenizer: str) -> EncoderSpec:
         """The same encoder built from another copy of the tokenizer (a worker's own)."""

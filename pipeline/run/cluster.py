@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from typing import Any
 
+from pipeline.encoding.backend import REFERENCE
 from pipeline.format.errors import TokshardError
 from pipeline.run.code_check import check_workers, gated
 from pipeline.run.progress import counted
@@ -378,7 +379,8 @@ class EarlyStart:
             with contextlib.suppress(Exception):  # best effort: the first task does it anyway
                 client = self._ready.result()[1]
                 workers = client.scheduler_info(n_workers=-1)["workers"]
-                call = (fn, args) if self.local else gated(fn, *args)  # (another's workers: checked)
+                # another's workers: checked (the encoder is not chosen yet: its reference library)
+                call = (fn, args) if self.local else gated(fn, *args, libraries=(REFERENCE,))
                 futures = [
                     client.submit(call[0], *call[1], workers=[w], allow_other_workers=False, pure=False)
                     for w in workers
@@ -460,7 +462,8 @@ def _start(
     if scheduler:
         client = _join(scheduler)
         try:
-            check_workers(client)  # before any task: a worker of another tokshard is refused here
+            # before any task: a worker of another tokshard (or `tokenizers`) is refused here
+            check_workers(client, (REFERENCE,))
         except BaseException:
             client.close()
             raise

@@ -12,6 +12,11 @@ disk still holds it (modules load at a task's first use, so a worker left runnin
 upgrade runs old code over new files). Workers connected when the run starts are probed at once (`check_workers`); every task
 sent to a worker (`gated`) runs the same probe first and is refused on a mismatch, which covers
 the workers that join later.
+
+The same tokshard over another encoder library writes other ids too (a worker venv with
+another `tokenizers`): the probe also reads the versions of the libraries the run's encoder
+depends on, as the worker would import them, and a worker whose versions are not the
+driver's is refused the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from pipeline.format.errors import TokshardError
 #: the start of a gated task's refusal, as the worker raises it (a plain RuntimeError: the
 #: worker may have no tokshard error class to raise)
 REFUSED = "tokshard-code-mismatch"
+#: the start of a gated task's refusal for an encoder library of another version
+LIBRARY_REFUSED = "tokshard-library-mismatch"
 
 
 #: what a worker runs in place of a fingerprint where its loaded code cannot be told from
@@ -35,6 +42,8 @@ REFUSED = "tokshard-code-mismatch"
 #: the files changed since that check (a `git pull` or `pip install -U` under running workers)
 LOADED_UNCHECKED = "loaded before its first check"
 CHANGED_SINCE = "changed on disk since the worker loaded it"
+#: a library's version where it imports but no package metadata says which it is
+UNKNOWN_VERSION = "of an unknown version"
 
 
 def _on_disk() -> tuple[str | None, str | None]:
@@ -90,41 +99,96 @@ def _as_loaded() -> tuple[str | None, str | None]:
     return now if now == first else (first[0], CHANGED_SINCE)
 
 
-def _run_gated(expected: tuple[str | None, str | None], payload: bytes) -> Any:
+def _installed(name: str) -> str | None:
+    """The version of library ``name`` as this process would import it now: None where it
+    cannot, else the version its package metadata beside the module found says (another
+    copy's metadata elsewhere on the path does not count), `UNKNOWN_VERSION` without any.
+    Standard library only, and the library is not imported."""
+    import importlib.metadata
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return None
+    where = [*(spec.submodule_search_locations or []), spec.origin]
+    folder = os.path.dirname(where[0]) if where[0] else None
+    beside = list(importlib.metadata.distributions(name=name, path=[folder])) if folder else []
+    try:
+        return beside[0].version if beside else importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return UNKNOWN_VERSION
+
+
+def _libraries(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """(name, version) of each library a worker process runs (`_installed`): as its disk holds
+    it until the process imports it, then as it was when last read before that (an upgrade under
+    a running worker does not change the library it loaded)."""
+    import sys
+
+    seen = getattr(sys, "_tokshard_libraries_seen", None)
+    if seen is None:
+        sys._tokshard_libraries_seen = seen = {}
+    for name in names:
+        if name not in seen or name not in sys.modules:
+            seen[name] = _installed(name)
+    return tuple((name, seen[name]) for name in names)
+
+
+def _worker_address() -> str:
+    """This worker's address, as a refusal names it ("?" where it cannot be had)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except Exception:
+        return "?"
+
+
+def _run_gated(
+    expected: tuple[str | None, str | None],
+    payload: bytes,
+    libraries: tuple[tuple[str, str | None], ...] = (),
+) -> Any:
     """On a worker: the task in ``payload`` (a pickled function and its arguments), run only if
-    this worker's tokshard is the driver's (``expected``); unpickled only then, so that a worker
-    without the modules it names is refused, not broken."""
+    this worker's tokshard is the driver's (``expected``) and so are the versions of the
+    encoder ``libraries`` (the driver's); unpickled only then, so that a worker without the
+    modules it names is refused, not broken."""
     found = _as_loaded()
     if found != expected:
-        try:
-            from distributed import get_worker
-
-            address = get_worker().address
-        except Exception:
-            address = "?"
-        raise RuntimeError("\t".join([REFUSED, address, str(found[0]), str(found[1])]))
+        raise RuntimeError("\t".join([REFUSED, _worker_address(), str(found[0]), str(found[1])]))
+    theirs = _libraries(tuple(name for name, _ in libraries))
+    for (name, version), (_, their_version) in zip(libraries, theirs, strict=True):
+        if their_version != version:
+            raise RuntimeError("\t".join([LIBRARY_REFUSED, _worker_address(), name, str(their_version)]))
     import pickle
 
     fn, args = pickle.loads(payload)
     return fn(*args)
 
 
-def _shipped_by_value() -> tuple[Callable, Callable]:
-    """`_as_loaded` (with `_on_disk`) and `_run_gated` rebuilt in a namespace no worker can import, so that
-    Dask's pickling (cloudpickle) sends their code instead of a reference to this module."""
+def _shipped_by_value() -> tuple[Callable, Callable, Callable]:
+    """`_as_loaded` (with `_on_disk`), `_libraries` (with `_installed`) and `_run_gated` rebuilt
+    in a namespace no worker can import, so that Dask's pickling (cloudpickle) sends their code
+    instead of a reference to this module."""
     namespace: dict[str, Any] = {
         "__builtins__": builtins,
         "__name__": "tokshard_code_probe",
         "REFUSED": REFUSED,
+        "LIBRARY_REFUSED": LIBRARY_REFUSED,
         "LOADED_UNCHECKED": LOADED_UNCHECKED,
         "CHANGED_SINCE": CHANGED_SINCE,
+        "UNKNOWN_VERSION": UNKNOWN_VERSION,
     }
-    for fn in (_on_disk, _as_loaded, _run_gated):
+    for fn in (_on_disk, _as_loaded, _installed, _libraries, _worker_address, _run_gated):
         namespace[fn.__name__] = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__)
-    return namespace["_as_loaded"], namespace["_run_gated"]
+    return namespace["_as_loaded"], namespace["_libraries"], namespace["_run_gated"]
 
 
-PROBE, GATE = _shipped_by_value()
+PROBE, LIBRARY_PROBE, GATE = _shipped_by_value()
 
 
 @functools.cache
@@ -138,6 +202,13 @@ def driver_identity() -> tuple[str | None, str | None]:
     if getattr(sys, "_tokshard_code_at_first_check", None) is None:
         sys._tokshard_code_at_first_check = identity
     return identity
+
+
+@functools.cache
+def driver_libraries(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """This process's (name, version) of each library in ``names``, read once: the driver
+    keeps the libraries it loaded."""
+    return _libraries(names)
 
 
 def shown(identity: tuple[str | None, str | None]) -> str:
@@ -158,30 +229,60 @@ def mismatch(address: str, found: tuple[str | None, str | None], said: str | Non
     )
 
 
-def check_workers(client: Any) -> None:
+def _library_shown(name: str, version: str | None) -> str:
+    """A library as a refusal names it: its version, or that the process cannot import it."""
+    if version is None:
+        return f"no {name} it can import"
+    return f"{name} {version}"
+
+
+def library_mismatch(address: str, name: str, theirs: str | None) -> TokshardError:
+    """The one line for a worker whose encoder library ``name`` is not the driver's version."""
+    ours = dict(driver_libraries((name,)))[name]
+    return TokshardError(
+        f"Dask worker {address} has {_library_shown(name, theirs)}, this driver {_library_shown(name, ours)}, "
+        f"and the ids this run writes depend on it; install {name}=={ours} (the driver's) on every "
+        "worker, restart the workers, then rerun"
+    )
+
+
+def check_workers(client: Any, libraries: tuple[str, ...]) -> None:
     """Probe every worker connected now; refuse the run at the first whose tokshard differs
-    (one that cannot even run the probe, another Python say, differs too)."""
+    (one that cannot even run the probe, another Python say, differs too), or whose version of
+    one of the encoder ``libraries`` is not the driver's."""
     expected = driver_identity()
     for address, identity in sorted(client.run(PROBE, on_error="return").items()):
         if isinstance(identity, BaseException):
             raise mismatch(address, (None, None), f"a tokshard that cannot run the check ({identity})")
         if tuple(identity) != expected:
             raise mismatch(address, tuple(identity))
+    ours = driver_libraries(libraries)
+    for address, theirs in sorted(client.run(LIBRARY_PROBE, libraries, on_error="return").items()):
+        if isinstance(theirs, BaseException):
+            raise mismatch(address, (None, None), f"a tokshard that cannot run the check ({theirs})")
+        for (name, version), (_, their_version) in zip(ours, theirs, strict=True):
+            if their_version != version:
+                raise library_mismatch(address, name, their_version)
 
 
-def gated(fn: Callable[..., Any], *args: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def gated(
+    fn: Callable[..., Any], *args: Any, libraries: tuple[str, ...]
+) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """(function, arguments) to submit instead of ``fn(*args)``: it runs on a worker only if
-    that worker's tokshard is the driver's, and is refused (`refusal`) otherwise."""
+    that worker's tokshard is the driver's, and so are its versions of the encoder
+    ``libraries``, and is refused (`refusal`) otherwise."""
     import cloudpickle  # Dask's own pickler (a module-level function still goes by reference)
 
     payload = cloudpickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
-    return GATE, (driver_identity(), payload)
+    return GATE, (driver_identity(), payload, driver_libraries(libraries))
 
 
 def refusal(exc: BaseException) -> TokshardError | None:
     """The one line for a gated task's refusal (None: ``exc`` is something else)."""
     parts = str(exc.args[0]).split("\t") if isinstance(exc, RuntimeError) and exc.args else []
-    if len(parts) != 4 or parts[0] != REFUSED:
+    if len(parts) != 4 or parts[0] not in (REFUSED, LIBRARY_REFUSED):
         return None
-    version, fingerprint = (None if p == "None" else p for p in parts[2:])
-    return mismatch(parts[1], (version, fingerprint))
+    first, second = (None if p == "None" else p for p in parts[2:])
+    if parts[0] == LIBRARY_REFUSED:  # (a library's name, the worker's version)
+        return library_mismatch(parts[1], parts[2], second)
+    return mismatch(parts[1], (first, second))

@@ -40,7 +40,7 @@ from pipeline.run.cluster import (
     scheduler_address,
     scheduler_lost,
 )
-from pipeline.run.code_check import gated, refusal
+from pipeline.run.code_check import check_workers, gated, refusal
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, stderr_log
 from pipeline.run.records import Checkpoint, Plan
@@ -607,6 +607,9 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
     limit = in_flight(client, options)
     watch = worker_watch(client, options, log)
     own_limit = options.memory_limit if watch.local else None
+    libraries = sub.tasks[0].encoder.libraries
+    if not watch.local:
+        _check_before_submitting(client, sub, libraries)
 
     def submit_more() -> None:
         while len(pending) < limit and (item := next(waiting, None)) is not None:
@@ -614,7 +617,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
             key = f"tokshard-{part.source}-{part.split}-{part.index:05d}-{run_id}"
             # another's workers (a scheduler's, batch jobs') run it only if their tokshard is ours,
             # those that joined since the run's start among them
-            fn, args = (state.work, (task,)) if watch.local else gated(state.work, task)
+            fn, args = (state.work, (task,)) if watch.local else gated(state.work, task, libraries=libraries)
             fut = client.submit(fn, *args, key=key, retries=0, priority=part.size)
             pending[fut.key] = (fut, part)
             fut.add_done_callback(finished.put)
@@ -658,6 +661,18 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
     finally:
         sub.settled = not pending  # each task submitted has ended (one still pending may run on)
         progress.close()
+
+
+def _check_before_submitting(client, sub: Submission, libraries: tuple[str, ...]) -> None:
+    """Refuse the run if a worker connected now runs another tokshard or another version of the
+    encoder ``libraries`` (the encoder is chosen only now; a scheduler's workers were checked
+    for tokshard and `tokenizers` when it was joined). Nothing is submitted yet: a fresh run
+    refused here takes its state back (`Submission.settled`)."""
+    try:
+        check_workers(client, libraries)
+    except BaseException:
+        sub.settled = True
+        raise
 
 
 def _let_running_end(client, pending: dict[str, tuple[Any, Partition]], log: Log) -> None:

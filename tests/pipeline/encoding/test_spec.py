@@ -113,3 +113,16 @@ def test_workers_warmed_before_the_decision_build_the_spec_it_returns(gpt2_token
     assert workers.warmed == [decision.spec, decision.spec]
     warm_likely("no-such-encoder", path, "sha-gpt2", 2, workers)  # `decide` refuses it by name
     assert len(workers.warmed) == 2
+
+
+@pytest.mark.parametrize(
+    ("backend", "libraries"),
+    [
+        ("tokenizers", ("tokenizers",)),
+        ("fastokens", ("fastokens", "tokenizers")),
+        ("tiktoken", ("tiktoken", "tokenizers")),
+    ],
+)
+def test_a_spec_names_the_libraries_its_ids_depend_on(backend, libraries):
+    """What a worker must share with the driver: the back end's library and the reference's."""
+    assert EncoderSpec(backend, "tokenizer.json", "sha").libraries == libraries

@@ -292,14 +292,39 @@ def other_tokshard(folder: Path, change: str) -> Path:
     return folder
 
 
-def start_other_worker(address: str, other: Path, log: Path) -> subprocess.Popen:
-    """A `dask worker` that imports the ``pipeline`` package in ``other``."""
+def start_other_worker(address: str, other: Path, log: Path, *path: Path) -> subprocess.Popen:
+    """A `dask worker` that imports the ``pipeline`` package in ``other`` (and first what the
+    folders of ``path`` hold)."""
+    python_path = os.pathsep.join(str(p) for p in (*path, other))
     return subprocess.Popen(
         [sys.executable, "-m", "dask", "worker", address, "--nworkers", "1", "--nthreads", "1",
          "--host", "127.0.0.1", "--no-dashboard"],
-        cwd=log.parent, env={**os.environ, "PYTHONPATH": str(other)}, stdout=subprocess.DEVNULL,
+        cwd=log.parent, env={**os.environ, "PYTHONPATH": python_path}, stdout=subprocess.DEVNULL,
         stderr=open(log, "w"), start_new_session=True,
     )  # fmt: skip
+
+
+def other_library(folder: Path, name: str, version: str | None) -> Path:
+    """A folder that, first on a worker's PYTHONPATH, gives it another ``name`` library: a
+    package of that name with its installed metadata (version None: an import of ``name``
+    fails there, as where the library is not installed)."""
+    folder.mkdir(parents=True)
+    if version is None:  # a finder first on the path that refuses the name
+        (folder / "sitecustomize.py").write_text(
+            "import sys\n\n\nclass Missing:\n"
+            "    @staticmethod\n"
+            "    def find_spec(fullname, path=None, target=None):\n"
+            f"        if fullname.partition('.')[0] == {name!r}:\n"
+            "            raise ModuleNotFoundError(f'No module named {fullname!r}', name=fullname)\n\n\n"
+            "sys.meta_path.insert(0, Missing)\n"
+        )
+        return folder
+    (folder / name).mkdir()
+    (folder / name / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    dist_info = folder / f"{name}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return folder
 
 
 @pytest.mark.parametrize("change", ["version", "source"])
@@ -331,6 +356,84 @@ def test_a_worker_of_another_tokshard_is_refused_before_any_task(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("library", "version", "theirs"),
+    [("fastokens", "0.0.1", "fastokens 0.0.1"), ("tokenizers", None, "no tokenizers it can import")],
+)
+def test_a_worker_with_another_encoder_library_is_refused_before_any_task(
+    own_cluster, tmp_path, tokenizer_path, docs, library, version, theirs
+):
+    """The same tokshard over another `tokenizers` or fast back end's library wrote other ids
+    without a word: the worker's versions of the libraries the run's encoder depends on must
+    be the driver's (`tokenizers` is checked on joining, the chosen back end's once chosen)."""
+    from distributed import Client
+
+    from pipeline.encoding.backend import library_version
+
+    address, procs = own_cluster(0)
+    libs = other_library(tmp_path / "libs", library, version)
+    procs.append(start_other_worker(address, REPO, tmp_path / "w.log", libs))
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(1, timeout=60)
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    proc = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", "out",
+               "--encoder", "fastokens", "--scheduler", address, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    ours = library_version(library)
+    assert re.fullmatch(
+        rf"tokshard: error: Dask worker tcp://127\.0\.0\.1:\d+ has {theirs}, this driver {library} "
+        rf"{re.escape(ours)}, and the ids this run writes depend on it; install {library}=={re.escape(ours)} "
+        r"\(the driver's\) on every worker, restart the workers, then rerun",
+        one_error_line(proc),
+    ), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_with_another_tokenizers_that_joins_later_is_refused_its_tasks(own_cluster, tmp_path):
+    """Each task checks its worker's encoder libraries too, as it checks its tokshard."""
+    from distributed import Client
+
+    from pipeline.run.code_check import gated, refusal
+
+    address, procs = own_cluster(0)
+    with Client(address, timeout="30s") as client:
+        fn, args = gated(len, "abc", libraries=("tokenizers",))
+        future = client.submit(fn, *args, pure=False)  # waits for a worker
+        libs = other_library(tmp_path / "libs", "tokenizers", "0.0.1")
+        procs.append(start_other_worker(address, REPO, tmp_path / "w.log", libs))
+        with pytest.raises(RuntimeError) as caught:
+            future.result(timeout=60)
+        said = str(refusal(caught.value))
+        worker = next(iter(client.nthreads()))
+    assert said.startswith(f"Dask worker {worker} has tokenizers 0.0.1, this driver tokenizers "), said
+    assert fn(*args) == 3  # here, the driver's own libraries: it runs
+
+
+def test_a_worker_is_judged_by_the_encoder_library_it_loaded_not_its_install_since(own_cluster, tmp_path):
+    """A worker that loaded tokenizers 0.0.1 runs it even once its install was upgraded to the
+    driver's version under it (a `pip install -U` on a shared filesystem)."""
+    import cloudpickle
+    from distributed import Client
+
+    from pipeline.encoding.backend import library_version
+    from pipeline.run.code_check import GATE, driver_identity, gated, refusal
+
+    address, procs = own_cluster(0)
+    libs = other_library(tmp_path / "libs", "tokenizers", "0.0.1")
+    procs.append(start_other_worker(address, REPO, tmp_path / "w.log", libs))
+    loaded = cloudpickle.dumps((lambda: __import__("tokenizers").__version__, ()))
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(1, timeout=60)
+        then = client.submit(GATE, driver_identity(), loaded, (("tokenizers", "0.0.1"),), pure=False)
+        assert then.result(timeout=60) == "0.0.1"  # checked, then loaded by the task
+        shutil.rmtree(libs)
+        other_library(libs, "tokenizers", library_version("tokenizers"))  # the upgrade
+        fn, args = gated(len, "abc", libraries=("tokenizers",))
+        with pytest.raises(RuntimeError) as caught:
+            client.submit(fn, *args, pure=False).result(timeout=60)
+    assert " has tokenizers 0.0.1, this driver tokenizers " in str(refusal(caught.value))
+
+
 def test_a_worker_of_another_tokshard_that_joins_later_is_refused_its_tasks(own_cluster, tmp_path):
     """Workers that join once the run is going were not probed: each task checks first."""
     from distributed import Client
@@ -339,7 +442,7 @@ def test_a_worker_of_another_tokshard_that_joins_later_is_refused_its_tasks(own_
 
     address, procs = own_cluster(0)
     with Client(address, timeout="30s") as client:
-        fn, args = gated(len, "abc")
+        fn, args = gated(len, "abc", libraries=("tokenizers",))
         future = client.submit(fn, *args, pure=False)  # waits for a worker
         procs.append(
             start_other_worker(address, other_tokshard(tmp_path / "other", "source"), tmp_path / "w.log")
@@ -390,7 +493,7 @@ def test_a_worker_whose_tokshard_changed_on_disk_under_it_is_refused(own_cluster
         shutil.copy(
             REPO / "pipeline" / "encoding" / "documents.py", other / "pipeline" / "encoding"
         )  # the upgrade
-        fn, args = gated(shown, tuple(before))
+        fn, args = gated(shown, tuple(before), libraries=())
         with pytest.raises(RuntimeError) as caught:
             client.submit(fn, *args, pure=False).result(timeout=60)
     said = str(refusal(caught.value))
