@@ -31,7 +31,7 @@ from pipeline.format.errors import TokshardError
 from trainer import remote
 from trainer.checkpoint import resume
 from trainer.checkpoint.state import TrainerState, read_state, read_tag
-from trainer.data import sources_with_split
+from trainer.data import ModelLimits, check_vocabulary, sources_with_split
 from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
@@ -116,6 +116,19 @@ class TrainingSamples(torch.utils.data.IterableDataset):
     @property
     def accum(self) -> int:
         return self.global_batch // (self.micro * self.world)
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's ids: the fewest embedding rows a model of this data needs."""
+        return max(m.vocab_size for m in self.manifests)
+
+    def check_model(self, model: torch.nn.Module) -> None:
+        """Refuse ``model`` (TokshardError) if its input embedding has fewer rows than the data
+        has ids, before a step would die of an IndexError inside ``torch.embedding``."""
+        rows = _embedding_rows(model)
+        limits = ModelLimits(type(model).__name__, rows, 1 << 30)
+        fix = "build it with {need} embedding rows (tokshard's GPT: gpt_config(NAME, vocab_size=data.vocab_size))"
+        check_vocabulary(str(self.manifests[0].path), self.vocab_size, limits, fix)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for positions in micro_batch_positions(
@@ -214,3 +227,17 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         samples = cls(seed=checkpoint.seed, **kwargs)
         samples.load_state_dict(checkpoint.to_json())
         return samples
+
+
+def _embedding_rows(model: torch.nn.Module) -> int:
+    """Rows of ``model``'s input embedding: Transformers' ``get_input_embeddings()``, else its
+    first ``nn.Embedding`` (tokshard's GPT: the token embedding ``wte``)."""
+    getter = getattr(model, "get_input_embeddings", None)
+    found = getter() if callable(getter) else None
+    if found is None:
+        found = next((m for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
+    if found is None:
+        raise TokshardError(
+            f"model {type(model).__name__} has no nn.Embedding to check against the data's ids"
+        )
+    return int(found.num_embeddings)

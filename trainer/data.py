@@ -363,12 +363,7 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
     where = manifest.path
     manifest.check_sealed()
     check_unique_shards(manifest)
-    if manifest.vocab_size > limits.vocab_size:
-        need = -(-manifest.vocab_size // 64) * 64
-        raise TokshardError(
-            f"{where}: the tokenizer has {manifest.vocab_size} ids but model {limits.name} embeds only "
-            f"{limits.vocab_size}; pass --vocab-size {need} or choose a model with a larger vocabulary"
-        )
+    check_vocabulary(where, manifest.vocab_size, limits)
     if seq_len > limits.max_seq_len:
         raise TokshardError(
             f"--seq-len {seq_len} exceeds model {limits.name}'s {limits.max_seq_len} positions; "
@@ -383,6 +378,21 @@ def check_manifest(manifest: Manifest, limits: ModelLimits, seq_len: int, verify
     check_shards_whole(manifest)
     if verify:
         verify_shards(manifest)
+
+
+#: how the CLI grows an embedding; ``{need}``: the rows it takes, padded to a multiple of 64
+VOCAB_FIX = "pass --vocab-size {need} or choose a model with a larger vocabulary"
+
+
+def check_vocabulary(where: str, vocab_size: int, limits: ModelLimits, fix: str = VOCAB_FIX) -> None:
+    """Refuse a model whose embedding has fewer rows than the tokenizer has ids: the first id
+    past it would be an IndexError deep inside ``torch.embedding`` (``fix`` says what to do)."""
+    if vocab_size > limits.vocab_size:
+        need = -(-vocab_size // 64) * 64
+        raise TokshardError(
+            f"{where}: the tokenizer has {vocab_size} ids but model {limits.name} embeds only "
+            f"{limits.vocab_size}; {fix.format(need=need)}"
+        )
 
 
 def check_shards_whole(manifest: Manifest) -> None:

@@ -12,9 +12,11 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
-from support import REPO, cached_manifest
+from support import REPO, cached_manifest, make_manifest
 
+from pipeline.format.errors import TokshardError
 from trainer.api import TrainingSamples
+from trainer.model import GPT, gpt_config
 
 ROOT = REPO
 
@@ -58,7 +60,14 @@ def test_a_state_saved_inside_a_step_refuses_another_layout(manifest):
         other.load_state_dict(data.state_dict())
 
 
-def test_the_training_md_example_trains_and_resumes(manifest, tmp_path):
+@pytest.fixture(scope="module")
+def wide_manifest(tmp_path_factory) -> Path:
+    """Data of a 4096-id tokenizer: more ids than ``gpt_config("tiny")`` embeds (2048)."""
+    return make_manifest(tmp_path_factory.mktemp("wide"), vocab_size=4096)
+
+
+def example_runner(manifest: Path, tmp_path: Path):
+    """The docs/TRAINING.md example as a script, and a function that runs it on ``manifest``."""
     doc = (ROOT / "docs" / "TRAINING.md").read_text()
     section = doc.split("### Your own training loop", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
@@ -74,12 +83,32 @@ def test_the_training_md_example_trains_and_resumes(manifest, tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
+    return run
+
+
+def test_the_training_md_example_trains_and_resumes(manifest, tmp_path):
+    run = example_runner(manifest, tmp_path)
     out = run({})
     assert out.count("step ") == 10 and "step 10 loss" in out
     losses = [float(x) for x in re.findall(r"loss ([\d.]+)", out)]
     assert losses[-1] < losses[0]
     assert json.loads((tmp_path / "run" / "data.json").read_text())["samples"] == 160
     assert run({}) == ""  # resumed at step 10 of 10: nothing left
+
+
+def test_the_training_md_example_sizes_the_model_to_a_tokenizer_larger_than_tiny(wide_manifest, tmp_path):
+    out = example_runner(wide_manifest, tmp_path)({})
+    assert "step 10 loss" in out
+
+
+def test_a_model_embedding_fewer_rows_than_the_data_has_ids_is_refused(wide_manifest):
+    data = TrainingSamples(wide_manifest, seq_len=32, global_batch=8, micro_batch=8)
+    assert data.vocab_size == 4096
+    data.check_model(GPT(gpt_config("tiny", vocab_size=4096)))
+    with pytest.raises(
+        TokshardError, match=r"4096 ids but model GPT embeds only 2048; build it with 4096 embedding rows"
+    ):
+        data.check_model(GPT(gpt_config("tiny")))
 
 
 @pytest.mark.parametrize("packing", ["none", "best-fit"])
