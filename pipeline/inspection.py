@@ -84,8 +84,12 @@ def _damaged(path: Path, exc: Exception) -> DataError:
     return DataError(f"{path}: {reason}; run `tokshard verify` to see every fault, re-run `tokshard prepare`")
 
 
-def summary(path: str | Path, sample_chars: int = 300) -> dict[str, Any]:
-    m = load_manifest(path)
+def summary(
+    path: str | Path, sample_chars: int = 300, cache: tuple[str | None, str | None] = (None, None)
+) -> dict[str, Any]:
+    """What ``tokshard inspect`` shows of one manifest; a URL's files go through the data cache
+    ``cache`` names (folder and size limit; None: the default, no limit)."""
+    m = load_manifest(path, *cache)
     tok = None
     report: dict[str, Any] = {
         # a stored manifest is named as the user named it, a local one by its file

@@ -19,9 +19,14 @@ PLOT_FILE = "doc_lengths.png"
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
 
 
-def plot_doc_lengths(manifest_path: str | Path, png: str | Path | None = None) -> Path:
-    """Draw the histogram into ``png`` (default: ``doc_lengths.png`` beside the manifest)."""
-    m = load_manifest(manifest_path)
+def plot_doc_lengths(
+    manifest_path: str | Path,
+    png: str | Path | None = None,
+    cache: tuple[str | None, str | None] = (None, None),
+) -> Path:
+    """Draw the histogram into ``png`` (default: ``doc_lengths.png`` beside the manifest); a
+    manifest URL's files go through the data cache ``cache`` names (folder, size limit)."""
+    m = load_manifest(manifest_path, *cache)
     out = Path(png) if png is not None else m.path.parent / PLOT_FILE
     sources = m.sources()
     fig = figure(8, 2.6 * max(1, len(sources)))

@@ -215,6 +215,28 @@ def local_folder_arg(text: str) -> str:
     return folder_arg(text)
 
 
+def add_data_cache_options(p, files: str = "shards", limit: bool = True) -> None:
+    """``--data-cache`` (and with ``limit`` ``--data-cache-limit``): where the commands that
+    read a manifest URL keep its ``files``, defined once so every command reads them alike."""
+    from pipeline.storage.data_cache import default_cache_dir
+
+    p.add_argument(
+        "--data-cache",
+        metavar="DIR",
+        type=local_folder_arg,
+        help=f"node-local folder for the {files} of a manifest URL, shared by the node's ranks and jobs "
+        f"(default {default_cache_dir()})",
+    )
+    if limit:
+        p.add_argument(
+            "--data-cache-limit",
+            metavar="SIZE",
+            type=size_arg,
+            help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
+            "maps are evicted (default: no limit)",
+        )
+
+
 def run_folder_arg(text: str) -> str:
     """`folder_arg` for a prepare run's --out, which may be given by its manifest.json (as
     `verify` and `inspect` take it): the folder that holds it."""

@@ -481,13 +481,16 @@ class ShardFetcher:
             self.cache.ensure(self.manifest, entry)
 
 
-def load_manifest(location: str | os.PathLike, cache_dir: str | None = None) -> manifest_mod.Manifest:
+def load_manifest(
+    location: str | os.PathLike, cache_dir: str | None = None, cache_limit: str | None = None
+) -> manifest_mod.Manifest:
     """A manifest wherever it is (for `inspect`): a local one as it is, a URL's in the node's
-    cache with every shard fetched, so either reads as an ordinary local manifest."""
+    cache (``cache_dir``, kept under ``cache_limit`` as a run keeps it) with every shard
+    fetched, so either reads as an ordinary local manifest."""
     place, name = open_manifest_place(location)
     if place.local_root is not None:
         return manifest_mod.load(location)
-    cache = DataCache(cache_dir)
+    cache = DataCache(cache_dir, parse_size(cache_limit) if cache_limit else None)
     m = cache.open_manifest(place.where(name))
     ShardFetcher(cache, m).fetch_all()
     return m

@@ -192,3 +192,21 @@ def test_inspect_counts_documents_whose_text_the_tokenizer_dropped_whole(tmp_pat
         "    note: 2 documents hold none of their text's tokens (the tokenizer dropped every character"
         in (cli("inspect", str(out), check=True).stdout)
     )
+
+
+def test_inspect_of_a_manifest_url_fetches_into_the_data_cache_it_is_given(s3_manifest, tmp_path):
+    """As train and samples: --data-cache names where a URL's shards go, not ~/.cache."""
+    cache, home = tmp_path / "cache", tmp_path / "xdg"
+    proc = cli(
+        "inspect",
+        s3_manifest,
+        "--data-cache",
+        str(cache),
+        "--data-cache-limit",
+        "1GB",
+        "--json",
+        env={"XDG_CACHE_HOME": str(home)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["manifest"] == s3_manifest
+    assert list(cache.rglob("*.idx")) and not home.exists()

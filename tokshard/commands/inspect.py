@@ -10,7 +10,7 @@ import sys
 from pipeline.format.errors import TokshardError
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command, each_path
-from tokshard.usage import path_arg, png_arg
+from tokshard.usage import add_data_cache_options, path_arg, png_arg
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -36,6 +36,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         type=png_arg,
         help=f"where --plot writes (default: {PLOT_FILE} beside the manifest); implies --plot",
     )
+    add_data_cache_options(p)
 
 
 def check_plot_file(manifest: str, plot_file: str | None) -> None:
@@ -58,23 +59,29 @@ def run(args: argparse.Namespace) -> int:
     if plot:
         for manifest in args.manifest:
             check_plot_file(manifest, args.plot_file)
-    reports, code = each_path(args.manifest, lambda m: _inspect_one(m, args.json, args.plot_file, plot))
+    cache = (args.data_cache, args.data_cache_limit)
+    reports, code = each_path(
+        args.manifest, lambda m: _inspect_one(m, args.json, args.plot_file, plot, cache)
+    )
     if args.json:
         print(json.dumps(reports if len(args.manifest) > 1 else reports[0], indent=1))
     return code
 
 
-def _inspect_one(manifest: str, as_json: bool, plot_file: str | None, plot: bool) -> dict:
-    """One manifest's report (printed here unless it goes out as JSON), and its plot."""
+def _inspect_one(
+    manifest: str, as_json: bool, plot_file: str | None, plot: bool, cache: tuple[str | None, str | None]
+) -> dict:
+    """One manifest's report (printed here unless it goes out as JSON), and its plot; ``cache``:
+    --data-cache and --data-cache-limit, for a manifest URL."""
     from pipeline.inspection import render, summary
 
-    report = summary(manifest)
+    report = summary(manifest, cache=cache)
     if not as_json:
         print(render(report))
     if plot:
         from tokshard.inspection_plot import plot_doc_lengths
 
-        png = plot_doc_lengths(manifest, plot_file)
+        png = plot_doc_lengths(manifest, plot_file, cache)
         print(f"wrote {png}", file=sys.stderr if as_json else sys.stdout)
     return report
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.format.errors import DataError, TokshardError, utf8_path
 from tokshard.commands.command import Command
-from tokshard.usage import LARGEST_WHOLE, folder_arg, local_folder_arg, path_arg, positive_int
+from tokshard.usage import LARGEST_WHOLE, add_data_cache_options, folder_arg, path_arg, positive_int
 from trainer.console import reader_left
 
 if TYPE_CHECKING:
@@ -31,8 +31,6 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    from pipeline.storage.data_cache import default_cache_dir
-
     p.add_argument(
         "run_dir",
         metavar="RUN_DIR",
@@ -60,13 +58,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         type=path_arg,
         help="where the manifests are now, one or more (default: the paths the run recorded)",
     )
-    p.add_argument(
-        "--data-cache",
-        metavar="DIR",
-        type=local_folder_arg,
-        help="node-local folder for the files of a manifest URL, as train's --data-cache (default "
-        f"{default_cache_dir()})",
-    )
+    add_data_cache_options(p, files="files", limit=False)
 
 
 def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:

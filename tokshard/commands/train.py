@@ -16,16 +16,15 @@ from pathlib import Path
 from pipeline.format.errors import TokshardError
 from tokshard.commands.command import INTERRUPTED, STOPPING, Command, Terminated
 from tokshard.usage import (
+    add_data_cache_options,
     auto_or_non_negative,
     file_arg,
     folder_arg,
-    local_folder_arg,
     non_negative,
     non_negative_float,
     path_arg,
     positive_float,
     positive_int,
-    size_arg,
 )
 from trainer.ds_config import DEFAULT_CONFIG, DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
 from trainer.sampler import DEFAULT_SEED, parse_mix
@@ -64,8 +63,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def _data_options(g) -> None:
-    from pipeline.storage.data_cache import default_cache_dir
-
     d = DataSettings(manifests=())
     g.add_argument(
         "--manifest",
@@ -77,20 +74,7 @@ def _data_options(g) -> None:
         "shards then go through --data-cache); give several (or repeat it) to train on the sources "
         "of several prepared folders (one tokenizer, source names unique across them)",
     )
-    g.add_argument(
-        "--data-cache",
-        metavar="DIR",
-        type=local_folder_arg,
-        help="node-local folder for the shards of a manifest URL, shared by the node's ranks and jobs "
-        f"(default {default_cache_dir()})",
-    )
-    g.add_argument(
-        "--data-cache-limit",
-        metavar="SIZE",
-        type=size_arg,
-        help="keep the data cache under SIZE (e.g. 500GB): least recently used shards no running job "
-        "maps are evicted (default: no limit)",
-    )
+    add_data_cache_options(g)
     g.add_argument(
         "--seq-len", type=positive_int, default=d.seq_len, help="tokens per sample (default %(default)s)"
     )
