@@ -24,6 +24,12 @@ def blend(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, flo
     if not sources:
         return []
     unknown = sorted(set(mix or {}) - set(sources))
+    strangers = [s for s in unknown if s not in owners]
+    if strangers:
+        raise TokshardError(
+            f"--mix names {', '.join(strangers)}, which {'is not a source' if len(strangers) == 1 else 'are not sources'} "
+            f"of the manifest (its sources: {', '.join(owners)})"
+        )
     if unknown:
         raise TokshardError(
             f"--mix names {', '.join(unknown)}, which have no {split!r} split (sources: {', '.join(sources)})"

@@ -171,8 +171,8 @@ def _from_hub(repo: str, revision: str | None) -> Path:
     except LocalEntryNotFoundError as exc:  # offline, or the hub unreachable: nothing cached
         raise TokshardError(
             f"tokenizer {repo!r} is not in the local hub cache and the hub cannot be reached; "
-            "pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`); "
-            "on a machine without network, HF_HUB_OFFLINE=1 says so at once"
+            "pass a local tokenizer.json with --tokenizer (e.g. one made by `tokshard tokenizer train`)"
+            + ("" if hub_offline() else "; on a machine without network, HF_HUB_OFFLINE=1 says so at once")
         ) from exc
     except GatedRepoError as exc:  # Llama's and Gemma's repos, before their terms are accepted
         raise TokshardError(
@@ -215,7 +215,10 @@ def unreadable(path: str | os.PathLike, exc: Exception) -> TokshardError:
         return TokshardError(
             f"{path} is a Git LFS pointer, not the tokenizer.json it stands for; {lfs_pointer.FETCH}"
         )
-    hint = foreign_hint(Path(path)) or settings_hint(Path(path)) or newer_format_hint(exc)
+    settings = settings_hint(Path(path))
+    if settings and not foreign_hint(Path(path)):  # valid JSON: the parse error of a tokenizer.json misleads
+        return TokshardError(f"{path} is not a tokenizer.json: {settings}")
+    hint = foreign_hint(Path(path)) or newer_format_hint(exc)
     if head.startswith(codecs.BOM_UTF8):
         hint = "it starts with a UTF-8 byte-order mark, which `tokenizers` does not read: save it without one"
     packed = _packed_as(head)
@@ -246,6 +249,11 @@ SETTINGS_FILES = (
     "generation_config.json",
     "added_tokens.json",
 )
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set on (as huggingface_hub reads it): advice to set it is noise."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def settings_hint(path: Path) -> str:

@@ -172,7 +172,7 @@ def find(path: str | os.PathLike) -> Path:
     p = given / MANIFEST_NAME if given.is_dir() else given
     if not p.is_file():
         if p.parent.is_dir() and (p is not given or given.name == MANIFEST_NAME):
-            hint = " (is `tokshard prepare` still running? `tokshard status DIR` tells)"
+            hint = f" (is `tokshard prepare` still running? `tokshard status {p.parent}` tells)"
         elif not given.exists():
             pattern = any(c in str(path) for c in "*?[")
             hint = ": there is no such file or folder" + (

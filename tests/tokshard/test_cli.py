@@ -105,7 +105,15 @@ def test_partition_bytes_takes_a_size_with_a_unit_as_data_cache_limit_does(given
 
 def test_partition_bytes_below_the_smallest_partition_is_refused_as_a_usage_error(capsys):
     assert main(["prepare", "--input", "a.jsonl", "--partition-bytes", "4000"]) == 2
-    assert "argument --partition-bytes: expected 4096 bytes or more, got '4000'" in capsys.readouterr().err
+    assert "argument --partition-bytes: expected 4096 bytes (4KiB) or more, such as 16MiB or 64MiB" in (
+        capsys.readouterr().err
+    )
+
+
+def test_partition_bytes_of_0_gives_partition_sized_examples(capsys):
+    assert main(["prepare", "--input", "a.jsonl", "--partition-bytes", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "expected a size above 0, such as 16MiB or 64MiB" in err and "200GB" not in err, err
 
 
 @pytest.mark.parametrize(

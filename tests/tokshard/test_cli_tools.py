@@ -54,6 +54,7 @@ def test_verify_of_several_manifests_checks_each_and_names_the_faulty_one(prepar
     assert proc.stdout.splitlines()[0].startswith(f"OK: {prepared.parent}: ")
     assert proc.stdout.splitlines()[1].startswith(f"FAULT {bad}: {shard.rel_path}")
     assert f"no manifest at {tmp_path / 'running'}" in proc.stderr
+    assert f"`tokshard status {tmp_path / 'running'}` tells" in proc.stderr  # the path, not DIR
     assert proc.stderr.strip().splitlines()[-1] == "tokshard: 2 of 3 manifests failed verification"
 
 

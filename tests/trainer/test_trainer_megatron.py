@@ -82,6 +82,14 @@ def build_gpt_samples(blend_list: list[str], manifest: Path, cache: Path, n: int
     return train
 
 
+def test_a_mix_naming_no_source_of_the_manifest_says_so_and_lists_the_sources(manifest):
+    out = cli("megatron-args", str(manifest), "--mix", "wiki=0.7,asyncio=0.3")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert "--mix names wiki, which is not a source of the manifest (its sources: " in line, line
+    assert "split" not in line
+
+
 def test_megatron_builds_samples_from_our_shards_and_every_token_is_ours(manifest, tmp_path):
     out = cli("megatron-args", str(manifest), "--mix", "stdlib=0.25,asyncio=0.75")
     assert out.returncode == 0, out.stderr

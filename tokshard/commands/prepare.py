@@ -190,9 +190,15 @@ def partition_size(text: str) -> int:
     files source allows."""
     from pipeline.sources.files.source import MIN_PARTITION_BYTES
 
-    size = bytes_arg(text)
+    realistic = "such as 16MiB or 64MiB (a partition is a task's share of the input)"
+    try:
+        size = bytes_arg(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a size above 0, {realistic}, got {text!r}") from None
     if size < MIN_PARTITION_BYTES:
-        raise argparse.ArgumentTypeError(f"expected {MIN_PARTITION_BYTES} bytes or more, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected {MIN_PARTITION_BYTES} bytes (4KiB) or more, {realistic}, got {text!r}"
+        )
     return size
 
 
