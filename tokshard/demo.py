@@ -343,6 +343,12 @@ def train_tokenizer(folder: DemoFolder, size: DemoSize) -> Path:
     return folder.tokenizer.parent / trained.path.name
 
 
+def tokenizer_command(mirror: str, out: str, size: DemoSize) -> str:
+    """The `tokshard tokenizer train` line that makes the tokenizer `train_tokenizer` makes."""
+    globs = " ".join(f"'{mirror}/{g}'" for g in TRAIN_FILES)
+    return f"tokshard tokenizer train --input {globs} --vocab-size {size.vocab_size} --out {out}"
+
+
 def recipe_text(folder: DemoFolder) -> str:
     """The bundled OPT-mix recipe, with this demo's tokenizer and ``mirror`` in every source."""
     base = tomllib.loads((RECIPES_DIR / "opt-mix.toml").read_text())
@@ -724,6 +730,7 @@ def summary_markdown(s: dict[str, Any], size: DemoSize) -> str:
         "Run the pieces yourself:",
         "",
         "```bash",
+        tokenizer_command(p["mirror"], str(Path(p["tokenizer"]).parent), size),
         f"tokshard prepare {p['recipe']} --out {p['data']}",
         f"tokshard verify {p['manifest']}",
         f"tokshard inspect {p['manifest']} --plot",

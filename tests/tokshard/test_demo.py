@@ -439,3 +439,18 @@ def test_a_trainer_that_found_the_disk_full_is_one_line_of_the_demo(tmp_path, mo
         demo_mod.run_training(folder, demo_mod.SIZES["quick"], shown.append)
     assert shown == ["  step 1 loss 7.6"]
     assert str(raised.value).startswith(f"no space left on the device of {folder.run} while training (")
+
+
+def test_the_summarys_pieces_start_with_the_tokenizer_train_the_demo_ran(tmp_path):
+    """summary.md's "Run the pieces yourself" lacked the tokenizer stage: its line now parses
+    as `tokshard tokenizer train` over the mirror's train files, at the demo's vocabulary."""
+    import shlex
+
+    from tokshard import demo as demo_mod
+    from tokshard.cli import build_parser
+
+    size = demo_mod.SIZES["quick"]
+    line = demo_mod.tokenizer_command(str(tmp_path / "mirror"), str(tmp_path / "tokenizer"), size)
+    args = build_parser().parse_args(shlex.split(line)[1:])
+    assert args.input == [f"{tmp_path / 'mirror'}/{g}" for g in demo_mod.TRAIN_FILES]
+    assert (args.vocab_size, args.out) == (size.vocab_size, str(tmp_path / "tokenizer"))
