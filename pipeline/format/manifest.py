@@ -162,6 +162,19 @@ def checksum(data: dict[str, Any]) -> str:
     return content_hash({k: v for k, v in data.items() if k != "checksum"})
 
 
+def seal_problem(data: Any) -> str | None:
+    """Why parsed JSON is not a manifest exactly as a `prepare` of this format wrote it (not a
+    manifest, another format, or edited since: its checksum is off); None if it is. A rerun
+    writes such a manifest again instead of calling its run complete."""
+    if json_kinds.kind_of(data) != json_kinds.MANIFEST:
+        return "not a manifest"
+    if data.get("format") != FORMAT:
+        return f"of manifest format {data.get('format')!r}, not this tokshard's {FORMAT}"
+    if data.get("checksum") != checksum(data):
+        return "edited since `tokshard prepare` wrote it: its checksum does not match its content"
+    return None
+
+
 def find(path: str | os.PathLike) -> Path:
     """Accept a manifest file or the folder holding one (local: URLs go through the data cache)."""
     if isinstance(path, str) and "://" in path:

@@ -44,7 +44,7 @@ from pipeline.run.code_check import check_workers, gated, refusal
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, stderr_log
 from pipeline.run.records import Checkpoint, Plan
-from pipeline.run.run_state import HeldRun, RunState
+from pipeline.run.run_state import MANIFEST_MISSING, HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, current_umask, encode_texts
 from pipeline.sources import build_source
 from pipeline.sources.base import (
@@ -132,7 +132,10 @@ def prepare(
                 if early is None:  # a rerun's, once its plan is found to be this recipe's
                     state.install_tokenizer(src, tok)
                 checkpoints = state.load_checkpoints(plan)
-                if state.holds_its_manifest(plan):
+                problem = state.manifest_problem(plan)
+                if problem is not None and all(ck is not None and ck.complete for ck in checkpoints.values()):
+                    _say_manifest_rewrite(state, problem, log)
+                if problem is None:
                     damaged = state.kept_problems(plan, checkpoints, hashes=False)
                     if not damaged:
                         log(
@@ -198,6 +201,22 @@ def prepare(
             if isinstance(exc, BadRecord) and exc.kept is None and _committed_nothing(state, plan):
                 raise exc.committed_nothing() from None
             raise
+
+
+def _say_manifest_rewrite(state: RunState, problem: str, log: Log) -> None:
+    """One line for a rerun of a run whose partitions are all done but whose manifest is not the
+    one it wrote (missing, cut short, edited since): the rerun writes it from the checkpoints,
+    after checking the shards against them (those that differ are redone, and said)."""
+    if problem == MANIFEST_MISSING:
+        log(
+            f"{state.location}: every partition is done, but {state.manifest_location} is missing; "
+            "writing it from the run's records"
+        )
+        return
+    log(
+        f"{state.location}: every partition is done, but {state.manifest_location} is not the one the run "
+        f"wrote ({problem}); writing it again from the run's records"
+    )
 
 
 def _take_back_if_empty(state: RunState, plan: Plan) -> None:

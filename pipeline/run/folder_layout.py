@@ -26,7 +26,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pipeline.format.atomic import (
@@ -34,6 +34,7 @@ from pipeline.format.atomic import (
     disk_error,
     held_by_another,
     lock_file,
+    take_back_folders,
     try_exclusive,
     write_bytes,
     write_json,
@@ -130,13 +131,14 @@ class RunLock:
 
 
 @contextlib.contextmanager
-def run_lock(out: Path, run_id: str | None = None, made_out: bool = False) -> Iterator[RunLock]:
+def run_lock(out: Path, run_id: str | None = None, made: Sequence[Path] = ()) -> Iterator[RunLock]:
     """Only one `prepare` per folder: a second one is refused, naming the holder.
 
     The holder then records its ``run_id`` in ``run-id`` (a separate file: reading the lock
     file itself in the holder's process would drop the lock), so that workers still busy
     for a driver that was killed see a newer run take over and stop at their next commit.
-    ``made_out``: this run made the folder (`_unmade` takes it back if the run fails at once).
+    ``made``: the folders this run made, the output and its parents, deepest first
+    (`atomic.missing_folders`: `_unmade` takes them back if the run fails at once).
     """
     path = state_dir(out) / LOCK_NAME
     made_state = not state_dir(out).exists()
@@ -154,16 +156,17 @@ def run_lock(out: Path, run_id: str | None = None, made_out: bool = False) -> It
             yield lock
         except BaseException:
             if made_state:
-                _unmade(out, made_out)
+                _unmade(out, made)
             raise
     finally:
         os.close(fd)
 
 
-def _unmade(out: Path, made_out: bool) -> None:
+def _unmade(out: Path, made: Sequence[Path]) -> None:
     """Take back the run state a run that failed before its plan made (its lock and run id),
-    and the output folder if the run made it and it is empty: a mistyped glob or a usage error
-    on a new --out leaves no folder behind. A run that planned keeps everything (a rerun goes on)."""
+    and the folders it made (``made``: the output and its parents) while they are empty: a
+    mistyped glob or a usage error on a new --out, deep/nested/x too, leaves no folder behind. A
+    run that planned keeps everything (a rerun goes on)."""
     folder = state_dir(out)
     with contextlib.suppress(OSError):
         if not {p.name for p in folder.iterdir()} <= {LOCK_NAME, RUN_ID_FILE}:
@@ -171,8 +174,7 @@ def _unmade(out: Path, made_out: bool) -> None:
         for name in (LOCK_NAME, RUN_ID_FILE):
             (folder / name).unlink(missing_ok=True)
         folder.rmdir()
-        if made_out:
-            out.rmdir()  # only if empty: anything the run left there stays
+        take_back_folders(list(made))  # only while empty: anything the run left there stays
 
 
 def current_run(out: Path) -> str | None:

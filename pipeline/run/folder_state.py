@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.encoding import tokenizer
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.atomic import disk_error
+from pipeline.format.atomic import disk_error, missing_folders
 from pipeline.format.errors import TokshardError
 from pipeline.format.shard_writer import kept_problem, untraced_work
 from pipeline.run import folder_layout
@@ -40,8 +40,9 @@ class FolderState(RunState):
     def __init__(self, place: LocalFolder) -> None:
         self.place = place
         self.out: Path = place.path("")
-        #: whether this run made the output folder (a run that fails at once takes it back)
-        self.made_out = False
+        #: the folders this run made, the output and its missing parents, deepest first (a run
+        #: that fails at once takes them back)
+        self.made: list[Path] = []
 
     @property
     def manifest_location(self) -> Path:
@@ -51,7 +52,7 @@ class FolderState(RunState):
         if self.out.exists() and not self.out.is_dir():
             raise TokshardError(f"output {self.out} is a file, not a folder; choose another --out")
         claim_folder(self.place, "--out", "prepare", OWN_MARKER, proof=folder_layout.LOCK_NAME)
-        self.made_out = not self.out.exists()
+        self.made = missing_folders(self.out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -64,7 +65,7 @@ class FolderState(RunState):
             raise TokshardError(f"{self.out} is not a folder; pass the --out folder of a prepare run")
 
     def hold(self, run_id: str, log: Log) -> contextlib.AbstractContextManager[HeldRun]:
-        return folder_layout.run_lock(self.out, run_id, self.made_out)
+        return folder_layout.run_lock(self.out, run_id, self.made)
 
     def holder(self) -> Holder | None:
         return folder_layout.lock_holder(self.out)

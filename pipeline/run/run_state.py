@@ -40,6 +40,8 @@ STATE_DIR = PREPARE_STATE
 PLAN_FILE = f"{STATE_DIR}/run.json"
 #: the entry that makes an output location a prepare's own (`pipeline.storage.ownership`)
 OWN_MARKER = f"{STATE_DIR}/"
+#: `RunState.manifest_problem` of an output with no manifest
+MANIFEST_MISSING = "missing"
 
 Log = Callable[[str], None]
 
@@ -232,10 +234,24 @@ class RunState(ABC):
     # --- the manifest --------------------------------------------------------------------
 
     def holds_its_manifest(self, plan: Plan) -> bool:
-        """Whether the output holds this run's own manifest, whole (a rerun after the end; one
-        that is damaged, or another run's, is written again)."""
-        doc = self.manifest_doc()
-        return doc is not None and doc.get("recipe_hash") == plan.identity_hash
+        """Whether the output holds this run's own manifest, as the run wrote it (a rerun after
+        the end; one that is missing, damaged, edited, or another run's, is written again)."""
+        return self.manifest_problem(plan) is None
+
+    def manifest_problem(self, plan: Plan) -> str | None:
+        """What keeps the manifest here from being the one this run wrote ("missing", cut short,
+        edited since: `manifest_mod.seal_problem`, or another run's); None if it is that one."""
+        data = self.place.read_bytes(manifest_mod.MANIFEST_NAME)
+        if data is None:
+            return MANIFEST_MISSING
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return "not readable JSON: cut short or damaged"
+        problem = manifest_mod.seal_problem(doc)
+        if problem is None and doc.get("recipe_hash") != plan.identity_hash:
+            problem = "another run's (its recipe_hash is not this run's)"
+        return problem
 
     def manifest_doc(self) -> dict[str, Any] | None:
         """The manifest's content (None: none, or not readable as JSON)."""

@@ -21,7 +21,7 @@ from pipeline.format.errors import TokshardError
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import eta_text, human
 from pipeline.run.records import Plan
-from pipeline.run.run_state import RunState
+from pipeline.run.run_state import MANIFEST_MISSING, RunState
 from pipeline.sources import source_class
 
 #: a partial checkpoint younger than this counts as being written now
@@ -44,7 +44,8 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
                 f"{state.location} holds a manifest but no run state; use `tokshard inspect` on it"
             )
         raise TokshardError(f"{state.location} holds no tokshard run; start one with `tokshard prepare`")
-    has_manifest = state.holds_its_manifest(plan)
+    manifest_problem = state.manifest_problem(plan)
+    has_manifest = manifest_problem is None
     checkpoints = state.load_progress(plan, finished=has_manifest)
     holder = state.holder()
     # what a rerun checks before it keeps them (hashes only if no prepare runs and the run is
@@ -119,6 +120,7 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
             state.resumes_partials,
             lost_tokenizer,
             sum(key not in problems for key in untraced),
+            manifest_problem,
         ),
     }
 
@@ -162,9 +164,12 @@ def _rerun(
     resumes_partials: bool = True,
     lost_tokenizer: str | None = None,
     untraced: int = 0,
+    manifest_problem: str | None = None,
 ) -> str:
     """What a rerun does (``untraced``: partial partitions an older tokshard began without
-    provenance, which it redoes from their start: `RunState.untraced_partials`)."""
+    provenance, which it redoes from their start: `RunState.untraced_partials`;
+    ``manifest_problem``: why the manifest there is not the run's own, which a rerun of a
+    finished run writes again: `RunState.manifest_problem`)."""
     partial = sum(r["partial"] for r in rows.values())
     pending = sum(r["pending"] for r in rows.values()) - len(damaged)
     restore = (
@@ -180,7 +185,7 @@ def _rerun(
                 else "nothing: the run is complete and its manifest is written"
             )
         else:
-            what = (f"{restore}, then " if restore else "") + "write the manifest (all partitions are done)"
+            what = (f"{restore}, then " if restore else "") + _manifest_step(manifest_problem)
     else:
         steps = []
         if damaged:
@@ -203,6 +208,15 @@ def _rerun(
     if holder:
         return f"be refused while {holder} holds the lock; after that run: {what}"
     return what
+
+
+def _manifest_step(problem: str | None) -> str:
+    """A finished run's rerun, where its manifest is ``problem`` (not the one it wrote)."""
+    if problem in (None, MANIFEST_MISSING):
+        return "write the manifest (all partitions are done)"
+    return (
+        f"write the manifest again from the run's records (all partitions are done; the one there: {problem})"
+    )
 
 
 def skipped_text(skipped: dict[str, int]) -> str:

@@ -207,3 +207,17 @@ def test_a_run_refused_before_its_plan_leaves_no_folder_or_state_behind(tmp_path
     empty.mkdir()
     proc = cli("prepare", "--input", missing, "--tokenizer", str(tokenizer_path), "--out", str(empty))
     assert proc.returncode == 2 and list(empty.iterdir()) == []
+
+
+def test_a_fresh_run_refused_leaves_none_of_the_parent_folders_it_made(tmp_path, tokenizer_path):
+    """--out deep/nested/x refused (a bad first record, after planning) took back x but left
+    deep/nested behind; a parent that was there stays."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"meta": {"text": "hi"}}\n')
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for out in (tmp_path / "deep" / "nested" / "x", kept / "a" / "b"):
+        proc = cli("prepare", "--input", str(bad), "--tokenizer", str(tokenizer_path), "--out", str(out))
+        assert proc.returncode == 1 and "bad record" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "kept"]
+    assert list(kept.iterdir()) == []

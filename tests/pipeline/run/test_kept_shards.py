@@ -118,7 +118,39 @@ def test_status_of_a_finished_folder_with_a_manifest_that_is_not_its_own_says_th
     shutil.copytree(d / "out", out)
     (out / "manifest.json").write_text("{bad")
     s = json.loads(cli("status", str(out), "--json", check=True).stdout)
-    assert s["rerun"] == "write the manifest (all partitions are done)" and not s["complete"]
+    assert s["rerun"] == (
+        "write the manifest again from the run's records (all partitions are done; the one there: not "
+        "readable JSON: cut short or damaged)"
+    )
+    assert not s["complete"]
+
+
+def test_a_finished_folder_whose_manifest_was_edited_gets_it_written_again_by_its_rerun(
+    finished, tmp_path, dask_client
+):
+    """A shard's count edited in manifest.json: `train` and `verify` refuse it and say to re-run
+    prepare, but the rerun said "already complete; nothing to do" and `status` "nothing", so the
+    edit stayed. Both see it now; the rerun says so and writes the run's own manifest again."""
+    d, raw = finished
+    out = tmp_path / "out"
+    shutil.copytree(d / "out", out)
+    path = out / "manifest.json"
+    written = json.loads(path.read_text())
+    edited = json.loads(path.read_text())
+    edited["shards"][0]["tokens"] += 1
+    path.write_text(json.dumps(edited, indent=1))
+    s = json.loads(cli("status", str(out), "--json", check=True).stdout)
+    assert s["rerun"].startswith("write the manifest again from the run's records"), s["rerun"]
+    assert "edited since `tokshard prepare` wrote it" in s["rerun"] and not s["complete"]
+    said: list[str] = []
+    assert run_prepare(raw, out, dask_client, log=said.append) == path
+    assert any("is not the one the run wrote (edited since" in m for m in said), said
+    again = json.loads(path.read_text())
+    assert {k: v for k, v in again.items() if k not in ("created", "checksum")} == {
+        k: v for k, v in written.items() if k not in ("created", "checksum")
+    }
+    assert verify(path)[0] == []
+    assert json.loads(cli("status", str(out), "--json", check=True).stdout)["complete"]
 
 
 # --- 16. skipped bad records are said, not only counted in the manifest ----------------------------

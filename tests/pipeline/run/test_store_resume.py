@@ -74,6 +74,26 @@ def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server
     assert_same_as_local(s3_server, bucket, "run", ref)
 
 
+def test_a_finished_store_run_whose_manifest_was_edited_gets_it_written_again_by_its_rerun(
+    s3_server, store_setup
+):
+    """As in a folder: the edited manifest was kept by "already complete; nothing to do"."""
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
+    s3 = s3_server.client()
+    doc = json.loads(s3.get_object(Bucket=bucket, Key="run/manifest.json")["Body"].read())
+    doc["totals"]["tokens"] += 1
+    s3.put_object(Bucket=bucket, Key="run/manifest.json", Body=json.dumps(doc).encode())
+    status = json.loads(cli("status", url, "--json", check=True).stdout)
+    assert status["rerun"].startswith("write the manifest again from the run's records"), status["rerun"]
+    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
+    assert "is not the one the run wrote (edited since" in rerun.stderr, rerun.stderr
+    assert "already complete" not in rerun.stderr
+    assert_same_as_local(s3_server, bucket, "run", ref)
+
+
 def test_a_store_that_lost_its_state_midway_is_prepared_whole_by_the_first_rerun(store_setup):
     """The endpoint restarts empty (a store without persistence) while a run goes on: that run
     ends with one line, and once the bucket is there again the first rerun makes all of it."""
