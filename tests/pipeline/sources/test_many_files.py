@@ -428,8 +428,10 @@ def test_records_carry_their_location_in_the_input(tmp_path, docs):
 @contextmanager
 def s3_calls(bucket: str) -> Iterator[Counter[str]]:
     """Every S3 operation this process's s3fs sends for one bucket, counted by name (botocore's
-    own events; another test's fetch still running in this process is not counted)."""
-    import fsspec
+    own events; another test's fetch still running in this process is not counted). The
+    filesystem is taken as tokshard takes it (`url_filesystem` sets fsspec's s3 options first,
+    and another set of options is another s3fs instance, whose calls would go uncounted)."""
+    from pipeline.storage.object_store import url_filesystem
 
     calls: Counter[str] = Counter()
 
@@ -437,7 +439,7 @@ def s3_calls(bucket: str) -> Iterator[Counter[str]]:
         if urlsplit(params["url"]).path.split("/")[1] == bucket:
             calls.update([model.name])
 
-    events = fsspec.filesystem("s3").s3.meta.events
+    events = url_filesystem(f"s3://{bucket}")[0].s3.meta.events
     events.register("before-call.s3", count)
     try:
         yield calls

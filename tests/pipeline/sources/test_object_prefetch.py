@@ -67,11 +67,12 @@ class GetsInFlight:
 
 @pytest.fixture
 def watched(s3_server, docs):
-    """A bucket of small objects, their texts, and the GetObject requests made for them."""
-    import fsspec
+    """A bucket of small objects, their texts, and the GetObject requests made for them (on the
+    s3fs instance tokshard's own `url_filesystem` gives: other options, another instance)."""
+    from pipeline.storage.object_store import url_filesystem
 
     bucket, texts = _bucket_of_small_objects(s3_server, docs)
-    events = fsspec.filesystem("s3").s3.meta.events
+    events = url_filesystem(f"s3://{bucket}")[0].s3.meta.events
     gets = GetsInFlight(bucket)
     events.register("before-call.s3.GetObject", gets.started)
     events.register("after-call.s3.GetObject", gets.ended)
