@@ -42,7 +42,7 @@ from pipeline.format.shard_reader import (
     read_index,
     token_dtype,
 )
-from pipeline.format.verify import first_fault
+from pipeline.format.verify import REMAKE, first_fault
 
 
 @dataclass(frozen=True)
@@ -504,7 +504,7 @@ def verify_shards(manifest: Manifest) -> None:
     `tokshard verify`, stopping at the first fault)."""
     fault = first_fault(manifest)
     if fault:
-        raise DataError(f"{fault}; re-run `tokshard prepare`")
+        raise DataError(f"{fault}; {REMAKE}")
 
 
 def opened_shard(path: Path, dtype: str, tokens: int) -> np.ndarray:

@@ -18,6 +18,13 @@ from pipeline.format.provenance import ProvenanceError
 from pipeline.format.provenance import read as read_origins
 from pipeline.format.shard_reader import Shard
 
+#: what to do about a shard that fails the checks: a rerun of a finished prepare checks its
+#: shards' sizes, not their contents, so a damaged one of the right size stays until removed
+REMAKE = (
+    "delete the damaged files and re-run `tokshard prepare` with the same --out: it makes missing "
+    "shards again"
+)
+
 
 def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None) -> tuple[list[str], dict]:
     """All faults found (empty: the folder is exactly what its manifest says) and totals.

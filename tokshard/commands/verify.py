@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _verify_one(manifest: str, where: str) -> int:
+    from pipeline.format.verify import REMAKE
     from pipeline.storage.verify_place import verify
 
     faults, totals = verify(manifest)
@@ -35,7 +36,7 @@ def _verify_one(manifest: str, where: str) -> int:
         print(f"FAULT {where}{fault}")
     if faults:
         print(
-            f"tokshard: verify found {len(faults)} fault(s){' in ' + manifest if where else ''}",
+            f"tokshard: verify found {len(faults)} fault(s){' in ' + manifest if where else ''}; {REMAKE}",
             file=sys.stderr,
         )
         return 1

@@ -273,3 +273,23 @@ def test_training_on_a_shard_that_is_a_git_lfs_pointer_is_refused_before_any_ste
     m = manifest.load(out / "manifest.json")
     with pytest.raises(DataError, match=rf"{SHARD}\.bin is a Git LFS pointer, not the shard; fetch it"):
         check_manifest(m, ModelLimits("tiny", 1 << 16, 1024), seq_len=64)
+
+
+def test_the_advice_for_a_damaged_shard_repairs_it(tmp_path, docs, tokenizer_path):
+    """A shard of the right size with other bytes: verify said "re-run prepare", and the rerun
+    (which checks a finished run's shard sizes, not contents) said "already complete". The line
+    now says to delete the damaged files first, and doing so gives a sound folder."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:40])
+    args = ["prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o")]
+    cli(*args, "--workers", "1", check=True)
+    (shard,) = (tmp_path / "o").rglob("*.bin")
+    flipped = bytearray(shard.read_bytes())
+    flipped[len(flipped) // 2] ^= 0x01
+    shard.write_bytes(bytes(flipped))
+    proc = cli("verify", str(tmp_path / "o"))
+    assert proc.returncode == 1 and "delete the damaged files and re-run `tokshard prepare`" in proc.stderr
+    named = [line.split()[1].rstrip(":") for line in proc.stdout.splitlines() if line.startswith("FAULT ")]
+    for name in named:
+        (tmp_path / "o" / name).unlink()
+    cli(*args, "--workers", "1", check=True)
+    assert cli("verify", str(tmp_path / "o")).returncode == 0
