@@ -270,11 +270,20 @@ def take_back_folders(folders: list[Path]) -> None:
 def check_writable_dir(path: Path, flag: str) -> None:
     """``path`` is (or can become) a folder this process can write: checked before any work, so
     ``--save`` or ``--out`` on a file, a read-only filesystem or under /proc is one line, not a traceback
-    at the first save."""
+    at the first save. A folder that fails the check is not left made, nor its parents."""
     if path.exists() and not path.is_dir():
         raise TokshardError(
             f"{flag} {path} is a file, not a folder; choose a folder (it is created if missing)"
         )
+    made = missing_folders(path)
+    try:
+        _check_writes(path, flag)
+    except BaseException:
+        take_back_folders(made)
+        raise
+
+
+def _check_writes(path: Path, flag: str) -> None:
     probe = path / f".tokshard-write-test-{os.getpid()}"
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -170,6 +170,23 @@ def test_a_writable_folder_on_a_full_disk_is_said_to_be_full(tmp_path, monkeypat
         check_writable_dir(tmp_path / "out", "--out")
 
 
+def test_a_folder_that_fails_the_write_check_is_not_left_made_nor_its_parents(tmp_path, monkeypatch):
+    """--save deep/er/ck on a disk that refuses the probe file: the check made deep/er/ck and
+    left all three behind, empty, after its one line."""
+    from pathlib import Path
+
+    from pipeline.format.atomic import check_writable_dir
+
+    def refused(self, data):
+        raise OSError(errno.EACCES, "Permission denied", str(self))
+
+    (tmp_path / "kept").mkdir()
+    monkeypatch.setattr(Path, "write_bytes", refused)
+    with pytest.raises(TokshardError, match="cannot write there"):
+        check_writable_dir(tmp_path / "kept" / "deep" / "er" / "ck", "--save")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
 def test_a_lock_whose_holder_cannot_be_named_on_a_full_disk_leaves_no_file(tmp_path, monkeypatch):
     """Naming the holder failed with ENOSPC, and the empty lock file stayed, keeping the folder
     a refused run had made."""
