@@ -266,6 +266,7 @@ def data_state(data: DataSettings, manifests: list[Manifest], schedule: Schedule
         packing=data.packing,
         tokenizer=manifests[0].data["tokenizer"]["sha256"],  # every manifest's (`source_owners`)
         urls=source_urls(manifests),
+        train_shards=resume.train_shards(manifests, data.train_split),
     )
 
 

@@ -430,24 +430,16 @@ def test_resume_on_a_larger_tokenizers_shards_names_the_tokenizer_first(manifest
         )
 
 
-def test_resume_on_its_shards_prepared_again_as_uint32_names_the_dtype(tokenizer_path, docs, tmp_path):
-    """The same documents and tokenizer prepared as uint16, then uint32: the shards' hashes (over
-    their bytes) differ, and the refusal says it is their token type, which
-    --allow-data-change continues the same sample sequence on."""
-    data = corpus(tmp_path / "docs.jsonl", docs, copies=2)
-    made = {}
-    for dtype in ("uint16", "uint32"):
-        recipe = files_recipe(
-            tmp_path / f"{dtype}.toml", tokenizer_path, data, 1 << 20, out=str(tmp_path / dtype)
-        )
-        recipe.write_text(recipe.read_text().replace("[sources.text]", f'dtype = "{dtype}"\n[sources.text]'))
-        prepare_cli("prepare", str(recipe), check=True)
-        made[dtype] = tmp_path / dtype / "manifest.json"
-    save = tmp_path / "ck"
-    train("--manifest", str(made["uint16"]), *SMALL, "--steps", "4", "--stop-at", "2", "--save", str(save))
-    with pytest.raises(TokshardError) as refused:
-        cli.main(resume_args(made["uint32"], save))
-    line = str(refused.value)
+def prepared_as(dtype: str, tokenizer: Path, data: Path, out: Path) -> Path:
+    """``data`` prepared into ``out`` with token type ``dtype``, from a recipe as a user writes
+    it (beside ``out``); the manifest."""
+    recipe = files_recipe(out.with_suffix(".toml"), tokenizer, data, 1 << 20, out=str(out), dtype=dtype)
+    prepare_cli("prepare", str(recipe), check=True)
+    return out / "manifest.json"
+
+
+def assert_names_the_dtype(line: str) -> None:
+    """``line`` is the refusal of a resume on the checkpoint's shards, re-prepared as uint32."""
     assert line.startswith(
         "--resume: the checkpoint's shards were re-prepared with another token type (source "
     )
@@ -456,6 +448,50 @@ def test_resume_on_its_shards_prepared_again_as_uint32_names_the_dtype(tokenizer
         in line
     )
     assert line.endswith("pass --allow-data-change to continue the same sample sequence on them")
+
+
+def test_resume_on_its_shards_prepared_again_as_uint32_names_the_dtype(tokenizer_path, docs, tmp_path):
+    """The same documents and tokenizer prepared as uint16, then uint32 into another folder: the
+    shards' hashes (over their bytes) differ, and the refusal says it is their token type, which
+    --allow-data-change continues the same sample sequence on. A checkpoint from before the
+    shards' facts were recorded finds them in its manifest, still there."""
+    data = corpus(tmp_path / "docs.jsonl", docs, copies=2)
+    made = {
+        dtype: prepared_as(dtype, tokenizer_path, data, tmp_path / dtype) for dtype in ("uint16", "uint32")
+    }
+    save = tmp_path / "ck"
+    train("--manifest", str(made["uint16"]), *SMALL, "--steps", "4", "--stop-at", "2", "--save", str(save))
+    with pytest.raises(TokshardError) as refused:
+        cli.main(resume_args(made["uint32"], save))
+    assert_names_the_dtype(str(refused.value))
+    state_file = save / "step00000002" / "tokshard.json"
+    state = json.loads(state_file.read_text())
+    del state["data"]["train_shards"]  # as an older tokshard wrote it
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(TokshardError) as refused:
+        cli.main(resume_args(made["uint32"], save))
+    assert_names_the_dtype(str(refused.value))
+
+
+def test_resume_on_its_shards_prepared_again_as_uint32_in_the_same_out_names_the_dtype(
+    tokenizer_path, docs, tmp_path
+):
+    """The usual way to re-prepare: into the same --out, its uint16 run deleted first (as
+    prepare asks for another recipe's run there). The checkpoint's manifest is gone; what the
+    checkpoint recorded of its shards says it is their token type, and --allow-data-change
+    continues the run."""
+    data = corpus(tmp_path / "docs.jsonl", docs, copies=2)
+    out = tmp_path / "data"
+    manifest = prepared_as("uint16", tokenizer_path, data, out)
+    save = tmp_path / "ck"
+    train("--manifest", str(manifest), *SMALL, "--steps", "4", "--stop-at", "2", "--save", str(save))
+    shutil.rmtree(out)
+    assert prepared_as("uint32", tokenizer_path, data, out) == manifest
+    with pytest.raises(TokshardError) as refused:
+        cli.main(resume_args(manifest, save))
+    assert_names_the_dtype(str(refused.value))
+    train(*resume_args(manifest, save), "--allow-data-change")
+    assert latest(save) == "step00000004"
 
 
 def test_resume_of_an_older_checkpoint_with_other_weights_is_one_line(manifest, halfway, tmp_path):

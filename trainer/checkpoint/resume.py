@@ -15,7 +15,7 @@ from dataclasses import replace
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
-from trainer.checkpoint.state import DataState, TrainerState
+from trainer.checkpoint.state import DataState, SourceShards, TrainerState
 from trainer.schedule import Schedule, SourceInfo
 
 
@@ -60,16 +60,26 @@ def retyped_sources(saved: DataState, manifests: list[Manifest], split: str) -> 
     """The sources whose ``split`` shards differ from the checkpoint's only in their token type
     (``tokshard prepare`` run again with another ``dtype``), as ``{source: (was, now)}``: the
     same shards' token and document counts and provenance, in another dtype. The shards' hashes
-    are over their bytes, so they cannot tell; the checkpoint's manifests, where they are still
-    there unchanged (their fingerprint), can."""
-    was = {src: m for m in recorded_manifests(saved) for src in m.sources()}
-    retyped = {}
+    are over their bytes, so they cannot tell; what the checkpoint recorded of its shards can,
+    or for an older checkpoint its manifests, where they are still there unchanged."""
+    was = saved.train_shards or train_shards(recorded_manifests(saved), split)
+    now = train_shards(manifests, split)
+    return {
+        src: (was[src].dtype, shards.dtype)
+        for src, shards in now.items()
+        if src in was and was[src].dtype != shards.dtype and was[src].facts == shards.facts
+    }
+
+
+def train_shards(manifests: list[Manifest], split: str) -> dict[str, SourceShards]:
+    """Each source's ``split`` shards in ``manifests`` (a source with none is left out)."""
+    found = {}
     for m in manifests:
         for src in m.sources():
-            old = was.get(src)
-            if old is not None and old.dtype != m.dtype and same_shards(old, m, src, split):
-                retyped[src] = (old.dtype, m.dtype)
-    return retyped
+            facts = [(s.tokens, s.documents, s.origin_hash) for s in m.select(src, split)]
+            if facts:
+                found[src] = SourceShards(m.dtype, manifest_mod.content_hash(facts))
+    return found
 
 
 def recorded_manifests(saved: DataState) -> list[Manifest]:
@@ -83,15 +93,6 @@ def recorded_manifests(saved: DataState) -> list[Manifest]:
         if fingerprint is not None and m.fingerprint() == fingerprint:
             found.append(m)
     return found
-
-
-def same_shards(old: Manifest, new: Manifest, source: str, split: str) -> bool:
-    """Whether ``source``'s ``split`` shards hold the same counts and provenance in both."""
-
-    def facts(m: Manifest) -> list[tuple]:
-        return [(s.tokens, s.documents, s.origin_hash) for s in m.select(source, split)]
-
-    return bool(facts(old)) and facts(old) == facts(new)
 
 
 def other_tokenizer(change: str, rows: int | None = None, ids: int | None = None) -> TokshardError:

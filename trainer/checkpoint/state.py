@@ -92,6 +92,24 @@ def saved_tags(save_dir: Path) -> list[str]:
 
 
 @dataclass(frozen=True)
+class SourceShards:
+    """One source's shards of the train split as a checkpoint records them, so that a resume
+    on the same shards prepared again in another token type can tell so after the manifest it
+    trained on was replaced: the shards' hashes are over their bytes, which the dtype changes."""
+
+    dtype: str
+    #: a hash of each shard's token and document counts and provenance hash, in order
+    facts: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"dtype": self.dtype, "facts": self.facts}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SourceShards:
+        return cls(str(d["dtype"]), str(d["facts"]))
+
+
+@dataclass(frozen=True)
 class DataState:
     """What fixes the sample sequence besides the schedule; a resume must find the same."""
 
@@ -110,6 +128,9 @@ class DataState:
     #: the URL each manifest was read from, where one was (a run on a URL records its data
     #: cache's view as the manifest, and the view may be deleted since); () where none was
     urls: tuple[str | None, ...] = ()
+    #: each source's shards of the train split (empty: an older tokshard's, which recorded
+    #: none; its manifests tell, where they are still there unchanged)
+    train_shards: dict[str, SourceShards] = field(default_factory=dict)
 
     #: the fields a resume must find unchanged, and the option that sets each
     KEPT: ClassVar[dict[str, str]] = {
@@ -144,6 +165,11 @@ class DataState:
             "packing": self.packing.to_json(),
             "tokenizer_sha256": self.tokenizer,
             **({"manifest_url": self.urls[0] if one else list(self.urls)} if any(self.urls) else {}),
+            **(
+                {"train_shards": {n: s.to_json() for n, s in self.train_shards.items()}}
+                if self.train_shards
+                else {}
+            ),
         }
 
     @classmethod
@@ -162,7 +188,15 @@ class DataState:
             Packing.from_json(d.get("packing")),
             d.get("tokenizer_sha256"),
             tuple(str(u) if u else None for u in urls),
+            shards_from_json(d.get("train_shards") or {}),
         )
+
+
+def shards_from_json(d: Any) -> dict[str, SourceShards]:
+    """``DataState.train_shards`` back from its JSON (a TypeError where it is not a mapping)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"train_shards is {type(d).__name__}, not a mapping")
+    return {str(n): SourceShards.from_json(s) for n, s in d.items()}
 
 
 def shown(value: Any) -> str:
