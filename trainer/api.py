@@ -32,6 +32,7 @@ from trainer import remote
 from trainer.checkpoint import resume
 from trainer.checkpoint.state import TrainerState, read_state, read_tag
 from trainer.data import ModelLimits, check_vocabulary, sources_with_split
+from trainer.docmask import loss_targets
 from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
@@ -71,7 +72,10 @@ class TrainingSamples(torch.utils.data.IterableDataset):
     DeepSpeed. ``documents``: per sample, the pieces that fill it, in order
     (``trainer.data.Piece``: source, split, document id counting from 0 within them, and the
     ``[start, end)`` token range inside the document). ``data_cache``: the node's cache folder
-    for manifest URLs (default ``~/.cache/tokshard/data``).
+    for manifest URLs (default ``~/.cache/tokshard/data``). ``eod_mask_loss``: targets -100
+    where the input is EOS as well, the targets ``tokshard train --doc-mask --eod-mask-loss``
+    scores (`trainer.docmask.loss_targets`); without it, the targets of a run without
+    ``--eod-mask-loss`` (the attention mask of ``--doc-mask`` is the model's to build).
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         packing: str = "none",
         packing_buffer: int | None = None,
         data_cache: str | Path | None = None,
+        eod_mask_loss: bool = False,
     ) -> None:
         if global_batch % (micro_batch * world):
             raise TokshardError(
@@ -105,6 +110,7 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         )
         self.seq_len, self.global_batch, self.micro = seq_len, global_batch, micro_batch
         self.rank, self.world, self.seed, self.split = rank, world, seed, split
+        self.eod_mask_loss = eod_mask_loss
         self._mix = parse_mix(mix) if isinstance(mix, str) else mix
         self.schedule = Schedule.fresh(
             window_sources(self.dataset), self._mix or token_shares(self.dataset), seed
@@ -122,6 +128,11 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         """The tokenizer's ids: the fewest embedding rows a model of this data needs."""
         return max(m.vocab_size for m in self.manifests)
 
+    @property
+    def eos_id(self) -> int:
+        """The EOS id that ends each document (one tokenizer across the manifests)."""
+        return self.manifests[0].eos_id
+
     def check_model(self, model: torch.nn.Module) -> None:
         """Refuse ``model`` (TokshardError) if its input embedding has fewer rows than the data
         has ids, before a step would die of an IndexError inside ``torch.embedding``."""
@@ -137,6 +148,7 @@ class TrainingSamples(torch.utils.data.IterableDataset):
             draws = self.schedule.draw(positions)
             rows = torch.from_numpy(self.dataset.batch(draws.sources, draws.windows))
             inputs, targets = self.dataset.inputs_targets(rows)
+            targets = loss_targets(inputs, targets, self.eos_id, self.eod_mask_loss)
             self.micro_step += 1
             if self.micro_step == self.accum:
                 self.samples, self.micro_step = self.samples + self.global_batch, 0

@@ -45,7 +45,7 @@ from trainer.run_folders import (
     start_over,
     take_back_unrecorded,
 )
-from trainer.sampler import PERIOD, raised_to_one
+from trainer.sampler import mix_floor_notes, token_floor_notes
 from trainer.schedule import token_shares
 from trainer.settings import TrainSettings
 from trainer.stop_request import StoppedBySignal, StopRequest
@@ -221,20 +221,10 @@ def data_notes(plan: Plan) -> list[str]:
             )
     drawn = data.schedule.weights()
     asked = {s: w for s, w in (settings.data.mix or {}).items() if s in drawn}
-    for name in raised_to_one(asked):
-        notes.append(
-            f"--mix {name}={asked[name]:g} asks for less than the smallest share the schedule can express, "
-            f"1/{PERIOD} of the samples: {name!r} is drawn at that ({drawn[name]:.4g})"
-        )
+    notes += mix_floor_notes(asked, drawn)
     if settings.data.mix is None and plan.resume is None:  # the default mix: each source's token share
-        shares = {s: w for s, w in token_shares(data.dataset).items() if s in drawn}
-        total = sum(shares.values())
-        for name in raised_to_one(shares):
-            notes.append(
-                f"{name!r} holds {shares[name] / total:.3g} of the tokens, less than the smallest share the "
-                f"schedule can express, 1/{PERIOD} of the samples: it is drawn at that ({drawn[name]:.4g}); "
-                "give weights with --mix to draw it otherwise"
-            )
+        tokens = {s: w for s, w in token_shares(data.dataset).items() if s in drawn}
+        notes += token_floor_notes(tokens, drawn)
     if data.eval_set is not None:
         split = settings.eval.split
         held = sources_with_split(list(data.manifests), split)

@@ -114,6 +114,35 @@ def raised_to_one(weights: dict[str, float], period: int = PERIOD) -> list[str]:
     return [n for n, w in positive.items() if w / top / total * period < 1]
 
 
+def shares(weights: dict[str, float], period: int = PERIOD) -> dict[str, float]:
+    """Each positive weight's fraction of the samples as the schedule draws it (its quota over
+    ``period``): the one normalization of a mix, so every reader of one (train, megatron-args)
+    draws the same shares, huge weights (1e308 each) and tiny ones (raised, `raised_to_one`) alike."""
+    return {n: q / period for n, q in quotas(weights, period).items()}
+
+
+def mix_floor_notes(asked: dict[str, float], drawn: dict[str, float], period: int = PERIOD) -> list[str]:
+    """A line for each ``--mix`` weight below the smallest share, saying what it is drawn at
+    (``drawn``: the shares in force), since the schedule raises it rather than leave it out."""
+    return [
+        f"--mix {name}={asked[name]:g} asks for less than the smallest share the schedule can express, "
+        f"1/{period} of the samples: {name!r} is drawn at that ({drawn[name]:.4g})"
+        for name in raised_to_one(asked, period)
+    ]
+
+
+def token_floor_notes(tokens: dict[str, float], drawn: dict[str, float], period: int = PERIOD) -> list[str]:
+    """A line for each source whose share of the tokens (the default mix) is below the smallest
+    share, saying what it is drawn at, and that --mix draws it otherwise."""
+    total = sum(tokens.values())
+    return [
+        f"{name!r} holds {tokens[name] / total:.3g} of the tokens, less than the smallest share the "
+        f"schedule can express, 1/{period} of the samples: it is drawn at that ({drawn[name]:.4g}); "
+        "give weights with --mix to draw it otherwise"
+        for name in raised_to_one(tokens, period)
+    ]
+
+
 @dataclass(frozen=True)
 class Draws:
     """Samples picked for a list of positions: source index, window index, source epoch."""

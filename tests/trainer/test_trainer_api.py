@@ -12,6 +12,7 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
+import torch
 from support import REPO, cached_manifest, make_manifest
 
 from pipeline.format.errors import TokshardError
@@ -127,3 +128,26 @@ def test_each_sample_names_the_source_document_and_token_range_of_its_pieces(man
             assert p.end <= ends[p.document + 1] - ends[p.document]
             tokens += stream.read(ends[p.document] + p.start, p.end - p.start).tolist()
         assert tokens[:32] == row[: len(tokens[:32])]
+
+
+@pytest.mark.parametrize("packing", ["none", "best-fit"])
+def test_eod_mask_loss_yields_the_targets_a_run_with_eod_mask_loss_scores(manifest, packing):
+    """`TrainingSamples` was documented as yielding what the run trains on, yet had no way to
+    give the targets of a `--doc-mask --eod-mask-loss` run: with ``eod_mask_loss=True`` the
+    target is -100 wherever the input is EOS (no loss across documents), the rest unchanged."""
+    from pipeline.format import manifest as manifest_mod
+
+    eos = manifest_mod.load(manifest).eos_id
+    args = {"seq_len": 256, "global_batch": 8, "micro_batch": 8, "packing": packing}
+
+    def first_batches(**more) -> tuple[torch.Tensor, torch.Tensor]:
+        batches = list(islice(iter(TrainingSamples(manifest, **args, **more)), 4))
+        return torch.cat([b["inputs"] for b in batches]), torch.cat([b["targets"] for b in batches])
+
+    inputs, plain = first_batches()
+    masked_inputs, masked = first_batches(eod_mask_loss=True)
+    assert masked_inputs.tolist() == inputs.tolist()
+    at_eos = inputs == eos
+    assert (plain[at_eos] != -100).any()  # a document followed by another in a row
+    assert (masked[at_eos] == -100).all()
+    assert masked[~at_eos].tolist() == plain[~at_eos].tolist()

@@ -15,10 +15,10 @@ from support import cached_manifest, cli
 from pipeline.format import manifest as manifest_mod
 from trainer.data import WindowDataset
 
-#: skipped where megatron-core is not installed; looked up, not imported, at collection: its
-#: import compiles fused kernels (5 CPU-s in each xdist worker and the clean copy's collection),
-#: and the tests that use it import it themselves
-pytestmark = pytest.mark.skipif(
+#: for the tests that build Megatron's datasets: skipped where megatron-core is not installed;
+#: looked up, not imported, at collection: its import compiles fused kernels (5 CPU-s in each
+#: xdist worker and the clean copy's collection), and the tests that use it import it themselves
+needs_megatron = pytest.mark.skipif(
     importlib.util.find_spec("megatron.core") is None, reason="megatron-core is not installed"
 )
 
@@ -63,6 +63,16 @@ def megatron_tokenizer(manifest: Path):
     return ManifestTokenizer(str(m.tokenizer_path))
 
 
+def source_shares(blend_list: list[str], manifest: Path) -> dict[str, float]:
+    """The printed blend's weight per source (the sum over its shards)."""
+    folder = manifest_mod.load(manifest).folder.resolve()
+    by_source: dict[str, float] = {}
+    for w, p in zip(blend_list[::2], blend_list[1::2], strict=True):
+        source = Path(p).relative_to(folder).parts[0]
+        by_source[source] = by_source.get(source, 0.0) + float(w)
+    return by_source
+
+
 def build_gpt_samples(blend_list: list[str], manifest: Path, cache: Path, n: int, seq: int):
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
@@ -90,18 +100,15 @@ def test_a_mix_naming_no_source_of_the_manifest_says_so_and_lists_the_sources(ma
     assert "split" not in line
 
 
+@needs_megatron
 def test_megatron_builds_samples_from_our_shards_and_every_token_is_ours(manifest, tmp_path):
     out = cli("megatron-args", str(manifest), "--mix", "stdlib=0.25,asyncio=0.75")
     assert out.returncode == 0, out.stderr
     blend_list = out.stdout.split()
     prefixes = blend_list[1::2]
     assert all(Path(p + ".bin").is_file() and Path(p + ".idx").is_file() for p in prefixes)
+    assert source_shares(blend_list, manifest) == pytest.approx({"stdlib": 0.25, "asyncio": 0.75})
     m = manifest_mod.load(manifest)
-    by_source = {}
-    for w, p in zip(blend_list[::2], prefixes, strict=True):
-        source = Path(p).relative_to(m.folder.resolve()).parts[0]
-        by_source[source] = by_source.get(source, 0.0) + float(w)
-    assert by_source == pytest.approx({"stdlib": 0.25, "asyncio": 0.75})
 
     seq = 64
     train = build_gpt_samples(blend_list, manifest, tmp_path / "cache", n=200, seq=seq)
@@ -190,3 +197,56 @@ def test_prefixes_are_absolute_under_the_real_folder_when_given_a_symlink(manife
     listed = {str(real / e.rel_path.removesuffix(".bin")) for e in m.select(split="train")}
     assert set(prefixes) == listed
     assert all(Path(p + ".bin").is_file() and Path(p + ".idx").is_file() for p in prefixes)
+
+
+@pytest.mark.parametrize(
+    "mix",
+    [
+        "stdlib=1e308,asyncio=1e308",
+        "stdlib=1,asyncio=1e308",
+        "stdlib=1e-320,asyncio=1",
+        "stdlib=0.3,asyncio=0.7",
+        None,
+    ],
+)
+def test_each_source_is_blended_at_the_share_train_draws_it_at(manifest, mix):
+    """Weights of 1e308 summed to inf and printed an empty blend (exit 0), which train normalizes
+    and trains; 1e-320 printed 1e-321 where train draws 1/65536: megatron-args now takes the
+    shares of the trainer's own schedule, whatever the weights."""
+    from tokshard.commands import train as train_cli
+    from trainer.plan import prepare
+
+    out = cli("megatron-args", str(manifest), *(["--mix", mix] if mix else []))
+    assert out.returncode == 0, out.stderr
+    args = [
+        "--manifest",
+        str(manifest),
+        "--model",
+        "tiny",
+        "--seq-len",
+        "32",
+        *(["--mix", mix] if mix else []),
+    ]
+    drawn = prepare(train_cli.parse(args)).data.schedule.weights()
+    assert source_shares(out.stdout.split(), manifest) == pytest.approx(drawn, rel=1e-12)
+
+
+def test_a_source_the_mix_leaves_out_is_said_on_stderr(manifest):
+    out = cli("megatron-args", str(manifest), "--mix", "asyncio=1")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "tokshard: --mix gives no weight to 'stdlib': not in the blend\n"
+    assert set(source_shares(out.stdout.split(), manifest)) == {"asyncio"}
+
+
+def test_a_weight_below_the_smallest_share_is_said_to_be_raised_as_train_says(manifest, tmp_path):
+    out = cli(
+        "megatron-args", str(manifest), "--mix", "stdlib=1e-9,asyncio=1", "--json", str(tmp_path / "b.json")
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == (
+        "tokshard: --mix stdlib=1e-09 asks for less than the smallest share the schedule can express, "
+        "1/65536 of the samples: 'stdlib' is drawn at that (1.526e-05)"
+    )
+    assert (
+        source_shares(json.loads((tmp_path / "b.json").read_text())["train"], manifest)["stdlib"] == 1 / 65536
+    )

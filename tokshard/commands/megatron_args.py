@@ -48,28 +48,36 @@ TEST_SPLIT = "test"
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.megatron import blend
+    from trainer.megatron import blend_of
     from trainer.sampler import parse_mix
 
     manifests = [manifest_mod.load(p) for p in args.manifest]
     for m in manifests:  # the weights come from its counts: an edited count would skew the blend
         m.check_sealed()
-    mix = parse_mix(args.mix)
-    train = blend(manifests, split_named(manifests, args.split, "--split"), mix)
+    train = blend_of(manifests, split_named(manifests, args.split, "--split"), parse_mix(args.mix))
     if args.json is None:
-        print(shlex.join(train))  # a reader that quits early: `tokshard.cli.main`
+        say(train.notes)
+        print(shlex.join(train.items))  # a reader that quits early: `tokshard.cli.main`
         return 0
     refuse_url(args.json, "--json")
     valid = other_split(manifests, args.valid_split, default_of(EvalSettings, "split"), "--valid-split")
     test = other_split(manifests, args.test_split, TEST_SPLIT, "--test-split")
-    doc = {"train": train, "valid": valid, "test": test}
+    doc = {"train": train.items, "valid": valid, "test": test}
     if args.json == "-":
+        say(train.notes)
         print(json.dumps(doc, indent=1))
         return 0
     write_blend(Path(os.path.realpath(args.json)), doc)  # through a link, as an editor saves
+    say(train.notes)
     counts = ", ".join(f"{len(v) // 2} {k}" for k, v in doc.items() if v)
     print(f"wrote {args.json}: {counts} shards", file=sys.stderr)
     return 0
+
+
+def say(notes: list[str]) -> None:
+    """The train blend's notes on stderr (after every check passed: a refusal stays one line)."""
+    for note in notes:
+        print(f"tokshard: {note}", file=sys.stderr)
 
 
 def split_named(manifests: list[manifest_mod.Manifest], split: str, flag: str) -> str:
