@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.format.content_hash import bytes_hash
 from pipeline.format.errors import DataError
-from pipeline.format.manifest import Manifest
-from pipeline.format.provenance import UNKNOWN, Origins, ProvenanceError
-from pipeline.format.provenance import read as read_sidecar
+from pipeline.format.file_kind import require_file
+from pipeline.format.manifest import Manifest, ShardEntry
+from pipeline.format.provenance import UNKNOWN, Origins, ProvenanceError, decode
 
 
 def without_provenance(manifest: Manifest) -> DataError:
@@ -83,7 +84,7 @@ class StreamOrigins:
             if self.manifest.ready is not None:
                 self.manifest.ready(entry.origin_path)  # a manifest URL's: fetched, hash-checked
             try:
-                side = read_sidecar(entry.origin_path)
+                side = decode(self._sidecar_bytes(entry), entry.origin_path)
             except ProvenanceError as exc:
                 raise DataError(f"{exc}; `tokshard verify {self.manifest.path}` checks every shard") from None
             if len(side) != entry.documents:
@@ -93,6 +94,24 @@ class StreamOrigins:
                 )
             self._sidecars[i] = side
         return side
+
+    def _sidecar_bytes(self, entry: ShardEntry) -> bytes:
+        """The sidecar's bytes, as the manifest hashed them: one edited or damaged since would
+        name other inputs and places as if they were the documents' own."""
+        path = entry.origin_path
+        try:
+            require_file(path)
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ProvenanceError(f"{path}: provenance sidecar is missing") from None
+        if bytes_hash(raw) != entry.origin_hash:
+            raise DataError(
+                f"{path}: the provenance sidecar is not the one prepare wrote (its content hash differs from "
+                f"the manifest's origin_hash: edited or damaged since); restore it from a copy of the prepared "
+                f"folder, or prepare the data again into a new folder; `tokshard verify {self.manifest.path}` "
+                "checks every shard"
+            )
+        return raw
 
     def origin(self, doc: int) -> dict[str, Any]:
         """Document ``doc`` of the stream: its input and place (``line``, ``row`` or ``offset``),

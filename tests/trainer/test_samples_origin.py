@@ -20,6 +20,7 @@ from support import SMALL, cli, launch, one_error_line
 from tokenizers import Tokenizer
 
 from pipeline.format import manifest as manifest_mod
+from pipeline.format import provenance
 from pipeline.format.shard_reader import Shard
 
 #: documents per input file; each is a short stretch of real text, so a window holds several
@@ -257,3 +258,33 @@ def test_a_run_finished_over_an_older_tokshards_shards_refuses_only_the_samples_
         named = line.split(" shard ", 1)[1].split(" ", 1)[0]
         assert named in untraced and any(d["origin"]["shard"] == named for d in rec["documents"])
         assert "recorded no places" in line and "new folder" in line
+
+
+def swap_two_inputs(sidecar: Path) -> None:
+    """Rewrite a sidecar as a hand edit would: two of its inputs' names swapped, every entry
+    count and place kept (so it parses, and names the wrong file for the documents of both)."""
+    side = provenance.read(sidecar)
+    names = [name for name, _ in side.inputs]
+    inputs = [(names[1] if i == 0 else names[0] if i == 1 else n, u) for i, (n, u) in enumerate(side.inputs)]
+    sidecar.write_bytes(provenance.encode(provenance.Origins(inputs, side.input_of, side.place)))
+
+
+def test_a_sidecar_edited_since_prepare_is_refused_in_one_line_naming_it(traced, tmp_path):
+    """A local sidecar is checked against the manifest's origin_hash, as one read through a
+    manifest URL is: an edited one names no document's input wrongly."""
+    edited = tmp_path / "edited"
+    shutil.copytree(traced["data"], edited)
+    m = manifest_mod.load(edited)
+    sidecars = [s.origin_path for s in m.shards if len(provenance.read(s.origin_path).inputs) > 1]
+    for sidecar in sidecars:
+        swap_two_inputs(sidecar)
+    proc = cli(
+        "samples", str(traced["save"]), "--steps", SHOWN, "--origin", "--json", "--manifest", str(edited)
+    )
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    assert (
+        any(str(s) in line for s in sidecars) and "origin_hash" in line and "prepare the data again" in line
+    )
+    shown = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert shown == traced["records"][: len(shown)]  # what came before it, as the true sidecars say
