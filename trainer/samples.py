@@ -107,10 +107,11 @@ class RunData:
         held = sources_with_split(manifests, self.split)
         missing = [s for s in self.schedule.sources if s not in held]
         if missing:
+            one = len(self.manifest_paths) == 1
             raise DataError(
                 f"samples: the run trained on {', '.join(repr(s) for s in missing)}, which "
-                f"{', '.join(self.manifest_paths)} hold no {self.split!r} split of (their sources: "
-                f"{', '.join(held) or 'none'}); {where}"
+                f"{', '.join(self.manifest_paths)} {'holds' if one else 'hold'} no {self.split!r} split of "
+                f"({'its' if one else 'their'} sources: {', '.join(held) or 'none'}); {where}"
             )
         for m in manifests:  # as `train --resume` checks them: a cut shard showed other tokens
             check_shards_whole(m)
