@@ -10,14 +10,21 @@ finds the shard of a document id and reads that shard's sidecar once.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from pipeline.format.content_hash import bytes_hash
 from pipeline.format.errors import DataError
-from pipeline.format.manifest import Manifest
-from pipeline.format.provenance import UNKNOWN, Origins, ProvenanceError
-from pipeline.format.provenance import read as read_sidecar
+from pipeline.format.file_kind import require_file
+from pipeline.format.manifest import Manifest, ShardEntry
+from pipeline.format.provenance import UNKNOWN, Origins, ProvenanceError, decode
+
+#: (manifest, source, input as a sidecar names it) -> what changed in that input since prepare
+#: read it (None: nothing that can be told). The application gives it (`tokshard samples`):
+#: comparing an input with its record is the sources' knowledge, which the trainer does not import.
+InputCheck = Callable[[Manifest, str, str], str | None]
 
 
 def without_provenance(manifest: Manifest) -> DataError:
@@ -63,8 +70,13 @@ class StreamOrigins:
     refused whole for a manifest none of whose shards has one, document by document for a
     shard without one in a manifest whose others have theirs."""
 
-    def __init__(self, manifest: Manifest, source: str, split: str) -> None:
+    def __init__(
+        self, manifest: Manifest, source: str, split: str, input_check: InputCheck | None = None
+    ) -> None:
         self.manifest = manifest
+        self.source = source
+        self.input_check = input_check
+        self._changed: dict[str, str | None] = {}
         self.shards = manifest.select(source, split)
         if all(s.origin_hash is None for s in manifest.shards):
             raise without_provenance(manifest)
@@ -83,7 +95,7 @@ class StreamOrigins:
             if self.manifest.ready is not None:
                 self.manifest.ready(entry.origin_path)  # a manifest URL's: fetched, hash-checked
             try:
-                side = read_sidecar(entry.origin_path)
+                side = decode(self._sidecar_bytes(entry), entry.origin_path)
             except ProvenanceError as exc:
                 raise DataError(f"{exc}; `tokshard verify {self.manifest.path}` checks every shard") from None
             if len(side) != entry.documents:
@@ -94,10 +106,37 @@ class StreamOrigins:
             self._sidecars[i] = side
         return side
 
+    def _sidecar_bytes(self, entry: ShardEntry) -> bytes:
+        """The sidecar's bytes, as the manifest hashed them: one edited or damaged since would
+        name other inputs and places as if they were the documents' own."""
+        path = entry.origin_path
+        try:
+            require_file(path)
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ProvenanceError(f"{path}: provenance sidecar is missing") from None
+        if bytes_hash(raw) != entry.origin_hash:
+            raise DataError(
+                f"{path}: the provenance sidecar is not the one prepare wrote (its content hash differs from "
+                f"the manifest's origin_hash: edited or damaged since); restore it from a copy of the prepared "
+                f"folder, or prepare the data again into a new folder; `tokshard verify {self.manifest.path}` "
+                "checks every shard"
+            )
+        return raw
+
+    def changed(self, name: str) -> str | None:
+        """What changed in input ``name`` since prepare read it (asked once per input)."""
+        if self.input_check is None or not name:
+            return None
+        if name not in self._changed:
+            self._changed[name] = self.input_check(self.manifest, self.source, name)
+        return self._changed[name]
+
     def origin(self, doc: int) -> dict[str, Any]:
         """Document ``doc`` of the stream: its input and place (``line``, ``row`` or ``offset``),
-        and the shard holding it with the content hash the manifest records for that shard
-        (`UntracedShard`: that shard has no provenance)."""
+        and the shard holding it with the content hash the manifest records for that shard, and
+        ``input_changed`` where the input is no longer what prepare read (`UntracedShard`: that
+        shard has no provenance)."""
         if not 0 <= doc < self.documents:
             raise IndexError(f"document {doc} of a stream of {self.documents}")
         i = bisect.bisect_right(self.starts, doc) - 1
@@ -109,4 +148,6 @@ class StreamOrigins:
         if self.hub is not None and name:
             found.update(self.hub(name))
         found.update(shard=entry.rel_path, shard_document=doc - self.starts[i], shard_hash=entry.hash)
+        if (changed := self.changed(name)) is not None:
+            found["input_changed"] = changed  # the place may now hold other bytes
         return found

@@ -29,7 +29,7 @@ from pipeline.storage.data_cache import view_cache, view_source
 from trainer import remote
 from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import Samples, check_shards_whole, sources_with_split
-from trainer.origins import StreamOrigins, UntracedShard
+from trainer.origins import InputCheck, StreamOrigins, UntracedShard
 from trainer.packed import open_samples
 from trainer.run_folders import RUN_FILE, recorded_save
 from trainer.schedule import Schedule, window_sources
@@ -49,7 +49,11 @@ class RunData:
     """A run's checkpointed data position: schedule, seed, batches, manifests, seq-len, split."""
 
     def __init__(
-        self, run_dir: str | Path, manifests: list[str] | None = None, data_cache: str | None = None
+        self,
+        run_dir: str | Path,
+        manifests: list[str] | None = None,
+        data_cache: str | None = None,
+        input_check: InputCheck | None = None,
     ) -> None:
         self.save_dir = find_save_dir(Path(run_dir))
         self.tag, self.state = read_state(self.save_dir)
@@ -66,6 +70,7 @@ class RunData:
         self.given = bool(manifests)
         self.data_cache = data_cache  # where a manifest URL's files are fetched (None: the default)
         self._origins: dict[int, StreamOrigins] = {}
+        self.input_check = input_check  # what changed in an input an origin names (None: not asked)
 
     @cached_property
     def manifests(self) -> list[Manifest]:
@@ -102,10 +107,11 @@ class RunData:
         held = sources_with_split(manifests, self.split)
         missing = [s for s in self.schedule.sources if s not in held]
         if missing:
+            one = len(self.manifest_paths) == 1
             raise DataError(
                 f"samples: the run trained on {', '.join(repr(s) for s in missing)}, which "
-                f"{', '.join(self.manifest_paths)} hold no {self.split!r} split of (their sources: "
-                f"{', '.join(held) or 'none'}); {where}"
+                f"{', '.join(self.manifest_paths)} {'holds' if one else 'hold'} no {self.split!r} split of "
+                f"({'its' if one else 'their'} sources: {', '.join(held) or 'none'}); {where}"
             )
         for m in manifests:  # as `train --resume` checks them: a cut shard showed other tokens
             check_shards_whole(m)
@@ -139,7 +145,7 @@ class RunData:
         if source not in self._origins:
             dataset = self.dataset
             name = dataset.sources[source]
-            self._origins[source] = StreamOrigins(dataset.owners[source], name, self.split)
+            self._origins[source] = StreamOrigins(dataset.owners[source], name, self.split, self.input_check)
         return self._origins[source]
 
     def check_origins(self) -> None:

@@ -14,7 +14,7 @@ import gc
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -330,9 +330,21 @@ class Source(ABC):
         this source cannot tell so (default)."""
         return None
 
+    @classmethod
+    def input_check(cls, recorded_origin: dict[str, Any]) -> Callable[[str], str | None]:
+        """For an input named by a provenance sidecar, what changed in it since the origin
+        recorded it (None: nothing, or this source cannot tell), so that a place named in it
+        is not shown as fact over other bytes (default: cannot tell). TokshardError: it could
+        not be looked at (a store out of reach)."""
+        return _cannot_tell
+
     def check_read(self) -> None:  # noqa: B027
         """Raise if an input the last `read` has read from so far changed while it was read,
         before a commit makes what was read durable (default: nothing to check)."""
+
+
+def _cannot_tell(name: str) -> str | None:
+    return None
 
 
 @contextlib.contextmanager

@@ -15,7 +15,8 @@ that finishes its last document). A document's cursor is the global row just aft
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ from pipeline.sources.hub import (
     pin_mirror,
     read_error,
 )
-from pipeline.storage.locations import location_problem
+from pipeline.storage.locations import is_url, location_problem
 from pipeline.storage.object_store import url_filesystem
 
 DEFAULT_PARTITION_BYTES = 64 << 20
@@ -238,6 +239,37 @@ class HubSource(Source):
                     "bytes); restore it, or start over with a new --out"
                 )
         self._check_files_same(repo, recorded_origin)
+
+    @classmethod
+    def input_check(cls, recorded_origin: dict[str, Any]) -> Callable[[str], str | None]:
+        """A file of a local mirror (as the sidecar names it: its resolved path) against the
+        size and modification time the origin records; a hub file at a pinned commit, or in a
+        mirror at a URL, cannot be told here (the default)."""
+        mirror = recorded_origin.get("mirror")
+        if not isinstance(mirror, str) or is_url(mirror):
+            return super().input_check(recorded_origin)
+        entries = {
+            os.path.realpath(os.path.join(mirror, e["path"])): e
+            for e in recorded_origin.get("files", [])
+            if isinstance(e, dict) and isinstance(e.get("path"), str)
+        }
+
+        def changed(name: str) -> str | None:
+            entry = entries.get(name)
+            if entry is None:
+                return None
+            try:
+                st = os.stat(name)
+            except FileNotFoundError:
+                return f"mirror file {name} is gone since prepare read it"
+            if st.st_size != entry.get("size") or entry.get("mtime", st.st_mtime_ns) != st.st_mtime_ns:
+                return (
+                    f"mirror file {name} changed since prepare read it (its size or modification time "
+                    "differs from the manifest's)"
+                )
+            return None
+
+        return changed
 
     def _check_files_same(self, repo: Repo, recorded_origin: dict[str, Any]) -> None:
         """Every recorded file still has its footer (and, in the same local mirror, its

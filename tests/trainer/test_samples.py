@@ -91,8 +91,8 @@ def test_a_manifest_named_relative_to_the_runs_folder_is_found_from_any_folder(c
 def test_manifests_without_the_runs_sources_are_one_line(run, tmp_path):
     other = make_manifest(tmp_path / "extra", packages=EXTRA, tokenizer_of=run["data"] / "manifest.json")
     line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--manifest", str(other)), 1)
-    assert "samples: the run trained on 'stdlib', 'asyncio', which" in line
-    assert "(their sources: extra); pass --manifest with the manifests the run trained on" in line
+    assert f"samples: the run trained on 'stdlib', 'asyncio', which {other} holds no 'train' split of" in line
+    assert "(its sources: extra); pass --manifest with the manifests the run trained on" in line
 
 
 def test_steps_after_the_checkpoint_are_said_to_be_untrained(run):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from support import SMALL, cli, launch, one_error_line
 from tokenizers import Tokenizer
 
 from pipeline.format import manifest as manifest_mod
+from pipeline.format import provenance
 from pipeline.format.shard_reader import Shard
 
 #: documents per input file; each is a short stretch of real text, so a window holds several
@@ -257,3 +259,89 @@ def test_a_run_finished_over_an_older_tokshards_shards_refuses_only_the_samples_
         named = line.split(" shard ", 1)[1].split(" ", 1)[0]
         assert named in untraced and any(d["origin"]["shard"] == named for d in rec["documents"])
         assert "recorded no places" in line and "new folder" in line
+
+
+def swap_two_inputs(sidecar: Path) -> None:
+    """Rewrite a sidecar as a hand edit would: two of its inputs' names swapped, every entry
+    count and place kept (so it parses, and names the wrong file for the documents of both)."""
+    side = provenance.read(sidecar)
+    names = [name for name, _ in side.inputs]
+    inputs = [(names[1] if i == 0 else names[0] if i == 1 else n, u) for i, (n, u) in enumerate(side.inputs)]
+    sidecar.write_bytes(provenance.encode(provenance.Origins(inputs, side.input_of, side.place)))
+
+
+def test_a_sidecar_edited_since_prepare_is_refused_in_one_line_naming_it(traced, tmp_path):
+    """A local sidecar is checked against the manifest's origin_hash, as one read through a
+    manifest URL is: an edited one names no document's input wrongly."""
+    edited = tmp_path / "edited"
+    shutil.copytree(traced["data"], edited)
+    m = manifest_mod.load(edited)
+    sidecars = [s.origin_path for s in m.shards if len(provenance.read(s.origin_path).inputs) > 1]
+    for sidecar in sidecars:
+        swap_two_inputs(sidecar)
+    proc = cli(
+        "samples", str(traced["save"]), "--steps", SHOWN, "--origin", "--json", "--manifest", str(edited)
+    )
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    assert (
+        any(str(s) in line for s in sidecars) and "origin_hash" in line and "prepare the data again" in line
+    )
+    shown = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert shown == traced["records"][: len(shown)]  # what came before it, as the true sidecars say
+
+
+def changed_inputs(traced: dict) -> dict[str, str]:
+    """One input of each kind the record of a source can tell changed: a local .jsonl (a line
+    added), an object (rewritten: a new ETag) and a hub mirror's file (touched); by kind."""
+    root, s3 = traced["root"], traced["s3"]
+    local = root / "in" / "a.jsonl"
+    local.write_bytes(b'{"text": "a line added after prepare"}\n' + local.read_bytes())
+    obj = next(r["documents"][0]["origin"]["input"] for r in traced["records"] if r["source"] == "bucket")
+    bucket, key = obj.removeprefix("s3://").split("/", 1)
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=key, Body=b'{"text": "new first line"}\n' + body)
+    mirror = next(Path(p) for p in (root / "mirror").rglob("*.parquet"))
+    os.utime(mirror, ns=(mirror.stat().st_atime_ns, mirror.stat().st_mtime_ns + 10**9))
+    return {".jsonl": str(local), "bucket": obj, "hub": os.path.realpath(mirror)}
+
+
+def test_an_input_changed_since_prepare_is_said_once_and_its_origins_marked(traced):
+    """The manifest records each input's size and time or ETag: an origin into an input that is
+    no longer what prepare read is marked (input_changed), the input named once on stderr."""
+    root, s3 = traced["root"], traced["s3"]
+    saved = {
+        p: (p.read_bytes(), p.stat())
+        for p in [root / "in" / "a.jsonl", *(root / "mirror").rglob("*.parquet")]
+    }
+    objects = {(r["documents"][0]["origin"]["input"]) for r in traced["records"] if r["source"] == "bucket"}
+    bodies = {
+        o: s3.get_object(Bucket=o[5:].split("/", 1)[0], Key=o[5:].split("/", 1)[1])["Body"].read()
+        for o in objects
+    }
+    try:
+        changed = changed_inputs(traced)
+        proc = cli("samples", str(traced["save"]), "--steps", SHOWN, "--origin", "--json")
+        text = cli("samples", str(traced["save"]), "--steps", SHOWN, "--origin")
+    finally:
+        for path, (raw, st) in saved.items():
+            path.write_bytes(raw)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        for o, body in bodies.items():
+            s3.put_object(Bucket=o[5:].split("/", 1)[0], Key=o[5:].split("/", 1)[1], Body=body)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    said = [x for x in proc.stderr.splitlines() if "since prepare" in x]
+    assert len(said) == len(changed), said
+    for name in changed.values():
+        assert [
+            x for x in said if f"input {name} changed since prepare" in x or f"file {name} changed" in x
+        ], said
+    assert all("may now hold other bytes" in x and "prepare the data again" in x for x in said)
+    marked = set()
+    for rec in map(json.loads, proc.stdout.splitlines()):
+        for doc in rec["documents"]:
+            o = doc["origin"]
+            assert ("input_changed" in o) == (o["input"] in changed.values()), o
+            marked |= {o["input"]} if "input_changed" in o else set()
+    assert marked == set(changed.values())
+    assert text.returncode == 0 and " (input changed since prepare) " in text.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pipeline.format.errors import DataError, TokshardError, utf8_path
@@ -13,6 +14,7 @@ from tokshard.usage import LARGEST_WHOLE, add_data_cache_options, folder_arg, pa
 from trainer.console import reader_left
 
 if TYPE_CHECKING:
+    from pipeline.format.manifest import Manifest
     from trainer.samples import Layout, RunData
 
 
@@ -80,6 +82,51 @@ def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
     return Layout(args.world, micro)
 
 
+class ChangedInputs:
+    """``--origin``: each input an origin names, compared once with what its manifest records
+    of it (size and time, ETag, sampled bytes); one that changed since prepare read it is said
+    once on stderr, and the origins in it carry ``input_changed``: their places may now hold
+    other bytes, and an audit must not take them as fact."""
+
+    def __init__(self) -> None:
+        self._checks: dict[tuple[str, str], Callable[[str], str | None]] = {}
+        self._found: dict[tuple[str, str, str], str | None] = {}
+
+    def __call__(self, manifest: Manifest, source: str, name: str) -> str | None:
+        key = (str(manifest.path), source, name)
+        if key not in self._found:
+            self._found[key] = self._check(manifest, source, name)
+        return self._found[key]
+
+    def _check(self, manifest: Manifest, source: str, name: str) -> str | None:
+        try:
+            changed = self._source_check(manifest, source)(name)
+        except TokshardError as exc:
+            say(f"input {name} could not be compared with its record in {manifest.path} ({exc})")
+            return None
+        if changed is not None:
+            say(
+                f"{changed}; the places named in it may now hold other bytes (marked input_changed): "
+                "restore it as prepared, or prepare the data again to trace its documents"
+            )
+        return changed
+
+    def _source_check(self, manifest: Manifest, source: str) -> Callable[[str], str | None]:
+        """The source's comparison, made once per (manifest, source) from its recorded origin."""
+        from pipeline.sources import source_class
+
+        key = (str(manifest.path), source)
+        if key not in self._checks:
+            record = manifest.data["sources"].get(source) or {}
+            kind = source_class(record.get("type"), source, str(manifest.path))
+            self._checks[key] = kind.input_check(record.get("origin") or {})
+        return self._checks[key]
+
+
+def say(line: str) -> None:
+    print(f"tokshard: samples: {line}", file=sys.stderr, flush=True)
+
+
 def tokenizer_decoder(run: RunData):
     """``--decode``: the manifest's tokenizer.json (copied beside it by prepare)."""
     from tokenizers import Tokenizer
@@ -120,6 +167,8 @@ def describe_origin(doc: dict[str, Any]) -> str:
     where = f"{o['input']} {place}" if o["input"] is not None else "(its source names no place)"
     if "file" in o:  # a hub file: the repo at its revision, then where it was read
         where = f"{o['repo']}@{o['revision']} {o['file']} {place} (read from {o['input']})"
+    if "input_changed" in o:
+        where += " (input changed since prepare)"
     return (
         f"document {doc['id']}[{doc['from']}:{doc['to']}] <- {where} "
         f"| shard {o['shard']} document {o['shard_document']} {o['shard_hash']}"
@@ -145,7 +194,7 @@ def untrained_note(run: RunData, first: int, last: int) -> str:
 def run(args: argparse.Namespace) -> int:
     from trainer.samples import RunData
 
-    recorded = RunData(args.run_dir, args.manifest, args.data_cache)
+    recorded = RunData(args.run_dir, args.manifest, args.data_cache, ChangedInputs() if args.origin else None)
     decode = tokenizer_decoder(recorded) if args.decode else None
     if args.origin:
         recorded.check_origins()

@@ -3,7 +3,7 @@ and reading a partition piece by piece."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
@@ -181,6 +181,26 @@ class FilesSource(Source):
                     return _changed(entry["path"], split)
         return None
 
+    @classmethod
+    def input_check(cls, recorded_origin: dict[str, Any]) -> Callable[[str], str | None]:
+        """An input (local file or object) against its recorded fingerprint: size and time, or
+        ETag, and the sampled ends where recorded, as a rerun compares them."""
+        entries = {e["path"]: e for found in recorded_origin.get("files", {}).values() for e in found}
+
+        def changed(name: str) -> str | None:
+            entry = entries.get(name)
+            if entry is None:
+                return None
+            try:
+                now = fingerprint_now(entry)
+            except DataError:  # (fingerprint_now's own line speaks of a run under way)
+                return f"input {name} is gone since prepare read it"
+            if now == {**now, **entry}:
+                return None
+            return f"input {name} changed since prepare read it ({_differs(entry, now)})"
+
+        return changed
+
     def check_partitions_unchanged(self, partitions: list[Partition]) -> None:
         """Every planned range of a large .jsonl file still holds what was planned (its sampled
         ends: the file's own fingerprint covers its first and last MiB only), so that a rerun
@@ -298,3 +318,15 @@ def _changed(path: str, split: str) -> str:
         f"input {path} ({split}) changed since this run started (size, modification time or "
         "content); restore it or start over with a new --out"
     )
+
+
+#: what each fingerprint key of an input says, as a changed input's line names it
+_FINGERPRINT_WORDS = {"size": "size", "mtime": "modification time", "etag": "ETag", "sample": "content"}
+
+
+def _differs(recorded: dict[str, Any], now: dict[str, Any]) -> str:
+    """Which of a recorded fingerprint's facts differ now: 'its size and modification time
+    differ from the manifest's'."""
+    words = [_FINGERPRINT_WORDS.get(k, k) for k, v in recorded.items() if k != "path" and now.get(k) != v]
+    verb = "differs" if len(words) == 1 else "differ"
+    return f"its {' and '.join(words) or 'record'} {verb} from the manifest's"
