@@ -422,6 +422,20 @@ def test_records_carry_their_location_in_the_input(tmp_path, docs):
         assert json.loads(f.readline())["text"] == docs[3]
 
 
+def test_the_first_record_of_a_jsonl_with_a_byte_order_mark_is_placed_after_the_mark(tmp_path, docs):
+    """Its place was offset 0, the mark inside the "line": a reader seeking there and parsing
+    the line as JSON failed. It is offset 3 (the JSON's first byte); the other lines as before."""
+    body = "".join(json.dumps({"text": d}) + "\n" for d in docs[:3]).encode()
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + body)
+    source = source_of([str(tmp_path / "bom.jsonl")], 1 << 30)
+    places = [r.origin.place for p in source.partitions() for r in source.read(p, None)]
+    assert places[0] == 3 and places[1] == 3 + body.index(b"\n") + 1
+    with open(tmp_path / "bom.jsonl", "rb") as f:
+        for place, doc in zip(places, docs, strict=False):
+            f.seek(place)
+            assert json.loads(f.readline())["text"] == doc
+
+
 # --- objects in a bucket ------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import orjson
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record, missing_field, null_field
 from pipeline.sources.files.access import open_binary
-from pipeline.sources.files.formats import HEAD_BYTES, check_compression, check_text_head
+from pipeline.sources.files.formats import HEAD_BYTES, UTF8_BOM, check_compression, check_text_head
 from pipeline.sources.files.pieces import Piece
 from pipeline.sources.files.readers.base import Place, Reader, small_file_bytes
 from pipeline.sources.files.readers.long_json import LONG_LINE_BYTES, TextPieces, text_pieces
@@ -53,7 +53,9 @@ class JsonLinesReader(Reader):
             line = read_line(pos)
             if not line:
                 break
-            line_start = pos
+            line_start = (
+                len(UTF8_BOM) if pos == 0 and line.startswith(UTF8_BOM) else pos
+            )  # (its JSON's place)
             pos += len(line)
             if line.isspace():  # (strip() would copy a long line to find out)
                 continue
