@@ -185,7 +185,13 @@ def find(path: str | os.PathLike) -> Path:
     p = given / MANIFEST_NAME if given.is_dir() else given
     if not p.is_file():
         if p.parent.is_dir() and (p is not given or given.name == MANIFEST_NAME):
-            hint = f" (is `tokshard prepare` still running? `tokshard status {p.parent}` tells)"
+            trained_on = train_runs_manifests(p.parent)
+            hint = (
+                f" ({p.parent} is the folder of a `tokshard train` run, which trained on {trained_on}: "
+                "pass that)"
+                if trained_on
+                else f" (is `tokshard prepare` still running? `tokshard status {p.parent}` tells)"
+            )
         elif not given.exists():
             pattern = any(c in str(path) for c in "*?[")
             hint = ": there is no such file or folder" + (
@@ -197,6 +203,22 @@ def find(path: str | os.PathLike) -> Path:
             hint = ""
         raise TokshardError(f"no manifest at {p}{hint}")
     return p
+
+
+def train_runs_manifests(folder: Path) -> str | None:
+    """The manifests a `tokshard train` run whose folder (its ``run.json``) is ``folder`` trained
+    on, as its record names them (None: not such a folder): the folder a user gives where a
+    manifest is asked is often the run's, not its data's."""
+    try:
+        data = json.loads((folder / "run.json").read_text())["data"]
+        named = data.get("manifest") or data.get("manifests")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if isinstance(named, str):
+        return named
+    if isinstance(named, list) and named and all(isinstance(m, str) for m in named):
+        return ", ".join(named)
+    return None
 
 
 def load(path: str | os.PathLike) -> Manifest:

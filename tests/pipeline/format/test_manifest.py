@@ -95,3 +95,23 @@ def test_a_shard_folder_symlinked_inside_the_manifests_folder_is_read(manifest_p
     folder.symlink_to(moved)
     m = manifest.load(manifest_path)
     assert all(entry.bin_path.is_file() for entry in m.shards)
+
+
+def test_a_train_runs_folder_given_for_a_manifest_names_the_manifest_it_trained_on(tmp_path):
+    """`megatron-args RUN_DIR` (or inspect, verify) on a `tokshard train` run's folder asked
+    whether `tokshard prepare` was still running; the run's record names its manifest."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"data": {"manifest": "/data/web/manifest.json"}}))
+    with pytest.raises(
+        TokshardError,
+        match=r"is the folder of a `tokshard train` run, which trained on "
+        r"/data/web/manifest.json: pass that\)$",
+    ):
+        manifest.find(run)
+    (run / "run.json").write_text(json.dumps({"data": {"manifest": ["/a/manifest.json", "/b"]}}))
+    with pytest.raises(TokshardError, match=r"trained on /a/manifest.json, /b: pass that"):
+        manifest.find(run)
+    (run / "run.json").write_text("{")  # not a run's record: the usual question
+    with pytest.raises(TokshardError, match="still running"):
+        manifest.find(run)
