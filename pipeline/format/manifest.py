@@ -146,6 +146,8 @@ class Manifest:
     def check_sealed(self) -> None:
         """Refuse a manifest edited by hand (a shard listed twice, a split renamed, a count
         changed) before its counts or shards are used: every shard may still check out."""
+        if "checksum" not in self.data:
+            raise DataError(f"{self.path}: {NO_CHECKSUM}; re-run prepare to write it with one")
         if not self.checksum_ok():
             raise DataError(
                 f"{self.path}: edited after `tokshard prepare` wrote it (its checksum does not match its "
@@ -158,18 +160,25 @@ def content_hash(obj: Any) -> str:
     return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
+#: what a manifest with no checksum field is (not "edited": nothing says whether it was)
+NO_CHECKSUM = "without a checksum: an older tokshard wrote it, or its checksum field was removed"
+
+
 def checksum(data: dict[str, Any]) -> str:
     return content_hash({k: v for k, v in data.items() if k != "checksum"})
 
 
 def seal_problem(data: Any) -> str | None:
     """Why parsed JSON is not a manifest exactly as a `prepare` of this format wrote it (not a
-    manifest, another format, or edited since: its checksum is off); None if it is. A rerun
+    manifest, another format, with no checksum, or edited since: its checksum is off); None if it
+    is. A rerun
     writes such a manifest again instead of calling its run complete."""
     if json_kinds.kind_of(data) != json_kinds.MANIFEST:
         return "not a manifest"
     if data.get("format") != FORMAT:
         return f"of manifest format {data.get('format')!r}, not this tokshard's {FORMAT}"
+    if "checksum" not in data:
+        return NO_CHECKSUM
     if data.get("checksum") != checksum(data):
         return "edited since `tokshard prepare` wrote it: its checksum does not match its content"
     return None

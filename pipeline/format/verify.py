@@ -43,7 +43,9 @@ def verify(path: str | Path, on_shard: Callable[[int, int], None] | None = None)
     except DataError as exc:
         raise VerifyError(str(exc)) from exc
     faults: list[str] = []
-    if not m.checksum_ok():
+    if "checksum" not in m.data:
+        faults.append(f"{m.path}: manifest {manifest_mod.NO_CHECKSUM}")
+    elif not m.checksum_ok():
         faults.append(f"{m.path}: manifest was edited after prepare wrote it (checksum mismatch)")
     try:
         if sha256_file(m.tokenizer_path) != m.data["tokenizer"]["sha256"]:

@@ -50,7 +50,9 @@ def _verify_stored(place: Place, name: str, on_shard: OnShard | None) -> tuple[l
             said = str(exc).replace(str(local), murl)
             raise (VerifyError(said) if isinstance(exc, DataError) else TokshardError(said)) from exc
         faults: list[str] = []
-        if not m.checksum_ok():
+        if "checksum" not in m.data:
+            faults.append(f"{murl}: manifest {manifest_mod.NO_CHECKSUM}")
+        elif not m.checksum_ok():
             faults.append(f"{murl}: manifest was edited after prepare wrote it (checksum mismatch)")
         tok_rel = m.data["tokenizer"]["path"]
         tok = place.read_bytes(tok_rel)

@@ -9,7 +9,8 @@ import pytest
 from support import REPO, run_prepare, write_jsonl
 
 from pipeline.format import manifest
-from pipeline.format.errors import TokshardError, VerifyError
+from pipeline.format.errors import DataError, TokshardError, VerifyError
+from pipeline.format.verify import verify
 
 
 @pytest.fixture
@@ -41,6 +42,18 @@ def test_checksum_detects_an_edit(manifest_path):
     data["tokenizer"]["vocab_size"] += 1
     manifest_path.write_text(json.dumps(data))
     assert not manifest.load(manifest_path).checksum_ok()
+
+
+def test_a_manifest_without_its_checksum_is_said_to_have_none_not_to_be_edited(manifest_path):
+    data = json.loads(manifest_path.read_text())
+    del data["checksum"]
+    manifest_path.write_text(json.dumps(data))
+    assert manifest.seal_problem(data) == manifest.NO_CHECKSUM
+    with pytest.raises(DataError, match=r"manifest\.json: without a checksum: an older tokshard wrote it"):
+        manifest.load(manifest_path).check_sealed()
+    assert [f for f in verify(manifest_path)[0] if "checksum" in f] == [
+        f"{manifest_path}: manifest {manifest.NO_CHECKSUM}"
+    ]
 
 
 def test_other_format_versions_are_refused_by_name(manifest_path):

@@ -153,6 +153,26 @@ def test_a_finished_folder_whose_manifest_was_edited_gets_it_written_again_by_it
     assert json.loads(cli("status", str(out), "--json", check=True).stdout)["complete"]
 
 
+def test_a_finished_folder_whose_manifest_has_no_checksum_is_said_to_have_none_not_to_be_edited(
+    finished, tmp_path, dask_client
+):
+    """An older format's manifest, or one whose checksum field was deleted: nothing says it was
+    edited, yet status and the rerun called it "edited ... its checksum does not match"."""
+    d, raw = finished
+    out = tmp_path / "out"
+    shutil.copytree(d / "out", out)
+    path = out / "manifest.json"
+    unsealed = json.loads(path.read_text())
+    del unsealed["checksum"]
+    path.write_text(json.dumps(unsealed, indent=1))
+    s = json.loads(cli("status", str(out), "--json", check=True).stdout)
+    assert "the one there: without a checksum" in s["rerun"] and "edited" not in s["rerun"], s["rerun"]
+    said: list[str] = []
+    assert run_prepare(raw, out, dask_client, log=said.append) == path
+    assert any("is not the one the run wrote (without a checksum: an older" in m for m in said), said
+    assert verify(path)[0] == []
+
+
 # --- 16. skipped bad records are said, not only counted in the manifest ----------------------------
 
 
