@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import BinaryIO
 
 import xxhash
 
@@ -44,6 +45,14 @@ def file_hash(path: str | os.PathLike, limit: int | None = None) -> str:
             h.update(chunk)
             if remaining is not None:
                 remaining -= len(chunk)
+    return recorded(h)
+
+
+def stream_hash(f: BinaryIO) -> str:
+    """Hash of what ``f`` reads to its end (an object streamed from a store), as `file_hash`."""
+    h = new_hasher()
+    while chunk := f.read(READ_CHUNK):
+        h.update(chunk)
     return recorded(h)
 
 

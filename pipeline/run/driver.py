@@ -42,7 +42,7 @@ from pipeline.run.cluster import (
 )
 from pipeline.run.code_check import check_workers, gated, refusal
 from pipeline.run.open_state import open_run_state
-from pipeline.run.progress import Progress, counted, stderr_log
+from pipeline.run.progress import Progress, counted, human, stderr_log
 from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import MANIFEST_MISSING, HeldRun, RunState
 from pipeline.run.worker_task import PartitionTask, current_umask, encode_texts
@@ -133,8 +133,11 @@ def prepare(
                     state.install_tokenizer(src, tok)
                 checkpoints = state.load_checkpoints(plan)
                 problem = state.manifest_problem(plan)
-                if problem is not None and all(ck is not None and ck.complete for ck in checkpoints.values()):
-                    _say_manifest_rewrite(state, problem, log)
+                rewrite = problem is not None and all(
+                    ck is not None and ck.complete for ck in checkpoints.values()
+                )
+                if rewrite:
+                    _say_manifest_rewrite(state, problem, checkpoints, log)
                 if problem is None:
                     damaged = state.kept_problems(plan, checkpoints, hashes=False)
                     if not damaged:
@@ -147,7 +150,7 @@ def prepare(
                         f"{state.location} is complete, but {len(damaged)} partitions' shards are missing or "
                         f"cut since ({next(iter(damaged.values()))}); redoing them and writing the manifest again"
                     )
-                _redo_damaged(state, plan, checkpoints, log)
+                _redo_damaged(state, plan, checkpoints, log, hashes=state.hashes_locally or rewrite)
                 _restart_untraced(state, plan, checkpoints, log)
                 todo = [
                     p for p in plan.partitions if not (checkpoints[p.key] and checkpoints[p.key].complete)
@@ -203,19 +206,25 @@ def prepare(
             raise
 
 
-def _say_manifest_rewrite(state: RunState, problem: str, log: Log) -> None:
+def _say_manifest_rewrite(
+    state: RunState, problem: str, checkpoints: dict[str, Checkpoint | None], log: Log
+) -> None:
     """One line for a rerun of a run whose partitions are all done but whose manifest is not the
     one it wrote (missing, cut short, edited since): the rerun writes it from the checkpoints,
-    after checking the shards against them (those that differ are redone, and said)."""
-    if problem == MANIFEST_MISSING:
-        log(
-            f"{state.location}: every partition is done, but {state.manifest_location} is missing; "
-            "writing it from the run's records"
+    after checking the shards' contents against them (those that differ are redone, and said).
+    A store's shards are downloaded for that, once: the line says how much."""
+    found = "is missing" if problem == MANIFEST_MISSING else f"is not the one the run wrote ({problem})"
+    check = ""
+    if not state.hashes_locally:
+        shards = [rec for ck in checkpoints.values() if ck is not None for rec in ck.closed]
+        size = human(sum(rec.bytes + rec.idx_bytes + (rec.origin_bytes or 0) for rec in shards))
+        check = (
+            f"checking the contents of its {counted(len(shards), 'shard')} against them first (a repair: "
+            f"each is read from the store once, {size}B in all), then "
         )
-        return
     log(
-        f"{state.location}: every partition is done, but {state.manifest_location} is not the one the run "
-        f"wrote ({problem}); writing it again from the run's records"
+        f"{state.location}: every partition is done, but {state.manifest_location} {found}; {check}writing "
+        f"it {'' if problem == MANIFEST_MISSING else 'again '}from the run's records"
     )
 
 
@@ -257,12 +266,14 @@ def _heap_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _redo_damaged(state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log) -> None:
-    """Check every shard this rerun keeps against its checkpoint (there, of its size, and
-    where the state can afford it, of its content hash) and redo the partitions of those that
-    differ: a shard deleted, truncated or edited since would otherwise go into the manifest as
-    if whole."""
-    problems = state.kept_problems(plan, checkpoints)
+def _redo_damaged(
+    state: RunState, plan: Plan, checkpoints: dict[str, Checkpoint | None], log: Log, hashes: bool
+) -> None:
+    """Check every shard this rerun keeps against its checkpoint (there, of its size, and with
+    ``hashes`` of its content hash: `RunState.hashes_locally`) and redo the partitions of those
+    that differ: a shard deleted, truncated or edited since would otherwise go into the manifest
+    as if whole."""
+    problems = state.kept_problems(plan, checkpoints, hashes=hashes)
     _redo(
         state,
         plan,

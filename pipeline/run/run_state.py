@@ -63,6 +63,10 @@ class RunState(ABC):
     place: Place
     #: whether a partition's partial checkpoint is resumed from (True) or redone whole (False)
     resumes_partials: bool = True
+    #: whether hashing the shards a rerun keeps reads local files (a folder: every rerun, and
+    #: `status`, hash them) or downloads each (a store: only a rerun that writes the manifest
+    #: again hashes them, since that manifest vouches for their content; it says so)
+    hashes_locally: bool = True
     #: how often the driver reads running partitions' progress for its progress line
     poll_seconds: float = 0.5
     #: the manifest this object wrote, sealed, as written (None: none yet): what `prepare`
@@ -161,7 +165,8 @@ class RunState(ABC):
         self, plan: Plan, checkpoints: dict[str, Checkpoint | None], hashes: bool = True
     ) -> dict[str, str]:
         """Partition key -> what is wrong with a shard its checkpoint keeps (missing, another
-        size, with ``hashes`` other content), for every partition where something is."""
+        size, with ``hashes`` other content: see `hashes_locally`), for every partition where
+        something is."""
 
     def untraced_partials(self, plan: Plan, checkpoints: dict[str, Checkpoint | None]) -> dict[str, str]:
         """Partition key -> why, for each partial partition whose committed work carries no

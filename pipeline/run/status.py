@@ -50,8 +50,11 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
     holder = state.holder()
     # what a rerun checks before it keeps them (hashes only if no prepare runs and the run is
     # not finished: one that runs checked them when it started, and a finished run's rerun looks
-    # at each shard's size alone); a damaged partition is redone whole
-    problems = state.kept_problems(plan, checkpoints, hashes=holder is None and not has_manifest)
+    # at each shard's size alone; and only in a folder: a store's would download every shard, so
+    # its rerun's check is said instead); a damaged partition is redone whole
+    problems = state.kept_problems(
+        plan, checkpoints, hashes=state.hashes_locally and holder is None and not has_manifest
+    )
     lost_tokenizer = state.tokenizer_problem(
         plan.tokenizer["sha256"], hashes=holder is None and not has_manifest
     )
@@ -121,6 +124,7 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
             lost_tokenizer,
             sum(key not in problems for key in untraced),
             manifest_problem,
+            state.hashes_locally,
         ),
     }
 
@@ -165,11 +169,13 @@ def _rerun(
     lost_tokenizer: str | None = None,
     untraced: int = 0,
     manifest_problem: str | None = None,
+    hashes_locally: bool = True,
 ) -> str:
     """What a rerun does (``untraced``: partial partitions an older tokshard began without
     provenance, which it redoes from their start: `RunState.untraced_partials`;
     ``manifest_problem``: why the manifest there is not the run's own, which a rerun of a
-    finished run writes again: `RunState.manifest_problem`)."""
+    finished run writes again: `RunState.manifest_problem`; ``hashes_locally``: whether the kept
+    shards' contents were checked here, or are checked by that rerun: `RunState.hashes_locally`)."""
     partial = sum(r["partial"] for r in rows.values())
     pending = sum(r["pending"] for r in rows.values()) - len(damaged)
     restore = (
@@ -185,7 +191,7 @@ def _rerun(
                 else "nothing: the run is complete and its manifest is written"
             )
         else:
-            what = (f"{restore}, then " if restore else "") + _manifest_step(manifest_problem)
+            what = (f"{restore}, then " if restore else "") + _manifest_step(manifest_problem, hashes_locally)
     else:
         steps = []
         if damaged:
@@ -210,12 +216,20 @@ def _rerun(
     return what
 
 
-def _manifest_step(problem: str | None) -> str:
-    """A finished run's rerun, where its manifest is ``problem`` (not the one it wrote)."""
+def _manifest_step(problem: str | None, hashes_locally: bool = True) -> str:
+    """A finished run's rerun, where its manifest is ``problem`` (not the one it wrote); in a
+    store, that rerun first checks the shards' contents, which `status` did not download."""
+    check = (
+        ""
+        if hashes_locally
+        else "check the contents of its shards against the run's records (reading each from the store "
+        "once), redo the partitions of any that differ, then "
+    )
     if problem in (None, MANIFEST_MISSING):
-        return "write the manifest (all partitions are done)"
+        return f"{check}write the manifest (all partitions are done)"
     return (
-        f"write the manifest again from the run's records (all partitions are done; the one there: {problem})"
+        f"{check}write the manifest again from the run's records (all partitions are done; the one there: "
+        f"{problem})"
     )
 
 

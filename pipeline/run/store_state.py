@@ -40,13 +40,15 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.encoding import tokenizer
 from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DiskFullError
+from pipeline.format.content_hash import stream_hash
 from pipeline.format.errors import TokshardError
 from pipeline.format.provenance import SUFFIX as ORIGIN_SUFFIX
 from pipeline.format.shard_writer import ShardRecord, shard_files
@@ -75,6 +77,8 @@ PROGRESS_SECONDS = 5.0
 #: how often the driver reads the running partitions' progress records
 POLL_SECONDS = 2.0
 _SCRATCH = "tokshard-scratch"
+#: shards streamed at once while a rerun that writes the manifest again hashes them
+HASH_DOWNLOADS = 4
 
 
 def progress_rel(part: Partition) -> str:
@@ -423,6 +427,7 @@ class StoreState(RunState):
     """The run state of one prepare URL, read and written through the store."""
 
     resumes_partials = False
+    hashes_locally = False
     poll_seconds = POLL_SECONDS
     work = staticmethod(run_partition_in_store)
     warm = staticmethod(warm_up_if_present)
@@ -500,8 +505,9 @@ class StoreState(RunState):
     def kept_problems(
         self, plan: Plan, checkpoints: dict[str, Checkpoint | None], hashes: bool = True
     ) -> dict[str, str]:
-        """Sizes only (hashing would download every shard): each shard a finished partition
-        recorded is stored, with its ``.idx``, at the recorded size."""
+        """Each shard a finished partition recorded is stored, with its ``.idx``, at the
+        recorded size; with ``hashes``, of the recorded content too: every file is downloaded
+        once (streamed), so only a rerun that writes the manifest again asks (`hashes_locally`)."""
         finished = {key: ck for key, ck in checkpoints.items() if ck is not None and ck.complete}
         if not finished:
             return {}
@@ -512,17 +518,25 @@ class StoreState(RunState):
 
         problems = {}
         for key, ck in finished.items():
-            for rec in ck.closed:
-                stored = {rel: size(rel) for rel in shard_files(rec)}  # the .bin among them
-                missing = [rel for rel, n in stored.items() if n is None]
-                if missing:
-                    problems[key] = f"{missing[0]} is missing"
-                    break
-                problem = _size_problem(rec, stored)
-                if problem is not None:
-                    problems[key] = problem
-                    break
+            problem = _stored_size_problem(ck, size)
+            if problem is not None:
+                problems[key] = problem
+        if hashes:
+            whole = [(key, ck) for key, ck in finished.items() if key not in problems]
+            with ThreadPoolExecutor(max_workers=HASH_DOWNLOADS) as pool:
+                found = pool.map(lambda item: self._content_problem(item[1]), whole)
+                problems |= {key: p for (key, _), p in zip(whole, found, strict=True) if p is not None}
         return problems
+
+    def _content_problem(self, ck: Checkpoint) -> str | None:
+        """The first of a checkpoint's stored shard files whose content hash is not the one
+        recorded (None: every one is), each streamed from the store once."""
+        for rec in ck.closed:
+            for rel, wanted in _recorded_hashes(rec).items():
+                with self.place.open_read(rel) as f:
+                    if stream_hash(f) != wanted:
+                        return f"{rel} differs from its checkpoint (content hash)"
+        return None
 
     def _shard_sizes(self, plan: Plan) -> dict[str, int]:
         """One listing per output folder (it may lag the writes: see `_every_checkpoint`)."""
@@ -546,7 +560,7 @@ class StoreState(RunState):
             ck = finished[part.key]
             if ck is None or not ck.complete:
                 raise TokshardError(f"partition {part.key} did not finish; rerun to resume")
-        problems = self.kept_problems(plan, finished)
+        problems = self.kept_problems(plan, finished, hashes=False)
         if problems:
             key, problem = next(iter(problems.items()))
             raise TokshardError(
@@ -573,6 +587,27 @@ class StoreState(RunState):
         self.remove_leftovers()
         for rel in self.place.list(CLAIMS_DIR):  # the run is complete: no lease is left to take over
             self.place.delete(rel)
+
+
+def _stored_size_problem(ck: Checkpoint, size: Callable[[str], int | None]) -> str | None:
+    """The first of a checkpoint's shards missing from the store or of another size than
+    recorded (``size``: a stored object's, None if it is not there), as text; None if none."""
+    for rec in ck.closed:
+        stored = {rel: size(rel) for rel in shard_files(rec)}  # the .bin among them
+        missing = [rel for rel, n in stored.items() if n is None]
+        if missing:
+            return f"{missing[0]} is missing"
+        problem = _size_problem(rec, stored)  # type: ignore[arg-type]
+        if problem is not None:
+            return problem
+    return None
+
+
+def _recorded_hashes(rec: ShardRecord) -> dict[str, str]:
+    """A finished shard's files (relative paths) -> the content hash its record gives each."""
+    stem = rec.path[: -len(".bin")]
+    recorded = {rec.path: rec.hash, stem + ".idx": rec.idx_hash, stem + ORIGIN_SUFFIX: rec.origin_hash}
+    return {rel: recorded[rel] for rel in shard_files(rec)}  # type: ignore[misc]
 
 
 def _size_problem(rec: ShardRecord, stored: dict[str, int]) -> str | None:

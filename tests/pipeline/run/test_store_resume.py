@@ -87,11 +87,49 @@ def test_a_finished_store_run_whose_manifest_was_edited_gets_it_written_again_by
     doc["totals"]["tokens"] += 1
     s3.put_object(Bucket=bucket, Key="run/manifest.json", Body=json.dumps(doc).encode())
     status = json.loads(cli("status", url, "--json", check=True).stdout)
-    assert status["rerun"].startswith("write the manifest again from the run's records"), status["rerun"]
+    assert "write the manifest again from the run's records" in status["rerun"], status["rerun"]
     rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
     assert "is not the one the run wrote (edited since" in rerun.stderr, rerun.stderr
     assert "already complete" not in rerun.stderr
     assert_same_as_local(s3_server, bucket, "run", ref)
+
+
+def test_a_store_rerun_that_writes_the_manifest_again_checks_the_shards_contents_first(
+    s3_server, store_setup
+):
+    """The manifest edited AND a shard's byte flipped at the same size: the rerun wrote the
+    manifest again from the checkpoints, checking sizes only, exit 0, and `verify` then found
+    the damage (a folder's rerun hashes the shards and redoes it). Writing the manifest vouches
+    for the shards' contents: the store's rerun reads each once, says so, and redoes the partition;
+    `status` says beforehand that it will check them."""
+    recipe, ref = store_setup
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/run"
+    cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
+    s3 = s3_server.client()
+    doc = json.loads(s3.get_object(Bucket=bucket, Key="run/manifest.json")["Body"].read())
+    doc["totals"]["documents"] += 1
+    s3.put_object(Bucket=bucket, Key="run/manifest.json", Body=json.dumps(doc).encode())
+    key = "run/text/train/00002-0000.bin"
+    data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[len(data) // 2] ^= 0x01
+    s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    status = json.loads(cli("status", url, "--json", check=True).stdout)
+    assert status["rerun"].startswith(
+        "check the contents of its shards against the run's records (reading each from the store once), "
+        "redo the partitions of any that differ, then write the manifest again"
+    ), status["rerun"]
+    rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
+    assert re.search(
+        r"checking the contents of its \d+ shards against them first \(a repair: each is read "
+        r"from the store once, [\d.]+[kM]?B in all\), then writing it again",
+        rerun.stderr,
+    ), rerun.stderr
+    assert "text/train/00002-0000.bin differs from its checkpoint (content hash); redoing that partition" in (
+        rerun.stderr
+    ), rerun.stderr
+    assert_same_as_local(s3_server, bucket, "run", ref)
+    assert cli("verify", url).returncode == 0
 
 
 def test_a_store_that_lost_its_state_midway_is_prepared_whole_by_the_first_rerun(store_setup):
