@@ -44,7 +44,7 @@ from pipeline.run.code_check import check_workers, gated, refusal
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import Progress, counted, human, stderr_log
 from pipeline.run.records import Checkpoint, Plan
-from pipeline.run.run_state import MANIFEST_MISSING, HeldRun, RunState
+from pipeline.run.run_state import MANIFEST_MISSING, HeldRun, RunState, inputs_needed
 from pipeline.run.worker_task import PartitionTask, current_umask, encode_texts
 from pipeline.sources import build_source
 from pipeline.sources.base import (
@@ -368,6 +368,10 @@ def _checked_or_new_plan(
         try:
             check_same_recipe(plan, recipe, state.location)
             check_same_framing(plan, tok, state.location)
+            try:
+                check_same_inputs(plan, recipe)
+            except DataError as exc:
+                raise _inputs_needed(state, plan, exc) from None
             return plan
         except TokshardError as exc:
             checkpoints = state.load_checkpoints(plan)
@@ -392,10 +396,28 @@ def check_same_recipe(plan: Plan, recipe: Recipe, out: Path | str) -> None:
             f"{out} holds a run of a different recipe ({'; '.join(changes[:3])}); "
             "use a new --out, or delete the folder to start over"
         )
+
+
+def check_same_inputs(plan: Plan, recipe: Recipe) -> None:
+    """A rerun reads the inputs its plan pinned: none gone or changed since."""
     for name, cfg in recipe.sources.items():
         source = build_source(name, cfg)
         source.check_unchanged(plan.origins[name])
         source.check_partitions_unchanged([p for p in plan.partitions if p.source == name])
+
+
+def _inputs_needed(state: RunState, plan: Plan, exc: DataError) -> DataError:
+    """An input gone or changed (``exc``), said for the run it stops: a finished run whose
+    manifest is not its own still needs its inputs as they were, for the manifest is written
+    only after the encoder's check reads their first documents (and a partition whose shards
+    differ is encoded again), so "use a new --out" cannot help there."""
+    checkpoints = state.load_checkpoints(plan)
+    if not all(ck is not None and ck.complete for ck in checkpoints.values()):
+        return exc
+    problem = state.manifest_problem(plan)
+    if problem is None:
+        return exc
+    return DataError(inputs_needed(str(exc), state.location, problem))
 
 
 #: the tokenizer's facts that frame each document, which a run keeps from its plan

@@ -46,6 +46,19 @@ MANIFEST_MISSING = "missing"
 Log = Callable[[str], None]
 
 
+def inputs_needed(refusal: str, location: str, problem: str) -> str:
+    """A rerun's ``refusal`` for an input gone or changed, said for a finished run whose
+    manifest is ``problem`` (`RunState.manifest_problem`): writing it needs the inputs as they
+    were (the encoder check reads their first documents), so a new --out cannot help."""
+    what = refusal.rsplit("; ", 1)[0]
+    manifest = "is missing" if problem == MANIFEST_MISSING else f"is not the one the run wrote ({problem})"
+    return (
+        f"{what}; every partition of {location} is done, but its manifest {manifest}, and writing it "
+        "needs the inputs as they were (the encoder check reads their first documents): restore it, "
+        "then rerun"
+    )
+
+
 def checkpoint_rel(part: Partition) -> str:
     """Where a partition's checkpoint lives, relative to the output location."""
     return f"{STATE_DIR}/parts/{part.stem}.json"

@@ -21,7 +21,7 @@ from pipeline.format.errors import TokshardError
 from pipeline.run.open_state import open_run_state
 from pipeline.run.progress import eta_text, human
 from pipeline.run.records import Plan
-from pipeline.run.run_state import MANIFEST_MISSING, RunState
+from pipeline.run.run_state import MANIFEST_MISSING, RunState, inputs_needed
 from pipeline.sources import source_class
 
 #: a partial checkpoint younger than this counts as being written now
@@ -114,7 +114,7 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
         "complete": unfinished == 0 and has_manifest and lost_tokenizer is None,
         "damaged": damaged,
         "tokenizer": lost_tokenizer,
-        "rerun": _refused_for_inputs(plan)
+        "rerun": _refused_for_inputs(plan, state.location, manifest_problem if unfinished == 0 else None)
         or _rerun(
             rows,
             running,
@@ -129,11 +129,12 @@ def status(out: str | os.PathLike | RunState) -> dict[str, Any]:
     }
 
 
-def _refused_for_inputs(plan: Plan) -> str | None:
+def _refused_for_inputs(plan: Plan, location: str, rewrite: str | None = None) -> str | None:
     """A rerun's refusal for an input gone or changed since the run was planned (it checks
     them first, a finished run's too): the tokenizer it was given by an absolute path (a
     relative one is the rerun's working folder's, a hub name the hub's), then each source's
-    recorded inputs."""
+    recorded inputs (``rewrite``: the manifest problem of a finished run, whose rerun needs its
+    inputs to write the manifest again: `inputs_needed`)."""
     origin = plan.tokenizer.get("origin")
     if isinstance(origin, str) and os.path.isabs(origin):
         try:
@@ -149,7 +150,7 @@ def _refused_for_inputs(plan: Plan) -> str | None:
         kind = source_class(plan.identity["sources"][name].get("type"), name, "run.json")
         changed = kind.recorded_input_changed(origin)
         if changed is not None:
-            return f"refuse: {changed}"
+            return f"refuse: {changed if rewrite is None else inputs_needed(changed, location, rewrite)}"
     return None
 
 

@@ -173,6 +173,28 @@ def test_a_finished_folder_whose_manifest_has_no_checksum_is_said_to_have_none_n
     assert verify(path)[0] == []
 
 
+def test_a_finished_run_whose_manifest_and_input_are_both_gone_is_told_to_restore_the_input(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    """Its refusal said "restore it or use a new --out": a new --out cannot be made without the
+    input either. The line says the run is done and what writing its manifest needs."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    raw = {"tokenizer": str(tokenizer_path), "sources": {"data": {"type": "files", "paths": [str(data)]}}}
+    out = tmp_path / "out"
+    run_prepare(raw, out, dask_client)
+    (out / "manifest.json").unlink()
+    data.rename(tmp_path / "in.hidden")
+    want = (
+        f"input {data} is gone since this run started; every partition of {out} is done, but its manifest "
+        "is missing, and writing it needs the inputs as they were (the encoder check reads their first "
+        "documents): restore it, then rerun"
+    )
+    assert json.loads(cli("status", str(out), "--json", check=True).stdout)["rerun"] == f"refuse: {want}"
+    rerun = cli("prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out))
+    assert rerun.returncode == 1 and rerun.stderr == f"tokshard: error: {want}\n", rerun.stderr
+    assert not (out / "manifest.json").exists()
+
+
 # --- 16. skipped bad records are said, not only counted in the manifest ----------------------------
 
 
