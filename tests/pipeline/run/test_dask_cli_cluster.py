@@ -597,7 +597,8 @@ def test_a_worker_under_another_umask_writes_shards_of_the_drivers_mode(
     own_cluster, tmp_path, docs, tokenizer_path
 ):
     """A `dask worker` started under `umask 077` wrote its shards 0600 (and their folders 0700)
-    while the driver made the folder and the manifest readable by all: the drivers' umask rules."""
+    while the driver made the folder and the manifest readable by all: the drivers' umask rules,
+    also for tasks that overlap on the worker's threads (one ending gave another the 077 back)."""
     import stat
 
     from pipeline import recipe
@@ -607,15 +608,14 @@ def test_a_worker_under_another_umask_writes_shards_of_the_drivers_mode(
     procs.append(
         subprocess.Popen(
             ["sh", "-c", 'umask 077; exec "$0" "$@"', sys.executable, "-m", "dask", "worker", address,
-             "--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
+             "--nworkers", "1", "--nthreads", "4", "--host", "127.0.0.1", "--no-dashboard"],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
             stderr=open(tmp_path / "w.log", "w"), start_new_session=True,
         )
     )  # fmt: skip
-    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
-    r = recipe.from_dict(
-        {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
-    )
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
+    source = {"type": "files", "paths": [str(data)], "partition_bytes": 16 << 10}  # tasks to overlap
+    r = recipe.from_dict({"tokenizer": str(tokenizer_path), "sources": {"d": source}}, "test")
     before = os.umask(0o022)
     try:
         path = driver.prepare(r, tmp_path / "out", driver.RunOptions(scheduler=address), log=lambda _: None)
