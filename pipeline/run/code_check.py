@@ -44,6 +44,8 @@ LOADED_UNCHECKED = "loaded before its first check"
 CHANGED_SINCE = "changed on disk since the worker loaded it"
 #: a library's version where it imports but no package metadata says which it is
 UNKNOWN_VERSION = "of an unknown version"
+#: what a worker reports for a library it finds but cannot import, before the reason
+FAILS_TO_IMPORT = "that fails to import"
 
 
 def _on_disk() -> tuple[str | None, str | None]:
@@ -101,8 +103,11 @@ def _as_loaded() -> tuple[str | None, str | None]:
 
 def _installed(name: str) -> str | None:
     """The version of library ``name`` as this process would import it now: None where it
-    cannot, else the version its package metadata beside the module found says (another
-    copy's metadata elsewhere on the path does not count), `UNKNOWN_VERSION` without any.
+    cannot be found, else the version its package metadata beside the module found says. Not
+    another copy's metadata elsewhere on the path: a vendored or source-built copy first on a
+    worker's path reported site-packages' version and wrote its own ids. Without metadata
+    beside it, `UNKNOWN_VERSION` with a hash of its files, so that it matches only the same
+    copy (a version is compared alone: one release's wheels differ by platform, not in ids).
     Standard library only, and the library is not imported."""
     import importlib.metadata
     import importlib.util
@@ -115,18 +120,55 @@ def _installed(name: str) -> str | None:
     if spec is None:
         return None
     where = [*(spec.submodule_search_locations or []), spec.origin]
-    folder = os.path.dirname(where[0]) if where[0] else None
-    beside = list(importlib.metadata.distributions(name=name, path=[folder])) if folder else []
-    try:
-        return beside[0].version if beside else importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
+    if not where[0]:
         return UNKNOWN_VERSION
+    beside = list(importlib.metadata.distributions(name=name, path=[os.path.dirname(where[0])]))
+    if beside:
+        return beside[0].version
+    return f"{UNKNOWN_VERSION} (code {_files_hash(where[0])[:12]})"
+
+
+def _files_hash(path: str) -> str:
+    """SHA-256 of a module file, or of every file of a package folder (relative path and
+    content; compiled caches left out): what a library without package metadata runs."""
+    import hashlib
+    import os
+
+    digest = hashlib.sha256()
+    files = [path]
+    if os.path.isdir(path):
+        files = []
+        for folder, dirs, names in os.walk(path):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            files += [os.path.join(folder, n) for n in names if not n.endswith(".pyc")]
+    for file in sorted(files):
+        digest.update(os.path.relpath(file, path).replace(os.sep, "/").encode() + b"\0")
+        try:
+            with open(file, "rb") as f:
+                digest.update(f.read() + b"\0")
+        except OSError:
+            digest.update(b"unreadable\0")
+    return digest.hexdigest()
+
+
+def _import_problem(name: str) -> str | None:
+    """Why library ``name`` fails to import in this process (None: it imports). A library can
+    be found and still not load (a wheel whose native module needs another glibc or CPU): the
+    check passed and the run's first task died with a traceback. Said on one line."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # whatever the library's own import raises
+        said = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return f"{FAILS_TO_IMPORT} ({said[:300]})"
+    return None
 
 
 def _libraries(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
-    """(name, version) of each library a worker process runs (`_installed`): as its disk holds
-    it until the process imports it, then as it was when last read before that (an upgrade under
-    a running worker does not change the library it loaded)."""
+    """(name, version) of each library a worker process runs (`_installed`): read from its
+    disk and then imported (or `FAILS_TO_IMPORT`, and why), once per process: an upgrade under a
+    running worker does not change the library it loaded."""
     import sys
 
     seen = getattr(sys, "_tokshard_libraries_seen", None)
@@ -134,7 +176,8 @@ def _libraries(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
         sys._tokshard_libraries_seen = seen = {}
     for name in names:
         if name not in seen or name not in sys.modules:
-            seen[name] = _installed(name)
+            version = _installed(name)
+            seen[name] = version if version is None else _import_problem(name) or version
     return tuple((name, seen[name]) for name in names)
 
 
@@ -171,7 +214,7 @@ def _run_gated(
 
 
 def _shipped_by_value() -> tuple[Callable, Callable, Callable]:
-    """`_as_loaded` (with `_on_disk`), `_libraries` (with `_installed`) and `_run_gated` rebuilt
+    """`_as_loaded` (with `_on_disk`), `_libraries` (with what it calls) and `_run_gated` rebuilt
     in a namespace no worker can import, so that Dask's pickling (cloudpickle) sends their code
     instead of a reference to this module."""
     namespace: dict[str, Any] = {
@@ -182,8 +225,19 @@ def _shipped_by_value() -> tuple[Callable, Callable, Callable]:
         "LOADED_UNCHECKED": LOADED_UNCHECKED,
         "CHANGED_SINCE": CHANGED_SINCE,
         "UNKNOWN_VERSION": UNKNOWN_VERSION,
+        "FAILS_TO_IMPORT": FAILS_TO_IMPORT,
     }
-    for fn in (_on_disk, _as_loaded, _installed, _libraries, _worker_address, _run_gated):
+    shipped = (
+        _on_disk,
+        _as_loaded,
+        _installed,
+        _files_hash,
+        _import_problem,
+        _libraries,
+        _worker_address,
+        _run_gated,
+    )
+    for fn in shipped:
         namespace[fn.__name__] = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__)
     return namespace["_as_loaded"], namespace["_libraries"], namespace["_run_gated"]
 
@@ -233,7 +287,17 @@ def _library_shown(name: str, version: str | None) -> str:
     """A library as a refusal names it: its version, or that the process cannot import it."""
     if version is None:
         return f"no {name} it can import"
+    if version.startswith(FAILS_TO_IMPORT):
+        return f"a {name} {version}"
     return f"{name} {version}"
+
+
+def _install_advice(name: str, ours: str | None) -> str:
+    """What to install on every worker: the driver's release, or (a copy without package
+    metadata, which no version names) the driver's copy itself."""
+    if ours is None or ours.startswith((UNKNOWN_VERSION, FAILS_TO_IMPORT)):
+        return f"install the {name} this driver imports"
+    return f"install {name}=={ours} (the driver's)"
 
 
 def library_mismatch(address: str, name: str, theirs: str | None) -> TokshardError:
@@ -241,8 +305,8 @@ def library_mismatch(address: str, name: str, theirs: str | None) -> TokshardErr
     ours = dict(driver_libraries((name,)))[name]
     return TokshardError(
         f"Dask worker {address} has {_library_shown(name, theirs)}, this driver {_library_shown(name, ours)}, "
-        f"and the ids this run writes depend on it; install {name}=={ours} (the driver's) on every "
-        "worker, restart the workers, then rerun"
+        f"and the ids this run writes depend on it; {_install_advice(name, ours)} on every worker, "
+        "restart the workers, then rerun"
     )
 
 

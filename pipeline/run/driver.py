@@ -707,7 +707,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
                 f"lost the Dask scheduler at {address}; rerun: it resumes from the last commit"
             ) from None
         if isinstance(exc, TokshardError) and not watch.local:  # (own workers: closed with the run)
-            _let_running_end(client, pending, log)
+            _let_running_end(client, pending, exc, log)
         client.cancel([fut for fut, _ in pending.values()])
         raise
     finally:
@@ -727,25 +727,53 @@ def _check_before_submitting(client, sub: Submission, libraries: tuple[str, ...]
         raise
 
 
-def _let_running_end(client, pending: dict[str, tuple[Any, Partition]], log: Log) -> None:
-    """On a task's error, cancel the tasks no worker has started and wait for those running to
-    end (taken out of ``pending`` as they do). A cancelled task that runs goes on writing on
-    its worker, out of the driver's sight: a fresh run refused by a worker that joined late
-    (`gated`) then kept its plan and tokenizer in --out, as if it had written something, or
-    took them back under a task still writing. Ctrl-C ends the wait (what is committed stays)."""
+def _let_running_end(
+    client, pending: dict[str, tuple[Any, Partition]], reason: TokshardError, log: Log
+) -> None:
+    """On a task's error (``reason``, said first: the wait can be long, and a Ctrl-C during it
+    said only "interrupted"), cancel the tasks no worker has started and wait for those
+    running to end (taken out of ``pending`` as they do). A cancelled task that runs goes on
+    writing on its worker, out of the driver's sight: a fresh run refused by a worker that
+    joined late (`gated`) then kept its plan and tokenizer in --out, as if it had written
+    something, or took them back under a task still writing. Ctrl-C ends the wait (what is
+    committed stays; the tasks still running are cancelled and left in ``pending``), and the
+    run ends on ``reason`` all the same."""
     from distributed import wait
 
-    running = set(itertools.chain.from_iterable(client.processing().values()))
-    queued = [key for key in pending if key not in running]
-    client.cancel([pending.pop(key)[0] for key in queued])
+    for key in [key for key, (fut, _) in pending.items() if fut.done()]:  # refused or ended meanwhile
+        pending.pop(key)
+    running = _executing(client)
+    client.cancel([pending.pop(key)[0] for key in list(pending) if key not in running])
     if not pending:
         return
+    log(str(reason))
     log(
         f"waiting for the {counted(len(pending), 'task')} other workers are running to end (what they "
-        "commit is kept: a rerun resumes it)"
+        "commit is kept: a rerun resumes it; Ctrl-C stops waiting)"
     )
-    wait([fut for fut, _ in pending.values()])
+    try:
+        wait([fut for fut, _ in pending.values()])
+    except KeyboardInterrupt:
+        client.cancel([fut for fut, _ in pending.values()])
+        return
     pending.clear()
+
+
+def _executing(client) -> set[str]:
+    """The keys of the tasks the cluster's workers are running now: not those only queued on
+    a worker (`client.processing` lists both), which a cancel stops before they start. A
+    worker that cannot say (another Dask) counts everything it was given."""
+    processing = client.processing()
+    try:
+        said = client.run(
+            lambda dask_worker: [ts.key for ts in dask_worker.state.executing], on_error="return"
+        )
+    except Exception:  # the refusal is the error to say: wait for all the workers were given
+        return set(itertools.chain.from_iterable(processing.values()))
+    keys: set[str] = set()
+    for address, executing in said.items():
+        keys.update(processing.get(address, ()) if isinstance(executing, BaseException) else executing)
+    return keys
 
 
 def _checkpoint_of(

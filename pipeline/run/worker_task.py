@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -121,19 +122,53 @@ def current_umask() -> int:
     return mask
 
 
+class _SharedUmask:
+    """The process's umask, shared by the tasks that run at once on a worker's threads: the
+    first task in sets the driver's, the last one out restores the worker's own. A umask
+    belongs to the whole process, so a task that set and restored it alone gave another
+    task, still writing, the worker's 077 back (shards came out 0600), and the worker kept
+    the driver's umask for good. A task of a driver with another umask waits until those of
+    the first have ended."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.tasks = 0
+        self.mask: int | None = None
+        self.before = 0
+
+    def enter(self, mask: int) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.tasks == 0 or self.mask == mask)
+            if self.tasks == 0:
+                self.before, self.mask = os.umask(mask), mask
+            self.tasks += 1
+
+    def leave(self) -> None:
+        with self.changed:
+            self.tasks -= 1
+            if self.tasks == 0:
+                os.umask(self.before)
+                self.mask = None
+                self.changed.notify_all()
+
+
+_shared_umask = _SharedUmask()
+
+
 @contextlib.contextmanager
 def umask_of(mask: int | None) -> Iterator[None]:
     """The files and folders made in the block get the driver's umask (``mask``; None: this
     process's): a `dask worker` started under `umask 077` wrote the shards 0600 into a folder
-    the driver had made 0755, with its manifest 0644, so nobody else could read them."""
+    the driver had made 0755, with its manifest 0644, so nobody else could read them. Safe
+    for tasks that overlap on a worker's threads (`_SharedUmask`)."""
     if mask is None:
         yield
         return
-    before = os.umask(mask)
+    _shared_umask.enter(mask)
     try:
         yield
     finally:
-        os.umask(before)
+        _shared_umask.leave()
 
 
 def _lock_wait(task: PartitionTask) -> float:

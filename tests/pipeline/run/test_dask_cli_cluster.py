@@ -304,10 +304,10 @@ def start_other_worker(address: str, other: Path, log: Path, *path: Path) -> sub
     )  # fmt: skip
 
 
-def other_library(folder: Path, name: str, version: str | None) -> Path:
+def other_library(folder: Path, name: str, version: str | None, init: str | None = None) -> Path:
     """A folder that, first on a worker's PYTHONPATH, gives it another ``name`` library: a
     package of that name with its installed metadata (version None: an import of ``name``
-    fails there, as where the library is not installed)."""
+    fails there, as where the library is not installed; ``init``: its ``__init__.py``)."""
     folder.mkdir(parents=True)
     if version is None:  # a finder first on the path that refuses the name
         (folder / "sitecustomize.py").write_text(
@@ -320,7 +320,7 @@ def other_library(folder: Path, name: str, version: str | None) -> Path:
         )
         return folder
     (folder / name).mkdir()
-    (folder / name / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    (folder / name / "__init__.py").write_text(init or f'__version__ = "{version}"\n')
     dist_info = folder / f"{name}-{version}.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
@@ -356,22 +356,32 @@ def test_a_worker_of_another_tokshard_is_refused_before_any_task(
     assert not (tmp_path / "out").exists()
 
 
+BROKEN = "raise ImportError('simulated: no wheel for this platform')\n"
+
+
 @pytest.mark.parametrize(
-    ("library", "version", "theirs"),
-    [("fastokens", "0.0.1", "fastokens 0.0.1"), ("tokenizers", None, "no tokenizers it can import")],
-)
+    ("library", "version", "init", "theirs"),
+    [
+        ("fastokens", "0.0.1", None, "fastokens 0.0.1"),
+        ("tokenizers", None, None, "no tokenizers it can import"),
+        # the driver's version, but its import fails (a native module another CPU or glibc needs)
+        ("fastokens", "driver's", BROKEN, "a fastokens that fails to import (ImportError: simulated: no wheel for this platform)"),
+    ],
+)  # fmt: skip
 def test_a_worker_with_another_encoder_library_is_refused_before_any_task(
-    own_cluster, tmp_path, tokenizer_path, docs, library, version, theirs
+    own_cluster, tmp_path, tokenizer_path, docs, library, version, init, theirs
 ):
     """The same tokshard over another `tokenizers` or fast back end's library wrote other ids
     without a word: the worker's versions of the libraries the run's encoder depends on must
-    be the driver's (`tokenizers` is checked on joining, the chosen back end's once chosen)."""
+    be the driver's (`tokenizers` is checked on joining, the chosen back end's once chosen),
+    and it must import there (one that did not died in the first task, with a traceback)."""
     from distributed import Client
 
     from pipeline.encoding.backend import library_version
 
     address, procs = own_cluster(0)
-    libs = other_library(tmp_path / "libs", library, version)
+    version = library_version(library) if version == "driver's" else version
+    libs = other_library(tmp_path / "libs", library, version, init)
     procs.append(start_other_worker(address, REPO, tmp_path / "w.log", libs))
     with Client(address, timeout="30s") as client:
         client.wait_for_workers(1, timeout=60)
@@ -381,7 +391,7 @@ def test_a_worker_with_another_encoder_library_is_refused_before_any_task(
     assert proc.returncode == 2, proc.stderr
     ours = library_version(library)
     assert re.fullmatch(
-        rf"tokshard: error: Dask worker tcp://127\.0\.0\.1:\d+ has {theirs}, this driver {library} "
+        rf"tokshard: error: Dask worker tcp://127\.0\.0\.1:\d+ has {re.escape(theirs)}, this driver {library} "
         rf"{re.escape(ours)}, and the ids this run writes depend on it; install {library}=={re.escape(ours)} "
         r"\(the driver's\) on every worker, restart the workers, then rerun",
         one_error_line(proc),
@@ -587,7 +597,8 @@ def test_a_worker_under_another_umask_writes_shards_of_the_drivers_mode(
     own_cluster, tmp_path, docs, tokenizer_path
 ):
     """A `dask worker` started under `umask 077` wrote its shards 0600 (and their folders 0700)
-    while the driver made the folder and the manifest readable by all: the drivers' umask rules."""
+    while the driver made the folder and the manifest readable by all: the drivers' umask rules,
+    also for tasks that overlap on the worker's threads (one ending gave another the 077 back)."""
     import stat
 
     from pipeline import recipe
@@ -597,15 +608,14 @@ def test_a_worker_under_another_umask_writes_shards_of_the_drivers_mode(
     procs.append(
         subprocess.Popen(
             ["sh", "-c", 'umask 077; exec "$0" "$@"', sys.executable, "-m", "dask", "worker", address,
-             "--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
+             "--nworkers", "1", "--nthreads", "4", "--host", "127.0.0.1", "--no-dashboard"],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
             stderr=open(tmp_path / "w.log", "w"), start_new_session=True,
         )
     )  # fmt: skip
-    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
-    r = recipe.from_dict(
-        {"tokenizer": str(tokenizer_path), "sources": {"d": {"type": "files", "paths": [str(data)]}}}, "test"
-    )
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
+    source = {"type": "files", "paths": [str(data)], "partition_bytes": 16 << 10}  # tasks to overlap
+    r = recipe.from_dict({"tokenizer": str(tokenizer_path), "sources": {"d": source}}, "test")
     before = os.umask(0o022)
     try:
         path = driver.prepare(r, tmp_path / "out", driver.RunOptions(scheduler=address), log=lambda _: None)

@@ -9,6 +9,7 @@ from support import write_jsonl
 
 from pipeline import recipe
 from pipeline.format import manifest
+from pipeline.run import driver
 from pipeline.run.driver import RunOptions, prepare
 
 #: a task's states in the scheduler from its submission to its end
@@ -65,3 +66,55 @@ def test_a_run_of_many_partitions_keeps_few_tasks_submitted_and_writes_the_same_
     assert most_every > 2  # fewer partitions than the default bound: all submitted at once
     assert 1 <= most_bounded <= 2
     assert [(s.rel_path, s.hash) for s in bounded.shards] == [(s.rel_path, s.hash) for s in every.shards]
+
+
+def _running_and_queued(client, pending: dict) -> tuple[list, list]:
+    """Two tasks running on the two workers, a task already refused (ended), three queued."""
+    import time
+
+    from distributed import wait
+
+    refused = client.submit(int, "not a number", pure=False)
+    wait([refused])
+    running = [client.submit(time.sleep, 3, pure=False) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while sum(map(len, client.run(lambda dask_worker: list(dask_worker.state.executing)).values())) < 2:
+        assert time.monotonic() < deadline, "the two tasks did not start"
+        time.sleep(0.05)
+    queued = [client.submit(time.sleep, 3, pure=False) for _ in range(3)]
+    for fut in [refused, *running, *queued]:
+        pending[fut.key] = (fut, None)
+    return running, queued
+
+
+def test_a_refused_run_says_why_before_it_waits_for_the_tasks_really_running(dask_client):
+    """The wait counted tasks only queued on a worker and the refused ones, and gave no reason
+    (a Ctrl-C during it said only "interrupted")."""
+    from pipeline.format.errors import TokshardError
+
+    pending: dict = {}
+    _running_and_queued(dask_client, pending)
+    said: list[str] = []
+    driver._let_running_end(
+        dask_client, pending, TokshardError("Dask worker w has fastokens 0.0.1"), said.append
+    )
+    assert said[0] == "Dask worker w has fastokens 0.0.1"
+    assert said[1].startswith("waiting for the 2 tasks other workers are running to end"), said
+    assert len(said) == 2 and not pending
+
+
+def test_ctrl_c_while_a_refused_run_waits_cancels_the_running_tasks(dask_client, monkeypatch):
+    """Ctrl-C ends the wait: the running tasks are cancelled, and the run ends on its refusal."""
+    import distributed
+
+    from pipeline.format.errors import TokshardError
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    pending: dict = {}
+    running, _ = _running_and_queued(dask_client, pending)
+    monkeypatch.setattr(distributed, "wait", interrupted)
+    driver._let_running_end(dask_client, pending, TokshardError("refused"), lambda _: None)
+    assert {fut.key for fut, _ in pending.values()} == {fut.key for fut in running}
+    assert all(fut.cancelled() for fut in running)
