@@ -133,10 +133,11 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         """The EOS id that ends each document (one tokenizer across the manifests)."""
         return self.manifests[0].eos_id
 
-    def check_model(self, model: torch.nn.Module) -> None:
-        """Refuse ``model`` (TokshardError) if its input embedding has fewer rows than the data
-        has ids, before a step would die of an IndexError inside ``torch.embedding``."""
-        rows = _embedding_rows(model)
+    def check_model(self, model: torch.nn.Module, embedding: torch.nn.Embedding | None = None) -> None:
+        """Refuse ``model`` (TokshardError) if its token embedding (``embedding``, else the
+        model's ``get_input_embeddings()``, else its only ``nn.Embedding``) has fewer rows than
+        the data has ids, before a step would die of an IndexError inside ``torch.embedding``."""
+        rows = _embedding_rows(model, embedding)
         limits = ModelLimits(type(model).__name__, rows, 1 << 30)
         fix = "build it with {need} embedding rows (tokshard's GPT: gpt_config(NAME, vocab_size=data.vocab_size))"
         check_vocabulary(str(self.manifests[0].path), self.vocab_size, limits, fix)
@@ -241,15 +242,32 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         return samples
 
 
-def _embedding_rows(model: torch.nn.Module) -> int:
-    """Rows of ``model``'s input embedding: Transformers' ``get_input_embeddings()``, else its
-    first ``nn.Embedding`` (tokshard's GPT: the token embedding ``wte``)."""
+def _embedding_rows(model: torch.nn.Module, embedding: torch.nn.Embedding | None) -> int:
+    """Rows of ``model``'s token embedding. Without ``get_input_embeddings()`` (Transformers',
+    tokshard's GPT) a model of several ``nn.Embedding`` (positions, types) does not say which
+    one takes the ids: the first declared is not it in every model, so it is not guessed."""
+    found = embedding if embedding is not None else _input_embedding(model)
+    if found is not None:
+        return int(found.num_embeddings)
+    name = type(model).__name__
+    tables = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Embedding)]
+    if len(tables) == 1:
+        return int(model.get_submodule(tables[0]).num_embeddings)
+    if not tables:
+        raise TokshardError(f"model {name} has no nn.Embedding to check against the data's ids")
+    raise TokshardError(
+        f"model {name} has {len(tables)} nn.Embedding ({', '.join(tables)}) and no get_input_embeddings() "
+        "saying which takes the token ids; pass that one: check_model(model, embedding=model.NAME)"
+    )
+
+
+def _input_embedding(model: torch.nn.Module) -> torch.nn.Module | None:
+    """``model.get_input_embeddings()`` where it has one (Transformers' base class raises
+    NotImplementedError where a model defines none)."""
     getter = getattr(model, "get_input_embeddings", None)
-    found = getter() if callable(getter) else None
-    if found is None:
-        found = next((m for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
-    if found is None:
-        raise TokshardError(
-            f"model {type(model).__name__} has no nn.Embedding to check against the data's ids"
-        )
-    return int(found.num_embeddings)
+    if not callable(getter):
+        return None
+    try:
+        return getter()
+    except NotImplementedError:
+        return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,9 @@ def start_schedule(engine) -> None:
 _IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
 #: param-group keys the schedule sets (`resume_schedule`), not the optimizer's settings
 _RATE = ("lr", "initial_lr")
+#: param-group keys a schedule that cycles momentum (``cycle_momentum``: torch's OneCycleLR and
+#: CyclicLR, DeepSpeed's OneCycle) sets at each step, as it sets the rate
+_CYCLED = ("betas", "momentum")
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,14 @@ class RunOptimizer:
 
     #: each param group's settings, its params left out
     groups: tuple[dict[str, Any], ...]
-    #: a torch scheduler's state (None: DeepSpeed's own schedule, or none)
+    #: a torch scheduler's state, to replay (None: DeepSpeed's own schedule, none, or one
+    #: `replayable` refuses: the checkpoint's state is kept)
     schedule: dict[str, Any] | None
+    #: param-group keys the schedule drives itself: put back, but not this run's settings to note
+    driven: frozenset[str] = frozenset()
+    #: a torch scheduler that cannot be replayed: this run's settings of it (its constructor's
+    #: arguments kept under their own names), to say which the checkpoint's replace
+    unreplayed: dict[str, Any] | None = None
 
 
 def run_optimizer(engine) -> RunOptimizer:
@@ -112,18 +122,58 @@ def run_optimizer(engine) -> RunOptimizer:
     )
     schedule = getattr(engine, "lr_scheduler", None)
     torch_own = isinstance(schedule, torch.optim.lr_scheduler.LRScheduler)
-    return RunOptimizer(groups, copy.deepcopy(schedule.state_dict()) if torch_own else None)
+    state = copy.deepcopy(schedule.state_dict()) if replayable(schedule) else None
+    driven = frozenset(_CYCLED) if getattr(schedule, "cycle_momentum", False) else frozenset()
+    return RunOptimizer(
+        groups, state, driven, schedule_settings(schedule) if torch_own and state is None else None
+    )
+
+
+def schedule_settings(schedule: torch.optim.lr_scheduler.LRScheduler) -> dict[str, Any]:
+    """A torch scheduler's settings: its state's values of its constructor's arguments (its
+    progress, such as ReduceLROnPlateau's best loss and bad-step count, is named otherwise)."""
+    state = schedule.state_dict()
+    named = inspect.signature(type(schedule).__init__).parameters
+    return {k: copy.deepcopy(state[k]) for k in named if k in state and k != "optimizer"}
+
+
+def kept_schedule(engine, run: RunOptimizer) -> list[str]:
+    """A scheduler resumed as the checkpoint left it (not `replayable`): its settings that
+    differ from this run's config, as "name checkpoint's (this run's)"."""
+    if run.unreplayed is None:
+        return []
+    loaded = schedule_settings(engine.lr_scheduler)
+    return [
+        f"{key} {shown(loaded.get(key))} (this run's {shown(value)})"
+        for key, value in run.unreplayed.items()
+        if loaded.get(key) != value
+    ]
+
+
+def replayable(schedule: Any) -> bool:
+    """A torch scheduler whose ``step()`` needs nothing but the step count, so `replay` can
+    take it to a checkpoint's position. ReduceLROnPlateau steps on a metric the checkpoint
+    does not hold: its loaded state is the only one that knows where it is."""
+    if not isinstance(schedule, torch.optim.lr_scheduler.LRScheduler):
+        return False
+    needed = [
+        p
+        for p in inspect.signature(schedule.step).parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return not needed
 
 
 def keep_run_optimizer(engine, run: RunOptimizer) -> list[str]:
     """Put this run's optimizer settings back over the checkpoint's (the rate is the
-    schedule's, `resume_schedule`); returns the settings that changed, as "name was -> now"."""
+    schedule's, `resume_schedule`); returns the settings that changed, as "name was -> now",
+    leaving out those the schedule drives (a cycled momentum: a replay sets it again)."""
     changed = []
     for index, (group, ours) in enumerate(zip(engine.optimizer.param_groups, run.groups, strict=False)):
         for key, value in ours.items():
             if key in _RATE or group.get(key) == value:
                 continue
-            if key not in _IMPLEMENTATION:
+            if key not in _IMPLEMENTATION and key not in run.driven:
                 where = f" (param group {index})" if len(run.groups) > 1 else ""
                 changed.append(f"{key}{where} {shown(group.get(key))} -> {shown(value)}")
             group[key] = copy.deepcopy(value)

@@ -28,7 +28,7 @@ from trainer.checkpoint.load import load_into
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
-from trainer.engine import build_engine, keep_run_optimizer, resume_schedule, run_optimizer
+from trainer.engine import build_engine, keep_run_optimizer, kept_schedule, resume_schedule, run_optimizer
 from trainer.evaluate import evaluate
 from trainer.metrics import LineFile, MetricsLog, cut_back_logs, last_logged
 from trainer.plan import Plan, check_settings, prepare
@@ -187,7 +187,8 @@ def start_notes(plan: Plan) -> list[str]:
     if plan.model.loss_note:
         notes.append(plan.model.loss_note)
     was_steps = plan.resume.state.steps if plan.resume else None
-    if was_steps is not None and was_steps != settings.optim.steps:
+    trains = plan.resume is None or plan.resume.state.step < settings.end  # a no-op resume: no rate to say
+    if was_steps is not None and was_steps != settings.optim.steps and trains:
         notes.append(
             f"--steps {settings.optim.steps}, the checkpoint's run was scheduled for {was_steps}: the "
             f"learning rate follows the schedule to step {settings.optim.steps} from here"
@@ -256,22 +257,17 @@ def say_where_logged(plan: Plan, run_dir: Path, log: MetricsLog) -> None:
 
 
 def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
-    """Load the checkpoint into ``engine`` and say what the resume changes."""
+    """Load the checkpoint into ``engine`` and say what the resume changes (what the steps it
+    trains train with: nothing of that where it trains none)."""
     point = plan.resume
     run = run_optimizer(engine)
     loaded = load_into(engine, point.save_dir, load_tag)
     changed = keep_run_optimizer(engine, run)
-    if changed:
-        log.note(
-            f"the optimizer trains with this run's settings (--weight-decay, the --deepspeed config's) from step "
-            f"{loaded.step + 1}, not the checkpoint's: {'; '.join(changed)}"
-        )
+    kept = kept_schedule(engine, run)
     rates = resume_schedule(engine, run)
-    if not math.isclose(*rates, rel_tol=1e-6):
-        log.note(
-            f"the learning rate follows this run's schedule (--lr, --warmup, --steps) from step "
-            f"{loaded.step + 1}: {rates[1]:.2e} there, where the checkpoint's schedule had {rates[0]:.2e}"
-        )
+    if loaded.step < plan.settings.end:
+        for note in resume_notes(type(engine.lr_scheduler).__name__, loaded.step + 1, changed, kept, rates):
+            log.note(note)
     for diff in point.allowed_changes:
         log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
     for change in point.schedule_changes:
@@ -283,6 +279,30 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
         )
     log.note(f"resumed {load_tag} at step {loaded.step}, {loaded.samples:,} samples consumed")
     return loaded
+
+
+def resume_notes(
+    schedule: str, first: int, changed: list[str], kept: list[str], rates: tuple[float, float]
+) -> list[str]:
+    """The notes of a resume whose first step is ``first``: the optimizer settings and the
+    rate it trains with where they are not the checkpoint's, and a scheduler kept as it was."""
+    notes = []
+    if changed:
+        notes.append(
+            f"the optimizer trains with this run's settings (--weight-decay, the --deepspeed config's) from step "
+            f"{first}, not the checkpoint's: {'; '.join(changed)}"
+        )
+    if kept:
+        notes.append(
+            f"the {schedule} scheduler goes on from the checkpoint's state with its settings, not this run's: "
+            f"{'; '.join(kept)} (its steps depend on more than the step count, so it cannot be replayed)"
+        )
+    if not math.isclose(*rates, rel_tol=1e-6):
+        notes.append(
+            f"the learning rate follows this run's schedule from step {first}: {rates[1]:.2e} there, "
+            f"where the checkpoint's schedule had {rates[0]:.2e}"
+        )
+    return notes
 
 
 def started_record(

@@ -267,14 +267,18 @@ class MetricsLog:
         self._say(f"eval {step:>6}/{self.total_steps} | {split} loss {loss:.4f} | ppl {ppl:,.2f}")
 
     def resumed(self, *, step: int, checkpoint: Path, logged_in: Path, last_here: int) -> None:
-        """The resume line: the steps after ``last_here`` up to ``step`` are in ``logged_in``'s record."""
+        """The resume line: the steps after ``last_here`` up to ``step`` are in ``logged_in``'s
+        record (both folders absolute: the line is read from other working folders)."""
+        checkpoint, logged_in = checkpoint.absolute(), logged_in.absolute()
         self._write(
             {"step": step, "resumed": str(checkpoint), "logged_in": str(logged_in), "last_here": last_here}
         )
-        where = f"; its steps after {last_here} are there" if last_here < step else ""
-        self.note(
-            f"{self.path} resumes at step {step} from {checkpoint}, whose steps {logged_in} logged{where}"
-        )
+        start = f"{self.path} resumes at step {step} from {checkpoint}"
+        if last_here == 0:  # this folder logged nothing before
+            self.note(f"{start}; the steps before it are in {logged_in}")
+        else:
+            where = f"; its steps after {last_here} are there" if last_here < step else ""
+            self.note(f"{start}, whose steps {logged_in} logged{where}")
 
     def note(self, line: str) -> None:
         self._say(f"tokshard: {line}")

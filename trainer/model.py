@@ -159,6 +159,11 @@ class GPT(nn.Module):
             return token_losses(x, targets, self.lm_head, self.loss_chunk)
         return chunked_cross_entropy(x, targets, self.lm_head, self.loss_chunk)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embedding, named as Transformers' models name theirs (``wpe`` is an
+        ``nn.Embedding`` too: a caller looking for the ids' table asks for this one)."""
+        return self.wte
+
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n

@@ -33,6 +33,9 @@ class Metrics:
     train: list[dict[str, Any]] = field(default_factory=list)  # one per logged step, by step
     evals: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0
+    #: the resume line a record starts with (a resume into a new --run-dir): the steps up to
+    #: its step are in its ``logged_in`` folder's record
+    starts_at: dict[str, Any] | None = None
 
 
 def metrics_path(run_dir: str | Path) -> Path:
@@ -54,6 +57,7 @@ def load(run_dir: str | Path) -> Metrics:
     train: dict[int, dict[str, Any]] = {}
     evals: dict[int, dict[str, Any]] = {}
     unreadable = 0
+    starts_at = None
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -69,7 +73,8 @@ def load(run_dir: str | Path) -> Metrics:
         elif kind == "train":
             train[record["step"]] = record
         elif kind == "resume":  # where a resume's steps before it were logged: no numbers
-            continue
+            if not train and not evals:
+                starts_at = record
         else:  # cut short by a kill, or not a line tokshard train wrote
             unreadable += 1
     if not train and not evals:
@@ -81,7 +86,9 @@ def load(run_dir: str | Path) -> Metrics:
         raise TokshardError(
             f"{path} has no training or evaluation lines yet; plot it once the run has logged"
         )
-    return Metrics(path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], unreadable)
+    return Metrics(
+        path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], unreadable, starts_at
+    )
 
 
 def numbers(m: Metrics) -> dict[str, Any]:
@@ -105,6 +112,8 @@ def numbers(m: Metrics) -> dict[str, Any]:
         "tokens_per_s": statistics.median(rates) if rates else 0.0,
         "data_wait_frac": statistics.fmean(waits) if waits else 0.0,
         "unreadable_lines": m.unreadable,
+        "resumed_at": m.starts_at["step"] if m.starts_at else None,
+        "steps_before_in": m.starts_at["logged_in"] if m.starts_at else None,
     }
 
 
@@ -164,13 +173,20 @@ def write_report(
     return {**numbers(m), "png": str(out)}
 
 
+def steps(n: dict[str, Any]) -> str:
+    """The steps the record holds: a record that starts at a resume holds those after it."""
+    if n["resumed_at"] is None or n["resumed_at"] >= n["steps"]:
+        return f"{n['steps']} steps"
+    return f"steps {n['resumed_at'] + 1}-{n['steps']} (those before are in {n['steps_before_in']})"
+
+
 def describe(n: dict[str, Any]) -> str:
     """One line for the console."""
 
     def f(x: float | None) -> str:
         return "-" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
-    parts = [f"{n['png']}: {n['steps']} steps"]
+    parts = [f"{n['png']}: {steps(n)}"]
     if n["first_loss"] is not None:
         parts.append(f"train loss {f(n['first_loss'])} -> {f(n['last_loss'])}")
     if n["first_eval_loss"] is not None:

@@ -42,6 +42,17 @@ def test_a_resumed_run_counts_the_lines_written_last(tmp_path):
     assert [e["step"] for e in m.evals] == [0, 10, 20]
 
 
+def test_a_record_that_starts_at_a_resume_says_which_steps_it_holds(tmp_path):
+    """A resume into a new --run-dir logs a resume line (step 3, the steps before in r1) and
+    then steps 4 and 5: plot said "5 steps" of a folder holding two."""
+    log = MetricsLog(tmp_path, enabled=True, total_steps=5, out=io.StringIO())
+    log.resumed(step=3, checkpoint=tmp_path / "ck", logged_in=tmp_path / "r1", last_here=0)
+    log.close()
+    log_run(tmp_path, range(4, 6), loss0=8.0)
+    n = write_report(tmp_path)
+    assert describe(n).startswith(f"{n['png']}: steps 4-5 (those before are in {tmp_path / 'r1'}); ")
+
+
 def test_a_line_cut_short_by_a_kill_is_skipped_and_counted(tmp_path):
     log_run(tmp_path, range(0, 6), loss0=8.0)
     with open(tmp_path / "metrics.jsonl", "a") as f:

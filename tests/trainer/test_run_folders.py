@@ -174,6 +174,7 @@ def test_a_resume_with_nothing_left_to_train_writes_no_run_record(manifest, half
     proc = cli("train", *args, "--resume", "--save", str(save), "--run-dir", str(run))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"the checkpoint is at step \d+; nothing to do up to step 1", proc.stdout), proc.stdout
+    assert "the learning rate follows" not in proc.stdout  # no step trains by any schedule
     assert not (run / "run.json").exists()
 
 

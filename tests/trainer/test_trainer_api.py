@@ -112,6 +112,41 @@ def test_a_model_embedding_fewer_rows_than_the_data_has_ids_is_refused(wide_mani
         data.check_model(GPT(gpt_config("tiny")))
 
 
+class TwoTables(torch.nn.Module):
+    """A model with a position table and a token table, declared in the given order, and no
+    get_input_embeddings()."""
+
+    def __init__(self, first: tuple[str, int], second: tuple[str, int]) -> None:
+        super().__init__()
+        for name, rows in (first, second):
+            setattr(self, name, torch.nn.Embedding(rows, 8))
+
+
+@pytest.mark.parametrize(("first", "second"), [(("pos", 64), ("tok", 4096)), (("pos", 8192), ("tok", 2048))])
+def test_a_model_of_several_embeddings_is_checked_on_the_one_that_takes_the_ids(wide_manifest, first, second):
+    """The first nn.Embedding was taken as the token table: a position table declared first
+    refused a model whose token table fits ("embeds only 64"), and a big one let a too-small
+    token table through. Without get_input_embeddings() the check asks which table it is, and
+    checks the one passed."""
+    data = TrainingSamples(wide_manifest, seq_len=32, global_batch=8, micro_batch=8)
+    model = TwoTables(first, second)
+    with pytest.raises(
+        TokshardError, match=r"has 2 nn.Embedding \(pos, tok\) and no get_input_embeddings\(\)"
+    ):
+        data.check_model(model)
+    if second[1] >= data.vocab_size:
+        data.check_model(model, embedding=model.tok)
+    else:
+        with pytest.raises(TokshardError, match=r"4096 ids but model TwoTables embeds only 2048"):
+            data.check_model(model, embedding=model.tok)
+
+
+def test_tokshard_gpt_is_checked_on_its_token_table_not_its_position_table(wide_manifest):
+    model = GPT(gpt_config("tiny", vocab_size=4096))
+    assert model.get_input_embeddings() is model.wte
+    TrainingSamples(wide_manifest, seq_len=32, global_batch=8, micro_batch=8).check_model(model)
+
+
 @pytest.mark.parametrize("packing", ["none", "best-fit"])
 def test_each_sample_names_the_source_document_and_token_range_of_its_pieces(manifest, packing):
     """`documents` holds, per sample, (source, split, document id, from, to) pieces whose tokens are the sample's."""

@@ -140,7 +140,7 @@ def test_a_resume_with_another_schedule_applies_it_from_its_first_step(manifest,
     peak, end = 2e-3, 2e-4  # --warmup 0: [peak, peak, (peak + end) / 2, end]
     assert [t["lr"] for t in metrics(save)[0]][2:] == pytest.approx([(peak + end) / 2, end])
     assert (
-        "the learning rate follows this run's schedule (--lr, --warmup, --steps) from step 3: "
+        "the learning rate follows this run's schedule from step 3: "
         "1.10e-03 there, where the checkpoint's schedule had 5.50e-04"
     ) in resumed.stdout
 
@@ -199,6 +199,42 @@ def test_a_resume_with_another_torch_scheduler_follows_it_from_its_first_step(ma
     resumed = launch(*common, "--deepspeed", str(tenth), "--save", str(save), "--resume")
     assert [t["lr"] for t in metrics(save)[0]] == pytest.approx([1e-3, 5e-4, 1e-5, 1e-6])
     assert "from step 3: 1.00e-05 there, where the checkpoint's schedule had 2.50e-04" in resumed.stdout
+
+
+def test_a_resume_under_reduce_lr_on_plateau_goes_on_from_the_checkpoints_scheduler(manifest, tmp_path):
+    """ReduceLROnPlateau steps on a metric, not the step count, so it cannot be replayed to the
+    checkpoint's position (the replay was a TypeError traceback): the resume keeps the
+    checkpoint's scheduler state and rate, trains steps 3 and 4, and says which of its
+    settings differ from this run's config."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--lr", "1e-3"]
+    save = tmp_path / "ck"
+    halving = with_optimizer(tmp_path, "half.json", {"type": "ReduceLROnPlateau", "params": {"factor": 0.5}})
+    fifth = with_optimizer(tmp_path, "fifth.json", {"type": "ReduceLROnPlateau", "params": {"factor": 0.2}})
+    launch(*common, "--deepspeed", str(halving), "--stop-at", "2", "--save", str(save))
+    resumed = launch(*common, "--deepspeed", str(fifth), "--save", str(save), "--resume")
+    assert [t["lr"] for t in metrics(save)[0]] == pytest.approx([1e-3] * 4)
+    assert (
+        "the ReduceLROnPlateau scheduler goes on from the checkpoint's state with its settings, not this "
+        "run's: factor 0.5 (this run's 0.2)"
+    ) in resumed.stdout
+    assert "the learning rate follows" not in resumed.stdout
+
+
+def test_an_unchanged_one_cycle_resume_says_nothing_of_the_momentum_it_cycles(manifest, tmp_path):
+    """OneCycleLR (cycle_momentum) sets beta1 at each step itself: a resume with the same config
+    said the optimizer's betas changed ("[0.85..., 0.999] -> [0.95, 0.999]"), where the steps
+    after it train exactly as an uninterrupted run's."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--save-every", "1"]
+    cycle = with_optimizer(
+        tmp_path, "cycle.json", {"type": "OneCycleLR", "params": {"max_lr": 0.01, "total_steps": 10}}
+    )
+    launch(*common, "--deepspeed", str(cycle), "--save", str(tmp_path / "whole"))
+    launch(*common, "--deepspeed", str(cycle), "--stop-at", "2", "--save", str(tmp_path / "ck"))
+    resumed = launch(*common, "--deepspeed", str(cycle), "--save", str(tmp_path / "ck"), "--resume")
+    assert "the optimizer trains with this run's settings" not in resumed.stdout
+    assert "the learning rate follows" not in resumed.stdout
+    betas = [list(optimizer_group(tmp_path / run, 4)["betas"]) for run in ("whole", "ck")]
+    assert betas[0] == pytest.approx(betas[1])
 
 
 @pytest.mark.parametrize("console", ["a reader that quits", "a full disk"])
