@@ -647,6 +647,18 @@ def test_utf16_without_a_byte_order_mark_is_named(tmp_path, docs, tokenizer_path
     assert f"iconv -f {label} -t UTF-8" in one_error_line(proc)
 
 
+@pytest.mark.parametrize("name", ["a.txt", "a.jsonl"])
+def test_a_file_of_nul_bytes_is_refused_as_no_text(tmp_path, docs, tokenizer_path, name):
+    """A preallocated or sparse file (`truncate -s 1G`): a .txt of them was one document of
+    NULs, a million tokens a MiB (a GiB ran for an hour at 0% with no line)."""
+    write_jsonl(tmp_path / "in" / "0-good.jsonl", docs[:2])
+    with open(tmp_path / "in" / name, "wb") as f:
+        f.truncate(1 << 20)
+    proc = prepare_cli(tmp_path, "in/*", tokenizer=tokenizer_path)
+    refused(proc, f"{tmp_path / 'in' / name} is mostly NUL bytes at its start", tmp_path / "out")
+    assert "leave it out of the inputs" in one_error_line(proc)
+
+
 @pytest.mark.parametrize(
     ("codec", "found"),
     [
