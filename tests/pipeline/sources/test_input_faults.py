@@ -1114,3 +1114,15 @@ def test_an_input_whose_answers_fail_their_checksum_is_one_line(
     assert proc.returncode == 2, proc.stderr
     assert f"the store's answers for {url} kept failing the checksum it sent with them" in line, line
     assert not [*tmp_path.rglob("manifest.json"), *tmp_path.rglob("tokenizer.json")]
+
+
+def test_a_folder_of_folders_of_inputs_is_answered_with_a_glob_that_reaches_them(tmp_path, docs):
+    """``--input many``, its files two folders down: the line advised 'many/*.jsonl', which
+    matches nothing there."""
+    for rel in ("a00/b/x.jsonl", "a00/b/y.jsonl", "a01/z.jsonl"):
+        write_jsonl(tmp_path / "many" / rel, docs[:1])
+    with pytest.raises(TokshardError) as refused_with:
+        list_files([str(tmp_path / "many")], ".")
+    advised = re.search(r"e\.g\. '([^']+)' \(quoted\)", str(refused_with.value)).group(1)
+    assert advised == f"{tmp_path / 'many'}/**/*.jsonl", str(refused_with.value)
+    assert len(list_files([advised], ".")) == 3
