@@ -30,6 +30,7 @@ from tokshard.commands.command import (
     INTERRUPTED,
     Command,
     Terminated,
+    code_changed_under,
     error_line,
     locale_refused,
     open_files_exhausted,
@@ -111,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(exc)
     except OSError as exc:  # after the pipe and disk-full cases above, which are OSErrors too
         refused = path_refused(exc) or open_files_exhausted(exc)
+        if refused is None:
+            raise
+        return _failed(refused)
+    except ImportError as exc:  # tokshard's own code changed under a long run (an upgrade)
+        refused = code_changed_under(exc)
         if refused is None:
             raise
         return _failed(refused)

@@ -553,3 +553,23 @@ def test_a_cache_folder_given_as_a_url_says_it_takes_a_local_folder(url):
         argparse.ArgumentTypeError, match=r"is a URL; this option takes a local folder on this"
     ):
         local_folder_arg(url)
+
+
+def test_tokshards_code_changed_under_a_running_command_is_one_line(tmp_path, docs, tokenizer_path):
+    """tokshard's modules load as first used: an upgrade under a long prepare mixed old with new
+    ("cannot import name 'MANIFEST_MISSING'") and ended a run that had written its manifest in
+    a traceback, exit 1. Here a copy of tokshard whose module the run imports last has lost the
+    name that run asks of it."""
+    copy = tmp_path / "tokshard-copy"
+    for package in ("pipeline", "trainer", "tokshard"):
+        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    status = copy / "pipeline" / "run" / "status.py"
+    status.write_text(status.read_text().replace("def skipped_text(", "def renamed_since(", 1))
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    args = ["prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o")]
+    proc = cli(*args, "--workers", "1", env={"PYTHONPATH": str(copy)}, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("tokshard: error: tokshard's code changed on disk while this command ran")
+    assert "run the same command again" in line

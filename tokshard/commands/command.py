@@ -237,6 +237,24 @@ def path_refused(exc: OSError) -> TokshardError | None:
     return TokshardError(f"cannot use {shown}: {exc.strerror}; {PATH_REFUSALS[exc.errno]}")
 
 
+#: tokshard's own packages: an import of one of them that fails mid-command is code that changed
+OWN_PACKAGES = ("pipeline", "trainer", "tokshard")
+
+
+def code_changed_under(exc: ImportError) -> TokshardError | None:
+    """An import of tokshard's own code that fails while a command runs (None for any other):
+    its modules load as first used, so an upgrade or checkout under a long run mixes old ones
+    with new ("cannot import name X" after a finished prepare had written its manifest). What
+    the command finished is on disk, and a rerun, all in the new code, goes on from it."""
+    name = exc.name or ""
+    if name.split(".", 1)[0] not in OWN_PACKAGES:
+        return None
+    return TokshardError(
+        f"tokshard's code changed on disk while this command ran ({name}: {exc}; an upgrade or "
+        "checkout under a running command?); what it finished is kept: run the same command again"
+    )
+
+
 def open_files_exhausted(exc: BaseException) -> TokshardError | None:
     """Too many open files met anywhere, in ``exc`` or what it was raised from (Dask wraps its
     nannies' in "Nanny failed to start"), as one line naming the limit; None for anything else.

@@ -177,6 +177,11 @@ def check_text_head(path: str, head: bytes, kind: str | None = None) -> None:
             f"{path} looks like {encoding} text without a byte-order mark (a NUL byte in every "
             f"character), not UTF-8; convert it (e.g. iconv -f {encoding} -t UTF-8) and name the converted file"
         )
+    if head.count(0) * 2 > len(head):
+        raise DataError(
+            f"{path} is mostly NUL bytes at its start ({head.count(0):,} of its first {len(head):,}), not text: "
+            "a file preallocated or cut short by a crash, or a binary file; leave it out of the inputs"
+        )
     if is_json_name(path):
         check_not_json_array(path, head)
     if (kind or known_kind(path)) != ".txt":

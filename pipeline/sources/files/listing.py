@@ -530,8 +530,31 @@ def _directory_given(pattern: str) -> str:
             f"splits = {{ {each} }}"
         )
     named = known_kind(folder)  # a Spark-style folder named as its parts are (x.parquet/)
+    if named is None and not _input_endings(folder) and (below := _input_endings_below(folder)):
+        return (
+            f"{folder} is a directory whose inputs are in the folders below it; name them, e.g. "
+            f"'{folder}/**/*{_most(below)}' (quoted)"
+        )
     ending = named if named is not None and not os.path.isdir(folder) else _usual_ending(folder)
     return f"{folder} is a directory; name the files in it, e.g. '{folder}/*{ending}' (quoted)"
+
+
+def _input_endings_below(folder: str) -> list[str]:
+    """The input endings of the first files in the folders under ``folder`` (a few of them,
+    depth first, `SUGGEST_FROM` entries each): where a folder holds only folders of inputs."""
+    found: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            subfolders = sorted(
+                e.path for _, e in zip(range(SUGGEST_FROM), entries, strict=False) if e.is_dir()
+            )
+    except OSError:
+        return []
+    for sub in subfolders[:8]:
+        found += _input_endings(sub) or _input_endings_below(sub)
+        if found:
+            break
+    return found
 
 
 def _datasets_splits(folder: str) -> list[str]:
@@ -552,6 +575,14 @@ def _usual_ending(folder: str) -> str:
     """The input ending most of the folder's first entries have, as written (.jsonl where none
     does or it cannot be listed); .arrow for a `datasets` save_to_disk folder, whose .json
     files are its own records."""
+    endings = _input_endings(folder)
+    if ".arrow" in endings and os.path.isfile(os.path.join(folder, "state.json")):
+        return ".arrow"
+    return _most(endings) if endings else ".jsonl"
+
+
+def _input_endings(folder: str) -> list[str]:
+    """The endings, as written, of the input files among the folder's first entries."""
     endings: list[str] = []
     try:
         with os.scandir(folder) as entries:
@@ -561,10 +592,12 @@ def _usual_ending(folder: str) -> str:
                     compressed = suffixes[-1].lower() in COMPRESSIONS
                     endings.append("".join(suffixes[-2:]) if compressed else suffixes[-1])
     except OSError:
-        return ".jsonl"
-    if ".arrow" in endings and os.path.isfile(os.path.join(folder, "state.json")):
-        return ".arrow"
-    return max(set(endings), key=endings.count) if endings else ".jsonl"
+        return []
+    return endings
+
+
+def _most(endings: list[str]) -> str:
+    return max(sorted(set(endings)), key=endings.count)
 
 
 def part_left_out(parts: Iterable[str], matched: Collection[str], folder: str) -> str | None:

@@ -647,6 +647,18 @@ def test_utf16_without_a_byte_order_mark_is_named(tmp_path, docs, tokenizer_path
     assert f"iconv -f {label} -t UTF-8" in one_error_line(proc)
 
 
+@pytest.mark.parametrize("name", ["a.txt", "a.jsonl"])
+def test_a_file_of_nul_bytes_is_refused_as_no_text(tmp_path, docs, tokenizer_path, name):
+    """A preallocated or sparse file (`truncate -s 1G`): a .txt of them was one document of
+    NULs, a million tokens a MiB (a GiB ran for an hour at 0% with no line)."""
+    write_jsonl(tmp_path / "in" / "0-good.jsonl", docs[:2])
+    with open(tmp_path / "in" / name, "wb") as f:
+        f.truncate(1 << 20)
+    proc = prepare_cli(tmp_path, "in/*", tokenizer=tokenizer_path)
+    refused(proc, f"{tmp_path / 'in' / name} is mostly NUL bytes at its start", tmp_path / "out")
+    assert "leave it out of the inputs" in one_error_line(proc)
+
+
 @pytest.mark.parametrize(
     ("codec", "found"),
     [
@@ -1102,3 +1114,15 @@ def test_an_input_whose_answers_fail_their_checksum_is_one_line(
     assert proc.returncode == 2, proc.stderr
     assert f"the store's answers for {url} kept failing the checksum it sent with them" in line, line
     assert not [*tmp_path.rglob("manifest.json"), *tmp_path.rglob("tokenizer.json")]
+
+
+def test_a_folder_of_folders_of_inputs_is_answered_with_a_glob_that_reaches_them(tmp_path, docs):
+    """``--input many``, its files two folders down: the line advised 'many/*.jsonl', which
+    matches nothing there."""
+    for rel in ("a00/b/x.jsonl", "a00/b/y.jsonl", "a01/z.jsonl"):
+        write_jsonl(tmp_path / "many" / rel, docs[:1])
+    with pytest.raises(TokshardError) as refused_with:
+        list_files([str(tmp_path / "many")], ".")
+    advised = re.search(r"e\.g\. '([^']+)' \(quoted\)", str(refused_with.value)).group(1)
+    assert advised == f"{tmp_path / 'many'}/**/*.jsonl", str(refused_with.value)
+    assert len(list_files([advised], ".")) == 3
