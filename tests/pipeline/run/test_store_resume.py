@@ -74,18 +74,24 @@ def test_lost_objects_are_redone_by_the_first_rerun_and_status_says_so(s3_server
     assert_same_as_local(s3_server, bucket, "run", ref)
 
 
-def test_a_finished_store_run_whose_manifest_was_edited_gets_it_written_again_by_its_rerun(
-    s3_server, store_setup
-):
-    """As in a folder: the edited manifest was kept by "already complete; nothing to do"."""
-    recipe, ref = store_setup
+def finished_with_edited_manifest(s3_server, recipe, total: str) -> tuple[str, str]:
+    """A finished store run (bucket, its URL) whose manifest's ``total`` was then edited by hand."""
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/run"
     cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
     s3 = s3_server.client()
     doc = json.loads(s3.get_object(Bucket=bucket, Key="run/manifest.json")["Body"].read())
-    doc["totals"]["tokens"] += 1
+    doc["totals"][total] += 1
     s3.put_object(Bucket=bucket, Key="run/manifest.json", Body=json.dumps(doc).encode())
+    return bucket, url
+
+
+def test_a_finished_store_run_whose_manifest_was_edited_gets_it_written_again_by_its_rerun(
+    s3_server, store_setup
+):
+    """As in a folder: the edited manifest was kept by "already complete; nothing to do"."""
+    recipe, ref = store_setup
+    bucket, url = finished_with_edited_manifest(s3_server, recipe, "tokens")
     status = json.loads(cli("status", url, "--json", check=True).stdout)
     assert "write the manifest again from the run's records" in status["rerun"], status["rerun"]
     rerun = cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
@@ -103,13 +109,8 @@ def test_a_store_rerun_that_writes_the_manifest_again_checks_the_shards_contents
     for the shards' contents: the store's rerun reads each once, says so, and redoes the partition;
     `status` says beforehand that it will check them."""
     recipe, ref = store_setup
-    bucket = s3_server.new_bucket()
-    url = f"s3://{bucket}/run"
-    cli("prepare", str(recipe), "--out", url, "--workers", "1", check=True)
+    bucket, url = finished_with_edited_manifest(s3_server, recipe, "documents")
     s3 = s3_server.client()
-    doc = json.loads(s3.get_object(Bucket=bucket, Key="run/manifest.json")["Body"].read())
-    doc["totals"]["documents"] += 1
-    s3.put_object(Bucket=bucket, Key="run/manifest.json", Body=json.dumps(doc).encode())
     key = "run/text/train/00002-0000.bin"
     data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     data[len(data) // 2] ^= 0x01
