@@ -265,6 +265,27 @@ def driver_libraries(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ..
     return _libraries(names)
 
 
+def check_driver_libraries(names: tuple[str, ...]) -> None:
+    """Refuse, before anything is made, a run whose own encoder libraries cannot be imported
+    here (a wheel whose native module is missing or needs another glibc, a broken copy first on
+    the path): the run planned, made --out and died in a traceback at the tokenizer's load."""
+    import importlib.util
+
+    for name, version in driver_libraries(names):
+        if version is not None and not version.startswith(FAILS_TO_IMPORT):
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        where = f" (from {spec.origin or spec.submodule_search_locations[0]})" if spec else ""
+        said = "is not installed" if version is None else version.removeprefix("that ")
+        raise TokshardError(
+            f"{name} {said} here{where}, and this run needs it; "
+            f"reinstall it (pip install --force-reinstall {name}) or take the broken copy off the path"
+        )
+
+
 def shown(identity: tuple[str | None, str | None]) -> str:
     version, fingerprint = identity
     if fingerprint is None:

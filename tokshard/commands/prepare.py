@@ -346,6 +346,7 @@ def batch_jobs(args: argparse.Namespace) -> BatchJobs | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipeline.run.code_check import check_driver_libraries
     from pipeline.run.driver import RunOptions, prepare
     from pipeline.run.open_state import open_run_state
     from trainer.console import reporting
@@ -361,6 +362,7 @@ def run(args: argparse.Namespace) -> int:
     out = recipe.settings.out
     if not out:
         raise TokshardError('no output folder: pass --out DIR (or set out = "..." in the recipe)')
+    check_driver_libraries(encoder_libraries(recipe.settings.encoder))  # before --out is touched
     state = open_run_state(out)  # a recipe's out = "..." has not been through argparse: checked here
     if not (args.scheduler or args.cluster):
         from pipeline.run.cluster import check_local_workers
@@ -379,6 +381,15 @@ def run(args: argparse.Namespace) -> int:
     with reporting(f"prepared {path}"):
         print(prepared_line(path, doc, time.monotonic() - started))
     return 0
+
+
+def encoder_libraries(encoder: str) -> tuple[str, ...]:
+    """The libraries a run with ``--encoder`` must import here: the reference always, and the
+    back end named (auto: whichever the check picks, and it passes over one that fails)."""
+    from pipeline.encoding import BACKEND_NAMES
+    from pipeline.encoding.backend import REFERENCE
+
+    return tuple(dict.fromkeys((REFERENCE, *([encoder] if encoder in BACKEND_NAMES else []))))
 
 
 def prepared_line(path: Path | str, data: dict[str, Any], seconds: float) -> str:

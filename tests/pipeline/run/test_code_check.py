@@ -56,3 +56,30 @@ def test_a_library_that_is_found_but_fails_to_import_says_why(tmp_path):
     assert (
         probed(tmp_path, "fastokens") == "that fails to import (ImportError: no native module for this CPU)"
     )
+
+
+def test_a_prepare_whose_own_reference_library_fails_to_import_is_one_line_and_makes_nothing(
+    tmp_path, docs, tokenizer_path
+):
+    """`tokenizers` broken on the driver (its native module missing, as from a wheel for another
+    machine): the run planned, made --out and died in a 35-line traceback; a driver and workers
+    sharing the copy passed the worker check, the failure being the same on both sides."""
+    import tokenizers
+    from support import cli, one_error_line, write_jsonl
+
+    shutil.copytree(Path(tokenizers.__file__).parent, tmp_path / "lib" / "tokenizers")
+    for native in (tmp_path / "lib" / "tokenizers").glob("*.so"):
+        native.unlink()
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:5])
+    out = tmp_path / "deep" / "out"
+    proc = cli(
+        "prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(out),
+        env={"PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path / 'lib'}"}, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = one_error_line(proc)
+    assert (
+        line.startswith("tokshard: error: tokenizers fails to import (ModuleNotFoundError")
+        and str(tmp_path / "lib" / "tokenizers") in line
+    ), line
+    assert not (tmp_path / "deep").exists()
