@@ -555,21 +555,53 @@ def test_a_cache_folder_given_as_a_url_says_it_takes_a_local_folder(url):
         local_folder_arg(url)
 
 
+def tokshard_copy(folder: Path) -> Path:
+    """tokshard's packages copied into ``folder``, to be run from there (``PYTHONPATH``)."""
+    for package in ("pipeline", "trainer", "tokshard"):
+        shutil.copytree(REPO / package, folder / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
+def rename_skipped_text(copy: Path) -> None:
+    """Take from the copy the name a prepare imports last, at its final line."""
+    status = copy / "pipeline" / "run" / "status.py"
+    status.write_text(status.read_text().replace("def skipped_text(", "def renamed_since(", 1))
+
+
 def test_tokshards_code_changed_under_a_running_command_is_one_line(tmp_path, docs, tokenizer_path):
     """tokshard's modules load as first used: an upgrade under a long prepare mixed old with new
     ("cannot import name 'MANIFEST_MISSING'") and ended a run that had written its manifest in
-    a traceback, exit 1. Here a copy of tokshard whose module the run imports last has lost the
-    name that run asks of it."""
-    copy = tmp_path / "tokshard-copy"
-    for package in ("pipeline", "trainer", "tokshard"):
-        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    status = copy / "pipeline" / "run" / "status.py"
-    status.write_text(status.read_text().replace("def skipped_text(", "def renamed_since(", 1))
-    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    a traceback, exit 1. Here the module the run imports last loses that name while it runs."""
+    copy = tokshard_copy(tmp_path / "tokshard-copy")
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:200])
     args = ["prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o")]
-    proc = cli(*args, "--workers", "1", env={"PYTHONPATH": str(copy)}, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    line = proc.stderr.strip().splitlines()[-1]
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    cmd = [sys.executable, "-m", "tokshard", *args, "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    assert "planning partitions" in proc.stderr.readline()
+    rename_skipped_text(copy)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 2, err
+    assert "Traceback" not in err and (tmp_path / "o" / "manifest.json").is_file()
+    line = err.strip().splitlines()[-1]
     assert line.startswith("tokshard: error: tokshard's code changed on disk while this command ran")
     assert "run the same command again" in line
+
+
+def test_a_broken_tokshard_installation_is_said_to_be_one_not_an_upgrade(tmp_path, docs, tokenizer_path):
+    """The same missing name in a copy that was so before the command began: "the code changed
+    while this command ran, run it again" was false, and the rerun said it again, forever."""
+    copy = tokshard_copy(tmp_path / "tokshard-copy")
+    rename_skipped_text(copy)
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    args = ["prepare", "--input", str(data), "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o")]
+    for _ in range(2):
+        proc = cli(*args, "--workers", "1", env={"PYTHONPATH": str(copy)}, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert (
+            proc.stderr.strip()
+            .splitlines()[-1]
+            .startswith(
+                "tokshard: error: tokshard's installation is broken (pipeline.run.status: cannot import name"
+            )
+        )

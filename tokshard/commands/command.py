@@ -18,6 +18,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -241,18 +242,47 @@ def path_refused(exc: OSError) -> TokshardError | None:
 OWN_PACKAGES = ("pipeline", "trainer", "tokshard")
 
 
+#: when this process started (its own clock): a module of tokshard's changed since is an upgrade
+#: under the running command
+STARTED = time.time()
+
+
 def code_changed_under(exc: ImportError) -> TokshardError | None:
     """An import of tokshard's own code that fails while a command runs (None for any other):
     its modules load as first used, so an upgrade or checkout under a long run mixes old ones
     with new ("cannot import name X" after a finished prepare had written its manifest). What
-    the command finished is on disk, and a rerun, all in the new code, goes on from it."""
+    the command finished is on disk, and a rerun, all in the new code, goes on from it. Where
+    the module is no newer than the command, the installation itself is broken: a rerun would
+    fail the same way, so that is said instead."""
     name = exc.name or ""
     if name.split(".", 1)[0] not in OWN_PACKAGES:
         return None
+    if _changed_since_start(exc.path or _module_file(name)):
+        return TokshardError(
+            f"tokshard's code changed on disk while this command ran ({name}: {exc}; an upgrade or "
+            "checkout under a running command?); what it finished is kept: run the same command again"
+        )
     return TokshardError(
-        f"tokshard's code changed on disk while this command ran ({name}: {exc}; an upgrade or "
-        "checkout under a running command?); what it finished is kept: run the same command again"
+        f"tokshard's installation is broken ({name}: {exc}); reinstall tokshard (or check out a whole "
+        "commit), then run the same command again"
     )
+
+
+def _module_file(name: str) -> str | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec else None
+
+
+def _changed_since_start(path: str | None) -> bool:
+    try:
+        return path is not None and os.stat(path).st_mtime >= STARTED
+    except OSError:  # gone since: changed
+        return True
 
 
 def open_files_exhausted(exc: BaseException) -> TokshardError | None:
