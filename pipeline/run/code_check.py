@@ -313,12 +313,22 @@ def _library_shown(name: str, version: str | None) -> str:
     return f"{name} {version}"
 
 
-def _install_advice(name: str, ours: str | None) -> str:
+def _install_advice(name: str, ours: str | None, theirs: str | None = None) -> str:
     """What to install on every worker: the driver's release, or (a copy without package
-    metadata, which no version names) the driver's copy itself."""
+    metadata, which no version names) the driver's copy itself. A worker's own copy without
+    metadata shadows whatever is installed there: installing cannot help until it is gone."""
+    if (
+        theirs is not None
+        and theirs.startswith(UNKNOWN_VERSION)
+        and not (ours or "").startswith(UNKNOWN_VERSION)
+    ):
+        return (
+            f"take that copy off the workers' path (`python -c 'import {name}; print({name}.__file__)'` "
+            f"on a worker shows where it is), so that they import the installed {name}=={ours}"
+        )
     if ours is None or ours.startswith((UNKNOWN_VERSION, FAILS_TO_IMPORT)):
-        return f"install the {name} this driver imports"
-    return f"install {name}=={ours} (the driver's)"
+        return f"install the {name} this driver imports on every worker"
+    return f"install {name}=={ours} (the driver's) on every worker"
 
 
 def library_mismatch(address: str, name: str, theirs: str | None) -> TokshardError:
@@ -326,7 +336,7 @@ def library_mismatch(address: str, name: str, theirs: str | None) -> TokshardErr
     ours = dict(driver_libraries((name,)))[name]
     return TokshardError(
         f"Dask worker {address} has {_library_shown(name, theirs)}, this driver {_library_shown(name, ours)}, "
-        f"and the ids this run writes depend on it; {_install_advice(name, ours)} on every worker, "
+        f"and the ids this run writes depend on it; {_install_advice(name, ours, theirs)}, "
         "restart the workers, then rerun"
     )
 

@@ -83,3 +83,13 @@ def test_a_prepare_whose_own_reference_library_fails_to_import_is_one_line_and_m
         and str(tmp_path / "lib" / "tokenizers") in line
     ), line
     assert not (tmp_path / "deep").exists()
+
+
+def test_a_worker_copy_without_metadata_is_told_to_go_not_to_install_the_release():
+    """ "install fastokens==X on every worker" could not help a worker whose copy without package
+    metadata shadows the X it has installed (pip: already satisfied; the rerun failed the same)."""
+    from pipeline.run.code_check import library_mismatch
+
+    line = str(library_mismatch("tcp://w:1", "fastokens", f"{UNKNOWN_VERSION} (code 0123456789ab)"))
+    assert "take that copy off the workers' path" in line and "install fastokens==" not in line
+    assert f"import the installed fastokens=={library_version('fastokens')}" in line
