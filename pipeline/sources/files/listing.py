@@ -546,7 +546,9 @@ def _input_endings_below(folder: str) -> list[str]:
     try:
         with os.scandir(folder) as entries:
             subfolders = sorted(
-                e.path for _, e in zip(range(SUGGEST_FROM), entries, strict=False) if e.is_dir()
+                e.path
+                for _, e in zip(range(SUGGEST_FROM), entries, strict=False)
+                if e.is_dir() and not e.name.startswith((".", "_"))  # (what a ** glob passes over)
             )
     except OSError:
         return []

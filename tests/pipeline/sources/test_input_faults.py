@@ -1121,6 +1121,8 @@ def test_a_folder_of_folders_of_inputs_is_answered_with_a_glob_that_reaches_them
     matches nothing there."""
     for rel in ("a00/b/x.jsonl", "a00/b/y.jsonl", "a01/z.jsonl"):
         write_jsonl(tmp_path / "many" / rel, docs[:1])
+    (tmp_path / "many" / ".cache").mkdir()  # a hidden folder, which ** passes over, is not asked
+    (tmp_path / "many" / ".cache" / "x.parquet").write_bytes(b"PAR1")
     with pytest.raises(TokshardError) as refused_with:
         list_files([str(tmp_path / "many")], ".")
     advised = re.search(r"e\.g\. '([^']+)' \(quoted\)", str(refused_with.value)).group(1)
