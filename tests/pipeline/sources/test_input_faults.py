@@ -659,6 +659,25 @@ def test_a_file_of_nul_bytes_is_refused_as_no_text(tmp_path, docs, tokenizer_pat
     assert "leave it out of the inputs" in one_error_line(proc)
 
 
+@pytest.mark.parametrize("zeros", [2 << 20, 17 << 20], ids=["read-whole", "streamed"])
+def test_a_txt_of_text_then_nul_bytes_is_refused_naming_where_they_start(
+    tmp_path, docs, tokenizer_path, zeros
+):
+    """A .txt cut by a crash: its text, then zeros where its last blocks were never written.
+    Its start passed the head check, and its NULs became that many tokens, exit 0."""
+    text = ("\n".join(docs) * 40).encode()[: 600 << 10]
+    (tmp_path / "in").mkdir()
+    with open(tmp_path / "in" / "cut.txt", "wb") as f:
+        f.write(text)
+        f.truncate(len(text) + zeros)  # (a .txt over 16 MiB is streamed)
+    proc = prepare_cli(tmp_path, "in/cut.txt", tokenizer=tokenizer_path)
+    refused(
+        proc,
+        f"{tmp_path / 'in' / 'cut.txt'} holds a run of NUL bytes from byte {len(text):,} on",
+        tmp_path / "out",
+    )
+
+
 @pytest.mark.parametrize(
     ("codec", "found"),
     [

@@ -6,6 +6,7 @@ import codecs
 from collections.abc import Iterator
 from typing import Any
 
+from pipeline.format.errors import DataError
 from pipeline.format.provenance import Input
 from pipeline.sources.base import Record
 from pipeline.sources.files.access import open_binary
@@ -22,6 +23,22 @@ def where_undecodable(path: str, at: int) -> str:
     """A file that is one document names the byte where it stops being UTF-8: a Latin-1
     book, say, shows its first é."""
     return f"{path} (byte {at:,})"
+
+
+#: a run of NUL bytes no text holds: where a file has one, it is preallocated, or was cut by a
+#: crash (zeros where its last blocks were never written), or binary, and a .txt of it was read
+#: as that many NUL tokens
+NUL_RUN = bytes(4096)
+
+
+def refuse_nul_run(path: str, data: bytes, before: int = 0) -> None:
+    """Refuse ``data`` (bytes of ``path`` from ``before`` on) where it holds a `NUL_RUN`."""
+    at = data.find(NUL_RUN)
+    if at >= 0:
+        raise DataError(
+            f"{path} holds a run of NUL bytes from byte {before + at:,} on, not text: a file preallocated "
+            "or cut short by a crash, or binary data; repair it or leave it out of the inputs"
+        )
 
 
 class TextStream:
@@ -41,6 +58,7 @@ class TextStream:
             if chunk.startswith(codecs.BOM_UTF8):  # a BOM is no text (as in JSON lines)
                 chunk, read = chunk[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
             while chunk:
+                refuse_nul_run(self.path, chunk, read)
                 yield self._decoded(decoder, chunk, read)
                 read += len(chunk)
                 chunk = f.read(_STREAM_CHUNK)
@@ -80,6 +98,7 @@ class TextReader(Reader):
             data = f.read()
         check_compression(path, ".txt", data[:HEAD_BYTES])
         check_text_head(path, data[:HEAD_BYTES], ".txt")
+        refuse_nul_run(path, data)
         where = path
         try:
             text, bad = data.decode("utf-8-sig"), None  # a BOM is no text (as in JSON lines)
