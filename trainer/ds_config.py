@@ -208,6 +208,10 @@ def _known_optimizer(kind: str) -> bool:
     return kind.lower() in DEEPSPEED_OPTIMIZERS or isinstance(getattr(torch.optim, kind, None), type)
 
 
+#: the scheduler kind of a config without one (a constant learning rate)
+NO_SCHEDULER = "none"
+
+
 def _known_scheduler(kind: str) -> bool:
     import torch
     from deepspeed.runtime import lr_schedules
@@ -318,6 +322,12 @@ class EngineConfig:
     @property
     def precision(self) -> str:
         return precision(self.resolved)
+
+    @property
+    def scheduler(self) -> str:
+        """The learning-rate scheduler's kind: its config type (DeepSpeed's schedule or a torch
+        class name), or `NO_SCHEDULER`."""
+        return (self.resolved.get("scheduler") or {}).get("type") or NO_SCHEDULER
 
     @property
     def zero_stage(self) -> int:

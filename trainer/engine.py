@@ -13,6 +13,7 @@ import torch
 from pipeline.format.errors import TokshardError
 from trainer import distributed, models
 from trainer.checkpoint.load import universal_tag
+from trainer.checkpoint.resume import steps_on_count
 from trainer.plan import Plan
 
 
@@ -151,17 +152,8 @@ def kept_schedule(engine, run: RunOptimizer) -> list[str]:
 
 
 def replayable(schedule: Any) -> bool:
-    """A torch scheduler whose ``step()`` needs nothing but the step count, so `replay` can
-    take it to a checkpoint's position. ReduceLROnPlateau steps on a metric the checkpoint
-    does not hold: its loaded state is the only one that knows where it is."""
-    if not isinstance(schedule, torch.optim.lr_scheduler.LRScheduler):
-        return False
-    needed = [
-        p
-        for p in inspect.signature(schedule.step).parameters.values()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    return not needed
+    """A torch scheduler `replay` can take to a checkpoint's position (`steps_on_count`)."""
+    return isinstance(schedule, torch.optim.lr_scheduler.LRScheduler) and steps_on_count(type(schedule))
 
 
 def keep_run_optimizer(engine, run: RunOptimizer) -> list[str]:
@@ -204,10 +196,10 @@ def resume_schedule(engine, run: RunOptimizer) -> tuple[float, float]:
     was = float(engine.get_lr()[0])
     schedule = getattr(engine, "lr_scheduler", None)
     at = getattr(schedule, "last_batch_iteration", None)
-    if isinstance(at, int) and at >= 0:
-        schedule.step(at)  # DeepSpeed's schedules: the rate of iteration `at`, set into the optimizer
-    elif run.schedule is not None:
+    if run.schedule is not None:
         replay(schedule, engine.optimizer, run)
+    elif isinstance(at, int) and at >= 0:
+        schedule.step(at)  # DeepSpeed's schedules: the rate of iteration `at`, set into the optimizer
     elif schedule is None:
         for group, ours in zip(engine.optimizer.param_groups, run.groups, strict=False):
             group["lr"] = ours["lr"]
@@ -217,8 +209,9 @@ def resume_schedule(engine, run: RunOptimizer) -> tuple[float, float]:
 def replay(schedule, optimizer, run: RunOptimizer) -> None:
     """A torch scheduler with this run's settings, stepped from its start (the rates it set at
     construction) to the position the checkpoint's had reached: its chainable steps need each
-    step before."""
-    position = schedule.last_epoch
+    step before. A DeepSpeed schedule's checkpoint left its position as ``last_batch_iteration``
+    (its load updates the scheduler's attributes): taken, and dropped, so no later save holds it."""
+    position = schedule.__dict__.pop("last_batch_iteration", schedule.last_epoch)
     schedule.load_state_dict(copy.deepcopy(run.schedule))
     for group, ours in zip(optimizer.param_groups, run.groups, strict=False):
         group["lr"] = ours["lr"]

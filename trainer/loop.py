@@ -515,6 +515,7 @@ class Steps:
             steps=self.settings.optim.steps,
             zero_stage=plan.engine.zero_stage,
             precision=plan.engine.precision,
+            scheduler=plan.engine.scheduler,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
             eval_pending=self.unevaluated == self.step,
             run_dir=None

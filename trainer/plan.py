@@ -221,6 +221,7 @@ def checked_checkpoint(
     resume.check_model(saved[1], spec.name, spec.limits.vocab_size)
     resume.check_zero_stage(saved[1], engine.zero_stage)
     resume.check_precision(saved[1], engine.precision)
+    resume.check_scheduler(saved[1], engine.scheduler)
     resume.check_batch(
         saved[1], engine.global_batch, engine.batch_layout(), settings.checkpoint.allow_batch_change
     )

@@ -237,6 +237,56 @@ def test_an_unchanged_one_cycle_resume_says_nothing_of_the_momentum_it_cycles(ma
     assert betas[0] == pytest.approx(betas[1])
 
 
+SCHEDULERS = {
+    "OneCycleLR": {"type": "OneCycleLR", "params": {"max_lr": 0.01, "total_steps": 10}},
+    "CyclicLR": {"type": "CyclicLR", "params": {"base_lr": 0.0001, "max_lr": 0.01, "step_size_up": 2}},
+    "ReduceLROnPlateau": {"type": "ReduceLROnPlateau", "params": {"factor": 0.5, "patience": 0}},
+    "StepLR": {"type": "StepLR", "params": {"step_size": 1, "gamma": 0.5}},
+}
+
+
+@pytest.mark.parametrize(
+    "was, now",
+    [("OneCycleLR", "CyclicLR"), ("CyclicLR", "ReduceLROnPlateau"), ("StepLR", "ReduceLROnPlateau")],
+)
+def test_a_resume_with_a_scheduler_that_cannot_go_on_from_the_checkpoints_is_refused(
+    manifest, tmp_path, was, now
+):
+    """Another scheduler kind whose state the checkpoint's cannot become (DeepSpeed loads it
+    into this run's): a KeyError traceback, a "cannot be loaded ... start a new run", or the
+    other kind's state kept with no word. Now one line naming both, exit 2, before any load."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--lr", "1e-3"]
+    save = tmp_path / "ck"
+    first = with_optimizer(tmp_path, "was.json", SCHEDULERS[was])
+    launch(*common, "--deepspeed", str(first), "--stop-at", "2", "--save", str(save))
+    cmd = [sys.executable, "-m", "tokshard", "train", *common, "--save", str(save), "--resume",
+           "--deepspeed", str(with_optimizer(tmp_path, "now.json", SCHEDULERS[now]))]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (
+        f"--resume: the checkpoint's learning-rate scheduler is {was}, this run's --deepspeed config names "
+        f"{now}, which cannot go on from a {was} state; resume with the scheduler section the checkpoint "
+        f"was saved with ({was})"
+    ) in proc.stderr
+    assert [t["step"] for t in metrics(save)[0]] == [1, 2]
+
+
+def test_a_resume_from_a_deepspeed_schedule_with_a_torch_one_replays_it_without_warnings(manifest, tmp_path):
+    """A checkpoint of DeepSpeed's WarmupCosineLR resumed with torch's StepLR (halving each
+    step): steps 3 and 4 train at 1e-3 x 0.5^2 and 0.5^3, the note says so, and torch's
+    warnings of the replay's steps (printed before) are not on the console."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "4", "--lr", "1e-3"]
+    save = tmp_path / "ck"
+    launch(*common, "--deepspeed", str(CONFIGS / "zero0-fp32.json"), "--stop-at", "2", "--save", str(save))
+    step = with_optimizer(tmp_path, "step.json", SCHEDULERS["StepLR"])
+    resumed = launch(*common, "--deepspeed", str(step), "--save", str(save), "--resume")
+    assert [t["lr"] for t in metrics(save)[0]][2:] == pytest.approx([2.5e-4, 1.25e-4])
+    assert "the learning rate follows this run's schedule from step 3: 2.50e-04 there" in resumed.stdout
+    assert "Warning" not in resumed.stdout + resumed.stderr, resumed.stderr
+
+
 @pytest.mark.parametrize("console", ["a reader that quits", "a full disk"])
 def test_a_console_that_goes_away_leaves_the_run_training(manifest, tmp_path, console):
     """`tokshard train ... | head` or `> train.log` on a full disk (here /dev/full): the run goes

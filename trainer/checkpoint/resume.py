@@ -10,12 +10,14 @@ or added sources need no flag, since the schedule continues every source where i
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from trainer.checkpoint.state import DataState, SourceShards, TrainerState
+from trainer.ds_config import NO_SCHEDULER
 from trainer.schedule import Schedule, SourceInfo
 
 
@@ -170,6 +172,56 @@ def check_precision(saved: TrainerState, precision: str) -> None:
             f"{precision}, and DeepSpeed cannot load one precision's optimizer state into another; resume "
             f"with the --deepspeed config it was saved with ({was}), or start a new run in another --save"
         )
+
+
+def check_scheduler(saved: TrainerState, kind: str) -> None:
+    """The learning-rate scheduler's kind is the checkpoint's, or one that `takes_over` its
+    state: DeepSpeed loads the checkpoint's scheduler state into this run's scheduler, which
+    failed with a traceback, a wrong "cannot be loaded" or went on silently with the other
+    kind's state."""
+    was = saved.scheduler
+    if was is None or was == kind or takes_over(was, kind):
+        return
+    raise TokshardError(
+        f"--resume: the checkpoint's learning-rate scheduler is {was}, this run's --deepspeed config "
+        f"names {kind}, which cannot go on from a {was} state; resume with the scheduler section the "
+        f"checkpoint was saved with ({was}); a new schedule needs a new run in another --save"
+    )
+
+
+def takes_over(was: str, kind: str) -> bool:
+    """Whether a scheduler of ``kind`` goes on right from a checkpoint of scheduler ``was``: none
+    (this run's rate), a DeepSpeed schedule after another (both hold only their position), or a
+    torch scheduler that `steps_on_count` after any scheduler (it is replayed to the position)."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    if kind == NO_SCHEDULER:
+        return True
+    if kind in lr_schedules.VALID_LR_SCHEDULES:
+        return was in lr_schedules.VALID_LR_SCHEDULES
+    cls = getattr(torch.optim.lr_scheduler, kind, None)
+    base = torch.optim.lr_scheduler.LRScheduler
+    plain_load = isinstance(cls, type) and getattr(cls, "load_state_dict", None) is base.load_state_dict
+    return was != NO_SCHEDULER and plain_load and steps_on_count(cls)  # CyclicLR's load needs its own keys
+
+
+def steps_on_count(cls: type) -> bool:
+    """A torch scheduler class whose ``step()`` needs nothing but the step count, so a replay
+    can take it to a checkpoint's position. ReduceLROnPlateau steps on a metric the checkpoint
+    does not hold: its loaded state is the only one that knows where it is."""
+    import torch
+
+    if not issubclass(cls, torch.optim.lr_scheduler.LRScheduler):
+        return False
+    needed = [
+        p
+        for p in inspect.signature(cls.step).parameters.values()
+        if p.name != "self"
+        and p.default is p.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return not needed
 
 
 def check_seed(saved: TrainerState, seed: int | None) -> int:

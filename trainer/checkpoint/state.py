@@ -251,6 +251,9 @@ class TrainerState:
     #: not its --save: a resume that names no --run-dir is refused, not split between two
     #: (None: --save, or an older tokshard's, which recorded none)
     run_dir: str | None = None
+    #: the learning-rate scheduler's kind (`EngineConfig.scheduler`), whose state the checkpoint
+    #: holds (None: not recorded by an older tokshard)
+    scheduler: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -268,6 +271,7 @@ class TrainerState:
             "data_replaced_at": self.data_replaced_at,
             "eval_pending": self.eval_pending,
             "run_dir": self.run_dir,
+            "scheduler": self.scheduler,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
             "batches": [
@@ -299,6 +303,7 @@ class TrainerState:
             data_replaced_at=int(d.get("data_replaced_at") or 0),
             eval_pending=bool(d.get("eval_pending", False)),
             run_dir=d.get("run_dir"),
+            scheduler=d.get("scheduler"),
         )
 
     def step_start(self, step: int) -> tuple[int, int]:
