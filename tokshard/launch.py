@@ -11,11 +11,13 @@ without the interpreter's teardown, which that thread would abort.
 Before anything else, a stdout or stderr closed at exec becomes /dev/null
 (`trainer.console.closed_streams_to_devnull`), stderr one whose failed writes never change the
 exit status (`trainer.console.forgive_stderr`), and a command run in a folder removed meanwhile
-is refused in one line (`current_folder_gone`).
+is refused in one line (`current_folder_gone`). A crash in native code (a SIGSEGV in a library's
+Rust or C++) prints the Python stack of every thread (`faulthandler`), so a report can say where.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -36,6 +38,7 @@ NOTED = (signal.SIGINT, *STOPPING)
 
 def main() -> int:
     closed_streams_to_devnull()
+    faulthandler.enable()  # a crash in native code (SIGSEGV, SIGBUS) says where, on stderr
     forgive_stderr()
     if (gone := current_folder_gone()) is not None:
         print(error_line(gone), file=sys.stderr)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
-from support import cli, one_error_line, write_jsonl
+from support import REPO, cli, one_error_line, write_jsonl
 
 from tokshard.cli import COMMANDS, build_parser, main
 from tokshard.commands import prepare
@@ -198,3 +200,19 @@ def test_a_recipes_non_ascii_name_under_an_ascii_locale_is_one_line_and_leaves_n
     line = one_error_line(proc)
     assert says.replace("ä", "\\xe4") in line and line.endswith(LOCALE_FIX), line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_crash_in_native_code_says_where_it_happened():
+    """A prepare driver killed by SIGSEGV (a native crash, once in a suite) left only its exit
+    status: the command line now has faulthandler on, so the Python stack of the crash is on
+    stderr. The crash here is a real one (a read at address 0), in place of a command."""
+    code = (
+        "import ctypes, sys\n"
+        "import tokshard.cli\n"
+        "tokshard.cli.main = lambda: ctypes.string_at(0)\n"
+        "from tokshard.launch import main\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == -11, proc.stderr
+    assert "Fatal Python error: Segmentation fault" in proc.stderr and "<lambda>" in proc.stderr, proc.stderr
