@@ -42,6 +42,7 @@ from trainer.run_folders import (
     run_folder,
     run_record,
     run_record_files,
+    same_folder,
     start_over,
     take_back_unrecorded,
 )
@@ -246,7 +247,7 @@ def say_where_logged(plan: Plan, run_dir: Path, log: MetricsLog) -> None:
     did): a resume line says where the steps in between are, where the record had a gap."""
     point = plan.resume
     logged_in = Path(point.state.run_dir) if point.state.run_dir else point.save_dir
-    if logged_in.resolve() == run_dir.resolve():
+    if same_folder(logged_in, run_dir):
         return
     log.resumed(
         step=point.state.step,

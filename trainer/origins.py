@@ -24,6 +24,7 @@ from pipeline.format.provenance import UNKNOWN, Origins, ProvenanceError, decode
 #: (manifest, source, input as a sidecar names it) -> what changed in that input since prepare
 #: read it (None: nothing that can be told). The application gives it (`tokshard samples`):
 #: comparing an input with its record is the sources' knowledge, which the trainer does not import.
+#: It is asked for each document traced, so it remembers its answers (``ChangedInputs`` does).
 InputCheck = Callable[[Manifest, str, str], str | None]
 
 
@@ -76,7 +77,6 @@ class StreamOrigins:
         self.manifest = manifest
         self.source = source
         self.input_check = input_check
-        self._changed: dict[str, str | None] = {}
         self.shards = manifest.select(source, split)
         if all(s.origin_hash is None for s in manifest.shards):
             raise without_provenance(manifest)
@@ -125,12 +125,11 @@ class StreamOrigins:
         return raw
 
     def changed(self, name: str) -> str | None:
-        """What changed in input ``name`` since prepare read it (asked once per input)."""
+        """What changed in input ``name`` since prepare read it (the check says it once and
+        remembers it: every stream of a manifest asks the same inputs)."""
         if self.input_check is None or not name:
             return None
-        if name not in self._changed:
-            self._changed[name] = self.input_check(self.manifest, self.source, name)
-        return self._changed[name]
+        return self.input_check(self.manifest, self.source, name)
 
     def origin(self, doc: int) -> dict[str, Any]:
         """Document ``doc`` of the stream: its input and place (``line``, ``row`` or ``offset``),
