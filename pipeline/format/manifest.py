@@ -65,8 +65,9 @@ class Manifest:
     """A loaded manifest: shards in order, with the facts a reader must check."""
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        #: called with a shard's .bin path (or its .origin sidecar's) before it is opened; the data
-        #: cache of a manifest URL sets it to download the file first (None: they are local already)
+        #: called with a shard's .bin path (or its .origin sidecar's, or its .idx's where only that
+        #: is read) before it is opened; the data cache of a manifest URL sets it to download the
+        #: file first (None: they are local already)
         self.ready: Callable[[Path], None] | None = None
         self.path = path
         #: the folder the shard paths are relative to: a manifest.json that is itself a symbolic
