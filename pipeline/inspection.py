@@ -28,22 +28,30 @@ COUNTED = {
 
 
 def doc_lengths(m: manifest_mod.Manifest, source: str, split: str) -> np.ndarray:
-    """Tokens per document (EOS excluded), read from the .idx files only."""
-    parts = [_index(e, m.dtype).lengths for e in m.select(source, split)]
+    """Tokens per document (EOS excluded), read from the .idx files only (a manifest URL's
+    fetched alone: `ready`)."""
+    parts = [_index(m, e).lengths for e in m.select(source, split)]
     return (np.concatenate(parts) - 1) if parts else np.zeros(0, dtype=np.int32)
 
 
-def _index(entry: ShardEntry, dtype: str):
+def _index(m: manifest_mod.Manifest, entry: ShardEntry):
     """A shard's parsed .idx, as many documents and tokens as the manifest says it holds; a
     missing or damaged one is one line naming it (exit 1). (A flipped length showed as a
-    document of a million tokens in the statistics.)"""
-    path = entry.bin_path.with_suffix(".idx")
+    document of a million tokens in the statistics.) A local .bin's size is checked too; a
+    manifest URL's .bin stays in its store unless its tokens are read (`_first_document`)."""
+    path = entry.idx_path
+    dtype = m.dtype
+    if m.ready is not None:
+        m.ready(path)
     try:
         index = Shard(entry.bin_path, dtype).index
     except (OSError, ShardFormatError) as exc:
-        _refuse_files_faults(entry)  # a file gone, a pointer, a pipe: said as `verify` says it
+        if m.ready is None:
+            _refuse_files_faults(entry)  # a file gone, a pointer, a pipe: said as `verify` says it
         raise _damaged(path, exc) from exc
-    if _size(entry.bin_path) != entry.bytes:  # one stat: a .bin gone or cut left its .idx shown as sound
+    if (
+        m.ready is None and _size(entry.bin_path) != entry.bytes
+    ):  # a .bin gone or cut left its .idx shown as sound
         _refuse_files_faults(entry)
     tokens = int(index.lengths.sum(dtype=np.int64))
     if (index.documents, tokens) != (entry.documents, entry.tokens):
@@ -70,9 +78,13 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _first_document(entry: ShardEntry, dtype: str) -> np.ndarray:
+def _first_document(m: manifest_mod.Manifest, entry: ShardEntry) -> np.ndarray:
     """The shard's first document, where the .bin is the one the manifest names (a replaced
-    one would show its bytes as a sample of text: `_index` has looked at its files)."""
+    one would show its bytes as a sample of text: `_index` has looked at its local files, and
+    the data cache checks a URL's .bin as it fetches it)."""
+    dtype = m.dtype
+    if m.ready is not None:
+        m.ready(entry.bin_path)
     try:
         return np.array(Shard(entry.bin_path, dtype).document(0)[:-1])
     except (OSError, ValueError, IndexError) as exc:  # missing, empty or short .bin
@@ -119,7 +131,7 @@ def summary(
                 framing = 0 if m.bos_id is None else 1
                 row["documents_without_text"] = int(np.count_nonzero(lengths == framing))
                 first = m.select(source, split)[0]
-                ids = _first_document(first, m.dtype)
+                ids = _first_document(m, first)
                 if tok is None:
                     from pipeline.encoding.tokenizer import load
 

@@ -142,6 +142,23 @@ def run_prepare(recipe_dict: dict, out: Path, client=None, where: str = "test", 
     return path
 
 
+def prepared_with_an_emptied_source(folder: Path, tokenizer: Path) -> Path:
+    """A manifest `tokshard prepare` made of a source of real text ('good') and one ('broken')
+    whose 12 records were all bad, skipped under on_bad_record = "skip": the manifest lists it
+    and its counts, with no shards."""
+    good = write_jsonl(folder / "good.jsonl", english_documents(200))
+    broken = folder / "broken.jsonl"
+    broken.write_text('{"text": "cut short\n' * 12)
+    recipe = folder / "recipe.toml"
+    recipe.write_text(
+        f'tokenizer = "{tokenizer}"\non_bad_record = "skip"\n'
+        f'[sources.good]\ntype = "files"\npaths = ["{good}"]\n'
+        f'[sources.broken]\ntype = "files"\npaths = ["{broken}"]\n'
+    )
+    cli("prepare", str(recipe), "--out", str(folder / "out"), "--workers", "1", check=True)
+    return folder / "out" / manifest_mod.MANIFEST_NAME
+
+
 def as_an_older_tokshard_left_it(out) -> None:
     """Make ``out`` what a tokshard that recorded no provenance left: no ``.origin`` sidecars
     and no open shard's origin logs, checkpoints (and the manifest) whose shard records have no

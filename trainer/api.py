@@ -35,6 +35,7 @@ from trainer.data import ModelLimits, check_vocabulary, sources_with_split
 from trainer.docmask import loss_targets
 from trainer.origins import StreamOrigins
 from trainer.packed import open_samples
+from trainer.run_folders import recorded_settings
 from trainer.sampler import DEFAULT_SEED, parse_mix, rank_positions
 from trainer.schedule import Schedule, token_shares, window_sources
 from trainer.settings import Packing
@@ -228,9 +229,15 @@ class TrainingSamples(torch.utils.data.IterableDataset):
 
     @classmethod
     def from_checkpoint(cls, save_dir: str | Path, tag: str | None = None, **kwargs: Any) -> TrainingSamples:
-        """The samples a ``tokshard train --resume`` from ``save_dir`` would train on next."""
+        """The samples a ``tokshard train --resume`` from ``save_dir`` would train on next.
+
+        What the checkpoint fixes (seq-len, split, packing, global batch, manifests, seed) is
+        taken from it, and ``eod_mask_loss`` from the run's record (the run.json of the folder
+        it logged into: the checkpoint's run folder, else ``save_dir``), False where that
+        records none. An argument given here wins over either."""
         save_dir = Path(save_dir)
         tag, checkpoint = (tag, read_tag(save_dir, tag)) if tag else read_state(save_dir)
+        kwargs.setdefault("eod_mask_loss", _recorded_eod_mask_loss(save_dir, checkpoint))
         kwargs.setdefault("seq_len", checkpoint.data.seq_len)
         kwargs.setdefault("split", checkpoint.data.train_split)
         kwargs.setdefault("packing", checkpoint.data.packing.mode)
@@ -240,6 +247,14 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         samples = cls(seed=checkpoint.seed, **kwargs)
         samples.load_state_dict(checkpoint.to_json())
         return samples
+
+
+def _recorded_eod_mask_loss(save_dir: Path, checkpoint: TrainerState) -> bool:
+    """Whether the run that saved ``checkpoint`` trained with ``--eod-mask-loss``, as its run.json
+    says (False where it says nothing: that run's targets are the plain ones)."""
+    run_dir = Path(checkpoint.run_dir) if checkpoint.run_dir else save_dir
+    model = recorded_settings(run_dir).get("model")
+    return isinstance(model, dict) and model.get("eod_mask_loss") is True
 
 
 def _embedding_rows(model: torch.nn.Module, embedding: torch.nn.Embedding | None) -> int:

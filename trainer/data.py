@@ -32,7 +32,7 @@ import numpy as np
 from pipeline.format import lfs_pointer
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.file_kind import require_file
-from pipeline.format.manifest import Manifest, ShardEntry, content_hash
+from pipeline.format.manifest import Manifest, ShardEntry, content_hash, dropped_text
 from pipeline.format.shard_reader import (
     DTYPES,
     Shard,
@@ -316,6 +316,38 @@ class WindowDataset:
 def sources_with_split(manifest: Manifest | Sequence[Manifest], split: str) -> list[str]:
     manifests = [manifest] if isinstance(manifest, Manifest) else manifest
     return [name for m in manifests for name in m.sources() if m.select(name, split)]
+
+
+def why_not_held(manifests: Sequence[Manifest], source: str, split: str) -> str:
+    """Why ``source`` has no shards of ``split`` in ``manifests``, as the source a message names:
+    no such source, a split prepare dropped every document of (and how many, as the manifest
+    records), or no such split."""
+    owner = next((m for m in manifests if source in m.sources()), None)
+    if owner is None:
+        names = [n for m in manifests for n in m.sources()]
+        return f"{source}, which is not a source of the manifest (its sources: {', '.join(names)})"
+    counts = owner.split_counts(source, split)
+    if counts is not None and not counts["documents"]:
+        dropped = counts["dropped_empty"] + sum((counts.get("skipped") or {}).values())
+        return (
+            f"{source}, which has no documents in its {split!r} split: prepare dropped all {dropped:,} of them "
+            f"({dropped_text(counts)}, as {owner.path} records)"
+        )
+    return f"{source}, which has no {split!r} split (its splits: {', '.join(owner.splits(source)) or 'none'})"
+
+
+def not_held_fix(manifests: Sequence[Manifest], sources: list[str], split: str, flag: str) -> str:
+    """What to do about ``flag`` naming ``sources`` that have no ``split`` shards: leave them out,
+    or, for one whose documents prepare dropped, mend its input and prepare again."""
+    emptied = any(
+        (c := m.split_counts(s, split)) is not None and not c["documents"]
+        for s in sources
+        for m in manifests
+        if s in m.sources()
+    )
+    one = len(sources) == 1
+    mend = f", or fix {'its input' if one else 'the input of those prepare emptied'} and prepare again"
+    return f"leave {'it' if one else 'them'} out of {flag}{mend if emptied else ''}"
 
 
 def source_owners(manifests: Sequence[Manifest]) -> dict[str, Manifest]:

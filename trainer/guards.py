@@ -12,7 +12,7 @@ from typing import NoReturn
 from pipeline.format.errors import TokshardError
 from pipeline.format.manifest import Manifest
 from trainer import models
-from trainer.data import shorter_than_a_window, sources_with_split
+from trainer.data import not_held_fix, shorter_than_a_window, sources_with_split, why_not_held
 from trainer.settings import EvalSettings, ModelSettings, TrainSettings
 
 
@@ -206,15 +206,16 @@ def evaluable(sources: list[str], split: str, short: dict[str, int], seq_len: in
     return kept
 
 
-def checked_mix(sources: list[str], split: str, mix: dict[str, float] | None) -> dict[str, float] | None:
-    """``--mix`` weights over the training sources (None when not given), naming only those."""
+def checked_mix(
+    manifests: list[Manifest], sources: list[str], split: str, mix: dict[str, float] | None
+) -> dict[str, float] | None:
+    """``--mix`` weights over the training sources (None when not given), naming only those; a
+    name that is none is one line saying why (no such source, no documents left by prepare, no
+    such split) and what to do."""
     if mix is None:
         return None
     unknown = sorted(set(mix) - set(sources))
     if unknown:
-        raise TokshardError(
-            f"--mix names {', '.join(unknown)}, which {'has' if len(unknown) == 1 else 'have'} no {split!r} "
-            "split in the manifest "
-            f"(sources: {', '.join(sources)})"
-        )
+        why = "; ".join(why_not_held(manifests, s, split) for s in unknown)
+        raise TokshardError(f"--mix names {why}; {not_held_fix(manifests, unknown, split, '--mix')}")
     return {s: mix.get(s, 0.0) for s in sources}

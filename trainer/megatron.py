@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.verify import files_faults
-from trainer.data import source_owners, sources_with_split
+from trainer.data import not_held_fix, source_owners, sources_with_split, why_not_held
 from trainer.sampler import mix_floor_notes, shares, token_floor_notes
 
 
@@ -42,7 +42,7 @@ def blend_of(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, 
     sources = sources_with_split(manifests, split)
     if not sources:
         return Blend()
-    check_mix_names(mix, sources, list(owners), split)
+    check_mix_names(mix, sources, manifests, split)
     shards = {s: owners[s].select(s, split) for s in sources}
     tokens = {s: sum(e.tokens for e in shards[s]) for s in sources}
     weights = mix if mix is not None else {s: float(n) for s, n in tokens.items() if n > 0}
@@ -64,19 +64,15 @@ def blend_of(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, 
     )
 
 
-def check_mix_names(mix: dict[str, float] | None, sources: list[str], owners: list[str], split: str) -> None:
-    """One line for a --mix name that is no source, or a source without ``split``."""
+def check_mix_names(
+    mix: dict[str, float] | None, sources: list[str], manifests: list[manifest_mod.Manifest], split: str
+) -> None:
+    """One line for a --mix name that is no source, a source prepare dropped every document of,
+    or one without ``split``."""
     unknown = sorted(set(mix or {}) - set(sources))
-    strangers = [s for s in unknown if s not in owners]
-    if strangers:
-        raise TokshardError(
-            f"--mix names {', '.join(strangers)}, which {'is not a source' if len(strangers) == 1 else 'are not sources'} "
-            f"of the manifest (its sources: {', '.join(owners)})"
-        )
     if unknown:
-        raise TokshardError(
-            f"--mix names {', '.join(unknown)}, which have no {split!r} split (sources: {', '.join(sources)})"
-        )
+        why = "; ".join(why_not_held(manifests, s, split) for s in unknown)
+        raise TokshardError(f"--mix names {why}; {not_held_fix(manifests, unknown, split, '--mix')}")
 
 
 def mix_notes(mix: dict[str, float], sources: list[str], drawn: dict[str, float]) -> list[str]:

@@ -123,7 +123,7 @@ def prepare(settings: TrainSettings) -> Plan:
         guards.windowless(manifests, settings.eval.split, evaluated, seq_len),
         seq_len,
     )
-    mix = guards.checked_mix(trained, split, settings.data.mix)
+    mix = guards.checked_mix(manifests, trained, split, settings.data.mix)
     if not settings.data.packing.packed:  # best-fit pads a document shorter than a window
         short = guards.windowless(manifests, split, trained, seq_len)
         trained = guards.trainable(trained, split, mix, short, seq_len)

@@ -7,8 +7,13 @@ second, and the share of time the loop waited for data.
 A resumed run appends to the same file and logs again the steps after its checkpoint; for
 each step the line written last is the one that counts (the run that carried on from there).
 A line cut short by a kill, or one another tool wrote (not a training or evaluation line with
-its fields), is skipped and counted. A training line's ``loss`` is null for a step that scored no
-target (``trainer.metrics``): a gap in the loss curve, passed over by the first and last loss.
+its fields), is skipped and counted. A training line's ``loss`` is null for a step that scored
+no target (``trainer.metrics``): a gap in the loss curve, passed over by the first and last loss.
+
+A resume line (a resume into a folder that had not logged up to its checkpoint) marks steps
+the record does not hold: those after the folder's last line up to the checkpoint are in the
+folder it names. The summary counts the steps held and says where the others are, and the
+curves break there instead of joining across them.
 """
 
 from __future__ import annotations
@@ -27,15 +32,34 @@ from trainer.metrics import METRICS_FILE, line_kind
 REPORT_FILE = "report.png"
 
 
+@dataclass(frozen=True)
+class Gap:
+    """Steps ``after`` + 1 to ``upto`` of the run, which another folder (``logged_in``) logged."""
+
+    after: int
+    upto: int
+    logged_in: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"after": self.after, "upto": self.upto, "logged_in": self.logged_in}
+
+
 @dataclass
 class Metrics:
     path: Path
     train: list[dict[str, Any]] = field(default_factory=list)  # one per logged step, by step
     evals: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0
-    #: the resume line a record starts with (a resume into a new --run-dir): the steps up to
-    #: its step are in its ``logged_in`` folder's record
-    starts_at: dict[str, Any] | None = None
+    #: the steps another folder logged, by step (from the record's resume lines): a record that
+    #: starts at a resume into a new --run-dir has one from step 0
+    gaps: list[Gap] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int:
+        """The last step the record has a line of."""
+        if self.train:
+            return self.train[-1]["step"]
+        return self.evals[-1]["step"] if self.evals else 0
 
 
 def metrics_path(run_dir: str | Path) -> Path:
@@ -57,7 +81,7 @@ def load(run_dir: str | Path) -> Metrics:
     train: dict[int, dict[str, Any]] = {}
     evals: dict[int, dict[str, Any]] = {}
     unreadable = 0
-    starts_at = None
+    resumes: list[dict[str, Any]] = []
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -73,8 +97,7 @@ def load(run_dir: str | Path) -> Metrics:
         elif kind == "train":
             train[record["step"]] = record
         elif kind == "resume":  # where a resume's steps before it were logged: no numbers
-            if not train and not evals:
-                starts_at = record
+            resumes.append(record)
         else:  # cut short by a kill, or not a line tokshard train wrote
             unreadable += 1
     if not train and not evals:
@@ -86,9 +109,21 @@ def load(run_dir: str | Path) -> Metrics:
         raise TokshardError(
             f"{path} has no training or evaluation lines yet; plot it once the run has logged"
         )
-    return Metrics(
-        path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], unreadable, starts_at
-    )
+    m = Metrics(path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], unreadable)
+    m.gaps = gaps(resumes, m.last_step)
+    return m
+
+
+def gaps(resumes: list[dict[str, Any]], last: int) -> list[Gap]:
+    """The steps up to ``last`` that the resume lines say another folder logged, by step; gaps
+    that overlap (or touch) are one, in the folder of the later one."""
+    found: list[Gap] = []
+    spans = [(r["last_here"], min(r["step"], last), r["logged_in"]) for r in resumes]
+    for after, upto, logged_in in sorted(s for s in spans if s[0] < s[1]):
+        if found and after <= found[-1].upto:
+            after = found.pop().after
+        found.append(Gap(after, upto, logged_in))
+    return found
 
 
 def numbers(m: Metrics) -> dict[str, Any]:
@@ -101,7 +136,8 @@ def numbers(m: Metrics) -> dict[str, Any]:
     last_eval = m.evals[-1] if m.evals else None
     return {
         "metrics": str(m.path),
-        "steps": m.train[-1]["step"] if m.train else (last_eval or {}).get("step", 0),
+        "steps": m.last_step,
+        "steps_held": m.last_step - sum(g.upto - g.after for g in m.gaps),
         "first_loss": scored[0] if scored else None,
         "last_loss": scored[-1] if scored else None,
         "first_eval_loss": first_eval["eval_loss"] if first_eval else None,
@@ -112,19 +148,18 @@ def numbers(m: Metrics) -> dict[str, Any]:
         "tokens_per_s": statistics.median(rates) if rates else 0.0,
         "data_wait_frac": statistics.fmean(waits) if waits else 0.0,
         "unreadable_lines": m.unreadable,
-        "resumed_at": m.starts_at["step"] if m.starts_at else None,
-        "steps_before_in": m.starts_at["logged_in"] if m.starts_at else None,
+        "gaps": [g.to_json() for g in m.gaps],
     }
 
 
 def plot(m: Metrics, png: Path, title: str | None = None) -> None:
     fig = figure(8, 8.5)
     loss_ax, rate_ax, wait_ax = fig.subplots(3, 1, sharex=True, height_ratios=[3, 1.3, 1.3])
-    steps = [r["step"] for r in m.train]
+    steps, rows = series(m)
     if m.train:
         # a step that scored no target (null) is a gap; with gaps, a dot on each step that scored
         # keeps one between two of them in sight
-        losses = [math.nan if r["loss"] is None else r["loss"] for r in m.train]
+        losses = [math.nan if r.get("loss") is None else r["loss"] for r in rows]
         dots = {"marker": ".", "ms": 4} if any(r["loss"] is None for r in m.train) else {}
         loss_ax.plot(steps, losses, color="tab:blue", lw=1.2, label="train loss", **dots)
     if m.evals:
@@ -150,17 +185,31 @@ def plot(m: Metrics, png: Path, title: str | None = None) -> None:
     loss_ax.set_ylabel("loss (nats/token)")
     loss_ax.grid(alpha=0.3)
     loss_ax.legend(loc="upper right")
-    rate_ax.plot(steps, [r["tokens_per_s"] for r in m.train], color="tab:green", lw=1.2)
+    rate_ax.plot(steps, [r.get("tokens_per_s", math.nan) for r in rows], color="tab:green", lw=1.2)
     rate_ax.set_ylabel("trained tokens/s")
     rate_ax.set_ylim(bottom=0)
     rate_ax.grid(alpha=0.3)
-    wait_ax.plot(steps, [100 * r["data_wait_frac"] for r in m.train], color="tab:red", lw=1.2)
+    wait_ax.plot(steps, [100 * r.get("data_wait_frac", math.nan) for r in rows], color="tab:red", lw=1.2)
     wait_ax.set_ylabel("data wait (%)")
     wait_ax.set_ylim(bottom=0)
     wait_ax.set_xlabel("optimizer step")
     wait_ax.grid(alpha=0.3)
     fig.suptitle(shown_name(title or str(m.path.parent)))  # a name the locale could not decode, as typed
     save_png(fig, png, "choose another path (tokshard plot --out PNG)")
+
+
+def series(m: Metrics) -> tuple[list[float], list[dict[str, Any]]]:
+    """The training lines' steps and lines, with an empty line inside each gap (a NaN point):
+    a curve breaks where another folder logged the steps, instead of joining across them."""
+    steps: list[float] = []
+    rows: list[dict[str, Any]] = []
+    for r in m.train:
+        if steps and any(steps[-1] < g.upto and g.after + 1 < r["step"] for g in m.gaps):
+            steps.append((steps[-1] + r["step"]) / 2)
+            rows.append({})
+        steps.append(r["step"])
+        rows.append(r)
+    return steps, rows
 
 
 def write_report(
@@ -174,10 +223,39 @@ def write_report(
 
 
 def steps(n: dict[str, Any]) -> str:
-    """The steps the record holds: a record that starts at a resume holds those after it."""
-    if n["resumed_at"] is None or n["resumed_at"] >= n["steps"]:
+    """The steps the record holds, and where those it does not are: a record that starts at a
+    resume holds those after it, one with a resume in its middle those on either side."""
+    if not n["gaps"]:
         return f"{n['steps']} steps"
-    return f"steps {n['resumed_at'] + 1}-{n['steps']} (those before are in {n['steps_before_in']})"
+    held = ", ".join(_span(a, b) for a, b in held_spans(n["gaps"], n["steps"]))
+    where = "; ".join(
+        f"those before are in {g['logged_in']}"
+        if g["after"] == 0
+        else f"steps {_span(g['after'], g['upto'])} are in {g['logged_in']}"
+        for g in n["gaps"]
+    )
+    if not held:  # only an evaluation after the resume line
+        return f"0 steps ({where})"
+    if "," not in held:
+        return f"steps {held} ({where})"
+    return f"{n['steps_held']} steps: {held} ({where})"
+
+
+def held_spans(found: list[dict[str, Any]], last: int) -> list[tuple[int, int]]:
+    """The (after, upto] spans of steps 1 to ``last`` outside the gaps ``found``."""
+    spans, after = [], 0
+    for g in found:
+        if g["after"] > after:
+            spans.append((after, g["after"]))
+        after = g["upto"]
+    if last > after:
+        spans.append((after, last))
+    return spans
+
+
+def _span(after: int, upto: int) -> str:
+    """Steps ``after`` + 1 to ``upto``, as "4-5" or "4"."""
+    return str(upto) if upto == after + 1 else f"{after + 1}-{upto}"
 
 
 def describe(n: dict[str, Any]) -> str:

@@ -380,6 +380,16 @@ def run_record(settings: TrainSettings, **facts: Any) -> dict[str, Any]:
     return {"settings": settings.to_json(), **facts}
 
 
+def recorded_settings(run_dir: Path) -> dict[str, Any]:
+    """The settings ``run_dir``'s run.json records, by component (empty where it has none, or
+    none that can be read: an older tokshard's, a missing or damaged file)."""
+    try:
+        settings = json.loads((run_dir / RUN_FILE).read_text()).get("settings")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
 def recorded_save(run_json: dict[str, Any]) -> str | None:
     """The ``--save`` folder a run.json names (also one written by an older tokshard)."""
     settings = run_json.get("settings")

@@ -65,8 +65,9 @@ class Manifest:
     """A loaded manifest: shards in order, with the facts a reader must check."""
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        #: called with a shard's .bin path (or its .origin sidecar's) before it is opened; the data
-        #: cache of a manifest URL sets it to download the file first (None: they are local already)
+        #: called with a shard's .bin path (or its .origin sidecar's, or its .idx's where only that
+        #: is read) before it is opened; the data cache of a manifest URL sets it to download the
+        #: file first (None: they are local already)
         self.ready: Callable[[Path], None] | None = None
         self.path = path
         #: the folder the shard paths are relative to: a manifest.json that is itself a symbolic
@@ -127,6 +128,13 @@ class Manifest:
             if source is None or s.source == source:
                 seen.setdefault(s.split)
         return list(seen)
+
+    def split_counts(self, source: str, split: str) -> dict[str, Any] | None:
+        """What prepare recorded of ``source``'s ``split`` (`empty_split_stats`'s counts); None
+        where it records no such split of it. A split of no documents has counts and no shards:
+        prepare dropped every one (`dropped_text`)."""
+        splits = (self.data["sources"].get(source) or {}).get("splits") or {}
+        return splits.get(split)
 
     def select(self, source: str | None = None, split: str | None = None) -> list[ShardEntry]:
         return [
@@ -338,6 +346,20 @@ def _check_source(name: str, source: Any, damaged: Callable[[str, str], DataErro
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def dropped_text(counts: dict[str, Any]) -> str:
+    """What prepare dropped of a split, from its counts: "20 empty, 3 bad records (2 malformed
+    JSON, 1 invalid UTF-8)"."""
+    parts = [f"{counts['dropped_empty']:,} empty"] if counts["dropped_empty"] else []
+    skipped = counts.get("skipped") or {}
+    if skipped:
+        total = sum(skipped.values())
+        why = ", ".join(
+            f"{n:,} {reason}" for reason, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        parts.append(f"{total:,} bad record{'s' if total != 1 else ''} ({why})")
+    return ", ".join(parts) or "none"
 
 
 def empty_split_stats() -> dict[str, Any]:

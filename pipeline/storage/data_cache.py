@@ -160,6 +160,9 @@ class DataCache:
         self.stats = CacheStats()
         self.log = log or (lambda msg: print(f"tokshard: {msg}", file=sys.stderr, flush=True))
         self._pins: dict[Path, int] = {}
+        #: shards whose .idx alone this process made local (a reader of document lengths), by
+        #: .bin path: pinned as `_pins` are, so no eviction deletes one under its reader
+        self._index_pins: dict[Path, int] = {}
         self._locks: dict[Path, threading.Lock] = {}
         self._guard = threading.Lock()
         self._stores: dict[str, ObjectStore] = {}
@@ -225,6 +228,23 @@ class DataCache:
                 self.stats.add(cached=1)
             elif self.limit is not None:
                 self.evict()
+
+    def ensure_index(self, m: manifest_mod.Manifest, entry: manifest_mod.ShardEntry) -> None:
+        """Make ``entry``'s .idx local and hash-checked, without its .bin: what a reader of
+        document lengths alone (`tokshard inspect`) needs, at a fraction of the bytes."""
+        with self._guard:
+            lock = self._locks.setdefault(entry.bin_path, threading.Lock())
+        with lock:
+            if entry.bin_path in self._pins or entry.bin_path in self._index_pins:
+                return
+            began = time.perf_counter()
+            self._index_pins[entry.bin_path] = self._pin_file(entry.bin_path)
+            try:
+                self._ensure_file(self._stores[str(m.folder)], Wanted.index_of(entry))
+            except BaseException:
+                self._unpin(entry.bin_path)
+                raise
+            self.stats.add(wait_s=time.perf_counter() - began)
 
     def holds(self, entry: manifest_mod.ShardEntry) -> bool:
         """This process made ``entry`` local (and pins it)."""
@@ -353,25 +373,32 @@ class DataCache:
         )
 
     def _pin(self, bin_path: Path) -> None:
+        self._pins[bin_path] = self._pin_file(bin_path)
+
+    @staticmethod
+    def _pin_file(bin_path: Path) -> int:
+        """A shared lock on the shard's .pin file, which `evict` will not delete it under."""
         pin = bin_path.with_name(bin_path.name + ".pin")
         pin.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(pin, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_SH)
-        self._pins[bin_path] = fd
+        return fd
 
     def _unpin(self, bin_path: Path) -> None:
-        fd = self._pins.pop(bin_path, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for pins in (self._pins, self._index_pins):
+            fd = pins.pop(bin_path, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def close(self) -> None:
         """Unpin everything (the process no longer maps these shards)."""
         with self._guard:
-            for fd in self._pins.values():
+            for fd in [*self._pins.values(), *self._index_pins.values()]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._pins.clear()
+            self._index_pins.clear()
 
     # --- eviction ------------------------------------------------------------------------
 
@@ -427,6 +454,7 @@ class ShardFetcher:
         self.manifest = m
         self.by_path = {e.bin_path: e for e in m.shards}
         self.by_origin_path = {e.origin_path: e for e in m.shards if e.origin_hash is not None}
+        self.by_idx_path = {e.idx_path: e for e in m.shards}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -464,10 +492,14 @@ class ShardFetcher:
         return sum(not self.cache.holds(e) for e in self.manifest.shards)
 
     def ready(self, path: Path) -> None:
-        """Wait for a shard (its ``.bin`` path) or fetch its provenance sidecar (its ``.origin``
-        path; only a reader of origins asks for one)."""
+        """Wait for a shard (its ``.bin`` path), or fetch its provenance sidecar (its ``.origin``
+        path; only a reader of origins asks for one) or its index alone (its ``.idx`` path; a
+        reader of document lengths)."""
         if (sidecar_of := self.by_origin_path.get(Path(path))) is not None:
             self.cache.ensure_origin(self.manifest, sidecar_of)
+            return
+        if (index_of := self.by_idx_path.get(Path(path))) is not None:
+            self.cache.ensure_index(self.manifest, index_of)
             return
         entry = self.by_path.get(Path(path))
         if entry is None:
@@ -485,14 +517,15 @@ def load_manifest(
     location: str | os.PathLike, cache_dir: str | None = None, cache_limit: str | None = None
 ) -> manifest_mod.Manifest:
     """A manifest wherever it is (for `inspect`): a local one as it is, a URL's in the node's
-    cache (``cache_dir``, kept under ``cache_limit`` as a run keeps it) with every shard
-    fetched, so either reads as an ordinary local manifest."""
+    cache (``cache_dir``, kept under ``cache_limit`` as a run keeps it) whose ``ready`` fetches
+    each file as its reader asks for it (an ``.idx`` alone, or a shard), so a reader of the
+    document lengths downloads no tokens."""
     place, name = open_manifest_place(location)
     if place.local_root is not None:
         return manifest_mod.load(location)
     cache = DataCache(cache_dir, parse_size(cache_limit) if cache_limit else None)
     m = cache.open_manifest(place.where(name))
-    ShardFetcher(cache, m).fetch_all()
+    m.ready = ShardFetcher(cache, m).ready
     return m
 
 

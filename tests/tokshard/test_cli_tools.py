@@ -211,3 +211,29 @@ def test_inspect_of_a_manifest_url_fetches_into_the_data_cache_it_is_given(s3_ma
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["manifest"] == s3_manifest
     assert list(cache.rglob("*.idx")) and not home.exists()
+
+
+def test_inspect_of_a_manifest_url_fetches_every_idx_and_only_the_bin_its_sample_reads(s3_manifest, tmp_path):
+    """inspect fetched every shard's .bin into the data cache, though the lengths it shows are
+    in the .idx files and its sample is the first document of each split: it fetches those
+    alone (here 2 .bin of 8+ shards), and shows what it showed."""
+    cache = tmp_path / "cache"
+    proc = cli("inspect", s3_manifest, "--data-cache", str(cache), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    (view,) = [p.parent for p in cache.rglob(manifest.MANIFEST_NAME)]
+    shards = json.loads((view / manifest.MANIFEST_NAME).read_text())["shards"]
+    firsts = {}
+    for s in shards:
+        firsts.setdefault((s["source"], s["split"]), s["path"])
+    fetched = sorted(str(p.relative_to(view)) for p in view.rglob("*.bin"))
+    assert len(shards) >= 8 and fetched == sorted(firsts.values())
+    assert sorted(str(p.relative_to(view)) for p in view.rglob("*.idx")) == sorted(
+        s["path"].removesuffix(".bin") + ".idx" for s in shards
+    )
+    assert {(src, split) for src, info in report["sources"].items() for split in info["splits"]} == set(
+        firsts
+    )
+    assert all(
+        row["sample"] and row["doc_tokens"]["max"] > 0 for row in report["sources"]["text"]["splits"].values()
+    )

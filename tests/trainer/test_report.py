@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from trainer.metrics import MetricsLog
-from trainer.report import describe, load, write_report
+from trainer.report import describe, load, series, write_report
 
 
 def log_run(run_dir: Path, steps: range, loss0: float, evals: tuple[int, ...] = (), rate: float = 1000.0):
@@ -51,6 +51,33 @@ def test_a_record_that_starts_at_a_resume_says_which_steps_it_holds(tmp_path):
     log_run(tmp_path, range(4, 6), loss0=8.0)
     n = write_report(tmp_path)
     assert describe(n).startswith(f"{n['png']}: steps 4-5 (those before are in {tmp_path / 'r1'}); ")
+
+
+def resumed_in_the_middle(run_dir: Path, other: Path) -> None:
+    """Steps 1-2 logged here, 3-4 in ``other`` (a resume into it), then a resume from step 4's
+    checkpoint back into this folder logs its resume line and steps 5-6."""
+    run_dir.mkdir()
+    log_run(run_dir, range(0, 3), loss0=8.0)
+    log = MetricsLog(run_dir, enabled=True, total_steps=6, out=io.StringIO())
+    log.resumed(step=4, checkpoint=other / "ck", logged_in=other, last_here=2)
+    log.close()
+    log_run(run_dir, range(5, 7), loss0=8.0)
+
+
+def test_a_record_with_a_gap_in_its_middle_counts_the_steps_it_holds(tmp_path):
+    """plot said "6 steps" of a record holding 4 (steps 3-4 are in the other folder): it counts
+    the steps held and says where the others are."""
+    resumed_in_the_middle(tmp_path / "a", tmp_path / "b")
+    n = write_report(tmp_path / "a")
+    assert describe(n).startswith(f"{n['png']}: 4 steps: 1-2, 5-6 (steps 3-4 are in {tmp_path / 'b'}); ")
+    assert n["steps_held"] == 4
+
+
+def test_the_curves_break_at_a_gap_instead_of_joining_across_it(tmp_path):
+    resumed_in_the_middle(tmp_path / "a", tmp_path / "b")
+    steps, rows = series(load(tmp_path / "a"))
+    assert [s for s, r in zip(steps, rows, strict=True) if r] == [1, 2, 5, 6]
+    assert [s for s, r in zip(steps, rows, strict=True) if not r] == [3.5]  # one break, inside the gap
 
 
 def test_a_line_cut_short_by_a_kill_is_skipped_and_counted(tmp_path):

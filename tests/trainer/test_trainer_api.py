@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import REPO, cached_manifest, make_manifest
+from support import CONFIGS, REPO, SMALL, cached_manifest, launch, make_manifest
 
 from pipeline.format.errors import TokshardError
 from trainer.api import TrainingSamples
@@ -186,3 +186,26 @@ def test_eod_mask_loss_yields_the_targets_a_run_with_eod_mask_loss_scores(manife
     assert (plain[at_eos] != -100).any()  # a document followed by another in a row
     assert (masked[at_eos] == -100).all()
     assert masked[~at_eos].tolist() == plain[~at_eos].tolist()
+
+
+def test_from_checkpoint_takes_eod_mask_loss_from_the_run_it_loads(manifest, tmp_path):
+    """`from_checkpoint` of a `--doc-mask --eod-mask-loss` run gave the plain targets unless the
+    caller passed ``eod_mask_loss=True``: it now takes the setting from the run's run.json (here
+    in a --run-dir apart from --save), and an argument given still wins."""
+    save, run = tmp_path / "save", tmp_path / "run"
+    launch(
+        *("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), *SMALL),
+        *("--steps", "2", "--global-batch", "8", "--micro-batch", "8", "--eval-every", "0"),
+        *("--doc-mask", "--eod-mask-loss", "--save", str(save), "--run-dir", str(run)),
+    )  # fmt: skip
+    eos = TrainingSamples(manifest, seq_len=32, global_batch=8, micro_batch=8).eos_id
+
+    def first_batches(**more) -> tuple[torch.Tensor, torch.Tensor]:
+        batches = list(islice(iter(TrainingSamples.from_checkpoint(save, micro_batch=8, **more)), 8))
+        return torch.cat([b["inputs"] for b in batches]), torch.cat([b["targets"] for b in batches])
+
+    inputs, targets = first_batches()
+    assert (inputs == eos).any()
+    assert (targets[inputs == eos] == -100).all()
+    inputs, targets = first_batches(eod_mask_loss=False)
+    assert (targets[inputs == eos] != -100).any()

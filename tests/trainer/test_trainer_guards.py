@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import support
 from support import cached_manifest
 
 from pipeline.format import manifest as manifest_mod
@@ -494,3 +495,22 @@ def test_a_sources_token_share_below_the_smallest_share_is_said_to_be_raised(tmp
     (note,) = data_notes(plan)
     assert note.startswith("'tiny' holds 1.28e-05 of the tokens, less than the smallest share the schedule")
     assert note.endswith("it is drawn at that (1.526e-05); give weights with --mix to draw it otherwise")
+
+
+@pytest.fixture(scope="module")
+def with_an_emptied_source(manifest, tmp_path_factory) -> Path:
+    return support.prepared_with_an_emptied_source(tmp_path_factory.mktemp("emptied"), manifest.parent)
+
+
+def test_a_mix_naming_a_source_prepare_emptied_says_so_and_what_to_do(with_an_emptied_source):
+    """``--mix good=1,broken=1`` said "broken, which has no 'train' split", of a source the
+    manifest lists: it says prepare dropped all its documents (how many and why, as the manifest
+    records) and what to do."""
+    args = ["--manifest", str(with_an_emptied_source), *SMALL, "--mix", "good=1,broken=1"]
+    with pytest.raises(TokshardError) as caught:
+        cli.main(args)
+    assert str(caught.value) == (
+        "--mix names broken, which has no documents in its 'train' split: prepare dropped all 12 of them "
+        f"(12 bad records (12 malformed JSON), as {with_an_emptied_source} records); leave it out of --mix, "
+        "or fix its input and prepare again"
+    )

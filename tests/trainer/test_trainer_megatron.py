@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import cached_manifest, cli
+from support import cached_manifest, cli, one_error_line, prepared_with_an_emptied_source
 
 from pipeline.format import manifest as manifest_mod
 from trainer.data import WindowDataset
@@ -98,6 +98,18 @@ def test_a_mix_naming_no_source_of_the_manifest_says_so_and_lists_the_sources(ma
     line = out.stderr.strip().splitlines()[-1]
     assert "--mix names wiki, which is not a source of the manifest (its sources: " in line, line
     assert "split" not in line
+
+
+def test_a_mix_naming_a_source_prepare_emptied_says_so_as_train_does(manifest, tmp_path):
+    """megatron-args said "broken, which have no 'train' split" of a source whose every record
+    prepare skipped as bad: it says so, and what to do, in train's words."""
+    emptied = prepared_with_an_emptied_source(tmp_path, manifest.parent)
+    line = one_error_line(cli("megatron-args", str(emptied), "--mix", "good=1,broken=1"))
+    assert line == (
+        "tokshard: error: --mix names broken, which has no documents in its 'train' split: prepare dropped "
+        f"all 12 of them (12 bad records (12 malformed JSON), as {emptied} records); leave it out of --mix, "
+        "or fix its input and prepare again"
+    )
 
 
 @needs_megatron
