@@ -25,6 +25,7 @@ from pipeline.format.errors import TokshardError
 from trainer import distributed, docmask, ds_config, remote
 from trainer.api import micro_batch_positions
 from trainer.checkpoint.load import load_into
+from trainer.checkpoint.resume import objective_changes
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
@@ -286,6 +287,8 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
     if loaded.step < plan.settings.end:
         for note in resume_notes(type(engine.lr_scheduler).__name__, loaded.step + 1, changed, kept, rates):
             log.note(note)
+        for note in objective_changes(point.state, plan.settings.model):
+            log.note(note)
     for diff in point.allowed_changes:
         log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
     for change in point.schedule_changes:
@@ -534,6 +537,8 @@ class Steps:
             zero_stage=plan.engine.zero_stage,
             precision=plan.engine.precision,
             scheduler=plan.engine.scheduler,
+            doc_mask=self.settings.model.doc_mask,
+            eod_mask_loss=self.settings.model.eod_mask_loss,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
             eval_pending=self.unevaluated == self.step,
             run_dir=None
