@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -474,6 +475,56 @@ def _no_warmup(kind: str, params: dict[str, Any]) -> None:
         params["warmup_min_ratio"] = 1.0
     elif "warmup_max_lr" in params:
         params["warmup_min_lr"] = params["warmup_max_lr"]
+
+
+#: DeepSpeed's warmup_num_steps where a warming schedule's params name none
+_DS_WARMUP_STEPS = 1000
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """A DeepSpeed schedule's warm-up as it runs: over ``steps`` iterations (DeepSpeed takes at
+    least 2), linear or log, from ``floor`` (a share of the peak rate). Step k trains at
+    iteration k - 1 (`trainer.engine.start_schedule`)."""
+
+    steps: int
+    log: bool
+    floor: float
+
+    def share_at(self, step: int) -> float:
+        """The share of the peak rate optimizer step ``step`` (1-based, within warm-up) applies."""
+        i = step - 1
+        rise = math.log(i + 1) / math.log(self.steps) if self.log else i / self.steps
+        return self.floor + (1 - self.floor) * rise
+
+    @property
+    def last_below_peak(self) -> int:
+        """The last step that trains below the peak rate: a run of no more steps never reaches it."""
+        return self.steps - 1 if self.log else self.steps
+
+    def longest_reaching(self, steps: int) -> int:
+        """The longest ``--warmup`` with which a run of ``steps`` steps reaches the peak (0: none)."""
+        longest = steps if self.log else steps - 1
+        return longest if longest >= 2 else 0
+
+
+def warmup(cfg: dict[str, Any]) -> Warmup | None:
+    """The warm-up of a resolved config's DeepSpeed schedule (None: none, or one that starts at
+    the peak, as ``--warmup 0`` makes it)."""
+    sched = cfg.get("scheduler") or {}
+    if sched.get("type") not in _WARMUP_SCHEDULES:
+        return None
+    params = sched.get("params") or {}
+    if sched["type"] == "WarmupCosineLR":
+        floor = float(params.get("warmup_min_ratio", 0.0))
+    else:
+        peak = params.get("warmup_max_lr")
+        peak = peak if peak is not None else (cfg.get("optimizer") or {}).get("params", {}).get("lr")
+        floor = float(params.get("warmup_min_lr", 0.0)) / float(peak) if peak else 0.0
+    if floor >= 1.0:
+        return None
+    steps = max(2, int(params.get("warmup_num_steps", _DS_WARMUP_STEPS)))
+    return Warmup(steps, params.get("warmup_type", "log") != "linear", floor)
 
 
 def _zero(cfg: dict[str, Any], hidden: int) -> None:

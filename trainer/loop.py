@@ -22,9 +22,10 @@ import torch
 
 from pipeline.format.atomic import DiskFullError, write_json
 from pipeline.format.errors import TokshardError
-from trainer import distributed, docmask, remote
+from trainer import distributed, docmask, ds_config, remote
 from trainer.api import micro_batch_positions
 from trainer.checkpoint.load import load_into
+from trainer.checkpoint.resume import objective_changes
 from trainer.checkpoint.save import write_checkpoint
 from trainer.checkpoint.state import BatchSpan, TrainerState, tag_for
 from trainer.data import sources_with_split
@@ -194,6 +195,8 @@ def start_notes(plan: Plan) -> list[str]:
             f"--steps {settings.optim.steps}, the checkpoint's run was scheduled for {was_steps}: the "
             f"learning rate follows the schedule to step {settings.optim.steps} from here"
         )
+    if trains:
+        notes += warmup_notes(plan)
     notes += data_notes(plan)
     missing = plan.engine.defaults_taken()
     if missing:
@@ -203,6 +206,22 @@ def start_notes(plan: Plan) -> list[str]:
             f"default ({', '.join(defaults[b] for b in missing)})"
         )
     return notes
+
+
+def warmup_notes(plan: Plan) -> list[str]:
+    """A run whose --steps end inside the schedule's warm-up never trains at the peak rate (a
+    short smoke run may mean to): said once, with what to set for one that does."""
+    warm = ds_config.warmup(plan.engine.resolved)
+    steps = plan.settings.optim.steps
+    if warm is None or steps > warm.last_below_peak:
+        return []
+    longest = warm.longest_reaching(steps)
+    warmup = f"--warmup {longest} or less (0: none)" if longest else "--warmup 0 (none)"
+    return [
+        f"--steps {steps} ends inside the learning rate's {warm.steps}-step warm-up: the run never reaches "
+        f"its peak rate (step {steps} trains at {100 * warm.share_at(steps):.0f}% of it); for one that does, "
+        f"set {warmup} or --steps {warm.last_below_peak + 1} or more"
+    ]
 
 
 def data_notes(plan: Plan) -> list[str]:
@@ -268,6 +287,8 @@ def restore(engine, plan: Plan, load_tag: str, log: MetricsLog) -> TrainerState:
     rates = resume_schedule(engine, run)
     if loaded.step < plan.settings.end:
         for note in resume_notes(type(engine.lr_scheduler).__name__, loaded.step + 1, changed, kept, rates):
+            log.note(note)
+        for note in objective_changes(point.state, plan.settings.model):
             log.note(note)
     for diff in point.allowed_changes:
         log.note(f"resuming on changed data, as --allow-data-change asked: {diff}")
@@ -517,6 +538,8 @@ class Steps:
             zero_stage=plan.engine.zero_stage,
             precision=plan.engine.precision,
             scheduler=plan.engine.scheduler,
+            doc_mask=self.settings.model.doc_mask,
+            eod_mask_loss=self.settings.model.eod_mask_loss,
             data_replaced_at=plan.resume.data_replaced_at if plan.resume else 0,
             eval_pending=self.unevaluated == self.step,
             run_dir=None

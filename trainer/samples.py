@@ -45,6 +45,46 @@ class Layout:
     micro: int
 
 
+@dataclass(frozen=True)
+class RecordedLayout:
+    """The layout a run's run.json records for the part of the run it was written by: the
+    steps after ``after`` (its start step), while their global batch is ``global_batch``."""
+
+    layout: Layout
+    global_batch: int
+    after: int
+    path: Path
+
+    def covers(self, step: int, global_batch: int) -> bool:
+        """Whether ``step`` (of ``global_batch`` samples) was trained by the part recorded."""
+        return step > self.after and global_batch == self.global_batch
+
+
+def read_recorded_layout(path: Path, save_dir: Path) -> RecordedLayout | None:
+    """``path`` (a run.json) read as the record of the run saved in ``save_dir``: its world size
+    and DeepSpeed config's micro-batch (None: no such file, another run's, or one without them)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    save = recorded_save(record)
+    config = record.get("deepspeed_config")
+    if not save or Path(save).resolve() != save_dir.resolve() or not isinstance(config, dict):
+        return None
+    values = (
+        record.get("world_size"),
+        config.get("train_micro_batch_size_per_gpu"),
+        config.get("train_batch_size"),
+        record.get("start_step", 0),
+    )
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values) or min(values[:3]) < 1:
+        return None
+    world, micro, global_batch, after = values
+    return RecordedLayout(Layout(world, micro), global_batch, after, path)
+
+
 class RunData:
     """A run's checkpointed data position: schedule, seed, batches, manifests, seq-len, split."""
 
@@ -55,7 +95,8 @@ class RunData:
         data_cache: str | None = None,
         input_check: InputCheck | None = None,
     ) -> None:
-        self.save_dir = find_save_dir(Path(run_dir))
+        self.run_dir = Path(run_dir)
+        self.save_dir = find_save_dir(self.run_dir)
         self.tag, self.state = read_state(self.save_dir)
         if self.state.schedule is None:
             raise TokshardError(
@@ -123,6 +164,17 @@ class RunData:
                 f"its samples there would be other documents, as `train --resume` refuses too; {where}"
             )
         return dataset
+
+    @cached_property
+    def recorded_layout(self) -> RecordedLayout | None:
+        """The ranks and micro-batch the run's run.json records (None: none records them): the
+        one in the folder the checkpoint's part of the run logged into, else the given folder's."""
+        logged_in = Path(self.state.run_dir) if self.state.run_dir else self.save_dir
+        for folder in (logged_in, self.run_dir):
+            found = read_recorded_layout(folder / RUN_FILE, self.save_dir)
+            if found is not None:
+                return found
+        return None
 
     @property
     def trained_to(self) -> int:

@@ -142,11 +142,61 @@ def test_a_run_folder_that_does_not_exist_is_named_so(tmp_path):
     )
 
 
-def test_micro_batch_without_world_is_refused_not_ignored(run):
-    line = one_line(cli("samples", str(run["save"]), "--steps", "1", "--micro-batch", "2"), 2)
+def test_micro_batch_without_world_is_refused_not_ignored(run, tmp_path):
+    """Where no run.json records the run's ranks; with one, they are its (below)."""
+    save = tmp_path / "ck"
+    shutil.copytree(run["save"], save)
+    (save / "run.json").unlink()
+    line = one_line(cli("samples", str(save), "--steps", "1", "--micro-batch", "2"), 2)
     assert line.endswith("pass --world N (the run's ranks) with it")
-    shown = cli("samples", str(run["save"]), "--steps", "1", "--micro-batch", "2", "--world", "1", "--json")
+    shown = cli("samples", str(save), "--steps", "1", "--micro-batch", "2", "--world", "1", "--json")
     assert shown.returncode == 0 and '"rank": 0' in shown.stdout, shown.stderr
+
+
+@pytest.fixture(scope="module")
+def accumulated(run, tmp_path_factory) -> Path:
+    """A one-step run of global batch 8 in micro-batches of 2: 4 micro-steps on its one rank."""
+    save = tmp_path_factory.mktemp("accumulated") / "ck"
+    launch("--manifest", str(run["data"]), *SMALL, "--global-batch", "8", "--micro-batch", "2",
+           "--steps", "1", "--save", str(save))  # fmt: skip
+    return save
+
+
+def micro_steps(proc: subprocess.CompletedProcess) -> list[tuple[int, int]]:
+    assert proc.returncode == 0, proc.stderr
+    return [(r["rank"], r["micro"]) for r in map(json.loads, proc.stdout.splitlines())]
+
+
+def test_the_micro_steps_shown_are_the_ones_the_run_records(accumulated):
+    """`--world` without `--micro-batch` took accumulation 1: every sample showed as micro 0."""
+    proc = cli("samples", str(accumulated), "--steps", "1", "--world", "1", "--json")
+    assert micro_steps(proc) == [(0, m) for m in (0, 0, 1, 1, 2, 2, 3, 3)] and proc.stderr == ""
+    alone = cli("samples", str(accumulated), "--steps", "1", "--micro-batch", "2", "--json")
+    assert micro_steps(alone) == micro_steps(proc) and alone.stderr == ""  # the ranks: the record's
+
+
+def test_a_flag_that_differs_from_the_record_wins_and_is_said(accumulated):
+    proc = cli("samples", str(accumulated), "--steps", "1", "--world", "1", "--micro-batch", "4", "--json")
+    assert micro_steps(proc) == [(0, m) for m in (0, 0, 0, 0, 1, 1, 1, 1)]
+    assert (
+        proc.stderr.count("\n") == 1
+        and "shown as the flags ask (--micro-batch 4 (the record's: 2)), not as the run trained"
+        in proc.stderr
+    )
+    assert f"which {accumulated / 'run.json'} records (--world 1 --micro-batch 2)" in proc.stderr
+
+
+def test_a_layout_nothing_records_is_said_to_be_assumed(accumulated, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(accumulated, save)
+    (save / "run.json").unlink()
+    proc = cli("samples", str(save), "--steps", "1", "--world", "1", "--json")
+    assert micro_steps(proc) == [(0, 0)] * 8
+    assert proc.stderr == (
+        "tokshard: samples: the run keeps no run.json that records its layout: step 1 and any other step it "
+        "does not record are shown assuming --micro-batch 8; pass the values the run trained with if those "
+        "differ\n"
+    )
 
 
 @pytest.mark.parametrize("damage", ["cut", "gone"])

@@ -149,3 +149,34 @@ def test_a_step_that_scores_no_target_logs_a_null_loss_and_the_run_goes_on(tmp_p
     plotted = tokshard("plot", str(run))
     assert plotted.returncode == 0 and "unreadable" not in plotted.stdout, plotted.stdout + plotted.stderr
     assert "train loss" in plotted.stdout
+
+
+def test_a_resume_that_drops_or_adds_the_document_masks_says_so(manifest, tmp_path):
+    """The attention and the objective changed at a resume without a line."""
+    save = tmp_path / "ck"
+    common = [
+        "--manifest",
+        str(manifest),
+        *SMALL,
+        "--packing",
+        "best-fit",
+        "--micro-batch",
+        "2",
+        "--steps",
+        "4",
+    ]
+    launch(*common, "--stop-at", "2", "--doc-mask", "--eod-mask-loss", "--save", str(save))
+    dropped = launch(*common, "--stop-at", "3", "--save", str(save), "--resume")
+    said = [line for line in (dropped.stdout + dropped.stderr).splitlines() if "this resume" in line]
+    assert said == [
+        "tokshard: this resume drops --doc-mask (attention within documents only, positions restarting at "
+        "each), which the checkpoint's run trained with: the steps from here train without it; pass the same "
+        "flags as the run to keep its objective",
+        "tokshard: this resume drops --eod-mask-loss (no loss where the input is EOS), which the checkpoint's "
+        "run trained with: the steps from here train without it; pass the same flags as the run to keep its "
+        "objective",
+    ]
+    added = launch(*common, "--doc-mask", "--save", str(save), "--resume")
+    said = [line for line in (added.stdout + added.stderr).splitlines() if "this resume" in line]
+    assert len(said) == 1 and said[0].startswith("tokshard: this resume adds --doc-mask (attention")
+    assert len(metrics(save)[0]) == 4

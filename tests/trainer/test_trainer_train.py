@@ -130,6 +130,21 @@ def test_the_logged_lr_is_the_rate_each_step_applied_and_warmup_0_starts_at_the_
     assert not all(torch.equal(after_step_2["module"][k], v) for k, v in initial.items())
 
 
+def test_a_run_that_ends_inside_its_warmup_says_so_once_and_trains(manifest, tmp_path):
+    """Only DeepSpeed's raw timestamped WARNING said it; a smoke run is not refused."""
+    common = ["--manifest", str(manifest), *SMALL, "--micro-batch", "2", "--steps", "3"]
+    short = launch(*common, "--warmup", "50", "--run-dir", str(tmp_path / "short"))
+    said = (short.stdout + short.stderr).splitlines()
+    assert [line for line in said if "warm-up" in line] == [
+        "tokshard: --steps 3 ends inside the learning rate's 50-step warm-up: the run never reaches its peak "
+        "rate (step 3 trains at 4% of it); for one that does, set --warmup 2 or less (0: none) or --steps 51 "
+        "or more"
+    ]
+    assert len(metrics(tmp_path / "short")[0]) == 3
+    reaching = launch(*common, "--warmup", "2", "--run-dir", str(tmp_path / "reaching"))
+    assert "warm-up" not in reaching.stdout + reaching.stderr
+
+
 def test_a_resume_with_another_schedule_applies_it_from_its_first_step(manifest, tmp_path):
     """Stopped at step 2 of 4 (--lr 1e-3, --warmup 2), resumed with --lr 2e-3 --warmup 0: step 3
     applies the new schedule's rate at step 3, not the one the checkpoint's optimizer holds."""

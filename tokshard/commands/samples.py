@@ -15,7 +15,7 @@ from trainer.console import reader_left
 
 if TYPE_CHECKING:
     from pipeline.format.manifest import Manifest
-    from trainer.samples import Layout, RunData
+    from trainer.samples import Layout, RecordedLayout, RunData
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -49,9 +49,18 @@ def add_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="name each document's input (file, object or hub file) and its line, row or byte offset",
     )
-    p.add_argument("--world", type=positive_int, metavar="N", help="name the rank and micro-step for N ranks")
     p.add_argument(
-        "--micro-batch", type=positive_int, metavar="M", help="samples per rank per micro-step (with --world)"
+        "--world",
+        type=positive_int,
+        metavar="N",
+        help="name each sample's rank and micro-step, for N ranks (with --micro-batch alone: the run's run.json's)",
+    )
+    p.add_argument(
+        "--micro-batch",
+        type=positive_int,
+        metavar="M",
+        help="samples per rank per micro-step (default: the run's run.json's; where it records none, "
+        "each rank's whole share, said so)",
     )
     p.add_argument(
         "--manifest",
@@ -63,23 +72,94 @@ def add_options(p: argparse.ArgumentParser) -> None:
     add_data_cache_options(p, files="files", limit=False)
 
 
-def layout_for(args: argparse.Namespace, global_batch: int) -> Layout | None:
-    from trainer.samples import Layout
+class Layouts:
+    """Who trained each sample, where ``--world`` or ``--micro-batch`` asks: a value not given
+    is the run's record's (run.json's ranks and micro-batch, for the steps its part trained);
+    where nothing records one, it is assumed (the record's, else accumulation 1) and said so.
+    A flag that differs from the record wins, and the difference is said. Each line once."""
 
-    if args.world is None and args.micro_batch is not None:  # it was ignored: no rank was named
-        raise TokshardError(
-            "samples: --micro-batch says how each rank's samples split into micro-steps; "
-            "pass --world N (the run's ranks) with it"
+    def __init__(self, args: argparse.Namespace, recorded: RecordedLayout | None) -> None:
+        self.world, self.micro = args.world, args.micro_batch
+        self.recorded = recorded
+        self._said: set[str] = set()
+
+    def for_step(self, step: int, global_batch: int) -> Layout | None:
+        """The layout of ``step`` (``global_batch`` samples), or None where none was asked."""
+        from trainer.samples import Layout
+
+        if self.world is None and self.micro is None:
+            return None
+        rec = self.recorded
+        covered = rec is not None and rec.covers(step, global_batch)
+        world = self.world or (rec.layout.world if rec is not None else None)
+        if world is None:  # --micro-batch alone, and no record says the ranks
+            raise TokshardError(
+                "samples: --micro-batch says how each rank's samples split into micro-steps, and the run "
+                "records no number of ranks (no run.json beside it); pass --world N (the run's ranks) with it"
+            )
+        micro = self.micro or (rec.layout.micro if covered else self._assumed_micro(global_batch, world))
+        if covered:
+            self._differences(rec, world, micro)
+        else:
+            self._assumptions(step, world, micro)
+        if global_batch % (world * micro):
+            raise TokshardError(
+                f"samples: a global batch of {global_batch} does not split into --world {world} ranks of "
+                f"--micro-batch {micro}; give sizes whose product divides it"
+            )
+        return Layout(world, micro)
+
+    def _assumed_micro(self, global_batch: int, world: int) -> int:
+        """A micro-batch nothing records for a step: the record's where it splits the batch,
+        else the whole of each rank's share (accumulation 1)."""
+        rec = self.recorded
+        if rec is not None and global_batch % (world * rec.layout.micro) == 0:
+            return rec.layout.micro
+        return max(1, global_batch // world)
+
+    def _differences(self, rec: RecordedLayout, world: int, micro: int) -> None:
+        """Say where a flag shows another layout than the one the run recorded."""
+        differ = [
+            f"{flag} {value} (the record's: {was})"
+            for flag, value, was in (
+                ("--world", self.world, rec.layout.world),
+                ("--micro-batch", self.micro, rec.layout.micro),
+            )
+            if value is not None and value != was
+        ]
+        if differ:
+            self._say_once(
+                "differ",
+                f"shown as the flags ask ({'; '.join(differ)}), not as the run trained, which {rec.path} records "
+                f"(--world {rec.layout.world} --micro-batch {rec.layout.micro}); drop them to see its layout",
+            )
+
+    def _assumptions(self, step: int, world: int, micro: int) -> None:
+        """Say which values nothing recorded for ``step`` were assumed."""
+        assumed = [
+            f"{flag} {v}"
+            for flag, v, given in (("--world", world, self.world), ("--micro-batch", micro, self.micro))
+            if given is None
+        ]
+        if not assumed:
+            return
+        rec = self.recorded
+        why = (
+            f"{rec.path} records the layout of steps {rec.after + 1} on (global batch {rec.global_batch})"
+            if rec is not None
+            else "the run keeps no run.json that records its layout"
         )
-    if args.world is None:
-        return None
-    micro = args.micro_batch or global_batch // args.world
-    if args.world < 1 or micro < 1 or global_batch % (args.world * micro):
-        raise TokshardError(
-            f"samples: a global batch of {global_batch} does not split into --world {args.world} ranks of "
-            f"--micro-batch {micro}; give sizes whose product divides it"
+        self._say_once(
+            "assumed",
+            f"{why}: step {step} and any other step it does not record are shown assuming "
+            f"{' '.join(assumed)}; pass the values the run trained with if those differ",
         )
-    return Layout(args.world, micro)
+
+    def _say_once(self, kind: str, line: str) -> None:
+        """Say ``line``, the first of its ``kind`` (a difference, an assumption) only."""
+        if kind not in self._said:
+            self._said.add(kind)
+            say(line)
 
 
 class ChangedInputs:
@@ -202,10 +282,11 @@ def run(args: argparse.Namespace) -> int:
     if last > recorded.trained_to:
         print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
     untraced = 0
+    layouts = Layouts(args, recorded.recorded_layout if args.world or args.micro_batch else None)
     for step in range(first, last + 1):
         if reader_left():  # `| head` has what it wanted: nothing more to find for it
             break
-        layout = layout_for(args, recorded.state.step_start(step)[1])
+        layout = layouts.for_step(step, recorded.state.step_start(step)[1])
         for rec in recorded.records(step, layout, decode, args.origin):
             if "untraced" in rec:  # refused alone: the other samples are traced as usual
                 untraced += 1

@@ -5,7 +5,8 @@ cannot load its weights, another batch would change how many samples each step t
 (``--allow-batch-change`` accepts that). The data: the sequence length, the split and every
 source's content are the checkpoint's (``--allow-data-change`` accepts a change); a new mix
 or added sources need no flag, since the schedule continues every source where it stopped
-(``trainer.schedule``).
+(``trainer.schedule``). ``--doc-mask`` and ``--eod-mask-loss`` may change (the weights load
+the same), and a change is said at the resume, as a changed schedule is.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pipeline.format.manifest import Manifest
 from trainer.checkpoint.state import DataState, SourceShards, TrainerState
 from trainer.ds_config import NO_SCHEDULER
 from trainer.schedule import Schedule, SourceInfo
+from trainer.settings import ModelSettings
 
 
 def check_compatible(
@@ -222,6 +224,31 @@ def steps_on_count(cls: type) -> bool:
         and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     return not needed
+
+
+#: the model settings a resume may change, which change what the steps after it train: the
+#: weights load the same, so they are said (`objective_changes`), not refused
+OBJECTIVE = {
+    "doc_mask": ("--doc-mask", "attention within documents only, positions restarting at each"),
+    "eod_mask_loss": ("--eod-mask-loss", "no loss where the input is EOS"),
+}
+
+
+def objective_changes(saved: TrainerState, model: ModelSettings) -> list[str]:
+    """One line per setting of `OBJECTIVE` this resume turns on or off (a checkpoint from an
+    older tokshard recorded none: nothing to compare)."""
+    lines = []
+    for key, (flag, what) in OBJECTIVE.items():
+        was, now = getattr(saved, key), getattr(model, key)
+        if was is None or was == now:
+            continue
+        how = "drops" if was else "adds"
+        lines.append(
+            f"this resume {how} {flag} ({what}), which the checkpoint's run trained "
+            f"{'with' if was else 'without'}: the steps from here train "
+            f"{'without' if was else 'with'} it; pass the same flags as the run to keep its objective"
+        )
+    return lines
 
 
 def check_seed(saved: TrainerState, seed: int | None) -> int:

@@ -254,6 +254,10 @@ class TrainerState:
     #: the learning-rate scheduler's kind (`EngineConfig.scheduler`), whose state the checkpoint
     #: holds (None: not recorded by an older tokshard)
     scheduler: str | None = None
+    #: --doc-mask and --eod-mask-loss, which set the attention and the objective (None: not
+    #: recorded by an older tokshard)
+    doc_mask: bool | None = None
+    eod_mask_loss: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -272,6 +276,8 @@ class TrainerState:
             "eval_pending": self.eval_pending,
             "run_dir": self.run_dir,
             "scheduler": self.scheduler,
+            "doc_mask": self.doc_mask,
+            "eod_mask_loss": self.eod_mask_loss,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
             "batches": [
@@ -304,6 +310,8 @@ class TrainerState:
             eval_pending=bool(d.get("eval_pending", False)),
             run_dir=d.get("run_dir"),
             scheduler=d.get("scheduler"),
+            doc_mask=d.get("doc_mask"),
+            eod_mask_loss=d.get("eod_mask_loss"),
         )
 
     def step_start(self, step: int) -> tuple[int, int]:
