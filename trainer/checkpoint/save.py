@@ -23,6 +23,7 @@ from trainer.checkpoint.state import (
     latest_tag,
     write_state,
 )
+from trainer.distributed import RankLost, lost_a_rank, lost_rank_reason
 from trainer.run_folders import run_record_files, same_folder
 
 #: less free space than this after a failed torch.save: the disk ran full
@@ -53,10 +54,11 @@ def write_checkpoint(
         if is_main:
             publish(save_dir, partial, save_dir / tag)
     except (OSError, RuntimeError, TokshardError) as exc:
-        error = save_error(exc, save_dir, tag, run_dir)  # before the cleanup frees the space it ran out of
+        lost = lost_a_rank(exc)
+        error = None if lost else save_error(exc, save_dir, tag, run_dir)  # before the cleanup frees space
         if is_main:
             shutil.rmtree(partial, ignore_errors=True)
-        raise error from exc
+        raise (lost_during_save(exc, save_dir, tag, run_dir) if lost else error) from exc
     barrier()
 
 
@@ -110,6 +112,25 @@ def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | Non
             reason = f"cannot write {save_dir / tag} ({first}; {where})"
     return TokshardError(
         f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space there, then {then}"
+    )
+
+
+def lost_during_save(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | None) -> RankLost:
+    """One line for a save that another rank's loss cut short (said after the cleanup, which
+    only rank 0 does: what is on disk is looked at, not assumed): what happened, what of the
+    save is left, and how the run goes on (every rank started again)."""
+    partial = save_dir / (tag + PARTIAL)
+    left = (
+        f"its unfinished {partial} is left (the next save or start removes it)"
+        if partial.exists()
+        else "nothing of it was kept"
+    )
+    latest = latest_tag(save_dir)
+    kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
+    then = f"rerun with --resume to continue from {latest}" if latest else start_again(run_dir, save_dir)
+    return RankLost(
+        f"checkpoint not saved: another rank of the run was lost during the save of {save_dir / tag} "
+        f"({lost_rank_reason(exc)}); {left} and {kept}; {then}"
     )
 
 
