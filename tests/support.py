@@ -920,3 +920,31 @@ def unchecked_strings(values: list[bytes]):
     offsets = np.cumsum([0, *map(len, values)]).astype(np.int32)
     buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))]
     return pa.Array.from_buffers(pa.string(), len(values), buffers)
+
+
+def rank_killed(folder: Path, rank: int, at: str) -> dict[str, str]:
+    """The environment of a `tokshard train` whose rank ``rank`` kills itself (SIGKILL, as the
+    OOM killer or a lost node would end it) at ``at``: "save" (its first write into a
+    checkpoint's unfinished ``.partial`` folder) or "backward:N" (its Nth backward pass, that
+    is step N with one micro-batch a step). A `sitecustomize` on PYTHONPATH, so the moment is
+    the same on every machine."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        f"if os.environ.get('RANK', '0') == '{rank}' and 'TOKSHARD_KILL_AT' in os.environ:\n"
+        "    import torch\n"
+        "    where, _, n = os.environ['TOKSHARD_KILL_AT'].partition(':')\n"
+        "    calls = [0]\n"
+        "    def killing(real, now):\n"
+        "        def wrapper(*args, **kwargs):\n"
+        "            calls[0] += 1\n"
+        "            if now(args, calls[0]):\n"
+        "                os.kill(os.getpid(), signal.SIGKILL)\n"
+        "            return real(*args, **kwargs)\n"
+        "        return wrapper\n"
+        "    if where == 'save':\n"
+        "        torch.save = killing(torch.save, lambda args, _: '.partial' in str(args[1]))\n"
+        "    else:\n"
+        "        torch.autograd.backward = killing(torch.autograd.backward, lambda _, k: k == int(n))\n"
+    )
+    return {"PYTHONPATH": f"{folder}{os.pathsep}{REPO}", "TOKSHARD_KILL_AT": at}

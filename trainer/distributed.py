@@ -11,12 +11,15 @@ import contextlib
 import io
 import logging
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from pipeline.format.errors import TokshardError
 
 _MPI_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
@@ -152,3 +155,44 @@ def broadcast(obj: Any) -> Any:
     box = [obj]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
+
+
+#: how gloo and NCCL say that the other end of a connection between ranks went away
+_PEER_GONE = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote process exited",
+    "ncclremoteerror",
+    "communicator was aborted",
+)
+
+
+class RankLost(TokshardError):
+    """Another rank of the run went away (killed, out of memory, its node lost): exit 1, as a
+    run that failed where it ran, not a command line to fix (exit 2), so a job script can tell
+    "rerun it" from "fix it"."""
+
+    exit_code = 1
+
+
+def lost_a_rank(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective's failure because another rank went away: torch's
+    network errors, and gloo's or NCCL's runtime errors naming a closed or reset connection.
+    Any other error (a bug's, too) is not, and keeps its own report."""
+    if isinstance(exc, torch.distributed.DistNetworkError):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc).lower()
+    named = isinstance(exc, torch.distributed.DistBackendError) or "gloo" in text or "nccl" in text
+    return named and any(gone in text for gone in _PEER_GONE)
+
+
+def lost_rank_reason(exc: BaseException) -> str:
+    """The part of a lost rank's error that says what happened, without gloo's source path
+    ("[.../pair.cc:553] ") or its advice: "gloo: Connection closed by peer [127.0.0.1]:9139"."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    backend = "nccl" if "nccl" in str(exc).lower() else "gloo" if "gloo" in str(exc).lower() else "torch"
+    said = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0].rstrip(".")
+    return f"{backend}: {said}"

@@ -63,8 +63,10 @@ def train(settings: TrainSettings) -> dict[str, Any]:
             dist = distributed.init(plan.cuda)
             try:
                 last = run_steps(plan, dist)
-            except BaseException:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
+            except BaseException as exc:  # Ctrl-C, SIGTERM, SIGHUP, a refusal, a crash
                 distributed.abandon()
+                if distributed.lost_a_rank(exc):  # before the steps: building the engine, loading
+                    raise rank_lost(exc, "before its first step", settings) from exc
                 raise
             distributed.finish(dist)
     except DiskFullError as exc:  # its line names prepare's --out
@@ -154,11 +156,27 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
                 run.eval_step()
                 run.save_step()
                 run.stop_if_asked()
-    except BaseException:
+    except BaseException as exc:
         wind_up(plan, prefetcher, log, sample_log, quietly=True)
+        if distributed.lost_a_rank(exc):
+            when = f"after step {run.step}" if run.step else "before its first step"
+            raise rank_lost(exc, when, settings) from exc
         raise
     wind_up(plan, prefetcher, log, sample_log)
     return run.last
+
+
+def rank_lost(exc: BaseException, when: str, settings: TrainSettings) -> distributed.RankLost:
+    """A collective that failed because another rank went away (killed, out of memory, its node
+    lost; `trainer.distributed.lost_a_rank`), in one line: this rank cannot go on alone, and
+    its traceback (gloo's or NCCL's, through DeepSpeed) would say nothing more to the user than
+    what happened and where the run can continue from. Exit 1 (`RankLost`): the run failed
+    where it ran; the command is right, and rerunning it (with --resume) goes on."""
+    save = Path(settings.checkpoint.save) if settings.checkpoint.save else None
+    return distributed.RankLost(
+        f"another rank of the run was lost {when} ({distributed.lost_rank_reason(exc)}), so this one "
+        f"stops too; {how_to_continue(save, settings.checkpoint.resume)}"
+    )
 
 
 def wind_up(

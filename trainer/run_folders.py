@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from pipeline.format.atomic import (
 )
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
-from trainer.checkpoint.state import latest_tag, read_tag
+from trainer.checkpoint.state import interrupted_saves, latest_tag, read_tag
 from trainer.metrics import METRICS_FILE, SAMPLES_GLOB
 from trainer.settings import TrainSettings
 
@@ -178,8 +179,9 @@ def check_outputs(settings: TrainSettings) -> list[tuple[str, Path]]:
             "pass --resume to continue that run, or choose another --save"
         )
     if not resume:
+        this_run = same_runs_record(Path(run_dir or save), settings) if (run_dir or save) else False
         for flag, folder in (("--save", save), ("--run-dir", run_dir)):
-            if folder and not (folder == (run_dir or save) and same_runs_record(Path(folder), settings)):
+            if folder and not (this_run and left_by_this_run(Path(folder), settings)):
                 refuse_unless_empty(Path(folder), flag)
     elif run_dir and not same_folder(Path(run_dir), Path(save)):
         refuse_unless_this_runs(Path(run_dir), Path(save))
@@ -244,10 +246,13 @@ def refuse_unless_empty(folder: Path, flag: str) -> None:
     if not held:
         return
     if holds_run_record(folder) and flag == "--save":
+        # only where nothing but that run's own files is there does its command start it over
+        own = held == sorted(run_record_files(folder) + interrupted_saves(folder))
+        by_itself = " (the command that run was started with starts it over by itself)" if own else ""
         raise TokshardError(
             f"--save {folder} holds the record of a run that saved no checkpoint ({listing(held)}), so "
-            "there is nothing to resume; choose another --save, or remove those files to start again there "
-            "(the command that run was started with starts it over by itself)"
+            f"there is nothing to resume; choose another --save, or remove those files to start again there"
+            f"{by_itself}"
         )
     if holds_run_record(folder):
         raise TokshardError(
@@ -264,10 +269,12 @@ def same_runs_record(folder: Path, settings: TrainSettings) -> bool:
     """Whether ``folder`` holds nothing but the record of a run started with these very
     settings (its run.json's) that saved no checkpoint: the same command, run again after a
     kill, an OOM or a cut shard stopped it before its first checkpoint, which starts over
-    (`start_over`). Another run's record, or anything beside it, stays refused: a new run
-    does not write over what it cannot tell is its own."""
+    (`start_over`). Where the record is in --save, the unfinished save of a kill during that
+    first checkpoint (``stepNNNNNNNN.partial``) is that run's too. Another run's record, or
+    anything beside it, stays refused: a new run does not write over what it cannot tell is
+    its own."""
     held = folder_contents(folder)
-    if RUN_FILE not in held or held != run_record_files(folder):
+    if RUN_FILE not in held or held != sorted(run_record_files(folder) + saves_left(folder, settings)):
         return False
     try:
         recorded = json.loads((folder / RUN_FILE).read_text())
@@ -277,15 +284,37 @@ def same_runs_record(folder: Path, settings: TrainSettings) -> bool:
     return isinstance(recorded, dict) and recorded.get("settings") == these
 
 
+def saves_left(folder: Path, settings: TrainSettings) -> list[str]:
+    """The unfinished saves (`interrupted_saves`) in ``folder`` where it is this run's --save."""
+    save = settings.checkpoint.save
+    return interrupted_saves(folder) if save and same_folder(folder, Path(save)) else []
+
+
+def left_by_this_run(folder: Path, settings: TrainSettings) -> bool:
+    """Whether ``folder`` (--save or --run-dir) holds only what a start of this same run left,
+    its record being this run's (`same_runs_record`): the record's folder, or a --save apart
+    from it that holds nothing but that start's unfinished save."""
+    if same_folder(folder, Path(settings.log.run_dir or settings.checkpoint.save)):
+        return True
+    left = saves_left(folder, settings)
+    return bool(left) and folder_contents(folder) == left
+
+
 def start_over(run_dir: Path, settings: TrainSettings) -> list[str]:
-    """Remove the record a start of this same run left without a checkpoint (`same_runs_record`,
-    which the checks before the run let through); returns the names removed."""
+    """Remove what a start of this same run left without a checkpoint (`same_runs_record`,
+    which the checks before the run let through): its record and its unfinished first save
+    (in --save; named by path there where --run-dir is another folder). Returns the names
+    removed."""
     if not same_runs_record(run_dir, settings):
         return []
     names = run_record_files(run_dir)
     for name in names:
         (run_dir / name).unlink(missing_ok=True)
-    return names
+    save = Path(settings.checkpoint.save) if settings.checkpoint.save else run_dir
+    saves = saves_left(save, settings)
+    for name in saves:
+        shutil.rmtree(save / name, ignore_errors=True)
+    return names + [name if same_folder(save, run_dir) else str(save / name) for name in saves]
 
 
 def run_record_files(run_dir: Path) -> list[str]:

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import SMALL, cached_manifest, cli, launch, metrics, one_error_line
+from support import SMALL, cached_manifest, cli, launch, metrics, one_error_line, rank_killed
 
 from trainer.checkpoint.state import saved_tags
 from trainer.metrics import line_kind
@@ -118,6 +118,47 @@ def test_the_same_command_after_a_stop_before_the_first_checkpoint_starts_over(m
     assert start_over(save, another) == []
     assert start_over(save, settings) == ["metrics.jsonl", "run.json", "samples-rank0.jsonl"]
     assert list(save.iterdir()) == []
+
+
+def test_the_same_command_after_a_kill_during_the_first_save_starts_over(manifest, tmp_path):
+    """A kill -9 while the first checkpoint was written left its unfinished ``.partial`` beside
+    the run's record, and the same command was refused for it ("choose another --save, or
+    remove those files ... the command that run was started with starts it over"): that folder
+    is the run's own unfinished save, taken back with the rest."""
+    save = tmp_path / "ck"
+    args = [*train_args(manifest), "--save", str(save), "--save-every", "2"]
+    killed = cli("train", *args, env=rank_killed(tmp_path / "hook", 0, "save"))
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    left = ["metrics.jsonl", "run.json", "step00000002.partial"]
+    assert sorted(p.name for p in save.iterdir() if not p.name.startswith(".")) == left
+    done = cli("train", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{save} held the record ({', '.join(left)}) of a start of this same run" in done.stdout
+    assert saved_tags(save) == ["step00000002", "step00000004"]
+    assert not list(save.glob("*.partial"))
+
+
+def test_a_first_saves_unfinished_folder_in_a_save_apart_from_the_record_is_taken_back_too(
+    manifest, tmp_path
+):
+    """With --run-dir apart from --save, the record is in one and the unfinished save in the
+    other: the same command starts over on both; another run is still refused both."""
+    from pipeline.format.errors import TokshardError
+    from tokshard.commands.train import parse
+    from trainer.run_folders import check_outputs, run_record, start_over
+
+    save, run = tmp_path / "ck", tmp_path / "run"
+    args = [*train_args(manifest), "--save", str(save), "--run-dir", str(run)]
+    settings = parse(args)
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps(run_record(settings, start_step=0)))
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    (save / "step00000002.partial").mkdir(parents=True)
+    check_outputs(settings)
+    with pytest.raises(TokshardError, match=f"--save {save} is not empty"):
+        check_outputs(parse([*args, "--lr", "1e-3"]))
+    assert start_over(run, settings) == ["metrics.jsonl", "run.json", str(save / "step00000002.partial")]
+    assert list(run.iterdir()) == list(save.iterdir()) == []
 
 
 def test_a_resume_logs_into_its_own_run_folder_and_refuses_another_runs(manifest, halfway, tmp_path):

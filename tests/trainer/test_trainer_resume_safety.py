@@ -26,6 +26,7 @@ from support import (
     free_port,
     make_manifest,
     metrics,
+    rank_killed,
     samples_by_step,
 )
 from support import cli as prepare_cli
@@ -359,6 +360,64 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_saved_step(manifest, t
         *endless(manifest, save), "--resume", "--stop-at", str(step + 1), "--global-batch", "4"
     )  # one rank now
     assert steps_in(save / "metrics.jsonl") == list(range(1, step + 2))
+
+
+def two_ranks(args: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """`tokshard train ARGS` under torchrun with two ranks (``env`` added to the trainer's)."""
+    cmd, base = trainer_cmd(*args)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launcher += ["--master_port", str(free_port())]
+    env = {**base, **env, "TMPDIR": str(tmp_path)}  # torchrun leaves a torchelastic_* folder there
+    return subprocess.run(
+        [*launcher, *cmd[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def survivors_line(done: subprocess.CompletedProcess) -> str:
+    """The surviving rank's one error line (torchrun's own report of the killed rank follows)."""
+    assert "[rank0]: Traceback" not in done.stderr and "[rank1]: Traceback" not in done.stderr, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("tokshard: error: ")]
+    assert len(errors) == 1, done.stderr[-5000:]
+    return errors[0]
+
+
+def test_a_rank_lost_during_the_first_save_is_said_as_such_and_the_same_command_starts_over(
+    manifest, tmp_path
+):
+    """Rank 0 killed (-9) while it writes the first checkpoint: rank 1 said "cannot write ...
+    (gloo: Connection closed by peer; N MiB free); nothing of it was kept ...; free space
+    there", where neither space nor the cleanup was the matter (rank 1 removes nothing)."""
+    save = tmp_path / "ck"
+    args = ["--manifest", str(manifest), *SMALL, "--steps", "4", "--save", str(save), "--save-every", "2"]
+    line = survivors_line(two_ranks(args, rank_killed(tmp_path / "hook", 0, "save"), tmp_path))
+    partial = save / "step00000002.partial"
+    assert line.startswith(
+        f"tokshard: error: checkpoint not saved: another rank of the run was lost during the save of "
+        f"{save / 'step00000002'} (gloo: "
+    ), line
+    assert line.endswith(
+        f"its unfinished {partial} is left (the next save or start removes it) and no earlier checkpoint "
+        f"exists; run the same command again (it starts over, replacing metrics.jsonl, run.json, "
+        f"step00000002.partial in {save})"
+    ), line
+    assert "free" not in line and partial.is_dir()
+    train(*args)  # as the line says (here on one rank)
+    assert latest(save) == "step00000004" and not partial.exists()
+
+
+def test_a_rank_lost_between_saves_is_one_line_naming_the_step_and_the_checkpoint(manifest, tmp_path):
+    """Rank 1 killed (-9) in step 5's backward pass: rank 0 printed gloo's "Connection reset by
+    peer" under a 45-line traceback through DeepSpeed's all_reduce."""
+    save = tmp_path / "ck"
+    args = ["--manifest", str(manifest), *SMALL, "--steps", "8", "--save", str(save), "--save-every", "2"]
+    done = two_ranks(args, rank_killed(tmp_path / "hook", 1, "backward:5"), tmp_path)
+    line = survivors_line(done)
+    assert line.startswith("tokshard: error: another rank of the run was lost after step 4 (gloo: "), line
+    assert line.endswith(
+        f"so this one stops too; the last checkpoint is {save / 'step00000004'}: rerun it with --resume "
+        "to continue from there"
+    ), line
+    assert "exitcode  : 1 " in done.stderr  # torchrun's report of rank 0: a failed run, not a usage error
 
 
 def rank_pids(launcher_pid: int) -> dict[str, int]:

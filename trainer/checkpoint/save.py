@@ -14,10 +14,18 @@ from pathlib import Path
 
 from pipeline.format.atomic import disk_error, fsync_dir, write_bytes
 from pipeline.format.errors import TokshardError
-from trainer.checkpoint.state import CLIENT_KEY, LATEST, TrainerState, is_tag, latest_tag, write_state
-from trainer.run_folders import run_record_files
+from trainer.checkpoint.state import (
+    CLIENT_KEY,
+    LATEST,
+    PARTIAL,
+    TrainerState,
+    interrupted_saves,
+    latest_tag,
+    write_state,
+)
+from trainer.distributed import RankLost, lost_a_rank, lost_rank_reason
+from trainer.run_folders import run_record_files, same_folder
 
-PARTIAL = ".partial"
 #: less free space than this after a failed torch.save: the disk ran full
 FULL_BELOW = 1 << 20
 
@@ -46,19 +54,19 @@ def write_checkpoint(
         if is_main:
             publish(save_dir, partial, save_dir / tag)
     except (OSError, RuntimeError, TokshardError) as exc:
-        error = save_error(exc, save_dir, tag, run_dir)  # before the cleanup frees the space it ran out of
+        lost = lost_a_rank(exc)
+        error = None if lost else save_error(exc, save_dir, tag, run_dir)  # before the cleanup frees space
         if is_main:
             shutil.rmtree(partial, ignore_errors=True)
-        raise error from exc
+        raise (lost_during_save(exc, save_dir, tag, run_dir) if lost else error) from exc
     barrier()
 
 
 def clear_interrupted_saves(save_dir: Path) -> None:
     """Remove the partial folders of saves a kill interrupted: ours only (``TAG.partial``), as
     the folder may hold a user's files beside the checkpoints."""
-    for stale in save_dir.glob(f"step*{PARTIAL}"):
-        if is_tag(stale.name.removesuffix(PARTIAL)):
-            shutil.rmtree(stale, ignore_errors=True)
+    for stale in interrupted_saves(save_dir):
+        shutil.rmtree(save_dir / stale, ignore_errors=True)
 
 
 def publish(save_dir: Path, partial: Path, final: Path) -> None:
@@ -85,7 +93,11 @@ def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | Non
     """One line for a checkpoint that could not be written: where, why, what is still there."""
     latest = latest_tag(save_dir)
     kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
-    then = f"rerun with --resume to continue from {latest}" if latest else start_again(run_dir)
+    then = (
+        f"rerun with --resume to continue from {latest}"
+        if latest
+        else start_again(run_dir, save_dir, tag + PARTIAL)
+    )
     if isinstance(exc, OSError):
         reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
     elif isinstance(exc, TokshardError):
@@ -103,10 +115,37 @@ def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | Non
     )
 
 
-def start_again(run_dir: Path | None) -> str:
+def lost_during_save(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | None) -> RankLost:
+    """One line for a save that another rank's loss cut short (said after the cleanup, which
+    only rank 0 does: what is on disk is looked at, not assumed): what happened, what of the
+    save is left, and how the run goes on (every rank started again)."""
+    partial = save_dir / (tag + PARTIAL)
+    left = (
+        f"its unfinished {partial} is left (the next save or start removes it)"
+        if partial.exists()
+        else "nothing of it was kept"
+    )
+    latest = latest_tag(save_dir)
+    kept = f"the last whole checkpoint, {latest}, is kept" if latest else "no earlier checkpoint exists"
+    then = f"rerun with --resume to continue from {latest}" if latest else start_again(run_dir, save_dir)
+    return RankLost(
+        f"checkpoint not saved: another rank of the run was lost during the save of {save_dir / tag} "
+        f"({lost_rank_reason(exc)}); {left} and {kept}; {then}"
+    )
+
+
+def start_again(run_dir: Path | None, save_dir: Path, gone: str | None = None) -> str:
     """How to start over after a failed first save: the same command, which replaces this
-    run's record (`trainer.run_folders.same_runs_record`)."""
+    run's record and the unfinished saves left in --save (`trainer.run_folders.start_over`);
+    ``gone``: the one this failure's cleanup removes."""
     record = run_record_files(run_dir) if run_dir is not None else []
-    if not record:
+    if run_dir is None or not record:
         return "run the same command again"
-    return f"run the same command again (it starts over, replacing {', '.join(record)} in {run_dir})"
+    saves = [name for name in interrupted_saves(save_dir) if name != gone]
+    if same_folder(run_dir, save_dir):
+        left = f"{', '.join(record + saves)} in {run_dir}"
+    else:
+        left = f"{', '.join(record)} in {run_dir}" + (
+            f" and {', '.join(saves)} in {save_dir}" if saves else ""
+        )
+    return f"run the same command again (it starts over, replacing {left})"

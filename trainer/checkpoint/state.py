@@ -31,6 +31,8 @@ from trainer.settings import Packing
 STATE_FILE = "tokshard.json"
 CLIENT_KEY = "tokshard"
 LATEST = "latest"
+#: the ending of the folder a save writes into before it is renamed to its tag (`trainer.checkpoint.save`)
+PARTIAL = ".partial"
 
 
 def tag_for(step: int) -> str:
@@ -40,6 +42,16 @@ def tag_for(step: int) -> str:
 def is_tag(name: str) -> bool:
     """Whether ``name`` is one `tag_for` makes (a folder of --save that this trainer owns)."""
     return re.fullmatch(r"step\d{8}", name) is not None
+
+
+def interrupted_saves(save_dir: Path) -> list[str]:
+    """The folders of saves that never finished in ``save_dir`` (``stepNNNNNNNN.partial``: a kill
+    or a lost rank during a save left them), sorted; another tool's ``*.partial`` is not one."""
+    try:
+        found = [p.name for p in save_dir.iterdir() if p.name.endswith(PARTIAL) and p.is_dir()]
+    except OSError:
+        return []
+    return sorted(name for name in found if is_tag(name.removesuffix(PARTIAL)))
 
 
 def latest_tag(save_dir: Path) -> str | None:
