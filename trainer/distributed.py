@@ -178,14 +178,16 @@ class RankLost(TokshardError):
 
 def lost_a_rank(exc: BaseException) -> bool:
     """Whether ``exc`` is a collective's failure because another rank went away: torch's
-    network errors, and gloo's or NCCL's runtime errors naming a closed or reset connection.
-    Any other error (a bug's, too) is not, and keeps its own report."""
-    if isinstance(exc, torch.distributed.DistNetworkError):
-        return True
+    network or backend errors, and gloo's or NCCL's runtime errors, that name a closed or reset
+    connection. Any other error (a bug's, too) is not, and keeps its own report."""
     if not isinstance(exc, RuntimeError):
         return False
     text = str(exc).lower()
-    named = isinstance(exc, torch.distributed.DistBackendError) or "gloo" in text or "nccl" in text
+    # a network error that names no peer gone (a store it cannot reach at start, no file
+    # descriptor left) is not a lost rank: it keeps its own report
+    named = isinstance(exc, torch.distributed.DistNetworkError | torch.distributed.DistBackendError) or any(
+        lib in text for lib in ("gloo", "nccl")
+    )
     return named and any(gone in text for gone in _PEER_GONE)
 
 
