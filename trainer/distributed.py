@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import re
+import resource
 import socket
 import sys
 from dataclasses import dataclass
@@ -109,6 +110,38 @@ def import_deepspeed() -> Any:
     logger.setLevel(logging.WARNING)  # our own log line per step is the readable record
     logger.addFilter(LeavingOut(SCHEDULER_START_WARNING))
     return deepspeed
+
+
+#: open files of each rank: torch's and DeepSpeed's own, the shards' memory maps (each holds a
+#: descriptor), the logs; measured with the tiny model on 2 shards, a world of one failed at
+#: `ulimit -n 28` (a socket of gloo's) and ran at 32 (the need below, then). Under 24 torch's
+#: TCPStore retried for ten minutes, deaf to SIGTERM, and ended in a traceback.
+OPEN_FILES_BASE = 28
+#: and for each rank of the world: gloo's connections to it and the store's
+OPEN_FILES_PER_RANK = 4
+#: the soft limit a short one is raised to, at most (within the hard limit)
+OPEN_FILES_WANTED = 4096
+
+
+def check_open_files() -> None:
+    """Raise a short soft limit of open files to what a rank needs (within the hard limit, as a
+    shell user would) or refuse in one line, before the process group starts."""
+    need = OPEN_FILES_BASE + OPEN_FILES_PER_RANK * launched_world()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    wanted = max(need, OPEN_FILES_WANTED)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard)
+        )
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft < need:
+        shown = "unlimited" if hard == resource.RLIM_INFINITY else hard
+        raise TokshardError(
+            f"open files are limited to {soft} here (ulimit -n; hard limit {shown}); train needs about {need} "
+            f"in each process of a world of {launched_world()}: raise it (ulimit -n 4096) and rerun"
+        )
 
 
 def init(cuda: bool) -> Dist:

@@ -10,6 +10,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import socket
 import stat
 from collections.abc import Callable
@@ -218,8 +219,49 @@ def disk_error(exc: OSError, path: str | os.PathLike, needed: int | None = None)
     """Turn ENOSPC and friends into one line that says where and what to do."""
     if exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(str(path), free_bytes(Path(path).parent), needed)
+    if exc.errno == errno.EFBIG:
+        return FileTooLargeError(str(path))
     hint = WRITE_HINTS.get(exc.errno)
     return TokshardError(f"cannot write {path}: {exc.strerror or exc}" + (f"; {hint}" if hint else ""))
+
+
+class FileTooLargeError(TokshardError):
+    """A write past the largest file this process may write (EFBIG): the file size limit a
+    shell set (``ulimit -f``; Python ignores the kernel's SIGXFSZ, so the write fails instead of
+    the process) or, with no such limit, the filesystem's own largest file (FAT32's 4 GiB).
+    Names the file being written, not its temporary name, and what to do; it pickles its path,
+    as a Dask worker raises it and the driver reports it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+        bound, remedy = largest_file()
+        super().__init__(
+            f"cannot write {self.path.removesuffix(TMP_SUFFIX)}: it would grow past {bound}; {remedy}"
+        )
+
+    def __reduce__(self):
+        return (FileTooLargeError, (self.path,))
+
+
+def file_size_limit() -> int | None:
+    """This process's file size limit in bytes (``ulimit -f``); None where there is none."""
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def largest_file() -> tuple[str, str]:
+    """What bounds the size of a file written here, and what to do about it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY:
+        return (
+            "the largest file its filesystem holds (FAT32's is 4 GiB)",
+            "write to a filesystem that holds larger files, then rerun: committed work is kept",
+        )
+    hard_text = "unlimited" if hard == resource.RLIM_INFINITY else f"{hard >> 10}"
+    return (
+        f"this process's file size limit of {soft:,} bytes (ulimit -f {soft >> 10}; hard limit {hard_text})",
+        "raise it (ulimit -f unlimited) and rerun: committed work is kept",
+    )
 
 
 #: what a filesystem that renames no files answers a rename (a bucket mounted through FUSE, as

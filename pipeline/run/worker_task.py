@@ -15,6 +15,7 @@ commit, releasing the partition for the new run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import threading
@@ -105,7 +106,7 @@ def run_partition(task: PartitionTask, on_commit: Callable[[Checkpoint], None] |
         try:
             return PartitionRun(task, out, part, ckpt, on_commit).run()
         except OSError as exc:
-            if exc.errno in DISK_FULL_ERRNOS + UNWRITABLE_ERRNOS:
+            if exc.errno in (*DISK_FULL_ERRNOS, *UNWRITABLE_ERRNOS, errno.EFBIG):
                 raise disk_error(exc, exc.filename or out / part.stem) from exc
             raise
 

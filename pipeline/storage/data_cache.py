@@ -28,6 +28,7 @@ numpy-free: stdlib and xxhash, plus fsspec through `pipeline.storage.object_stor
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -44,7 +45,7 @@ from pathlib import Path
 import xxhash
 
 from pipeline.format import manifest as manifest_mod
-from pipeline.format.atomic import DISK_FULL_ERRNOS, free_bytes
+from pipeline.format.atomic import DISK_FULL_ERRNOS, FileTooLargeError, free_bytes
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import is_url, parent
 from pipeline.storage.object_store import ObjectStore
@@ -359,6 +360,8 @@ class DataCache:
             raise self._disk_error(exc, path, len(data)) from exc
 
     def _disk_error(self, exc: OSError, path: Path, needed: int | None) -> TokshardError:
+        if exc.errno == errno.EFBIG:
+            return FileTooLargeError(str(path))
         if exc.errno in DISK_FULL_ERRNOS:
             free = free_bytes(self.root)
             room = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"

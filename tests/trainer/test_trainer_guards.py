@@ -514,3 +514,29 @@ def test_a_mix_naming_a_source_prepare_emptied_says_so_and_what_to_do(with_an_em
         f"(12 bad records (12 malformed JSON), as {with_an_emptied_source} records); leave it out of --mix, "
         "or fix its input and prepare again"
     )
+
+
+def test_too_few_open_files_is_one_line_before_the_process_group_starts(manifest, tmp_path):
+    """At `ulimit -n 16` torch's TCPStore retried "Too many open files" for ten minutes, deaf to
+    SIGTERM, then raised a traceback (DistNetworkError)."""
+    import os
+    import resource
+    import sys
+
+    from support import REPO, one_error_line
+
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), "--model", "tiny",
+            "--steps", "2", "--seq-len", "32", "--global-batch", "2", "--run-dir", str(run_dir)]  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+    }
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16)),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_error_line(done)
+    assert "open files are limited to 16 here (ulimit -n; hard limit 16); train needs about 32" in line
+    assert "raise it (ulimit -n 4096) and rerun" in line
+    assert not run_dir.exists()

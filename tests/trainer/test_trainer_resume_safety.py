@@ -718,3 +718,23 @@ def test_a_save_clears_only_its_own_interrupted_saves(tmp_path):
     clear_interrupted_saves(tmp_path)
     assert {name: (tmp_path / name).read_bytes() for name in theirs} == theirs
     assert not (tmp_path / "step00000009.partial").exists()
+
+
+def test_a_checkpoint_past_the_file_size_limit_says_ulimit_f(manifest, tmp_path):
+    """Under `ulimit -f` torch.save says only "unexpected pos": it was called a failed write
+    with the disk's free space, and "free space there" was the remedy."""
+    import resource
+
+    save, limit = tmp_path / "ck", 200 << 10
+    cmd, env = trainer_cmd("--manifest", str(manifest), *SMALL, "--steps", "2", "--save", str(save))
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_error_line(done)
+    assert line.startswith(
+        f"tokshard: error: checkpoint not saved: cannot write {save / 'step00000002'}: it would grow past "
+        f"this process's file size limit of {limit:,} bytes (ulimit -f 200;"
+    ), line
+    assert "raise it (ulimit -f unlimited), then run the same command again" in line

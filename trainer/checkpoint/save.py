@@ -7,12 +7,13 @@ leaves ``latest`` naming a whole checkpoint; a failed save removes its partial f
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.format.atomic import disk_error, fsync_dir, write_bytes
+from pipeline.format.atomic import disk_error, file_size_limit, fsync_dir, largest_file, write_bytes
 from pipeline.format.errors import TokshardError
 from trainer.checkpoint.state import (
     CLIENT_KEY,
@@ -98,6 +99,12 @@ def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | Non
         if latest
         else start_again(run_dir, save_dir, tag + PARTIAL)
     )
+    if _past_file_size_limit(exc, save_dir):
+        bound = largest_file()[0]
+        return TokshardError(
+            f"checkpoint not saved: cannot write {save_dir / tag}: it would grow past {bound}; nothing of it "
+            f"was kept and {kept}; raise it (ulimit -f unlimited), then {then}"
+        )
     if isinstance(exc, OSError):
         reason = str(disk_error(exc, save_dir / tag)).split(";")[0]
     elif isinstance(exc, TokshardError):
@@ -112,6 +119,19 @@ def save_error(exc: BaseException, save_dir: Path, tag: str, run_dir: Path | Non
             reason = f"cannot write {save_dir / tag} ({first}; {where})"
     return TokshardError(
         f"checkpoint not saved: {reason}; nothing of it was kept and {kept}; free space there, then {then}"
+    )
+
+
+def _past_file_size_limit(exc: BaseException, save_dir: Path) -> bool:
+    """Whether a failed save met this process's file size limit (``ulimit -f``): an OSError
+    says so (EFBIG), torch.save only that a write fell short ("unexpected pos"), as on a full
+    disk, which a disk with room left rules out."""
+    if file_size_limit() is None:
+        return False
+    if isinstance(exc, OSError):
+        return exc.errno == errno.EFBIG
+    return not isinstance(exc, TokshardError) and (
+        not save_dir.is_dir() or shutil.disk_usage(save_dir).free >= FULL_BELOW
     )
 
 

@@ -52,3 +52,25 @@ def test_too_little_address_space_is_one_line_and_nothing_made(tmp_path, tokeniz
     assert f"address space is limited to {mib} MiB a process here (ulimit -v {mib << 10};" in line
     assert "raise it (ulimit -v unlimited, or at least" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("what", ["tokenizer", "shard"])
+def test_a_file_past_the_file_size_limit_is_one_line_naming_it_and_ulimit_f(
+    tmp_path, tokenizer_path, gpt2_tokenizer_path, docs, what
+):
+    """Under `ulimit -f` a write fails with EFBIG: it said "cannot write out/tokenizer.json.tmp:
+    File too large", naming a temporary file and no remedy."""
+    tokenizer, kib = (gpt2_tokenizer_path, 1000) if what == "tokenizer" else (tokenizer_path, 100)
+    if what == "shard":  # a shard of about 290 KiB, its tokenizer.json 54 KiB
+        docs = [doc * 5 for doc in docs]
+    limit = kib << 10
+    proc = prepare_limited(tmp_path, tokenizer, docs, resource.RLIMIT_FSIZE, limit, limit)
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    named = "tokenizer.json" if what == "tokenizer" else "00000-0000.bin"
+    assert (
+        f"{named}: it would grow past this process's file size limit of {limit:,} bytes (ulimit -f {kib};"
+        in line
+    )
+    assert ".tmp" not in line and "raise it (ulimit -f unlimited) and rerun" in line
+    assert not (tmp_path / "out").exists()
