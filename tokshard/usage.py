@@ -41,7 +41,11 @@ class OneLineParser(argparse.ArgumentParser):
         ns, rest = super().parse_known_args(args, namespace)
         empty = empty_option(self, ns)
         if empty:
-            self.error(f"argument {empty}: must not be empty")
+            name, value = empty
+            what = (
+                "must not be empty" if not value else f"{value!r} is blank (white space only): give a value"
+            )
+            self.error(f"argument {name}: {what}")
         return ns, rest
 
     def unrecognized(self, words: list[str]) -> None:
@@ -133,16 +137,18 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> str | None:
-    """The first of ``parser``'s arguments given as an empty (or blank) string, by its name.
+def empty_option(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> tuple[str, str] | None:
+    """The first of ``parser``'s arguments given as an empty (or blank) string: its name, and
+    the value as given (a blank one is named as blank, not as empty).
 
     ``--out ""`` or ``--split " "`` is never a usable path or name; a parser refuses it at once,
     as a usage error, instead of a later stage failing on it."""
     for action in parser._actions:
         value = getattr(namespace, action.dest, None)
         values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, str) and not v.strip() for v in values):
-            return "/".join(action.option_strings) or action.metavar or action.dest
+        blank = next((v for v in values if isinstance(v, str) and not v.strip()), None)
+        if blank is not None:
+            return "/".join(action.option_strings) or action.metavar or action.dest, blank
     return None
 
 

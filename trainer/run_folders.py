@@ -31,6 +31,7 @@ from pipeline.format.atomic import (
 )
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.storage.locations import refuse_url
+from pipeline.storage.ownership import listing
 from trainer.checkpoint.state import interrupted_saves, latest_tag, read_tag
 from trainer.metrics import METRICS_FILE, SAMPLES_GLOB
 from trainer.settings import TrainSettings
@@ -364,11 +365,6 @@ def folder_contents(folder: Path) -> list[str]:
         )
     except FileNotFoundError:
         return []
-
-
-def listing(names: list[str], shown: int = 3) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
 
 
 def same_folder(a: Path, b: Path) -> bool:

@@ -17,6 +17,15 @@ from pipeline.format.errors import TokshardError
 
 #: GPT-2's split pattern as `tokenizers`' ByteLevel(use_regex=True) spells it.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def gpt2_pattern_within(longest: int) -> str:
+    """GPT-2's split pattern with each run (of letters, digits, other signs, white space) cut
+    into pieces of at most ``longest`` characters: a run no longer splits exactly as
+    `GPT2_PATTERN` splits it. (Each ``+`` in it is a repeat, none a literal plus sign.)"""
+    return GPT2_PATTERN.replace("+", f"{{1,{longest}}}")
+
+
 #: Llama 3's split pattern, as its tokenizer.json spells it
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -164,6 +173,25 @@ def to_bytes(token: str) -> bytes:
         return token.translate(_to_latin1()).encode("latin-1")
     except UnicodeEncodeError:
         raise ValueError(f"{token!r} is not a byte-level string") from None
+
+
+#: the bytes a byte-level symbol most often stands for, by the name a line gives them
+BYTE_NAMES = {0x00: "NUL byte", 0x09: "tab", 0x0A: "newline", 0x0D: "carriage return", 0x20: "space"}
+
+
+def stood_for(token: str) -> bytes | None:
+    """The bytes a byte-level vocabulary string stands for where they differ from its own text
+    (``Ġ`` a space, ``Ċ`` a newline, ``Ā`` NUL); None where it is its own text or no such string."""
+    try:
+        raw = to_bytes(token)
+    except ValueError:
+        return None
+    return None if raw == token.encode("utf-8") else raw
+
+
+def byte_name(byte: int) -> str:
+    """A byte as a line names it: ``space``, ``newline``, else ``byte 0xC3``."""
+    return BYTE_NAMES.get(byte, f"byte 0x{byte:02X}")
 
 
 def pattern_of(pre_tokenizer: dict[str, Any] | None) -> str:

@@ -14,7 +14,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
@@ -28,6 +29,7 @@ from pipeline.encoding.bos import AUTO_BOS, NO_BOS, find_bos
 from pipeline.encoding.interruptible import interruptible
 from pipeline.format import lfs_pointer
 from pipeline.format.atomic import (
+    DiskFullError,
     check_writable_dir,
     holder_text,
     missing_folders,
@@ -62,6 +64,17 @@ EOS_CANDIDATES = (
     "[SEP]",
 )
 UINT16_LIMIT = 1 << 16
+#: the longest word `tokshard tokenizer train` learns from whole unless told (``--max-token-length``),
+#: in characters, and so its longest token (a leading space aside): ordinary text has no longer
+#: word (the longest in bench/corpus.py's text, tables and indented code included, is 130), so its
+#: vocabulary is the one training without a bound learns (bench/corpus.py's 5 MB at 8,000 ids:
+#: the same bytes); a longer word (DNA, base64, minified data) is learned from in pieces this long
+DEFAULT_MAX_TOKEN_LENGTH = 256
+#: the largest ``--max-token-length``: the pieces are cut by a regex repeat, which Oniguruma
+#: (`tokenizers`' regex engine) bounds at 100,000
+MAX_TOKEN_LENGTH_LIMIT = 100_000
+#: seconds between the lines that say how much training has read (where no bar shows it)
+READING_INTERVAL = 30.0
 
 
 @dataclass(frozen=True)
@@ -729,6 +742,15 @@ class Trained:
     eos_first_place: str | None = None
 
 
+@dataclass(frozen=True)
+class TrainProgress:
+    """How training shows its progress: `tokenizers`' own bars (on a terminal), and lines given
+    to ``log`` (elsewhere: logs, CI), each optional. A library caller gets neither."""
+
+    bar: bool = False
+    log: Callable[[str], None] | None = None
+
+
 def train(
     inputs: list[str],
     vocab_size: int,
@@ -736,21 +758,32 @@ def train(
     eos_token: str = DEFAULT_EOS,
     text_field: str = "text",
     skip_bad: bool = False,
+    max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+    progress: TrainProgress = TrainProgress(),
 ) -> Trained:
     """Train a byte-level BPE (GPT-2 style) with EOS as its only special token. A bad record
     stops it as it stops `prepare` (``skip_bad``: counted instead); inputs with no document
-    to learn from are refused, never a tokenizer of bytes alone."""
+    to learn from are refused, never a tokenizer of bytes alone. No token is longer than
+    ``max_token_length`` (`training_pre_tokenizer` says why)."""
     from pipeline.sources.files import list_files
 
     files = list_files(inputs, ".")  # the same globs, and each file once, as `prepare --input`
     if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
         raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
+    if not 2 <= max_token_length <= MAX_TOKEN_LENGTH_LIMIT:
+        raise TokshardError(
+            f"--max-token-length {max_token_length} is out of range (2 .. {MAX_TOKEN_LENGTH_LIMIT:,})"
+        )
     utf8_path(out_dir / TOKENIZER_FILE, "--out")  # before the training's minutes, not after
     made = missing_folders(out_dir)
     check_writable_dir(out_dir, "--out")
     try:
         with one_trainer(out_dir):
-            return _train(files, vocab_size, out_dir, eos_token, text_field, skip_bad)
+            settings = _Settings(vocab_size, eos_token, text_field, skip_bad, max_token_length)
+            return _train(files, settings, out_dir, progress)
+    except DiskFullError as exc:  # its line must not promise kept work: training commits none
+        take_back_folders(made)
+        raise exc.ending("then rerun the same command: no tokenizer was written") from exc
     except BaseException:
         take_back_folders(made)  # a failed run leaves none of the folders it made behind
         raise
@@ -779,42 +812,104 @@ def one_trainer(out_dir: Path) -> Iterator[None]:
         release_lock(fd, lock)
 
 
-def _train(
-    files: list[Any], vocab_size: int, out_dir: Path, eos_token: str, text_field: str, skip_bad: bool
-) -> Trained:
+@dataclass(frozen=True)
+class _Settings:
+    """What `train` was asked for, as `_train` uses it."""
+
+    vocab_size: int
+    eos_token: str
+    text_field: str
+    skip_bad: bool
+    max_token_length: int
+
+
+def training_pre_tokenizer(max_token_length: int):
+    """The pre-tokenizer training reads words with: GPT-2's byte-level split, each word longer
+    than ``max_token_length`` characters cut into pieces that long. `tokenizers`' BPE trainer
+    takes time in the square of a word's length (each merge inside a word moves the rest of
+    it), so one 400,000-character word with no space (DNA, base64, minified data) took minutes
+    in silence; cut into pieces it takes seconds. A word no longer is split exactly as the saved
+    tokenizer's own ByteLevel splits it, so ordinary text learns the same vocabulary."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(
+                Regex(byte_level.gpt2_pattern_within(max_token_length)), behavior="isolated"
+            ),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+class _Reading:
+    """What training has read, said in lines (`TrainProgress.log`): `tokenizers` reads all the
+    input before it learns a merge, and says nothing of either unless it draws its bars."""
+
+    def __init__(self, log: Callable[[str], None] | None) -> None:
+        self.log = log
+        self.documents = 0
+        self.characters = 0
+        self.start = self.last = time.monotonic()
+
+    def __str__(self) -> str:
+        return (
+            f"{self.documents:,} document{'' if self.documents == 1 else 's'} "
+            f"({self.characters:,} characters) in {time.monotonic() - self.start:.0f} s"
+        )
+
+    def add(self, text: str) -> None:
+        self.documents += bool(text) and not text.isspace()  # as `prepare` drops it: no document
+        self.characters += len(text)
+        if self.log is not None and time.monotonic() - self.last >= READING_INTERVAL:
+            self.last = time.monotonic()
+            self.log(f"read {self}")
+
+    def finished(self, vocab_size: int) -> None:
+        if self.log is not None and self.documents:
+            self.log(
+                f"read {self}; learning merges up to {vocab_size:,} ids (no more lines until it is done)"
+            )
+
+
+def _train(files: list[Any], settings: _Settings, out_dir: Path, progress: TrainProgress) -> Trained:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from pipeline.sources.files import iter_documents, place_text
 
+    eos_token = settings.eos_token
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = training_pre_tokenizer(settings.max_token_length)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=settings.vocab_size,
         special_tokens=[eos_token],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        show_progress=progress.bar,
     )
     skipped: dict[str, int] = {}
-    documents = 0
+    reading = _Reading(None if progress.bar else progress.log)
 
     quoted, first_quote = 0, None  # the documents that hold the EOS's delimited spelling as text
 
     def texts() -> Iterator[str]:
-        nonlocal documents, quoted, first_quote
-        for text, rec in iter_documents(files, text_field, skipped if skip_bad else None):
+        nonlocal quoted, first_quote
+        for text, rec in iter_documents(files, settings.text_field, skipped if settings.skip_bad else None):
             if eos_token in text:
                 if not looks_special(eos_token):
                     raise _eos_in_text(eos_token, place_text(rec))
                 quoted += 1
                 first_quote = first_quote or place_text(rec)
-            documents += bool(text) and not text.isspace()  # as `prepare` drops it: no document
+            reading.add(text)
             yield text
+        reading.finished(settings.vocab_size)
 
     interruptible(lambda: tok.train_from_iterator(texts(), trainer), "tokshard-tokenizer-train")
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's, as saved before
+    documents = reading.documents
     if not documents:
         raise DataError(
-            f"the inputs hold no text to train on ({sum(skipped.values())} bad records skipped); check the "
+            f"the inputs hold no text to train on{_skipped_note(skipped, settings.skip_bad)}; check the "
             "input files and --text-field (no tokenizer was written)"
         )
     dest = out_dir / TOKENIZER_FILE
@@ -825,13 +920,35 @@ def _train(
     try:
         _refuse_eos_text_reaches(tok, eos_token, tmp)
         # what names the EOS to `prepare --tokenizer OUT/` (and to transformers), whatever its spelling
-        write_json(
-            out_dir / CONFIG_FILE, {"eos_token": eos_token, "tokenizer_class": "PreTrainedTokenizerFast"}
-        )
+        write_json(out_dir / CONFIG_FILE, trained_config(eos_token, settings.max_token_length))
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
     return Trained(dest, documents, skipped, tok.get_vocab_size(), quoted, first_quote)
+
+
+#: the key of tokenizer_config.json under which `tokshard tokenizer train` records how it trained
+#: (transformers keeps a key it does not know, and reads the file as before)
+TRAINING_KEY = "tokshard_training"
+
+
+def trained_config(eos_token: str, max_token_length: int) -> dict[str, Any]:
+    """The tokenizer_config.json beside a trained tokenizer.json: what names its EOS to
+    `prepare --tokenizer OUT/` and to transformers, and the setting that shaped its vocabulary
+    beyond the command's own numbers (``--max-token-length``)."""
+    return {
+        "eos_token": eos_token,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        TRAINING_KEY: {"max_token_length": max_token_length},
+    }
+
+
+def _skipped_note(skipped: dict[str, int], skip_bad: bool) -> str:
+    """How many bad records were skipped, where --on-bad-record skip could skip any."""
+    if not skip_bad:
+        return ""
+    total = sum(skipped.values())
+    return f" ({total:,} bad record{'' if total == 1 else 's'} skipped)"
 
 
 def looks_special(spelling: str) -> bool:
@@ -863,10 +980,25 @@ def _refuse_eos_text_reaches(tok, eos_token: str, path: Path) -> None:
     reached = whole_word_reaches(tok, eos_token, tok.token_to_id(eos_token), path)
     if reached:
         raise TokshardError(
-            f"--eos {eos_token!r}: the trained vocabulary reaches it from text ({reached}), so a document "
-            f"holding {eos_token!r} would encode to the EOS id; choose a spelling no document holds (the "
+            f"--eos {eos_token!r}: the trained vocabulary reaches it from text ({reached}), so "
+            f"{_text_reaching(eos_token)} would encode to the EOS id; choose a spelling no document holds (the "
             f"default is {DEFAULT_EOS}); no tokenizer was written"
         )
+
+
+def _text_reaching(eos_token: str) -> str:
+    """Which text of a document would become the EOS: its spelling, or where that spelling is
+    a byte-level symbol (``Ġ``), the byte it stands for (every space no merge joins to a word)."""
+    raw = byte_level.stood_for(eos_token)
+    if raw is None:
+        return f"a document holding {eos_token!r}"
+    if len(raw) == 1:
+        name = byte_level.byte_name(raw[0])
+        return f"every {name} in a document that no merge joins to its neighbours ({eos_token!r} stands for the {name})"
+    spelled = " ".join(f"0x{b:02X}" for b in raw)
+    return (
+        f"a document holding the bytes {spelled} ({eos_token!r} stands for them in a byte-level vocabulary)"
+    )
 
 
 def from_gpt2_files(encoder_json: Path, vocab_bpe: Path, out: Path, eos_token: str = DEFAULT_EOS) -> Path:

@@ -180,21 +180,28 @@ class DiskFullError(TokshardError):
     pickles its fields; the driver may add a run-wide estimate with `with_needed`.
     """
 
-    def __init__(self, path: str, free: int | None, needed: int | None) -> None:
-        self.path, self.free, self.needed = str(path), free, needed
+    #: what a rerun finds, as the line ends unless the command says otherwise (`after`)
+    RESUMES = "then rerun: committed work is kept"
+
+    def __init__(self, path: str, free: int | None, needed: int | None, after: str = RESUMES) -> None:
+        self.path, self.free, self.needed, self.after = str(path), free, needed, after
         free_text = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
         # (at least 0.1: a small file's "0.0 MiB more needed" reads as none)
         need_text = f", about {max(needed / 2**20, 0.1):.1f} MiB more needed" if needed else ""
         super().__init__(
-            f"disk full writing {path} ({free_text}{need_text}); free space or move --out, "
-            "then rerun: committed work is kept"
+            f"disk full writing {path} ({free_text}{need_text}); free space or move --out, {after}"
         )
 
     def __reduce__(self):
-        return (DiskFullError, (self.path, self.free, self.needed))
+        return (DiskFullError, (self.path, self.free, self.needed, self.after))
 
     def with_needed(self, needed: int) -> DiskFullError:
-        return DiskFullError(self.path, self.free, max(needed, self.needed or 0))
+        return DiskFullError(self.path, self.free, max(needed, self.needed or 0), self.after)
+
+    def ending(self, after: str) -> DiskFullError:
+        """The same fault, its line ending as ``after`` says: a command that commits nothing as
+        it goes (`tokshard tokenizer train`) keeps no work for a rerun."""
+        return DiskFullError(self.path, self.free, self.needed, after)
 
 
 def free_bytes(folder: str | os.PathLike) -> int | None:

@@ -111,6 +111,8 @@ def _refuse_a_link(place: Place, marker: str, flag: str, owner: str) -> None:
 
 
 def listing(names: list[str], shown: int = SHOWN) -> str:
-    """How a refusal names what a folder holds: the first ``shown`` names, and how many more."""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+    """How a refusal names what a folder holds: the first ``shown`` names, and how many more,
+    the last joined by "and" (``a and b``, ``a, b and c``, ``a, b, c and 2 more``)."""
+    if len(names) > shown:
+        return ", ".join(names[:shown]) + f" and {len(names) - shown} more"
+    return " and ".join(filter(None, (", ".join(names[:-1]), *names[-1:])))

@@ -216,3 +216,40 @@ def test_a_crash_in_native_code_says_where_it_happened():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == -11, proc.stderr
     assert "Fatal Python error: Segmentation fault" in proc.stderr and "<lambda>" in proc.stderr, proc.stderr
+
+
+def test_a_blank_value_is_named_blank_not_empty(capsys):
+    """``--eos ' '`` was refused as "must not be empty": it is not empty, it is white space."""
+    assert (
+        main(["tokenizer", "train", "--input", "x.jsonl", "--vocab-size", "300", "--out", "o", "--eos", " "])
+        == 2
+    )
+    assert capsys.readouterr().err.strip() == (
+        "tokshard: error: tokenizer train: argument --eos: ' ' is blank (white space only): give a value "
+        "(see `tokshard tokenizer train --help`)"
+    )
+
+
+def test_an_unknown_option_of_an_action_points_to_the_action_s_help(capsys):
+    """``tokenizer train ... --mirror`` named "tokenizer" and its --help, which lists no option of train."""
+    assert (
+        main(
+            [
+                "tokenizer",
+                "train",
+                "--input",
+                "x.jsonl",
+                "--vocab-size",
+                "300",
+                "--out",
+                "o",
+                "--mirror",
+                "/tmp",
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err.strip() == (
+        "tokshard: error: tokenizer train: unrecognized arguments: --mirror /tmp "
+        "(see `tokshard tokenizer train --help`)"
+    )

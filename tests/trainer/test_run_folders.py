@@ -64,7 +64,7 @@ def test_a_fresh_run_into_another_runs_folder_is_refused_and_its_record_kept(man
     shutil.copytree(halfway["run"], run)
     before = contents(run)
     line = refused(*train_args(manifest), "--run-dir", str(run))
-    assert f"--run-dir {run} holds the record of another run (metrics.jsonl, run.json)" in line
+    assert f"--run-dir {run} holds the record of another run (metrics.jsonl and run.json)" in line
     assert line.endswith("choose another --run-dir, or pass --resume with the --save of that run")
     assert contents(run) == before
 
@@ -84,12 +84,13 @@ def test_a_save_folder_of_a_run_that_saved_no_checkpoint_says_there_is_nothing_t
     save = tmp_path / "ck"
     shutil.copytree(halfway["run"], save)  # a run's record, killed before its first save
     line = refused(*train_args(manifest), "--save", str(save))
-    assert "holds the record of a run that saved no checkpoint (metrics.jsonl, run.json)" in line
+    assert "holds the record of a run that saved no checkpoint (metrics.jsonl and run.json)" in line
     assert "nothing to resume" in line
     # with --resume, the same folder says the same (it said to drop --resume, which said this)
     line = refused(*train_args(manifest), "--save", str(save), "--resume")
     assert (
-        "holds the record of a run that stopped before its first checkpoint (metrics.jsonl, run.json)" in line
+        "holds the record of a run that stopped before its first checkpoint (metrics.jsonl and run.json)"
+        in line
     )
     assert "remove those files and run without --resume to start again there" in line
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.encoding.tokenizer import DEFAULT_EOS
+from pipeline.encoding.tokenizer import DEFAULT_EOS, DEFAULT_MAX_TOKEN_LENGTH
 from pipeline.recipe import BAD_RECORD_POLICIES
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
@@ -29,6 +29,15 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eos", default=DEFAULT_EOS, type=text_arg, help="the EOS token's text")
     p.add_argument("--text-field", default="text", type=text_arg, help="JSON/parquet field holding the text")
     p.add_argument(
+        "--max-token-length",
+        type=positive_int,
+        default=DEFAULT_MAX_TOKEN_LENGTH,
+        metavar="N",
+        help="the longest token to learn, in characters (a leading space aside): a longer word (no spaces: "
+        "DNA, base64, minified data) is learned from in pieces of N, since training time grows with the "
+        "square of a word's length; ordinary text has no word this long, so its vocabulary is the same",
+    )
+    p.add_argument(
         "--on-bad-record",
         choices=BAD_RECORD_POLICIES,
         default="error",
@@ -37,13 +46,22 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from pipeline.encoding.tokenizer import train
+    from pipeline.encoding.tokenizer import TrainProgress, train
+    from pipeline.run.progress import stderr_log
     from pipeline.run.status import skipped_text
     from trainer.console import reporting
 
     refuse_url(args.out, "--out")
+    bar = sys.stderr.isatty()  # `tokenizers`' own bars; lines where they would not show (logs, CI)
     trained = train(
-        args.input, args.vocab_size, Path(args.out), args.eos, args.text_field, args.on_bad_record == "skip"
+        args.input,
+        args.vocab_size,
+        Path(args.out),
+        args.eos,
+        args.text_field,
+        args.on_bad_record == "skip",
+        args.max_token_length,
+        TrainProgress(bar=bar, log=lambda line: stderr_log(line, "tokshard tokenizer train")),
     )
     skipped = f"; {skipped_text(trained.skipped)}" if trained.skipped else ""
     short = (
@@ -85,7 +103,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     for action in ACTIONS.values():
         sub = actions.add_parser(action.name, help=action.summary, **action.parser_settings())
         action.add_options(sub)
-        sub.set_defaults(after_stop=action.after_stop)
+        # its mistakes point to its own --help (`tokshard tokenizer train --help`)
+        sub.set_defaults(after_stop=action.after_stop, usage=sub)
 
 
 def run(args: argparse.Namespace) -> int:

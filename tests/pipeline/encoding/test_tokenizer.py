@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO, cli, edited, gated_hub, run_prepare, write_jsonl
+from support import REPO, cli, edited, gated_hub, one_error_line, run_prepare, write_jsonl
 from tokenizers import Tokenizer
 
 from pipeline.encoding.tokenizer import load, locate, resolve, train
@@ -179,13 +179,64 @@ def test_a_trained_tokenizer_s_own_eos_spelling_is_found_by_prepare_in_its_folde
     )
 
 
-def test_an_eos_text_reaches_in_the_trained_vocabulary_writes_no_tokenizer(tmp_path, docs):
-    """``Ġ`` is no document's text, but the byte-level alphabet's space: a text reaches it."""
+@pytest.mark.parametrize(("symbol", "byte"), [("Ġ", "space"), ("Ċ", "newline"), ("Ā", "NUL byte")])
+def test_an_eos_text_reaches_in_the_trained_vocabulary_writes_no_tokenizer(tmp_path, docs, symbol, byte):
+    """``Ġ`` is no document's text, but the byte-level alphabet's space: a text reaches it. The
+    line said "a document holding 'Ġ'", which none does: it names the byte the symbol stands for."""
     data = write_jsonl(tmp_path / "corpus.jsonl", docs[:20])
-    proc = train_tokenizer_cli(tmp_path, data, "--eos", "Ġ")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "--eos 'Ġ': the trained vocabulary reaches it from text (a single character" in proc.stderr
+    proc = train_tokenizer_cli(tmp_path, data, "--eos", symbol)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc)
+    assert f"--eos '{symbol}': the trained vocabulary reaches it from text (a single character" in line
+    assert (
+        f"so every {byte} in a document that no merge joins to its neighbours ('{symbol}' stands for" in line
+    )
+    assert "holding" not in line
     assert not (tmp_path / "tok").exists()
+
+
+def test_a_word_longer_than_max_token_length_is_learned_in_pieces_and_recorded(tmp_path):
+    """A word with no space (DNA, base64) took minutes in silence: `tokenizers`' trainer takes the
+    square of a word's length, and learned a token as long as the word. It is learned from in
+    pieces now, no token past --max-token-length (default 256), and the setting is recorded."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", ["a cat sat on a mat", "A" * 50_000])
+    for extra, longest in (((), 256), (("--max-token-length", "64"), 64)):
+        out = f"tok{longest}"
+        proc = train_tokenizer_cli(tmp_path, data, "--vocab-size", "1000", *extra, out=out)
+        assert proc.returncode == 0, proc.stderr
+        vocab = Tokenizer.from_file(str(tmp_path / out / "tokenizer.json")).get_vocab()
+        assert max(map(len, vocab)) == longest
+        config = json.loads((tmp_path / out / "tokenizer_config.json").read_text())
+        assert config["tokshard_training"] == {"max_token_length": longest}
+
+
+def test_ordinary_text_learns_the_vocabulary_an_unbounded_training_learns(tmp_path, docs):
+    """The default --max-token-length changes nothing where no word is that long."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    data = write_jsonl(tmp_path / "corpus.jsonl", docs[:200])
+    assert train_tokenizer_cli(tmp_path, data, "--vocab-size", "2000").returncode == 0
+    plain = Tokenizer(models.BPE())
+    plain.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    plain.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=2000, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet, show_progress=False
+    )
+    plain.train_from_iterator(docs[:200], trainer)
+    assert (tmp_path / "tok" / "tokenizer.json").read_text() == plain.to_str(pretty=True)
+
+
+def test_training_says_on_stderr_when_it_has_read_its_input_and_learns_merges(tmp_path, docs):
+    """It printed nothing until the end: 33 s of silence for 40 MB, hours for GBs."""
+    data = write_jsonl(tmp_path / "corpus.jsonl", ["one two", "three four five"])
+    proc = train_tokenizer_cli(tmp_path, data)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(
+        r"tokshard tokenizer train: read 2 documents \(22 characters\) in \d+ s; learning merges up to 300 ids "
+        r"\(no more lines until it is done\)\n",
+        proc.stderr,
+    ), proc.stderr
 
 
 @pytest.mark.parametrize("name", ["corpus.jsonl.gz", "corpus.jsonl"])
@@ -206,7 +257,7 @@ def test_a_special_spelling_a_document_quotes_is_a_note_and_the_tokenizer_is_wri
     data = _corpus_quoting(tmp_path, "corpus.jsonl", "<|endoftext|>")
     proc = train_tokenizer_cli(tmp_path, data)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.startswith(
+    assert proc.stderr.splitlines()[-1].startswith(
         f"note: --eos '<|endoftext|>' is text in 1 training document (the first: {data}:5): `tokshard prepare` "
         "encodes it as text, but libraries that load the tokenizer"
     )
@@ -287,7 +338,8 @@ def test_tokenizer_train_on_whitespace_alone_is_refused_and_one_document_is_one(
     """prepare drops a document of whitespace; training wrote a tokenizer of bytes alone from one."""
     blank = write_jsonl(tmp_path / "blank.jsonl", ["   \n\t ", ""])
     refused = train_tokenizer_cli(tmp_path / "blank", blank)
-    assert refused.returncode == 1 and "the inputs hold no text to train on" in refused.stderr
+    assert refused.returncode == 1 and "the inputs hold no text to train on; check" in refused.stderr
+    assert "skipped" not in refused.stderr  # --on-bad-record error skips none: "(0 ... skipped)" misled
     one = write_jsonl(tmp_path / "one.jsonl", ["a single document of words", "  "])
     done = train_tokenizer_cli(tmp_path / "one", one)
     assert done.returncode == 0 and done.stdout.strip().endswith("trained on 1 document"), done.stderr
@@ -759,6 +811,7 @@ def test_training_into_a_full_disk_says_the_disk_is_full_and_leaves_nothing(tmp_
     monkeypatch.setattr(files, "iter_documents", filling)
     with pytest.raises(
         DiskFullError, match=r"^disk full writing .*tokenizer\.json\.tmp \(.* MiB free, about"
-    ):
+    ) as raised:
         train([str(data)], 300, out)
+    assert str(raised.value).endswith("then rerun the same command: no tokenizer was written")  # none kept
     assert not out.exists()

@@ -159,7 +159,7 @@ def test_prepare_refuses_a_store_prefix_holding_objects_it_did_not_write(s3_serv
     proc = prepare_into(url, data, tokenizer_path)
     assert proc.returncode == 2, proc.stderr
     assert re.fullmatch(
-        rf"tokshard: error: --out {url} holds data/, manifest\.json but no \.tokshard/: prepare did not write it .*",
+        rf"tokshard: error: --out {url} holds data/ and manifest\.json but no \.tokshard/: prepare did not write it .*",
         proc.stderr.strip(),
     ), proc.stderr
     assert s3_server.objects(bucket) == before, "a refused prepare wrote to the store"
@@ -193,6 +193,18 @@ def test_tokenizer_train_refuses_a_folder_that_already_holds_files(tmp_path, doc
         proc.stderr.strip(),
     ), proc.stderr
     assert snapshot(model) == before
+
+
+def test_a_refusal_names_two_entries_joined_by_and(tmp_path, docs):
+    """It read "already holds tokenizer.json, tokenizer_config.json", a list cut short."""
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text("{}")
+    (model / "tokenizer_config.json").write_text("{}")
+    proc = cli("tokenizer", "train", "--input", str(data), "--vocab-size", "300", "--out", str(model))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--out {model} already holds tokenizer.json and tokenizer_config.json; " in proc.stderr
 
 
 def test_a_run_refused_before_its_plan_leaves_no_folder_or_state_behind(tmp_path, tokenizer_path):
