@@ -18,6 +18,7 @@ from support import REPO, cli, write_jsonl
 
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
+from tokshard.commands.train import deepspeed_arg
 from tokshard.usage import file_arg, folder_arg, local_folder_arg, path_arg, png_arg, run_folder_arg
 
 COMMANDS = [
@@ -239,7 +240,7 @@ def test_a_mistake_in_a_recipe_names_the_file(files):
 # The commands and flags come from the parsers themselves, so a command or flag added later is
 # swept too. Mistakes: an empty value, a word for a number, a negative number, an unknown
 # choice, a file where a folder (metavar ...DIR) is expected and a folder where a file (PNG,
-# DS.json) is. All are usage errors: exit 2 and one line naming the flag.
+# CONFIG) is. All are usage errors: exit 2 and one line naming the flag.
 
 
 def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
@@ -265,9 +266,9 @@ def is_number(action: argparse.Action) -> bool:
         return False
 
 
-LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg, local_folder_arg)
+LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg, local_folder_arg, deepspeed_arg)
 #: how a flag that takes a path or URL shows itself in --help
-LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "DS.json", "RUN_DIR", "MANIFEST")
+LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "CONFIG", "RUN_DIR", "MANIFEST")
 
 
 def takes_a_location(action: argparse.Action) -> bool:
@@ -348,7 +349,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
         cases += [("a word", "lots"), ("negative", "-1GB")]
     if metavar.endswith("DIR"):
         cases.append(("a file for a folder", str(root / "a-file")))
-    if metavar in ("PNG", "DS.json") or metavar.endswith("FILE"):
+    if metavar in ("PNG", "CONFIG") or metavar.endswith("FILE"):
         cases.append(("a folder for a file", str(root)))
     return cases
 
