@@ -42,10 +42,37 @@ DEFAULT_WEIGHT_DECAY = 0.1
 DEFAULT_GRAD_CLIP = 1.0
 
 
+#: the configs tokshard ships (in the wheel too), each taken by its name: ``--deepspeed zero2-bf16``
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def shipped_configs() -> list[str]:
+    """The names ``--deepspeed`` takes for the shipped configs (their files' stems): an install
+    has no repository, so a path such as ``trainer/configs/zero2-bf16.json`` names nothing."""
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.json"))
+
+
+def config_path(text: str | Path) -> Path:
+    """The file ``--deepspeed`` means: a file at that path, else the shipped config of that
+    name (with or without ``.json``), as a recipe is taken by path or bundled name. Neither:
+    one line naming the shipped configs, where the OS would say only "No such file"."""
+    path = Path(text)
+    if path.exists():
+        return path
+    name = str(text).removesuffix(".json")
+    if name in shipped_configs():
+        return CONFIGS_DIR / f"{name}.json"
+    raise TokshardError(
+        f"--deepspeed {text}: no such file, nor a config tokshard ships ({', '.join(shipped_configs())}); "
+        "give the path of a DeepSpeed JSON config, or one of those names"
+    )
+
+
 def read(path: str | Path) -> dict[str, Any]:
     """A ``--deepspeed`` file as DeepSpeed itself reads it: hjson (JSON plus comments and
-    trailing commas), a key given twice refused rather than the last one silently kept."""
-    p = Path(path)
+    trailing commas), a key given twice refused rather than the last one silently kept. A
+    shipped config may be named instead (`config_path`)."""
+    p = config_path(path)
     try:
         text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is read past
     except OSError as exc:
@@ -65,7 +92,8 @@ def read(path: str | Path) -> dict[str, Any]:
     kind = json_kinds.kind_of(cfg)
     if kind not in (None, json_kinds.DEEPSPEED_CONFIG):
         raise TokshardError(
-            f"--deepspeed {p} is {kind}, not a DeepSpeed config: pass one such as {DEFAULT_CONFIG}"
+            f"--deepspeed {p} is {kind}, not a DeepSpeed config: pass one, or the name of one tokshard "
+            f"ships ({', '.join(shipped_configs())})"
         )
     return cfg
 
@@ -81,7 +109,7 @@ def unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 #: the default config, also shipped for users to copy (see docs/TRAINING.md)
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "zero0-fp32.json"
+DEFAULT_CONFIG = CONFIGS_DIR / "zero0-fp32.json"
 
 
 def default_config(bf16: bool | str) -> dict[str, Any]:

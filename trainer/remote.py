@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.storage.data_cache import DataCache, ShardFetcher, parse_size
+from pipeline.storage.locations import shown_location
 from pipeline.storage.places import open_manifest_place
 
 #: positions looked at to find the order in which the first epoch touches the shards
@@ -54,7 +55,7 @@ def open_manifest(
 
 
 def _say(msg: str) -> None:
-    print(f"tokshard: {msg}", file=sys.stderr, flush=True)
+    print(f"tokshard: {shown_location(msg)}", file=sys.stderr, flush=True)
 
 
 def start_downloads(fetchers: list[ShardFetcher], dataset, sampler, first_position: int) -> None:

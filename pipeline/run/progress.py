@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TextIO
 
+from pipeline.storage.locations import shown_location
+
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``1 partition``, ``2 partitions``: a count and its noun as a log line says them."""
@@ -13,8 +15,9 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def stderr_log(msg: str, prefix: str = "tokshard") -> None:
-    """A log line for a person: stderr, flushed at once, named after the command."""
-    print(f"{prefix}: {msg}", file=sys.stderr, flush=True)
+    """A log line for a person: stderr, flushed at once, named after the command; a URL's
+    user:password in it shown as ``***``."""
+    print(f"{prefix}: {shown_location(msg)}", file=sys.stderr, flush=True)
 
 
 def human(n: float) -> str:

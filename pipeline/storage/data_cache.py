@@ -47,7 +47,7 @@ import xxhash
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DISK_FULL_ERRNOS, FileTooLargeError, free_bytes
 from pipeline.format.errors import DataError, TokshardError
-from pipeline.storage.locations import is_url, parent
+from pipeline.storage.locations import is_url, parent, shown_location
 from pipeline.storage.object_store import ObjectStore
 from pipeline.storage.ownership import claim_folder
 from pipeline.storage.places import open_manifest_place
@@ -159,7 +159,7 @@ class DataCache:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.limit = limit
         self.stats = CacheStats()
-        self.log = log or (lambda msg: print(f"tokshard: {msg}", file=sys.stderr, flush=True))
+        self.log = log or (lambda msg: print(f"tokshard: {shown_location(msg)}", file=sys.stderr, flush=True))
         self._pins: dict[Path, int] = {}
         #: shards whose .idx alone this process made local (a reader of document lengths), by
         #: .bin path: pinned as `_pins` are, so no eviction deletes one under its reader

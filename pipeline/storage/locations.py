@@ -44,7 +44,33 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 
+#: a URL's user and password (``s3://KEY:SECRET@bucket``, ``https://user:pw@host``), anywhere in a line
+_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]+://)([^/@\s'\"]*)@")
+
+
+def shown_location(text: str) -> str:
+    """``text`` (a location, or a line naming some) as a message may show it: each URL's
+    user:password as ``***`` (``s3://***@bucket/run``), since an error line ends up in logs, CI
+    pages and bug reports. Every message naming a location goes through it (`location_problem`,
+    and the lines the commands print). ``oci://BUCKET@NAMESPACE`` is OCI's bucket, kept."""
+    return _USERINFO.sub(_without_userinfo, text)
+
+
+def _without_userinfo(m: re.Match[str]) -> str:
+    scheme, userinfo = m.group(1), m.group(2)
+    if scheme.lower() == "oci://" and ":" not in userinfo:
+        return m.group(0)
+    return f"{scheme}***@"
+
+
 def location_problem(text: str) -> str | None:
+    """Why ``text`` can be neither a local path nor a usable URL as written, or None; a URL's
+    credentials are not shown in it (`shown_location`)."""
+    problem = _location_problem(text)
+    return shown_location(problem) if problem else None
+
+
+def _location_problem(text: str) -> str | None:
     """Why ``text`` can be neither a local path nor a usable URL as written, or None.
 
     Caught where a path or URL enters (argparse types, recipe paths, `open_place`): a URL
@@ -54,7 +80,7 @@ def location_problem(text: str) -> str | None:
     folder named ``o\nx`` was made without a word, and every line naming it after was two
     lines, or rewrote the terminal."""
     if text != text.strip() and _looks_like_url(text.strip()):
-        also = location_problem(text.strip())
+        also = _location_problem(text.strip())
         return (
             f"{text!r} has whitespace around a URL, which would make it a local folder (before it) "
             "or object keys ending in a space (after it); "
@@ -125,10 +151,11 @@ def _store_url_problem(text: str, scheme: str, rest: str) -> str | None:
             "in AWS_ENDPOINT_URL (e.g. AWS_ENDPOINT_URL=http://HOST:PORT)" if s3 else "in its configuration"
         )
         if "@" in bucket and scheme != "oci":
+            host = bucket.rsplit("@", 1)[1]
             return (
-                f"{text}: {bucket!r} is not a valid bucket name: a user or key is not part of a store URL, "
-                f"nor a host; credentials go {'in AWS_ACCESS_KEY_ID/AWS_PROFILE' if s3 else 'in the store configuration'}, "
-                f"the endpoint {endpoint} (docs/STORAGE.md); write {scheme}://BUCKET/PATH"
+                f"{text}: '***@{host}' is not a valid bucket name: a user or key is not part of a store URL, "
+                f"nor a host; credentials go {'in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE' if s3 else 'in the store configuration'}, "
+                f"the endpoint {endpoint}; write {scheme}://{host or 'BUCKET'}{text[text.index(bucket) + len(bucket) :] or '/PATH'}"
             )
         if re.search(r":\d*$", bucket):
             return (

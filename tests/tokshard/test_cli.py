@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -253,3 +254,56 @@ def test_an_unknown_option_of_an_action_points_to_the_action_s_help(capsys):
         "tokshard: error: tokenizer train: unrecognized arguments: --mirror /tmp "
         "(see `tokshard tokenizer train --help`)"
     )
+
+
+#: the repository's own folders: an installed tokshard has none of them beside the user
+REPO_FOLDERS = ("manifests/", "trainer/", "pipeline/", "tokshard/", "docs/", "tests/", "bench/")
+
+
+def every_help(parser: argparse.ArgumentParser | None = None, words: str = "") -> dict[str, str]:
+    """Each command's --help (and each subcommand's, and tokshard's own), by its command line."""
+    parser = parser or build_parser()
+    found = {words: parser.format_help()}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= every_help(sub, f"{words} {name}".strip())
+    return found
+
+
+def test_no_help_names_a_path_inside_the_repository():
+    """``prepare --help``'s example was ``tokshard prepare manifests/wikitext-103.toml`` and
+    train's ``--deepspeed trainer/configs/zero2-bf16.json``: both fail where tokshard is
+    installed from its wheel, which ships them to be taken by name instead."""
+    named = {
+        command: folder
+        for command, text in every_help().items()
+        for folder in REPO_FOLDERS
+        if re.search(rf"(?<![\w/.~-]){folder}", " ".join(text.split()))  # not ~/.cache/tokshard/
+    }
+    assert not named
+
+
+def test_train_help_lists_the_shipped_deepspeed_configs_by_name():
+    from trainer.ds_config import shipped_configs
+
+    text = " ".join(every_help()["train"].split())
+    assert {"zero0-fp32", "zero2-bf16"} <= set(shipped_configs())
+    assert all(name in text for name in shipped_configs()) and "--deepspeed zero2-bf16" in text
+
+
+def test_train_takes_a_shipped_deepspeed_config_by_name_from_any_folder(tmp_path, monkeypatch):
+    from tokshard.commands.train import settings_from
+
+    monkeypatch.chdir(tmp_path)  # as installed: no trainer/configs/ beside the user
+    ns = build_parser().parse_args(["train", "--manifest", "m.json", "--deepspeed", "zero2-bf16"])
+    assert settings_from(ns).optim.deepspeed == "zero2-bf16"
+
+
+def test_a_deepspeed_config_that_is_not_there_is_refused_before_training_naming_the_shipped(tmp_path):
+    proc = cli("train", "--deepspeed", "configs/zero2.json", "--manifest", "m.json", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and line.startswith(
+        "tokshard: error: train: argument --deepspeed: configs/zero2.json: no such file, nor a config "
+        "tokshard ships (gpt-neo-2.7b-"
+    ), line

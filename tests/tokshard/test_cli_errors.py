@@ -5,6 +5,7 @@ process, as a user would run it."""
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -14,10 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, cli, write_jsonl
+from support import REPO, cli, one_error_line, write_jsonl
 
+from pipeline.format.errors import TokshardError
 from pipeline.format.shard_reader import HEADER
 from tokshard.cli import build_parser
+from tokshard.commands.train import deepspeed_arg
 from tokshard.usage import file_arg, folder_arg, local_folder_arg, path_arg, png_arg, run_folder_arg
 
 COMMANDS = [
@@ -239,7 +242,7 @@ def test_a_mistake_in_a_recipe_names_the_file(files):
 # The commands and flags come from the parsers themselves, so a command or flag added later is
 # swept too. Mistakes: an empty value, a word for a number, a negative number, an unknown
 # choice, a file where a folder (metavar ...DIR) is expected and a folder where a file (PNG,
-# DS.json) is. All are usage errors: exit 2 and one line naming the flag.
+# CONFIG) is. All are usage errors: exit 2 and one line naming the flag.
 
 
 def all_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
@@ -265,9 +268,9 @@ def is_number(action: argparse.Action) -> bool:
         return False
 
 
-LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg, local_folder_arg)
+LOCATION_TYPES = (path_arg, folder_arg, run_folder_arg, file_arg, png_arg, local_folder_arg, deepspeed_arg)
 #: how a flag that takes a path or URL shows itself in --help
-LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "DS.json", "RUN_DIR", "MANIFEST")
+LOCATION_METAVARS = ("DIR", "FILE", "PNG", "GLOB", "TOK", "CONFIG", "RUN_DIR", "MANIFEST")
 
 
 def takes_a_location(action: argparse.Action) -> bool:
@@ -348,7 +351,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
         cases += [("a word", "lots"), ("negative", "-1GB")]
     if metavar.endswith("DIR"):
         cases.append(("a file for a folder", str(root / "a-file")))
-    if metavar in ("PNG", "DS.json") or metavar.endswith("FILE"):
+    if metavar in ("PNG", "CONFIG") or metavar.endswith("FILE"):
         cases.append(("a folder for a file", str(root)))
     return cases
 
@@ -605,3 +608,62 @@ def test_a_broken_tokshard_installation_is_said_to_be_one_not_an_upgrade(tmp_pat
                 "tokshard: error: tokshard's installation is broken (pipeline.run.status: cannot import name"
             )
         )
+
+
+def test_an_out_url_with_credentials_is_refused_without_showing_them(tmp_path):
+    """``--out 's3://key:secret@bucket/run'`` printed the secret back, and sent the user to
+    docs/STORAGE.md, which an installed tokshard does not have."""
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    proc = cli(
+        "prepare",
+        "--input",
+        "a.jsonl",
+        "--tokenizer",
+        "gpt2",
+        "--out",
+        "s3://key:secret@bucket/run",
+        cwd=tmp_path,
+    )
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "s3://***@bucket/run" in line and "write s3://bucket/run" in line
+    assert "secret" not in proc.stderr + proc.stdout and "docs/" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
+def test_an_error_line_never_shows_a_urls_password():
+    """A library's message may echo a URL it was given (an input read over https with a user)."""
+    from tokshard.commands.command import error_line
+
+    line = error_line(TokshardError("cannot read https://me:pa55@host/x.jsonl (401)"))
+    assert line == "tokshard: error: cannot read https://***@host/x.jsonl (401)"
+
+
+def message_strings(path: Path) -> list[str]:
+    """The string literals of a module outside its docstrings and comments: what it may print."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def test_no_message_sends_the_user_to_a_repository_file_an_install_lacks():
+    """An installed tokshard has no docs/ beside the user: a line says its rule itself, or names
+    tokshard's docs as such ("tokshard's docs/STORAGE.md")."""
+    bare = sorted(
+        f"{path.relative_to(REPO)}: {text!r}"
+        for package in ("pipeline", "tokshard", "trainer")
+        for path in (REPO / package).rglob("*.py")
+        for text in message_strings(path)
+        if re.search(r"(?<!tokshard's )\bdocs/\w+\.md", text)
+    )
+    assert not bare

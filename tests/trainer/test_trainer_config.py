@@ -110,8 +110,28 @@ def test_unreadable_config_is_one_clear_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(TokshardError, match="not valid JSON"):
         ds_config.read(bad)
-    with pytest.raises(TokshardError, match="No such file"):
+    with pytest.raises(TokshardError, match="no such file, nor a config tokshard ships"):
         ds_config.read(tmp_path / "missing.json")
+
+
+def test_a_shipped_config_is_taken_by_its_name_a_file_of_that_name_first(tmp_path, monkeypatch):
+    """``--deepspeed trainer/configs/zero2-bf16.json`` names nothing where tokshard is installed
+    from its wheel (no repository beside the user): the configs it ships are taken by name."""
+    monkeypatch.chdir(tmp_path)
+    shipped = json.loads((CONFIGS / "zero2-bf16.json").read_text())
+    assert ds_config.read("zero2-bf16") == ds_config.read("zero2-bf16.json") == shipped
+    (tmp_path / "zero2-bf16").write_text('{"train_batch_size": 8}')
+    assert ds_config.read("zero2-bf16") == {"train_batch_size": 8}
+
+
+def test_a_config_that_is_neither_a_file_nor_shipped_is_one_line_naming_the_shipped(tmp_path):
+    with pytest.raises(TokshardError) as caught:
+        ds_config.read(tmp_path / "zero2-bf16.jsn")
+    assert str(caught.value) == (
+        f"--deepspeed {tmp_path / 'zero2-bf16.jsn'}: no such file, nor a config tokshard ships "
+        f"({', '.join(sorted(p.stem for p in CONFIGS.glob('*.json')))}); give the path of a DeepSpeed "
+        "JSON config, or one of those names"
+    )
 
 
 def test_a_config_is_read_as_deepspeed_reads_it_comments_and_trailing_commas_included(tmp_path):

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from pipeline.format.errors import TokshardError, locale_cannot_name, names_files_in_utf8, shown_name
+from pipeline.storage.locations import shown_location
 from tokshard.usage import OneLineParser
 from trainer.console import StdoutUnwritable
 
@@ -343,9 +344,10 @@ def current_folder_gone() -> TokshardError | None:
 def error_line(exc: TokshardError) -> str:
     """How a command says its error: one line, even where a library's text inside the message
     (a parser's, the hub client's) runs to several, since a user or a log search reads the last
-    line of a failed command alone."""
+    line of a failed command alone. A URL's user:password in it (a library's message may echo
+    one) is shown as ``***``."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    return f"tokshard: error: {text}"
+    return f"tokshard: error: {shown_location(text)}"
 
 
 def each_path(paths: list[str], do: Callable[[str], T]) -> tuple[list[T], int]:

@@ -41,7 +41,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
     files = FilesSource.defaults
     p.add_argument(
-        "recipe", nargs="?", type=path_arg, help="recipe TOML (a path, or the name of a bundled one)"
+        "recipe",
+        nargs="?",
+        type=path_arg,
+        help=f"recipe TOML: a path, or the name of a bundled one ({', '.join(bundled_recipes())})",
     )
     p.add_argument(
         "--input",
@@ -490,8 +493,13 @@ def recipe_path(name: str) -> Path:
     bundled = RECIPES_DIR / (name if name.endswith(".toml") else f"{name}.toml")
     if bundled.exists():
         return bundled
-    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml")))
+    known = ", ".join(bundled_recipes())
     raise TokshardError(f"recipe {name} does not exist (bundled recipes: {known or 'none'})")
+
+
+def bundled_recipes() -> list[str]:
+    """The names of the recipes tokshard ships (in the wheel too), as `recipe_path` takes them."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))
 
 
 def data_files_as_recipe(args: argparse.Namespace, words: list[str]) -> None:
@@ -509,7 +517,7 @@ def data_files_as_recipe(args: argparse.Namespace, words: list[str]) -> None:
 COMMAND = Command(
     name="prepare",
     summary="tokenize a recipe's corpora (or your files) into shards and a manifest; rerun to resume",
-    example="tokshard prepare manifests/wikitext-103.toml --out data/wt103 --workers 8\n"
+    example="tokshard prepare wikitext-103 --out data/wt103 --workers 8   # a bundled recipe, by name\n"
     "tokshard prepare --input 'corpus/*.jsonl.zst' --tokenizer tok/ --out data/mine",
     add_options=add_options,
     run=run,

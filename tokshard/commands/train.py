@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline.format.errors import TokshardError
+from pipeline.storage.locations import is_url
 from tokshard.commands.command import INTERRUPTED, STOPPING, Command, Terminated
 from tokshard.usage import (
     add_data_cache_options,
@@ -26,7 +27,14 @@ from tokshard.usage import (
     positive_float,
     positive_int,
 )
-from trainer.ds_config import DEFAULT_CONFIG, DEFAULT_GRAD_CLIP, DEFAULT_LR, DEFAULT_WEIGHT_DECAY
+from trainer.ds_config import (
+    DEFAULT_CONFIG,
+    DEFAULT_GRAD_CLIP,
+    DEFAULT_LR,
+    DEFAULT_WEIGHT_DECAY,
+    config_path,
+    shipped_configs,
+)
 from trainer.sampler import DEFAULT_SEED, parse_mix
 from trainer.settings import (
     PACKING_MODES,
@@ -47,7 +55,7 @@ EXAMPLES = """\
 tokshard train --manifest out/manifest.json --model gpt2-124m --steps 2000 --save ckpt
 # one node, 8 GPUs, a DeepSpeed config
 deepspeed --num_gpus 8 --module tokshard train --manifest out/manifest.json \\
-    --deepspeed trainer/configs/zero2-bf16.json --save ckpt --eval-every 200
+    --deepspeed zero2-bf16 --save ckpt --eval-every 200
 # torchrun works the same way
 torchrun --nproc_per_node 8 -m tokshard train --manifest out/manifest.json --save ckpt
 # continue after a crash or a time limit: the exact next samples, any number of ranks
@@ -154,13 +162,27 @@ def _model_options(g) -> None:
     )
 
 
+def deepspeed_arg(text: str) -> str:
+    """`file_arg` for ``--deepspeed``, refused now if it names neither a file nor a shipped
+    config (`trainer.ds_config.config_path`), rather than after the ranks have started."""
+    text = file_arg(text)
+    if is_url(text):
+        raise argparse.ArgumentTypeError(f"{text} is a URL; this option takes a local path or a name")
+    try:
+        config_path(text)
+    except TokshardError as exc:  # an argparse type's refusal: exit 2, naming the option
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--deepspeed ")) from None
+    return text
+
+
 def _run_options(g) -> None:
     d = OptimSettings()
     g.add_argument(
         "--deepspeed",
-        metavar="DS.json",
-        type=file_arg,
-        help=f"a DeepSpeed config (default: trainer/configs/{DEFAULT_CONFIG.name}, with bf16 where the GPU has it)",
+        metavar="CONFIG",
+        type=deepspeed_arg,
+        help=f"a DeepSpeed config: a JSON file, or the name of one tokshard ships ({', '.join(shipped_configs())}) "
+        f"(default: {DEFAULT_CONFIG.stem}, with bf16 where the GPU has it)",
     )
     g.add_argument(
         "--steps", type=positive_int, default=d.steps, help="optimizer steps (default %(default)s)"

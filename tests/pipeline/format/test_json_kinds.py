@@ -66,6 +66,6 @@ def test_verify_and_train_given_the_wrong_json_say_so_in_one_line(prepared, toke
         done.stderr.strip()
         .splitlines()[-1]
         .startswith(
-            f"tokshard: error: --deepspeed {prepared} is a tokshard manifest, not a DeepSpeed config: pass one such as"
+            f"tokshard: error: --deepspeed {prepared} is a tokshard manifest, not a DeepSpeed config: pass one, or the name of one tokshard ships"
         )
     )

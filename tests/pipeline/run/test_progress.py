@@ -50,3 +50,11 @@ def test_while_no_worker_is_connected_the_line_says_so_instead_of_a_rate(monkeyp
     lines = stream.getvalue().splitlines()
     assert lines[1].endswith("50.0% of input, 10,000 tokens, waiting for workers"), lines[1]
     assert "1k tok/s, ETA 0:00:00" in lines[2], lines[2]
+
+
+def test_a_log_line_shows_a_urls_password_as_stars(capsys):
+    """A progress line names where it reads and writes; a URL's user:password stays out of logs."""
+    from pipeline.run.progress import stderr_log
+
+    stderr_log("reading https://me:pa55@host/corpus.jsonl")
+    assert capsys.readouterr().err == "tokshard: reading https://***@host/corpus.jsonl\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.format.errors import TokshardError
-from pipeline.storage.locations import checked_location, location_problem, normalized
+from pipeline.storage.locations import checked_location, location_problem, normalized, shown_location
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_a_local_path_with_spaces_around_it_is_a_path():
         ),
         (
             "s3://user@bkt/run",
-            "'user@bkt' is not a valid bucket name: a user or key is not part of a store URL",
+            "'***@bkt' is not a valid bucket name: a user or key is not part of a store URL",
         ),
         ("s3://my_bucket!/run", "'my_bucket!' is not a valid bucket name (only letters, digits"),
         ("oci://bkt@ns!/run", "'bkt@ns!' is not a valid bucket name (only letters, digits"),
@@ -152,3 +152,33 @@ def test_a_local_name_that_exists_is_itself_even_where_it_reads_as_a_chain(tmp_p
     (tmp_path / "zip::x.jsonl").write_text("{}\n")
     assert location_problem("zip::x.jsonl") is None
     assert "or ./zip::y.jsonl for a file of that name" in location_problem("zip::y.jsonl")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["s3://key:secret@bucket/run", " s3://key:secret@bucket/run", "simplecache::gs://key:secret@bucket/x"],
+)
+def test_a_refused_url_with_credentials_is_shown_without_them(text):
+    """``--out s3://key:secret@bucket/run`` printed "'key:secret@bucket' is not a valid bucket
+    name": the secret went to the terminal, the log, the CI page."""
+    problem = location_problem(text) or ""
+    assert "***@bucket" in problem and "key:" not in problem and "secret" not in problem
+
+
+def test_the_fix_for_credentials_in_a_store_url_is_the_url_without_them_and_needs_no_docs():
+    problem = location_problem("s3://key:secret@bucket/run") or ""
+    assert problem.startswith("s3://***@bucket/run: '***@bucket' is not a valid bucket name")
+    assert problem.endswith("; write s3://bucket/run") and ".md" not in problem
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("cannot read https://u:p%40ss@host/x.jsonl: 401", "cannot read https://***@host/x.jsonl: 401"),
+        ("'s3://AKIA:s3cr3t@b/run' and gs://k@b/x", "'s3://***@b/run' and gs://***@b/x"),
+        ("oci://bucket@namespace/x", "oci://bucket@namespace/x"),  # OCI's bucket@namespace, not a user
+        ("user@example.com and s3://b/x", "user@example.com and s3://b/x"),
+    ],
+)
+def test_a_line_shows_each_urls_user_and_password_as_stars(line, shown):
+    assert shown_location(line) == shown
