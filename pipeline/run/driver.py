@@ -464,7 +464,10 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
         ]
         check_folder_names_differ("split", splits[name], f"{recipe.where}: source {name}")
         order = {s: i for i, s in enumerate(splits[name])}
-        partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
+        planned = sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
+        if (note := source.plan_note(planned)) is not None:
+            log(f"note: {note}")
+        partitions += planned
     if not partitions:
         raise TokshardError(f"{recipe.where}: the sources hold no input data")
     plan = Plan(
