@@ -42,7 +42,7 @@ from pipeline.run.cluster import (
 )
 from pipeline.run.code_check import check_workers, gated, refusal
 from pipeline.run.open_state import open_run_state
-from pipeline.run.progress import Progress, counted, human, stderr_log
+from pipeline.run.progress import CostModel, Progress, counted, human, stderr_log
 from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import MANIFEST_MISSING, HeldRun, RunState, inputs_needed
 from pipeline.run.worker_task import PartitionTask, current_umask, encode_texts
@@ -464,7 +464,10 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
         ]
         check_folder_names_differ("split", splits[name], f"{recipe.where}: source {name}")
         order = {s: i for i, s in enumerate(splits[name])}
-        partitions += sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
+        planned = sorted(source.partitions(), key=lambda p: (order[p.split], p.index))
+        if (note := source.plan_note(planned)) is not None:
+            log(f"note: {note}")
+        partitions += planned
     if not partitions:
         raise TokshardError(f"{recipe.where}: the sources hold no input data")
     plan = Plan(
@@ -621,6 +624,41 @@ def worker_watch(client, options: RunOptions, log: Log) -> WorkerWatch:
     return WorkerWatch(local, where, log)
 
 
+class Tally:
+    """What a run's partitions have done by their latest checkpoints (``checkpoints``, updated by
+    `record`): input units read, tokens written, partitions done (each one under way as the
+    fraction of its input read), and what each finished one cost (for the ETA). Kept up to
+    date as checkpoints come, never summed again: a run may have 100,000 partitions."""
+
+    def __init__(self, plan: Plan, checkpoints: dict[str, Checkpoint | None]) -> None:
+        self.checkpoints = checkpoints
+        self.sizes = {p.key: p.size for p in plan.partitions}
+        self.total = sum(self.sizes.values())
+        self.units, self.tokens, self.partitions = 0, 0, 0.0
+        self.costs = CostModel()
+        for key, ck in checkpoints.items():
+            if ck is not None and key in self.sizes:
+                self._count(key, ck, 1)
+
+    def record(self, key: str, ck: Checkpoint) -> None:
+        """``ck``, the latest checkpoint of partition ``key``, in place of the one before."""
+        before = self.checkpoints.get(key)
+        if before is not None:
+            self._count(key, before, -1)
+        self.checkpoints[key] = ck
+        self._count(key, ck, 1, learn=before is None or not before.complete)
+
+    def _count(self, key: str, ck: Checkpoint, sign: int, learn: bool = True) -> None:
+        size = self.sizes[key]
+        units = size if ck.complete else ck.progress
+        self.units += sign * units
+        self.tokens += sign * ck.tokens
+        if ck.complete or size:
+            self.partitions += sign * (1.0 if ck.complete else min(units / size, 1.0))
+        if sign > 0 and learn and ck.complete:
+            self.costs.add(size, ck.busy_seconds)
+
+
 def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = stderr_log) -> None:
     """Submit the tasks, largest first, keeping `in_flight` of them submitted (the driver and
     the scheduler hold state per submitted task), then follow them: each finished one the
@@ -629,28 +667,15 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
     ``state.poll_seconds``, for the progress line and for `status` (``held.report``)."""
     checkpoints, plan, state = sub.checkpoints, sub.plan, sub.state
     run_id = sub.tasks[0].run_id
-    sizes = {p.key: p.size for p in plan.partitions}
-    totals = [0, 0]  # input units done, tokens written: kept up to date, never re-summed
-
-    def credit(key: str) -> tuple[int, int]:
-        ck = checkpoints.get(key)
-        if ck is None:
-            return 0, 0
-        return (sizes[key] if ck.complete else ck.progress), ck.tokens
-
-    def record(key: str, ck: Checkpoint) -> None:
-        before = credit(key)
-        checkpoints[key] = ck
-        after = credit(key)
-        totals[0] += after[0] - before[0]
-        totals[1] += after[1] - before[1]
-
-    for p in plan.partitions:
-        units, toks = credit(p.key)
-        totals[0] += units
-        totals[1] += toks
+    tally = Tally(plan, checkpoints)
     progress = Progress(
-        sum(sizes.values()), done=totals[0], tokens=totals[1], interval=options.progress_interval
+        tally.total,
+        done=tally.units,
+        tokens=tally.tokens,
+        interval=options.progress_interval,
+        partitions=len(plan.partitions),
+        partitions_done=tally.partitions,
+        costs=tally.costs,
     )
     finished: queue.SimpleQueue = queue.SimpleQueue()
     pending: dict[str, tuple[Any, Partition]] = {}
@@ -686,7 +711,7 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
                     if fut.key in pending:
                         _, part = pending.pop(fut.key)
                         ck = _checkpoint_of(fut, part, state, plan, sub.tasks[0].dtype, own_limit)
-                        record(part.key, ck)
+                        tally.record(part.key, ck)
                 submit_more()
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + state.poll_seconds
@@ -697,9 +722,9 @@ def _submit_and_wait(client, sub: Submission, options: RunOptions, log: Log = st
                 submit_more()
                 for key in itertools.chain.from_iterable(client.processing().values()):
                     if key in pending and (ck := state.read_progress(pending[key][1])) is not None:
-                        record(ck.key, ck)
+                        tally.record(ck.key, ck)
                 sub.held.report(progress.rate(), progress.eta())
-            progress.update(*totals)
+            progress.update(tally.units, tally.tokens, tally.partitions)
     except BaseException as exc:
         if scheduler_lost(client, exc):
             address = options.scheduler or client.scheduler.address

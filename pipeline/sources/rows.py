@@ -22,7 +22,16 @@ from typing import Any, ClassVar
 
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.provenance import Input
-from pipeline.sources.base import Cursor, Partition, Record, Source, check_globs, check_path_name, check_size
+from pipeline.sources.base import (
+    Cursor,
+    Partition,
+    Record,
+    Source,
+    check_globs,
+    check_path_name,
+    check_size,
+    small_partitions_note,
+)
 from pipeline.sources.hub import (
     FileLayout,
     Repo,
@@ -315,6 +324,23 @@ class HubSource(Source):
                     parts.append(Partition(self.name, split, index, key, nbytes, spec))
                     index += 1
         return parts
+
+    def plan_note(self, partitions: list[Partition]) -> str | None:
+        """A partition_bytes so small that each task's fixed cost outweighs its work says so
+        (a partition is a run of row groups: one row group at least, whatever the setting)."""
+        setting = self.config["partition_bytes"]
+        if setting >= DEFAULT_PARTITION_BYTES:
+            return None
+        _, layouts = self._plan()
+        at_default = sum(
+            len(list(_row_group_runs(f.row_group_bytes, DEFAULT_PARTITION_BYTES)))
+            for files in layouts.values()
+            for f in files
+        )
+        advice = (
+            f"leave out the recipe's partition_bytes for the default, {DEFAULT_PARTITION_BYTES >> 20} MiB"
+        )
+        return small_partitions_note(self.name, partitions, setting, at_default, advice)
 
     def read(self, partition: Partition, cursor: Cursor | None) -> Iterator[Record]:
         spec = partition.spec

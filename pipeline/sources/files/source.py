@@ -18,6 +18,7 @@ from pipeline.sources.base import (
     check_path_name,
     check_size,
     gc_paused,
+    small_partitions_note,
 )
 from pipeline.sources.files.access import file_size
 from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
@@ -224,6 +225,19 @@ class FilesSource(Source):
                     Partition(self.name, split, i, partition_key(group), size, partition_spec(group))
                 )
         return parts
+
+    def plan_note(self, partitions: list[Partition]) -> str | None:
+        """A partition_bytes so small that each task's fixed cost outweighs its work (the
+        default sizes partitions from each split's input) says so: it is not an error."""
+        setting = self.config["partition_bytes"]
+        if setting == "auto":
+            return None
+        totals: dict[str, int] = {}
+        for part in partitions:
+            totals[part.split] = totals.get(part.split, 0) + part.size
+        at_default = sum(-(-total // auto_partition_bytes(total)) for total in totals.values())
+        advice = "leave out --partition-bytes (or the recipe's partition_bytes) for the default, auto"
+        return small_partitions_note(self.name, partitions, setting, at_default, advice)
 
     def partition_bytes(self, total: int) -> int:
         """The configured size, or for "auto" enough tasks to keep any cluster busy

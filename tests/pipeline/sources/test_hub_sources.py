@@ -1074,3 +1074,16 @@ def test_a_data_files_pattern_matching_nothing_is_refused_not_dropped(mirror):
         TokshardError, match=r"split validation: data_files pattern 'data/valid-\*.parquet' matches no file"
     ):
         source("hf", root, repo="acme/notes", text_field="content", data_files=files).origin()
+
+
+def test_a_partition_bytes_that_plans_a_task_per_tiny_row_group_says_so_in_a_note(mirror):
+    """A partition is one row group at least: a tiny partition_bytes plans a task per row group,
+    each paying its fixed cost, and the plan says so (not an error); the default does not."""
+    root, _ = mirror
+    tiny, default = source("wikitext", root, partition_bytes=1), source("wikitext", root)
+    parts = tiny.partitions()
+    note = tiny.plan_note(parts)
+    assert note.startswith(f"source wikitext: partition_bytes 1 plans {len(parts):,} partitions of ")
+    assert "where the default plans about 4: each task's fixed cost" in note
+    assert note.endswith("leave out the recipe's partition_bytes for the default, 64 MiB")
+    assert default.plan_note(default.partitions()) is None

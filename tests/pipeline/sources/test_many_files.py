@@ -562,3 +562,32 @@ def test_an_object_rewritten_after_planning_is_refused_by_its_reader(s3_server, 
         DataError, match=rf"input s3://{bucket}/in/d1\.jsonl changed since this run started \(its version"
     ):
         list(source.read(part, None))
+
+
+def test_a_partition_size_that_plans_a_task_per_small_file_says_so_in_one_note(
+    tmp_path, docs, tokenizer_path
+):
+    """--partition-bytes 4KiB over many small files planned a task per file, each paying its
+    fixed cost (a 50x slower run), without a word: the plan now says so in one note with the
+    count and the default to use, and the run goes on."""
+    for i in range(150):
+        write_jsonl(tmp_path / "in" / f"{i:03d}.jsonl", [docs[i % len(docs)][:3000]])
+    proc = cli(
+        "prepare", "--input", str(tmp_path / "in" / "*.jsonl"), "--tokenizer", str(tokenizer_path),
+        "--out", str(tmp_path / "out"), "--workers", "2", "--partition-bytes", "4KiB",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if "fixed cost" in line]
+    assert len(notes) == 1 and notes[0].startswith(
+        "tokshard: note: source data: partition_bytes 4,096 plans 1"
+    ), notes
+    assert "where the default plans about 1: " in notes[0] and "--partition-bytes" in notes[0]
+    assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_partition_size_of_a_megabyte_or_the_default_plans_without_a_note(tmp_path, docs):
+    for i in range(150):
+        write_jsonl(tmp_path / f"{i:03d}.jsonl", [docs[i % len(docs)][:3000]])
+    for size in ("auto", 1 << 20, 64 << 10):
+        src = source_of([str(tmp_path / "*.jsonl")], size)
+        assert src.plan_note(src.partitions()) is None, size
