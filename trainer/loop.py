@@ -592,7 +592,7 @@ class Steps:
 
 def logged_beside(run_dir: Path, save_dir: Path | None) -> bool:
     """Whether the run's record is in its --save folder, beside its checkpoints."""
-    return save_dir is not None and run_dir.resolve() == save_dir.resolve()
+    return save_dir is not None and same_folder(run_dir, save_dir)
 
 
 def scored_loss(

@@ -31,7 +31,7 @@ from trainer.checkpoint.state import latest_tag, read_state
 from trainer.data import Samples, check_shards_whole, sources_with_split
 from trainer.origins import InputCheck, StreamOrigins, UntracedShard
 from trainer.packed import open_samples
-from trainer.run_folders import RUN_FILE, recorded_save
+from trainer.run_folders import RUN_FILE, recorded_save, same_folder
 from trainer.schedule import Schedule, window_sources
 
 _GIVE_MANIFESTS = "pass --manifest with the manifests the run trained on"
@@ -71,7 +71,7 @@ def read_recorded_layout(path: Path, save_dir: Path) -> RecordedLayout | None:
         return None
     save = recorded_save(record)
     config = record.get("deepspeed_config")
-    if not save or Path(save).resolve() != save_dir.resolve() or not isinstance(config, dict):
+    if not save or not same_folder(Path(save), save_dir) or not isinstance(config, dict):
         return None
     values = (
         record.get("world_size"),
