@@ -206,6 +206,24 @@ def one_error_line(proc) -> str:
     return lines[-1]
 
 
+def as_a_limited_user(argv: list[str], user: str, processes: int) -> list[str]:
+    """``argv`` run as ``user`` (made if missing) under ``ulimit -u processes``: root is never
+    held to that limit. The process keeps root's right to read and write any file (ambient
+    capabilities), so the test's files and this interpreter need no new permissions. Skips
+    the test where this is not root or useradd or setpriv is missing. A user of its own per
+    test: the limit counts every thread of the user's processes."""
+    import pytest
+
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
+        pytest.skip("needs root, useradd and setpriv: ulimit -u holds only a user other than root")
+    if subprocess.run(["id", user], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", user], check=True, capture_output=True)
+    caps = "+dac_override,+dac_read_search"
+    inner = f'ulimit -u {processes} && exec "$@"'
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", f"--inh-caps={caps}",
+            f"--ambient-caps={caps}", "bash", "-c", inner, "bash", *argv]  # fmt: skip
+
+
 def train_tokenizer_json(
     path: Path,
     docs: list[str],

@@ -14,6 +14,7 @@ from collections.abc import Collection
 
 from pipeline import __version__
 from pipeline.format.errors import TokshardError
+from pipeline.run.process_limits import processes_exhausted
 from tokshard.commands import (
     demo,
     inspect,
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     except OSError as exc:  # after the pipe and disk-full cases above, which are OSErrors too
-        refused = path_refused(exc) or open_files_exhausted(exc)
+        refused = path_refused(exc) or open_files_exhausted(exc) or processes_exhausted(exc)
         if refused is None:
             raise
         return _failed(refused)
@@ -120,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         if refused is None:
             raise
         return _failed(refused)
-    except RuntimeError as exc:  # a library's own wrapping of too many open files
-        refused = open_files_exhausted(exc)
+    except RuntimeError as exc:  # a library's own wrapping of too many open files, or threads
+        refused = open_files_exhausted(exc) or processes_exhausted(exc)
         if refused is None:
             raise
         return _failed(refused)

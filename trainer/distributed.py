@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from pipeline.format.errors import TokshardError
+from pipeline.run import process_limits
 
 _MPI_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
@@ -141,6 +142,38 @@ def check_open_files() -> None:
         raise TokshardError(
             f"open files are limited to {soft} here (ulimit -n; hard limit {shown}); train needs about {need} "
             f"in each process of a world of {launched_world()}: raise it (ulimit -n 4096) and rerun"
+        )
+
+
+#: threads of each rank beyond torch's intra-op pool (one a thread of it): gloo's, the data
+#: loader's, the logs'; a world of one on 2 cores peaked at 11. Under `ulimit -u 8` gloo's
+#: process group could not start (a traceback), or a native thread pool aborted the process.
+THREADS_BASE = 10
+
+
+def check_processes() -> None:
+    """Raise a short soft limit of processes and threads (``ulimit -u``, which counts every
+    thread of this user's processes) to what this machine's ranks need, within the hard limit,
+    or refuse in one line before torch starts its threads."""
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root is never held to it
+        return
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    need = ranks * (THREADS_BASE + torch.get_num_threads()) + process_limits.user_threads()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft < need:
+        wanted = max(need, process_limits.PROCESSES_WANTED)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(
+                resource.RLIMIT_NPROC, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard)
+            )
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft < need:
+        shown = "unlimited" if hard == resource.RLIM_INFINITY else hard
+        raise TokshardError(
+            f"processes and threads are limited to {soft} for this user here (ulimit -u; hard limit {shown}); "
+            f"train needs about {need} with what runs already ({ranks} local rank(s), {torch.get_num_threads()} "
+            f"threads each): raise it (ulimit -u {process_limits.PROCESSES_WANTED}) and rerun"
         )
 
 

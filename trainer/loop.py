@@ -57,6 +57,7 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     """Run (or continue) training; returns the last logged step's numbers."""
     check_settings(settings)  # a refusal of the settings alone makes no folder
     distributed.check_open_files()  # nor one of the machine's limits
+    distributed.check_processes()
     distributed.import_deepspeed()  # before anything else imports it (its loggers)
     try:
         with one_writer(settings):

@@ -96,7 +96,7 @@ def prepare(
     )
     if options.scheduler is not None:  # a mistyped address too, without waiting on a connection
         scheduler_address(options.scheduler)
-    process_limits.check(_local_workers(options))
+    process_limits.check(_local_workers(options), settings.threads)
     state = open_run_state(out)
     state.open_for_writing()
     run_id = uuid.uuid4().hex[:12]
@@ -196,14 +196,22 @@ def prepare(
             log(f"wrote {path}")
             _say_untraced(finished, log)
             return path
-        except TokshardError as exc:
-            if plan is None:
+        except Exception as exc:
+            refused = exc if isinstance(exc, TokshardError) else process_limits.processes_exhausted(exc)
+            if refused is None:
                 raise
-            if fresh and (sub is None or sub.settled):
+            if plan is not None and fresh and (sub is None or sub.settled):
                 _take_back_if_empty(state, plan)
-            if isinstance(exc, BadRecord) and exc.kept is None and _committed_nothing(state, plan):
-                raise exc.committed_nothing() from None
-            raise
+            if (
+                plan is not None
+                and isinstance(refused, BadRecord)
+                and refused.kept is None
+                and _committed_nothing(state, plan)
+            ):
+                raise refused.committed_nothing() from None
+            if refused is exc:
+                raise
+            raise refused from exc
 
 
 def _say_manifest_rewrite(

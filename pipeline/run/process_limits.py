@@ -11,6 +11,7 @@ under the hard one is raised first, as a shell user would; what is still short i
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 
@@ -32,10 +33,13 @@ ADDRESS_SPACE_BASE = 2 << 30
 ADDRESS_SPACE_PER_CPU = 64 << 20
 
 
-def check(local_workers: int) -> None:
+def check(local_workers: int, threads: int = 1) -> None:
     """Raise short soft limits to what the run needs (within the hard ones) or refuse in one
-    line; ``local_workers``: the workers this machine starts (0 for a scheduler's or jobs')."""
+    line; ``local_workers``: the workers this machine starts (0 for a scheduler's or jobs'),
+    ``threads``: each one's encoder threads."""
     _open_files(OPEN_FILES_BASE + OPEN_FILES_PER_LOCAL_WORKER * local_workers, local_workers)
+    per_worker = PROCESSES_PER_LOCAL_WORKER + max(threads - 1, 0)
+    _processes(PROCESSES_BASE + per_worker * local_workers, local_workers)
     _address_space(ADDRESS_SPACE_BASE + ADDRESS_SPACE_PER_CPU * (os.cpu_count() or 1))
 
 
@@ -61,6 +65,47 @@ def _open_files(need: int, local_workers: int) -> None:
         )
 
 
+def _processes(need: int, local_workers: int) -> None:
+    """Refuse a run whose threads and processes would not fit under ``ulimit -u`` beside those
+    this user runs already (``need``: the ones the run starts); a short soft limit is raised
+    first."""
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root is never held to it
+        return
+    running = user_threads()
+    soft, hard = _raised(resource.RLIMIT_NPROC, running + need, max(running + need, PROCESSES_WANTED))
+    if soft != resource.RLIM_INFINITY and soft < running + need:
+        workers = f" with {local_workers} local workers" if local_workers else ""
+        raise TokshardError(
+            f"processes and threads are limited to {soft} for this user here (ulimit -u; hard limit "
+            f"{_shown(hard)}), and {running} run already; a prepare{workers} starts about {need} more: "
+            f"raise it (ulimit -u {PROCESSES_WANTED}), or stop other processes of this user, and rerun"
+        )
+
+
+def user_threads() -> int:
+    """The threads of every process of this (real) user, which ``ulimit -u`` counts together;
+    those /proc does not show are not counted (not Linux: none)."""
+    uid = str(os.getuid())
+    count = 0
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if entry.name.isdigit():
+            count += _threads_of(entry.path, uid)
+    return count
+
+
+def _threads_of(proc: str, uid: str) -> int:
+    """The threads of the process at ``proc`` (/proc/PID) if its real user is ``uid``, else 0."""
+    try:
+        with open(f"{proc}/status", encoding="ascii", errors="replace") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+    except OSError:  # gone since, or hidden
+        return 0
+    if fields.get("Uid", "").split()[:1] != [uid]:
+        return 0
+    return int(fields.get("Threads", "1").strip() or 1)
+
+
 def _address_space(need: int) -> None:
     soft, hard = _raised(resource.RLIMIT_AS, need, resource.RLIM_INFINITY)
     if soft != resource.RLIM_INFINITY and soft < need:
@@ -76,3 +121,69 @@ def _shown(limit: int, unit: str = "") -> str:
     if limit == resource.RLIM_INFINITY:
         return "unlimited"
     return f"{limit >> 10} {unit}".strip() if unit else str(limit)
+
+
+#: processes and threads a prepare starts: ``ulimit -u`` (RLIMIT_NPROC) counts every thread of
+#: every process of the user (root is never held to it). Measured with GPT-2 on 2 cores, 12
+#: partitions, the user's threads at their peak: the shell and the driver 7, each local worker
+#: (its nanny's threads, its process's) 7 more. Under it a nanny failed to start (a chained
+#: traceback), or a worker came up unable to run its task and the run hung.
+PROCESSES_BASE = 6
+#: and for each local worker, one spare; each encoder thread past the first (--threads) adds one
+PROCESSES_PER_LOCAL_WORKER = 8
+#: the soft limit a short one is raised to, at most (within the hard limit)
+PROCESSES_WANTED = 4096
+#: what a thread or process start says when the kernel refuses it: Python's `threading`, and
+#: C++'s std::thread (gloo's, at process-group start: std::system_error of EAGAIN)
+THREAD_REFUSED = "can't start new thread"
+#: the Python functions a fork, clone or spawn is refused in (EAGAIN, os.fork's and
+#: os.posix_spawn's BlockingIOError): subprocess's and multiprocessing's starts of a child. EAGAIN
+#: anywhere else (a non-blocking socket) is not this
+PROCESS_STARTS = frozenset({"_execute_child", "_launch"})
+
+
+def processes_exhausted(exc: BaseException) -> TokshardError | None:
+    """A thread or process the kernel would not start (EAGAIN: the limit of processes and
+    threads, ``ulimit -u``, or the system's), met in ``exc`` or what it was raised from (Dask's
+    "Nanny failed to start", DeepSpeed's process group), as one line; None for anything else."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _start_refused(exc):
+            return processes_refused()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _start_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` itself is the kernel refusing a new thread or process."""
+    said = str(exc).strip()
+    if isinstance(exc, OSError):
+        return exc.errno == errno.EAGAIN and _innermost_function(exc) in PROCESS_STARTS
+    return isinstance(exc, RuntimeError) and (THREAD_REFUSED in said or said == os.strerror(errno.EAGAIN))
+
+
+def _innermost_function(exc: BaseException) -> str | None:
+    """The name of the Python function ``exc`` was raised in (None without a traceback)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name
+
+
+def processes_refused() -> TokshardError:
+    """The line for a thread or process the kernel would not start, naming the limit it met."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY:
+        return TokshardError(
+            "the system would not start another thread or process (its limits: kernel.threads-max, "
+            "kernel.pid_max, or a container's pids limit); raise the one reached, or stop other "
+            "processes, and rerun"
+        )
+    return TokshardError(
+        f"cannot start another thread or process: this user's processes and threads, all of them "
+        f"together, are limited to {soft} here (ulimit -u; hard limit {_shown(hard)}); raise it "
+        f"(ulimit -u {PROCESSES_WANTED}), or stop other processes of this user, and rerun"
+    )

@@ -540,3 +540,29 @@ def test_too_few_open_files_is_one_line_before_the_process_group_starts(manifest
     assert "open files are limited to 16 here (ulimit -n; hard limit 16); train needs about 32" in line
     assert "raise it (ulimit -n 4096) and rerun" in line
     assert not run_dir.exists()
+
+
+def test_too_few_processes_is_one_line(manifest, tmp_path):
+    """As a user under `ulimit -u 8` gloo's process group could not start its threads: a
+    `[rank0]:` traceback ending in "RuntimeError: Resource temporarily unavailable", or a native
+    thread pool aborted the process ("terminate called without an active exception")."""
+    import os
+    import sys
+
+    from support import REPO, as_a_limited_user, one_error_line
+
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), "--model", "tiny",
+            "--steps", "2", "--seq-len", "32", "--global-batch", "2", "--run-dir", str(run_dir)]  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+    }
+    done = subprocess.run(
+        as_a_limited_user(argv, "tokshard-nproc-train", 8), capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_error_line(done)
+    assert "processes and threads are limited to 8 for this user here (ulimit -u; hard limit 8)" in line
+    assert "raise it (ulimit -u 4096) and rerun" in line
+    assert not run_dir.exists()

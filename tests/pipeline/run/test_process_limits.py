@@ -74,3 +74,46 @@ def test_a_file_past_the_file_size_limit_is_one_line_naming_it_and_ulimit_f(
     )
     assert ".tmp" not in line and "raise it (ulimit -f unlimited) and rerun" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_too_few_processes_is_one_line_and_nothing_made(tmp_path, gpt2_tokenizer_path, docs):
+    """As a user under `ulimit -u 8` a nanny could not start a thread: a chained traceback ("Nanny
+    failed to start"), exit 1, and the fresh --out left with its lock, plan and tokenizer."""
+    from support import as_a_limited_user
+
+    data = write_jsonl(tmp_path / "in.jsonl", docs[:20])
+    argv = [sys.executable, "-m", "tokshard", "prepare", "--input", str(data), "--tokenizer",
+            str(gpt2_tokenizer_path), "--out", str(tmp_path / "out"), "--workers", "2"]  # fmt: skip
+    proc = subprocess.run(
+        as_a_limited_user(argv, "tokshard-nproc-prep", 8), capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = one_error_line(proc)
+    assert "processes and threads are limited to 8 for this user here (ulimit -u; hard limit 8)" in line
+    assert "a prepare with 2 local workers starts about 22 more: raise it (ulimit -u 4096)" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_thread_or_process_start_is_named_wherever_it_was_met():
+    """Dask wraps a nanny's "can't start new thread" in "Nanny failed to start"; gloo's process
+    group says only "Resource temporarily unavailable"; EAGAIN from a socket is not it."""
+    from pipeline.run.process_limits import processes_exhausted
+
+    def chained(inner: BaseException) -> RuntimeError:
+        try:
+            try:
+                raise inner
+            except BaseException as exc:
+                raise AssertionError("Status.starting") from exc
+        except AssertionError as exc:
+            try:
+                raise RuntimeError("Nanny failed to start.") from exc
+            except RuntimeError as outer:
+                return outer
+
+    for refused in (RuntimeError("can't start new thread"), RuntimeError("Resource temporarily unavailable")):
+        assert "cannot start another thread or process" in str(processes_exhausted(chained(refused)))
+    socket_eagain = BlockingIOError(11, "Resource temporarily unavailable")  # a non-blocking read
+    assert processes_exhausted(socket_eagain) is None
+    assert processes_exhausted(RuntimeError("something else")) is None
