@@ -1,7 +1,8 @@
-"""Slow subprocesses whose result a test only reads, started at nice 19 when the session starts.
+"""Slow subprocesses whose result a test only reads, started niced when the session starts.
 
-A job at nice 19 runs on what the tests leave idle, so an exhaustive scan or a dry run costs
-the suite little wall time. The tests that read a job run last (``tests/conftest.py`` moves
+A job at nice 19 runs on what the tests leave idle, so an exhaustive scan costs the suite
+little wall time; one the suite would otherwise wait for at its end runs less niced
+(`Command.nice`). The tests that read a job run last (``tests/conftest.py`` moves
 them), so the job has had the whole session. Under pytest-xdist each job is started by one
 worker (`owned_here`) and read by any, through the files it leaves in a folder they share.
 
@@ -28,6 +29,9 @@ import pytest
 class Command:
     argv: list[str]
     env: dict[str, str]
+    #: 19 runs the job on what the tests leave idle; a job the suite waits for at its end (a
+    #: chain of processes one after another, which leaves a core idle meanwhile) takes less
+    nice: int = 19
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,9 @@ JOB_TIMEOUT = 1200.0
 LEADERS: set[int] = set()
 
 
-#: the job's command at nice 19, then its exit status written to the file named by $0
-#: (renamed into place, so a reader never sees it half-written)
-RUN_AND_RECORD = 'nice -n 19 "$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"'
+#: the job's command at the niceness given first, then its exit status written to the file
+#: named by $0 (renamed into place, so a reader never sees it half-written)
+RUN_AND_RECORD = 'n=$1; shift; nice -n "$n" "$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"'
 
 
 class Job:
@@ -65,7 +69,7 @@ class Job:
     def start(self, command: Command) -> None:
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
             self.proc = subprocess.Popen(
-                ["sh", "-c", RUN_AND_RECORD, self.status, *command.argv],
+                ["sh", "-c", RUN_AND_RECORD, self.status, str(command.nice), *command.argv],
                 stdout=out,
                 stderr=err,
                 env=command.env,
