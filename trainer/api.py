@@ -232,9 +232,9 @@ class TrainingSamples(torch.utils.data.IterableDataset):
         """The samples a ``tokshard train --resume`` from ``save_dir`` would train on next.
 
         What the checkpoint fixes (seq-len, split, packing, global batch, manifests, seed) is
-        taken from it, and ``eod_mask_loss`` from the run's record (the run.json of the folder
-        it logged into: the checkpoint's run folder, else ``save_dir``), False where that
-        records none. An argument given here wins over either."""
+        taken from it, and so is ``eod_mask_loss`` (from the run's run.json where the checkpoint,
+        an older tokshard's, records none: that of the folder it logged into, the checkpoint's
+        run folder, else ``save_dir``; False where neither does). An argument given here wins."""
         save_dir = Path(save_dir)
         tag, checkpoint = (tag, read_tag(save_dir, tag)) if tag else read_state(save_dir)
         kwargs.setdefault("eod_mask_loss", _recorded_eod_mask_loss(save_dir, checkpoint))
@@ -250,8 +250,11 @@ class TrainingSamples(torch.utils.data.IterableDataset):
 
 
 def _recorded_eod_mask_loss(save_dir: Path, checkpoint: TrainerState) -> bool:
-    """Whether the run that saved ``checkpoint`` trained with ``--eod-mask-loss``, as its run.json
-    says (False where it says nothing: that run's targets are the plain ones)."""
+    """Whether the run that saved ``checkpoint`` trained with ``--eod-mask-loss``: as the
+    checkpoint says, else (an older tokshard's) as its run.json says, which a later resume may
+    have rewritten; False where neither says (that run's targets are the plain ones)."""
+    if checkpoint.eod_mask_loss is not None:
+        return checkpoint.eod_mask_loss
     run_dir = Path(checkpoint.run_dir) if checkpoint.run_dir else save_dir
     model = recorded_settings(run_dir).get("model")
     return isinstance(model, dict) and model.get("eod_mask_loss") is True

@@ -106,14 +106,14 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
             )
         if resumed_at is not None:
             say_where_logged(plan, run_dir, log)
-        global_batch = engine.train_batch_size()
+        global_batch, micro = engine.train_batch_size(), engine.train_micro_batch_size_per_gpu()
         if load_tag:
             loaded = restore(engine, plan, load_tag, log)
             step, samples = loaded.step, loaded.samples
-            history = loaded.batches_on(step, samples, global_batch)
+            history = loaded.batches_on(step, samples, global_batch, dist.world, micro)
         else:
             step, samples = 0, 0
-            history = (BatchSpan(0, 0, global_batch),)
+            history = (BatchSpan(0, 0, global_batch, dist.world, micro),)
         end = settings.end
         # the run's record stays the one of the part that trained (a rerun is a no-op); a checkpoint
         # at the last step whose evaluation a stop abandoned has that evaluation left to run
@@ -129,7 +129,6 @@ def run_steps(plan: Plan, dist: distributed.Dist) -> dict[str, Any]:
     data = plan.data
     if data.fetchers:
         remote.start_downloads(list(data.fetchers), data.dataset, data.schedule, samples)
-    micro = engine.train_micro_batch_size_per_gpu()
     sample_log = LineFile(run_dir / f"samples-rank{dist.rank}.jsonl") if settings.log.samples else None
     prefetcher = Prefetcher(
         data.dataset,

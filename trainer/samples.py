@@ -27,7 +27,7 @@ from pipeline.format.errors import DataError, TokshardError
 from pipeline.format.manifest import Manifest
 from pipeline.storage.data_cache import view_cache, view_source
 from trainer import remote
-from trainer.checkpoint.state import latest_tag, read_state
+from trainer.checkpoint.state import BatchSpan, latest_tag, read_state, state_path
 from trainer.data import Samples, check_shards_whole, sources_with_split
 from trainer.origins import InputCheck, StreamOrigins, UntracedShard
 from trainer.packed import open_samples
@@ -47,17 +47,45 @@ class Layout:
 
 @dataclass(frozen=True)
 class RecordedLayout:
-    """The layout a run's run.json records for the part of the run it was written by: the
-    steps after ``after`` (its start step), while their global batch is ``global_batch``."""
+    """A layout as a record states it for a stretch of steps: those after ``after`` (up to
+    ``until``; None: on), while their global batch is ``global_batch``. ``path`` is the record:
+    the checkpoint's state file (a span of its batch history), or a run.json (the part of the
+    run that wrote it, for checkpoints that record no layout)."""
 
     layout: Layout
     global_batch: int
     after: int
     path: Path
+    until: int | None = None
 
     def covers(self, step: int, global_batch: int) -> bool:
         """Whether ``step`` (of ``global_batch`` samples) was trained by the part recorded."""
-        return step > self.after and global_batch == self.global_batch
+        within = step > self.after and (self.until is None or step <= self.until)
+        return within and global_batch == self.global_batch
+
+    @property
+    def steps(self) -> str:
+        """The steps it records, in words."""
+        if self.until is None:
+            return f"steps {self.after + 1} on"
+        return (
+            f"step {self.until}" if self.until == self.after + 1 else f"steps {self.after + 1}-{self.until}"
+        )
+
+
+def span_layouts(batches: tuple[BatchSpan, ...], path: Path) -> list[RecordedLayout]:
+    """The layouts a checkpoint's batch history records (``path``: its state file), newest
+    first; a span of an older tokshard's, which recorded none, has none."""
+    found = []
+    for span, after in zip(batches, [*batches[1:], None], strict=True):
+        if span.world is not None and span.micro_batch is not None:
+            until = after.step if after is not None else None
+            found.append(
+                RecordedLayout(
+                    Layout(span.world, span.micro_batch), span.global_batch, span.step, path, until
+                )
+            )
+    return found[::-1]
 
 
 def read_recorded_layout(path: Path, save_dir: Path) -> RecordedLayout | None:
@@ -176,10 +204,31 @@ class RunData:
                 return found
         return None
 
+    @cached_property
+    def layout_records(self) -> list[RecordedLayout]:
+        """Every record of who trained the run's steps, the one to read first first: the
+        checkpoint's batch history (newest span first), then, for the steps it records no
+        layout of (an older tokshard's), the run.json's."""
+        found = span_layouts(self.state.batches, state_path(self.save_dir, self.tag))
+        return found + ([self.recorded_layout] if self.recorded_layout is not None else [])
+
+    def layout_steps(self, first: int, last: int) -> list[int]:
+        """One step of each stretch of ``first``..``last`` whose global batch and layout record
+        stay the same: checking those checks every step's layout."""
+        starts = [b.step + 1 for b in self.state.batches] + [r.after + 1 for r in self.layout_records]
+        starts += [r.until + 1 for r in self.layout_records if r.until is not None]
+        return sorted({first} | {s for s in starts if first < s <= last})
+
     @property
     def trained_to(self) -> int:
         """The last step the checkpoint records as trained."""
         return self.state.step
+
+    def check_from(self, step: int) -> None:
+        """Raise now, before anything is said, what showing the steps from ``step`` on would: a
+        step before a data change, or manifests that hold other data than the run trained on."""
+        self.step_positions(step)
+        _ = self.dataset
 
     def step_positions(self, step: int) -> np.ndarray:
         replaced = self.state.data_replaced_at

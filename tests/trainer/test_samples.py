@@ -142,11 +142,20 @@ def test_a_run_folder_that_does_not_exist_is_named_so(tmp_path):
     )
 
 
+def as_older_tokshards(save: Path) -> None:
+    """``save``'s checkpoints as a tokshard that recorded no layout in them wrote them."""
+    for path in save.glob("step*/tokshard.json"):
+        state = json.loads(path.read_text())
+        state["batches"] = [{k: b[k] for k in ("step", "samples", "global_batch")} for b in state["batches"]]
+        path.write_text(json.dumps(state))
+
+
 def test_micro_batch_without_world_is_refused_not_ignored(run, tmp_path):
-    """Where no run.json records the run's ranks; with one, they are its (below)."""
+    """Where nothing records the run's ranks; where something does, they are its (below)."""
     save = tmp_path / "ck"
     shutil.copytree(run["save"], save)
     (save / "run.json").unlink()
+    as_older_tokshards(save)
     line = one_line(cli("samples", str(save), "--steps", "1", "--micro-batch", "2"), 2)
     assert line.endswith("pass --world N (the run's ranks) with it")
     shown = cli("samples", str(save), "--steps", "1", "--micro-batch", "2", "--world", "1", "--json")
@@ -183,20 +192,54 @@ def test_a_flag_that_differs_from_the_record_wins_and_is_said(accumulated):
         and "shown as the flags ask (--micro-batch 4 (the record's: 2)), not as the run trained"
         in proc.stderr
     )
-    assert f"which {accumulated / 'run.json'} records (--world 1 --micro-batch 2)" in proc.stderr
+    record = accumulated / "step00000001" / "tokshard.json"
+    assert f"which {record} records (--world 1 --micro-batch 2)" in proc.stderr
+
+
+def test_a_layout_that_does_not_split_a_step_is_one_line_with_no_note_before_it(accumulated):
+    """--world 3 differs from the record (a note) and does not split the batch of 8: the note
+    was said, then the refusal (two lines); the refusal is now the one line."""
+    line = one_line(cli("samples", str(accumulated), "--steps", "1", "--world", "3"), 2)
+    assert line.endswith("a global batch of 8 does not split into --world 3 ranks of --micro-batch 2; give "
+                         "sizes whose product divides it")  # fmt: skip
+
+
+def test_a_checkpoint_without_a_layout_takes_the_run_json_s(accumulated, tmp_path):
+    save = tmp_path / "ck"
+    shutil.copytree(accumulated, save)
+    as_older_tokshards(save)
+    record = json.loads((save / "run.json").read_text())
+    record["settings"]["checkpoint"]["save"] = str(save)  # the run.json of the run saved there
+    (save / "run.json").write_text(json.dumps(record))
+    proc = cli("samples", str(save), "--steps", "1", "--world", "1", "--micro-batch", "4", "--json")
+    assert f"which {save / 'run.json'} records (--world 1 --micro-batch 2)" in proc.stderr
 
 
 def test_a_layout_nothing_records_is_said_to_be_assumed(accumulated, tmp_path):
     save = tmp_path / "ck"
     shutil.copytree(accumulated, save)
     (save / "run.json").unlink()
+    as_older_tokshards(save)
     proc = cli("samples", str(save), "--steps", "1", "--world", "1", "--json")
     assert micro_steps(proc) == [(0, 0)] * 8
     assert proc.stderr == (
-        "tokshard: samples: the run keeps no run.json that records its layout: step 1 and any other step it "
-        "does not record are shown assuming --micro-batch 8; pass the values the run trained with if those "
-        "differ\n"
+        "tokshard: samples: neither the checkpoint nor a run.json records the run's layout: step 1 and any other "
+        "step it does not record are shown assuming --micro-batch 8; pass the values the run trained with if "
+        "those differ\n"
     )
+
+
+def test_each_steps_layout_is_the_checkpoints_after_a_resume_changed_it(run, accumulated, tmp_path):
+    """A resume rewrites run.json: the layout of the steps before it was shown "assumed" (the
+    new micro-batch), though the checkpoint knows it. Step 1 trained in micro-batches of 2, step
+    2 (resumed) in micro-batches of 4; --world alone shows each as it trained, saying nothing."""
+    save = tmp_path / "ck"
+    shutil.copytree(accumulated, save)
+    launch("--manifest", str(run["data"]), *SMALL, "--global-batch", "8", "--micro-batch", "4",
+           "--steps", "2", "--resume", "--save", str(save))  # fmt: skip
+    proc = cli("samples", str(save), "--steps", "1-2", "--world", "1", "--json")
+    assert micro_steps(proc) == [(0, m) for m in (0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1)]
+    assert proc.stderr == ""
 
 
 @pytest.mark.parametrize("damage", ["cut", "gone"])

@@ -209,3 +209,15 @@ def test_from_checkpoint_takes_eod_mask_loss_from_the_run_it_loads(manifest, tmp
     assert (targets[inputs == eos] == -100).all()
     inputs, targets = first_batches(eod_mask_loss=False)
     assert (targets[inputs == eos] != -100).any()
+
+
+def test_from_checkpoint_takes_eod_mask_loss_from_that_checkpoint_not_a_later_resume(manifest, tmp_path):
+    """A resume without --eod-mask-loss rewrites run.json (false): `from_checkpoint` of the
+    checkpoint saved before it, which trained with it, read False; it reads the checkpoint's."""
+    save = tmp_path / "save"
+    common = ("--manifest", str(manifest), "--deepspeed", str(CONFIGS / "zero0-fp32.json"), *SMALL)
+    common += ("--global-batch", "8", "--micro-batch", "8", "--eval-every", "0", "--save", str(save))
+    launch(*common, "--steps", "2", "--doc-mask", "--eod-mask-loss")
+    launch(*common, "--steps", "3", "--resume")
+    assert TrainingSamples.from_checkpoint(save, "step00000002", micro_batch=8).eod_mask_loss is True
+    assert TrainingSamples.from_checkpoint(save, micro_batch=8).eod_mask_loss is False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.format.errors import DataError, TokshardError, utf8_path
@@ -53,14 +53,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--world",
         type=positive_int,
         metavar="N",
-        help="name each sample's rank and micro-step, for N ranks (with --micro-batch alone: the run's run.json's)",
+        help="name each sample's rank and micro-step, for N ranks (with --micro-batch alone: the ranks the "
+        "checkpoint records for each step, or an older one's run.json)",
     )
     p.add_argument(
         "--micro-batch",
         type=positive_int,
         metavar="M",
-        help="samples per rank per micro-step (default: the run's run.json's; where it records none, "
-        "each rank's whole share, said so)",
+        help="samples per rank per micro-step (default: the one the checkpoint records for each step, or an "
+        "older one's run.json; where nothing records it, each rank's whole share, said so)",
     )
     p.add_argument(
         "--manifest",
@@ -74,14 +75,23 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 class Layouts:
     """Who trained each sample, where ``--world`` or ``--micro-batch`` asks: a value not given
-    is the run's record's (run.json's ranks and micro-batch, for the steps its part trained);
-    where nothing records one, it is assumed (the record's, else accumulation 1) and said so.
-    A flag that differs from the record wins, and the difference is said. Each line once."""
+    is the record's for that step (the checkpoint's batch history, else the run.json's, for
+    checkpoints that record no layout); where nothing records the step, it is assumed (the
+    newest record's, else accumulation 1) and said so. A flag that differs from the record
+    wins, and the difference is said. Each note once, in `notes` until said: a refusal of a
+    later step comes before any of them (`check`)."""
 
-    def __init__(self, args: argparse.Namespace, recorded: RecordedLayout | None) -> None:
+    def __init__(self, args: argparse.Namespace, records: Sequence[RecordedLayout]) -> None:
         self.world, self.micro = args.world, args.micro_batch
-        self.recorded = recorded
+        #: the records, the one to read first first (`RunData.layout_records`)
+        self.records = list(records)
+        self.notes: dict[str, str] = {}
         self._said: set[str] = set()
+
+    def check(self, steps: Iterable[int], global_batch: Callable[[int], int]) -> None:
+        """Refuse now (before any note is said) where a step of ``steps`` has no layout."""
+        for step in steps:
+            self.for_step(step, global_batch(step))
 
     def for_step(self, step: int, global_batch: int) -> Layout | None:
         """The layout of ``step`` (``global_batch`` samples), or None where none was asked."""
@@ -89,36 +99,44 @@ class Layouts:
 
         if self.world is None and self.micro is None:
             return None
-        rec = self.recorded
-        covered = rec is not None and rec.covers(step, global_batch)
-        world = self.world or (rec.layout.world if rec is not None else None)
+        rec = next((r for r in self.records if r.covers(step, global_batch)), None)
+        basis = rec or (self.records[0] if self.records else None)
+        world = self.world or (basis.layout.world if basis is not None else None)
         if world is None:  # --micro-batch alone, and no record says the ranks
             raise TokshardError(
                 "samples: --micro-batch says how each rank's samples split into micro-steps, and the run "
-                "records no number of ranks (no run.json beside it); pass --world N (the run's ranks) with it"
+                "records no number of ranks (no layout in its checkpoint, no run.json beside it); pass "
+                "--world N (the run's ranks) with it"
             )
-        micro = self.micro or (rec.layout.micro if covered else self._assumed_micro(global_batch, world))
-        if covered:
-            self._differences(rec, world, micro)
-        else:
-            self._assumptions(step, world, micro)
+        micro = self.micro or (
+            rec.layout.micro if rec is not None else self._assumed_micro(global_batch, world)
+        )
         if global_batch % (world * micro):
             raise TokshardError(
                 f"samples: a global batch of {global_batch} does not split into --world {world} ranks of "
                 f"--micro-batch {micro}; give sizes whose product divides it"
             )
+        if rec is not None:
+            self._differences(rec, world, micro)
+        else:
+            self._assumptions(step, world, micro)
         return Layout(world, micro)
 
+    def unsaid(self) -> list[str]:
+        """The notes found and not yet said, now counted as said."""
+        new = [line for kind, line in self.notes.items() if kind not in self._said]
+        self._said.update(self.notes)
+        return new
+
     def _assumed_micro(self, global_batch: int, world: int) -> int:
-        """A micro-batch nothing records for a step: the record's where it splits the batch,
-        else the whole of each rank's share (accumulation 1)."""
-        rec = self.recorded
-        if rec is not None and global_batch % (world * rec.layout.micro) == 0:
-            return rec.layout.micro
+        """A micro-batch nothing records for a step: the newest record's where it splits the
+        batch, else the whole of each rank's share (accumulation 1)."""
+        if self.records and global_batch % (world * self.records[0].layout.micro) == 0:
+            return self.records[0].layout.micro
         return max(1, global_batch // world)
 
     def _differences(self, rec: RecordedLayout, world: int, micro: int) -> None:
-        """Say where a flag shows another layout than the one the run recorded."""
+        """Note where a flag shows another layout than the one the run recorded."""
         differ = [
             f"{flag} {value} (the record's: {was})"
             for flag, value, was in (
@@ -128,14 +146,14 @@ class Layouts:
             if value is not None and value != was
         ]
         if differ:
-            self._say_once(
+            self.notes.setdefault(
                 "differ",
                 f"shown as the flags ask ({'; '.join(differ)}), not as the run trained, which {rec.path} records "
                 f"(--world {rec.layout.world} --micro-batch {rec.layout.micro}); drop them to see its layout",
             )
 
     def _assumptions(self, step: int, world: int, micro: int) -> None:
-        """Say which values nothing recorded for ``step`` were assumed."""
+        """Note which values nothing recorded for ``step`` were assumed."""
         assumed = [
             f"{flag} {v}"
             for flag, v, given in (("--world", world, self.world), ("--micro-batch", micro, self.micro))
@@ -143,23 +161,17 @@ class Layouts:
         ]
         if not assumed:
             return
-        rec = self.recorded
+        rec = self.records[0] if self.records else None
         why = (
-            f"{rec.path} records the layout of steps {rec.after + 1} on (global batch {rec.global_batch})"
+            f"{rec.path} records the layout of {rec.steps} (global batch {rec.global_batch}) alone"
             if rec is not None
-            else "the run keeps no run.json that records its layout"
+            else "neither the checkpoint nor a run.json records the run's layout"
         )
-        self._say_once(
+        self.notes.setdefault(
             "assumed",
             f"{why}: step {step} and any other step it does not record are shown assuming "
             f"{' '.join(assumed)}; pass the values the run trained with if those differ",
         )
-
-    def _say_once(self, kind: str, line: str) -> None:
-        """Say ``line``, the first of its ``kind`` (a difference, an assumption) only."""
-        if kind not in self._said:
-            self._said.add(kind)
-            say(line)
 
 
 class ChangedInputs:
@@ -279,14 +291,19 @@ def run(args: argparse.Namespace) -> int:
     if args.origin:
         recorded.check_origins()
     first, last = args.steps
+    recorded.check_from(first)  # every refusal comes before any note, as its one line
+    asked = args.world is not None or args.micro_batch is not None
+    layouts = Layouts(args, recorded.layout_records if asked else [])
+    layouts.check(recorded.layout_steps(first, last), lambda step: recorded.state.step_start(step)[1])
     if last > recorded.trained_to:
-        print(f"tokshard: samples: {untrained_note(recorded, first, last)}", file=sys.stderr, flush=True)
+        say(untrained_note(recorded, first, last))
     untraced = 0
-    layouts = Layouts(args, recorded.recorded_layout if args.world or args.micro_batch else None)
     for step in range(first, last + 1):
         if reader_left():  # `| head` has what it wanted: nothing more to find for it
             break
         layout = layouts.for_step(step, recorded.state.step_start(step)[1])
+        for line in layouts.unsaid():
+            say(line)
         for rec in recorded.records(step, layout, decode, args.origin):
             if "untraced" in rec:  # refused alone: the other samples are traced as usual
                 untraced += 1

@@ -3,7 +3,7 @@
 Each save is a DeepSpeed checkpoint tag ``stepNNNNNNNN`` under ``--save DIR`` whose
 ``client_state["tokshard"]`` holds a ``TrainerState``: step, samples consumed, seed,
 per-source epochs, the model it trained, the schedule's segments (``trainer.schedule``),
-from which step each global batch size held (``batches``) and the ``DataState`` that fixes
+from which step each global batch size and layout (ranks, micro-batch) held (``batches``) and the ``DataState`` that fixes
 the sample sequence. Together they map any step to its samples (``tokshard samples``). Rank
 0 also writes the same record to ``DIR/TAG/tokshard.json``, so a resume checks it before any
 process group or model exists (and people can read it).
@@ -219,11 +219,40 @@ def shown(value: Any) -> str:
 @dataclass(frozen=True)
 class BatchSpan:
     """From optimizer step ``step`` (and global position ``samples``) on, ``global_batch``
-    samples per step."""
+    samples per step, trained by ``world`` ranks of ``micro_batch`` samples per micro-step: a
+    resume that changes any of them starts a span, so who trained each step is known from the
+    checkpoint alone (the run.json is rewritten at each resume)."""
 
     step: int
     samples: int
     global_batch: int
+    #: the ranks and micro-batch that trained it (None: an older tokshard's, which recorded none)
+    world: int | None = None
+    micro_batch: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {
+            "step": self.step,
+            "samples": self.samples,
+            "global_batch": self.global_batch,
+            "world": self.world,
+            "micro_batch": self.micro_batch,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BatchSpan:
+        world, micro = d.get("world"), d.get("micro_batch")
+        return cls(
+            int(d["step"]),
+            int(d["samples"]),
+            int(d["global_batch"]),
+            int(world) if world is not None else None,
+            int(micro) if micro is not None else None,
+        )
+
+    def same_layout(self, global_batch: int, world: int, micro_batch: int) -> bool:
+        """Whether steps of ``global_batch`` on ``world`` ranks of ``micro_batch`` continue it."""
+        return (self.global_batch, self.world, self.micro_batch) == (global_batch, world, micro_batch)
 
 
 @dataclass(frozen=True)
@@ -292,9 +321,7 @@ class TrainerState:
             "eod_mask_loss": self.eod_mask_loss,
             "data": self.data.to_json(),
             "schedule": self.schedule.to_json() if self.schedule is not None else None,
-            "batches": [
-                {"step": b.step, "samples": b.samples, "global_batch": b.global_batch} for b in self.batches
-            ],
+            "batches": [b.to_json() for b in self.batches],
         }
 
     @classmethod
@@ -308,9 +335,7 @@ class TrainerState:
             world_size=int(d.get("world_size") or 1),
             train_batch_size=int(d["train_batch_size"]),
             data=DataState.from_json(d["data"]),
-            batches=tuple(
-                BatchSpan(int(b["step"]), int(b["samples"]), int(b["global_batch"])) for b in batches
-            ),
+            batches=tuple(BatchSpan.from_json(b) for b in batches),
             schedule=Schedule.from_json(d["schedule"], seed) if d.get("schedule") else None,
             epochs={str(k): int(v) for k, v in (d.get("epochs") or {}).items()},
             model=d.get("model"),
@@ -330,20 +355,32 @@ class TrainerState:
         """First position and global batch of optimizer step ``step`` (1-based, as metrics.jsonl)."""
         return step_start(self.batches, step)
 
-    def batches_on(self, step: int, samples: int, global_batch: int) -> tuple[BatchSpan, ...]:
-        """The batch history continued at ``step`` with ``global_batch`` samples per step."""
+    def batches_on(
+        self, step: int, samples: int, global_batch: int, world: int, micro_batch: int
+    ) -> tuple[BatchSpan, ...]:
+        """The batch history continued at ``step`` with ``global_batch`` samples per step on
+        ``world`` ranks of ``micro_batch`` (a span that trained no step yet is replaced)."""
         history = list(self.batches)
-        if history[-1].global_batch != global_batch:
+        if not history[-1].same_layout(global_batch, world, micro_batch):
             if history[-1].step == step:
                 history.pop()
-            history.append(BatchSpan(step, samples, global_batch))
+            history.append(BatchSpan(step, samples, global_batch, world, micro_batch))
         return tuple(history)
+
+    def span_of(self, step: int) -> BatchSpan:
+        """The span that holds optimizer step ``step`` (1-based; the last for steps after it)."""
+        return span_of(self.batches, step)
 
 
 def step_start(batches: tuple[BatchSpan, ...], step: int) -> tuple[int, int]:
     """First position and global batch of optimizer step ``step`` (1-based) under ``batches``."""
-    span = max((b for b in batches if b.step < step), key=lambda b: b.step)
+    span = span_of(batches, step)
     return span.samples + (step - 1 - span.step) * span.global_batch, span.global_batch
+
+
+def span_of(batches: tuple[BatchSpan, ...], step: int) -> BatchSpan:
+    """The span of ``batches`` that holds optimizer step ``step`` (1-based)."""
+    return max((b for b in batches if b.step < step), key=lambda b: b.step)
 
 
 def state_path(save_dir: Path, tag: str) -> Path:
