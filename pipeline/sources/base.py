@@ -26,19 +26,31 @@ Cursor = dict[str, Any]
 
 #: a name that becomes a folder of the output (source, split): one plain path component
 _PATH_NAME = re.compile(r"\w[\w-]*")
+#: the most bytes a file name (one path component) may hold on Linux's and macOS's filesystems
+NAME_MAX = 255
+#: the most bytes a source or split name may hold: each is a folder's whole name, and a long
+#: document's spool file is named by both (SRC-SPLIT-NNNNN.spool), which must fit NAME_MAX
+PATH_NAME_BYTES = 120
 
 
 def check_path_name(what: str, name: Any, where: str) -> str:
     """Refuse a source or split name that is not one plain path component ('', '.', '..',
-    'a/b', '../x' would write outside its folder or crash), before any work is done."""
+    'a/b', '../x' would write outside its folder or crash), or one too long for a file name
+    (`PATH_NAME_BYTES`), before any work is done and before --out is touched."""
     if not isinstance(name, str) or not _PATH_NAME.fullmatch(name):
         raise TokshardError(
             f"{where}: {what} name {name!r} must be letters, digits, - or _ (it names a folder of the output)"
         )
     try:
-        os.fsencode(name)
+        size = len(os.fsencode(name))
     except UnicodeEncodeError:  # a non-ASCII letter under LC_ALL=C: the run would stop half-way
         raise locale_cannot_name(f"{where}: {what} name {name!r}") from None
+    if size > PATH_NAME_BYTES:  # else refused mid-run, by the filesystem, with --out half-made
+        raise TokshardError(
+            f"{where}: {what} name {name[:40]!r}... is {size} bytes long; it names folders and files of "
+            f"the output (a file name holds at most NAME_MAX = {NAME_MAX} bytes, and one is named by a "
+            f"source and a split name together), so names are at most {PATH_NAME_BYTES} bytes: shorten it"
+        )
     return name
 
 
