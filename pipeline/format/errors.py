@@ -7,6 +7,7 @@ its traceback. Stdlib only, so the shard reader and the trainer can raise it too
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import sys
 
@@ -28,6 +29,13 @@ class DataError(TokshardError):
 
 class VerifyError(DataError):
     """Data on disk does not match its manifest (exit 1, like a failed check)."""
+
+
+def name_too_long(exc: OSError) -> bool:
+    """Whether ``exc`` is a filesystem refusing a name too long for it (ENAMETOOLONG): no file
+    of that name can be there, so a reader takes it as absent (a run refused for it is then
+    one that wrote nothing, taken back like any other), not as a file to delete."""
+    return exc.errno == errno.ENAMETOOLONG
 
 
 def not_utf8(what: str, exc: UnicodeDecodeError) -> TokshardError:

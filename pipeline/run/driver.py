@@ -463,6 +463,7 @@ def make_plan(recipe: Recipe, tok: tokenizer.TokenizerInfo, log: Log) -> Plan:
         {(name, split): files for name, s in sources.items() for split, files in s.named_inputs().items()},
         recipe.where,
         frozenset(name for name, s in sources.items() if s.splits_may_share_inputs()),
+        {path: inode for s in sources.values() for path, inode in s.linked_inputs().items()},
     )
     for name, source in sources.items():
         origins[name] = source.origin()

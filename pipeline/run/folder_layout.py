@@ -39,7 +39,7 @@ from pipeline.format.atomic import (
     write_bytes,
     write_json,
 )
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, name_too_long
 from pipeline.format.shard_writer import finalize
 from pipeline.run.records import Checkpoint, Holder, holder_text
 from pipeline.run.run_state import STATE_DIR, checkpoint_rel
@@ -67,6 +67,8 @@ def load_checkpoint(out: Path, part: Partition) -> Checkpoint | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if name_too_long(exc):
+            return None
         raise TokshardError(
             f"{path}: unreadable checkpoint ({exc}); delete it to redo that partition"
         ) from exc

@@ -26,19 +26,31 @@ Cursor = dict[str, Any]
 
 #: a name that becomes a folder of the output (source, split): one plain path component
 _PATH_NAME = re.compile(r"\w[\w-]*")
+#: the most bytes a file name (one path component) may hold on Linux's and macOS's filesystems
+NAME_MAX = 255
+#: the most bytes a source or split name may hold: each is a folder's whole name, and a long
+#: document's spool file is named by both (SRC-SPLIT-NNNNN.spool), which must fit NAME_MAX
+PATH_NAME_BYTES = 120
 
 
 def check_path_name(what: str, name: Any, where: str) -> str:
     """Refuse a source or split name that is not one plain path component ('', '.', '..',
-    'a/b', '../x' would write outside its folder or crash), before any work is done."""
+    'a/b', '../x' would write outside its folder or crash), or one too long for a file name
+    (`PATH_NAME_BYTES`), before any work is done and before --out is touched."""
     if not isinstance(name, str) or not _PATH_NAME.fullmatch(name):
         raise TokshardError(
             f"{where}: {what} name {name!r} must be letters, digits, - or _ (it names a folder of the output)"
         )
     try:
-        os.fsencode(name)
+        size = len(os.fsencode(name))
     except UnicodeEncodeError:  # a non-ASCII letter under LC_ALL=C: the run would stop half-way
         raise locale_cannot_name(f"{where}: {what} name {name!r}") from None
+    if size > PATH_NAME_BYTES:  # else refused mid-run, by the filesystem, with --out half-made
+        raise TokshardError(
+            f"{where}: {what} name {name[:40]!r}... is {size} bytes long; it names folders and files of "
+            f"the output (a file name holds at most NAME_MAX = {NAME_MAX} bytes, and one is named by a "
+            f"source and a split name together), so names are at most {PATH_NAME_BYTES} bytes: shorten it"
+        )
     return name
 
 
@@ -347,6 +359,12 @@ class Source(ABC):
         source each, and to one split each unless `splits_may_share_inputs` (default: none)."""
         return {}
 
+    def linked_inputs(self) -> dict[str, tuple[int, int]]:
+        """The (device, inode) of each of `named_inputs`' local files that has other hard links,
+        by its name, so that `check_read_once` takes a file's hard links as the one file they
+        are (default: found by a stat of each local file named)."""
+        return hard_linked(p for paths in self.named_inputs().values() for p in paths if os.path.isabs(p))
+
     def splits_may_share_inputs(self) -> bool:
         """Whether one input file may lie in two of this source's splits (default: no; a hub
         dataset's card layout is its publisher's, and some publish one file as two splits on
@@ -398,54 +416,82 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def hard_linked(paths: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """The (device, inode) of each of ``paths`` that has more than one hard link (one that
+    cannot be looked at is left to its reader to say so)."""
+    found = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if st.st_nlink > 1:
+                found[path] = (st.st_dev, st.st_ino)
+    return found
+
+
 def check_read_once(
-    named: dict[tuple[str, str], list[str]], where: str, shared: frozenset[str] = frozenset()
+    named: dict[tuple[str, str], list[str]],
+    where: str,
+    shared: frozenset[str] = frozenset(),
+    linked: dict[str, tuple[int, int]] | None = None,
 ) -> None:
     """Refuse an input file named under two splits or two sources (``named``: (source, split)
     -> files): a file in train and validation leaks evaluation text into training, and one in
     two sources is trained on twice. A glob such as ``data/*.jsonl`` beside ``data/val.jsonl``
-    is the usual way in. The splits of a source in ``shared`` may hold a file in common (a hub
-    card's layout); its files are still held to that one source. Found by set operations, not
-    by a Python lookup per file."""
-    by_source: dict[str, list[tuple[tuple[str, str], set[str]]]] = {}
+    is the usual way in. A file is one file however it is named: ``linked`` gives the (device,
+    inode) of each named file that has other hard links, as the listing of one split makes a
+    file's hard links one file. The splits of a source in ``shared`` may hold a file in
+    common (a hub card's layout); its files are still held to that one source. Found by set
+    operations, not by a Python lookup per file."""
+    ident = {path: f"\0{dev}:{ino}" for path, (dev, ino) in (linked or {}).items()}
+    by_source: dict[str, list[tuple[tuple[str, str], dict[str, str]]]] = {}
     for (source, split), paths in named.items():
-        by_source.setdefault(source, []).append(((source, split), set(paths)))
+        names = {ident.get(p, p): p for p in paths}
+        by_source.setdefault(source, []).append(((source, split), names))
     for source, owners in by_source.items():
         if source not in shared:
             _refuse_overlap(owners, where)
-    wholes = [((s, ""), set().union(*(names for _, names in owners))) for s, owners in by_source.items()]
+    wholes = [
+        ((s, ""), {k: v for _, names in owners for k, v in names.items()}) for s, owners in by_source.items()
+    ]
     clash = _first_overlap(wholes)
     if clash is not None:
-        path, first, second = clash
-        _refuse_overlap([_owner_of(path, by_source[first[0]]), _owner_of(path, by_source[second[0]])], where)
+        key, first, second = clash
+        _refuse_overlap([_owner_of(key, by_source[first[0]]), _owner_of(key, by_source[second[0]])], where)
 
 
-def _owner_of(path: str, owners: list[tuple[tuple[str, str], set[str]]]) -> tuple[tuple[str, str], set[str]]:
-    """The first of ``owners`` (one source's splits) that holds ``path``, holding it alone."""
-    return next((owner, {path}) for owner, names in owners if path in names)
+def _owner_of(
+    key: str, owners: list[tuple[tuple[str, str], dict[str, str]]]
+) -> tuple[tuple[str, str], dict[str, str]]:
+    """The first of ``owners`` (one source's splits) that holds ``key``, holding it alone."""
+    return next((owner, {key: names[key]}) for owner, names in owners if key in names)
 
 
 def _first_overlap(
-    owners: list[tuple[tuple[str, str], set[str]]],
+    owners: list[tuple[tuple[str, str], dict[str, str]]],
 ) -> tuple[str, tuple[str, str], tuple[str, str]] | None:
-    """The first file two of ``owners`` ((source, split), files) hold, with both owners."""
+    """The first file two of ``owners`` ((source, split), {file's identity: its name}) hold,
+    by its identity, with both owners."""
     named_before: set[str] = set()
     for i, (owner, names) in enumerate(owners):
         if not named_before.isdisjoint(names):
-            path = min(names & named_before)
-            seen = next(o for o, held in owners[:i] if path in held)
-            return path, seen, owner
-        named_before |= names
+            key = min(names.keys() & named_before)
+            seen = next(o for o, held in owners[:i] if key in held)
+            return key, seen, owner
+        named_before.update(names)
     return None
 
 
-def _refuse_overlap(owners: list[tuple[tuple[str, str], set[str]]], where: str) -> None:
-    """Raise, in one line, for the first file two of ``owners`` ((source, split), files) hold."""
+def _refuse_overlap(owners: list[tuple[tuple[str, str], dict[str, str]]], where: str) -> None:
+    """Raise, in one line, for the first file two of ``owners`` ((source, split), {file's
+    identity: its name}) hold; a hard link is said as such, by both of its names."""
     clash = _first_overlap(owners)
     if clash is None:
         return
-    path, seen, owner = clash
+    key, seen, owner = clash
+    path, other = next(n[key] for o, n in owners if o == seen), next(n[key] for o, n in owners if o == owner)
     a, b = (f"split {seen[1]} of source {seen[0]}", f"split {owner[1]} of source {owner[0]}")
+    if other != path:
+        b += f" (as {other}, a hard link of it: one file)"
     raise TokshardError(
         f"{where}: input {path} is named by both {a} and {b}; list each file under one "
         "split and source only (narrow the glob that matches both), or the same text is "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pipeline.format.atomic import copy_file, disk_error, write_bytes
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, name_too_long
 from pipeline.storage.place import Place
 
 
@@ -38,6 +38,8 @@ class LocalFolder(Place):
         except FileNotFoundError:
             return None
         except OSError as exc:
+            if name_too_long(exc):
+                return None
             raise TokshardError(f"cannot read {self.path(rel)}: {exc.strerror or exc}") from exc
 
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -56,11 +58,20 @@ class LocalFolder(Place):
             return self.path(rel).stat().st_size
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if name_too_long(exc):
+                return None
+            raise
 
     def list(self, prefix: str = "") -> dict[str, int]:
         top = self.path(prefix)
-        if top.is_file():
-            return {prefix: top.stat().st_size}
+        try:
+            if top.is_file():
+                return {prefix: top.stat().st_size}
+        except OSError as exc:
+            if name_too_long(exc):
+                return {}
+            raise
         found = {}
         for path in sorted(top.rglob("*")) if top.is_dir() else []:
             with contextlib.suppress(FileNotFoundError):  # removed while listed

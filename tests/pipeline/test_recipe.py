@@ -130,3 +130,25 @@ def test_a_mirror_in_a_recipe_is_checked_as_the_mirror_option_is(tmp_path, mirro
     path.write_text(f'tokenizer = "t"\n[sources.c]\ntype = "cc_news"\nmirror = "{mirror}"\n')
     with pytest.raises(TokshardError, match=re.escape(f"[sources.c] {says}")):
         recipe.load(path)
+
+
+@pytest.mark.parametrize(
+    ("what", "name"),
+    [("source", "é" * 61), ("split", "a" * 121)],
+    ids=["source-accented", "split-ascii"],
+)
+def test_a_name_too_long_for_a_file_name_is_refused_by_the_recipe_check(tmp_path, what, name):
+    """Before, a source or split name over 255 bytes (130 accented letters) passed the check,
+    and the run stopped at its first checkpoint ("File name too long") with --out half-made.
+    The spool file of a long document is named by a source and a split name together, so each
+    holds at most 120 bytes."""
+    text = RECIPE.replace("train", name) if what == "split" else RECIPE.replace("text]", f'"{name}"]')
+    path = tmp_path / "r.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(TokshardError) as exc:
+        recipe.load(path)
+    line = str(exc.value)
+    assert f"{what} name {name[:40]!r}... is {len(name.encode())} bytes long" in line
+    assert "NAME_MAX = 255 bytes" in line and "at most 120 bytes: shorten it" in line
+    path.write_text(text.replace(name, name[: 120 // len(name[0].encode())]), encoding="utf-8")
+    recipe.load(path)  # the longest name allowed

@@ -68,6 +68,15 @@ def expand(patterns: list[str], base_dir: str) -> list[str]:
 
 def list_files(patterns: list[str], base_dir: str) -> list[InputFile]:
     """`expand`, with each file's listing."""
+    return list_linked_files(patterns, base_dir)[0]
+
+
+def list_linked_files(
+    patterns: list[str], base_dir: str
+) -> tuple[list[InputFile], dict[str, tuple[int, int]]]:
+    """`list_files`, and the (device, inode) of each listed file that has other hard links, by
+    its listed name: another split's or source's listing may name the same file by another
+    link (`pipeline.sources.base.check_read_once`)."""
     found: dict[str, InputFile] = {}
     if "-" in patterns:  # the Unix convention for standard input
         raise DataError(
@@ -84,7 +93,8 @@ def list_files(patterns: list[str], base_dir: str) -> list[InputFile]:
             hard_linked.update(local.hard_linked)
         for f in matches:
             found.setdefault(f.path, f)
-    return _one_name_per_file([found[p] for p in sorted(found)], hard_linked)
+    files = _one_name_per_file([found[p] for p in sorted(found)], hard_linked)
+    return files, {f.path: hard_linked[f.path] for f in files if f.path in hard_linked} if hard_linked else {}
 
 
 def _one_name_per_file(files: list[InputFile], hard_linked: dict[str, tuple[int, int]]) -> list[InputFile]:

@@ -23,7 +23,7 @@ from pipeline.sources.base import (
 from pipeline.sources.files.access import file_size
 from pipeline.sources.files.fingerprints import fingerprint, fingerprint_now, fingerprints, io_map
 from pipeline.sources.files.formats import kind_of
-from pipeline.sources.files.listing import InputFile, list_files, refuse_non_utf8
+from pipeline.sources.files.listing import InputFile, list_linked_files, refuse_non_utf8
 from pipeline.sources.files.pieces import FileTable, Piece, partition_key, partition_spec, pieces_of
 from pipeline.sources.files.planning import auto_partition_bytes, pack, plan_pieces
 from pipeline.sources.files.readers import PartitionRead, read_partition
@@ -53,6 +53,8 @@ class FilesSource(Source):
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         super().__init__(name, config)
         self._listed: dict[str, list[InputFile]] = {}
+        #: each split's files that have other hard links: their (device, inode), by name
+        self._linked: dict[str, dict[str, tuple[int, int]]] = {}
         self._fingerprints: dict[str, list[dict[str, Any]]] = {}
         self._reading: PartitionRead | None = None
 
@@ -101,7 +103,9 @@ class FilesSource(Source):
         the read-once check, the origin and the partitions; for a bucket each is a listing)."""
         if split not in self._listed:
             with gc_paused():
-                files = list_files(self.config["splits"][split], self.config["base_dir"])
+                files, self._linked[split] = list_linked_files(
+                    self.config["splits"][split], self.config["base_dir"]
+                )
                 refuse_non_utf8(files)
                 for f in files:
                     if f.kind is None:
@@ -119,6 +123,12 @@ class FilesSource(Source):
 
     def named_inputs(self) -> dict[str, list[str]]:
         return {split: [f.path for f in self.files(split)] for split in self.splits()}
+
+    def linked_inputs(self) -> dict[str, tuple[int, int]]:
+        """From the listings' own stats (no stat more): `list_linked_files`."""
+        for split in self.splits():
+            self.files(split)
+        return {path: inode for linked in self._linked.values() for path, inode in linked.items()}
 
     def origin(self) -> dict[str, Any]:
         return {"files": {split: self.split_fingerprints(split) for split in self.splits()}}

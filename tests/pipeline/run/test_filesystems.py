@@ -114,3 +114,51 @@ def test_a_folder_whose_filesystem_renames_no_files_is_one_line_before_any_work(
     )
     assert "use a folder on a local or network disk, or the store's URL" in line
     assert "step " not in proc.stdout + proc.stderr  # refused before training
+
+
+SHORT_NAMES = """
+import builtins, errno, io, os
+LIMIT = int(os.environ["SHORT_NAMES_LIMIT"])
+def _check(path):
+    if isinstance(path, int):
+        return
+    name = os.fsencode(os.fspath(path))
+    if any(len(part) > LIMIT for part in name.split(b"/")):
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), os.fsdecode(name))
+def _guarded(call):
+    def guarded(path, *args, **kwargs):
+        _check(path)
+        return call(path, *args, **kwargs)
+    return guarded
+for _name in ("open", "mkdir", "stat", "lstat", "unlink", "rmdir", "scandir", "listdir"):
+    setattr(os, _name, _guarded(getattr(os, _name)))
+builtins.open = io.open = _guarded(io.open)
+"""
+
+
+def test_a_fresh_out_is_taken_back_where_its_filesystem_refuses_a_long_file_name(
+    tmp_path, docs, tokenizer_path, dask_client
+):
+    """A filesystem whose file names hold fewer bytes than NAME_MAX's usual 255 (eCryptfs: 143)
+    refuses a source name the recipe check lets pass, once the run writes under it. Before,
+    --out was left with its plan and tokenizer, and `status` and every rerun (with a shorter
+    name too) said "unreadable checkpoint ... delete it", of a file that cannot exist."""
+    data = corpus(tmp_path / "in.jsonl", docs, copies=1)
+    long_name = "s" * 110
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        f'tokenizer = "{tokenizer_path}"\n[sources.{long_name}]\ntype = "files"\npaths = ["{data}"]\n'
+    )
+    out = tmp_path / "out"
+    proc = cli(
+        "prepare",
+        str(recipe),
+        "--out",
+        str(out),
+        env=_shimmed(tmp_path, SHORT_NAMES, SHORT_NAMES_LIMIT="100"),
+    )
+    assert proc.returncode != 0, proc.stderr
+    assert "File name too long; choose a shorter path" in one_error_line(proc)
+    assert not out.exists() or sorted(p.name for p in out.rglob("*")) == [], sorted(out.rglob("*"))
+    recipe.write_text(recipe.read_text().replace(long_name, "short"))
+    cli("prepare", str(recipe), "--out", str(out), check=True)

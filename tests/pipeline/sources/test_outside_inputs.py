@@ -322,6 +322,40 @@ def test_one_file_in_two_sources_is_refused(tmp_path, docs, tokenizer_path, monk
         prepare(recipe.from_dict(raw, "r.toml"), tmp_path / "out")
 
 
+@pytest.mark.parametrize(
+    ("sources", "second"),
+    [
+        (
+            '[sources.web]\ntype = "files"\nsplits = { train = ["train.jsonl"], validation = ["val.jsonl"] }\n',
+            "split validation of source web",
+        ),
+        (
+            '[sources.a]\ntype = "files"\npaths = ["train.jsonl"]\n[sources.b]\ntype = "files"\npaths = ["val.jsonl"]\n',
+            "split train of source b",
+        ),
+    ],
+    ids=["two-splits", "two-sources"],
+)
+def test_a_file_named_by_its_hard_links_in_two_splits_or_sources_is_refused(
+    tmp_path, docs, tokenizer_path, sources, second
+):
+    """A file's hard links are one file, in one split's listing and across splits and sources
+    alike. Before, train.jsonl and its hard link val.jsonl were read into both splits (or twice
+    into training), exit 0, while a symbolic link was refused."""
+    write_jsonl(tmp_path / "train.jsonl", docs[:5])
+    (tmp_path / "val.jsonl").hardlink_to(tmp_path / "train.jsonl")
+    (tmp_path / "r.toml").write_text(f'tokenizer = "{tokenizer_path}"\n{sources}')
+    proc = cli("prepare", "r.toml", "--out", "out", "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc)
+    assert (
+        f"input {tmp_path / 'train.jsonl'} is named by both split train of source "
+        f"{'web' if 'web' in sources else 'a'} and {second} (as {tmp_path / 'val.jsonl'}, a hard link of it: "
+        "one file); list each file under one split"
+    ) in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_planning_lists_each_split_s_files_once(tmp_path, docs, tokenizer_path, monkeypatch):
     from pipeline import recipe
     from pipeline.encoding import tokenizer
@@ -331,9 +365,9 @@ def test_planning_lists_each_split_s_files_once(tmp_path, docs, tokenizer_path, 
     write_jsonl(tmp_path / "train-1.jsonl", docs[:5])
     write_jsonl(tmp_path / "val.jsonl", docs[5:7])
     listings = []
-    real = files.list_files
+    real = files.list_linked_files
     monkeypatch.setattr(
-        files, "list_files", lambda patterns, base: listings.append(patterns) or real(patterns, base)
+        files, "list_linked_files", lambda patterns, base: listings.append(patterns) or real(patterns, base)
     )
     raw = {
         "tokenizer": str(tokenizer_path),
