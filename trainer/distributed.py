@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from pipeline.format.errors import TokshardError
-from pipeline.run import process_limits
+from pipeline.format.os_limits import raised, shown, user_threads
 
 _MPI_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
@@ -128,20 +128,11 @@ def check_open_files() -> None:
     """Raise a short soft limit of open files to what a rank needs (within the hard limit, as a
     shell user would) or refuse in one line, before the process group starts."""
     need = OPEN_FILES_BASE + OPEN_FILES_PER_RANK * launched_world()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return
-    wanted = max(need, OPEN_FILES_WANTED)
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(
-            resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard)
-        )
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft < need:
-        shown = "unlimited" if hard == resource.RLIM_INFINITY else hard
+    soft, hard = raised(resource.RLIMIT_NOFILE, need, max(need, OPEN_FILES_WANTED))
+    if soft != resource.RLIM_INFINITY and soft < need:
         raise TokshardError(
-            f"open files are limited to {soft} here (ulimit -n; hard limit {shown}); train needs about {need} "
-            f"in each process of a world of {launched_world()}: raise it (ulimit -n 4096) and rerun"
+            f"open files are limited to {soft} here (ulimit -n; hard limit {shown(hard)}); train needs about {need} "
+            f"in each process of a world of {launched_world()}: raise it (ulimit -n {OPEN_FILES_WANTED}) and rerun"
         )
 
 
@@ -149,31 +140,24 @@ def check_open_files() -> None:
 #: loader's, the logs'; a world of one on 2 cores peaked at 11. Under `ulimit -u 8` gloo's
 #: process group could not start (a traceback), or a native thread pool aborted the process.
 THREADS_BASE = 10
+#: the soft limit a short one is raised to, at most (within the hard limit)
+PROCESSES_WANTED = 4096
 
 
 def check_processes() -> None:
     """Raise a short soft limit of processes and threads (``ulimit -u``, which counts every
     thread of this user's processes) to what this machine's ranks need, within the hard limit,
     or refuse in one line before torch starts its threads."""
-    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-    if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root is never held to it
-        return
+    if resource.getrlimit(resource.RLIMIT_NPROC)[0] == resource.RLIM_INFINITY or os.getuid() == 0:
+        return  # root is never held to it
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    need = ranks * (THREADS_BASE + torch.get_num_threads()) + process_limits.user_threads()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    if soft < need:
-        wanted = max(need, process_limits.PROCESSES_WANTED)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(
-                resource.RLIMIT_NPROC, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard)
-            )
-        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-    if soft < need:
-        shown = "unlimited" if hard == resource.RLIM_INFINITY else hard
+    need = ranks * (THREADS_BASE + torch.get_num_threads()) + user_threads()
+    soft, hard = raised(resource.RLIMIT_NPROC, need, max(need, PROCESSES_WANTED))
+    if soft != resource.RLIM_INFINITY and soft < need:
         raise TokshardError(
-            f"processes and threads are limited to {soft} for this user here (ulimit -u; hard limit {shown}); "
+            f"processes and threads are limited to {soft} for this user here (ulimit -u; hard limit {shown(hard)}); "
             f"train needs about {need} with what runs already ({ranks} local rank(s), {torch.get_num_threads()} "
-            f"threads each): raise it (ulimit -u {process_limits.PROCESSES_WANTED}) and rerun"
+            f"threads each): raise it (ulimit -u {PROCESSES_WANTED}) and rerun"
         )
 
 

@@ -10,12 +10,12 @@ under the hard one is raised first, as a shell user would; what is still short i
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import resource
 
 from pipeline.format.errors import TokshardError
+from pipeline.format.os_limits import raised, shown, user_threads
 
 #: open files: the driver's own (inputs, the run's state, sockets to the scheduler) and, for
 #: each local worker, its nanny's pipes and connections. Measured with Llama 3 on a 280 KB
@@ -43,24 +43,12 @@ def check(local_workers: int, threads: int = 1) -> None:
     _address_space(ADDRESS_SPACE_BASE + ADDRESS_SPACE_PER_CPU * (os.cpu_count() or 1))
 
 
-def _raised(kind: int, need: int, wanted: int) -> tuple[int, int]:
-    """(soft, hard) of ``kind`` after raising a soft limit under ``need`` to ``wanted`` or the
-    hard limit, whichever is lower."""
-    soft, hard = resource.getrlimit(kind)
-    if soft != resource.RLIM_INFINITY and soft < need:
-        to = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(kind, (max(to, soft), hard))
-        soft, hard = resource.getrlimit(kind)
-    return soft, hard
-
-
 def _open_files(need: int, local_workers: int) -> None:
-    soft, hard = _raised(resource.RLIMIT_NOFILE, need, max(need, OPEN_FILES_WANTED))
+    soft, hard = raised(resource.RLIMIT_NOFILE, need, max(need, OPEN_FILES_WANTED))
     if soft != resource.RLIM_INFINITY and soft < need:
         workers = f" with {local_workers} local workers" if local_workers else ""
         raise TokshardError(
-            f"open files are limited to {soft} here (ulimit -n; hard limit {_shown(hard)}); a prepare{workers} "
+            f"open files are limited to {soft} here (ulimit -n; hard limit {shown(hard)}); a prepare{workers} "
             f"needs about {need}: raise it (ulimit -n 4096) and rerun"
         )
 
@@ -73,54 +61,25 @@ def _processes(need: int, local_workers: int) -> None:
     if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root is never held to it
         return
     running = user_threads()
-    soft, hard = _raised(resource.RLIMIT_NPROC, running + need, max(running + need, PROCESSES_WANTED))
+    soft, hard = raised(resource.RLIMIT_NPROC, running + need, max(running + need, PROCESSES_WANTED))
     if soft != resource.RLIM_INFINITY and soft < running + need:
         workers = f" with {local_workers} local workers" if local_workers else ""
         raise TokshardError(
             f"processes and threads are limited to {soft} for this user here (ulimit -u; hard limit "
-            f"{_shown(hard)}), and {running} run already; a prepare{workers} starts about {need} more: "
+            f"{shown(hard)}), and {running} run already; a prepare{workers} starts about {need} more: "
             f"raise it (ulimit -u {PROCESSES_WANTED}), or stop other processes of this user, and rerun"
         )
 
 
-def user_threads() -> int:
-    """The threads of every process of this (real) user, which ``ulimit -u`` counts together;
-    those /proc does not show are not counted (not Linux: none)."""
-    uid = str(os.getuid())
-    count = 0
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if entry.name.isdigit():
-            count += _threads_of(entry.path, uid)
-    return count
-
-
-def _threads_of(proc: str, uid: str) -> int:
-    """The threads of the process at ``proc`` (/proc/PID) if its real user is ``uid``, else 0."""
-    try:
-        with open(f"{proc}/status", encoding="ascii", errors="replace") as status:
-            fields = dict(line.split(":", 1) for line in status if ":" in line)
-    except OSError:  # gone since, or hidden
-        return 0
-    if fields.get("Uid", "").split()[:1] != [uid]:
-        return 0
-    return int(fields.get("Threads", "1").strip() or 1)
-
-
 def _address_space(need: int) -> None:
-    soft, hard = _raised(resource.RLIMIT_AS, need, resource.RLIM_INFINITY)
+    soft, hard = raised(resource.RLIMIT_AS, need, resource.RLIM_INFINITY)
     if soft != resource.RLIM_INFINITY and soft < need:
         raise TokshardError(
             f"address space is limited to {soft >> 20:,} MiB a process here (ulimit -v {soft >> 10}; hard limit "
-            f"{_shown(hard, 'KiB')}); a prepare on {os.cpu_count()} cores needs about {need >> 20:,} MiB (its "
+            f"{shown(hard, 'KiB')}); a prepare on {os.cpu_count()} cores needs about {need >> 20:,} MiB (its "
             f"tokenizer's threads each reserve memory): raise it (ulimit -v unlimited, or at least "
             f"{need >> 10}) and rerun; to bound memory, use --memory-limit instead"
         )
-
-
-def _shown(limit: int, unit: str = "") -> str:
-    if limit == resource.RLIM_INFINITY:
-        return "unlimited"
-    return f"{limit >> 10} {unit}".strip() if unit else str(limit)
 
 
 #: processes and threads a prepare starts: ``ulimit -u`` (RLIMIT_NPROC) counts every thread of
@@ -184,6 +143,6 @@ def processes_refused() -> TokshardError:
         )
     return TokshardError(
         f"cannot start another thread or process: this user's processes and threads, all of them "
-        f"together, are limited to {soft} here (ulimit -u; hard limit {_shown(hard)}); raise it "
+        f"together, are limited to {soft} here (ulimit -u; hard limit {shown(hard)}); raise it "
         f"(ulimit -u {PROCESSES_WANTED}), or stop other processes of this user, and rerun"
     )
