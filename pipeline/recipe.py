@@ -80,6 +80,9 @@ class Recipe:
     sources: dict[str, dict[str, Any]]
     where: str = "recipe"
     tokenizer_sha256: str | None = field(default=None)
+    #: the recipe file it was read from (None: built by the command line, --input): what a
+    #: line's advice names, a recipe's settings or the command's options
+    file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The normalized recipe as the manifest records it."""
@@ -152,7 +155,9 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str 
         if isinstance(exc, tomllib.TOMLDecodeError):
             raise TokshardError(f"{p}: not valid TOML ({exc})") from exc
         raise TokshardError(f"cannot read recipe {p}: {exc}") from exc
-    return from_dict(raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror)
+    recipe = from_dict(raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror)
+    recipe.file = str(p)
+    return recipe
 
 
 def from_dict(
