@@ -17,8 +17,12 @@ compared on resume) and those that only decide how the run goes (workers, encode
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
+import re
+import shlex
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -145,11 +149,8 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str 
     except FileNotFoundError as exc:
         raise TokshardError(f"recipe {p} does not exist; check the path") from exc
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not TOML
-        if p.suffix.lower() != ".toml":  # a data file or folder where the recipe goes
-            raise TokshardError(
-                f"{p} is not a recipe (a .toml file); to tokenize it, give it with --input: "
-                f"tokshard prepare --input {p} --tokenizer TOKENIZER --out DIR"
-            ) from exc
+        if p.suffix.lower() != ".toml":  # a data file, a folder, or a recipe in another format
+            raise TokshardError(not_a_recipe(p)) from exc
         if isinstance(exc, UnicodeDecodeError):
             raise not_utf8(f"recipe {p}", exc) from exc
         if isinstance(exc, tomllib.TOMLDecodeError):
@@ -158,6 +159,56 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str 
     recipe = from_dict(raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror)
     recipe.file = str(p)
     return recipe
+
+
+#: how much of a file that is not TOML is read to tell a recipe in another format
+_LOOKED_AT = 1 << 20
+#: a YAML recipe's top-level keys, as a line starts
+_YAML_RECIPE = re.compile(r"^(sources|tokenizer)\s*:", re.MULTILINE)
+
+
+def not_a_recipe(path: Path) -> str:
+    """What to do with ``path``, given where a recipe goes and not a TOML file: a recipe written
+    as JSON or YAML is written again as TOML; a folder's files and a data file go with --input
+    (the folder as the glob that names its files: --input refuses a folder); a file of no
+    ending tokshard reads is converted first (--input would refuse it)."""
+    how = "tokshard prepare --input {} --tokenizer TOKENIZER --out DIR"
+    if path.is_dir():
+        from pipeline.sources.files.listing import folder_glob
+
+        files = shlex.quote(folder_glob(str(path)))
+        return f"{path} is a folder, not a recipe (a .toml file); to tokenize its files, give them with --input: {how.format(files)}"
+    written = _recipe_format(path)
+    if written:
+        return (
+            f"{path} is a recipe written as {written}, which tokshard does not read; write it as TOML "
+            f"({path.with_suffix('.toml')}: top-level settings, then a [sources.NAME] table per source; "
+            "see docs/CORPORA.md)"
+        )
+    from pipeline.sources.files.formats import SUFFIXES, known_kind
+
+    if known_kind(str(path)) is None:
+        return (
+            f"{path} is not a recipe (a .toml file), nor a file tokshard tokenizes ({', '.join(SUFFIXES)}); "
+            "give a recipe, or convert the data (to JSON Lines, say) and give it with --input"
+        )
+    return f"{path} is not a recipe (a .toml file); to tokenize it, give it with --input: {how.format(shlex.quote(str(path)))}"
+
+
+def _recipe_format(path: Path) -> str | None:
+    """ "JSON" or "YAML" where ``path`` holds a recipe in that format (a "sources" or "tokenizer"
+    key at its top), else None: a data file."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_LOOKED_AT).decode("utf-8-sig", errors="replace")
+    except OSError:
+        return None
+    with contextlib.suppress(ValueError):
+        doc = json.loads(text)
+        return "JSON" if isinstance(doc, dict) and {"sources", "tokenizer"} & set(doc) else None
+    if path.suffix.lower() in (".yaml", ".yml") and _YAML_RECIPE.search(text):
+        return "YAML"
+    return None
 
 
 def from_dict(
