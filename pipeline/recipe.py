@@ -87,6 +87,8 @@ class Recipe:
     #: the recipe file it was read from (None: built by the command line, --input): what a
     #: line's advice names, a recipe's settings or the command's options
     file: str | None = None
+    #: whether ``file`` is one tokshard ships (in its install: to change it, copy it first)
+    bundled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The normalized recipe as the manifest records it."""
@@ -94,6 +96,24 @@ class Recipe:
         out["tokenizer_sha256"] = self.tokenizer_sha256
         out["sources"] = self.sources
         return out
+
+    def mirror_advice(self, repo: str) -> str | None:
+        """How this run names a local copy of the hub ``repo`` (None: as the hub's line says):
+        mirror in that source's table of the recipe file, --mirror where the recipe has one hub
+        repo, and a bundled recipe of several copied first (its file is in the install)."""
+        from pipeline.sources.hub import mirror_hint
+
+        if self.file is None:
+            return None
+        hub = _hub_names(self.sources, self.where)
+        name = next((n for n in hub if self.sources[n].get("repo") == repo), "NAME")
+        if not self.bundled:
+            return mirror_hint(repo, f"[sources.{name}] of {self.file}", option=len(hub) == 1)
+        if len(hub) == 1:
+            return f"pass --mirror DIR to read a local copy of {repo}"
+        return _copy_first(
+            self.file, f"set mirror = DIR in its [sources.{name}] table to read a local copy of {repo}"
+        )
 
     def pin_tokenizer(self, info: TokenizerInfo) -> None:
         """Fix what the run's tokenizer decides: its content hash, and the dtype ``auto`` chose
@@ -142,7 +162,14 @@ class Recipe:
         }
 
 
-def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str | None = None) -> Recipe:
+def load(
+    path: str | Path,
+    overrides: dict[str, Any] | None = None,
+    mirror: str | None = None,
+    bundled: bool = False,
+) -> Recipe:
+    """The recipe file ``path`` (``bundled``: one tokshard ships), the command line's settings
+    and --mirror on top."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is read past
@@ -156,8 +183,10 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str 
         if isinstance(exc, tomllib.TOMLDecodeError):
             raise TokshardError(f"{p}: not valid TOML ({exc})") from exc
         raise TokshardError(f"cannot read recipe {p}: {exc}") from exc
-    recipe = from_dict(raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror)
-    recipe.file = str(p)
+    recipe = from_dict(
+        raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror, bundled=bundled
+    )
+    recipe.file, recipe.bundled = str(p), bundled
     return recipe
 
 
@@ -217,11 +246,12 @@ def from_dict(
     overrides: dict[str, Any] | None = None,
     base_dir: str = ".",
     mirror: str | None = None,
+    bundled: bool = False,
 ) -> Recipe:
     raw = copy.deepcopy(raw)
     sources_raw = raw.pop("sources", None)
     if mirror is not None:
-        _apply_mirror(sources_raw, mirror, where)
+        _apply_mirror(sources_raw, mirror, where, bundled)
     settings = _settings(raw, overrides or {}, where)
     if not isinstance(sources_raw, dict) or not sources_raw:
         raise TokshardError(f"{where}: no sources; add at least one [sources.NAME] table with a type")
@@ -241,19 +271,32 @@ def from_dict(
     return Recipe(settings, sources, where)
 
 
-def _apply_mirror(sources_raw: Any, mirror: str, where: str) -> None:
-    """--mirror names the local copy of a recipe's one hub repo."""
+def _hub_names(sources: Any, where: str) -> list[str]:
+    """The names of a recipe's hub sources (those a mirror can stand in for)."""
     from pipeline.sources import source_class
 
-    hub = [
+    return [
         name
-        for name, section in (sources_raw or {}).items()
+        for name, section in (sources or {}).items()
         if isinstance(section, dict) and "mirror" in source_class(section.get("type"), name, where).defaults
     ]
+
+
+def _copy_first(file: str, change: str) -> str:
+    """Advice to ``change`` a bundled recipe: its file is tokshard's, in the install, so the
+    change goes in a copy, and the copy is the one to prepare."""
+    copy = Path(file).name
+    return f"copy the bundled recipe (cp {shlex.quote(file)} {copy}), {change}, and prepare the copy (tokshard prepare {copy})"
+
+
+def _apply_mirror(sources_raw: Any, mirror: str, where: str, bundled: bool = False) -> None:
+    """--mirror names the local copy of a recipe's one hub repo."""
+    hub = _hub_names(sources_raw, where)
     if len(hub) != 1:
+        each = 'set mirror = "..." in each [sources.NAME] table'
         raise TokshardError(
             f"{where}: --mirror needs exactly one hub source, the recipe has {len(hub)}; "
-            'set mirror = "..." in each [sources.NAME] table instead'
+            + (_copy_first(where, f"{each} of the copy") if bundled else f"{each} instead")
         )
     # relative to where the command runs, not to the recipe's folder
     sources_raw[hub[0]]["mirror"] = mirror if "://" in mirror else os.path.abspath(os.path.expanduser(mirror))

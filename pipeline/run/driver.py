@@ -56,6 +56,7 @@ from pipeline.sources.base import (
     gc_paused,
 )
 from pipeline.sources.files import TextPieces
+from pipeline.sources.hub import HubUnreachable
 
 Log = Callable[[str], None]
 
@@ -204,6 +205,8 @@ def prepare(
                 _take_back_if_empty(state, plan)
             if isinstance(refused, BadRecord):
                 raise _bad_record_advice(refused, recipe, state, plan) from None
+            if isinstance(refused, HubUnreachable) and (advice := recipe.mirror_advice(refused.repo)):
+                raise refused.advising(advice) from exc
             if refused is exc:
                 raise
             raise refused from exc
