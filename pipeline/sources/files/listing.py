@@ -13,6 +13,7 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import stat
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import PurePath
@@ -656,6 +657,17 @@ def _nothing_matches(shown: str, only_directories: bool, magic: bool = True) -> 
     """``shown``: the quoted pattern (`_LocalGlob.shown`); ``magic``: it is a glob."""
     if only_directories:
         return f"{shown} matches only directories; name the files in them, e.g. '.../*.jsonl'"
-    if magic:
-        return f"no files match {shown}; check the path or glob"
-    return f"no files match {shown} (no such file); check the path"
+    unexpanded = _UNEXPANDED.search(shown)
+    check = (
+        f"{unexpanded.group(0)} is not expanded (tokshard reads the path as written, ~ aside): write the "
+        "path out"
+        if unexpanded
+        else "check the path or glob"
+        if magic
+        else "check the path"
+    )
+    return f"no files match {shown}{'' if magic else ' (no such file)'}; {check}"
+
+
+#: an environment variable written in a path (a shell expands it; a recipe's paths are not)
+_UNEXPANDED = re.compile(r"\$(\w+|\{\w+\})")
