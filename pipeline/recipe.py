@@ -17,8 +17,12 @@ compared on resume) and those that only decide how the run goes (workers, encode
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
+import re
+import shlex
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -80,6 +84,11 @@ class Recipe:
     sources: dict[str, dict[str, Any]]
     where: str = "recipe"
     tokenizer_sha256: str | None = field(default=None)
+    #: the recipe file it was read from (None: built by the command line, --input): what a
+    #: line's advice names, a recipe's settings or the command's options
+    file: str | None = None
+    #: whether ``file`` is one tokshard ships (in its install: to change it, copy it first)
+    bundled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The normalized recipe as the manifest records it."""
@@ -87,6 +96,24 @@ class Recipe:
         out["tokenizer_sha256"] = self.tokenizer_sha256
         out["sources"] = self.sources
         return out
+
+    def mirror_advice(self, repo: str) -> str | None:
+        """How this run names a local copy of the hub ``repo`` (None: as the hub's line says):
+        mirror in that source's table of the recipe file, --mirror where the recipe has one hub
+        repo, and a bundled recipe of several copied first (its file is in the install)."""
+        from pipeline.sources.hub import mirror_hint
+
+        if self.file is None:
+            return None
+        hub = _hub_names(self.sources, self.where)
+        name = next((n for n in hub if self.sources[n].get("repo") == repo), "NAME")
+        if not self.bundled:
+            return mirror_hint(repo, f"[sources.{name}] of {self.file}", option=len(hub) == 1)
+        if len(hub) == 1:
+            return f"pass --mirror DIR to read a local copy of {repo}"
+        return _copy_first(
+            self.file, f"set mirror = DIR in its [sources.{name}] table to read a local copy of {repo}"
+        )
 
     def pin_tokenizer(self, info: TokenizerInfo) -> None:
         """Fix what the run's tokenizer decides: its content hash, and the dtype ``auto`` chose
@@ -135,24 +162,82 @@ class Recipe:
         }
 
 
-def load(path: str | Path, overrides: dict[str, Any] | None = None, mirror: str | None = None) -> Recipe:
+def load(
+    path: str | Path,
+    overrides: dict[str, Any] | None = None,
+    mirror: str | None = None,
+    bundled: bool = False,
+) -> Recipe:
+    """The recipe file ``path`` (``bundled``: one tokshard ships), the command line's settings
+    and --mirror on top."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is read past
     except FileNotFoundError as exc:
         raise TokshardError(f"recipe {p} does not exist; check the path") from exc
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not TOML
-        if p.suffix.lower() != ".toml":  # a data file or folder where the recipe goes
-            raise TokshardError(
-                f"{p} is not a recipe (a .toml file); to tokenize it, give it with --input: "
-                f"tokshard prepare --input {p} --tokenizer TOKENIZER --out DIR"
-            ) from exc
+        if p.suffix.lower() != ".toml":  # a data file, a folder, or a recipe in another format
+            raise TokshardError(not_a_recipe(p)) from exc
         if isinstance(exc, UnicodeDecodeError):
             raise not_utf8(f"recipe {p}", exc) from exc
         if isinstance(exc, tomllib.TOMLDecodeError):
             raise TokshardError(f"{p}: not valid TOML ({exc})") from exc
         raise TokshardError(f"cannot read recipe {p}: {exc}") from exc
-    return from_dict(raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror)
+    recipe = from_dict(
+        raw, str(p), overrides, base_dir=str(p.resolve().parent), mirror=mirror, bundled=bundled
+    )
+    recipe.file, recipe.bundled = str(p), bundled
+    return recipe
+
+
+#: how much of a file that is not TOML is read to tell a recipe in another format
+_LOOKED_AT = 1 << 20
+#: a YAML recipe's top-level keys, as a line starts
+_YAML_RECIPE = re.compile(r"^(sources|tokenizer)\s*:", re.MULTILINE)
+
+
+def not_a_recipe(path: Path) -> str:
+    """What to do with ``path``, given where a recipe goes and not a TOML file: a recipe written
+    as JSON or YAML is written again as TOML; a folder's files and a data file go with --input
+    (the folder as the glob that names its files: --input refuses a folder); a file of no
+    ending tokshard reads is converted first (--input would refuse it)."""
+    how = "tokshard prepare --input {} --tokenizer TOKENIZER --out DIR"
+    if path.is_dir():
+        from pipeline.sources.files.listing import folder_glob
+
+        files = shlex.quote(folder_glob(str(path)))
+        return f"{path} is a folder, not a recipe (a .toml file); to tokenize its files, give them with --input: {how.format(files)}"
+    written = _recipe_format(path)
+    if written:
+        return (
+            f"{path} is a recipe written as {written}, which tokshard does not read; write it as TOML "
+            f"({path.with_suffix('.toml')}: top-level settings, then a [sources.NAME] table per source; "
+            "see docs/CORPORA.md)"
+        )
+    from pipeline.sources.files.formats import SUFFIXES, known_kind
+
+    if known_kind(str(path)) is None:
+        return (
+            f"{path} is not a recipe (a .toml file), nor a file tokshard tokenizes ({', '.join(SUFFIXES)}); "
+            "give a recipe, or convert the data (to JSON Lines, say) and give it with --input"
+        )
+    return f"{path} is not a recipe (a .toml file); to tokenize it, give it with --input: {how.format(shlex.quote(str(path)))}"
+
+
+def _recipe_format(path: Path) -> str | None:
+    """ "JSON" or "YAML" where ``path`` holds a recipe in that format (a "sources" or "tokenizer"
+    key at its top), else None: a data file."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_LOOKED_AT).decode("utf-8-sig", errors="replace")
+    except OSError:
+        return None
+    with contextlib.suppress(ValueError):
+        doc = json.loads(text)
+        return "JSON" if isinstance(doc, dict) and {"sources", "tokenizer"} & set(doc) else None
+    if path.suffix.lower() in (".yaml", ".yml") and _YAML_RECIPE.search(text):
+        return "YAML"
+    return None
 
 
 def from_dict(
@@ -161,11 +246,12 @@ def from_dict(
     overrides: dict[str, Any] | None = None,
     base_dir: str = ".",
     mirror: str | None = None,
+    bundled: bool = False,
 ) -> Recipe:
     raw = copy.deepcopy(raw)
     sources_raw = raw.pop("sources", None)
     if mirror is not None:
-        _apply_mirror(sources_raw, mirror, where)
+        _apply_mirror(sources_raw, mirror, where, bundled)
     settings = _settings(raw, overrides or {}, where)
     if not isinstance(sources_raw, dict) or not sources_raw:
         raise TokshardError(f"{where}: no sources; add at least one [sources.NAME] table with a type")
@@ -185,19 +271,32 @@ def from_dict(
     return Recipe(settings, sources, where)
 
 
-def _apply_mirror(sources_raw: Any, mirror: str, where: str) -> None:
-    """--mirror names the local copy of a recipe's one hub repo."""
+def _hub_names(sources: Any, where: str) -> list[str]:
+    """The names of a recipe's hub sources (those a mirror can stand in for)."""
     from pipeline.sources import source_class
 
-    hub = [
+    return [
         name
-        for name, section in (sources_raw or {}).items()
+        for name, section in (sources or {}).items()
         if isinstance(section, dict) and "mirror" in source_class(section.get("type"), name, where).defaults
     ]
+
+
+def _copy_first(file: str, change: str) -> str:
+    """Advice to ``change`` a bundled recipe: its file is tokshard's, in the install, so the
+    change goes in a copy, and the copy is the one to prepare."""
+    copy = Path(file).name
+    return f"copy the bundled recipe (cp {shlex.quote(file)} {copy}), {change}, and prepare the copy (tokshard prepare {copy})"
+
+
+def _apply_mirror(sources_raw: Any, mirror: str, where: str, bundled: bool = False) -> None:
+    """--mirror names the local copy of a recipe's one hub repo."""
+    hub = _hub_names(sources_raw, where)
     if len(hub) != 1:
+        each = 'set mirror = "..." in each [sources.NAME] table'
         raise TokshardError(
             f"{where}: --mirror needs exactly one hub source, the recipe has {len(hub)}; "
-            'set mirror = "..." in each [sources.NAME] table instead'
+            + (_copy_first(where, f"{each} of the copy") if bundled else f"{each} instead")
         )
     # relative to where the command runs, not to the recipe's folder
     sources_raw[hub[0]]["mirror"] = mirror if "://" in mirror else os.path.abspath(os.path.expanduser(mirror))

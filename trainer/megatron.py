@@ -60,7 +60,7 @@ def blend_of(manifests: list[manifest_mod.Manifest], split: str, mix: dict[str, 
                 prefix = owners[s].real_folder / e.rel_path.removesuffix(".bin")
                 out += [repr(share * e.tokens / tokens[s]), str(prefix)]
     return Blend(
-        out, mix_notes(mix, sources, drawn) if mix is not None else token_floor_notes(weights, drawn)
+        out, mix_notes(mix, sources, drawn, split) if mix is not None else token_floor_notes(weights, drawn)
     )
 
 
@@ -75,10 +75,17 @@ def check_mix_names(
         raise TokshardError(f"--mix names {why}; {not_held_fix(manifests, unknown, split, '--mix')}")
 
 
-def mix_notes(mix: dict[str, float], sources: list[str], drawn: dict[str, float]) -> list[str]:
-    """The sources ``mix`` leaves out of the blend, and its weights raised to the smallest share."""
+def mix_notes(mix: dict[str, float], sources: list[str], drawn: dict[str, float], split: str) -> list[str]:
+    """The sources ``mix`` leaves out of ``split``'s blend, and its weights raised to the smallest
+    share. --mix weighs that split only: the other splits' blends (--json's valid and test)
+    weigh every source by its tokens, and hold these too, so the note names the split."""
     left_out = [s for s in sources if s not in drawn]
     notes = (
-        [f"--mix gives no weight to {', '.join(map(repr, left_out))}: not in the blend"] if left_out else []
+        [
+            f"--mix gives no weight to {', '.join(map(repr, left_out))}: not in the {split} blend (the other "
+            "splits' blends weigh every source by its tokens)"
+        ]
+        if left_out
+        else []
     )
     return notes + mix_floor_notes(mix, drawn)

@@ -56,6 +56,7 @@ from pipeline.sources.base import (
     gc_paused,
 )
 from pipeline.sources.files import TextPieces
+from pipeline.sources.hub import HubUnreachable
 
 Log = Callable[[str], None]
 
@@ -202,16 +203,21 @@ def prepare(
                 raise
             if plan is not None and fresh and (sub is None or sub.settled):
                 _take_back_if_empty(state, plan)
-            if (
-                plan is not None
-                and isinstance(refused, BadRecord)
-                and refused.kept is None
-                and _committed_nothing(state, plan)
-            ):
-                raise refused.committed_nothing() from None
+            if isinstance(refused, BadRecord):
+                raise _bad_record_advice(refused, recipe, state, plan) from None
+            if isinstance(refused, HubUnreachable) and (advice := recipe.mirror_advice(refused.repo)):
+                raise refused.advising(advice) from exc
             if refused is exc:
                 raise
             raise refused from exc
+
+
+def _bad_record_advice(refused: BadRecord, recipe: Recipe, state: RunState, plan: Plan | None) -> BadRecord:
+    """The stop at a bad record as the driver can say it: the rerun's --out (whether any work
+    was committed) and the settings to change (a recipe file's, where the run came from one)."""
+    if plan is not None and refused.kept is None and _committed_nothing(state, plan):
+        refused = refused.committed_nothing()
+    return refused.in_recipe(recipe.file) if recipe.file else refused
 
 
 def _say_manifest_rewrite(

@@ -302,7 +302,7 @@ class PartitionRun:
         if isinstance(item, Bad):
             if self.task.on_bad_record == "error":
                 self.commit()
-                raise bad_record(item.where, item.reason)
+                raise bad_record(item.where, item.reason, source=self.part.source)
             ckpt.skipped[item.reason] = ckpt.skipped.get(item.reason, 0) + 1
         elif isinstance(item, Spooled | Held):
             if isinstance(item, Spooled):

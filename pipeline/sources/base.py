@@ -115,49 +115,82 @@ NOTHING_COMMITTED = "nothing was committed: a rerun on the same --out plans afre
 
 class BadRecord(DataError):
     """The stop at a bad record (`bad_record`), carrying where and why, so that the driver can
-    say the advice again once it knows whether any work was kept (`committed_nothing`). It
+    say the advice again once it knows whether any work was kept (`committed_nothing`) and
+    whether the run came from a recipe file (`in_recipe`), where --text-field is refused. It
     crosses from a Dask worker to the driver, so it pickles by its arguments."""
 
-    def __init__(self, where: str, reason: str, kept: str | None = None) -> None:
+    def __init__(
+        self,
+        where: str,
+        reason: str,
+        kept: str | None = None,
+        source: str | None = None,
+        recipe: str | None = None,
+    ) -> None:
         self.where, self.reason, self.kept = where, reason, kept
+        self.source, self.recipe = source, recipe
         if reason.startswith(NESTED_FIELD):
             self.exit_code = 2  # the command's fault, not the record's
-        super().__init__(_bad_record_text(where, reason, kept))
+        super().__init__(_bad_record_text(where, reason, kept, _RecipeHint.of(source, recipe)))
 
-    def __reduce__(self) -> tuple[type[BadRecord], tuple[str, str, str | None]]:
-        return type(self), (self.where, self.reason, self.kept)
+    def __reduce__(self) -> tuple[type[BadRecord], tuple[Any, ...]]:
+        return type(self), (self.where, self.reason, self.kept, self.source, self.recipe)
 
     def committed_nothing(self) -> BadRecord:
         """The same stop for a prepare that committed no work: the fix's rerun needs no new --out."""
-        return BadRecord(self.where, self.reason, NOTHING_COMMITTED)
+        return BadRecord(self.where, self.reason, NOTHING_COMMITTED, self.source, self.recipe)
+
+    def in_recipe(self, recipe: str) -> BadRecord:
+        """The same stop for a run of the recipe file ``recipe``: its advice names the recipe's
+        settings (a recipe refuses --text-field)."""
+        return BadRecord(self.where, self.reason, self.kept, self.source, recipe)
 
 
-def bad_record(where: str, reason: str, kept: str | None = None) -> BadRecord:
+class _RecipeHint(NamedTuple):
+    """How a bad record's line names the text's field and skipping: the command line's options,
+    or (``recipe`` set) the recipe file's settings."""
+
+    field: str
+    skip: str
+
+    @classmethod
+    def of(cls, source: str | None, recipe: str | None) -> _RecipeHint:
+        if recipe is None:
+            return cls("--text-field", "--on-bad-record skip")
+        table = f"[sources.{source}]" if source else "its [sources.NAME] table"
+        return cls(
+            f'text_field = "..." in {table} of {recipe}',
+            f'--on-bad-record skip (or on_bad_record = "skip" at the top of {recipe})',
+        )
+
+
+def bad_record(where: str, reason: str, kept: str | None = None, source: str | None = None) -> BadRecord:
     """The error that stops a run at a bad record (the default; ``--on-bad-record skip`` counts
     them instead), with ``kept`` saying what the stop leaves. None: a prepare's committed work,
     which a fixed file cannot join (a rerun refuses an input changed since the run planned it),
-    so the fix is a run of its own. A nested text field is the command's fault, not the
-    record's (exit 2)."""
-    return BadRecord(where, reason, kept)
+    so the fix is a run of its own. ``source``: the source the record is of (a recipe's line
+    names its table). A nested text field is the command's fault, not the record's (exit 2)."""
+    return BadRecord(where, reason, kept, source)
 
 
-def _bad_record_text(where: str, reason: str, kept: str | None) -> str:
+def _bad_record_text(where: str, reason: str, kept: str | None, hint: _RecipeHint) -> str:
     """`BadRecord`'s line: what the record is, and how to go on given what the stop ``kept``."""
     if reason.startswith(NESTED_FIELD):
         path = ast.literal_eval(reason[len(NESTED_FIELD) :])
+        names = hint.field.split(" = ", 1)[0]  # --text-field, or the recipe's text_field
         return (
-            f"{where}: bad record ({reason}): nested fields are not read, --text-field names a top-level "
+            f"{where}: bad record ({reason}): nested fields are not read, {names} names a top-level "
             f"field; flatten the records first (e.g. jq -c '{{text: .{path}}}' IN.jsonl > FLAT.jsonl) and "
             f"name the flattened files{' with a new --out' if kept is None else ''}"
         )
-    field = " (or name the right field with --text-field)" if reason.startswith("missing field") else ""
+    field = f" (or name the right field with {hint.field})" if reason.startswith("missing field") else ""
     if kept is None:
         return (
-            f"{where}: bad record ({reason}); rerun with --on-bad-record skip to pass over it (work done "
+            f"{where}: bad record ({reason}); rerun with {hint.skip} to pass over it (work done "
             f"so far is kept), or fix it{field} and rerun with a new --out (a run's inputs stay as it "
             "planned them)"
         )
-    return f"{where}: bad record ({reason}); fix it{field}, or rerun with --on-bad-record skip ({kept})"
+    return f"{where}: bad record ({reason}); fix it{field}, or rerun with {hint.skip} ({kept})"
 
 
 def check_size(value: Any, what: str, minimum: int) -> int:

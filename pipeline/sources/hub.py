@@ -101,6 +101,34 @@ def input_name(repo: Repo, rel: str) -> str:
     return repo.url(rel)
 
 
+class HubUnreachable(TokshardError):
+    """A hub failure a local copy of the repo gets past: the line ends in how to name that
+    copy, which the run's recipe knows better (`advising`: a bundled recipe is copied first,
+    a recipe of several hub repos takes no --mirror). It may cross from a Dask worker to the
+    driver, so it pickles by its arguments."""
+
+    def __init__(self, problem: str, repo: str, hint: str | None = None, joint: str = "; ") -> None:
+        self.problem, self.repo, self.hint, self.joint = problem, repo, hint, joint
+        super().__init__(f"{problem}{joint}{hint or mirror_hint(repo)}")
+
+    def __reduce__(self) -> tuple[type[HubUnreachable], tuple[str, str, str | None, str]]:
+        return type(self), (self.problem, self.repo, self.hint, self.joint)
+
+    def at(self, place: str) -> HubUnreachable:
+        """The same failure, said of one file of the repo."""
+        return HubUnreachable(f"{place}: {self.problem}", self.repo, self.hint, self.joint)
+
+    def advising(self, hint: str) -> HubUnreachable:
+        """The same failure, its line ending in ``hint`` (how this run names a local copy)."""
+        return HubUnreachable(self.problem, self.repo, hint, self.joint)
+
+
+def mirror_hint(repo: str, where: str = "the recipe", option: bool = True) -> str:
+    """How to read a local copy of ``repo``: mirror = DIR in ``where``, or --mirror (``option``:
+    where the recipe has this one hub repo, so that --mirror can name its copy)."""
+    return f"set mirror = DIR in {where}{' (or pass --mirror DIR)' if option else ''} to read a local copy of {repo}"
+
+
 def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | None:
     """A one-line, actionable error for a failed hub call, or None if it is not a hub failure."""
     from huggingface_hub.errors import (
@@ -111,14 +139,13 @@ def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | N
         RevisionNotFoundError,
     )
 
-    hint = f"set mirror = DIR in the recipe (or pass --mirror DIR) to read a local copy of {repo}"
     if isinstance(exc, OfflineModeIsEnabled):
-        return TokshardError(
-            f"cannot reach the hub for dataset {repo}: offline mode (HF_HUB_OFFLINE); {hint}"
-        )
+        return HubUnreachable(f"cannot reach the hub for dataset {repo}: offline mode (HF_HUB_OFFLINE)", repo)
     if isinstance(exc, GatedRepoError):
-        return TokshardError(
-            f"dataset {repo} is gated: accept its terms on huggingface.co and set HF_TOKEN; or {hint}"
+        return HubUnreachable(
+            f"dataset {repo} is gated: accept its terms on huggingface.co and set HF_TOKEN",
+            repo,
+            joint="; or ",
         )
     if isinstance(exc, RepositoryNotFoundError):
         return TokshardError(
@@ -128,14 +155,14 @@ def hub_error(exc: BaseException, repo: str, revision: str) -> TokshardError | N
         return TokshardError(f"dataset {repo} has no revision {revision!r}; check revision = ...")
     if isinstance(exc, HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
-        return TokshardError(f"the hub answered HTTP {status} for dataset {repo}@{revision}; {hint}")
+        return HubUnreachable(f"the hub answered HTTP {status} for dataset {repo}@{revision}", repo)
     transport = type(exc).__module__.split(".")[0].startswith(("httpx", "requests", "urllib3"))
     if transport or isinstance(exc, ConnectionError | TimeoutError):
         from huggingface_hub import constants
 
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return TokshardError(
-            f"cannot reach the hub ({constants.ENDPOINT}) for dataset {repo}: {first_line}; {hint}"
+        return HubUnreachable(
+            f"cannot reach the hub ({constants.ENDPOINT}) for dataset {repo}: {first_line}", repo
         )
     return None
 
@@ -153,7 +180,11 @@ def read_error(exc: BaseException, repo: Repo, rel: str) -> TokshardError:
     """Why one of a repo's files could not be read, as a user-facing error (raise it ``from exc``):
     a damaged file is bad data (exit 1), as the same file given as an input is."""
     if repo.mirror is None and (mapped := hub_error(exc, repo.repo, repo.revision)) is not None:
-        return TokshardError(f"{repo.url(rel)}: {mapped}")
+        return (
+            mapped.at(repo.url(rel))
+            if isinstance(mapped, HubUnreachable)
+            else TokshardError(f"{repo.url(rel)}: {mapped}")
+        )
     if isinstance(exc, FileNotFoundError):
         return TokshardError(f"{repo.url(rel)} is missing; restore the file (the run is pinned to it)")
     if isinstance(exc, PermissionError):

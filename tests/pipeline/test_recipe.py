@@ -38,18 +38,71 @@ def test_a_recipe_that_is_not_utf8_is_one_line_saying_to_save_it_so(tmp_path, en
 
 @pytest.mark.parametrize(
     ("name", "content"),
-    [("a.jsonl", b'{"text": "hello"}\n'), ("a.parquet", b"PAR1\x00\xff\x15"), ("a-folder", None)],
-    ids=["json-lines", "binary", "folder"],
+    [("a.jsonl", b'{"text": "hello"}\n'), ("a.parquet", b"PAR1\x00\xff\x15"), ("a.json", b'{"text": "hi"}')],
+    ids=["json-lines", "binary", "json-data"],
 )
 def test_data_given_where_the_recipe_goes_says_to_give_it_with_input(tmp_path, name, content):
     path = tmp_path / name
-    path.mkdir() if content is None else path.write_bytes(content)
+    path.write_bytes(content)
     with pytest.raises(TokshardError) as exc:
         recipe.load(path)
     assert str(exc.value) == (
         f"{path} is not a recipe (a .toml file); to tokenize it, give it with --input: "
         f"tokshard prepare --input {path} --tokenizer TOKENIZER --out DIR"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "written"),
+    [
+        (
+            "r.json",
+            '{"tokenizer": "gpt2", "sources": {"a": {"type": "files", "paths": ["x.jsonl"]}}}',
+            "JSON",
+        ),
+        ("r.yaml", "tokenizer: gpt2\nsources:\n  a:\n    type: files\n", "YAML"),
+        ("r.yml", "sources:\n  a: {type: files}\n", "YAML"),
+    ],
+)
+def test_a_recipe_written_as_json_or_yaml_is_told_to_be_written_as_toml(tmp_path, name, content, written):
+    """It was told to go with --input, where its records lack 'text' (JSON) or its ending is
+    refused (YAML): a recipe in another format is a recipe to write again as TOML."""
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(TokshardError) as exc:
+        recipe.load(path)
+    assert str(exc.value) == (
+        f"{path} is a recipe written as {written}, which tokshard does not read; write it as TOML "
+        f"({tmp_path / 'r.toml'}: top-level settings, then a [sources.NAME] table per source; see docs/CORPORA.md)"
+    )
+
+
+@pytest.mark.parametrize(("below", "files"), [("", "*.jsonl"), ("a/b", "**/*.jsonl")], ids=["flat", "nested"])
+def test_a_folder_given_where_the_recipe_goes_is_named_by_a_glob_input_takes(tmp_path, below, files):
+    """It was told --input FOLDER, which --input refuses: the line names the folder's files."""
+    from pipeline.sources.files.listing import expand
+
+    folder = tmp_path / "corpus"
+    (folder / below).mkdir(parents=True)
+    (folder / below / "1.jsonl").write_text('{"text": "hi"}\n')
+    with pytest.raises(TokshardError) as exc:
+        recipe.load(folder)
+    assert str(exc.value) == (
+        f"{folder} is a folder, not a recipe (a .toml file); to tokenize its files, give them with --input: "
+        f"tokshard prepare --input '{folder}/{files}' --tokenizer TOKENIZER --out DIR"
+    )
+    assert expand([f"{folder}/{files}"], ".") == [str(folder / below / "1.jsonl")]
+
+
+@pytest.mark.parametrize("name", ["d.csv", "notes.yaml"])
+def test_a_file_of_no_input_kind_given_where_the_recipe_goes_is_not_sent_to_input(tmp_path, name):
+    """--input refuses the file's ending: the line says so instead of sending it there."""
+    path = tmp_path / name
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(
+        TokshardError, match=r"is not a recipe \(a \.toml file\), nor a file tokshard tokenizes \(\.jsonl, "
+    ):
+        recipe.load(path)
 
 
 @pytest.mark.parametrize(

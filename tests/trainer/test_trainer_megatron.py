@@ -246,8 +246,20 @@ def test_each_source_is_blended_at_the_share_train_draws_it_at(manifest, mix):
 def test_a_source_the_mix_leaves_out_is_said_on_stderr(manifest):
     out = cli("megatron-args", str(manifest), "--mix", "asyncio=1")
     assert out.returncode == 0, out.stderr
-    assert out.stderr == "tokshard: --mix gives no weight to 'stdlib': not in the blend\n"
+    assert out.stderr == (
+        "tokshard: --mix gives no weight to 'stdlib': not in the train blend (the other splits' blends weigh "
+        "every source by its tokens)\n"
+    )
     assert set(source_shares(out.stdout.split(), manifest)) == {"asyncio"}
+
+
+def test_the_mix_note_names_the_train_blend_which_the_valid_blend_it_prints_differs_from(manifest):
+    """It said 'stdlib' was "not in the blend" while the valid blend it printed held it."""
+    out = cli("megatron-args", str(manifest), "--mix", "asyncio=1", "--json", "-")
+    assert out.returncode == 0, out.stderr
+    valid = json.loads(out.stdout)["valid"]
+    assert any("/stdlib/" in p for p in valid[1::2])
+    assert "not in the train blend (the other splits' blends weigh every source by its tokens)" in out.stderr
 
 
 def test_a_weight_below_the_smallest_share_is_said_to_be_raised_as_train_says(manifest, tmp_path):

@@ -445,7 +445,8 @@ def recipe_from_args(args: argparse.Namespace) -> recipe_mod.Recipe:
             raise TokshardError(
                 f"{ad_hoc[0]} applies to --input files; a recipe sets it in its [sources.NAME] table"
             )
-        return recipe_mod.load(recipe_path(args.recipe), overrides, mirror=args.mirror)
+        path = recipe_path(args.recipe)
+        return recipe_mod.load(path, overrides, mirror=args.mirror, bundled=is_bundled(path))
     raise TokshardError("nothing to prepare: give a RECIPE file or --input 'GLOB' (see --help)")
 
 
@@ -495,6 +496,11 @@ def recipe_path(name: str) -> Path:
         return bundled
     known = ", ".join(bundled_recipes())
     raise TokshardError(f"recipe {name} does not exist (bundled recipes: {known or 'none'})")
+
+
+def is_bundled(path: Path) -> bool:
+    """Whether ``path`` is a recipe tokshard ships (its file is in the install)."""
+    return path.resolve().parent == RECIPES_DIR
 
 
 def bundled_recipes() -> list[str]:

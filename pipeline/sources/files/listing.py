@@ -13,6 +13,7 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import stat
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import PurePath
@@ -539,14 +540,25 @@ def _directory_given(pattern: str) -> str:
             f"('{folder}/{splits[0]}/*.arrow', quoted, with --split {splits[0]}), or each in a recipe: "
             f"splits = {{ {each} }}"
         )
+    files = folder_glob(folder)
+    if "**" in files:
+        return f"{folder} is a directory whose inputs are in the folders below it; name them, e.g. '{files}' (quoted)"
+    return f"{folder} is a directory; name the files in it, e.g. '{files}' (quoted)"
+
+
+def folder_glob(folder: str) -> str:
+    """The glob that names the input files of ``folder``, as a user would give it: one split's
+    files of a `datasets` save; ``FOLDER/**/*.END`` where its inputs are only in the folders
+    below it; else ``FOLDER/*.END``, the ending most of its files have (.jsonl where none)."""
+    folder = folder.rstrip("/") or "/"
+    splits = _datasets_splits(folder)
+    if splits:
+        return f"{folder}/{splits[0]}/*.arrow"
     named = known_kind(folder)  # a Spark-style folder named as its parts are (x.parquet/)
     if named is None and not _input_endings(folder) and (below := _input_endings_below(folder)):
-        return (
-            f"{folder} is a directory whose inputs are in the folders below it; name them, e.g. "
-            f"'{folder}/**/*{_most(below)}' (quoted)"
-        )
+        return f"{folder}/**/*{_most(below)}"
     ending = named if named is not None and not os.path.isdir(folder) else _usual_ending(folder)
-    return f"{folder} is a directory; name the files in it, e.g. '{folder}/*{ending}' (quoted)"
+    return f"{folder}/*{ending}"
 
 
 def _input_endings_below(folder: str) -> list[str]:
@@ -655,6 +667,17 @@ def _nothing_matches(shown: str, only_directories: bool, magic: bool = True) -> 
     """``shown``: the quoted pattern (`_LocalGlob.shown`); ``magic``: it is a glob."""
     if only_directories:
         return f"{shown} matches only directories; name the files in them, e.g. '.../*.jsonl'"
-    if magic:
-        return f"no files match {shown}; check the path or glob"
-    return f"no files match {shown} (no such file); check the path"
+    unexpanded = _UNEXPANDED.search(shown)
+    check = (
+        f"{unexpanded.group(0)} is not expanded (tokshard reads the path as written, ~ aside): write the "
+        "path out"
+        if unexpanded
+        else "check the path or glob"
+        if magic
+        else "check the path"
+    )
+    return f"no files match {shown}{'' if magic else ' (no such file)'}; {check}"
+
+
+#: an environment variable written in a path (a shell expands it; a recipe's paths are not)
+_UNEXPANDED = re.compile(r"\$(\w+|\{\w+\})")

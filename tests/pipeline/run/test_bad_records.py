@@ -309,3 +309,26 @@ def test_a_bad_records_line_leads_to_a_rerun_that_works(tmp_path, tokenizer_path
     path.write_bytes(b"".join(json.dumps({"text": d}).encode() + b"\n" for d in GOOD))  # fixed
     fixed = cli(*argv, "--out", "fixed", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
+
+
+def test_a_recipe_runs_bad_record_names_the_recipes_settings_not_the_options_it_refuses(
+    tmp_path, tokenizer_path, dask_client
+):
+    """A recipe's source whose records lack the field said "name the right field with
+    --text-field", which a recipe refuses: the line names text_field in that source's table of
+    that recipe file (and on_bad_record at its top), and doing so makes the rerun work."""
+    (tmp_path / "x.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in GOOD))
+    path = tmp_path / "r.toml"
+    table = f'tokenizer = "{tokenizer_path}"\n[sources.web]\ntype = "files"\npaths = ["x.jsonl"]\n'
+    path.write_text(table)
+    with pytest.raises(TokshardError) as err:
+        prepare(recipe.load(path), tmp_path / "out", RunOptions(client=dask_client), log=lambda msg: None)
+    assert str(err.value) == (
+        f"{tmp_path / 'x.jsonl'}:1: bad record (missing field 'text'); fix it (or name the right field with "
+        f'text_field = "..." in [sources.web] of {path}), or rerun with --on-bad-record skip (or '
+        f'on_bad_record = "skip" at the top of {path}) (nothing was committed: a rerun on the same --out '
+        "plans afresh)"
+    )
+    path.write_text(table + 'text_field = "body"\n')
+    out = prepare(recipe.load(path), tmp_path / "out", RunOptions(client=dask_client), log=lambda msg: None)
+    assert np.array_equal(stream_of(out), plain_encode(tokenizer_path, GOOD))

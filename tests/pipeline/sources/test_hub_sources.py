@@ -849,6 +849,45 @@ def test_offline_without_mirror_fails_fast_naming_the_repo(tmp_path, tokenizer_p
     assert "Salesforce/wikitext" in errors[0] and "--mirror" in errors[0] and "offline" in errors[0]
 
 
+def test_offline_a_recipe_of_several_hub_repos_names_the_table_to_set_mirror_in_not_mirror_option(
+    tmp_path, tokenizer_path
+):
+    """opt-mix offline said "set mirror = DIR in the recipe (or pass --mirror DIR)": --mirror is
+    refused for its 3 hub repos, and the recipe is in tokshard's install. The line names the
+    copy to make and its table; a user's own recipe, the table in that file."""
+    bundled = REPO / "manifests" / "opt-mix.toml"
+    own = tmp_path / "mix.toml"
+    own.write_text(bundled.read_text())
+    said = {}
+    for recipe_given in ("opt-mix", str(own)):
+        proc = cli("prepare", recipe_given, "--tokenizer", str(tokenizer_path), "--out", str(tmp_path / "o"),
+                   env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+        assert proc.returncode == 2
+        said[recipe_given] = one_error_line(proc)
+    offline = "cannot reach the hub for dataset bookcorpus/bookcorpus: offline mode (HF_HUB_OFFLINE); "
+    assert said["opt-mix"].endswith(
+        f"{offline}copy the bundled recipe (cp {bundled} opt-mix.toml), set mirror = DIR in its "
+        "[sources.bookcorpus] table to read a local copy of bookcorpus/bookcorpus, and prepare the copy "
+        "(tokshard prepare opt-mix.toml)"
+    )
+    assert said[str(own)].endswith(
+        f"{offline}set mirror = DIR in [sources.bookcorpus] of {own} to read a local copy of bookcorpus/bookcorpus"
+    )
+
+
+def test_mirror_option_over_a_bundled_recipe_of_several_hub_repos_says_to_copy_it(tmp_path, tokenizer_path):
+    """It said to set mirror in each table of the bundled recipe, a file inside the install."""
+    proc = cli("prepare", "opt-mix", "--mirror", str(tmp_path), "--tokenizer", str(tokenizer_path),
+               "--out", str(tmp_path / "o"))  # fmt: skip
+    bundled = REPO / "manifests" / "opt-mix.toml"
+    assert proc.returncode == 2
+    assert one_error_line(proc).endswith(
+        f"{bundled}: --mirror needs exactly one hub source, the recipe has 3; copy the bundled recipe "
+        f'(cp {bundled} opt-mix.toml), set mirror = "..." in each [sources.NAME] table of the copy, and '
+        "prepare the copy (tokshard prepare opt-mix.toml)"
+    )
+
+
 def test_unreachable_hub_fails_fast_naming_the_repo(tmp_path, tokenizer_path):
     started = time.monotonic()
     proc = cli(

@@ -1147,3 +1147,17 @@ def test_a_folder_of_folders_of_inputs_is_answered_with_a_glob_that_reaches_them
     advised = re.search(r"e\.g\. '([^']+)' \(quoted\)", str(refused_with.value)).group(1)
     assert advised == f"{tmp_path / 'many'}/**/*.jsonl", str(refused_with.value)
     assert len(list_files([advised], ".")) == 3
+
+
+@pytest.mark.parametrize("written", ["$RTDATA/x.jsonl", "${RTDATA}/*.jsonl"])
+def test_a_path_with_an_environment_variable_says_it_is_not_expanded(tmp_path, monkeypatch, written):
+    """paths = ["$RTDATA/x.jsonl"] said only "no files match", though the file is there: ~ is
+    expanded, $VARS are not, and the line says so."""
+    monkeypatch.setenv("RTDATA", str(tmp_path))
+    (tmp_path / "x.jsonl").write_text('{"text": "hi"}\n')
+    with pytest.raises(TokshardError) as err:
+        list_files([written], str(tmp_path))
+    variable = written.split("/")[0]
+    assert str(err.value).endswith(
+        f"{variable} is not expanded (tokshard reads the path as written, ~ aside): write the path out"
+    )
