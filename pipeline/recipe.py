@@ -211,8 +211,8 @@ def not_a_recipe(path: Path) -> str:
     if written:
         return (
             f"{path} is a recipe written as {written}, which tokshard does not read; write it as TOML "
-            f"({path.with_suffix('.toml')}: top-level settings, then a [sources.NAME] table per source; "
-            "see docs/CORPORA.md)"
+            f"({path.with_suffix('.toml')}: top-level settings, then a [sources.NAME] table per source, "
+            "as the recipes tokshard ships are written)"
         )
     from pipeline.sources.files.formats import SUFFIXES, known_kind
 

@@ -73,7 +73,7 @@ def test_a_recipe_written_as_json_or_yaml_is_told_to_be_written_as_toml(tmp_path
         recipe.load(path)
     assert str(exc.value) == (
         f"{path} is a recipe written as {written}, which tokshard does not read; write it as TOML "
-        f"({tmp_path / 'r.toml'}: top-level settings, then a [sources.NAME] table per source; see docs/CORPORA.md)"
+        f"({tmp_path / 'r.toml'}: top-level settings, then a [sources.NAME] table per source, as the recipes tokshard ships are written)"
     )
 
 
