@@ -667,3 +667,25 @@ def test_no_message_sends_the_user_to_a_repository_file_an_install_lacks():
         if re.search(r"(?<!tokshard's )\bdocs/\w+\.md", text)
     )
     assert not bare
+
+
+def test_no_writable_temporary_folder_is_one_line_naming_the_file_size_limit(tmp_path):
+    """Under `ulimit -f 0` `train` ended in tempfile's "FileNotFoundError: No usable temporary
+    directory found" traceback: torch writes a temporary file as it loads."""
+    import resource
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokshard", "train", "--manifest", str(tmp_path / "m"), "--model", "tiny"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)),
+    )
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and line.startswith(
+        "tokshard: error: no temporary folder can be written (TMPDIR, /tmp"
+    )
+    assert line.endswith("file size limit is 0 bytes (ulimit -f 0); raise it (ulimit -f unlimited) and rerun")
+    assert list(tmp_path.iterdir()) == []
