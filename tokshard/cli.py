@@ -34,6 +34,7 @@ from tokshard.commands.command import (
     code_changed_under,
     error_line,
     locale_refused,
+    no_temporary_folder,
     open_files_exhausted,
     path_refused,
     stopped_before_start,
@@ -95,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(exc)
     except TokshardError as exc:
         return _failed(exc)
+    except OSError as exc:  # `train`'s options load torch, which writes a temporary file
+        refused = no_temporary_folder(exc)
+        if refused is None:
+            raise
+        return _failed(refused)
     except (KeyboardInterrupt, Terminated) as stop:  # nothing started yet
         return stopped_before_start(stop)
     try:
@@ -112,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     except TokshardError as exc:
         return _failed(exc)
     except OSError as exc:  # after the pipe and disk-full cases above, which are OSErrors too
-        refused = path_refused(exc) or open_files_exhausted(exc) or processes_exhausted(exc)
+        refused = (
+            path_refused(exc)
+            or open_files_exhausted(exc)
+            or processes_exhausted(exc)
+            or no_temporary_folder(exc)
+        )
         if refused is None:
             raise
         return _failed(refused)

@@ -11,6 +11,7 @@ import difflib
 import math
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pipeline.format.errors import (
@@ -18,6 +19,7 @@ from pipeline.format.errors import (
     encodes_as_utf8,
     locale_cannot_name,
     names_files_in_utf8,
+    out_of_range,
     shown_name,
 )
 from pipeline.storage.locations import (
@@ -96,6 +98,19 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer (expected a number >= 1), got {value}")
     return value
+
+
+def whole_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``low .. high``, for an option whose work takes no
+    other; said with the same range as that work's own check (`out_of_range`)."""
+
+    def whole(text: str) -> int:
+        value = _whole(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is {out_of_range(low, high)}")
+        return value
+
+    return whole
 
 
 def non_negative(text: str) -> int:

@@ -54,17 +54,45 @@ def shipped_configs() -> list[str]:
 
 def config_path(text: str | Path) -> Path:
     """The file ``--deepspeed`` means: a file at that path, else the shipped config of that
-    name (with or without ``.json``), as a recipe is taken by path or bundled name. Neither:
-    one line naming the shipped configs, where the OS would say only "No such file"."""
+    name (with or without ``.json``), as a recipe is taken by path or bundled name (a folder of
+    that name is no config: the shipped one is meant). Neither: one line naming the shipped
+    configs, where the OS would say only "No such file" or "Is a directory"."""
     path = Path(text)
-    if path.exists():
+    if path.exists() and not path.is_dir():
         return path
-    name = str(text).removesuffix(".json")
-    if name in shipped_configs():
-        return CONFIGS_DIR / f"{name}.json"
+    if (shipped := shipped_path(text)) is not None:
+        return shipped
+    if path.is_dir():
+        raise TokshardError(
+            f"--deepspeed {text} is a folder; give a DeepSpeed JSON file, or the name of a config "
+            f"tokshard ships ({', '.join(shipped_configs())})"
+        )
     raise TokshardError(
         f"--deepspeed {text}: no such file, nor a config tokshard ships ({', '.join(shipped_configs())}); "
         "give the path of a DeepSpeed JSON config, or one of those names"
+    )
+
+
+def shipped_path(text: str | Path) -> Path | None:
+    """The shipped config ``text`` names (``zero2-bf16``, ``zero2-bf16.json``), or None: a
+    name, not a path (``./zero2-bf16`` is a local file's)."""
+    name = str(text).removesuffix(".json")
+    return CONFIGS_DIR / f"{name}.json" if name in shipped_configs() else None
+
+
+def shadow_note(text: str | Path) -> str | None:
+    """Where ``text`` names both a local file or folder and a shipped config, which of them
+    `config_path` takes and how to name the other (None where it names one thing): a local
+    ``{}`` named ``zero0-fp32`` was taken without a word, its missing blocks then blamed on
+    "--deepspeed zero0-fp32"."""
+    shipped = shipped_path(text)
+    if shipped is None or not os.path.exists(text):
+        return None
+    if Path(text).is_dir():
+        return f"--deepspeed {text}: {text} here is a folder: using the config tokshard ships, {shipped}"
+    return (
+        f"--deepspeed {text}: using the file {text} here, not the config tokshard ships of that name; "
+        f"for that one, give its path ({shipped})"
     )
 
 
@@ -335,6 +363,8 @@ class EngineConfig:
     #: how messages name it (``--deepspeed FILE`` or the default)
     name: str
     world: int
+    #: the file it was read from (`config_path`); None for tokshard's default
+    path: Path | None = None
 
     @property
     def micro_batch(self) -> int:
@@ -382,7 +412,8 @@ def settle(
     resolved = resolve(
         user, optim, world=world, cuda=cuda, bf16_supported=bf16_supported, hidden_size=hidden_size
     )
-    return EngineConfig(resolved, user, optim.config_name, world)
+    path = config_path(optim.deepspeed) if optim.deepspeed else None
+    return EngineConfig(resolved, user, optim.config_name, world, path)
 
 
 def _positive_int(cfg: dict[str, Any], key: str) -> int | None:

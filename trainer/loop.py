@@ -217,6 +217,8 @@ def start_notes(plan: Plan) -> list[str]:
     if trains:
         notes += warmup_notes(plan)
     notes += data_notes(plan)
+    if plan.settings.optim.deepspeed and (shadow := ds_config.shadow_note(plan.settings.optim.deepspeed)):
+        notes.append(shadow)
     missing = plan.engine.defaults_taken()
     if missing:
         defaults = {"optimizer": "AdamW", "scheduler": "warmup + cosine"}
@@ -357,6 +359,8 @@ def started_record(
         model=plan.model.name,
         parameters=sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
         deepspeed_config=config,
+        # the file --deepspeed named: a name is a shipped config's, or a local file's of that name
+        deepspeed_file=str(plan.engine.path.resolve()) if plan.engine.path else None,
         data=plan.data.state.to_json(),
         seed=plan.seed,
         start_step=step,

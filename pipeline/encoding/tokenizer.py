@@ -40,7 +40,7 @@ from pipeline.format.atomic import (
     write_json,
 )
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.errors import DataError, TokshardError, utf8_path
+from pipeline.format.errors import DataError, TokshardError, out_of_range, utf8_path
 from pipeline.format.file_kind import not_a_file
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
@@ -73,6 +73,11 @@ DEFAULT_MAX_TOKEN_LENGTH = 256
 #: the largest ``--max-token-length``: the pieces are cut by a regex repeat, which Oniguruma
 #: (`tokenizers`' regex engine) bounds at 100,000
 MAX_TOKEN_LENGTH_LIMIT = 100_000
+#: the smallest and largest ``--max-token-length`` (one character is no pair to merge)
+TOKEN_LENGTHS = (2, MAX_TOKEN_LENGTH_LIMIT)
+#: the smallest and largest ``--vocab-size``: the 256 bytes and EOS, and what a shard's token
+#: dtype holds
+VOCAB_SIZES = (257, 4 * UINT16_LIMIT)
 #: seconds between the lines that say how much training has read (where no bar shows it)
 READING_INTERVAL = 30.0
 
@@ -768,12 +773,12 @@ def train(
     from pipeline.sources.files import list_files
 
     files = list_files(inputs, ".")  # the same globs, and each file once, as `prepare --input`
-    if vocab_size < 257 or vocab_size > 4 * UINT16_LIMIT:
-        raise TokshardError(f"--vocab-size {vocab_size} is out of range (257 .. {4 * UINT16_LIMIT})")
-    if not 2 <= max_token_length <= MAX_TOKEN_LENGTH_LIMIT:
-        raise TokshardError(
-            f"--max-token-length {max_token_length} is out of range (2 .. {MAX_TOKEN_LENGTH_LIMIT:,})"
-        )
+    for flag, value, (low, high) in (
+        ("--vocab-size", vocab_size, VOCAB_SIZES),
+        ("--max-token-length", max_token_length, TOKEN_LENGTHS),
+    ):
+        if not low <= value <= high:
+            raise TokshardError(f"{flag} {value} is {out_of_range(low, high)}")
     utf8_path(out_dir / TOKENIZER_FILE, "--out")  # before the training's minutes, not after
     made = missing_folders(out_dir)
     check_writable_dir(out_dir, "--out")

@@ -198,6 +198,10 @@ class DiskFullError(TokshardError):
     def with_needed(self, needed: int) -> DiskFullError:
         return DiskFullError(self.path, self.free, max(needed, self.needed or 0), self.after)
 
+    def committed_nothing(self) -> DiskFullError:
+        """The same line for a run that had committed nothing: no work is there to keep."""
+        return DiskFullError(self.path, self.free, self.needed, "then rerun")
+
     def ending(self, after: str) -> DiskFullError:
         """The same fault, its line ending as ``after`` says: a command that commits nothing as
         it goes (`tokshard tokenizer train`) keeps no work for a rerun."""
@@ -239,15 +243,20 @@ class FileTooLargeError(TokshardError):
     Names the file being written, not its temporary name, and what to do; it pickles its path,
     as a Dask worker raises it and the driver reports it."""
 
-    def __init__(self, path: str) -> None:
-        self.path = str(path)
+    def __init__(self, path: str, kept: bool = True) -> None:
+        self.path, self.kept = str(path), kept
         bound, remedy = largest_file()
         super().__init__(
             f"cannot write {self.path.removesuffix(TMP_SUFFIX)}: it would grow past {bound}; {remedy}"
+            + (": committed work is kept" if kept else "")
         )
 
     def __reduce__(self):
-        return (FileTooLargeError, (self.path,))
+        return (FileTooLargeError, (self.path, self.kept))
+
+    def committed_nothing(self) -> FileTooLargeError:
+        """The same line for a run that had committed nothing: no work is there to keep."""
+        return FileTooLargeError(self.path, kept=False)
 
 
 def file_size_limit() -> int | None:
@@ -257,17 +266,17 @@ def file_size_limit() -> int | None:
 
 
 def largest_file() -> tuple[str, str]:
-    """What bounds the size of a file written here, and what to do about it."""
+    """What bounds the size of a file written here, and what to do about it (then rerun)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     if soft == resource.RLIM_INFINITY:
         return (
             "the largest file its filesystem holds (FAT32's is 4 GiB)",
-            "write to a filesystem that holds larger files, then rerun: committed work is kept",
+            "write to a filesystem that holds larger files, then rerun",
         )
     hard_text = "unlimited" if hard == resource.RLIM_INFINITY else f"{hard >> 10}"
     return (
         f"this process's file size limit of {soft:,} bytes (ulimit -f {soft >> 10}; hard limit {hard_text})",
-        "raise it (ulimit -f unlimited) and rerun: committed work is kept",
+        "raise it (ulimit -f unlimited) and rerun",
     )
 
 

@@ -95,3 +95,9 @@ def utf8_path(path: str | os.PathLike[str], what: str) -> str:
             "rename it to UTF-8 (from Latin-1: convmv -f latin1 -t utf8 --notest NAME)"
         )
     return text
+
+
+def out_of_range(low: int, high: int) -> str:
+    """How a number outside ``low .. high`` is said, by a flag's argparse type and by the check
+    behind it alike: ``--max-token-length 0`` said ">= 1", then 1 was "out of range (2 ..)"."""
+    return f"out of range ({low:,} .. {high:,})"

@@ -28,7 +28,7 @@ from pipeline.encoding.equivalence import SAMPLE_DOC_CHARS
 from pipeline.encoding.selection import Decision, decide, warm_likely
 from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest
-from pipeline.format.atomic import DiskFullError
+from pipeline.format.atomic import DiskFullError, FileTooLargeError
 from pipeline.format.errors import DataError, TokshardError
 from pipeline.recipe import Recipe
 from pipeline.run import process_limits
@@ -203,6 +203,12 @@ def prepare(
                 raise
             if plan is not None and fresh and (sub is None or sub.settled):
                 _take_back_if_empty(state, plan)
+            if (
+                fresh
+                and isinstance(refused, FileTooLargeError | DiskFullError)
+                and (plan is None or _committed_nothing(state, plan))
+            ):  # a fresh run's first writes: no committed work to speak of
+                raise refused.committed_nothing() from exc
             if isinstance(refused, BadRecord):
                 raise _bad_record_advice(refused, recipe, state, plan) from None
             if isinstance(refused, HubUnreachable) and (advice := recipe.mirror_advice(refused.repo)):

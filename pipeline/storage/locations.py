@@ -44,13 +44,19 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 
-#: a URL's user and password (``s3://KEY:SECRET@bucket``, ``https://user:pw@host``), anywhere in a line
-_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]+://)([^/@\s'\"]*)@")
+#: a URL's credentials after its scheme, up to the ``@`` that ends them: ``KEY:SECRET@`` (a key
+#: holds no ``/``, ``:`` or ``@``; a secret may hold any of them, AWS's mostly hold ``/`` or ``+``,
+#: so it runs to the LAST ``@`` before the URL ends at whitespace or a quote), or ``USER@`` (no
+#: ``/`` or ``:``: ``hf://datasets/org/name@revision`` is a path with a revision, not a user)
+_CREDENTIALS = r"(?:[^/@:\s'\"]*:[^\s'\"]*|[^/@:\s'\"]*)@"
+#: a URL's credentials, anywhere in a line (``s3://KEY:SECRET@bucket``, ``https://user@host``)
+_USERINFO = re.compile(rf"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]+://)({_CREDENTIALS})")
+_LEADING_USERINFO = re.compile(_CREDENTIALS)
 
 
 def shown_location(text: str) -> str:
     """``text`` (a location, or a line naming some) as a message may show it: each URL's
-    user:password as ``***`` (``s3://***@bucket/run``), since an error line ends up in logs, CI
+    credentials as ``***`` (``s3://***@bucket/run``), since an error line ends up in logs, CI
     pages and bug reports. Every message naming a location goes through it (`location_problem`,
     and the lines the commands print). ``oci://BUCKET@NAMESPACE`` is OCI's bucket, kept."""
     return _USERINFO.sub(_without_userinfo, text)
@@ -58,9 +64,22 @@ def shown_location(text: str) -> str:
 
 def _without_userinfo(m: re.Match[str]) -> str:
     scheme, userinfo = m.group(1), m.group(2)
-    if scheme.lower() == "oci://" and ":" not in userinfo:
+    if not _is_userinfo(scheme[:-3], userinfo):
         return m.group(0)
     return f"{scheme}***@"
+
+
+def _is_userinfo(scheme: str, userinfo: str) -> bool:
+    """Whether ``userinfo`` (what `_CREDENTIALS` matched after ``scheme://``) is a user or key:
+    OCI names a bucket ``BUCKET@NAMESPACE``, which holds no ``:``."""
+    return scheme.lower() != "oci" or ":" in userinfo
+
+
+def _after_userinfo(scheme: str, rest: str) -> str | None:
+    """What follows a URL's credentials (``rest`` is the URL after ``scheme://``), or None
+    where it has none."""
+    m = _LEADING_USERINFO.match(rest)
+    return rest[m.end() :] if m and _is_userinfo(scheme, m.group()) else None
 
 
 def location_problem(text: str) -> str | None:
@@ -142,21 +161,22 @@ def _store_url_problem(text: str, scheme: str, rest: str) -> str | None:
     """What a bucket store's URL (``s3://BUCKET/KEY...``) cannot mean as written: a bucket name
     no store takes (a port or a user in it: those are the endpoint's), or a key with parts a
     store keeps literally where a path would be resolved (``//``, ``.``, ``..``)."""
+    s3 = scheme in ("s3", "s3a", "r2")
+    endpoint = (
+        "in AWS_ENDPOINT_URL (e.g. AWS_ENDPOINT_URL=http://HOST:PORT)" if s3 else "in its configuration"
+    )
+    if not rest.startswith("arn:") and (after := _after_userinfo(scheme, rest)) is not None:
+        host, _, path = after.partition("/")
+        # the URL's own text stops at the credentials: a key:secret must show in no part of the line
+        return (
+            f"{scheme}://***@{after}: '***@{host}' is not a valid bucket name: a user or key is not part of a store URL, "
+            f"nor a host; credentials go {'in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE' if s3 else 'in the store configuration'}, "
+            f"the endpoint {endpoint}; write {scheme}://{host or 'BUCKET'}/{path or 'PATH'}"
+        )
     bucket = rest.split("/", 1)[0]
     # OCI Object Storage names a bucket with its namespace: oci://BUCKET@NAMESPACE/PATH (ocifs)
     names = bucket.split("@", 1) if scheme == "oci" else [bucket]
     if bucket and not bucket.startswith("arn:") and not all(_BUCKET_NAME.match(n) for n in names):
-        s3 = scheme in ("s3", "s3a", "r2")
-        endpoint = (
-            "in AWS_ENDPOINT_URL (e.g. AWS_ENDPOINT_URL=http://HOST:PORT)" if s3 else "in its configuration"
-        )
-        if "@" in bucket and scheme != "oci":
-            host = bucket.rsplit("@", 1)[1]
-            return (
-                f"{text}: '***@{host}' is not a valid bucket name: a user or key is not part of a store URL, "
-                f"nor a host; credentials go {'in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE' if s3 else 'in the store configuration'}, "
-                f"the endpoint {endpoint}; write {scheme}://{host or 'BUCKET'}{text[text.index(bucket) + len(bucket) :] or '/PATH'}"
-            )
         if re.search(r":\d*$", bucket):
             return (
                 f"{text}: {bucket!r} is not a valid bucket name: a port is the endpoint's, not the "

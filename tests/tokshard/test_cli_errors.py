@@ -155,7 +155,10 @@ MISTAKES = [
     (["prepare", "--input", "{corpus}", "--tokenizer", "{tok}", "--out", "{root}/a-file/o17"], "Not a directory; a part of that path is a file, not a folder"),
     # tokenizer train
     (["tokenizer", "train", "--input", "{root}/nothing/*", "--vocab-size", "512", "--out", "{root}/t"], "no files match"),
-    (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "10", "--out", "{root}/t"], "out of range"),
+    (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "10", "--out", "{root}/t"], "10 is out of range (257 .. 262,144)"),
+    # one range said, whichever check meets it first (0 was ">= 1", then 1 "out of range (2 ..)")
+    (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "512", "--out", "{root}/t", "--max-token-length", "0"], "0 is out of range (2 .. 100,000)"),
+    (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "512", "--out", "{root}/t", "--max-token-length", "1"], "1 is out of range (2 .. 100,000)"),
     (["tokenizer", "train", "--input", "{corpus}"], "required: --vocab-size, --out"),
     (["tokenizer", "train", "--input", "{corpus}", "--vocab-size", "512", "--out", "{root}/a-file"], "is a file; this names a folder"),
     # status
@@ -263,7 +266,7 @@ def takes_value(action: argparse.Action) -> bool:
 
 def is_number(action: argparse.Action) -> bool:
     try:
-        return action.type is not None and isinstance(action.type("7"), int | float)
+        return action.type is not None and isinstance(action.type("300"), int | float)
     except (argparse.ArgumentTypeError, ValueError, TypeError):
         return False
 
@@ -327,7 +330,7 @@ def mistakes(action: argparse.Action, root: Path) -> list[tuple[str, str]]:
     cases = [("empty", "")]
     if is_number(action):
         cases += [("a word", "seven"), ("negative", "-1")]
-        if isinstance(action.type("7"), int):  # a step, a count, a seed: a 64-bit integer where used
+        if isinstance(action.type("300"), int):  # a step, a count, a seed: a 64-bit integer where used
             cases.append(("past 64 bits", str(2**64)))
     if action.choices:
         cases.append(("unknown choice", "no-such-choice"))
@@ -667,3 +670,25 @@ def test_no_message_sends_the_user_to_a_repository_file_an_install_lacks():
         if re.search(r"(?<!tokshard's )\bdocs/\w+\.md", text)
     )
     assert not bare
+
+
+def test_no_writable_temporary_folder_is_one_line_naming_the_file_size_limit(tmp_path):
+    """Under `ulimit -f 0` `train` ended in tempfile's "FileNotFoundError: No usable temporary
+    directory found" traceback: torch writes a temporary file as it loads."""
+    import resource
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokshard", "train", "--manifest", str(tmp_path / "m"), "--model", "tiny"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)),
+    )
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and line.startswith(
+        "tokshard: error: no temporary folder can be written (TMPDIR, /tmp"
+    )
+    assert line.endswith("file size limit is 0 bytes (ulimit -f 0); raise it (ulimit -f unlimited) and rerun")
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from pathlib import Path
 
 import pytest
 from support import CONFIGS
@@ -122,6 +123,42 @@ def test_a_shipped_config_is_taken_by_its_name_a_file_of_that_name_first(tmp_pat
     assert ds_config.read("zero2-bf16") == ds_config.read("zero2-bf16.json") == shipped
     (tmp_path / "zero2-bf16").write_text('{"train_batch_size": 8}')
     assert ds_config.read("zero2-bf16") == {"train_batch_size": 8}
+
+
+def test_a_local_file_named_as_a_shipped_config_is_used_and_said_with_how_to_name_the_shipped(
+    tmp_path, monkeypatch
+):
+    """A local ``{}`` named ``zero0-fp32`` was taken without a word over the shipped config,
+    its missing blocks then blamed on "--deepspeed zero0-fp32"."""
+    monkeypatch.chdir(tmp_path)
+    assert ds_config.shadow_note("zero0-fp32") is None
+    (tmp_path / "zero0-fp32").write_text("{}")
+    assert ds_config.config_path("zero0-fp32") == Path("zero0-fp32")
+    assert ds_config.shadow_note("zero0-fp32") == (
+        "--deepspeed zero0-fp32: using the file zero0-fp32 here, not the config tokshard ships of that "
+        f"name; for that one, give its path ({CONFIGS / 'zero0-fp32.json'})"
+    )
+    assert ds_config.shadow_note("./zero0-fp32") is None  # a path, no shipped name
+
+
+def test_a_local_folder_named_as_a_shipped_config_leaves_the_shipped_one_said_in_a_note(
+    tmp_path, monkeypatch
+):
+    """A folder ``zero2-bf16`` here refused ``--deepspeed zero2-bf16`` ("is a folder; this
+    names a file") without naming the shipped config it meant."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "zero2-bf16").mkdir()
+    assert ds_config.config_path("zero2-bf16") == CONFIGS / "zero2-bf16.json"
+    assert ds_config.read("zero2-bf16") == json.loads((CONFIGS / "zero2-bf16.json").read_text())
+    assert ds_config.shadow_note("zero2-bf16") == (
+        f"--deepspeed zero2-bf16: zero2-bf16 here is a folder: using the config tokshard ships, {CONFIGS / 'zero2-bf16.json'}"
+    )
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(
+        TokshardError,
+        match=r"^--deepspeed mine is a folder; give a DeepSpeed JSON file, or the name of a config tokshard ships \(gpt-neo",
+    ):
+        ds_config.config_path("mine")
 
 
 def test_a_config_that_is_neither_a_file_nor_shipped_is_one_line_naming_the_shipped(tmp_path):

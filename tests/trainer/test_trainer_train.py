@@ -145,6 +145,39 @@ def test_a_run_that_ends_inside_its_warmup_says_so_once_and_trains(manifest, tmp
     assert "warm-up" not in reaching.stdout + reaching.stderr
 
 
+def test_a_local_file_named_as_a_shipped_config_is_said_once_and_run_json_records_which(manifest, tmp_path):
+    """A ``{}`` named ``zero0-fp32`` in the current folder was taken over the shipped config
+    without a word, and run.json recorded only "zero0-fp32"."""
+    (tmp_path / "zero0-fp32").write_text("{}")
+    argv = [
+        "--manifest",
+        str(manifest),
+        *SMALL,
+        "--micro-batch",
+        "2",
+        "--steps",
+        "1",
+        "--deepspeed",
+        "zero0-fp32",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "tokshard", "train", *argv, "--run-dir", "run"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "ships" in line]
+    assert said == [
+        "tokshard: --deepspeed zero0-fp32: using the file zero0-fp32 here, not the config tokshard ships of "
+        f"that name; for that one, give its path ({CONFIGS / 'zero0-fp32.json'})"
+    ]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["deepspeed_file"] == str(tmp_path / "zero0-fp32")
+
+
 def test_a_resume_with_another_schedule_applies_it_from_its_first_step(manifest, tmp_path):
     """Stopped at step 2 of 4 (--lr 1e-3, --warmup 2), resumed with --lr 2e-3 --warmup 0: step 3
     applies the new schedule's rate at step 3, not the one the checkpoint's optimizer holds."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
+from pipeline.format.atomic import file_size_limit
 from pipeline.format.errors import TokshardError, locale_cannot_name, names_files_in_utf8, shown_name
 from pipeline.storage.locations import shown_location
 from tokshard.usage import OneLineParser
@@ -311,6 +312,39 @@ def open_files_exhausted(exc: BaseException) -> TokshardError | None:
             )
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def no_temporary_folder(exc: BaseException) -> TokshardError | None:
+    """Python's ``tempfile`` finding no folder it can write a file in, met anywhere in ``exc``
+    or what it was raised from (torch and its libraries write one as they load: `train`'s
+    options did, in a traceback), as one line naming the cause and what to do; None for
+    anything else. Under ``ulimit -f 0`` no file can hold a byte, wherever it goes."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        said = getattr(exc, "strerror", None) or ""
+        if isinstance(exc, FileNotFoundError) and said.startswith(_NO_TEMPORARY_FOLDER):
+            tried = said.removeprefix(_NO_TEMPORARY_FOLDER).strip(" []").replace("'", "")
+            if file_size_limit() == 0:
+                cause, remedy = (
+                    "this process's file size limit is 0 bytes (ulimit -f 0)",
+                    "raise it (ulimit -f unlimited)",
+                )
+            else:
+                cause, remedy = (
+                    "each is missing, not writable or full",
+                    "set TMPDIR to a folder you can write",
+                )
+            return TokshardError(
+                f"no temporary folder can be written (TMPDIR, /tmp, /var/tmp, /usr/tmp, the current "
+                f"folder; tried {tried}): {cause}; {remedy} and rerun"
+            )
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+#: how Python's ``tempfile`` says it found no folder it can write in (its only such error)
+_NO_TEMPORARY_FOLDER = "No usable temporary directory found in"
 
 
 def locale_refused(exc: UnicodeEncodeError) -> TokshardError | None:

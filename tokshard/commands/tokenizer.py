@@ -7,11 +7,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.encoding.tokenizer import DEFAULT_EOS, DEFAULT_MAX_TOKEN_LENGTH
+from pipeline.encoding.tokenizer import DEFAULT_EOS, DEFAULT_MAX_TOKEN_LENGTH, TOKEN_LENGTHS, VOCAB_SIZES
 from pipeline.recipe import BAD_RECORD_POLICIES
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
-from tokshard.usage import folder_arg, path_arg, positive_int, text_arg
+from tokshard.usage import folder_arg, path_arg, text_arg, whole_in
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
@@ -24,13 +24,15 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
         type=path_arg,
         help="training files or globs (one or more; repeatable)",
     )
-    p.add_argument("--vocab-size", type=positive_int, required=True, help="vocabulary size, EOS included")
+    p.add_argument(
+        "--vocab-size", type=whole_in(*VOCAB_SIZES), required=True, help="vocabulary size, EOS included"
+    )
     p.add_argument("--out", required=True, metavar="DIR", type=folder_arg, help="folder for tokenizer.json")
     p.add_argument("--eos", default=DEFAULT_EOS, type=text_arg, help="the EOS token's text")
     p.add_argument("--text-field", default="text", type=text_arg, help="JSON/parquet field holding the text")
     p.add_argument(
         "--max-token-length",
-        type=positive_int,
+        type=whole_in(*TOKEN_LENGTHS),
         default=DEFAULT_MAX_TOKEN_LENGTH,
         metavar="N",
         help="the longest token to learn, in characters (a leading space aside): a longer word (no spaces: "

@@ -19,7 +19,6 @@ from tokshard.commands.command import INTERRUPTED, STOPPING, Command, Terminated
 from tokshard.usage import (
     add_data_cache_options,
     auto_or_non_negative,
-    file_arg,
     folder_arg,
     non_negative,
     non_negative_float,
@@ -163,9 +162,9 @@ def _model_options(g) -> None:
 
 
 def deepspeed_arg(text: str) -> str:
-    """`file_arg` for ``--deepspeed``, refused now if it names neither a file nor a shipped
+    """`path_arg` for ``--deepspeed``, refused now if it names neither a file nor a shipped
     config (`trainer.ds_config.config_path`), rather than after the ranks have started."""
-    text = file_arg(text)
+    text = path_arg(text)  # a folder named as a shipped config is no config: config_path says
     if is_url(text):
         raise argparse.ArgumentTypeError(f"{text} is a URL; this option takes a local path or a name")
     try:

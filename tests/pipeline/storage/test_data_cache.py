@@ -300,3 +300,12 @@ def test_shards_fetched_through_a_store_that_fails_every_few_requests_arrive_who
         assert e.bin_path.read_bytes() == stored[e.rel_path], e.rel_path
         assert e.idx_path.read_bytes() == stored[e.rel_path.removesuffix(".bin") + ".idx"], e.rel_path
     assert not temporary_files(root)
+
+
+def test_the_summary_says_one_shard_and_one_file_in_the_singular(tmp_path):
+    """It said "1 files downloaded", "1 shards found cached"."""
+    from pipeline.storage.data_cache import CacheStats
+
+    line = CacheStats(downloaded=1, cached=1).summary(tmp_path, not_fetched=1)
+    assert "1 file downloaded" in line and "1 shard found cached" in line and "1 shard not fetched" in line
+    assert "2 shards found cached" in CacheStats(cached=2).summary(tmp_path)

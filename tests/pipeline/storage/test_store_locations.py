@@ -156,7 +156,14 @@ def test_a_local_name_that_exists_is_itself_even_where_it_reads_as_a_chain(tmp_p
 
 @pytest.mark.parametrize(
     "text",
-    ["s3://key:secret@bucket/run", " s3://key:secret@bucket/run", "simplecache::gs://key:secret@bucket/x"],
+    [
+        "s3://key:secret@bucket/run",
+        " s3://key:secret@bucket/run",
+        "simplecache::gs://key:secret@bucket/x",
+        "s3://key:sec/ret@bucket/run",  # most AWS secrets hold a '/' or a '+'
+        "s3://key:p@ss/secret@bucket/run",
+        "S3://key:secret@bucket",
+    ],
 )
 def test_a_refused_url_with_credentials_is_shown_without_them(text):
     """``--out s3://key:secret@bucket/run`` printed "'key:secret@bucket' is not a valid bucket
@@ -177,6 +184,12 @@ def test_the_fix_for_credentials_in_a_store_url_is_the_url_without_them_and_need
         ("cannot read https://u:p%40ss@host/x.jsonl: 401", "cannot read https://***@host/x.jsonl: 401"),
         ("'s3://AKIA:s3cr3t@b/run' and gs://k@b/x", "'s3://***@b/run' and gs://***@b/x"),
         ("oci://bucket@namespace/x", "oci://bucket@namespace/x"),  # OCI's bucket@namespace, not a user
+        ("no files match 'https://user:Sec/ret77@host/x.jsonl'", "no files match 'https://***@host/x.jsonl'"),
+        ("s3://AKIA:wJa+b/Secret99@bkt/run1: no", "s3://***@bkt/run1: no"),  # a '/' in the secret
+        ("s3://AKIA:p@ss@bkt/run1 and s3://b/x", "s3://***@bkt/run1 and s3://b/x"),  # an '@' in it
+        ("oci://user:pw@bucket/x", "oci://***@bucket/x"),
+        ("hf://datasets/org/name@v1.0/a.jsonl", "hf://datasets/org/name@v1.0/a.jsonl"),  # a revision
+        ("https://host/a@b.jsonl", "https://host/a@b.jsonl"),
         ("user@example.com and s3://b/x", "user@example.com and s3://b/x"),
     ],
 )
