@@ -139,11 +139,26 @@ def _location_problem(text: str) -> str | None:
             return f"{text} names no bucket or location; write {scheme}://BUCKET/PATH"
         if scheme in BUCKET_PROTOCOLS:
             return _store_url_problem(text, scheme, rest)
-        return None
+        return _credentials_problem(text, scheme, rest)
     m = _MISTYPED.match(text)
     if m and m.group(1).lower() in KNOWN_PROTOCOLS:
         return f"{text} looks like a URL with a slash missing; write {m.group(1).lower()}://{text[m.end() :].lstrip('/')}"
     return None
+
+
+def _credentials_problem(text: str, scheme: str, rest: str) -> str | None:
+    """A user or password in a URL (``https://user:token@host/...``): every location a run reads
+    is written into its run.json, its manifest and each document's provenance, which go to
+    everyone who trains on the data, so the secret would go with them."""
+    found = _LEADING_USERINFO.match(rest)
+    if found is None:
+        return None
+    host = rest[found.end() :]
+    return (
+        f"{text}: a user or password in a URL would be written into the run's records, its manifest and "
+        f"the provenance of every document; give credentials to the store outside the URL (its own "
+        f"configuration or environment), or copy the files here, and write {scheme}://{host}"
+    )
 
 
 def _looks_like_url(text: str) -> bool:

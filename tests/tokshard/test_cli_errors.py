@@ -633,6 +633,28 @@ def test_an_out_url_with_credentials_is_refused_without_showing_them(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
 
 
+def test_an_input_url_with_credentials_is_refused_before_they_reach_the_records(tmp_path):
+    """``--input 'https://me:s3cret@host/a.jsonl'`` prepared, and wrote the password into run.json,
+    the manifest and the checkpoints, which go to everyone who trains on the data."""
+    proc = cli(
+        "prepare",
+        "--input",
+        "https://me:s3cret@127.0.0.1:9/a.jsonl",
+        "--tokenizer",
+        "gpt2",
+        "--out",
+        "out",
+        cwd=tmp_path,
+    )
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "https://***@127.0.0.1:9/a.jsonl" in line, line
+    assert (
+        "written into the run's records, its manifest" in line and "write https://127.0.0.1:9/a.jsonl" in line
+    )
+    assert "s3cret" not in proc.stderr + proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_error_line_never_shows_a_urls_password():
     """A library's message may echo a URL it was given (an input read over https with a user)."""
     from tokshard.commands.command import error_line

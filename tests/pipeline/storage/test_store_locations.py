@@ -195,3 +195,24 @@ def test_the_fix_for_credentials_in_a_store_url_is_the_url_without_them_and_need
 )
 def test_a_line_shows_each_urls_user_and_password_as_stars(line, shown):
     assert shown_location(line) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["https://me:s3cret@host/a.jsonl", "https://token@host/a.jsonl", "http://u:p/q@host:8080/x.jsonl"],
+)
+def test_a_url_with_a_user_or_password_is_refused_with_the_url_without_them(text):
+    """Every location a run reads is written into its records, manifest and provenance."""
+    said = location_problem(text)
+    assert said is not None and "s3cret" not in said and "token@" not in said
+    assert (
+        said.startswith(f"{text.split('://')[0]}://***@")
+        and "would be written into the run's records" in said
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["https://host/a@b.jsonl", "hf://datasets/org/name@main/x.parquet", "https://host:8080/x"]
+)
+def test_an_at_sign_past_the_host_is_no_user(text):
+    assert location_problem(text) is None
