@@ -516,21 +516,27 @@ def test_a_mix_naming_a_source_prepare_emptied_says_so_and_what_to_do(with_an_em
     )
 
 
+def tiny_train_alone(manifest: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """A two-step `tokshard train` of the tiny model as its own process (no launcher's ranks
+    inherited from the suite's environment), and that environment."""
+    import os
+    import sys
+
+    argv = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), "--model", "tiny",
+            "--steps", "2", "--seq-len", "32", "--global-batch", "2", "--run-dir", str(run_dir)]  # fmt: skip
+    launched = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
+    return argv, {k: v for k, v in os.environ.items() if k not in launched}
+
+
 def test_too_few_open_files_is_one_line_before_the_process_group_starts(manifest, tmp_path):
     """At `ulimit -n 16` torch's TCPStore retried "Too many open files" for ten minutes, deaf to
     SIGTERM, then raised a traceback (DistNetworkError)."""
-    import os
     import resource
-    import sys
 
     from support import REPO, one_error_line
 
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), "--model", "tiny",
-            "--steps", "2", "--seq-len", "32", "--global-batch", "2", "--run-dir", str(run_dir)]  # fmt: skip
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
-    }
+    argv, env = tiny_train_alone(manifest, run_dir)
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16)),
@@ -546,17 +552,10 @@ def test_too_few_processes_is_one_line(manifest, tmp_path):
     """As a user under `ulimit -u 8` gloo's process group could not start its threads: a
     `[rank0]:` traceback ending in "RuntimeError: Resource temporarily unavailable", or a native
     thread pool aborted the process ("terminate called without an active exception")."""
-    import os
-    import sys
-
     from support import REPO, as_a_limited_user, one_error_line
 
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "tokshard", "train", "--manifest", str(manifest), "--model", "tiny",
-            "--steps", "2", "--seq-len", "32", "--global-batch", "2", "--run-dir", str(run_dir)]  # fmt: skip
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
-    }
+    argv, env = tiny_train_alone(manifest, run_dir)
     done = subprocess.run(
         as_a_limited_user(argv, "tokshard-nproc-train", 8), capture_output=True, text=True, timeout=120,
         cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
