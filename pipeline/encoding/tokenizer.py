@@ -40,7 +40,7 @@ from pipeline.format.atomic import (
     write_json,
 )
 from pipeline.format.content_hash import sha256_file
-from pipeline.format.errors import DataError, TokshardError, out_of_range, utf8_path
+from pipeline.format.errors import DataError, TokshardError, counted, out_of_range, utf8_path
 from pipeline.format.file_kind import not_a_file
 from pipeline.format.token_dtypes import TOKEN_DTYPES
 
@@ -953,7 +953,7 @@ def _skipped_note(skipped: dict[str, int], skip_bad: bool) -> str:
     if not skip_bad:
         return ""
     total = sum(skipped.values())
-    return f" ({total:,} bad record{'' if total == 1 else 's'} skipped)"
+    return f" ({counted(total, 'bad record')} skipped)"
 
 
 def looks_special(spelling: str) -> bool:

@@ -97,6 +97,11 @@ def utf8_path(path: str | os.PathLike[str], what: str) -> str:
     return text
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 partition``, ``2 partitions``: a count and its noun as a log line says them."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def out_of_range(low: int, high: int) -> str:
     """How a number outside ``low .. high`` is said, by a flag's argparse type and by the check
     behind it alike: ``--max-token-length 0`` said ">= 1", then 1 was "out of range (2 ..)"."""

@@ -21,7 +21,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.format import json_kinds
 from pipeline.format.atomic import write_json
-from pipeline.format.errors import DataError, TokshardError, VerifyError
+from pipeline.format.errors import DataError, TokshardError, VerifyError, counted
 from pipeline.format.provenance import SUFFIX as SIDECAR_SUFFIX
 from pipeline.format.provenance import sidecar_path
 from pipeline.format.shard_writer import ShardRecord
@@ -358,7 +358,7 @@ def dropped_text(counts: dict[str, Any]) -> str:
         why = ", ".join(
             f"{n:,} {reason}" for reason, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))
         )
-        parts.append(f"{total:,} bad record{'s' if total != 1 else ''} ({why})")
+        parts.append(f"{counted(total, 'bad record')} ({why})")
     return ", ".join(parts) or "none"
 
 

@@ -24,9 +24,8 @@ from multiprocessing import resource_tracker
 from typing import Any
 
 from pipeline.encoding.backend import REFERENCE
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, counted
 from pipeline.run.code_check import check_workers, gated
-from pipeline.run.progress import counted
 
 BATCH_SYSTEMS = ("slurm", "pbs")
 #: a local worker's memory limit when none is given (Dask's: the machine's memory split over the workers)

@@ -29,7 +29,7 @@ from pipeline.encoding.selection import Decision, decide, warm_likely
 from pipeline.encoding.spec import EncoderSpec
 from pipeline.format import manifest
 from pipeline.format.atomic import DiskFullError, FileTooLargeError
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError, TokshardError, counted
 from pipeline.recipe import Recipe
 from pipeline.run import process_limits
 from pipeline.run.cluster import (
@@ -42,7 +42,7 @@ from pipeline.run.cluster import (
 )
 from pipeline.run.code_check import check_workers, gated, refusal
 from pipeline.run.open_state import open_run_state
-from pipeline.run.progress import CostModel, Progress, counted, human, stderr_log
+from pipeline.run.progress import CostModel, Progress, human, stderr_log
 from pipeline.run.records import Checkpoint, Plan
 from pipeline.run.run_state import MANIFEST_MISSING, HeldRun, RunState, inputs_needed
 from pipeline.run.worker_task import PartitionTask, current_umask, encode_texts

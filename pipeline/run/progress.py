@@ -10,11 +10,6 @@ from typing import TextIO
 from pipeline.storage.locations import shown_location
 
 
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """``1 partition``, ``2 partitions``: a count and its noun as a log line says them."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
-
-
 def stderr_log(msg: str, prefix: str = "tokshard") -> None:
     """A log line for a person: stderr, flushed at once, named after the command; a URL's
     user:password in it shown as ``***``."""

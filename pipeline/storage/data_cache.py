@@ -46,7 +46,7 @@ import xxhash
 
 from pipeline.format import manifest as manifest_mod
 from pipeline.format.atomic import DISK_FULL_ERRNOS, FileTooLargeError, free_bytes
-from pipeline.format.errors import DataError, TokshardError
+from pipeline.format.errors import DataError, TokshardError, counted
 from pipeline.storage.locations import is_url, parent, shown_location
 from pipeline.storage.object_store import ObjectStore
 from pipeline.storage.ownership import claim_folder
@@ -142,17 +142,12 @@ class CacheStats:
     def summary(self, root: Path, not_fetched: int = 0) -> str:
         """The line a run ends with: what came from the store, what the cache held, and how many
         shards the run ended before fetching."""
-        left = f"; {_counted(not_fetched, 'shard')} not fetched (the run ended first)" if not_fetched else ""
+        left = f"; {counted(not_fetched, 'shard')} not fetched (the run ended first)" if not_fetched else ""
         return (
-            f"data cache {root}: {_counted(self.downloaded, 'file')} downloaded ({self.downloaded_bytes / 2**20:.1f} MiB), "
-            f"{_counted(self.cached, 'shard')} found cached, {self.refetched_changed} of an earlier version of the data "
+            f"data cache {root}: {counted(self.downloaded, 'file')} downloaded ({self.downloaded_bytes / 2**20:.1f} MiB), "
+            f"{counted(self.cached, 'shard')} found cached, {self.refetched_changed} of an earlier version of the data "
             f"and {self.refetched_corrupt} damaged on this disk fetched again, {self.evicted} evicted{left}"
         )
-
-
-def _counted(n: int, noun: str) -> str:
-    """``1 shard``, ``2 shards`` (the summary said "1 shards found cached")."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class DataCache:

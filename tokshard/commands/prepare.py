@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import recipe as recipe_mod
-from pipeline.format.errors import TokshardError
+from pipeline.format.errors import TokshardError, counted
 from pipeline.recipe import BAD_RECORD_POLICIES, DTYPES, ENCODERS, Settings
 from pipeline.run.cluster import BATCH_SYSTEMS, LOCAL_MEMORY_LIMIT, BatchJobs
-from pipeline.run.progress import counted
 from pipeline.storage.locations import refuse_url
 from tokshard.commands.command import Command
 from tokshard.usage import bytes_arg, default_of, folder_arg, path_arg, positive_int, text_arg
